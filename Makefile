@@ -1,0 +1,49 @@
+# Kiln: the two commands a newcomer needs are `make serve` and `make test`.
+# Both install missing dependencies (deploy/install-deps.sh), configure and
+# build first.
+BUILD ?= build
+JOBS ?= 2
+CMAKE_FLAGS ?=
+
+.PHONY: all deps configure build test serve fuzz bench format clean
+
+all: build
+
+deps:
+	@bash deploy/install-deps.sh
+
+$(BUILD)/build.ninja: CMakeLists.txt | deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+
+configure: deps $(BUILD)/build.ninja
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+serve: build
+	@echo "kilnd is not built yet (issue 5): 'make serve' will start it here." >&2
+	@exit 1
+
+# libFuzzer targets need clang; they build in their own tree.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16 \
+	  -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_request
+	@mkdir -p $(FUZZ_BUILD)/corpus
+	@$(FUZZ_BUILD)/tests/fuzz/fuzz_request $(FUZZ_BUILD)/corpus tests/fuzz/seeds \
+	  -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1
+
+bench: build
+	@echo "benchmarks: see bench/README.md"
+
+format:
+	@find compiler cache server client tests bench -name '*.cc' -o -name '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) $(FUZZ_BUILD)
