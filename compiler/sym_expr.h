@@ -1,0 +1,67 @@
+// Integer expressions over symbolic sizes: a polynomial with int64
+// coefficients in the graph's symbols (s0, s1, ...), kept in a canonical form
+// so equality is structural. Static sizes are constant polynomials.
+//
+// Sizes of graph values, strides of inputs and (later) index expressions of
+// the loop IR are SymExprs. Only the operations shapes need exist: +, -, *,
+// exact division, and evaluation under concrete symbol values.
+//
+// Thread-safety: values, freely copyable and shareable.
+#ifndef KILN_COMPILER_SYM_EXPR_H_
+#define KILN_COMPILER_SYM_EXPR_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+
+namespace kiln {
+
+class SymExpr {
+ public:
+  // A product of symbols (sorted symbol ids, repeated for powers) times a
+  // coefficient. The empty product is the constant term.
+  struct Term {
+    int64_t coeff = 0;
+    std::vector<int> symbols;
+    bool operator==(const Term&) const = default;
+  };
+
+  SymExpr() = default;  // zero
+  SymExpr(int64_t value);  // NOLINT: constants convert implicitly
+  static SymExpr Symbol(int id);
+
+  bool IsConstant() const;
+  // The value of a constant expression.
+  std::optional<int64_t> AsConstant() const;
+  // Whether this is exactly one symbol (coefficient 1, no constant).
+  std::optional<int> AsSymbol() const;
+  const std::vector<Term>& terms() const { return terms_; }
+
+  friend SymExpr operator+(const SymExpr& a, const SymExpr& b);
+  friend SymExpr operator-(const SymExpr& a, const SymExpr& b);
+  friend SymExpr operator*(const SymExpr& a, const SymExpr& b);
+  bool operator==(const SymExpr& o) const { return terms_ == o.terms_; }
+  bool operator!=(const SymExpr& o) const { return !(*this == o); }
+
+  // a / b when the division is exact in the polynomial ring (b a single
+  // term dividing every term of a); nullopt otherwise.
+  static std::optional<SymExpr> DivExact(const SymExpr& a, const SymExpr& b);
+
+  // Value with symbol i bound to values[i].
+  int64_t Evaluate(absl::Span<const int64_t> values) const;
+
+  // Human-readable, e.g. "16*s0*s1 + 4". `names[i]` names symbol i; without
+  // names symbols print as s<i>.
+  std::string ToString(absl::Span<const std::string> names = {}) const;
+
+ private:
+  void Canonicalize();
+  std::vector<Term> terms_;  // sorted by symbols, no zero coefficients
+};
+
+}  // namespace kiln
+
+#endif  // KILN_COMPILER_SYM_EXPR_H_
