@@ -9,8 +9,9 @@ file(GLOB_RECURSE KILN_IDENTITY_INPUTS CONFIGURE_DEPENDS
 add_custom_command(
   OUTPUT ${KILN_IDENTITY_OUT}
   COMMAND ${CMAKE_COMMAND} -DSRC_DIR=${CMAKE_SOURCE_DIR} -DOUT=${KILN_IDENTITY_OUT}
-          "-DEXTRA=llvm:${LLVM_PACKAGE_VERSION};cuda:${CUDAToolkit_VERSION}"
+          "-DEXTRA=llvm=${LLVM_PACKAGE_VERSION},cuda=${CUDAToolkit_VERSION}"
           -P ${CMAKE_SOURCE_DIR}/cmake/compute_identity.cmake
   DEPENDS ${KILN_IDENTITY_INPUTS} ${CMAKE_SOURCE_DIR}/cmake/compute_identity.cmake
-  COMMENT "Hashing the compiler's sources for its identity")
+  COMMENT "Hashing the compiler's sources for its identity"
+  VERBATIM)
 add_custom_target(kiln_compiler_identity DEPENDS ${KILN_IDENTITY_OUT})

@@ -4,12 +4,18 @@ namespace kiln {
 
 absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "float32";
-    case DType::kFloat16: return "float16";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
-    case DType::kBool: return "bool";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kBool:
+      return "bool";
   }
   return "?";
 }
@@ -21,12 +27,18 @@ std::optional<DType> DTypeFromWire(int wire_value) {
 
 int64_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return 4;
-    case DType::kFloat16: return 2;
-    case DType::kBFloat16: return 2;
-    case DType::kInt32: return 4;
-    case DType::kInt64: return 8;
-    case DType::kBool: return 1;
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat16:
+      return 2;
+    case DType::kBFloat16:
+      return 2;
+    case DType::kInt32:
+      return 4;
+    case DType::kInt64:
+      return 8;
+    case DType::kBool:
+      return 1;
   }
   return 1;
 }
@@ -72,8 +84,8 @@ void ResultTypeState::AddTensor(DType dtype, bool zero_dim) {
 }
 
 void ResultTypeState::AddScalar(DType scalar_kind) {
-  wrapped_ = PromoteOpt(wrapped_, IsFloating(scalar_kind) ? kDefaultFloat
-                                                          : scalar_kind);
+  wrapped_ = PromoteOpt(wrapped_,
+                        IsFloating(scalar_kind) ? kDefaultFloat : scalar_kind);
 }
 
 DType ResultTypeState::Result() const {

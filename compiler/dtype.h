@@ -22,9 +22,9 @@ enum class DType : uint8_t {
   kBool = 6,
 };
 
-inline constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat16,
+inline constexpr DType kAllDTypes[] = {DType::kFloat32,  DType::kFloat16,
                                        DType::kBFloat16, DType::kInt32,
-                                       DType::kInt64,   DType::kBool};
+                                       DType::kInt64,    DType::kBool};
 
 // torch's spelling: "float32", "float16", "bfloat16", "int32", "int64", "bool".
 absl::string_view DTypeName(DType dtype);
@@ -38,7 +38,9 @@ inline bool IsIntegral(DType d) {
   return d == DType::kInt32 || d == DType::kInt64;
 }
 // Integral including bool (torch.is_integral(include_bool=True)).
-inline bool IsIntegralOrBool(DType d) { return IsIntegral(d) || d == DType::kBool; }
+inline bool IsIntegralOrBool(DType d) {
+  return IsIntegral(d) || d == DType::kBool;
+}
 
 // torch.promote_types restricted to Kiln's dtypes.
 DType PromoteTypes(DType a, DType b);

@@ -54,13 +54,48 @@ struct Attr {
   std::string str;
 
   static Attr None() { return Attr{}; }
-  static Attr Tensor(ValueId v) { Attr a; a.kind = Kind::kTensor; a.tensor = v; return a; }
-  static Attr Int(int64_t v) { Attr a; a.kind = Kind::kInt; a.i = v; return a; }
-  static Attr Float(double v) { Attr a; a.kind = Kind::kFloat; a.f = v; return a; }
-  static Attr Bool(bool v) { Attr a; a.kind = Kind::kBool; a.b = v; return a; }
-  static Attr Ints(std::vector<SymExpr> v) { Attr a; a.kind = Kind::kInts; a.ints = std::move(v); return a; }
-  static Attr DTypeAttr(DType d) { Attr a; a.kind = Kind::kDType; a.dtype = d; return a; }
-  static Attr String(std::string s) { Attr a; a.kind = Kind::kString; a.str = std::move(s); return a; }
+  static Attr Tensor(ValueId v) {
+    Attr a;
+    a.kind = Kind::kTensor;
+    a.tensor = v;
+    return a;
+  }
+  static Attr Int(int64_t v) {
+    Attr a;
+    a.kind = Kind::kInt;
+    a.i = v;
+    return a;
+  }
+  static Attr Float(double v) {
+    Attr a;
+    a.kind = Kind::kFloat;
+    a.f = v;
+    return a;
+  }
+  static Attr Bool(bool v) {
+    Attr a;
+    a.kind = Kind::kBool;
+    a.b = v;
+    return a;
+  }
+  static Attr Ints(std::vector<SymExpr> v) {
+    Attr a;
+    a.kind = Kind::kInts;
+    a.ints = std::move(v);
+    return a;
+  }
+  static Attr DTypeAttr(DType d) {
+    Attr a;
+    a.kind = Kind::kDType;
+    a.dtype = d;
+    return a;
+  }
+  static Attr String(std::string s) {
+    Attr a;
+    a.kind = Kind::kString;
+    a.str = std::move(s);
+    return a;
+  }
 
   bool is_none() const { return kind == Kind::kNone; }
   // A Python number (int, float or bool Scalar).
@@ -69,18 +104,22 @@ struct Attr {
   }
   // The scalar as a double (ints and bools convert).
   double ScalarAsDouble() const {
-    return kind == Kind::kFloat ? f : kind == Kind::kBool ? (b ? 1 : 0) : static_cast<double>(i);
+    return kind == Kind::kFloat  ? f
+           : kind == Kind::kBool ? (b ? 1 : 0)
+                                 : static_cast<double>(i);
   }
   // The dtype class a Python scalar promotes as.
   DType ScalarKind() const {
-    return kind == Kind::kFloat ? DType::kFloat32 : kind == Kind::kBool ? DType::kBool : DType::kInt64;
+    return kind == Kind::kFloat  ? DType::kFloat32
+           : kind == Kind::kBool ? DType::kBool
+                                 : DType::kInt64;
   }
 };
 
 struct Value {
   TensorType type;
-  std::string name;    // the name in the request, for messages and dumps
-  int producer = -1;   // node index, or -1 for a graph input
+  std::string name;   // the name in the request, for messages and dumps
+  int producer = -1;  // node index, or -1 for a graph input
   int output_index = 0;
 };
 

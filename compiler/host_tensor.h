@@ -56,8 +56,12 @@ class HostTensor {
   // A contiguous copy.
   HostTensor Contiguous() const;
   // Raw storage, for tests and runtimes that pass pointers.
-  uint8_t* data() { return storage_ ? storage_->data() + offset_ * DTypeSize(dtype_) : nullptr; }
-  const uint8_t* data() const { return storage_ ? storage_->data() + offset_ * DTypeSize(dtype_) : nullptr; }
+  uint8_t* data() {
+    return storage_ ? storage_->data() + offset_ * DTypeSize(dtype_) : nullptr;
+  }
+  const uint8_t* data() const {
+    return storage_ ? storage_->data() + offset_ * DTypeSize(dtype_) : nullptr;
+  }
 
   std::string ToString(int max_elements = 32) const;
 

@@ -24,16 +24,16 @@ namespace kiln {
 
 // What an argument position accepts (ATen schema types).
 enum class ArgKind : uint8_t {
-  kTensor,          // Tensor
-  kOptionalTensor,  // Tensor?
-  kTensorOrScalar,  // Tensor, where a Python number is also accepted (a
-                    // wrapped number, as aten.add.Tensor(x, 0.5) in FX)
-  kScalar,          // Scalar
-  kOptionalScalar,  // Scalar?
-  kInt,             // int / SymInt
-  kOptionalInt,     // int?
-  kIntList,         // int[] / SymInt[] (dims or ints)
-  kOptionalIntList, // int[]?  (None, or a list)
+  kTensor,           // Tensor
+  kOptionalTensor,   // Tensor?
+  kTensorOrScalar,   // Tensor, where a Python number is also accepted (a
+                     // wrapped number, as aten.add.Tensor(x, 0.5) in FX)
+  kScalar,           // Scalar
+  kOptionalScalar,   // Scalar?
+  kInt,              // int / SymInt
+  kOptionalInt,      // int?
+  kIntList,          // int[] / SymInt[] (dims or ints)
+  kOptionalIntList,  // int[]?  (None, or a list)
   kBool,
   kFloat,           // float (an int is accepted and converted)
   kOptionalFloat,   // float?
@@ -61,14 +61,19 @@ class OpContext {
       : graph_(graph), node_(node), node_index_(node_index) {}
 
   const Attr& arg(int i) const { return node_.args[i]; }
-  const TensorType& type(int i) const { return graph_.type(node_.args[i].tensor); }
+  const TensorType& type(int i) const {
+    return graph_.type(node_.args[i].tensor);
+  }
   const TensorType& value_type(ValueId v) const { return graph_.type(v); }
-  bool is_tensor(int i) const { return node_.args[i].kind == Attr::Kind::kTensor; }
+  bool is_tensor(int i) const {
+    return node_.args[i].kind == Attr::Kind::kTensor;
+  }
   const Graph& graph() const { return graph_; }
   const Node& node() const { return node_; }
   int node_index() const { return node_index_; }
 
-  // INVALID_ARGUMENT naming the node and op: "node 3 (aten.sum.dim_IntList): <msg>".
+  // INVALID_ARGUMENT naming the node and op: "node 3 (aten.sum.dim_IntList):
+  // <msg>".
   absl::Status Invalid(absl::string_view message) const;
 
   // Normalises a possibly negative dim against `rank` (PyTorch's
@@ -82,8 +87,10 @@ class OpContext {
 };
 
 using ShapeRule =
-    std::function<absl::StatusOr<std::vector<std::vector<SymExpr>>>(const OpContext&)>;
-using DTypeRule = std::function<absl::StatusOr<std::vector<DType>>(const OpContext&)>;
+    std::function<absl::StatusOr<std::vector<std::vector<SymExpr>>>(
+        const OpContext&)>;
+using DTypeRule =
+    std::function<absl::StatusOr<std::vector<DType>>(const OpContext&)>;
 
 // What reference semantics see: arguments with tensors as HostTensors, the
 // output types (dtypes, and sizes already evaluated to concrete values).
@@ -99,7 +106,14 @@ using ReferenceFn =
     std::function<absl::StatusOr<std::vector<HostTensor>>(const RefContext&)>;
 
 // The op's category, which later stages (fusion) use.
-enum class OpClass : uint8_t { kPointwise, kReduction, kView, kComposite, kCreation, kData };
+enum class OpClass : uint8_t {
+  kPointwise,
+  kReduction,
+  kView,
+  kComposite,
+  kCreation,
+  kData
+};
 
 struct OpDef {
   std::string name;  // ATen overload name, e.g. "aten.add.Tensor"

@@ -36,16 +36,15 @@ std::optional<int> SymExpr::AsSymbol() const {
 }
 
 void SymExpr::Canonicalize() {
-  std::sort(terms_.begin(), terms_.end(), [](const Term& a, const Term& b) {
-    return a.symbols < b.symbols;
-  });
+  std::sort(terms_.begin(), terms_.end(),
+            [](const Term& a, const Term& b) { return a.symbols < b.symbols; });
   std::vector<Term> merged;
   for (Term& t : terms_) {
     if (!merged.empty() && merged.back().symbols == t.symbols) {
       // Wrapping arithmetic: sizes are validated to stay far below 2^62.
-      merged.back().coeff = static_cast<int64_t>(
-          static_cast<uint64_t>(merged.back().coeff) +
-          static_cast<uint64_t>(t.coeff));
+      merged.back().coeff =
+          static_cast<int64_t>(static_cast<uint64_t>(merged.back().coeff) +
+                               static_cast<uint64_t>(t.coeff));
     } else {
       merged.push_back(std::move(t));
     }
@@ -132,9 +131,8 @@ std::string SymExpr::ToString(absl::Span<const std::string> names) const {
       factors.push_back(absl::StrCat(t.coeff));
     }
     for (int s : t.symbols) {
-      factors.push_back(s < static_cast<int>(names.size())
-                            ? names[s]
-                            : absl::StrCat("s", s));
+      factors.push_back(
+          s < static_cast<int>(names.size()) ? names[s] : absl::StrCat("s", s));
     }
     parts.push_back(absl::StrJoin(factors, "*"));
   }

@@ -29,7 +29,7 @@ class SymExpr {
     bool operator==(const Term&) const = default;
   };
 
-  SymExpr() = default;  // zero
+  SymExpr() = default;     // zero
   SymExpr(int64_t value);  // NOLINT: constants convert implicitly
   static SymExpr Symbol(int id);
 

@@ -1,0 +1,197 @@
+// Composite ops of op set v1: _softmax, _log_softmax and native_layer_norm.
+// Their references compute in double with the textbook formulas (softmax
+// with the max subtracted); the lowering decomposes them into reductions
+// and pointwise ops.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ops_common.h"
+
+namespace kiln {
+namespace {
+
+using ops::Arg;
+using Shapes = std::vector<std::vector<SymExpr>>;
+
+// Calls fn(row_values_indices) for each "row" along `dim`: the list of
+// multi-indices sharing all other coordinates.
+void ForEachRow(
+    const std::vector<int64_t>& sizes, const std::vector<bool>& reduced,
+    const std::function<void(const std::vector<std::vector<int64_t>>&)>& fn) {
+  std::vector<int64_t> outer = sizes, inner(sizes.size(), 1);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (reduced[d]) {
+      outer[d] = 1;
+      inner[d] = sizes[d];
+    }
+  }
+  ops::ForEachIndex(outer, [&](const std::vector<int64_t>& o) {
+    std::vector<std::vector<int64_t>> row;
+    ops::ForEachIndex(inner, [&](const std::vector<int64_t>& i) {
+      std::vector<int64_t> idx(sizes.size());
+      for (size_t d = 0; d < sizes.size(); ++d)
+        idx[d] = reduced[d] ? i[d] : o[d];
+      row.push_back(std::move(idx));
+    });
+    fn(row);
+  });
+}
+
+void AddSoftmax(OpRegistry& r, const char* name, bool log) {
+  OpDef def;
+  def.name = name;
+  def.op_class = OpClass::kComposite;
+  def.schema = {Arg("self", ArgKind::kTensor), Arg("dim", ArgKind::kInt),
+                Arg("half_to_float", ArgKind::kBool)};
+  def.shape = [](const OpContext& ctx) -> absl::StatusOr<Shapes> {
+    auto d = ctx.WrapDim(ctx.arg(1).i, ctx.type(0).rank());
+    if (!d.ok()) return d.status();
+    return Shapes{ctx.type(0).sizes};
+  };
+  def.dtype = [](const OpContext& ctx) -> absl::StatusOr<std::vector<DType>> {
+    const DType in = ctx.type(0).dtype;
+    if (!IsFloating(in)) {
+      return ctx.Invalid(
+          absl::StrCat("needs a floating point input, got ", DTypeName(in)));
+    }
+    if (ctx.arg(2).b) {
+      if (in == DType::kFloat32) {
+        return ctx.Invalid(
+            "half_to_float=True needs a float16 or bfloat16 input");
+      }
+      return std::vector<DType>{DType::kFloat32};
+    }
+    return std::vector<DType>{in};
+  };
+  def.reference =
+      [log](const RefContext& ctx) -> absl::StatusOr<std::vector<HostTensor>> {
+    const HostTensor& in = ctx.tensors[0];
+    HostTensor out = HostTensor::Empty(ctx.out_dtypes[0], ctx.out_sizes[0]);
+    std::vector<bool> reduced(in.rank(), false);
+    if (in.rank() > 0) {
+      const int64_t d = ctx.arg(1).i;
+      reduced[d < 0 ? d + in.rank() : d] = true;
+    }
+    ForEachRow(
+        in.sizes(), reduced, [&](const std::vector<std::vector<int64_t>>& row) {
+          double mx = -INFINITY;
+          for (const auto& i : row) mx = std::max(mx, in.GetDouble(i));
+          // An all -inf row: PyTorch gives NaN (exp(-inf - -inf)); keep that.
+          double sum = 0;
+          for (const auto& i : row) sum += std::exp(in.GetDouble(i) - mx);
+          for (const auto& i : row) {
+            const double x = in.GetDouble(i) - mx;
+            out.SetDouble(i, log ? x - std::log(sum) : std::exp(x) / sum);
+          }
+        });
+    return std::vector<HostTensor>{std::move(out)};
+  };
+  r.Add(std::move(def));
+}
+
+void AddLayerNorm(OpRegistry& r) {
+  OpDef def;
+  def.name = "aten.native_layer_norm.default";
+  def.op_class = OpClass::kComposite;
+  def.num_outputs = 3;
+  def.schema = {Arg("input", ArgKind::kTensor),
+                Arg("normalized_shape", ArgKind::kIntList),
+                Arg("weight", ArgKind::kOptionalTensor),
+                Arg("bias", ArgKind::kOptionalTensor),
+                Arg("eps", ArgKind::kFloat)};
+  def.shape = [](const OpContext& ctx) -> absl::StatusOr<Shapes> {
+    const std::vector<SymExpr>& in = ctx.type(0).sizes;
+    const std::vector<SymExpr>& norm = ctx.arg(1).ints;
+    if (norm.empty()) return ctx.Invalid("normalized_shape must not be empty");
+    if (norm.size() > in.size()) {
+      return ctx.Invalid(absl::StrCat("normalized_shape has ", norm.size(),
+                                      " dims but the input has rank ",
+                                      in.size()));
+    }
+    const size_t axis = in.size() - norm.size();
+    for (size_t i = 0; i < norm.size(); ++i) {
+      if (norm[i] != in[axis + i]) {
+        return ctx.Invalid(absl::StrCat(
+            "normalized_shape does not match the input's trailing dims (dim ",
+            axis + i, ")"));
+      }
+    }
+    for (int w : {2, 3}) {
+      if (ctx.arg(w).is_none()) continue;
+      if (ctx.type(w).sizes != norm) {
+        return ctx.Invalid(absl::StrCat(w == 2 ? "weight" : "bias",
+                                        " must have shape normalized_shape"));
+      }
+    }
+    std::vector<SymExpr> stat(in.begin(), in.begin() + axis);
+    stat.resize(in.size(), SymExpr(1));
+    return Shapes{in, stat, stat};
+  };
+  // mean/rstd are float32 for half inputs (PyTorch's CUDA behaviour; Kiln
+  // targets GPUs first) and the input's dtype otherwise.
+  def.dtype = [](const OpContext& ctx) -> absl::StatusOr<std::vector<DType>> {
+    const DType in = ctx.type(0).dtype;
+    if (!IsFloating(in)) {
+      return ctx.Invalid(
+          absl::StrCat("needs a floating point input, got ", DTypeName(in)));
+    }
+    for (int w : {2, 3}) {
+      if (!ctx.arg(w).is_none() && ctx.type(w).dtype != in) {
+        return ctx.Invalid(absl::StrCat(
+            w == 2 ? "weight" : "bias", " dtype ", DTypeName(ctx.type(w).dtype),
+            " differs from input dtype ", DTypeName(in)));
+      }
+    }
+    return std::vector<DType>{in, DType::kFloat32, DType::kFloat32};
+  };
+  def.reference =
+      [](const RefContext& ctx) -> absl::StatusOr<std::vector<HostTensor>> {
+    const HostTensor& in = ctx.tensors[0];
+    const size_t norm_rank = ctx.arg(1).ints.size();
+    const size_t axis = in.rank() - norm_rank;
+    const double eps = ctx.arg(4).ScalarAsDouble();
+    const bool has_w = !ctx.arg(2).is_none(), has_b = !ctx.arg(3).is_none();
+    HostTensor out = HostTensor::Empty(ctx.out_dtypes[0], ctx.out_sizes[0]);
+    HostTensor mean = HostTensor::Empty(ctx.out_dtypes[1], ctx.out_sizes[1]);
+    HostTensor rstd = HostTensor::Empty(ctx.out_dtypes[2], ctx.out_sizes[2]);
+    std::vector<bool> reduced(in.rank(), false);
+    for (size_t d = axis; d < static_cast<size_t>(in.rank()); ++d)
+      reduced[d] = true;
+    int64_t row_index = 0;
+    ForEachRow(in.sizes(), reduced,
+               [&](const std::vector<std::vector<int64_t>>& row) {
+                 const double n = static_cast<double>(row.size());
+                 double m = 0;
+                 for (const auto& i : row) m += in.GetDouble(i);
+                 m /= n;
+                 double var = 0;
+                 for (const auto& i : row)
+                   var += (in.GetDouble(i) - m) * (in.GetDouble(i) - m);
+                 var /= n;
+                 const double rs = 1.0 / std::sqrt(var + eps);
+                 for (const auto& i : row) {
+                   std::vector<int64_t> widx(i.begin() + axis, i.end());
+                   double y = (in.GetDouble(i) - m) * rs;
+                   if (has_w) y *= ctx.tensors[2].GetDouble(widx);
+                   if (has_b) y += ctx.tensors[3].GetDouble(widx);
+                   out.SetDouble(i, y);
+                 }
+                 mean.SetDoubleAt(row_index, m);
+                 rstd.SetDoubleAt(row_index, rs);
+                 ++row_index;
+               });
+    return std::vector<HostTensor>{std::move(out), std::move(mean),
+                                   std::move(rstd)};
+  };
+  r.Add(std::move(def));
+}
+
+}  // namespace
+
+void RegisterCompositeOps(OpRegistry& r) {
+  AddSoftmax(r, "aten._softmax.default", /*log=*/false);
+  AddSoftmax(r, "aten._log_softmax.default", /*log=*/true);
+  AddLayerNorm(r);
+}
+
+}  // namespace kiln
