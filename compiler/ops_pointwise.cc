@@ -97,6 +97,10 @@ void AddPointwise(OpRegistry& registry, PointwiseOp op) {
                                       DTypeName(compute),
                                       " inputs (needs floating point)"));
     }
+    if (IsFloating(compute) && !shared->float_fn) {
+      return ctx.Invalid(absl::StrCat("not implemented for ", DTypeName(compute),
+                                      " inputs (needs integral or bool)"));
+    }
     if (compute == DType::kBool && !shared->allow_bool) {
       return ctx.Invalid("not implemented for bool inputs");
     }
