@@ -1,0 +1,928 @@
+#include "cache/artifact_store.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "cache/artifact_format.h"
+#include "cache/rocksdb_status.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/convenience.h"
+#include "rocksdb/db.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/options.h"
+#include "rocksdb/table.h"
+#include "rocksdb/write_batch.h"
+
+namespace kiln {
+namespace {
+
+namespace format = cache_format;
+using cache_internal::ErrnoError;
+using cache_internal::FromRocksDb;
+using format::IndexRecord;
+using format::StatsRecord;
+
+rocksdb::Slice KeySlice(const GuardKey& key) {
+  return rocksdb::Slice(reinterpret_cast<const char*>(key.data()), key.size());
+}
+
+absl::string_view ToAbsl(const rocksdb::Slice& slice) {
+  return absl::string_view(slice.data(), slice.size());
+}
+
+// LZ4 for values: artifacts (ELF objects, cubins, protos) compress by 2-4x,
+// and LZ4 decompresses at GB/s, so a hit costs little CPU for the disk and
+// cache space it saves. Falls back to Snappy, then none, if the RocksDB build
+// lacks it.
+rocksdb::CompressionType PickCompression() {
+  const std::vector<rocksdb::CompressionType> supported =
+      rocksdb::GetSupportedCompressions();
+  for (rocksdb::CompressionType wanted :
+       {rocksdb::kLZ4Compression, rocksdb::kSnappyCompression}) {
+    if (std::find(supported.begin(), supported.end(), wanted) !=
+        supported.end()) {
+      return wanted;
+    }
+  }
+  return rocksdb::kNoCompression;
+}
+
+// Creates `dir` and its missing parents with mode 0700, or narrows an
+// existing dir to 0700.
+absl::Status PrepareDataDir(const std::string& dir, bool read_only) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("data dir ", dir, " exists and is not a directory"));
+    }
+    if (!read_only && (st.st_mode & 077) != 0) {
+      if (chmod(dir.c_str(), 0700) != 0) {
+        return ErrnoError(errno, absl::StrCat("cannot make data dir ", dir,
+                                              " owner-only (chmod 0700)"));
+      }
+      spdlog::warn("artifact store: data dir {} had mode {:o}, narrowed to 700",
+                   dir, st.st_mode & 0777);
+    }
+    return absl::OkStatus();
+  }
+  if (errno != ENOENT) {
+    return ErrnoError(errno, absl::StrCat("cannot stat data dir ", dir));
+  }
+  if (read_only) {
+    return absl::NotFoundError(
+        absl::StrCat("data dir ", dir,
+                     " does not exist (opening read-only creates nothing)"));
+  }
+  // mkdir each missing component; EEXIST is a parent that exists already (or
+  // one a concurrent opener just made).
+  for (size_t pos = dir.find('/', 1);; pos = dir.find('/', pos + 1)) {
+    const std::string prefix =
+        pos == std::string::npos ? dir : dir.substr(0, pos);
+    if (!prefix.empty() && mkdir(prefix.c_str(), 0700) != 0 &&
+        errno != EEXIST) {
+      return ErrnoError(errno, absl::StrCat("cannot create data dir ", dir,
+                                            " (at ", prefix, ")"));
+    }
+    if (pos == std::string::npos) break;
+  }
+  // mkdir's mode is filtered by the umask, which can only narrow it; chmod
+  // makes the result exactly 0700 whatever the umask.
+  if (chmod(dir.c_str(), 0700) != 0) {
+    return ErrnoError(errno, absl::StrCat("cannot chmod data dir ", dir));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+class ArtifactStore::Impl {
+ public:
+  explicit Impl(const ArtifactStoreOptions& options) : options_(options) {}
+  ~Impl();
+
+  absl::Status Open();
+  absl::Status Put(const GuardKey& key, absl::string_view payload,
+                   const PutMetadata& metadata);
+  absl::StatusOr<std::optional<CachedArtifact>> Get(const GuardKey& key);
+  bool Contains(const GuardKey& key) const;
+  absl::Status Delete(const GuardKey& key);
+  absl::Status EvictAll();
+  std::vector<EntryInfo> List() const;
+  CacheStats Stats() const;
+  absl::Status Flush();
+  const ArtifactStoreOptions& options() const { return options_; }
+
+ private:
+  absl::Status OpenDatabase();
+  absl::Status CheckFormat();
+  absl::Status LoadStats();
+  absl::Status LoadIndex();
+
+  // The write path. All of them hold write_mu_ while writing, so the
+  // in-memory index always matches what the database holds.
+  absl::Status WriteLocked(rocksdb::WriteBatch* batch, absl::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::Status EnsureWritableLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::Status EvictToCapacityLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::Status FlushPending();
+  void DropCorrupt(const GuardKey& key, absl::string_view reason);
+
+  // In-memory index maintenance (callers hold mu_).
+  void EraseFromIndexLocked(const GuardKey& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void InsertIntoIndexLocked(const GuardKey& key, const IndexRecord& record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void FlusherLoop();
+  bool FlusherShouldWake() const ABSL_SHARED_LOCKS_REQUIRED(flusher_mu_) {
+    return stop_flusher_ || flush_requested_;
+  }
+  void RequestFlush();
+
+  absl::Status ReadOnlyError(absl::string_view what) const {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": the artifact store on ", options_.data_dir,
+                     " was opened read-only"));
+  }
+
+  const ArtifactStoreOptions options_;
+  rocksdb::WriteOptions write_options_;
+  rocksdb::ReadOptions read_options_;
+
+  // Declared before the handles: members are destroyed in reverse order, and
+  // column family handles must go before their database (the destructor also
+  // does this explicitly, to close the database with a status).
+  std::unique_ptr<rocksdb::DB> db_;
+  std::vector<std::unique_ptr<rocksdb::ColumnFamilyHandle>> handles_;
+  rocksdb::ColumnFamilyHandle* artifacts_ = nullptr;
+  rocksdb::ColumnFamilyHandle* access_ = nullptr;
+  rocksdb::ColumnFamilyHandle* meta_ = nullptr;
+
+  // Serializes every database write. Acquired before mu_.
+  absl::Mutex write_mu_;
+  // Set when a write failed: the next write first asks RocksDB to resume.
+  bool write_failed_ ABSL_GUARDED_BY(write_mu_) = false;
+
+  // The in-memory index and counters; held only briefly, never across I/O.
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(write_mu_);
+  absl::flat_hash_map<GuardKey, IndexRecord> index_ ABSL_GUARDED_BY(mu_);
+  // (access_seq, key), least recently used first.
+  absl::btree_set<std::pair<uint64_t, GuardKey>> lru_ ABSL_GUARDED_BY(mu_);
+  // Keys whose access record changed since it was last written.
+  absl::flat_hash_set<GuardKey> pending_access_ ABSL_GUARDED_BY(mu_);
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  StatsRecord counters_ ABSL_GUARDED_BY(mu_);
+  bool counters_dirty_ ABSL_GUARDED_BY(mu_) = false;
+
+  absl::Mutex flusher_mu_;
+  bool stop_flusher_ ABSL_GUARDED_BY(flusher_mu_) = false;
+  bool flush_requested_ ABSL_GUARDED_BY(flusher_mu_) = false;
+  std::thread flusher_;
+};
+
+absl::Status ArtifactStore::Impl::Open() {
+  if (options_.data_dir.empty()) {
+    return absl::InvalidArgumentError("artifact store: data_dir is empty");
+  }
+  if (options_.capacity_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "artifact store on ", options_.data_dir, ": capacity_bytes is 0"));
+  }
+  if (options_.flush_interval <= absl::ZeroDuration() ||
+      options_.access_flush_batch == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact store on ", options_.data_dir,
+                     ": flush_interval and access_flush_batch must be > 0"));
+  }
+  if (absl::Status s = PrepareDataDir(options_.data_dir, options_.read_only);
+      !s.ok()) {
+    return s;
+  }
+  write_options_.sync = options_.sync_writes;
+  if (absl::Status s = OpenDatabase(); !s.ok()) return s;
+  if (absl::Status s = CheckFormat(); !s.ok()) return s;
+  if (absl::Status s = LoadStats(); !s.ok()) return s;
+  if (absl::Status s = LoadIndex(); !s.ok()) return s;
+  if (!options_.read_only) {
+    absl::MutexLock lock(&write_mu_);
+    if (absl::Status s = EvictToCapacityLocked(); !s.ok()) return s;
+    flusher_ = std::thread([this] { FlusherLoop(); });
+  }
+  absl::MutexLock lock(&mu_);
+  spdlog::info(
+      "artifact store: opened {}{}: {} entries, {} of {} bytes; lifetime {} "
+      "hits, {} misses, {} corrupt dropped",
+      options_.data_dir, options_.read_only ? " (read-only)" : "",
+      index_.size(), bytes_, options_.capacity_bytes, counters_.hits,
+      counters_.misses, counters_.corrupt_dropped);
+  return absl::OkStatus();
+}
+
+absl::Status ArtifactStore::Impl::OpenDatabase() {
+  const rocksdb::CompressionType compression = PickCompression();
+  std::shared_ptr<rocksdb::Cache> cache;
+  if (options_.block_cache_bytes > 0) {
+    cache = rocksdb::NewLRUCache(options_.block_cache_bytes);
+  }
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = cache;
+  table.no_block_cache = cache == nullptr;
+  // Most lookups of a cache are misses for new keys: a Bloom filter answers
+  // them without reading data blocks.
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.block_size = 16 << 10;
+  table.format_version = 5;
+  std::shared_ptr<rocksdb::TableFactory> table_factory(
+      rocksdb::NewBlockBasedTableFactory(table));
+
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.paranoid_checks = true;
+  // After a crash, recover the WAL up to the first torn record: the database
+  // is a consistent prefix of the acknowledged writes.
+  db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  db_options.max_total_wal_size = 256 << 20;
+  db_options.max_background_jobs = 2;
+  db_options.bytes_per_sync = 1 << 20;
+  db_options.keep_log_file_num = 4;
+  db_options.max_log_file_size = 8 << 20;
+
+  rocksdb::ColumnFamilyOptions artifact_options;
+  artifact_options.table_factory = table_factory;
+  artifact_options.compression = compression;
+  artifact_options.write_buffer_size = 64 << 20;
+  artifact_options.level_compaction_dynamic_level_bytes = true;
+  // Values above blob_min_bytes are written once into blob files and only
+  // referenced from the LSM tree, so compactions do not rewrite megabytes of
+  // kernels. Garbage collection relocates live blobs out of the older half of
+  // the blob files, and forces compactions once half of a file is garbage, so
+  // space of evicted artifacts comes back.
+  artifact_options.enable_blob_files = true;
+  artifact_options.min_blob_size = options_.blob_min_bytes;
+  artifact_options.blob_file_size = 64 << 20;
+  artifact_options.blob_compression_type = compression;
+  artifact_options.enable_blob_garbage_collection = true;
+  artifact_options.blob_garbage_collection_age_cutoff = 0.5;
+  artifact_options.blob_garbage_collection_force_threshold = 0.5;
+  artifact_options.blob_cache = cache;
+
+  rocksdb::ColumnFamilyOptions small_options;
+  small_options.table_factory = table_factory;
+  small_options.compression = compression;
+  small_options.write_buffer_size = 8 << 20;
+  small_options.level_compaction_dynamic_level_bytes = true;
+
+  const std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+      {rocksdb::kDefaultColumnFamilyName, small_options},
+      {format::kArtifactsFamily, artifact_options},
+      {format::kAccessFamily, small_options},
+      {format::kMetaFamily, small_options},
+  };
+  std::vector<rocksdb::ColumnFamilyHandle*> raw_handles;
+  rocksdb::DB* raw_db = nullptr;
+  rocksdb::Status status =
+      options_.read_only
+          ? rocksdb::DB::OpenForReadOnly(db_options, options_.data_dir,
+                                         families, &raw_handles, &raw_db)
+          : rocksdb::DB::Open(db_options, options_.data_dir, families,
+                              &raw_handles, &raw_db);
+  db_.reset(raw_db);
+  for (rocksdb::ColumnFamilyHandle* handle : raw_handles) {
+    handles_.emplace_back(handle);
+  }
+  if (cache_internal::IsLockHeld(status)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "artifact store data dir ", options_.data_dir,
+        " is in use by another ArtifactStore (in this or another process): "
+        "its RocksDB lock ",
+        options_.data_dir, "/LOCK is held (", status.ToString(), ")"));
+  }
+  if (!status.ok()) {
+    return FromRocksDb(status, "cannot open the artifact store",
+                       options_.data_dir);
+  }
+  artifacts_ = handles_[1].get();
+  access_ = handles_[2].get();
+  meta_ = handles_[3].get();
+  return absl::OkStatus();
+}
+
+absl::Status ArtifactStore::Impl::CheckFormat() {
+  std::string value;
+  rocksdb::Status status =
+      db_->Get(read_options_, meta_, format::kFormatKey, &value);
+  if (status.IsNotFound()) {
+    if (options_.read_only) return absl::OkStatus();
+    rocksdb::WriteOptions sync_write;
+    sync_write.sync = true;
+    return FromRocksDb(
+        db_->Put(sync_write, meta_, format::kFormatKey,
+                 format::EncodeFixed32(format::kStoreFormatVersion)),
+        "cannot write the store format version", options_.data_dir);
+  }
+  if (!status.ok()) {
+    return FromRocksDb(status, "cannot read the store format version",
+                       options_.data_dir);
+  }
+  const std::optional<uint32_t> version = format::DecodeFixed32(value);
+  if (!version.has_value() || *version > format::kStoreFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "artifact store data dir ", options_.data_dir,
+        " holds an unknown store format ",
+        version.has_value() ? absl::StrCat(*version) : "(unreadable)",
+        "; this build reads format ", format::kStoreFormatVersion));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ArtifactStore::Impl::LoadStats() {
+  std::string value;
+  rocksdb::Status status =
+      db_->Get(read_options_, meta_, format::kStatsKey, &value);
+  if (status.IsNotFound()) return absl::OkStatus();
+  if (!status.ok()) {
+    return FromRocksDb(status, "cannot read the persisted counters",
+                       options_.data_dir);
+  }
+  std::optional<StatsRecord> stats = format::DecodeStatsRecord(value);
+  absl::MutexLock lock(&mu_);
+  if (stats.has_value()) {
+    counters_ = *stats;
+  } else {
+    // Counters are diagnostics: start again rather than refuse to open.
+    spdlog::warn("artifact store {}: unreadable persisted counters, reset",
+                 options_.data_dir);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ArtifactStore::Impl::LoadIndex() {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(read_options_, access_));
+  std::vector<std::string> broken;
+  {
+    absl::MutexLock lock(&mu_);
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      const rocksdb::Slice key = it->key();
+      std::optional<IndexRecord> record =
+          format::DecodeIndexRecord(ToAbsl(it->value()));
+      if (key.size() != format::kKeySize || !record.has_value()) {
+        broken.push_back(key.ToString());
+        continue;
+      }
+      GuardKey guard_key;
+      std::copy(key.data(), key.data() + key.size(), guard_key.begin());
+      InsertIntoIndexLocked(guard_key, *record);
+      next_seq_ = std::max(next_seq_, record->access_seq + 1);
+    }
+  }
+  if (!it->status().ok()) {
+    return FromRocksDb(it->status(), "cannot read the access index",
+                       options_.data_dir);
+  }
+  if (broken.empty() || options_.read_only) return absl::OkStatus();
+  // An unreadable index record: its artifact cannot be accounted for, so
+  // both go.
+  rocksdb::WriteBatch batch;
+  for (const std::string& key : broken) {
+    batch.Delete(access_, key);
+    batch.Delete(artifacts_, key);
+  }
+  absl::MutexLock write_lock(&write_mu_);
+  if (absl::Status s = WriteLocked(&batch, "cannot drop broken index records");
+      !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  counters_.corrupt_dropped += broken.size();
+  counters_dirty_ = true;
+  spdlog::warn(
+      "artifact store {}: dropped {} entries with unreadable index "
+      "records",
+      options_.data_dir, broken.size());
+  return absl::OkStatus();
+}
+
+ArtifactStore::Impl::~Impl() {
+  if (flusher_.joinable()) {
+    {
+      absl::MutexLock lock(&flusher_mu_);
+      stop_flusher_ = true;
+    }
+    flusher_.join();
+  }
+  if (db_ == nullptr) return;
+  bool write_failed;
+  {
+    absl::MutexLock lock(&write_mu_);
+    write_failed = write_failed_;
+  }
+  if (write_failed) {
+    // RocksDB must not be asked to sync a WAL whose last append failed (its
+    // writer asserts on that); what was acknowledged is already in the OS.
+    spdlog::warn(
+        "artifact store {}: closing after a write error: access "
+        "times and counters since the last flush are not persisted",
+        options_.data_dir);
+  } else if (!options_.read_only && artifacts_ != nullptr) {
+    if (absl::Status s = FlushPending(); !s.ok()) {
+      spdlog::error("artifact store {}: at close: {}", options_.data_dir,
+                    s.ToString());
+    }
+    // Unsynced WAL writes survive a process crash but not a power loss; a
+    // clean shutdown makes them durable.
+    if (rocksdb::Status s = db_->FlushWAL(/*sync=*/true); !s.ok()) {
+      spdlog::error("artifact store {}: syncing the WAL at close: {}",
+                    options_.data_dir, s.ToString());
+    }
+  }
+  handles_.clear();
+  if (rocksdb::Status s = db_->Close(); !s.ok()) {
+    spdlog::error("artifact store {}: closing the database: {}",
+                  options_.data_dir, s.ToString());
+  }
+  db_.reset();
+}
+
+void ArtifactStore::Impl::EraseFromIndexLocked(const GuardKey& key) {
+  auto it = index_.find(key);
+  if (it == index_.end()) return;
+  lru_.erase({it->second.access_seq, key});
+  bytes_ -= it->second.bytes;
+  index_.erase(it);
+  pending_access_.erase(key);
+}
+
+void ArtifactStore::Impl::InsertIntoIndexLocked(const GuardKey& key,
+                                                const IndexRecord& record) {
+  EraseFromIndexLocked(key);
+  index_.emplace(key, record);
+  lru_.insert({record.access_seq, key});
+  bytes_ += record.bytes;
+}
+
+absl::Status ArtifactStore::Impl::EnsureWritableLocked() {
+  if (!write_failed_) return absl::OkStatus();
+  // After a failed write RocksDB may have stopped accepting writes (a
+  // "background error"); Resume() clears recoverable ones, such as a disk
+  // that had filled and has space again.
+  rocksdb::Status status = db_->Resume();
+  if (!status.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("artifact store on ", options_.data_dir,
+                     " stopped after a write error and cannot resume "
+                     "(reopen the store): ",
+                     status.ToString()));
+  }
+  write_failed_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status ArtifactStore::Impl::WriteLocked(rocksdb::WriteBatch* batch,
+                                              absl::string_view what) {
+  if (absl::Status s = EnsureWritableLocked(); !s.ok()) return s;
+  rocksdb::Status status = db_->Write(write_options_, batch);
+  if (status.ok()) return absl::OkStatus();
+  write_failed_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    ++counters_.io_errors;
+    counters_dirty_ = true;
+  }
+  absl::Status error = FromRocksDb(status, what, options_.data_dir);
+  spdlog::error("artifact store: {}", error.ToString());
+  return error;
+}
+
+absl::Status ArtifactStore::Impl::EvictToCapacityLocked() {
+  rocksdb::WriteBatch batch;
+  std::vector<GuardKey> victims;
+  uint64_t freed = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    uint64_t bytes = bytes_;
+    for (auto it = lru_.begin();
+         bytes > options_.capacity_bytes && it != lru_.end(); ++it) {
+      const uint64_t entry_bytes = index_.at(it->second).bytes;
+      bytes -= entry_bytes;
+      freed += entry_bytes;
+      victims.push_back(it->second);
+      batch.Delete(artifacts_, KeySlice(it->second));
+      batch.Delete(access_, KeySlice(it->second));
+    }
+  }
+  if (victims.empty()) return absl::OkStatus();
+  if (absl::Status s = WriteLocked(&batch, "cannot evict to the capacity");
+      !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  for (const GuardKey& key : victims) EraseFromIndexLocked(key);
+  counters_.evictions += victims.size();
+  counters_dirty_ = true;
+  spdlog::info(
+      "artifact store {}: evicted {} entries ({} bytes) to fit the "
+      "capacity of {} bytes",
+      options_.data_dir, victims.size(), freed, options_.capacity_bytes);
+  return absl::OkStatus();
+}
+
+absl::Status ArtifactStore::Impl::Put(const GuardKey& key,
+                                      absl::string_view payload,
+                                      const PutMetadata& metadata) {
+  if (options_.read_only) return ReadOnlyError("cannot put");
+  const uint64_t entry_bytes = format::EntryBytes(payload.size());
+  if (entry_bytes > options_.capacity_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "artifact ", DigestToHex(key), " of ", entry_bytes,
+        " bytes does not fit the cache capacity of ", options_.capacity_bytes,
+        " bytes (data dir ", options_.data_dir, ")"));
+  }
+  const absl::Time now = absl::Now();
+  // Hashing and copying happen before taking the write lock.
+  const std::string value =
+      format::EncodeValue(key, payload, metadata.compile_seconds, now);
+
+  absl::MutexLock write_lock(&write_mu_);
+  IndexRecord record;
+  record.bytes = entry_bytes;
+  record.compile_seconds = metadata.compile_seconds;
+  record.access_unix_micros = absl::ToUnixMicros(now);
+  record.created_unix_micros = record.access_unix_micros;
+  rocksdb::WriteBatch batch;
+  std::vector<GuardKey> victims;
+  {
+    absl::MutexLock lock(&mu_);
+    uint64_t bytes = bytes_ + entry_bytes;
+    if (auto it = index_.find(key); it != index_.end()) {
+      bytes -= it->second.bytes;
+    }
+    for (auto it = lru_.begin();
+         bytes > options_.capacity_bytes && it != lru_.end(); ++it) {
+      if (it->second == key) continue;
+      bytes -= index_.at(it->second).bytes;
+      victims.push_back(it->second);
+      batch.Delete(artifacts_, KeySlice(it->second));
+      batch.Delete(access_, KeySlice(it->second));
+    }
+    record.access_seq = next_seq_++;
+  }
+  batch.Put(artifacts_, KeySlice(key), value);
+  batch.Put(access_, KeySlice(key), format::EncodeIndexRecord(record));
+  if (absl::Status s = WriteLocked(
+          &batch, absl::StrCat("cannot put artifact ", DigestToHex(key)));
+      !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  for (const GuardKey& victim : victims) EraseFromIndexLocked(victim);
+  InsertIntoIndexLocked(key, record);
+  ++counters_.puts;
+  counters_.evictions += victims.size();
+  counters_dirty_ = true;
+  if (!victims.empty()) {
+    spdlog::debug("artifact store {}: put {} evicted {} entries",
+                  options_.data_dir, DigestToHex(key), victims.size());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<CachedArtifact>> ArtifactStore::Impl::Get(
+    const GuardKey& key) {
+  rocksdb::PinnableSlice value;
+  rocksdb::Status status =
+      db_->Get(read_options_, artifacts_, KeySlice(key), &value);
+  if (status.IsNotFound()) {
+    bool indexed;
+    {
+      absl::MutexLock lock(&mu_);
+      ++counters_.misses;
+      counters_dirty_ = true;
+      indexed = index_.contains(key);
+    }
+    // Indexed but absent: either a Put landed between the read and now, or
+    // the artifact vanished underneath the store. DropCorrupt tells them
+    // apart under the write lock.
+    if (indexed) DropCorrupt(key, "artifact missing for its index record");
+    return std::nullopt;
+  }
+  if (status.IsCorruption()) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++counters_.misses;
+      counters_dirty_ = true;
+    }
+    DropCorrupt(key, status.ToString());
+    return std::nullopt;
+  }
+  if (!status.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++counters_.io_errors;
+      counters_dirty_ = true;
+    }
+    return FromRocksDb(status,
+                       absl::StrCat("cannot read artifact ", DigestToHex(key)),
+                       options_.data_dir);
+  }
+  format::DecodedValue decoded;
+  if (absl::Status s = format::DecodeValue(key, ToAbsl(value), &decoded);
+      !s.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++counters_.misses;
+      counters_dirty_ = true;
+    }
+    DropCorrupt(key, s.message());
+    return std::nullopt;
+  }
+  CachedArtifact artifact;
+  artifact.payload.assign(decoded.payload.data(), decoded.payload.size());
+  artifact.compile_seconds = decoded.compile_seconds;
+  artifact.created = decoded.created;
+  bool flush_now = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ++counters_.hits;
+    counters_.compile_seconds_saved += decoded.compile_seconds;
+    counters_dirty_ = true;
+    // A key missing from the index was deleted or evicted after the read:
+    // the bytes were valid, but there is no recency left to update.
+    if (auto it = index_.find(key); it != index_.end()) {
+      lru_.erase({it->second.access_seq, key});
+      it->second.access_seq = next_seq_++;
+      it->second.access_unix_micros = absl::ToUnixMicros(absl::Now());
+      lru_.insert({it->second.access_seq, key});
+      pending_access_.insert(key);
+      flush_now = pending_access_.size() >= options_.access_flush_batch;
+    }
+  }
+  if (flush_now && !options_.read_only) RequestFlush();
+  return artifact;
+}
+
+void ArtifactStore::Impl::DropCorrupt(const GuardKey& key,
+                                      absl::string_view reason) {
+  const std::string hex = DigestToHex(key);
+  if (options_.read_only) {
+    absl::MutexLock lock(&mu_);
+    ++counters_.corrupt_dropped;
+    spdlog::warn(
+        "artifact store {}: entry {} is corrupt ({}); not removed: "
+        "the store is read-only",
+        options_.data_dir, hex, std::string(reason));
+    return;
+  }
+  absl::MutexLock write_lock(&write_mu_);
+  // Look again under the write lock: a concurrent Put may have replaced the
+  // entry with a good one, which must not be dropped.
+  rocksdb::PinnableSlice value;
+  rocksdb::Status status =
+      db_->Get(read_options_, artifacts_, KeySlice(key), &value);
+  bool indexed;
+  {
+    absl::MutexLock lock(&mu_);
+    indexed = index_.contains(key);
+  }
+  if (status.IsNotFound() && !indexed) return;  // deleted meanwhile
+  if (status.ok()) {
+    format::DecodedValue decoded;
+    if (format::DecodeValue(key, ToAbsl(value), &decoded).ok()) return;
+  } else if (!status.IsCorruption() && !status.IsNotFound()) {
+    spdlog::error("artifact store {}: cannot re-read suspect entry {}: {}",
+                  options_.data_dir, hex, status.ToString());
+    return;
+  }
+  rocksdb::WriteBatch batch;
+  batch.Delete(artifacts_, KeySlice(key));
+  batch.Delete(access_, KeySlice(key));
+  if (absl::Status s = WriteLocked(
+          &batch, absl::StrCat("cannot remove corrupt entry ", hex));
+      !s.ok()) {
+    return;  // logged by WriteLocked; the entry stays unreadable, never served
+  }
+  absl::MutexLock lock(&mu_);
+  EraseFromIndexLocked(key);
+  ++counters_.corrupt_dropped;
+  counters_dirty_ = true;
+  spdlog::warn("artifact store {}: dropped corrupt entry {}: {}",
+               options_.data_dir, hex, std::string(reason));
+}
+
+bool ArtifactStore::Impl::Contains(const GuardKey& key) const {
+  absl::MutexLock lock(&mu_);
+  return index_.contains(key);
+}
+
+absl::Status ArtifactStore::Impl::Delete(const GuardKey& key) {
+  if (options_.read_only) return ReadOnlyError("cannot delete");
+  absl::MutexLock write_lock(&write_mu_);
+  // Deleting unconditionally (not only indexed keys) also clears an artifact
+  // that lost its index record.
+  rocksdb::WriteBatch batch;
+  batch.Delete(artifacts_, KeySlice(key));
+  batch.Delete(access_, KeySlice(key));
+  if (absl::Status s = WriteLocked(
+          &batch, absl::StrCat("cannot delete artifact ", DigestToHex(key)));
+      !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  if (index_.contains(key)) {
+    EraseFromIndexLocked(key);
+    ++counters_.deletes;
+    counters_dirty_ = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ArtifactStore::Impl::EvictAll() {
+  if (options_.read_only) return ReadOnlyError("cannot evict");
+  absl::MutexLock write_lock(&write_mu_);
+  std::vector<GuardKey> keys;
+  {
+    absl::MutexLock lock(&mu_);
+    keys.reserve(index_.size());
+    for (const auto& [seq, key] : lru_) keys.push_back(key);
+  }
+  // Batches of bounded size keep each write (and its WAL record) small.
+  constexpr size_t kBatchKeys = 1024;
+  for (size_t begin = 0; begin < keys.size(); begin += kBatchKeys) {
+    const size_t end = std::min(keys.size(), begin + kBatchKeys);
+    rocksdb::WriteBatch batch;
+    for (size_t i = begin; i < end; ++i) {
+      batch.Delete(artifacts_, KeySlice(keys[i]));
+      batch.Delete(access_, KeySlice(keys[i]));
+    }
+    if (absl::Status s = WriteLocked(&batch, "cannot evict all entries");
+        !s.ok()) {
+      return s;
+    }
+    absl::MutexLock lock(&mu_);
+    for (size_t i = begin; i < end; ++i) EraseFromIndexLocked(keys[i]);
+    counters_.evictions += end - begin;
+    counters_dirty_ = true;
+  }
+  spdlog::info("artifact store {}: evicted all {} entries", options_.data_dir,
+               keys.size());
+  return absl::OkStatus();
+}
+
+std::vector<EntryInfo> ArtifactStore::Impl::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<EntryInfo> entries;
+  entries.reserve(lru_.size());
+  for (const auto& [seq, key] : lru_) {
+    const IndexRecord& record = index_.at(key);
+    EntryInfo info;
+    info.key = key;
+    info.bytes = record.bytes;
+    info.access_seq = record.access_seq;
+    info.last_access = absl::FromUnixMicros(record.access_unix_micros);
+    info.compile_seconds = record.compile_seconds;
+    entries.push_back(info);
+  }
+  return entries;
+}
+
+CacheStats ArtifactStore::Impl::Stats() const {
+  absl::MutexLock lock(&mu_);
+  CacheStats stats;
+  stats.entries = index_.size();
+  stats.bytes = bytes_;
+  stats.capacity_bytes = options_.capacity_bytes;
+  stats.hits = counters_.hits;
+  stats.misses = counters_.misses;
+  stats.puts = counters_.puts;
+  stats.deletes = counters_.deletes;
+  stats.evictions = counters_.evictions;
+  stats.corrupt_dropped = counters_.corrupt_dropped;
+  stats.io_errors = counters_.io_errors;
+  stats.compile_seconds_saved = counters_.compile_seconds_saved;
+  return stats;
+}
+
+absl::Status ArtifactStore::Impl::Flush() {
+  if (options_.read_only) return absl::OkStatus();
+  return FlushPending();
+}
+
+absl::Status ArtifactStore::Impl::FlushPending() {
+  absl::MutexLock write_lock(&write_mu_);
+  rocksdb::WriteBatch batch;
+  std::vector<GuardKey> written;
+  bool wrote_counters = false;
+  {
+    absl::MutexLock lock(&mu_);
+    written.reserve(pending_access_.size());
+    for (const GuardKey& key : pending_access_) {
+      // Pending keys are erased with their index entry, so all are indexed.
+      batch.Put(access_, KeySlice(key),
+                format::EncodeIndexRecord(index_.at(key)));
+      written.push_back(key);
+    }
+    pending_access_.clear();
+    if (counters_dirty_) {
+      batch.Put(meta_, format::kStatsKey, format::EncodeStatsRecord(counters_));
+      counters_dirty_ = false;
+      wrote_counters = true;
+    }
+  }
+  if (batch.Count() == 0) return absl::OkStatus();
+  absl::Status status =
+      WriteLocked(&batch, "cannot persist access times and counters");
+  if (!status.ok()) {
+    // Keep them pending for the next attempt.
+    absl::MutexLock lock(&mu_);
+    for (const GuardKey& key : written) {
+      if (index_.contains(key)) pending_access_.insert(key);
+    }
+    counters_dirty_ = counters_dirty_ || wrote_counters;
+  }
+  return status;
+}
+
+void ArtifactStore::Impl::RequestFlush() {
+  absl::MutexLock lock(&flusher_mu_);
+  flush_requested_ = true;
+}
+
+void ArtifactStore::Impl::FlusherLoop() {
+  absl::MutexLock lock(&flusher_mu_);
+  // Runs until the destructor sets stop_flusher_; each round waits at most
+  // flush_interval.
+  while (!stop_flusher_) {
+    flusher_mu_.AwaitWithTimeout(
+        absl::Condition(this, &Impl::FlusherShouldWake),
+        options_.flush_interval);
+    if (stop_flusher_) break;
+    flush_requested_ = false;
+    flusher_mu_.Unlock();
+    absl::Status status = FlushPending();
+    if (!status.ok()) {
+      spdlog::warn("artifact store {}: background flush: {}", options_.data_dir,
+                   status.ToString());
+    }
+    flusher_mu_.Lock();
+  }
+}
+
+// ArtifactStore: forwards to Impl, which keeps RocksDB out of the header.
+
+absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::Open(
+    const ArtifactStoreOptions& options) {
+  auto impl = std::make_unique<Impl>(options);
+  if (absl::Status s = impl->Open(); !s.ok()) return s;
+  return std::unique_ptr<ArtifactStore>(new ArtifactStore(std::move(impl)));
+}
+
+ArtifactStore::ArtifactStore(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+ArtifactStore::~ArtifactStore() = default;
+
+absl::Status ArtifactStore::Put(const GuardKey& key, absl::string_view payload,
+                                const PutMetadata& metadata) {
+  return impl_->Put(key, payload, metadata);
+}
+
+absl::StatusOr<std::optional<CachedArtifact>> ArtifactStore::Get(
+    const GuardKey& key) {
+  return impl_->Get(key);
+}
+
+bool ArtifactStore::Contains(const GuardKey& key) const {
+  return impl_->Contains(key);
+}
+
+absl::Status ArtifactStore::Delete(const GuardKey& key) {
+  return impl_->Delete(key);
+}
+
+absl::Status ArtifactStore::EvictAll() { return impl_->EvictAll(); }
+
+std::vector<EntryInfo> ArtifactStore::List() const { return impl_->List(); }
+
+CacheStats ArtifactStore::Stats() const { return impl_->Stats(); }
+
+absl::Status ArtifactStore::Flush() { return impl_->Flush(); }
+
+const ArtifactStoreOptions& ArtifactStore::options() const {
+  return impl_->options();
+}
+
+}  // namespace kiln

@@ -1,0 +1,202 @@
+// Safety around the database: a second process on the same dir, a user
+// without access to the dir, and a disk that stops taking writes all turn
+// into statuses that name the dir, never a crash or a corrupt entry.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "cache/artifact_store.h"
+#include "gtest/gtest.h"
+#include "tests/cache/cache_test_util.h"
+#include "tests/cache/child_process.h"
+
+namespace kiln {
+namespace {
+
+using cache_test::ChildProcess;
+using cache_test::KeyFor;
+using cache_test::OpenOrDie;
+using cache_test::PayloadFor;
+using cache_test::TempDir;
+using cache_test::TestOptions;
+
+constexpr uint64_t kLarge = uint64_t{1} << 30;
+
+// Runs `cache_crash_writer open <dir>` and returns (exit code, output).
+struct OpenResult {
+  int exit_code = -1;
+  std::string output;
+};
+OpenResult OpenInChild(const std::string& writer, const std::string& dir,
+                       bool as_nobody) {
+  OpenResult result;
+  std::unique_ptr<ChildProcess> child =
+      ChildProcess::Spawn({writer, "open", dir}, as_nobody);
+  if (child == nullptr) return result;
+  const int status = child->Wait();
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  result.output = child->output();
+  return result;
+}
+
+int ExitCodeFor(absl::StatusCode code) { return 10 + static_cast<int>(code); }
+
+TEST(ArtifactStoreSafetyTest, SecondProcessOnTheSameDirGetsAnErrorNamingIt) {
+  TempDir dir;
+  const std::string data_dir = dir.Sub("db");
+  auto store = OpenOrDie(TestOptions(data_dir, kLarge));
+  ASSERT_NE(store, nullptr);
+  const OpenResult second =
+      OpenInChild(KILN_CACHE_CRASH_WRITER, data_dir, /*as_nobody=*/false);
+  EXPECT_EQ(second.exit_code,
+            ExitCodeFor(absl::StatusCode::kFailedPrecondition))
+      << second.output;
+  EXPECT_TRUE(absl::StrContains(second.output, data_dir)) << second.output;
+  EXPECT_TRUE(absl::StrContains(second.output, "in use")) << second.output;
+  // The holder is unaffected; once it closes, another process can open.
+  EXPECT_TRUE(store->Put(KeyFor("a"), "x", {}).ok());
+  store.reset();
+  const OpenResult after =
+      OpenInChild(KILN_CACHE_CRASH_WRITER, data_dir, /*as_nobody=*/false);
+  EXPECT_EQ(after.exit_code, 0) << after.output;
+}
+
+// A user that may not write the dir gets PERMISSION_DENIED naming it. Tests
+// run as root, for whom permission bits do not stop writes, so as root the
+// open runs in a child that drops to user nobody; as another user, in-process
+// on a chmod 0500 parent.
+TEST(ArtifactStoreSafetyTest, UnwritableDirIsPermissionDeniedNamingIt) {
+  TempDir dir;
+  if (geteuid() != 0) {
+    ASSERT_EQ(mkdir(dir.Sub("locked").c_str(), 0500), 0);
+    const std::string data_dir = dir.Sub("locked/db");
+    absl::StatusOr<std::unique_ptr<ArtifactStore>> store =
+        ArtifactStore::Open(TestOptions(data_dir, kLarge));
+    ASSERT_FALSE(store.ok());
+    EXPECT_EQ(store.status().code(), absl::StatusCode::kPermissionDenied)
+        << store.status();
+    EXPECT_TRUE(absl::StrContains(store.status().message(), data_dir));
+    chmod(dir.Sub("locked").c_str(), 0700);
+    return;
+  }
+  // nobody must reach the helper and the dirs: copy the helper into the
+  // (root-owned) temp dir opened up to 0755.
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  const std::string writer = dir.Sub("cache_crash_writer");
+  std::filesystem::copy_file(KILN_CACHE_CRASH_WRITER, writer);
+  ASSERT_EQ(chmod(writer.c_str(), 0755), 0);
+
+  // An existing store of root's (0700).
+  const std::string store_dir = dir.Sub("store");
+  { ASSERT_NE(OpenOrDie(TestOptions(store_dir, kLarge)), nullptr); }
+  OpenResult result = OpenInChild(writer, store_dir, /*as_nobody=*/true);
+  if (result.exit_code == cache_test::kCannotDropPrivileges) {
+    GTEST_SKIP() << "cannot switch to user nobody here";
+  }
+  EXPECT_EQ(result.exit_code, ExitCodeFor(absl::StatusCode::kPermissionDenied))
+      << result.output;
+  EXPECT_TRUE(absl::StrContains(result.output, store_dir)) << result.output;
+
+  // A new dir under a root-owned 0755 parent.
+  ASSERT_EQ(mkdir(dir.Sub("rootonly").c_str(), 0755), 0);
+  const std::string new_dir = dir.Sub("rootonly/db");
+  result = OpenInChild(writer, new_dir, /*as_nobody=*/true);
+  EXPECT_EQ(result.exit_code, ExitCodeFor(absl::StatusCode::kPermissionDenied))
+      << result.output;
+  EXPECT_TRUE(absl::StrContains(result.output, new_dir)) << result.output;
+
+  // root's store is intact.
+  auto store = OpenOrDie(TestOptions(store_dir, kLarge));
+  EXPECT_NE(store, nullptr);
+}
+
+// Lowers this process's file-size limit (RLIMIT_FSIZE, which binds root too)
+// so that writes past `bytes` in any file fail with EFBIG, as on a full disk;
+// SIGXFSZ is ignored so the write returns the error instead of killing us.
+// Restores both on destruction.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ok_ = getrlimit(RLIMIT_FSIZE, &saved_) == 0;
+    struct sigaction ignore = {};
+    ignore.sa_handler = SIG_IGN;
+    ok_ = ok_ && sigaction(SIGXFSZ, &ignore, &saved_action_) == 0;
+    rlimit lowered = saved_;
+    lowered.rlim_cur = bytes;
+    ok_ = ok_ && setrlimit(RLIMIT_FSIZE, &lowered) == 0;
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    sigaction(SIGXFSZ, &saved_action_, nullptr);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  bool ok_ = false;
+  rlimit saved_ = {};
+  struct sigaction saved_action_ = {};
+};
+
+TEST(ArtifactStoreSafetyTest, FullDiskTurnsIntoErrorsAndLosesNothingAcked) {
+  TempDir dir;
+  const std::string data_dir = dir.Sub("db");
+  const ArtifactStoreOptions options = TestOptions(data_dir, kLarge);
+  constexpr size_t kSize = 1 << 20;
+  std::vector<GuardKey> acked;
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  absl::Status first_error;
+  {
+    // The WAL takes every put in full: it reaches 4 MB within 5 puts.
+    FileSizeLimit limit(4 << 20);
+    ASSERT_TRUE(limit.ok());
+    for (int i = 0; i < 20; ++i) {
+      const GuardKey key = KeyFor(absl::StrCat("full", i));
+      first_error = store->Put(key, PayloadFor(key, kSize), {});
+      if (!first_error.ok()) break;
+      acked.push_back(key);
+    }
+    ASSERT_FALSE(first_error.ok()) << "20 MB went into a 4 MB file limit";
+    EXPECT_EQ(first_error.code(), absl::StatusCode::kResourceExhausted)
+        << first_error;
+    EXPECT_TRUE(absl::StrContains(first_error.message(), data_dir))
+        << first_error;
+
+    // Still no crash: later writes fail cleanly, reads keep working.
+    const absl::Status again = store->Put(KeyFor("again"), "x", {});
+    EXPECT_FALSE(again.ok());
+    EXPECT_TRUE(again.code() == absl::StatusCode::kResourceExhausted ||
+                again.code() == absl::StatusCode::kFailedPrecondition)
+        << again;
+    EXPECT_FALSE(store->Contains(KeyFor("again")));
+    for (const GuardKey& key : acked) {
+      absl::StatusOr<std::optional<CachedArtifact>> got = store->Get(key);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_TRUE(got->has_value());
+    }
+    EXPECT_GE(store->Stats().io_errors, 1u);
+    store.reset();  // closing with the limit in place must not crash either
+  }
+  ASSERT_FALSE(acked.empty());
+  store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  for (const GuardKey& key : acked) {
+    absl::StatusOr<std::optional<CachedArtifact>> got = store->Get(key);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(got->has_value());
+    EXPECT_EQ((*got)->payload, PayloadFor(key, kSize));
+  }
+  EXPECT_EQ(store->Stats().corrupt_dropped, 0u);
+  EXPECT_TRUE(store->Put(KeyFor("after"), "x", {}).ok());
+}
+
+}  // namespace
+}  // namespace kiln
