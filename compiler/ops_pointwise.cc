@@ -259,8 +259,10 @@ absl::Status CheckAlpha(const OpContext& ctx, DType compute) {
         "for integral input tensors, argument alpha must not be a floating "
         "point number");
   }
-  if (compute == DType::kBool && alpha.kind == Attr::Kind::kInt) {
-    return ctx.Invalid("for bool input tensors, argument alpha must be a bool");
+  // PyTorch's alpha_check: a bool alpha needs a bool result; an int alpha
+  // is fine for any result, bool included (True + True with alpha=1).
+  if (compute != DType::kBool && alpha.kind == Attr::Kind::kBool) {
+    return ctx.Invalid("a bool alpha is only supported for bool results");
   }
   return absl::OkStatus();
 }
