@@ -1,24 +1,41 @@
 // The guard key: SHA-256 over a canonical encoding of everything that
 // decides the generated code (DESIGN.md, decision 2), and nothing about the
-// calling process.
+// calling process (no names, device ordinals, storage offsets, paths, time).
 //
-// Components, each hashed on its own so two keys can be diffed part by part:
-//   format      the key format version
+// Components, each a readable canonical text hashed on its own so two keys
+// can be diffed part by part (`kilnctl explain`):
+//   format      the key format version ("kiln-guard-key-v1")
 //   compiler    the compiler's identity (hash of its sources + LLVM/CUDA
 //               versions, fixed at build time)
-//   graph       the canonical graph: nodes in a canonical topological order
-//               (independent nodes ordered by structure), values renumbered
-//               in that order, arguments in schema order
-//   input.<i>   per input: dtype, rank, each size (static value or symbol
-//               number), stride pattern (strides of size-1 dims don't count),
-//               alignment class (>= 16 bytes or not)
-//   symbols     per symbol (numbered by first use): bounds, multiple_of
-//   target      CPU triple/cpu/features or CUDA arch
-//   options     the code-changing CompileOptions
-// The key is SHA-256 over the component names and their hashes, in order.
+//   graph       the canonical graph. Each node gets a structural (Merkle)
+//               hash of its op and arguments, a tensor argument standing for
+//               "input i" or (producer's hash, output index); and a use hash
+//               of its consumers' use hashes, argument positions and graph
+//               output positions. Nodes are ordered by Kahn's algorithm taking
+//               the ready node with the smallest (structural, use) hash;
+//               values are numbered inputs first (by position), then node
+//               outputs in that order. One line per node, e.g.
+//                 %3 = aten.mul.Tensor(self=%2, other=f:0.5/0x3fe0...)
+//                      : float32[s0, 16]     (on one line)
+//               Floats carry their bit pattern; strings are C-escaped.
+//   input.<i>   per input: dtype, rank, sizes (static value or canonical
+//               symbol), strides (SymExprs; a dim of static size 1 gets
+//               stride 0, all strides of a tensor with a static 0 size are
+//               0), alignment class (align16 when >= 16 bytes, else align<16)
+//   symbols     per symbol in canonical numbering: max (inf when unbounded),
+//               multiple_of (0 and 1 both mean 1). Symbols are numbered by
+//               first appearance: inputs' sizes in input order, inputs'
+//               strides, then node arguments and value sizes in canonical
+//               node order. Declared but unused symbols are not part of it.
+//   target      CPU triple, cpu and features (a set: split on ',', sorted,
+//               deduplicated) or CUDA arch
+//   options     the code-changing CompileOptions (fast_math)
+// The key is SHA-256 over the length-prefixed component names and their
+// hashes, in order.
 //
-// Renaming values or symbols, reordering independent nodes and changing
-// storage offsets keep the key; changing any guarded property changes it.
+// Renaming values or symbols, reordering symbol declarations or independent
+// nodes, storage offsets, devices and alignment within its class keep the
+// key; changing any guarded property changes it.
 //
 // Thread-safety: pure functions.
 #ifndef KILN_COMPILER_GUARD_KEY_H_
@@ -42,7 +59,8 @@ struct KeyComponent {
 };
 
 // Components in key order.
-std::vector<KeyComponent> ExplainKey(const Graph& graph, const v1::Target& target,
+std::vector<KeyComponent> ExplainKey(const Graph& graph,
+                                     const v1::Target& target,
                                      const v1::CompileOptions& options);
 
 GuardKey ComputeGuardKey(const Graph& graph, const v1::Target& target,

@@ -4,12 +4,14 @@
 // not depend on anything about the process computing it.
 //
 //   print_guard_key [--target=cpu:TRIPLE:CPU:FEATURES | --target=cuda:ARCH]
-//                   [--fast_math] [--explain] FILE
+//                   [--fast_math] [--explain] [--write_binary=OUT] FILE
 //
 // A Graph file gets the target from --target (default
 // cpu:x86_64-unknown-linux-gnu:x86-64-v3:); a CompileRequest file carries its
 // own target and options unless flags override them. --explain prints every
-// key component's canonical text and hash after the key.
+// key component's canonical text and hash after the key. --write_binary also
+// writes the request (with the target and options applied) as a binary
+// kiln.v1.CompileRequest, as the fuzzer's binary seeds are made.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -43,14 +45,15 @@ bool ParseTarget(const std::string& spec, kiln::v1::Target* target) {
 
 int Usage() {
   std::cerr << "usage: print_guard_key [--target=cpu:TRIPLE:CPU:FEATURES|"
-               "--target=cuda:ARCH] [--fast_math] [--explain] FILE\n";
+               "--target=cuda:ARCH] [--fast_math] [--explain] "
+               "[--write_binary=OUT] FILE\n";
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string path, target_spec;
+  std::string path, target_spec, binary_out;
   bool fast_math = false, explain = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -58,6 +61,8 @@ int main(int argc, char** argv) {
       target_spec = arg.substr(9);
     } else if (arg == "--fast_math") {
       fast_math = true;
+    } else if (absl::StartsWith(arg, "--write_binary=")) {
+      binary_out = arg.substr(15);
     } else if (arg == "--explain") {
       explain = true;
     } else if (!absl::StartsWith(arg, "--") && path.empty()) {
@@ -96,6 +101,14 @@ int main(int argc, char** argv) {
     return Usage();
   }
   if (fast_math) request.mutable_options()->set_fast_math(true);
+
+  if (!binary_out.empty()) {
+    std::ofstream out(binary_out, std::ios::binary);
+    if (!request.SerializeToOstream(&out)) {
+      std::cerr << "cannot write " << binary_out << "\n";
+      return 1;
+    }
+  }
 
   absl::StatusOr<kiln::Graph> graph = kiln::ImportGraph(request.graph());
   if (!graph.ok()) {

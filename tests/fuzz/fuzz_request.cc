@@ -1,0 +1,293 @@
+// libFuzzer target for everything a compile request reaches before code
+// generation: the request decoders (binary protobuf, and the JSON mapping
+// when the input looks like text), ImportGraph, ValidateTarget, the guard key
+// and its explanation, and the reference evaluator on small inputs.
+//
+// Bad input must never crash the daemon (DESIGN.md, decision 8), so any
+// crash, sanitizer report or broken invariant here is a bug. Invariants
+// checked beyond "no crash":
+//   - ComputeGuardKey == CombineKeyComponents(ExplainKey), each component's
+//     hash is the SHA-256 of its canonical text;
+//   - the key is the same after renaming values and symbols and reordering
+//     nodes (when the rewritten request imports, which it must);
+//   - the reference evaluator's outputs have the dtypes and sizes that
+//     ImportGraph inferred.
+//
+//   make fuzz FUZZ_SECONDS=600     (seeds: tests/fuzz/seeds)
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "compiler/graph.h"
+#include "compiler/guard_key.h"
+#include "compiler/host_tensor.h"
+#include "compiler/import.h"
+#include "compiler/reference.h"
+#include "google/protobuf/stubs/logging.h"
+#include "google/protobuf/util/json_util.h"
+#include "kiln/v1/graph.pb.h"
+#include "support/sha256.h"
+#include "tests/unit/graph_gen.h"
+
+namespace kiln {
+namespace {
+
+// Evaluation is skipped beyond these, to keep executions fast.
+constexpr int64_t kMaxElementsPerValue = 4096;
+constexpr int64_t kMaxElementsTotal = 1 << 16;
+constexpr int64_t kMaxStorage = 1 << 16;
+
+[[noreturn]] void Fail(const char* what, const std::string& detail) {
+  std::fprintf(stderr, "fuzz_request invariant broken: %s\n%s\n", what,
+               detail.c_str());
+  std::abort();
+}
+
+// A small deterministic generator seeded from the input, so a reproducer
+// replays exactly.
+class SplitMix {
+ public:
+  explicit SplitMix(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+// A value for each symbol in 2..5 that respects its declared facts, or false
+// when none is small enough.
+bool ChooseSymbols(const Graph& graph, SplitMix& rng,
+                   std::vector<int64_t>* values) {
+  for (const SymbolInfo& s : graph.symbols) {
+    const int64_t m = s.multiple_of > 1 ? s.multiple_of : 1;
+    if (m > 64) return false;
+    int64_t v = 2 + static_cast<int64_t>(rng.Next() % 4);
+    v = (v + m - 1) / m * m;
+    if (s.max_value > 0 && v > s.max_value) v = (2 + m - 1) / m * m;
+    if (s.max_value > 0 && v > s.max_value) return false;
+    values->push_back(v);
+  }
+  return true;
+}
+
+// Concrete sizes of `sizes`, or false when any is negative or the element
+// count exceeds kMaxElementsPerValue.
+bool ConcreteSizes(const std::vector<SymExpr>& sizes,
+                   absl::Span<const int64_t> symbols, std::vector<int64_t>* out,
+                   int64_t* numel) {
+  *numel = 1;
+  for (const SymExpr& e : sizes) {
+    const int64_t v = e.Evaluate(symbols);
+    if (v < 0 || v > kMaxElementsPerValue) return false;
+    out->push_back(v);
+    *numel *= v;
+    if (*numel > kMaxElementsPerValue) return false;
+  }
+  return true;
+}
+
+void EvaluateSmall(const Graph& graph, uint64_t seed) {
+  SplitMix rng(seed);
+  std::vector<int64_t> symbols;
+  if (!ChooseSymbols(graph, rng, &symbols)) return;
+  int64_t total = 0;
+  std::vector<std::vector<int64_t>> value_sizes(graph.values.size());
+  for (size_t v = 0; v < graph.values.size(); ++v) {
+    int64_t numel = 0;
+    if (!ConcreteSizes(graph.values[v].type.sizes, symbols, &value_sizes[v],
+                       &numel)) {
+      return;
+    }
+    total += numel;
+    if (total > kMaxElementsTotal) return;
+  }
+
+  std::vector<HostTensor> inputs;
+  for (const GraphInput& in : graph.inputs) {
+    const TensorType& type = graph.type(in.value);
+    const std::vector<int64_t>& sizes = value_sizes[in.value];
+    std::vector<int64_t> strides;
+    int64_t storage = 1;
+    bool empty = false;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      const int64_t s =
+          d < in.strides.size() ? in.strides[d].Evaluate(symbols) : int64_t{0};
+      if (s < 0 || s > kMaxStorage) return;
+      strides.push_back(s);
+      if (sizes[d] == 0) empty = true;
+      if (sizes[d] > 0) storage += (sizes[d] - 1) * s;
+      if (storage > kMaxStorage) return;
+    }
+    if (in.strides.size() != sizes.size()) {
+      // Import fills strides in; were it not to, run contiguous.
+      strides.clear();
+      int64_t s = 1;
+      strides.resize(sizes.size());
+      for (int d = static_cast<int>(sizes.size()) - 1; d >= 0; --d) {
+        strides[d] = s;
+        s *= sizes[d] > 0 ? sizes[d] : 1;
+      }
+      storage = s;
+    }
+    // A small offset, as a real caller's view into a larger buffer.
+    const int64_t offset = in.storage_offset >= 0 && in.storage_offset < 64
+                               ? in.storage_offset
+                               : 0;
+    HostTensor t = HostTensor::Strided(type.dtype, sizes, strides, offset,
+                                       offset + (empty ? 1 : storage));
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const uint64_t r = rng.Next();
+      if (IsFloating(type.dtype)) {
+        // Quarter steps in [-4, 4], and now and then a special value.
+        const int special = static_cast<int>(r >> 60);
+        const double v =
+            special == 0 ? std::numeric_limits<double>::quiet_NaN()
+            : special == 1
+                ? std::numeric_limits<double>::infinity()
+                : static_cast<double>(static_cast<int>(r % 33) - 16) / 4.0;
+        t.SetDoubleAt(i, v);
+      } else if (type.dtype == DType::kBool) {
+        t.SetIntAt(i, static_cast<int64_t>(r & 1));
+      } else {
+        t.SetIntAt(i, static_cast<int64_t>(r % 11) - 5);
+      }
+    }
+    inputs.push_back(std::move(t));
+  }
+
+  absl::StatusOr<std::vector<HostTensor>> outputs =
+      EvaluateReference(graph, inputs);
+  if (!outputs.ok()) {
+    // Inputs built from the graph's own metadata must be accepted.
+    Fail("EvaluateReference rejected inputs made to the graph's metadata",
+         outputs.status().ToString() + "\n" + graph.ToString());
+  }
+  if (outputs->size() != graph.outputs.size()) {
+    Fail("EvaluateReference returned the wrong number of outputs",
+         graph.ToString());
+  }
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    const ValueId v = graph.outputs[i];
+    const HostTensor& out = (*outputs)[i];
+    if (out.dtype() != graph.type(v).dtype || out.sizes() != value_sizes[v]) {
+      Fail("an output's dtype or sizes differ from the inferred type",
+           "output " + std::to_string(i) + ": " + out.ToString(4) + "\n" +
+               graph.ToString());
+    }
+  }
+}
+
+std::string KeyHex(const Graph& graph, const v1::CompileRequest& request) {
+  return DigestToHex(
+      ComputeGuardKey(graph, request.target(), request.options()));
+}
+
+void Exercise(const v1::CompileRequest& request, uint64_t seed) {
+  absl::StatusOr<Graph> graph = ImportGraph(request.graph());
+  // The target is checked for its error path; the key is computed for any
+  // graph that imports, since it must not depend on the target being valid.
+  (void)ValidateTarget(request.target());
+  if (!graph.ok()) {
+    if (graph.status().message().empty()) {
+      Fail("ImportGraph failed without a message", request.DebugString());
+    }
+    return;
+  }
+  (void)graph->ToString();
+
+  const std::vector<KeyComponent> components =
+      ExplainKey(*graph, request.target(), request.options());
+  for (const KeyComponent& c : components) {
+    if (c.hash != Sha256(c.canonical)) Fail("component hash", c.name);
+  }
+  const GuardKey key =
+      ComputeGuardKey(*graph, request.target(), request.options());
+  if (key != CombineKeyComponents(components)) {
+    Fail("ComputeGuardKey != CombineKeyComponents(ExplainKey)", "");
+  }
+
+  // The same request spelled differently must import and give the same key.
+  v1::CompileRequest rewritten = request;
+  *rewritten.mutable_graph() = graph_gen::RenameSymbols(
+      graph_gen::RenameValues(graph_gen::ShuffleNodes(request.graph(), seed),
+                              seed),
+      seed);
+  absl::StatusOr<Graph> again = ImportGraph(rewritten.graph());
+  if (!again.ok()) {
+    Fail("a renamed/reordered valid graph does not import",
+         again.status().ToString() + "\n" + rewritten.graph().DebugString());
+  }
+  if (KeyHex(*again, rewritten) != DigestToHex(key)) {
+    std::string detail;
+    for (const auto* g : {&*graph, &*again}) {
+      for (const KeyComponent& c :
+           ExplainKey(*g, request.target(), request.options())) {
+        detail += "== " + c.name + "\n" + c.canonical + "\n";
+      }
+      detail += "---------\n";
+    }
+    Fail("renaming/reordering changed the key", detail);
+  }
+
+  EvaluateSmall(*graph, seed);
+}
+
+bool LooksLikeJson(absl::string_view input) {
+  for (char c : input) {
+    if (c == ' ' || c == '\n' || c == '\t' || c == '\r') continue;
+    return c == '{';
+  }
+  return false;
+}
+
+}  // namespace
+}  // namespace kiln
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  // Protobuf logs every invalid UTF-8 string it rejects; at a thousand
+  // executions a second that drowns libFuzzer's own output.
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const absl::string_view input(reinterpret_cast<const char*>(data), size);
+  // Seed for evaluation and rewrites: a hash of the input (FNV-1a).
+  uint64_t seed = 0xcbf29ce484222325ull;
+  for (unsigned char c : input) seed = (seed ^ c) * 0x100000001b3ull;
+
+  kiln::v1::CompileRequest request;
+  if (request.ParseFromArray(data, static_cast<int>(size))) {
+    kiln::Exercise(request, seed);
+  }
+  if (kiln::LooksLikeJson(input)) {
+    const std::string text(input);
+    kiln::v1::CompileRequest from_json;
+    // A graph file (the seeds) gets a CPU target; a whole request its own.
+    if (google::protobuf::util::JsonStringToMessage(text,
+                                                    from_json.mutable_graph())
+            .ok()) {
+      from_json.mutable_target()->mutable_cpu()->set_triple(
+          "x86_64-unknown-linux-gnu");
+      from_json.mutable_target()->mutable_cpu()->set_cpu("x86-64-v3");
+      kiln::Exercise(from_json, seed);
+    } else {
+      from_json.Clear();
+      if (google::protobuf::util::JsonStringToMessage(text, &from_json).ok()) {
+        kiln::Exercise(from_json, seed);
+      }
+    }
+  }
+  return 0;
+}
