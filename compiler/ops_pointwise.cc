@@ -403,9 +403,16 @@ void RegisterAddSub(OpRegistry& r) {
         });
       };
       op.check = [is_sub](const OpContext& ctx, DType compute) -> absl::Status {
-        if (is_sub && compute == DType::kBool) {
+        // PyTorch's sub_check rejects a bool operand on either side, not
+        // only bool - bool (a wrapped True counts as a bool tensor).
+        auto is_bool = [&ctx](int i) {
+          return ctx.is_tensor(i) ? ctx.type(i).dtype == DType::kBool
+                                  : ctx.arg(i).kind == Attr::Kind::kBool;
+        };
+        if (is_sub && (is_bool(0) || is_bool(1))) {
           return ctx.Invalid(
-              "subtraction of bool tensors is not supported; use logical_xor");
+              "subtraction with a bool tensor is not supported; use "
+              "logical_xor or logical_not");
         }
         return CheckAlpha(ctx, compute);
       };
