@@ -6,7 +6,7 @@
 //    ops_pointwise_test.cc) fails when a registered op is in no list, and
 //    each suite binary fails at exit when an op on its list was never run
 //    successfully by one of its tests (see CoverageEnvironment);
-//  * Run(), RunOp() that records which ops ran;
+//  * RunTracked(): RunOp() recording which ops ran;
 //  * checks of an output's dtype, sizes and values against hand-worked
 //    numbers with a tolerance suited to the dtype.
 #ifndef KILN_TESTS_UNIT_OPS_TEST_UTIL_H_
@@ -123,9 +123,9 @@ inline std::set<std::string>& ExercisedOps() {
 }
 
 // RunOp, recording `op` when import and evaluation succeed.
-inline absl::StatusOr<OpResult> Run(const std::string& op,
-                                    const std::vector<HostTensor>& inputs,
-                                    const std::vector<v1::Argument>& args) {
+inline absl::StatusOr<OpResult> RunTracked(
+    const std::string& op, const std::vector<HostTensor>& inputs,
+    const std::vector<v1::Argument>& args) {
   auto r = RunOp(op, inputs, args);
   if (r.ok()) ExercisedOps().insert(op);
   return r;
@@ -156,6 +156,13 @@ inline ::testing::Environment* RegisterCoverage(
     std::string suite, const std::vector<std::string>& ops) {
   return ::testing::AddGlobalTestEnvironment(
       new CoverageEnvironment(std::move(suite), ops));
+}
+
+// An explicitly empty int list ([]); Ints({}) leaves the argument unset.
+inline v1::Argument EmptyInts() {
+  v1::Argument a;
+  a.mutable_ints();
+  return a;
 }
 
 // ---- checks ----
@@ -225,7 +232,7 @@ inline void CheckOp(const std::string& op, const std::vector<HostTensor>& in,
                     const std::vector<int64_t>& sizes,
                     const std::vector<double>& values, double rel = -1) {
   SCOPED_TRACE(op);
-  auto r = Run(op, in, args);
+  auto r = RunTracked(op, in, args);
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectOutput(*r, dtype, sizes, values, rel);
 }
@@ -234,7 +241,7 @@ inline void CheckOp(const std::string& op, const std::vector<HostTensor>& in,
 inline void CheckDType(const std::string& op, const std::vector<HostTensor>& in,
                        const std::vector<v1::Argument>& args, DType dtype) {
   SCOPED_TRACE(op);
-  auto r = Run(op, in, args);
+  auto r = RunTracked(op, in, args);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(DTypeName(r->type().dtype), DTypeName(dtype));
   EXPECT_EQ(DTypeName(r->outputs[0].dtype()), DTypeName(dtype));

@@ -1,0 +1,351 @@
+// Per-op tests of views, data movement and creation ops
+// (compiler/ops_shape.cc): output dtype and shape (-1 inference, negative
+// dims, legacy empty tensors in cat, dtype inference of creation ops) and
+// reference values against numbers worked out by hand, over contiguous and
+// non-contiguous inputs.
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/unit/ops_test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+constexpr DType kF32 = DType::kFloat32;
+constexpr DType kF16 = DType::kFloat16;
+constexpr DType kI32 = DType::kInt32;
+constexpr DType kI64 = DType::kInt64;
+constexpr DType kBool = DType::kBool;
+
+[[maybe_unused]] ::testing::Environment* const kCoverage =
+    RegisterCoverage("shape", ShapeSuiteOps());
+
+// [[1, 2, 3], [4, 5, 6]]
+HostTensor M23() { return F32({2, 3}, {1, 2, 3, 4, 5, 6}); }
+// 0, 1, ..., n - 1 as int64 with the given sizes.
+HostTensor Iota(std::vector<int64_t> sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  std::vector<double> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(static_cast<double>(i));
+  return I64(std::move(sizes), v);
+}
+
+// ---- view / reshape / _unsafe_view ----
+
+TEST(ShapeView, SizesAndInference) {
+  CheckOp("aten.view.default", {M23()}, {In(0), Ints({3, 2})}, kF32, {3, 2},
+          {1, 2, 3, 4, 5, 6});
+  CheckOp("aten.view.default", {M23()}, {In(0), Ints({-1})}, kF32, {6},
+          {1, 2, 3, 4, 5, 6});
+  CheckOp("aten.view.default", {M23()}, {In(0), Ints({3, -1})}, kF32, {3, 2},
+          {1, 2, 3, 4, 5, 6});
+  CheckOp("aten.view.default", {M23()}, {In(0), Ints({-1, 1, 6})}, kF32,
+          {1, 1, 6}, {1, 2, 3, 4, 5, 6});
+  CheckOp("aten.view.default", {I32({1, 1}, {7})}, {In(0), EmptyInts()}, kI32, {},
+          {7});
+  CheckOp("aten.view.default", {F32({0, 3}, {})}, {In(0), Ints({-1, 3})}, kF32,
+          {0, 3}, {});
+  ExpectInvalid("aten.view.default", {M23()}, {In(0), Ints({-1, -1})},
+                {"node 0", "aten.view.default", "-1"});
+  ExpectInvalid("aten.view.default", {M23()}, {In(0), Ints({4, -1})});
+  ExpectInvalid("aten.view.default", {M23()}, {In(0), Ints({5})});
+  // 0 elements: the -1 could be anything.
+  ExpectInvalid("aten.view.default", {F32({0, 3}, {})}, {In(0), Ints({0, -1})});
+}
+
+TEST(ShapeView, ReshapeOfNonContiguousInput) {
+  // TransposedView(M23) is [[1, 4], [2, 5], [3, 6]]: reshape copies in
+  // logical order.
+  CheckOp("aten.reshape.default", {TransposedView(M23())}, {In(0), Ints({6})},
+          kF32, {6}, {1, 4, 2, 5, 3, 6});
+  CheckOp("aten.reshape.default", {TransposedView(M23())},
+          {In(0), Ints({2, -1})}, kF32, {2, 3}, {1, 4, 2, 5, 3, 6});
+  HostTensor expanded = HostTensor::View(F32({2}, {7, 8}), {3, 2}, {0, 1}, 0);
+  CheckOp("aten.reshape.default", {expanded}, {In(0), Ints({-1})}, kF32, {6},
+          {7, 8, 7, 8, 7, 8});
+  CheckOp("aten._unsafe_view.default", {Iota({2, 3})}, {In(0), Ints({3, 2})},
+          kI64, {3, 2}, {0, 1, 2, 3, 4, 5});
+  CheckOp("aten._unsafe_view.default", {TransposedView(Iota({2, 3}))},
+          {In(0), Ints({-1})}, kI64, {6}, {0, 3, 1, 4, 2, 5});
+}
+
+// ---- permute / transpose / t ----
+
+TEST(ShapePermute, Values) {
+  CheckOp("aten.permute.default", {M23()}, {In(0), Ints({1, 0})}, kF32, {3, 2},
+          {1, 4, 2, 5, 3, 6});
+  // out[k][i][j] = in[i][j][k] = 12 i + 4 j + k.
+  const std::vector<double> expected = {0,  4,  8,  12, 16, 20, 1,  5,
+                                        9,  13, 17, 21, 2,  6,  10, 14,
+                                        18, 22, 3,  7,  11, 15, 19, 23};
+  CheckOp("aten.permute.default", {Iota({2, 3, 4})}, {In(0), Ints({2, 0, 1})},
+          kI64, {4, 2, 3}, expected);
+  CheckOp("aten.permute.default", {Iota({2, 3, 4})}, {In(0), Ints({-1, 0, -2})},
+          kI64, {4, 2, 3}, expected);
+  CheckOp("aten.permute.default", {TransposedView(M23())},
+          {In(0), Ints({1, 0})}, kF32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  ExpectInvalid("aten.permute.default", {M23()}, {In(0), Ints({0, 0})},
+                {"repeat"});
+  ExpectInvalid("aten.permute.default", {M23()}, {In(0), Ints({0})});
+}
+
+TEST(ShapeTranspose, Values) {
+  CheckOp("aten.transpose.int", {M23()}, {In(0), I(0), I(1)}, kF32, {3, 2},
+          {1, 4, 2, 5, 3, 6});
+  CheckOp("aten.transpose.int", {M23()}, {In(0), I(-1), I(-2)}, kF32, {3, 2},
+          {1, 4, 2, 5, 3, 6});
+  // out[a][b][c] = in[c][b][a] = 4 c + 2 b + a.
+  CheckOp("aten.transpose.int", {Iota({2, 2, 2})}, {In(0), I(0), I(-1)}, kI64,
+          {2, 2, 2}, {0, 4, 2, 6, 1, 5, 3, 7});
+  CheckOp("aten.transpose.int", {Iota({2, 3})}, {In(0), I(1), I(1)}, kI64,
+          {2, 3}, {0, 1, 2, 3, 4, 5});
+  CheckOp("aten.transpose.int", {F32({}, {4})}, {In(0), I(0), I(-1)}, kF32, {},
+          {4});
+  ExpectInvalid("aten.transpose.int", {M23()}, {In(0), I(0), I(2)});
+}
+
+TEST(ShapeT, Values) {
+  CheckOp("aten.t.default", {M23()}, {In(0)}, kF32, {3, 2}, {1, 4, 2, 5, 3, 6});
+  CheckOp("aten.t.default", {I32({3}, {1, 2, 3})}, {In(0)}, kI32, {3},
+          {1, 2, 3});
+  CheckOp("aten.t.default", {TransposedView(M23())}, {In(0)}, kF32, {2, 3},
+          {1, 2, 3, 4, 5, 6});
+  ExpectInvalid("aten.t.default", {Iota({2, 2, 2})}, {In(0)}, {"rank"});
+}
+
+// ---- expand ----
+
+TEST(ShapeExpand, Values) {
+  const HostTensor col = F32({3, 1}, {1, 2, 3});
+  CheckOp("aten.expand.default", {col}, {In(0), Ints({3, 4})}, kF32, {3, 4},
+          {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
+  // -1 keeps a size.
+  CheckOp("aten.expand.default", {col}, {In(0), Ints({-1, 2})}, kF32, {3, 2},
+          {1, 1, 2, 2, 3, 3});
+  // New leading dims.
+  CheckOp("aten.expand.default", {col}, {In(0), Ints({2, -1, 2})}, kF32,
+          {2, 3, 2}, {1, 1, 2, 2, 3, 3, 1, 1, 2, 2, 3, 3});
+  CheckOp("aten.expand.default", {F32({}, {5})}, {In(0), Ints({2, 2})}, kF32,
+          {2, 2}, {5, 5, 5, 5});
+  CheckOp("aten.expand.default", {Bool({1, 2}, {1, 0})}, {In(0), Ints({0, 2})},
+          kBool, {0, 2}, {});
+  ExpectInvalid("aten.expand.default", {col}, {In(0), Ints({4, 4})},
+                {"expand"});
+  ExpectInvalid("aten.expand.default", {col}, {In(0), Ints({-1, 3, 1})});
+  ExpectInvalid("aten.expand.default", {col}, {In(0), Ints({4})});
+}
+
+// ---- unsqueeze / squeeze ----
+
+TEST(ShapeUnsqueeze, NegativeDims) {
+  CheckOp("aten.unsqueeze.default", {M23()}, {In(0), I(0)}, kF32, {1, 2, 3},
+          {1, 2, 3, 4, 5, 6});
+  CheckOp("aten.unsqueeze.default", {M23()}, {In(0), I(-1)}, kF32, {2, 3, 1},
+          {1, 2, 3, 4, 5, 6});
+  CheckOp("aten.unsqueeze.default", {M23()}, {In(0), I(1)}, kF32, {2, 1, 3},
+          {1, 2, 3, 4, 5, 6});
+  CheckOp("aten.unsqueeze.default", {M23()}, {In(0), I(-2)}, kF32, {2, 1, 3},
+          {1, 2, 3, 4, 5, 6});
+  CheckOp("aten.unsqueeze.default", {M23()}, {In(0), I(-3)}, kF32, {1, 2, 3},
+          {1, 2, 3, 4, 5, 6});
+  CheckOp("aten.unsqueeze.default", {F32({}, {9})}, {In(0), I(-1)}, kF32, {1},
+          {9});
+  CheckOp("aten.unsqueeze.default", {TransposedView(M23())}, {In(0), I(1)},
+          kF32, {3, 1, 2}, {1, 4, 2, 5, 3, 6});
+  ExpectInvalid("aten.unsqueeze.default", {M23()}, {In(0), I(3)});
+  ExpectInvalid("aten.unsqueeze.default", {M23()}, {In(0), I(-4)});
+}
+
+TEST(ShapeSqueeze, AllOverloads) {
+  const HostTensor t = F32({1, 2, 1, 3}, {1, 2, 3, 4, 5, 6});
+  const std::vector<double> v = {1, 2, 3, 4, 5, 6};
+  CheckOp("aten.squeeze.default", {t}, {In(0)}, kF32, {2, 3}, v);
+  CheckOp("aten.squeeze.default", {F32({1, 1}, {4})}, {In(0)}, kF32, {}, {4});
+  CheckOp("aten.squeeze.dim", {t}, {In(0), I(-2)}, kF32, {1, 2, 3}, v);
+  CheckOp("aten.squeeze.dim", {t}, {In(0), I(0)}, kF32, {2, 1, 3}, v);
+  // A dim whose size is not 1 stays.
+  CheckOp("aten.squeeze.dim", {t}, {In(0), I(1)}, kF32, {1, 2, 1, 3}, v);
+  CheckOp("aten.squeeze.dims", {t}, {In(0), Ints({0, -2})}, kF32, {2, 3}, v);
+  CheckOp("aten.squeeze.dims", {t}, {In(0), Ints({0, 1})}, kF32, {2, 1, 3}, v);
+  CheckOp("aten.squeeze.dims", {t}, {In(0), EmptyInts()}, kF32, {1, 2, 1, 3}, v);
+  CheckOp("aten.squeeze.dim", {F32({}, {3})}, {In(0), I(-1)}, kF32, {}, {3});
+  // A [3, 1] transposed view of [1, 3], squeezed.
+  CheckOp("aten.squeeze.dim", {TransposedView(F32({1, 3}, {1, 2, 3}))},
+          {In(0), I(-1)}, kF32, {3}, {1, 2, 3});
+  ExpectInvalid("aten.squeeze.dim", {t}, {In(0), I(4)});
+  ExpectInvalid("aten.squeeze.dims", {t}, {In(0), Ints({-5})});
+}
+
+// ---- slice / select ----
+
+TEST(ShapeSlice, BoundsAndSteps) {
+  const HostTensor r = Iota({6});
+  // Negative start and end: [-4, -1) = [2, 5).
+  CheckOp("aten.slice.Tensor", {r}, {In(0), I(0), I(-4), I(-1)}, kI64, {3},
+          {2, 3, 4});
+  CheckOp("aten.slice.Tensor", {r}, {In(0), I(0), NoneArg(), NoneArg(), I(2)},
+          kI64, {3}, {0, 2, 4});
+  CheckOp("aten.slice.Tensor", {r}, {In(0), I(-1), I(-5), I(100), I(2)}, kI64,
+          {3}, {1, 3, 5});
+  // Out-of-range bounds clamp; start past end is empty.
+  CheckOp("aten.slice.Tensor", {r}, {In(0), I(0), I(-100), I(2)}, kI64, {2},
+          {0, 1});
+  CheckOp("aten.slice.Tensor", {r}, {In(0), I(0), I(4), I(2)}, kI64, {0}, {});
+  CheckOp("aten.slice.Tensor", {r}, {In(0)}, kI64, {6}, {0, 1, 2, 3, 4, 5});
+  // Along the last dim of [2, 4]: columns 1 and 3.
+  CheckOp("aten.slice.Tensor", {Iota({2, 4})},
+          {In(0), I(-1), I(1), NoneArg(), I(2)}, kI64, {2, 2}, {1, 3, 5, 7});
+  // Of a non-contiguous input: rows 1.. of [[1, 4], [2, 5], [3, 6]].
+  CheckOp("aten.slice.Tensor", {TransposedView(M23())}, {In(0), I(0), I(1)},
+          kF32, {2, 2}, {2, 5, 3, 6});
+  ExpectInvalid("aten.slice.Tensor", {r}, {In(0), I(0), I(0), I(6), I(0)},
+                {"step"});
+  ExpectInvalid("aten.slice.Tensor", {r}, {In(0), I(0), I(5), I(0), I(-1)},
+                {"step"});
+  ExpectInvalid("aten.slice.Tensor", {r}, {In(0), I(1)});
+}
+
+TEST(ShapeSelect, NegativeIndexAndDim) {
+  CheckOp("aten.select.int", {M23()}, {In(0), I(0), I(-1)}, kF32, {3},
+          {4, 5, 6});
+  CheckOp("aten.select.int", {M23()}, {In(0), I(1), I(-3)}, kF32, {2}, {1, 4});
+  CheckOp("aten.select.int", {M23()}, {In(0), I(-1), I(2)}, kF32, {2}, {3, 6});
+  CheckOp("aten.select.int", {I32({3}, {7, 8, 9})}, {In(0), I(0), I(1)}, kI32,
+          {}, {8});
+  // Column 0 of [[1, 4], [2, 5], [3, 6]].
+  CheckOp("aten.select.int", {TransposedView(M23())}, {In(0), I(1), I(0)}, kF32,
+          {3}, {1, 2, 3});
+  ExpectInvalid("aten.select.int", {M23()}, {In(0), I(0), I(2)},
+                {"node 0", "aten.select.int", "out of range"});
+  ExpectInvalid("aten.select.int", {M23()}, {In(0), I(1), I(-4)},
+                {"out of range"});
+  ExpectInvalid("aten.select.int", {F32({}, {1})}, {In(0), I(0), I(0)});
+}
+
+// ---- clone / cat ----
+
+TEST(ShapeClone, CopiesInLogicalOrder) {
+  CheckOp("aten.clone.default", {I32({2, 2}, {1, 2, 3, 4})}, {In(0)}, kI32,
+          {2, 2}, {1, 2, 3, 4});
+  auto r = RunTracked("aten.clone.default", {TransposedView(M23())}, {In(0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, kF32, {3, 2}, {1, 4, 2, 5, 3, 6});
+  EXPECT_TRUE(r->outputs[0].IsContiguous());
+  CheckOp("aten.clone.default", {Bool({0}, {})}, {In(0)}, kBool, {0}, {});
+}
+
+TEST(ShapeCat, DimsAndValues) {
+  CheckOp("aten.cat.default", {F32({2, 2}, {1, 2, 3, 4}), F32({1, 2}, {5, 6})},
+          {Refs({0, 1}), I(0)}, kF32, {3, 2}, {1, 2, 3, 4, 5, 6});
+  CheckOp("aten.cat.default", {F32({2, 1}, {1, 2}), F32({2, 2}, {3, 4, 5, 6})},
+          {Refs({0, 1}), I(-1)}, kF32, {2, 3}, {1, 3, 4, 2, 5, 6});
+  // dim defaults to 0; a tensor may appear twice.
+  CheckOp("aten.cat.default", {I32({2}, {1, 2})}, {Refs({0, 0})}, kI32, {4},
+          {1, 2, 1, 2});
+  // Non-contiguous inputs.
+  CheckOp("aten.cat.default", {TransposedView(M23()), F32({3, 1}, {7, 8, 9})},
+          {Refs({0, 1}), I(1)}, kF32, {3, 3}, {1, 4, 7, 2, 5, 8, 3, 6, 9});
+  // Size-0 along the cat dim is fine when the rank matches.
+  CheckOp("aten.cat.default", {F32({0, 2}, {}), F32({1, 2}, {1, 2})},
+          {Refs({0, 1})}, kF32, {1, 2}, {1, 2});
+}
+
+TEST(ShapeCat, MixedDTypesPromote) {
+  CheckOp("aten.cat.default", {I32({1}, {1}), F32({2}, {2.5, 3})},
+          {Refs({0, 1})}, kF32, {3}, {1, 2.5, 3});
+  CheckOp("aten.cat.default", {I32({1}, {1}), I64({1}, {2})}, {Refs({0, 1})},
+          kI64, {2}, {1, 2});
+  CheckOp("aten.cat.default", {Bool({2}, {1, 0}), I32({1}, {5})},
+          {Refs({0, 1})}, kI32, {3}, {1, 0, 5});
+  // float16 with bfloat16 meets at float32.
+  CheckOp("aten.cat.default", {F16({1}, {1}), BF16({1}, {2})}, {Refs({0, 1})},
+          kF32, {2}, {1, 2});
+}
+
+TEST(ShapeCat, LegacyEmptyTensorIsSkipped) {
+  // A 1-D [0] tensor is skipped whatever the other ranks and the dim.
+  CheckOp("aten.cat.default", {F32({0}, {}), F32({2, 2}, {1, 2, 3, 4})},
+          {Refs({0, 1}), I(1)}, kF32, {2, 2}, {1, 2, 3, 4});
+  CheckOp("aten.cat.default",
+          {F32({2, 1}, {1, 2}), F32({0}, {}), F32({2, 1}, {3, 4})},
+          {Refs({0, 1, 2}), I(-1)}, kF32, {2, 2}, {1, 3, 2, 4});
+  // It still takes part in type promotion (torch.cat([tensor([]),
+  // tensor([1, 2])]) is float).
+  CheckOp("aten.cat.default", {F32({0}, {}), I64({2}, {1, 2})}, {Refs({0, 1})},
+          kF32, {2}, {1, 2});
+  CheckOp("aten.cat.default", {F32({0}, {}), F32({0}, {})}, {Refs({0, 1})},
+          kF32, {0}, {});
+}
+
+TEST(ShapeCat, Errors) {
+  ExpectInvalid("aten.cat.default", {F32({2, 2}, {}), F32({2}, {})},
+                {Refs({0, 1})}, {"node 0", "aten.cat.default", "rank"});
+  ExpectInvalid("aten.cat.default", {F32({2, 2}, {}), F32({2, 3}, {})},
+                {Refs({0, 1}), I(0)}, {"size"});
+  ExpectInvalid("aten.cat.default", {F32({}, {1}), F32({}, {2})},
+                {Refs({0, 1})}, {"zero-dim"});
+  ExpectInvalid("aten.cat.default", {F32({2}, {})}, {Refs({0}), I(1)});
+}
+
+// ---- creation ----
+
+TEST(ShapeFull, DTypeInference) {
+  // A float fill gives the default float dtype, an int fill int64, a bool
+  // fill bool.
+  CheckOp("aten.full.default", {}, {Ints({2, 3}), F(1.5)}, kF32, {2, 3},
+          {1.5, 1.5, 1.5, 1.5, 1.5, 1.5});
+  CheckOp("aten.full.default", {}, {Ints({2}), I(7)}, kI64, {2}, {7, 7});
+  CheckOp("aten.full.default", {}, {Ints({2}), B(true)}, kBool, {2}, {1, 1});
+  // dtype= converts the fill like a cast: 2.75 -> 2.
+  CheckOp("aten.full.default", {},
+          {Ints({3}), F(2.75), Kw("dtype", DT(v1::INT32))}, kI32, {3},
+          {2, 2, 2});
+  // 0.1 in float16: 1638 * 2^-14 = 0.0999755859375.
+  CheckOp("aten.full.default", {},
+          {Ints({1}), F(0.1), Kw("dtype", DT(v1::FLOAT16))}, kF16, {1},
+          {0.0999755859375}, 0);
+  CheckOp("aten.full.default", {}, {EmptyInts(), I(-3)}, kI64, {}, {-3});
+  CheckOp("aten.full.default", {}, {Ints({0, 2}), F(1)}, kF32, {0, 2}, {});
+  ExpectInvalid("aten.full.default", {}, {Ints({-1}), F(1)}, {"negative"});
+}
+
+TEST(ShapeScalarTensor, DefaultsToFloat) {
+  // Unlike full, scalar_tensor defaults to the default float dtype even for
+  // an int.
+  CheckOp("aten.scalar_tensor.default", {}, {I(3)}, kF32, {}, {3});
+  CheckOp("aten.scalar_tensor.default", {}, {F(-2.5)}, kF32, {}, {-2.5});
+  CheckOp("aten.scalar_tensor.default", {},
+          {F(2.5), Kw("dtype", DT(v1::FLOAT16))}, kF16, {}, {2.5});
+  CheckOp("aten.scalar_tensor.default", {}, {I(7), Kw("dtype", DT(v1::INT64))},
+          kI64, {}, {7});
+  CheckOp("aten.scalar_tensor.default", {},
+          {B(true), Kw("dtype", DT(v1::BOOL))}, kBool, {}, {1});
+}
+
+TEST(ShapeArange, AllOverloads) {
+  // Int arguments give int64, any float argument float32.
+  CheckOp("aten.arange.default", {}, {I(5)}, kI64, {5}, {0, 1, 2, 3, 4});
+  CheckOp("aten.arange.default", {}, {F(2.5)}, kF32, {3}, {0, 1, 2});
+  CheckOp("aten.arange.default", {}, {I(0)}, kI64, {0}, {});
+  CheckOp("aten.arange.default", {}, {I(3), Kw("dtype", DT(v1::FLOAT16))}, kF16,
+          {3}, {0, 1, 2});
+  CheckOp("aten.arange.start", {}, {I(1), I(4)}, kI64, {3}, {1, 2, 3});
+  CheckOp("aten.arange.start", {}, {F(-1), I(1)}, kF32, {2}, {-1, 0});
+  CheckOp("aten.arange.start", {}, {I(-2), I(1), Kw("dtype", DT(v1::INT32))},
+          kI32, {3}, {-2, -1, 0});
+  // ceil((10 - 0) / 3) = 4 elements.
+  CheckOp("aten.arange.start_step", {}, {I(0), I(10), I(3)}, kI64, {4},
+          {0, 3, 6, 9});
+  CheckOp("aten.arange.start_step", {}, {I(1), F(2.5), F(0.5)}, kF32, {3},
+          {1, 1.5, 2});
+  CheckOp("aten.arange.start_step", {}, {I(5), I(0), I(-2)}, kI64, {3},
+          {5, 3, 1});
+  CheckOp("aten.arange.start_step", {}, {I(0), I(3)}, kI64, {3}, {0, 1, 2});
+  ExpectInvalid("aten.arange.start_step", {}, {I(0), I(3), I(0)});
+  ExpectInvalid("aten.arange.start_step", {}, {I(0), I(3), I(-1)},
+                {"step sign"});
+}
+
+}  // namespace
+}  // namespace kiln::testing
