@@ -1,0 +1,130 @@
+// The LLVM back end for CPU kernels: from an llvm::Module to the bytes of an
+// ELF shared object. In pipeline order:
+//
+//   MakeTargetMachine   kiln.v1.CpuTarget -> llvm::TargetMachine (PIC, -O3)
+//   OptimizeModule      the new-PM O3 pipeline, with glibc's libmvec as the
+//                       vector math library (exp/log/sin/... vectorise)
+//   EmitObject          -> ELF relocatable object bytes
+//   EmitAssembly        -> text assembly (for KILN_DUMP_DIR dumps)
+//   LinkSharedObject    objects -> ELF shared object bytes, linked in-process
+//                       with lld
+//
+// The result is loaded by client/cpu_loader.h (LoadedLibrary).
+//
+// Thread-safety: every function may be called from several threads at once as
+// long as each thread uses its own llvm::LLVMContext, llvm::Module and
+// llvm::TargetMachine (none of those is thread-safe). LinkSharedObject
+// serialises the lld calls internally (lld keeps global state).
+#ifndef KILN_COMPILER_CPU_BACKEND_H_
+#define KILN_COMPILER_CPU_BACKEND_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kiln/v1/graph.pb.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Target/TargetMachine.h"
+
+namespace kiln {
+
+// The CPU this process runs on: llvm::sys::getProcessTriple(), the host CPU
+// name and its features ("+avx2,+fma,-avx512f,...", sorted by name).
+v1::CpuTarget HostCpuTarget();
+
+// Creates a TargetMachine for `target` (relocation model PIC, code model
+// small, CodeGenOpt::Aggressive). Registers LLVM's native target once per
+// process. An empty `cpu` means LLVM's generic CPU for the triple.
+//
+// Errors: INVALID_ARGUMENT naming the offending value when the triple has no
+// registered LLVM target (only the native target, x86, is registered), is not
+// an ELF triple, when the CPU is not a known processor of that target, or
+// when a feature is not of the form +name/-name with a known name (LLVM
+// itself would only print a warning and ignore it).
+absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> MakeTargetMachine(
+    const v1::CpuTarget& target);
+
+// Optimises `module` in place for `tm`: sets the module's target triple and
+// data layout from `tm`, verifies it, then runs the new pass manager's O3
+// pipeline (loop and SLP vectorisation on) with a TargetLibraryInfo that maps
+// scalar math calls (expf, llvm.exp.f32, sinf, tanhf, log1pf, powf, ...) to
+// glibc's libmvec vector variants, choosing only the variants the target's
+// ISA can run (_ZGVb* SSE4 always, _ZGVc* AVX, _ZGVd* AVX2, _ZGVe* AVX-512F).
+// Scalar libm calls must not be assumed to write errno (declare them
+// memory(none), or use llvm.* intrinsics) or they stay scalar.
+//
+// With `fast_math`, every floating-point operation also gets the `reassoc`,
+// `contract` and `afn` fast-math flags: float reductions then vectorise and
+// a*b+c becomes an FMA. NaN/Inf semantics are kept (no `nnan`/`ninf`), so
+// isnan and max/min propagation stay correct.
+//
+// Errors: INVALID_ARGUMENT with the verifier's messages when `module` is not
+// valid IR.
+absl::Status OptimizeModule(llvm::Module& module, llvm::TargetMachine& tm,
+                            bool fast_math);
+
+// Generates machine code for `module` (sets its triple/data layout from `tm`
+// if unset) and returns the bytes of an ELF relocatable object. Code
+// generation runs IR passes that modify `module`; emit at most once per
+// module, except that EmitAssembly may precede EmitObject.
+//
+// Errors: FAILED_PRECONDITION when the module's data layout was set for a
+// different target; INTERNAL when `tm` cannot emit objects.
+absl::StatusOr<std::string> EmitObject(llvm::Module& module,
+                                       llvm::TargetMachine& tm);
+
+// As EmitObject, but returns the text assembly (AT&T syntax).
+absl::StatusOr<std::string> EmitAssembly(llvm::Module& module,
+                                         llvm::TargetMachine& tm);
+
+struct LinkOptions {
+  // DT_SONAME of the output; empty: none.
+  std::string soname = "libkiln_kernels.so";
+  // Directories searched for `libraries` (lld's -L). Empty: the first of
+  // /usr/lib/x86_64-linux-gnu, /lib/x86_64-linux-gnu, /usr/lib64, /lib64,
+  // /usr/lib that holds libmvec.so, libm.so and libc.so (libc6-dev).
+  std::vector<std::string> library_dirs;
+  // Linked --as-needed (lld's -l): a DT_NEEDED entry only for those used.
+  // libmvec for the vector math calls OptimizeModule creates, libm for scalar
+  // math, libc for memcpy/memset that LLVM's idiom recognition emits.
+  std::vector<std::string> libraries = {"mvec", "m", "c"};
+  // Fail on symbols no input or library defines (-z defs), so a bad kernel
+  // fails here, in the compiler, rather than in the client's dlopen.
+  bool no_undefined = true;
+  // lld's --threads. 1 by default: for kernel-sized inputs lld's thread
+  // pool costs more than it saves (measured 16 ms -> 8 ms per link on a
+  // 2-core machine), and links are serialised anyway.
+  int threads = 1;
+  // Further lld arguments, appended before the inputs (e.g. "--gc-sections").
+  std::vector<std::string> extra_args;
+};
+
+// Links ELF relocatable `objects` (from EmitObject) into a shared object with
+// lld in this process and returns its bytes. The flags are -shared
+// --hash-style=gnu --build-id=none -z noexecstack -z relro -z now, plus
+// `options` (-soname, -z defs, --threads, -L, --as-needed -l...). lld works on
+// files: inputs and output live in a private directory (mkdtemp under $TMPDIR
+// or /tmp, mode 0700) that is removed before returning, on success and on every
+// error. The output is a function of the inputs and options only (no paths,
+// times or build ids), so identical objects give identical bytes.
+//
+// Errors: INVALID_ARGUMENT when `objects` is empty; INTERNAL with lld's
+// diagnostics when the link fails (e.g. "undefined symbol: foo");
+// FAILED_PRECONDITION when no library directory is found, or when an earlier
+// lld call hit a fatal error (lld's global state may then be corrupt and no
+// further links are attempted in this process); the errno text when the
+// temporary files cannot be created, written or read.
+//
+// Thread-safety: safe to call concurrently; lld calls are serialised by a
+// process-wide mutex (lld::elf::link is not re-entrant), everything else runs
+// in parallel.
+absl::StatusOr<std::string> LinkSharedObject(
+    absl::Span<const std::string> objects,
+    const LinkOptions& options = LinkOptions());
+
+}  // namespace kiln
+
+#endif  // KILN_COMPILER_CPU_BACKEND_H_
