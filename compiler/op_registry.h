@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "compiler/graph.h"
 #include "compiler/host_tensor.h"
+#include "compiler/lower.h"
 
 namespace kiln {
 
@@ -105,6 +106,9 @@ struct RefContext {
 using ReferenceFn =
     std::function<absl::StatusOr<std::vector<HostTensor>>(const RefContext&)>;
 
+// Lowering to the loop IR: the op's values as loop nodes and index maps.
+using LowerFn = std::function<absl::StatusOr<std::vector<LoweredValue>>(LowerContext&)>;
+
 // The op's category, which later stages (fusion) use.
 enum class OpClass : uint8_t {
   kPointwise,
@@ -123,6 +127,7 @@ struct OpDef {
   ShapeRule shape;
   DTypeRule dtype;
   ReferenceFn reference;
+  LowerFn lower;
 };
 
 class OpRegistry {

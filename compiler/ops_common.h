@@ -62,6 +62,18 @@ using IntFn = std::function<int64_t(const int64_t*)>;
 HostTensor Elementwise(const RefContext& ctx, const std::vector<int>& operands,
                        DType compute, const FloatFn& fd, const IntFn& fi);
 
+// ---- lowering helpers ----
+
+// Adds a reduction node over `in`'s index space reducing the `reduced` dims
+// of body (default: `in` cast to `compute`); `finalize` maps the
+// accumulator and the reduced element count to the result (null: acc).
+absl::StatusOr<std::vector<LoweredValue>> LowerReductionOver(
+    LowerContext& ctx, const LoweredValue& in, const std::vector<bool>& reduced, bool keepdim,
+    ReduceKind kind, DType compute, DType out_dtype, Expr body_override,
+    std::function<Expr(Expr acc, Expr count)> finalize);
+// A keepdim reduction result `r` read broadcast over its input space.
+Expr ReadKept(const LoweredValue& r, const std::vector<bool>& reduced);
+
 // Iterates the multi-indices of `sizes` in row-major order.
 void ForEachIndex(const std::vector<int64_t>& sizes,
                   const std::function<void(const std::vector<int64_t>&)>& fn);

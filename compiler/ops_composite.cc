@@ -86,6 +86,32 @@ void AddSoftmax(OpRegistry& r, const char* name, bool log) {
         });
     return std::vector<HostTensor>{std::move(out)};
   };
+  def.lower = [log](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+    const LoweredValue& in = ctx.value(0);
+    const int rank = static_cast<int>(in.sizes.size());
+    std::vector<bool> reduced(rank, false);
+    if (rank > 0) {
+      const int64_t d = ctx.arg(1).i;
+      reduced[d < 0 ? d + rank : d] = true;
+    }
+    const DType f32 = DType::kFloat32;
+    const Expr x = ir::Cast(LowerContext::ReadBroadcast(in, in.sizes), f32);
+    auto mx = ops::LowerReductionOver(ctx, in, reduced, true, ReduceKind::kMax, f32, f32, x, nullptr);
+    if (!mx.ok()) return mx.status();
+    const Expr shifted = ir::Binary(ExprOp::kSub, x, ops::ReadKept((*mx)[0], reduced), f32);
+    const Expr e = ir::Unary(ExprOp::kExp, shifted, f32);
+    auto sum = ops::LowerReductionOver(ctx, in, reduced, true, ReduceKind::kSum, f32, f32, e, nullptr);
+    if (!sum.ok()) return sum.status();
+    const Expr denom = ops::ReadKept((*sum)[0], reduced);
+    const Expr out = log ? ir::Binary(ExprOp::kSub, shifted, ir::Unary(ExprOp::kLog, denom, f32), f32)
+                         : ir::Binary(ExprOp::kDiv, e, denom, f32);
+    LoopNode node;
+    node.kind = LoopNode::Kind::kPointwise;
+    node.dtype = ctx.out_type().dtype;
+    node.sizes = in.sizes;
+    node.body = ir::Cast(out, node.dtype);
+    return std::vector<LoweredValue>{ctx.AddNode(std::move(node))};
+  };
   r.Add(std::move(def));
 }
 
@@ -182,6 +208,53 @@ void AddLayerNorm(OpRegistry& r) {
                });
     return std::vector<HostTensor>{std::move(out), std::move(mean),
                                    std::move(rstd)};
+  };
+  // Two passes per row (mean, then variance about it): numerically sound
+  // where E[x^2] - E[x]^2 is not. Fusion keeps all of it in one row kernel.
+  def.lower = [](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+    const LoweredValue& in = ctx.value(0);
+    const int rank = static_cast<int>(in.sizes.size());
+    const int axis = rank - static_cast<int>(ctx.arg(1).ints.size());
+    std::vector<bool> reduced(rank, false);
+    for (int d = axis; d < rank; ++d) reduced[d] = true;
+    const DType f32 = DType::kFloat32;
+    auto div = [f32](Expr acc, Expr count) {
+      return ir::Binary(ExprOp::kDiv, acc, ir::Cast(count, f32), f32);
+    };
+    const Expr x = ir::Cast(LowerContext::ReadBroadcast(in, in.sizes), f32);
+    auto mean = ops::LowerReductionOver(ctx, in, reduced, true, ReduceKind::kSum, f32, f32, x, div);
+    if (!mean.ok()) return mean.status();
+    const Expr dev = ir::Binary(ExprOp::kSub, x, ops::ReadKept((*mean)[0], reduced), f32);
+    auto var = ops::LowerReductionOver(ctx, in, reduced, true, ReduceKind::kSum, f32, f32,
+                                       ir::Binary(ExprOp::kMul, dev, dev, f32), div);
+    if (!var.ok()) return var.status();
+    const LoweredValue& v = (*var)[0];
+    LoopNode rstd;
+    rstd.kind = LoopNode::Kind::kPointwise;
+    rstd.dtype = ctx.out_type(2).dtype;
+    rstd.sizes = v.sizes;
+    rstd.body = ir::Cast(
+        ir::Unary(ExprOp::kRsqrt,
+                  ir::Binary(ExprOp::kAdd, LowerContext::Read(v, IdentityIndex(rank)),
+                             ir::Const(ctx.arg(4).ScalarAsDouble(), f32), f32),
+                  f32),
+        rstd.dtype);
+    LoweredValue rstd_value = ctx.AddNode(std::move(rstd));
+    Expr y = ir::Binary(ExprOp::kMul, dev, ir::Cast(ops::ReadKept(rstd_value, reduced), f32), f32);
+    if (ctx.is_tensor(2)) {
+      y = ir::Binary(ExprOp::kMul, y, ir::Cast(LowerContext::ReadBroadcast(ctx.value(2), in.sizes), f32), f32);
+    }
+    if (ctx.is_tensor(3)) {
+      y = ir::Binary(ExprOp::kAdd, y, ir::Cast(LowerContext::ReadBroadcast(ctx.value(3), in.sizes), f32), f32);
+    }
+    LoopNode out;
+    out.kind = LoopNode::Kind::kPointwise;
+    out.dtype = ctx.out_type(0).dtype;
+    out.sizes = in.sizes;
+    out.body = ir::Cast(y, out.dtype);
+    LoweredValue out_value = ctx.AddNode(std::move(out));
+    LoweredValue mean_value = (*mean)[0];
+    return std::vector<LoweredValue>{out_value, mean_value, rstd_value};
   };
   r.Add(std::move(def));
 }

@@ -209,6 +209,122 @@ int64_t FoldInt(Reduce kind, const std::vector<int64_t>& v) {
   }
 }
 
+// The reduced-dims mask of a node from its (validated) dims argument.
+std::vector<bool> ReducedMask(const Node& node, const ReductionOp& op, int rank) {
+  std::vector<bool> reduced(rank, false);
+  const Attr dims = DimsAttr(node, op);
+  if (dims.is_none() || dims.ints.empty()) {
+    std::fill(reduced.begin(), reduced.end(), true);
+    return reduced;
+  }
+  for (const SymExpr& e : dims.ints) {
+    const int64_t d = *e.AsConstant();
+    if (rank > 0) reduced[d < 0 ? d + rank : d] = true;
+  }
+  return reduced;
+}
+
+}  // namespace
+
+namespace ops {
+absl::StatusOr<std::vector<LoweredValue>> LowerReductionOver(
+    LowerContext& ctx, const LoweredValue& in, const std::vector<bool>& reduced, bool keepdim,
+    ReduceKind kind, DType compute, DType out_dtype, Expr body_override,
+    std::function<Expr(Expr acc, Expr count)> finalize) {
+  const std::vector<SymExpr>& space = in.sizes;
+  LoopNode node;
+  node.kind = LoopNode::Kind::kReduction;
+  node.dtype = out_dtype;
+  node.reduce = kind;
+  node.reduce_sizes = space;
+  node.reduced = reduced;
+  node.keepdim = keepdim;
+  node.sizes = ops::ReducedShape(space, reduced, keepdim);
+  node.body = body_override ? body_override
+                            : ir::Cast(LowerContext::ReadBroadcast(in, space), compute);
+  node.acc_dtype = IsFloating(compute) ? DType::kFloat32
+                   : (kind == ReduceKind::kAny || kind == ReduceKind::kAll) ? DType::kBool
+                   : (kind == ReduceKind::kArgMax || kind == ReduceKind::kArgMin) ? compute
+                                                                                   : DType::kInt64;
+  if (finalize) {
+    SymExpr count(1);
+    for (size_t d = 0; d < space.size(); ++d) {
+      if (reduced[d]) count = count * space[d];
+    }
+    node.finalize = finalize(ir::Acc(0, node.acc_dtype), ir::FromSym(count));
+  }
+  return std::vector<LoweredValue>{ctx.AddNode(std::move(node))};
+}
+
+Expr ReadKept(const LoweredValue& r, const std::vector<bool>& reduced) {
+  std::vector<Expr> idx;
+  for (size_t d = 0; d < reduced.size(); ++d) {
+    idx.push_back(reduced[d] ? ir::IntConst(0) : ir::Var(static_cast<int>(d)));
+  }
+  return LowerContext::Read(r, idx);
+}
+}  // namespace ops
+
+namespace {
+using ops::LowerReductionOver;
+using ops::ReadKept;
+
+absl::StatusOr<std::vector<LoweredValue>> LowerReduction(LowerContext& ctx, const ReductionOp& op) {
+  const LoweredValue& in = ctx.value(0);
+  const DType out = ctx.out_type().dtype;
+  const std::vector<bool> reduced = ReducedMask(ctx.node(), op, static_cast<int>(in.sizes.size()));
+  const bool keepdim = KeepDim(ctx.node(), op);
+  auto float_div = [](Expr acc, Expr count) {
+    return ir::Binary(ExprOp::kDiv, acc, ir::Cast(count, DType::kFloat32), DType::kFloat32);
+  };
+  switch (op.kind) {
+    case Reduce::kSum:
+      return LowerReductionOver(ctx, in, reduced, keepdim, ReduceKind::kSum, out, out, nullptr, nullptr);
+    case Reduce::kProd:
+      return LowerReductionOver(ctx, in, reduced, keepdim, ReduceKind::kProd, out, out, nullptr, nullptr);
+    case Reduce::kMean:
+      return LowerReductionOver(ctx, in, reduced, keepdim, ReduceKind::kSum, out, out, nullptr, float_div);
+    case Reduce::kMax:
+    case Reduce::kMin:
+      return LowerReductionOver(ctx, in, reduced, keepdim,
+                                op.kind == Reduce::kMax ? ReduceKind::kMax : ReduceKind::kMin,
+                                in.dtype, out, nullptr, nullptr);
+    case Reduce::kArgMax:
+    case Reduce::kArgMin:
+      return LowerReductionOver(ctx, in, reduced, keepdim,
+                                op.kind == Reduce::kArgMax ? ReduceKind::kArgMax : ReduceKind::kArgMin,
+                                in.dtype, out, nullptr, nullptr);
+    case Reduce::kAny:
+    case Reduce::kAll:
+      return LowerReductionOver(ctx, in, reduced, keepdim,
+                                op.kind == Reduce::kAny ? ReduceKind::kAny : ReduceKind::kAll,
+                                DType::kBool, out, nullptr, nullptr);
+    case Reduce::kVar: {
+      // Two passes over each row, numerically sound: the mean first, then
+      // the sum of squared deviations from it.
+      auto mean = LowerReductionOver(ctx, in, reduced, /*keepdim=*/true, ReduceKind::kSum,
+                                     DType::kFloat32, DType::kFloat32, nullptr, float_div);
+      if (!mean.ok()) return mean.status();
+      const Expr x = ir::Cast(LowerContext::ReadBroadcast(in, in.sizes), DType::kFloat32);
+      const Expr dev = ir::Binary(ExprOp::kSub, x, ReadKept((*mean)[0], reduced), DType::kFloat32);
+      const Expr sq = ir::Binary(ExprOp::kMul, dev, dev, DType::kFloat32);
+      double correction = 1;
+      if (op.correction_arg >= 0 && !ctx.arg(op.correction_arg).is_none()) {
+        correction = ctx.arg(op.correction_arg).ScalarAsDouble();
+      }
+      auto finalize = [correction](Expr acc, Expr count) {
+        Expr n = ir::Binary(ExprOp::kSub, ir::Cast(count, DType::kFloat32),
+                            ir::Const(correction, DType::kFloat32), DType::kFloat32);
+        n = ir::Binary(ExprOp::kMax, n, ir::Const(0, DType::kFloat32), DType::kFloat32);
+        return ir::Binary(ExprOp::kDiv, acc, n, DType::kFloat32);
+      };
+      return LowerReductionOver(ctx, in, reduced, keepdim, ReduceKind::kSum, DType::kFloat32, out, sq,
+                                finalize);
+    }
+  }
+  return ctx.Unimplemented("unknown reduction");
+}
+
 void AddReduction(OpRegistry& registry, ReductionOp op) {
   auto shared = std::make_shared<ReductionOp>(std::move(op));
   OpDef def;
@@ -302,6 +418,9 @@ void AddReduction(OpRegistry& registry, ReductionOp op) {
       }
     }
     return std::vector<HostTensor>{std::move(out)};
+  };
+  def.lower = [shared](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+    return LowerReduction(ctx, *shared);
   };
   registry.Add(std::move(def));
 }

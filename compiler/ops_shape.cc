@@ -29,7 +29,7 @@ std::vector<int64_t> ConcreteInts(const std::vector<SymExpr>& v) {
 // Registers an op whose dtype is its first argument's.
 void AddSameDType(OpRegistry& r, std::string name, OpClass cls,
                   std::vector<ArgSpec> schema, ShapeRule shape,
-                  ReferenceFn ref) {
+                  ReferenceFn ref, LowerFn lower = nullptr) {
   OpDef def;
   def.name = std::move(name);
   def.op_class = cls;
@@ -39,6 +39,7 @@ void AddSameDType(OpRegistry& r, std::string name, OpClass cls,
     return std::vector<DType>{ctx.type(0).dtype};
   };
   def.reference = std::move(ref);
+  def.lower = std::move(lower);
   r.Add(std::move(def));
 }
 
@@ -168,6 +169,89 @@ std::optional<int64_t> OptInt(const Attr& a) {
   return a.i;
 }
 
+
+// ---- lowering helpers ----
+
+absl::StatusOr<std::vector<LoweredValue>> Values(LoweredValue v) {
+  return std::vector<LoweredValue>{std::move(v)};
+}
+
+LoweredValue PermuteValue(const LoweredValue& v, const std::vector<int>& perm) {
+  std::vector<Expr> j(perm.size());
+  std::vector<SymExpr> sizes(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) {
+    j[perm[k]] = ir::Var(static_cast<int>(k));
+    sizes[k] = v.sizes[perm[k]];
+  }
+  return LowerContext::Remap(v, j, sizes);
+}
+
+// view/reshape as an index map. Size-1 dims are dropped on both sides; the
+// rest are matched into groups with equal element counts (a flatten or an
+// unflatten is one group), and only within a group does the map need a
+// division or modulus. Groups that cannot be matched (symbolic sizes that
+// don't divide) fall back to one group over all dims.
+absl::StatusOr<std::vector<LoweredValue>> LowerView(LowerContext& ctx) {
+  const LoweredValue& v = ctx.value(0);
+  const std::vector<SymExpr>& out = ctx.out_type().sizes;
+  std::vector<int> in_dims, out_dims;  // non-1 dims
+  for (size_t d = 0; d < v.sizes.size(); ++d) {
+    if (v.sizes[d] != SymExpr(1)) in_dims.push_back(static_cast<int>(d));
+  }
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] != SymExpr(1)) out_dims.push_back(static_cast<int>(d));
+  }
+  std::vector<Expr> j(v.sizes.size(), ir::IntConst(0));
+  // Emits the map for one group: in_dims[a0, a1) <- out_dims[b0, b1).
+  auto emit = [&](size_t a0, size_t a1, size_t b0, size_t b1) {
+    Expr flat = ir::IntConst(0);
+    for (size_t b = b0; b < b1; ++b) {
+      flat = ir::Add(ir::Mul(flat, ir::FromSym(out[out_dims[b]])), ir::Var(out_dims[b]));
+    }
+    SymExpr stride(1);
+    for (size_t a = a1; a-- > a0;) {
+      Expr e = ir::FloorDiv(flat, ir::FromSym(stride));
+      if (a != a0) e = ir::Mod(e, ir::FromSym(v.sizes[in_dims[a]]));
+      if (a1 - a0 == 1 && b1 - b0 == 1) e = ir::Var(out_dims[b0]);
+      j[in_dims[a]] = e;
+      stride = stride * v.sizes[in_dims[a]];
+    }
+  };
+  size_t a = 0, b = 0;
+  bool grouped = true;
+  while (a < in_dims.size() && b < out_dims.size()) {
+    size_t a1 = a + 1, b1 = b + 1;
+    SymExpr pa = v.sizes[in_dims[a]], pb = out[out_dims[b]];
+    while (pa != pb) {
+      if (SymExpr::DivExact(pb, pa) && a1 < in_dims.size()) {
+        pa = pa * v.sizes[in_dims[a1++]];
+      } else if (SymExpr::DivExact(pa, pb) && b1 < out_dims.size()) {
+        pb = pb * out[out_dims[b1++]];
+      } else {
+        grouped = false;
+        break;
+      }
+    }
+    if (!grouped) break;
+    emit(a, a1, b, b1);
+    a = a1;
+    b = b1;
+  }
+  if (!grouped || a != in_dims.size() || b != out_dims.size()) {
+    emit(0, in_dims.size(), 0, out_dims.size());
+  }
+  return Values(LowerContext::Remap(v, j, out));
+}
+
+LoweredValue PointwiseValue(LowerContext& ctx, Expr body) {
+  LoopNode node;
+  node.kind = LoopNode::Kind::kPointwise;
+  node.dtype = ctx.out_type().dtype;
+  node.sizes = ctx.out_type().sizes;
+  node.body = ir::Cast(std::move(body), node.dtype);
+  return ctx.AddNode(std::move(node));
+}
+
 }  // namespace
 
 void RegisterShapeOps(OpRegistry& r) {
@@ -177,7 +261,8 @@ void RegisterShapeOps(OpRegistry& r) {
   for (const char* name : {"aten.view.default", "aten.reshape.default",
                            "aten._unsafe_view.default"}) {
     AddSameDType(r, name, OpClass::kView,
-                 {self(), Arg("size", ArgKind::kIntList)}, ViewShape, ViewRef);
+                 {self(), Arg("size", ArgKind::kIntList)}, ViewShape, ViewRef,
+      LowerView);
   }
 
   AddSameDType(
@@ -196,6 +281,12 @@ void RegisterShapeOps(OpRegistry& r) {
         for (const SymExpr& e : ctx.arg(1).ints)
           perm.push_back(Wrap(*e.AsConstant(), rank));
         return One(Permuted(ctx.tensors[0], perm));
+      },
+      [](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+        const int rank = static_cast<int>(ctx.value(0).sizes.size());
+        std::vector<int> perm;
+        for (const SymExpr& e : ctx.arg(1).ints) perm.push_back(Wrap(*e.AsConstant(), rank));
+        return Values(PermuteValue(ctx.value(0), perm));
       });
 
   AddSameDType(
@@ -216,6 +307,11 @@ void RegisterShapeOps(OpRegistry& r) {
         return One(Permuted(ctx.tensors[0],
                             TransposePerm(rank, Wrap(ctx.arg(1).i, rank),
                                           Wrap(ctx.arg(2).i, rank))));
+      },
+      [](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+        const int rank = static_cast<int>(ctx.value(0).sizes.size());
+        return Values(PermuteValue(
+            ctx.value(0), TransposePerm(rank, Wrap(ctx.arg(1).i, rank), Wrap(ctx.arg(2).i, rank))));
       });
 
   AddSameDType(
@@ -234,6 +330,11 @@ void RegisterShapeOps(OpRegistry& r) {
         return One(Permuted(ctx.tensors[0], rank == 2
                                                 ? std::vector<int>{1, 0}
                                                 : TransposePerm(rank, 0, 0)));
+      },
+      [](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+        const int rank = static_cast<int>(ctx.value(0).sizes.size());
+        return Values(PermuteValue(ctx.value(0), rank == 2 ? std::vector<int>{1, 0}
+                                                           : TransposePerm(rank, 0, 0)));
       });
 
   AddSameDType(
@@ -280,6 +381,17 @@ void RegisterShapeOps(OpRegistry& r) {
       },
       [](const RefContext& ctx) -> absl::StatusOr<std::vector<HostTensor>> {
         return One(ops::BroadcastTo(ctx.tensors[0], ctx.out_sizes[0]));
+      },
+      [](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+        const LoweredValue& v = ctx.value(0);
+        const std::vector<SymExpr>& out = ctx.out_type().sizes;
+        const size_t lead = out.size() - v.sizes.size();
+        std::vector<Expr> j;
+        for (size_t d = 0; d < v.sizes.size(); ++d) {
+          const bool expanded = v.sizes[d] == SymExpr(1) && out[lead + d] != SymExpr(1);
+          j.push_back(expanded ? ir::IntConst(0) : ir::Var(static_cast<int>(lead + d)));
+        }
+        return Values(LowerContext::Remap(v, j, out));
       });
 
   AddSameDType(
@@ -300,6 +412,16 @@ void RegisterShapeOps(OpRegistry& r) {
         sizes.insert(sizes.begin() + d, 1);
         strides.insert(strides.begin() + d, stride);
         return One(HostTensor::View(t, sizes, strides, t.offset()));
+      },
+      [](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+        const LoweredValue& v = ctx.value(0);
+        const int rank = static_cast<int>(v.sizes.size());
+        const int d = Wrap(ctx.arg(1).i, rank + 1);
+        std::vector<Expr> j;
+        for (int k = 0; k <= rank; ++k) {
+          if (k != d) j.push_back(ir::Var(k));
+        }
+        return Values(LowerContext::Remap(v, j, ctx.out_type().sizes));
       });
 
   // squeeze: only static size-1 dims go; a symbolic size is >= 2.
@@ -361,6 +483,21 @@ void RegisterShapeOps(OpRegistry& r) {
             strides.push_back(t.strides()[d]);
           }
           return One(HostTensor::View(t, sizes, strides, t.offset()));
+        },
+      [selected](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+          const LoweredValue& v = ctx.value(0);
+          const int rank = static_cast<int>(v.sizes.size());
+          std::vector<bool> sel = *selected(ctx.node(), rank, nullptr);
+          std::vector<Expr> j;
+          int k = 0;
+          for (int d = 0; d < rank; ++d) {
+            if (sel[d] && v.sizes[d] == SymExpr(1)) {
+              j.push_back(ir::IntConst(0));
+            } else {
+              j.push_back(ir::Var(k++));
+            }
+          }
+          return Values(LowerContext::Remap(v, j, ctx.out_type().sizes));
         });
   }
 
@@ -410,6 +547,19 @@ void RegisterShapeOps(OpRegistry& r) {
         const int64_t offset = t.offset() + b.start * strides[d];
         strides[d] *= step;
         return One(HostTensor::View(t, sizes, strides, offset));
+      },
+      [](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+        const LoweredValue& v = ctx.value(0);
+        const int rank = static_cast<int>(v.sizes.size());
+        const int d = Wrap(ctx.arg(1).i, rank);
+        const int64_t step = ctx.arg(4).i;
+        int64_t start = OptInt(ctx.arg(2)).value_or(0);
+        if (auto n = v.sizes[d].AsConstant()) {
+          start = ClampSlice(*n, OptInt(ctx.arg(2)), OptInt(ctx.arg(3)), step).start;
+        }
+        std::vector<Expr> j = IdentityIndex(rank);
+        j[d] = ir::Add(ir::IntConst(start), ir::Mul(ir::Var(d), ir::IntConst(step)));
+        return Values(LowerContext::Remap(v, j, ctx.out_type().sizes));
       });
 
   AddSameDType(
@@ -442,6 +592,23 @@ void RegisterShapeOps(OpRegistry& r) {
         sizes.erase(sizes.begin() + d);
         strides.erase(strides.begin() + d);
         return One(HostTensor::View(t, sizes, strides, offset));
+      },
+      [](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+        const LoweredValue& v = ctx.value(0);
+        const int rank = static_cast<int>(v.sizes.size());
+        const int d = Wrap(ctx.arg(1).i, rank);
+        const int64_t index = ctx.arg(2).i;
+        std::vector<Expr> j;
+        for (int k = 0, o = 0; k < rank; ++k) {
+          if (k != d) {
+            j.push_back(ir::Var(o++));
+          } else if (index >= 0) {
+            j.push_back(ir::IntConst(index));
+          } else {  // from the end; the size may be symbolic
+            j.push_back(ir::Add(ir::FromSym(v.sizes[d]), ir::IntConst(index)));
+          }
+        }
+        return Values(LowerContext::Remap(v, j, ctx.out_type().sizes));
       });
 
   AddSameDType(
@@ -452,6 +619,9 @@ void RegisterShapeOps(OpRegistry& r) {
       },
       [](const RefContext& ctx) -> absl::StatusOr<std::vector<HostTensor>> {
         return One(ctx.tensors[0].Contiguous());
+      },
+      [](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+        return Values(ctx.value(0));  // values are immutable: a clone is the value
       });
 
   // cat: PyTorch skips legacy empty 1-D tensors (shape [0]).
@@ -528,6 +698,29 @@ void RegisterShapeOps(OpRegistry& r) {
       }
       return One(std::move(out));
     };
+    def.lower = [skipped](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+      const TensorType& out = ctx.out_type();
+      if (out.rank() == 1 && out.sizes[0] == SymExpr(0)) return Values(PointwiseValue(ctx, ir::Const(0, out.dtype)));
+      const int d = Wrap(ctx.arg(1).i, out.rank());
+      // A chain of selects on the concatenated dim, last piece innermost.
+      Expr body;
+      SymExpr offset(0);
+      std::vector<std::pair<SymExpr, Expr>> pieces;  // (end offset, value)
+      for (ValueId t : ctx.arg(0).tensors) {
+        const LoweredValue& v = ctx.value_of(t);
+        if (v.sizes.size() == 1 && v.sizes[0] == SymExpr(0)) continue;
+        std::vector<Expr> idx = IdentityIndex(out.rank());
+        idx[d] = ir::Add(ir::Var(d), ir::Mul(ir::IntConst(-1), ir::FromSym(offset)));
+        offset = offset + v.sizes[d];
+        pieces.emplace_back(offset, ir::Cast(LowerContext::Read(v, idx), out.dtype));
+      }
+      body = pieces.back().second;
+      for (size_t k = pieces.size() - 1; k-- > 0;) {
+        Expr in_piece = ir::Binary(ExprOp::kLt, ir::Var(d), ir::FromSym(pieces[k].first), DType::kBool);
+        body = ir::Select(in_piece, pieces[k].second, body);
+      }
+      return Values(PointwiseValue(ctx, body));
+    };
     r.Add(std::move(def));
   }
 
@@ -575,6 +768,13 @@ void RegisterShapeOps(OpRegistry& r) {
       fill(out, ctx.arg(1));
       return One(std::move(out));
     };
+    def.lower = [](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+      const Attr& v = ctx.arg(1);
+      const DType dt = ctx.out_type().dtype;
+      return Values(PointwiseValue(ctx, IsFloating(dt) || v.kind == Attr::Kind::kFloat
+                                            ? ir::Const(v.ScalarAsDouble(), IsFloating(dt) ? dt : DType::kFloat32)
+                                            : ir::IntConst(v.kind == Attr::Kind::kBool ? v.b : v.i, DType::kInt64)));
+    };
     r.Add(std::move(def));
   }
   {
@@ -595,6 +795,13 @@ void RegisterShapeOps(OpRegistry& r) {
       HostTensor out = HostTensor::Empty(ctx.out_dtypes[0], {});
       fill(out, ctx.arg(0));
       return One(std::move(out));
+    };
+    def.lower = [](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+      const Attr& v = ctx.arg(0);
+      const DType dt = ctx.out_type().dtype;
+      return Values(PointwiseValue(ctx, IsFloating(dt) || v.kind == Attr::Kind::kFloat
+                                            ? ir::Const(v.ScalarAsDouble(), IsFloating(dt) ? dt : DType::kFloat32)
+                                            : ir::IntConst(v.kind == Attr::Kind::kBool ? v.b : v.i, DType::kInt64)));
     };
     r.Add(std::move(def));
   }
@@ -665,6 +872,20 @@ void RegisterShapeOps(OpRegistry& r) {
         out.SetDoubleAt(i, start + static_cast<double>(i) * step);
       }
       return One(std::move(out));
+    };
+    def.lower = [params](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+      auto [start, end, step] = params(ctx.node());
+      (void)end;
+      // Computed in double-free float: start + i * step, as the reference.
+      const Expr i = ir::Cast(ir::Var(0), DType::kFloat32);
+      Expr v = ir::Binary(ExprOp::kAdd, ir::Const(start, DType::kFloat32),
+                          ir::Binary(ExprOp::kMul, i, ir::Const(step, DType::kFloat32), DType::kFloat32),
+                          DType::kFloat32);
+      if (!IsFloating(ctx.out_type().dtype) && start == std::floor(start) && step == std::floor(step)) {
+        v = ir::Add(ir::IntConst(static_cast<int64_t>(start)),
+                    ir::Mul(ir::Var(0), ir::IntConst(static_cast<int64_t>(step))));
+      }
+      return Values(PointwiseValue(ctx, v));
     };
     r.Add(std::move(def));
   }

@@ -1,0 +1,454 @@
+#include "compiler/fuse.h"
+
+#include <functional>
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/graph.h"
+#include "compiler/lower.h"
+
+namespace kiln {
+namespace {
+
+// Rewrites an expression bottom-up; `leaf` may replace any node (returning
+// nullopt keeps the rebuilt node). Memoised structurally so that shared
+// subexpressions stay shared (inlining would otherwise blow up).
+class Rewriter {
+ public:
+  using Fn = std::function<std::optional<Expr>(const Expr& rebuilt)>;
+  explicit Rewriter(Fn fn) : fn_(std::move(fn)) {}
+
+  Expr Run(const Expr& e) {
+    if (auto hit = Find(e)) return *hit;
+    std::vector<Expr> args;
+    bool changed = false;
+    for (const Expr& a : e->args) {
+      args.push_back(Run(a));
+      changed |= args.back() != a;
+    }
+    Expr rebuilt = e;
+    if (changed) {
+      auto n = std::make_shared<ExprNode>(*e);
+      n->args = std::move(args);
+      // Recompute the hash over the new args through a rebuild by
+      // substitution of nothing: SubstituteVars with identity keeps folding.
+      rebuilt = Recons(n);
+    }
+    std::optional<Expr> replaced = fn_(rebuilt);
+    Expr result = replaced ? *replaced : rebuilt;
+    memo_[e->hash].push_back({e, result});
+    return result;
+  }
+
+ private:
+  static Expr Recons(const std::shared_ptr<ExprNode>& n) {
+    switch (n->op) {
+      case ExprOp::kConst:
+      case ExprOp::kVar:
+      case ExprOp::kSym:
+      case ExprOp::kAcc:
+        return n;
+      case ExprOp::kLoad:
+        return ir::Load(n->index, n->args, n->dtype);
+      case ExprOp::kLoadBuffer:
+        return ir::LoadBuffer(n->index, n->args[0], n->dtype);
+      case ExprOp::kSelect:
+        return ir::Select(n->args[0], n->args[1], n->args[2]);
+      case ExprOp::kCast:
+        return ir::Cast(n->args[0], n->dtype);
+      default:
+        break;
+    }
+    if (n->args.size() == 1) return ir::Unary(n->op, n->args[0], n->dtype);
+    if (n->dtype == DType::kInt64) {
+      switch (n->op) {
+        case ExprOp::kAdd:
+          return ir::Add(n->args[0], n->args[1]);
+        case ExprOp::kMul:
+          return ir::Mul(n->args[0], n->args[1]);
+        case ExprOp::kFloorDiv:
+          return ir::FloorDiv(n->args[0], n->args[1]);
+        case ExprOp::kRemainder:
+          return ir::Mod(n->args[0], n->args[1]);
+        default:
+          break;
+      }
+    }
+    return ir::Binary(n->op, n->args[0], n->args[1], n->dtype);
+  }
+
+  std::optional<Expr> Find(const Expr& e) {
+    auto it = memo_.find(e->hash);
+    if (it == memo_.end()) return std::nullopt;
+    for (const auto& [k, v] : it->second) {
+      if (ir::Equal(k, e)) return v;
+    }
+    return std::nullopt;
+  }
+
+  Fn fn_;
+  absl::flat_hash_map<uint64_t, std::vector<std::pair<Expr, Expr>>> memo_;
+};
+
+void CollectLoads(const Expr& e, absl::flat_hash_set<int>& nodes,
+                  absl::flat_hash_set<const ExprNode*>& seen) {
+  if (!seen.insert(e.get()).second) return;
+  if (e->op == ExprOp::kLoad) nodes.insert(e->index);
+  for (const Expr& a : e->args) CollectLoads(a, nodes, seen);
+}
+
+absl::flat_hash_set<int> LoadsOf(const Expr& e) {
+  absl::flat_hash_set<int> nodes;
+  absl::flat_hash_set<const ExprNode*> seen;
+  if (e) CollectLoads(e, nodes, seen);
+  return nodes;
+}
+
+// Where a node stored in (or accumulated by) a kernel can be read without
+// memory: its value as an expression over the kernel's vars, valid when a
+// load's index equals `index` (over the kernel's vars).
+struct InKernelValue {
+  Expr value;
+  std::vector<Expr> index;
+};
+
+struct KernelBuild {
+  Kernel kernel;
+  absl::flat_hash_map<int, InKernelValue> values;  // node -> in-register value
+  absl::flat_hash_map<int, int> acc_stage;         // reduction node -> stage
+  int num_acc = 0;
+  bool has_inner() const {
+    for (bool b : kernel.inner) {
+      if (b) return true;
+    }
+    return false;
+  }
+};
+
+class Fuser {
+ public:
+  explicit Fuser(const LoopGraph& g) : g_(g) {}
+
+  absl::StatusOr<FusedProgram> Run() {
+    MarkRealized();
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      const LoopNode& node = g_.nodes[n];
+      if (!realized_[n] || node.kind == LoopNode::Kind::kInput) continue;
+      if (node.kind == LoopNode::Kind::kReduction) {
+        AddReduction(static_cast<int>(n));
+      } else {
+        AddPointwise(static_cast<int>(n));
+      }
+    }
+    return Finish();
+  }
+
+ private:
+  void MarkRealized() {
+    realized_.assign(g_.nodes.size(), false);
+    std::vector<bool> reachable(g_.nodes.size(), false);
+    std::vector<int> stack(g_.outputs.begin(), g_.outputs.end());
+    while (!stack.empty()) {
+      const int n = stack.back();
+      stack.pop_back();
+      if (reachable[n]) continue;
+      reachable[n] = true;
+      for (int m : LoadsOf(g_.nodes[n].body)) stack.push_back(m);
+      for (int m : LoadsOf(g_.nodes[n].finalize)) stack.push_back(m);
+    }
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      const LoopNode& node = g_.nodes[n];
+      realized_[n] = reachable[n] && (node.kind != LoopNode::Kind::kPointwise ||
+                                      node.output_index >= 0);
+    }
+  }
+
+  Expr Inline(const Expr& e) { return inliner_.Run(e); }
+
+  Rewriter inliner_{[this](const Expr& x) -> std::optional<Expr> {
+    if (x->op != ExprOp::kLoad || realized_[x->index]) return std::nullopt;
+    const LoopNode& node = g_.nodes[x->index];
+    return Inline(ir::SubstituteVars(node.body, x->args));
+  }};
+
+  // Replaces reads of values the kernel holds in registers; returns the
+  // rewritten expression, or nullopt when a read of the kernel's own
+  // results remains (then the node cannot join this kernel).
+  std::optional<Expr> ResolveInKernel(const Expr& e, const KernelBuild& k) {
+    Rewriter rw([&k](const Expr& x) -> std::optional<Expr> {
+      if (x->op != ExprOp::kLoad) return std::nullopt;
+      auto it = k.values.find(x->index);
+      if (it == k.values.end() || it->second.index.size() != x->args.size())
+        return std::nullopt;
+      for (size_t d = 0; d < x->args.size(); ++d) {
+        if (!ir::Equal(x->args[d], it->second.index[d])) return std::nullopt;
+      }
+      return it->second.value;
+    });
+    Expr r = rw.Run(e);
+    for (int n : LoadsOf(r)) {
+      if (k.values.contains(n)) return std::nullopt;
+    }
+    return r;
+  }
+
+  // The index, over a kernel's vars, at which a node of shape `sizes` that
+  // the kernel computes is read "for this row / element": nullopt if the
+  // shape is not the kernel's full space, row space or keepdim row space.
+  static std::optional<std::vector<Expr>> IdentityIn(
+      const Kernel& k, const std::vector<SymExpr>& sizes, bool* inner_store) {
+    const int rank = static_cast<int>(k.dims.size());
+    if (sizes == k.dims) {
+      *inner_store = true;
+      for (bool b : k.inner) {
+        if (b) return IdentityIndex(rank);
+      }
+      *inner_store = false;  // a kernel without inner dims: per element
+      return IdentityIndex(rank);
+    }
+    *inner_store = false;
+    std::vector<SymExpr> kept, keep1;
+    std::vector<Expr> kept_idx, keep1_idx;
+    for (int d = 0; d < rank; ++d) {
+      if (k.inner[d]) {
+        keep1.push_back(SymExpr(1));
+        keep1_idx.push_back(ir::IntConst(0));
+      } else {
+        kept.push_back(k.dims[d]);
+        keep1.push_back(k.dims[d]);
+        kept_idx.push_back(ir::Var(d));
+        keep1_idx.push_back(ir::Var(d));
+      }
+    }
+    if (sizes == kept) return kept_idx;
+    if (sizes == keep1) return keep1_idx;
+    return std::nullopt;
+  }
+
+  void AddReduction(int n) {
+    const LoopNode& node = g_.nodes[n];
+    const Expr body = Inline(node.body);
+    if (!kernels_.empty()) {
+      KernelBuild& k = kernels_.back();
+      if (k.kernel.dims == node.reduce_sizes &&
+          k.kernel.inner == node.reduced && k.has_inner()) {
+        if (auto resolved = ResolveInKernel(body, k)) {
+          AppendReduce(k, n, *resolved);
+          return;
+        }
+      }
+    }
+    KernelBuild k;
+    k.kernel.name = absl::StrCat("kiln_k", kernels_.size());
+    k.kernel.dims = node.reduce_sizes;
+    k.kernel.inner = node.reduced;
+    AppendReduce(k, n, body);
+    kernels_.push_back(std::move(k));
+  }
+
+  void AppendReduce(KernelBuild& k, int n, Expr value) {
+    const LoopNode& node = g_.nodes[n];
+    Stage st;
+    st.kind = Stage::Kind::kReduce;
+    st.value = std::move(value);
+    st.reduce = node.reduce;
+    st.acc_dtype = node.acc_dtype;
+    const int slot = k.num_acc++;
+    if (node.finalize) {
+      st.finalize = Rewriter([slot](const Expr& x) -> std::optional<Expr> {
+                      if (x->op == ExprOp::kAcc) return ir::Acc(slot, x->dtype);
+                      return std::nullopt;
+                    }).Run(node.finalize);
+    }
+    k.kernel.stages.push_back(std::move(st));
+    k.acc_stage[n] = static_cast<int>(k.kernel.stages.size()) - 1;
+    bool unused;
+    InKernelValue v{ir::Acc(slot, node.dtype),
+                    *IdentityIn(k.kernel, node.sizes, &unused)};
+    k.values[n] = std::move(v);
+  }
+
+  void AddPointwise(int n) {
+    const LoopNode& node = g_.nodes[n];
+    const Expr body = Inline(node.body);
+    if (!kernels_.empty()) {
+      KernelBuild& k = kernels_.back();
+      bool inner_store = false;
+      if (auto idx = IdentityIn(k.kernel, node.sizes, &inner_store)) {
+        if (auto resolved =
+                ResolveInKernel(ir::SubstituteVars(body, *idx), k)) {
+          AppendStore(k, static_cast<int>(kernels_.size()) - 1, n, *resolved,
+                      *idx, inner_store);
+          return;
+        }
+      }
+    }
+    KernelBuild k;
+    k.kernel.name = absl::StrCat("kiln_k", kernels_.size());
+    k.kernel.dims = node.sizes;
+    k.kernel.inner.assign(node.sizes.size(), false);
+    AppendStore(k, static_cast<int>(kernels_.size()), n, body,
+                IdentityIndex(static_cast<int>(node.sizes.size())), false);
+    kernels_.push_back(std::move(k));
+  }
+
+  // Records a store of node n (value over kernel vars) at index `idx`; the
+  // buffer slot and offset are filled in by Finish().
+  void AppendStore(KernelBuild& k, int kernel_index, int n, Expr value,
+                   const std::vector<Expr>& idx, bool inner_store) {
+    Stage st;
+    st.kind = inner_store ? Stage::Kind::kStoreInner : Stage::Kind::kStoreOuter;
+    st.value = value;
+    st.store_dtype = g_.nodes[n].dtype;
+    k.kernel.stages.push_back(std::move(st));
+    pending_stores_.push_back(
+        {kernel_index, static_cast<int>(k.kernel.stages.size()) - 1, n, idx});
+    k.values[n] = InKernelValue{std::move(value), idx};
+  }
+
+  absl::StatusOr<FusedProgram> Finish() {
+    FusedProgram p;
+    p.symbol_names = g_.symbol_names;
+    // Program buffers: inputs, then outputs, then temps as needed.
+    absl::flat_hash_map<int, int> buffer_of;  // node -> program buffer
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      const LoopNode& node = g_.nodes[n];
+      if (node.kind != LoopNode::Kind::kInput) continue;
+      ProgramBuffer b;
+      b.kind = ProgramBuffer::Kind::kInput;
+      b.index = node.input_index;
+      b.dtype = node.dtype;
+      b.strides = node.strides;
+      // Extent of the strided storage the kernels may touch.
+      SymExpr extent(1);
+      bool empty = false;
+      for (size_t d = 0; d < node.sizes.size(); ++d) {
+        if (node.sizes[d] == SymExpr(0)) empty = true;
+        extent = extent + (node.sizes[d] - SymExpr(1)) * node.strides[d];
+      }
+      b.elements = empty ? SymExpr(0) : extent;
+      buffer_of[static_cast<int>(n)] = static_cast<int>(p.buffers.size());
+      p.buffers.push_back(std::move(b));
+    }
+    for (size_t o = 0; o < g_.outputs.size(); ++o) {
+      const LoopNode& node = g_.nodes[g_.outputs[o]];
+      ProgramBuffer b;
+      b.kind = ProgramBuffer::Kind::kOutput;
+      b.index = static_cast<int>(o);
+      b.dtype = node.dtype;
+      b.elements = NumElements(node.sizes);
+      b.strides = ContiguousStrides(node.sizes);
+      buffer_of[g_.outputs[o]] = static_cast<int>(p.buffers.size());
+      p.buffers.push_back(std::move(b));
+    }
+    // Which kernel-local results are still read from memory afterwards.
+    std::vector<absl::flat_hash_set<int>> loads(kernels_.size());
+    for (size_t k = 0; k < kernels_.size(); ++k) {
+      for (const Stage& st : kernels_[k].kernel.stages) {
+        for (int m : LoadsOf(st.value)) loads[k].insert(m);
+        for (int m : LoadsOf(st.finalize)) loads[k].insert(m);
+      }
+    }
+    auto needs_buffer = [&](int n) {
+      if (g_.nodes[n].output_index >= 0) return true;
+      for (const auto& l : loads) {
+        if (l.contains(n)) return true;
+      }
+      return false;
+    };
+    // Reductions that need memory get a store right after their stage.
+    for (size_t k = 0; k < kernels_.size(); ++k) {
+      KernelBuild& kb = kernels_[k];
+      std::vector<std::pair<int, int>> order;  // (stage, node)
+      for (const auto& [node, stage] : kb.acc_stage)
+        order.push_back({stage, node});
+      std::sort(order.begin(), order.end(), std::greater<>());
+      for (const auto& [stage, n] : order) {
+        if (!needs_buffer(n)) continue;
+        const LoopNode& node = g_.nodes[n];
+        if (!buffer_of.contains(n)) {
+          ProgramBuffer b;
+          b.kind = ProgramBuffer::Kind::kTemp;
+          b.dtype = node.dtype;
+          b.elements = NumElements(node.sizes);
+          b.strides = ContiguousStrides(node.sizes);
+          buffer_of[n] = static_cast<int>(p.buffers.size());
+          p.buffers.push_back(std::move(b));
+        }
+        Stage st;
+        st.kind = Stage::Kind::kStoreOuter;
+        st.value = kb.values[n].value;
+        st.store_dtype = node.dtype;
+        st.buffer_slot = -1 - n;  // resolved below
+        st.offset =
+            FlatOffset(kb.values[n].index, ContiguousStrides(node.sizes));
+        kb.kernel.stages.insert(kb.kernel.stages.begin() + stage + 1,
+                                std::move(st));
+        // Pending stores recorded after this stage shift by one.
+        for (PendingStore& ps : pending_stores_) {
+          if (ps.kernel == static_cast<int>(k) && ps.stage > stage) ++ps.stage;
+        }
+      }
+    }
+    for (const PendingStore& ps : pending_stores_) {
+      Stage& st = kernels_[ps.kernel].kernel.stages[ps.stage];
+      st.buffer_slot = -1 - ps.node;
+      st.offset =
+          FlatOffset(ps.index, ContiguousStrides(g_.nodes[ps.node].sizes));
+    }
+    // Slots: each kernel's buffers in first-use order; loads become flat
+    // offsets into them.
+    for (KernelBuild& kb : kernels_) {
+      Kernel& kernel = kb.kernel;
+      absl::flat_hash_map<int, int> slot_of;  // program buffer -> slot
+      auto slot = [&](int program_buffer) {
+        auto [it, inserted] = slot_of.emplace(
+            program_buffer, static_cast<int>(kernel.buffers.size()));
+        if (inserted) kernel.buffers.push_back(program_buffer);
+        return it->second;
+      };
+      for (Stage& st : kernel.stages) {
+        Rewriter to_buffers([&](const Expr& x) -> std::optional<Expr> {
+          if (x->op != ExprOp::kLoad) return std::nullopt;
+          const int b = buffer_of.at(x->index);
+          return ir::LoadBuffer(
+              slot(b), FlatOffset(x->args, p.buffers[b].strides), x->dtype);
+        });
+        st.value = to_buffers.Run(st.value);
+        if (st.finalize) st.finalize = to_buffers.Run(st.finalize);
+        if (st.kind != Stage::Kind::kReduce)
+          st.buffer_slot = slot(buffer_of.at(-1 - st.buffer_slot));
+      }
+      p.kernels.push_back(std::move(kernel));
+    }
+    return p;
+  }
+
+  static Expr FlatOffset(const std::vector<Expr>& index,
+                         const std::vector<SymExpr>& strides) {
+    Expr off = ir::IntConst(0);
+    for (size_t d = 0; d < index.size(); ++d)
+      off = ir::Add(off, ir::Mul(index[d], ir::FromSym(strides[d])));
+    return off;
+  }
+
+  struct PendingStore {
+    int kernel, stage, node;
+    std::vector<Expr> index;
+  };
+
+  const LoopGraph& g_;
+  std::vector<bool> realized_;
+  std::vector<KernelBuild> kernels_;
+  std::vector<PendingStore> pending_stores_;
+};
+
+}  // namespace
+
+absl::StatusOr<FusedProgram> Fuse(const LoopGraph& graph) {
+  return Fuser(graph).Run();
+}
+
+}  // namespace kiln

@@ -1,0 +1,465 @@
+#include "compiler/loop_ir.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kiln {
+namespace ir {
+namespace {
+
+uint64_t Mix(uint64_t h, uint64_t v) {
+  return (h ^ v) * 0x100000001b3ull + (h >> 29);
+}
+
+Expr Make(ExprOp op, DType dtype, std::vector<Expr> args, double f = 0,
+          int64_t i = 0, int index = 0) {
+  auto n = std::make_shared<ExprNode>();
+  n->op = op;
+  n->dtype = dtype;
+  n->f = f;
+  n->i = i;
+  n->index = index;
+  uint64_t h = Mix(0xcbf29ce484222325ull, static_cast<uint64_t>(op));
+  h = Mix(h, static_cast<uint64_t>(dtype));
+  uint64_t fb;
+  std::memcpy(&fb, &f, 8);
+  h = Mix(Mix(Mix(h, fb), static_cast<uint64_t>(i)),
+          static_cast<uint64_t>(index));
+  for (const Expr& a : args) h = Mix(h, a->hash);
+  n->hash = h;
+  n->args = std::move(args);
+  return n;
+}
+
+std::optional<int64_t> IntValue(const Expr& e) {
+  if (e->op == ExprOp::kConst && !IsFloating(e->dtype)) return e->i;
+  return std::nullopt;
+}
+
+}  // namespace
+
+Expr Const(double v, DType dtype) {
+  if (!IsFloating(dtype)) return IntConst(static_cast<int64_t>(v), dtype);
+  return Make(ExprOp::kConst, dtype, {}, v);
+}
+Expr IntConst(int64_t v, DType dtype) {
+  return Make(ExprOp::kConst, dtype, {}, 0, v);
+}
+Expr Var(int index) {
+  return Make(ExprOp::kVar, DType::kInt64, {}, 0, 0, index);
+}
+Expr Sym(int index) {
+  return Make(ExprOp::kSym, DType::kInt64, {}, 0, 0, index);
+}
+Expr Load(int node, std::vector<Expr> index, DType dtype) {
+  return Make(ExprOp::kLoad, dtype, std::move(index), 0, 0, node);
+}
+Expr LoadBuffer(int slot, Expr offset, DType dtype) {
+  return Make(ExprOp::kLoadBuffer, dtype, {std::move(offset)}, 0, 0, slot);
+}
+Expr Acc(int stage, DType dtype) {
+  return Make(ExprOp::kAcc, dtype, {}, 0, 0, stage);
+}
+Expr Cast(Expr x, DType to) {
+  if (x->dtype == to) return x;
+  return Make(ExprOp::kCast, to, {std::move(x)});
+}
+Expr Unary(ExprOp op, Expr x, DType dtype) {
+  return Make(op, dtype, {std::move(x)});
+}
+Expr Binary(ExprOp op, Expr a, Expr b, DType dtype) {
+  return Make(op, dtype, {std::move(a), std::move(b)});
+}
+Expr Select(Expr cond, Expr a, Expr b) {
+  const DType d = a->dtype;
+  return Make(ExprOp::kSelect, d,
+              {std::move(cond), std::move(a), std::move(b)});
+}
+
+Expr Add(Expr a, Expr b) {
+  auto ca = IntValue(a), cb = IntValue(b);
+  if (ca && cb) return IntConst(*ca + *cb);
+  if (ca && *ca == 0) return b;
+  if (cb && *cb == 0) return a;
+  return Make(ExprOp::kAdd, DType::kInt64, {std::move(a), std::move(b)});
+}
+Expr Mul(Expr a, Expr b) {
+  auto ca = IntValue(a), cb = IntValue(b);
+  if (ca && cb) return IntConst(*ca * *cb);
+  if ((ca && *ca == 0) || (cb && *cb == 0)) return IntConst(0);
+  if (ca && *ca == 1) return b;
+  if (cb && *cb == 1) return a;
+  return Make(ExprOp::kMul, DType::kInt64, {std::move(a), std::move(b)});
+}
+Expr FloorDiv(Expr a, Expr b) {
+  auto ca = IntValue(a), cb = IntValue(b);
+  if (cb && *cb == 1) return a;
+  if (ca && *ca == 0) return a;
+  if (ca && cb && *cb != 0) {
+    int64_t q = *ca / *cb;
+    if ((*ca % *cb != 0) && ((*ca < 0) != (*cb < 0))) --q;
+    return IntConst(q);
+  }
+  return Make(ExprOp::kFloorDiv, DType::kInt64, {std::move(a), std::move(b)});
+}
+Expr Mod(Expr a, Expr b) {
+  auto ca = IntValue(a), cb = IntValue(b);
+  if (cb && *cb == 1) return IntConst(0);
+  if (ca && *ca == 0) return a;
+  if (ca && cb && *cb != 0) {
+    int64_t r = *ca % *cb;
+    if (r != 0 && ((r < 0) != (*cb < 0))) r += *cb;
+    return IntConst(r);
+  }
+  return Make(ExprOp::kRemainder, DType::kInt64, {std::move(a), std::move(b)});
+}
+
+Expr FromSym(const SymExpr& e) {
+  Expr sum = IntConst(0);
+  for (const SymExpr::Term& t : e.terms()) {
+    Expr prod = IntConst(t.coeff);
+    for (int s : t.symbols) prod = Mul(prod, Sym(s));
+    sum = Add(sum, prod);
+  }
+  return sum;
+}
+
+bool Equal(const Expr& a, const Expr& b) {
+  if (a == b) return true;
+  if (a->hash != b->hash || a->op != b->op || a->dtype != b->dtype ||
+      a->i != b->i || a->index != b->index ||
+      a->args.size() != b->args.size()) {
+    return false;
+  }
+  if (!(a->f == b->f || (std::isnan(a->f) && std::isnan(b->f)))) return false;
+  for (size_t k = 0; k < a->args.size(); ++k) {
+    if (!Equal(a->args[k], b->args[k])) return false;
+  }
+  return true;
+}
+
+Expr Rebuild(const Expr& e, std::vector<Expr> args) {
+  switch (e->op) {
+    case ExprOp::kAdd:
+      if (e->dtype == DType::kInt64) return Add(args[0], args[1]);
+      break;
+    case ExprOp::kMul:
+      if (e->dtype == DType::kInt64) return Mul(args[0], args[1]);
+      break;
+    case ExprOp::kFloorDiv:
+      if (e->dtype == DType::kInt64) return FloorDiv(args[0], args[1]);
+      break;
+    case ExprOp::kRemainder:
+      if (e->dtype == DType::kInt64) return Mod(args[0], args[1]);
+      break;
+    default:
+      break;
+  }
+  return Make(e->op, e->dtype, std::move(args), e->f, e->i, e->index);
+}
+
+Expr SubstituteVars(const Expr& e, const std::vector<Expr>& vars) {
+  absl::flat_hash_map<const ExprNode*, Expr> memo;
+  std::function<Expr(const Expr&)> go = [&](const Expr& x) -> Expr {
+    if (x->op == ExprOp::kVar) return vars[x->index];
+    if (x->args.empty()) return x;
+    auto it = memo.find(x.get());
+    if (it != memo.end()) return it->second;
+    std::vector<Expr> args;
+    bool changed = false;
+    for (const Expr& a : x->args) {
+      args.push_back(go(a));
+      changed |= args.back() != a;
+    }
+    Expr r = changed ? Rebuild(x, std::move(args)) : x;
+    memo.emplace(x.get(), r);
+    return r;
+  };
+  return go(e);
+}
+
+namespace {
+const char* OpName(ExprOp op) {
+  switch (op) {
+    case ExprOp::kConst:
+      return "const";
+    case ExprOp::kVar:
+      return "var";
+    case ExprOp::kSym:
+      return "sym";
+    case ExprOp::kLoad:
+      return "load";
+    case ExprOp::kLoadBuffer:
+      return "load_buffer";
+    case ExprOp::kAcc:
+      return "acc";
+    case ExprOp::kCast:
+      return "cast";
+    case ExprOp::kNeg:
+      return "neg";
+    case ExprOp::kAbs:
+      return "abs";
+    case ExprOp::kExp:
+      return "exp";
+    case ExprOp::kExp2:
+      return "exp2";
+    case ExprOp::kExpm1:
+      return "expm1";
+    case ExprOp::kLog:
+      return "log";
+    case ExprOp::kLog2:
+      return "log2";
+    case ExprOp::kLog1p:
+      return "log1p";
+    case ExprOp::kSqrt:
+      return "sqrt";
+    case ExprOp::kRsqrt:
+      return "rsqrt";
+    case ExprOp::kReciprocal:
+      return "reciprocal";
+    case ExprOp::kSin:
+      return "sin";
+    case ExprOp::kCos:
+      return "cos";
+    case ExprOp::kTan:
+      return "tan";
+    case ExprOp::kTanh:
+      return "tanh";
+    case ExprOp::kSigmoid:
+      return "sigmoid";
+    case ExprOp::kErf:
+      return "erf";
+    case ExprOp::kFloor:
+      return "floor";
+    case ExprOp::kCeil:
+      return "ceil";
+    case ExprOp::kRound:
+      return "round";
+    case ExprOp::kTrunc:
+      return "trunc";
+    case ExprOp::kSign:
+      return "sign";
+    case ExprOp::kRelu:
+      return "relu";
+    case ExprOp::kNot:
+      return "not";
+    case ExprOp::kBitNot:
+      return "bitnot";
+    case ExprOp::kIsNan:
+      return "isnan";
+    case ExprOp::kAdd:
+      return "add";
+    case ExprOp::kSub:
+      return "sub";
+    case ExprOp::kMul:
+      return "mul";
+    case ExprOp::kDiv:
+      return "div";
+    case ExprOp::kFloorDiv:
+      return "floordiv";
+    case ExprOp::kRemainder:
+      return "remainder";
+    case ExprOp::kFmod:
+      return "fmod";
+    case ExprOp::kPow:
+      return "pow";
+    case ExprOp::kMax:
+      return "max";
+    case ExprOp::kMin:
+      return "min";
+    case ExprOp::kAtan2:
+      return "atan2";
+    case ExprOp::kEq:
+      return "eq";
+    case ExprOp::kNe:
+      return "ne";
+    case ExprOp::kLt:
+      return "lt";
+    case ExprOp::kLe:
+      return "le";
+    case ExprOp::kGt:
+      return "gt";
+    case ExprOp::kGe:
+      return "ge";
+    case ExprOp::kAnd:
+      return "and";
+    case ExprOp::kOr:
+      return "or";
+    case ExprOp::kBitAnd:
+      return "bitand";
+    case ExprOp::kBitOr:
+      return "bitor";
+    case ExprOp::kSelect:
+      return "select";
+  }
+  return "?";
+}
+}  // namespace
+
+std::string ToString(const Expr& e, const std::vector<std::string>& names) {
+  switch (e->op) {
+    case ExprOp::kConst:
+      return IsFloating(e->dtype) ? absl::StrCat(e->f) : absl::StrCat(e->i);
+    case ExprOp::kVar:
+      return absl::StrCat("v", e->index);
+    case ExprOp::kSym:
+      return e->index < static_cast<int>(names.size())
+                 ? names[e->index]
+                 : absl::StrCat("s", e->index);
+    case ExprOp::kAcc:
+      return absl::StrCat("acc", e->index);
+    case ExprOp::kAdd:
+      if (e->dtype == DType::kInt64)
+        return absl::StrCat("(", ToString(e->args[0], names), " + ",
+                            ToString(e->args[1], names), ")");
+      break;
+    case ExprOp::kMul:
+      if (e->dtype == DType::kInt64)
+        return absl::StrCat(ToString(e->args[0], names), "*",
+                            ToString(e->args[1], names));
+      break;
+    default:
+      break;
+  }
+  std::vector<std::string> parts;
+  for (const Expr& a : e->args) parts.push_back(ToString(a, names));
+  std::string head = OpName(e->op);
+  if (e->op == ExprOp::kLoad) head = absl::StrCat("%", e->index);
+  if (e->op == ExprOp::kLoadBuffer) head = absl::StrCat("buf", e->index);
+  if (e->op == ExprOp::kCast) head = absl::StrCat("to_", DTypeName(e->dtype));
+  return absl::StrCat(
+      head, e->op == ExprOp::kLoad || e->op == ExprOp::kLoadBuffer ? "[" : "(",
+      absl::StrJoin(parts, ", "),
+      e->op == ExprOp::kLoad || e->op == ExprOp::kLoadBuffer ? "]" : ")");
+}
+
+}  // namespace ir
+
+namespace {
+std::string SizesString(const std::vector<SymExpr>& s,
+                        const std::vector<std::string>& names) {
+  std::vector<std::string> parts;
+  for (const SymExpr& e : s) parts.push_back(e.ToString(names));
+  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+const char* ReduceName(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::kSum:
+      return "sum";
+    case ReduceKind::kProd:
+      return "prod";
+    case ReduceKind::kMax:
+      return "max";
+    case ReduceKind::kMin:
+      return "min";
+    case ReduceKind::kArgMax:
+      return "argmax";
+    case ReduceKind::kArgMin:
+      return "argmin";
+    case ReduceKind::kAny:
+      return "any";
+    case ReduceKind::kAll:
+      return "all";
+  }
+  return "?";
+}
+}  // namespace
+
+std::string LoopGraph::ToString() const {
+  std::string out;
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    const LoopNode& node = nodes[n];
+    absl::StrAppend(&out, "%", n, " ", node.name, ": ", DTypeName(node.dtype),
+                    SizesString(node.sizes, symbol_names));
+    switch (node.kind) {
+      case LoopNode::Kind::kInput:
+        absl::StrAppend(&out, " = input ", node.input_index, " strides ",
+                        SizesString(node.strides, symbol_names));
+        break;
+      case LoopNode::Kind::kPointwise:
+        absl::StrAppend(&out, " = ", ir::ToString(node.body, symbol_names));
+        break;
+      case LoopNode::Kind::kReduction: {
+        std::vector<std::string> dims;
+        for (size_t d = 0; d < node.reduced.size(); ++d) {
+          if (node.reduced[d]) dims.push_back(absl::StrCat("v", d));
+        }
+        absl::StrAppend(&out, " = ", ReduceName(node.reduce), " over ",
+                        SizesString(node.reduce_sizes, symbol_names), " dims {",
+                        absl::StrJoin(dims, ","), "} of ",
+                        ir::ToString(node.body, symbol_names));
+        if (node.finalize)
+          absl::StrAppend(&out, " then ",
+                          ir::ToString(node.finalize, symbol_names));
+        break;
+      }
+    }
+    if (node.output_index >= 0)
+      absl::StrAppend(&out, "  -> output ", node.output_index);
+    absl::StrAppend(&out, "\n");
+  }
+  return out;
+}
+
+SymExpr Kernel::OuterRange() const {
+  SymExpr r(1);
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (!inner[d]) r = r * dims[d];
+  }
+  return r;
+}
+
+std::string Kernel::ToString(const std::vector<std::string>& names) const {
+  std::string out = absl::StrCat("kernel ", name, " buffers [",
+                                 absl::StrJoin(buffers, ", "), "]\n");
+  for (size_t d = 0; d < dims.size(); ++d) {
+    absl::StrAppend(&out, "  ", inner[d] ? "inner" : "outer", " v", d, " < ",
+                    dims[d].ToString(names), "\n");
+  }
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const Stage& st = stages[s];
+    switch (st.kind) {
+      case Stage::Kind::kReduce:
+        absl::StrAppend(&out, "  acc", s, " = ", ReduceName(st.reduce), "(",
+                        ir::ToString(st.value, names), ")");
+        if (st.finalize)
+          absl::StrAppend(&out, " then ", ir::ToString(st.finalize, names));
+        break;
+      case Stage::Kind::kStoreInner:
+      case Stage::Kind::kStoreOuter:
+        absl::StrAppend(
+            &out, "  ",
+            st.kind == Stage::Kind::kStoreInner ? "for inner: " : "", "buf",
+            st.buffer_slot, "[", ir::ToString(st.offset, names),
+            "] = ", ir::ToString(st.value, names));
+        break;
+    }
+    absl::StrAppend(&out, "\n");
+  }
+  return out;
+}
+
+std::string FusedProgram::ToString() const {
+  std::string out;
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    const ProgramBuffer& buf = buffers[b];
+    const char* kind = buf.kind == ProgramBuffer::Kind::kInput    ? "input"
+                       : buf.kind == ProgramBuffer::Kind::kOutput ? "output"
+                                                                  : "temp";
+    absl::StrAppend(&out, "buffer ", b, ": ", kind, " ", buf.index, " ",
+                    DTypeName(buf.dtype), " x ",
+                    buf.elements.ToString(symbol_names), "\n");
+  }
+  for (const Kernel& k : kernels)
+    absl::StrAppend(&out, k.ToString(symbol_names));
+  return out;
+}
+
+}  // namespace kiln

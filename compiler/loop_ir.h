@@ -1,0 +1,238 @@
+// The loop IR: what lowering produces and fusion and the code generators
+// consume.
+//
+// A LoopGraph is a list of LoopNodes, one per computed tensor:
+//   kInput      a graph input (strided, strides guarded)
+//   kPointwise  value[v0..vn-1] = body, an expression over the index vars
+//   kReduction  value[kept dims] = reduce over the reduced dims of body,
+//               where body is over the vars of the reduction's input space
+// Bodies read other nodes through Load(node, multi-index) expressions whose
+// indices are themselves expressions over the vars: views never become
+// nodes, they become the index expressions of the loads that read through
+// them.
+//
+// After fusion (compiler/fuse.h) the program is a list of Kernels whose
+// bodies read only materialised buffers (kLoadBuffer, flat element offsets)
+// and the accumulators of reductions computed earlier in the same row
+// (kAcc).
+//
+// Expressions are immutable and shared (std::shared_ptr<const ExprNode>).
+// Thread-safety: immutable values; building is single-threaded.
+#ifndef KILN_COMPILER_LOOP_IR_H_
+#define KILN_COMPILER_LOOP_IR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/dtype.h"
+#include "compiler/sym_expr.h"
+
+namespace kiln {
+
+enum class ExprOp : uint8_t {
+  // Leaves.
+  kConst,       // value f (floating dtypes) or i (integral/bool)
+  kVar,         // index var `index` (int64)
+  kSym,         // value of symbol `index` (int64)
+  kLoad,        // node `index` at multi-index args (before fusion)
+  kLoadBuffer,  // buffer slot `index` at flat element offset args[0]
+  kAcc,         // finalized result of reduction stage `index` for this row
+  // Unary (args[0]).
+  kCast,  // to `dtype`
+  kNeg,
+  kAbs,
+  kExp,
+  kExp2,
+  kExpm1,
+  kLog,
+  kLog2,
+  kLog1p,
+  kSqrt,
+  kRsqrt,
+  kReciprocal,
+  kSin,
+  kCos,
+  kTan,
+  kTanh,
+  kSigmoid,
+  kErf,
+  kFloor,
+  kCeil,
+  kRound,
+  kTrunc,
+  kSign,
+  kRelu,
+  kNot,
+  kBitNot,
+  kIsNan,
+  // Binary (args[0], args[1]).
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,        // kDiv on integers truncates (0 on /0)
+  kFloorDiv,   // floor division (integers and floats)
+  kRemainder,  // Python-style modulus (sign of divisor)
+  kFmod,       // C-style modulus (sign of dividend)
+  kPow,
+  kMax,
+  kMin,  // kMax/kMin propagate NaN
+  kAtan2,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kAnd,
+  kOr,
+  kBitAnd,
+  kBitOr,
+  // Ternary.
+  kSelect,  // args[0] ? args[1] : args[2]
+};
+
+struct ExprNode;
+using Expr = std::shared_ptr<const ExprNode>;
+
+struct ExprNode {
+  ExprOp op;
+  DType dtype;  // the value's dtype (index math is int64)
+  std::vector<Expr> args;
+  double f = 0;
+  int64_t i = 0;
+  int index = 0;      // var / symbol / node / buffer / stage number
+  uint64_t hash = 0;  // structural, computed at construction
+};
+
+// Construction with constant folding and the algebraic identities index
+// arithmetic needs (x+0, x*1, x*0, x/1, x%1).
+namespace ir {
+Expr Const(double v, DType dtype);
+Expr IntConst(int64_t v, DType dtype = DType::kInt64);
+Expr Var(int index);
+Expr Sym(int index);
+Expr Load(int node, std::vector<Expr> index, DType dtype);
+Expr LoadBuffer(int slot, Expr offset, DType dtype);
+Expr Acc(int stage, DType dtype);
+Expr Cast(Expr x, DType to);
+Expr Unary(ExprOp op, Expr x, DType dtype);
+Expr Binary(ExprOp op, Expr a, Expr b, DType dtype);
+Expr Select(Expr cond, Expr a, Expr b);
+// Index arithmetic on int64 expressions.
+Expr Add(Expr a, Expr b);
+Expr Mul(Expr a, Expr b);
+Expr FloorDiv(Expr a, Expr b);
+Expr Mod(Expr a, Expr b);
+// A SymExpr as an int64 expression over kSym leaves.
+Expr FromSym(const SymExpr& e);
+
+bool Equal(const Expr& a, const Expr& b);
+// Replaces kVar i by vars[i].
+Expr SubstituteVars(const Expr& e, const std::vector<Expr>& vars);
+std::string ToString(const Expr& e,
+                     const std::vector<std::string>& symbol_names = {});
+}  // namespace ir
+
+enum class ReduceKind : uint8_t {
+  kSum,
+  kProd,
+  kMax,
+  kMin,
+  kArgMax,
+  kArgMin,
+  kAny,
+  kAll
+};
+
+struct LoopNode {
+  enum class Kind : uint8_t { kInput, kPointwise, kReduction };
+  Kind kind = Kind::kPointwise;
+  std::string name;  // for dumps: the graph value it computes
+  DType dtype = DType::kFloat32;
+  std::vector<SymExpr> sizes;  // the node's own shape
+
+  // kInput
+  int input_index = -1;
+  std::vector<SymExpr> strides;
+
+  // kPointwise: body over vars [0, rank).
+  // kReduction: body over vars [0, reduce_sizes.size()); the node's shape is
+  // reduce_sizes with the reduced dims dropped (or 1 when keepdim).
+  Expr body;
+  ReduceKind reduce = ReduceKind::kSum;
+  std::vector<SymExpr> reduce_sizes;
+  std::vector<bool> reduced;
+  bool keepdim = false;
+  // Applied to the accumulator at the end of the row (mean's division, var's
+  // correction): an expression over kAcc 0 and the row's vars; null = acc.
+  Expr finalize;
+  DType acc_dtype = DType::kFloat32;  // accumulator dtype
+
+  int output_index = -1;  // >= 0: this node is graph output #output_index
+};
+
+struct LoopGraph {
+  std::vector<std::string> symbol_names;
+  std::vector<LoopNode> nodes;
+  // Graph output o is node outputs[o] (a node per output position).
+  std::vector<int> outputs;
+  int num_inputs = 0;
+  std::string ToString() const;
+};
+
+// ---- after fusion ----
+
+struct Stage {
+  enum class Kind : uint8_t {
+    kReduce,      // accumulate `value` over the inner dims into acc #stage
+    kStoreInner,  // for each inner index, store `value` at buffer[offset]
+    kStoreOuter,  // once per row, store `value` at buffer[offset]
+  };
+  Kind kind = Kind::kStoreOuter;
+  Expr value;
+  // kReduce
+  ReduceKind reduce = ReduceKind::kSum;
+  DType acc_dtype = DType::kFloat32;
+  Expr finalize;  // over kAcc(this stage) and outer vars; null = acc
+  // kStore*
+  int buffer_slot = -1;
+  Expr offset;  // flat element offset into the buffer
+  DType store_dtype = DType::kFloat32;
+};
+
+struct Kernel {
+  std::string name;  // exported symbol
+  // Buffers this kernel reads or writes: slot i is program buffer buffers[i].
+  std::vector<int> buffers;
+  // Index vars: the kernel iterates vars [0, dims.size()); outer dims form
+  // the parallel range (their flattened product), inner dims are the
+  // reduction dims iterated within a row.
+  std::vector<SymExpr> dims;
+  std::vector<bool> inner;  // per dim: reduced (inner) or kept (outer)
+  std::vector<Stage> stages;
+
+  SymExpr OuterRange() const;
+  std::string ToString(const std::vector<std::string>& symbol_names) const;
+};
+
+struct ProgramBuffer {
+  enum class Kind : uint8_t { kInput, kOutput, kTemp };
+  Kind kind = Kind::kTemp;
+  int index = -1;  // input / output number
+  DType dtype = DType::kFloat32;
+  SymExpr elements;
+  std::vector<SymExpr> strides;  // kInput: guarded strides; else contiguous
+};
+
+struct FusedProgram {
+  std::vector<std::string> symbol_names;
+  std::vector<ProgramBuffer> buffers;
+  std::vector<Kernel> kernels;  // in execution order
+  std::string ToString() const;
+};
+
+}  // namespace kiln
+
+#endif  // KILN_COMPILER_LOOP_IR_H_

@@ -1,0 +1,148 @@
+#include "compiler/lower.h"
+
+#include "absl/strings/str_cat.h"
+#include "compiler/op_registry.h"
+
+namespace kiln {
+
+std::vector<Expr> IdentityIndex(int n) {
+  std::vector<Expr> idx;
+  for (int i = 0; i < n; ++i) idx.push_back(ir::Var(i));
+  return idx;
+}
+
+Expr LowerContext::Read(const LoweredValue& v, const std::vector<Expr>& index) {
+  std::vector<Expr> node_index;
+  for (const Expr& e : v.index)
+    node_index.push_back(ir::SubstituteVars(e, index));
+  return ir::Load(v.node, std::move(node_index), v.dtype);
+}
+
+Expr LowerContext::ReadBroadcast(const LoweredValue& v,
+                                 const std::vector<SymExpr>& sizes) {
+  const int lead =
+      static_cast<int>(sizes.size()) - static_cast<int>(v.sizes.size());
+  std::vector<Expr> idx;
+  for (size_t d = 0; d < v.sizes.size(); ++d) {
+    const bool broadcast =
+        v.sizes[d] == SymExpr(1) && sizes[lead + d] != SymExpr(1);
+    idx.push_back(broadcast ? ir::IntConst(0)
+                            : ir::Var(lead + static_cast<int>(d)));
+  }
+  return Read(v, idx);
+}
+
+Expr LowerContext::Operand(int i, const std::vector<SymExpr>& sizes,
+                           DType dtype) const {
+  const Attr& a = node_.args[i];
+  if (a.kind == Attr::Kind::kTensor)
+    return ir::Cast(ReadBroadcast(value(i), sizes), dtype);
+  if (a.kind == Attr::Kind::kFloat) return ir::Const(a.f, dtype);
+  if (IsFloating(dtype)) return ir::Const(a.ScalarAsDouble(), dtype);
+  const int64_t v = a.kind == Attr::Kind::kBool ? a.b : a.i;
+  return ir::IntConst(WrapInt(v, dtype), dtype);
+}
+
+LoweredValue LowerContext::AddNode(LoopNode node) {
+  LoweredValue v;
+  v.node = static_cast<int>(loops_.nodes.size());
+  v.index = IdentityIndex(static_cast<int>(node.sizes.size()));
+  v.dtype = node.dtype;
+  v.sizes = node.sizes;
+  loops_.nodes.push_back(std::move(node));
+  return v;
+}
+
+LoweredValue LowerContext::Remap(const LoweredValue& v,
+                                 const std::vector<Expr>& v_index,
+                                 std::vector<SymExpr> sizes) {
+  LoweredValue w;
+  w.node = v.node;
+  w.dtype = v.dtype;
+  w.sizes = std::move(sizes);
+  for (const Expr& e : v.index)
+    w.index.push_back(ir::SubstituteVars(e, v_index));
+  return w;
+}
+
+absl::Status LowerContext::Unimplemented(absl::string_view what) const {
+  return absl::UnimplementedError(
+      absl::StrCat("node ", node_index_, " (", node_.op->name, "): ", what));
+}
+
+absl::StatusOr<LoopGraph> Lower(const Graph& graph) {
+  LoopGraph loops;
+  loops.symbol_names = graph.SymbolNames();
+  loops.num_inputs = static_cast<int>(graph.inputs.size());
+  std::vector<LoweredValue> values(graph.values.size());
+  for (size_t i = 0; i < graph.inputs.size(); ++i) {
+    const GraphInput& in = graph.inputs[i];
+    LoopNode node;
+    node.kind = LoopNode::Kind::kInput;
+    node.name = graph.values[in.value].name;
+    node.dtype = graph.type(in.value).dtype;
+    node.sizes = graph.type(in.value).sizes;
+    node.input_index = static_cast<int>(i);
+    node.strides = in.strides;
+    LoweredValue v;
+    v.node = static_cast<int>(loops.nodes.size());
+    v.index = IdentityIndex(static_cast<int>(node.sizes.size()));
+    v.dtype = node.dtype;
+    v.sizes = node.sizes;
+    loops.nodes.push_back(std::move(node));
+    values[in.value] = std::move(v);
+  }
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const Node& node = graph.nodes[n];
+    LowerContext ctx(graph, node, static_cast<int>(n), loops, values);
+    if (!node.op->lower) {
+      return ctx.Unimplemented("no loop-IR lowering for this op yet");
+    }
+    auto outs = node.op->lower(ctx);
+    if (!outs.ok()) return outs.status();
+    if (outs->size() != node.outputs.size()) {
+      return absl::InternalError(
+          absl::StrCat("node ", n, " (", node.op->name,
+                       "): lowering returned the wrong number of values"));
+    }
+    for (size_t o = 0; o < outs->size(); ++o) {
+      LoweredValue& v = (*outs)[o];
+      // Nodes made for this op are named after the value they compute.
+      if (v.node >= 0 && loops.nodes[v.node].name.empty()) {
+        loops.nodes[v.node].name = graph.values[node.outputs[o]].name;
+      }
+      values[node.outputs[o]] = std::move(v);
+    }
+  }
+  // One node per output position: a node whose identity read is the output
+  // becomes the output; anything else (a view, an input, a node already
+  // returned) gets a copy node.
+  for (size_t o = 0; o < graph.outputs.size(); ++o) {
+    const LoweredValue& v = values[graph.outputs[o]];
+    const LoopNode& target = loops.nodes[v.node];
+    bool identity = target.kind != LoopNode::Kind::kInput &&
+                    target.output_index < 0 && v.sizes == target.sizes;
+    for (size_t d = 0; identity && d < v.index.size(); ++d) {
+      identity = v.index[d]->op == ExprOp::kVar &&
+                 v.index[d]->index == static_cast<int>(d);
+    }
+    if (identity) {
+      loops.nodes[v.node].output_index = static_cast<int>(o);
+      loops.outputs.push_back(v.node);
+      continue;
+    }
+    LoopNode copy;
+    copy.kind = LoopNode::Kind::kPointwise;
+    copy.name = absl::StrCat(graph.values[graph.outputs[o]].name, ".out", o);
+    copy.dtype = v.dtype;
+    copy.sizes = v.sizes;
+    copy.body =
+        LowerContext::Read(v, IdentityIndex(static_cast<int>(v.sizes.size())));
+    copy.output_index = static_cast<int>(o);
+    loops.outputs.push_back(static_cast<int>(loops.nodes.size()));
+    loops.nodes.push_back(std::move(copy));
+  }
+  return loops;
+}
+
+}  // namespace kiln

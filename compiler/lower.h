@@ -1,0 +1,91 @@
+// The lowering stage: Graph -> LoopGraph (compiler/loop_ir.h).
+//
+// Each graph value becomes a LoweredValue: a loop node read through an index
+// map. Pointwise ops and reductions create nodes; views only compose index
+// maps (never copies); composites expand into reductions and pointwise
+// nodes. The rules live in the op registry: OpDef::lower.
+//
+// Errors: UNIMPLEMENTED for an op without a lowering, naming node and op.
+// Thread-safety: pure function.
+#ifndef KILN_COMPILER_LOWER_H_
+#define KILN_COMPILER_LOWER_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/graph.h"
+#include "compiler/loop_ir.h"
+
+namespace kiln {
+
+// A value of the graph as the loop IR sees it: element idx of the value is
+// element index[...] of loop node `node`, where index is a list of
+// expressions over the value's own index vars (v0 .. v{rank-1}).
+struct LoweredValue {
+  int node = -1;
+  std::vector<Expr> index;
+  DType dtype = DType::kFloat32;
+  std::vector<SymExpr> sizes;
+};
+
+// What an op's lowering sees and uses.
+class LowerContext {
+ public:
+  LowerContext(const Graph& graph, const Node& node, int node_index,
+               LoopGraph& loops, const std::vector<LoweredValue>& values)
+      : graph_(graph),
+        node_(node),
+        node_index_(node_index),
+        loops_(loops),
+        values_(values) {}
+
+  const Node& node() const { return node_; }
+  const Attr& arg(int i) const { return node_.args[i]; }
+  bool is_tensor(int i) const {
+    return node_.args[i].kind == Attr::Kind::kTensor;
+  }
+  const LoweredValue& value(int i) const {
+    return values_[node_.args[i].tensor];
+  }
+  const LoweredValue& value_of(ValueId v) const { return values_[v]; }
+  // The inferred type of output o.
+  const TensorType& out_type(int o = 0) const {
+    return graph_.type(node_.outputs[o]);
+  }
+
+  // Argument i (a tensor, broadcast to `sizes`, or a Python scalar) as an
+  // expression over the vars of `sizes`, converted to `dtype`.
+  Expr Operand(int i, const std::vector<SymExpr>& sizes, DType dtype) const;
+  // Value `v` read at `index` (expressions over the reader's vars).
+  static Expr Read(const LoweredValue& v, const std::vector<Expr>& index);
+  // `v` broadcast to `sizes`, read at the vars of `sizes`.
+  static Expr ReadBroadcast(const LoweredValue& v,
+                            const std::vector<SymExpr>& sizes);
+
+  // Adds a node; returns the value reading it at the identity map.
+  LoweredValue AddNode(LoopNode node);
+  // A view of `v`: element idx of the view is element `v_index` of v, where
+  // v_index are expressions over the view's vars.
+  static LoweredValue Remap(const LoweredValue& v,
+                            const std::vector<Expr>& v_index,
+                            std::vector<SymExpr> sizes);
+
+  absl::Status Unimplemented(absl::string_view what) const;
+  const LoopGraph& loops() const { return loops_; }
+
+ private:
+  const Graph& graph_;
+  const Node& node_;
+  int node_index_;
+  LoopGraph& loops_;
+  const std::vector<LoweredValue>& values_;
+};
+
+// The vars v0..v{n-1}.
+std::vector<Expr> IdentityIndex(int n);
+
+absl::StatusOr<LoopGraph> Lower(const Graph& graph);
+
+}  // namespace kiln
+
+#endif  // KILN_COMPILER_LOWER_H_
