@@ -269,24 +269,9 @@ class Canonicalizer {
   }
 
   std::string GraphText() const {
-    // Values: inputs by position, then node outputs in canonical order.
-    std::vector<int> canonical_value(graph_.values.size(), -1);
-    int next = 0;
-    for (const GraphInput& in : graph_.inputs) {
-      if (ValidValue(in.value) && canonical_value[in.value] < 0) {
-        canonical_value[in.value] = next;
-      }
-      ++next;  // positional, even for a repeated or invalid input
-    }
-    for (int n : order_) {
-      for (ValueId v : graph_.nodes[n].outputs) {
-        if (ValidValue(v)) canonical_value[v] = next;
-        ++next;
-      }
-    }
     auto ref = [&](ValueId v) -> std::string {
-      if (!ValidValue(v) || canonical_value[v] < 0) return "%?";
-      return absl::StrCat("%", canonical_value[v]);
+      if (!ValidValue(v) || canonical_value_[v] < 0) return "%?";
+      return absl::StrCat("%", canonical_value_[v]);
     };
     auto expr = [&](const SymExpr& e) { return ExprText(e, numbering_); };
     auto type = [&](ValueId v) -> std::string {
@@ -351,11 +336,13 @@ class Canonicalizer {
     return deps;
   }
 
-  // Kahn's algorithm over the node graph; `pick` chooses among ready nodes.
-  // A validated graph is acyclic; were it not, the nodes left over are
-  // appended in their original order so the encoding still covers them.
-  template <typename Less>
-  std::vector<int> Kahn(Less less) const {
+  // Kahn's algorithm over the node graph, taking the ready node with the
+  // smallest `key_of(node)` (computed when the node becomes ready, after all
+  // its producers were placed) and calling `place(node)` in order. A
+  // validated graph is acyclic; were it not, the nodes left over are placed
+  // in their original order so the encoding still covers them.
+  template <typename KeyOf, typename Place>
+  std::vector<int> Kahn(KeyOf key_of, Place place) const {
     const int n = static_cast<int>(graph_.nodes.size());
     std::vector<int> indegree(n, 0);
     std::vector<std::vector<int>> users(n);
@@ -365,32 +352,34 @@ class Canonicalizer {
         users[p].push_back(i);
       }
     }
-    // A min-heap under `less`.
-    auto greater = [&](int a, int b) { return less(b, a); };
-    std::priority_queue<int, std::vector<int>, decltype(greater)> ready(
-        greater);
+    using Entry = std::pair<decltype(key_of(0)), int>;
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> ready;
     for (int i = 0; i < n; ++i) {
-      if (indegree[i] == 0) ready.push(i);
+      if (indegree[i] == 0) ready.emplace(key_of(i), i);
     }
     std::vector<int> order;
     std::vector<bool> placed(n, false);
     while (!ready.empty()) {
-      const int i = ready.top();
+      const int i = ready.top().second;
       ready.pop();
       order.push_back(i);
       placed[i] = true;
+      place(i);
       for (int u : users[i]) {
-        if (--indegree[u] == 0) ready.push(u);
+        if (--indegree[u] == 0) ready.emplace(key_of(u), u);
       }
     }
     for (int i = 0; i < n; ++i) {
-      if (!placed[i]) order.push_back(i);
+      if (!placed[i]) {
+        order.push_back(i);
+        place(i);
+      }
     }
     return order;
   }
 
   std::vector<int> TopologicalOrder() const {
-    return Kahn([](int a, int b) { return a < b; });
+    return Kahn([](int i) { return i; }, [](int) {});
   }
 
   // Merkle hash of each node's computation: its op and arguments, with each
@@ -467,15 +456,37 @@ class Canonicalizer {
     }
   }
 
-  // Kahn's algorithm taking the ready node with the smallest (forward,
-  // backward) hash. Ties left are nodes equal in computation and in use,
-  // whose order does not change the encoding; the original index only makes
-  // the choice deterministic.
+  // Kahn's algorithm taking the ready node with the smallest (forward hash,
+  // use hash, canonical numbers of the values it reads). The last part
+  // separates equal computations on different duplicates (sub(a, 1) and
+  // sub(b, 1) where a and b are both exp(x)): the hashes cannot tell a from
+  // b, their canonical numbers can. Ties left are nodes reading the same
+  // values in the same way, whose order does not change the encoding; the
+  // original index only makes the choice deterministic. Values are numbered
+  // as nodes are placed: inputs by position, then node outputs.
   void ComputeCanonicalOrder() {
-    order_ = Kahn([&](int a, int b) {
-      return std::tie(forward_[a], backward_[a], a) <
-             std::tie(forward_[b], backward_[b], b);
-    });
+    canonical_value_.assign(graph_.values.size(), -1);
+    int next = 0;
+    for (const GraphInput& in : graph_.inputs) {
+      if (ValidValue(in.value) && canonical_value_[in.value] < 0) {
+        canonical_value_[in.value] = next;
+      }
+      ++next;  // positional, even for a repeated or invalid input
+    }
+    auto key_of = [&](int i) {
+      std::vector<int> reads;
+      ForEachTensorArg(graph_.nodes[i], [&](ValueId v, int, int) {
+        reads.push_back(ValidValue(v) ? canonical_value_[v] : -1);
+      });
+      return std::make_tuple(forward_[i], backward_[i], std::move(reads));
+    };
+    auto place = [&](int i) {
+      for (ValueId v : graph_.nodes[i].outputs) {
+        if (ValidValue(v)) canonical_value_[v] = next;
+        ++next;
+      }
+    };
+    order_ = Kahn(key_of, place);
   }
 
   // Symbols first seen in node arguments or value types (not in any input),
@@ -497,7 +508,8 @@ class Canonicalizer {
   SymbolNumbering numbering_;
   std::vector<int> input_position_;  // value -> first input position, or -1
   std::vector<Sha256Digest> forward_, backward_;
-  std::vector<int> order_;  // nodes in canonical order
+  std::vector<int> order_;            // nodes in canonical order
+  std::vector<int> canonical_value_;  // value -> canonical number, or -1
 };
 
 std::string TargetText(const v1::Target& target) {

@@ -29,7 +29,7 @@ namespace {
 using graph_gen::GraphGenOptions;
 using graph_gen::RandomGraph;
 
-constexpr int kSeeds = 150;
+constexpr int kSeeds = 300;
 
 v1::Target CpuTarget() {
   v1::Target t;
@@ -154,7 +154,9 @@ TEST(GuardKeyTest, StableUnderRenamingAndReorderingSymbols) {
 
 TEST(GuardKeyTest, StableUnderReorderingIndependentNodes) {
   GraphGenOptions options;
-  options.max_nodes = 20;
+  options.max_nodes = 40;
+  options.max_inputs = 4;
+  options.dtypes = {v1::FLOAT32, v1::INT64, v1::BOOL};
   for (uint64_t seed = 0; seed < kSeeds; ++seed) {
     const v1::Graph g = RandomGraph(seed, options);
     for (uint64_t k = 1; k <= 3; ++k) {
@@ -190,6 +192,29 @@ TEST(GuardKeyTest, StableUnderSwappingDuplicateNodes) {
   v1::Graph swapped = g;
   swapped.mutable_nodes()->SwapElements(0, 1);
   EXPECT_EQ(Key(g), Key(swapped)) << Explain(g) << "\nvs\n" << Explain(swapped);
+}
+
+// Equal computations on two duplicates (c = a - 0.1, d = b - 0.1 with a and
+// b both exp(x)) where only a is used: every node order must give one key.
+// Structural hashes alone cannot order c and d.
+TEST(GuardKeyTest, StableUnderReorderingDuplicateChains) {
+  const v1::Graph g = ParseGraph(R"json({
+    "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32", "sizes": [{"value": "4"}, {"value": "2"}]}}],
+    "nodes": [
+      {"op": "aten.exp.default", "args": [{"ref": "x"}], "outputs": ["a"]},
+      {"op": "aten.exp.default", "args": [{"ref": "x"}], "outputs": ["b"]},
+      {"op": "aten.sub.Tensor", "args": [{"ref": "a"}, {"f": 0.1}], "outputs": ["c"]},
+      {"op": "aten.sub.Tensor", "args": [{"ref": "b"}, {"f": 0.1}], "outputs": ["d"]},
+      {"op": "aten.amax.default", "args": [{"ref": "a"}, {"ints": {"values": ["1"]}}], "outputs": ["e"]}
+    ],
+    "outputs": ["e"]
+  })json");
+  const std::string key = Key(g);
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    const v1::Graph shuffled = graph_gen::ShuffleNodes(g, seed);
+    EXPECT_EQ(key, Key(shuffled)) << Explain(g) << "\nvs\n"
+                                  << Explain(shuffled);
+  }
 }
 
 TEST(GuardKeyTest, StableUnderStorageOffsetDeviceAndAlignmentWithinClass) {
