@@ -338,8 +338,8 @@ absl::StatusOr<std::vector<std::string>> DefaultLibraryDirs() {
 }
 
 // lld keeps its state in globals: one link at a time in the process. After a
-// fatal error (caught by the CrashRecoveryContext) that state may be corrupt,
-// so no further link is attempted.
+// crash inside lld (a signal caught by the CrashRecoveryContext) that state
+// may be corrupt, so no further link is attempted.
 ABSL_CONST_INIT absl::Mutex lld_mutex(absl::kConstInit);
 bool lld_unusable ABSL_GUARDED_BY(lld_mutex) = false;
 
@@ -541,7 +541,7 @@ absl::StatusOr<std::string> LinkSharedObject(
     absl::MutexLock lock(&lld_mutex);
     if (lld_unusable) {
       return absl::FailedPreconditionError(
-          "lld hit a fatal error earlier in this process and its global "
+          "lld crashed earlier in this process and its global "
           "state may be corrupt; restart the process to link again");
     }
     llvm::CrashRecoveryContext recovery;
@@ -550,11 +550,21 @@ absl::StatusOr<std::string> LinkSharedObject(
                               /*disableOutput=*/false);
     });
     if (!returned) {
-      lld_unusable = true;
+      // lld "exited": a fatal() error (e.g. a malformed input object), which
+      // unwinds here with RetCode = exit status, or a crash signal
+      // (isCrash). After a fatal error lld's own cleanup (run by destroy())
+      // resets its globals and linking can go on; after a crash it cannot.
+      const bool crashed =
+          llvm::CrashRecoveryContext::isCrash(recovery.RetCode);
+      llvm::CrashRecoveryContext cleanup;
+      const bool cleaned = !crashed && cleanup.RunSafely([] {
+        lld::CommonLinkerContext::destroy();
+      });
+      if (!cleaned) lld_unusable = true;
       err.flush();
       return absl::InternalError(absl::StrCat(
-          "lld stopped with a fatal error (no further links in this "
-          "process): ",
+          crashed ? "lld crashed" : "lld stopped with a fatal error",
+          cleaned ? "" : " (no further links in this process)", ": ",
           err_text));
     }
     lld::CommonLinkerContext::destroy();

@@ -112,10 +112,12 @@ struct LinkOptions {
 // times or build ids), so identical objects give identical bytes.
 //
 // Errors: INVALID_ARGUMENT when `objects` is empty; INTERNAL with lld's
-// diagnostics when the link fails (e.g. "undefined symbol: foo");
-// FAILED_PRECONDITION when no library directory is found, or when an earlier
-// lld call hit a fatal error (lld's global state may then be corrupt and no
-// further links are attempted in this process); the errno text when the
+// diagnostics when the link fails (e.g. "undefined symbol: foo") or lld
+// stops with a fatal error (a malformed object: lld would exit the process;
+// here it unwinds through an llvm::CrashRecoveryContext and later links
+// work); FAILED_PRECONDITION when no library directory is found, or when lld
+// crashed (a signal) earlier in this process: its global state may be
+// corrupt and no further links are attempted; the errno text when the
 // temporary files cannot be created, written or read.
 //
 // Thread-safety: safe to call concurrently; lld calls are serialised by a

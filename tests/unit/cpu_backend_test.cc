@@ -413,8 +413,12 @@ TEST(CpuBackendEndToEndTest, AddExpZeroSumRunCorrectly) {
   EXPECT_EQ(so->substr(0, 4),
             "\x7f"
             "ELF");
-  // --as-needed: libmvec only because exp vectorised (on SSE hosts too).
+  // DT_NEEDED (--as-needed): libmvec for the vectorised exp, libc for the
+  // memset that zero_fill became. No trace of lld's temporary directory.
   EXPECT_TRUE(absl::StrContains(*so, "libmvec.so.1"));
+  EXPECT_TRUE(absl::StrContains(*so, "libc.so.6"));
+  EXPECT_FALSE(absl::StrContains(*so, "kiln-lld"));
+  EXPECT_TRUE(absl::StrContains(*so, "libkiln_kernels.so"));  // DT_SONAME
   LoadedLibrary lib = LoadOrDie(*so);
 
   constexpr int64_t kN = 1003;  // not a multiple of any vector width
@@ -580,6 +584,32 @@ TEST(LinkSharedObjectTest, BadInputsAreErrors) {
   EXPECT_THAT(so.status().message(), HasSubstr("-lmvec"));
 }
 
+// lld reports a malformed object with fatal(), which would exit the process;
+// LinkSharedObject turns it into an error and later links still work (and
+// give the same bytes as before).
+TEST(LinkSharedObjectTest, MalformedObjectIsInternalAndLinkingGoesOn) {
+  llvm::LLVMContext ctx;
+  llvm::Module module("constant", ctx);
+  AddConstant(module, "kiln_value", 5);
+  absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> tm =
+      MakeTargetMachine(HostCpuTarget());
+  ASSERT_TRUE(tm.ok());
+  absl::StatusOr<std::string> object = EmitObject(module, **tm);
+  ASSERT_TRUE(object.ok());
+  absl::StatusOr<std::string> before = LinkSharedObject({*object});
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  const std::string truncated = object->substr(0, 64);  // ELF header only
+  absl::StatusOr<std::string> so = LinkSharedObject({truncated});
+  EXPECT_EQ(so.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(so.status().message(), HasSubstr("fatal error"));
+  EXPECT_THAT(so.status().message(), HasSubstr("section header table"));
+
+  absl::StatusOr<std::string> after = LinkSharedObject({*object});
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(*after, *before);
+}
+
 // Inputs and output live in a private directory under $TMPDIR that is gone
 // afterwards, on success and on failure.
 TEST(LinkSharedObjectTest, LeavesNothingInTmpdir) {
@@ -604,6 +634,8 @@ TEST(LinkSharedObjectTest, LeavesNothingInTmpdir) {
   EXPECT_FALSE(LinkSharedObject({*object, *object}).ok());  // duplicates
   EXPECT_EQ(DirEntryCount(tmpdir), 0);
   EXPECT_FALSE(LinkSharedObject({std::string("garbage")}).ok());
+  EXPECT_EQ(DirEntryCount(tmpdir), 0);
+  EXPECT_FALSE(LinkSharedObject({object->substr(0, 64)}).ok());  // fatal()
   EXPECT_EQ(DirEntryCount(tmpdir), 0);
 
   if (old != nullptr) {
@@ -653,6 +685,9 @@ TEST(LoadedLibraryTest, NotElfIsFailedPrecondition) {
 TEST(LoadedLibraryTest, SymbolAndMoveSemantics) {
   absl::StatusOr<std::string> so = ConstantSo(42);
   ASSERT_TRUE(so.ok()) << so.status();
+  // --as-needed: no math, no libc calls, no DT_NEEDED entries for them.
+  EXPECT_FALSE(absl::StrContains(*so, "libmvec"));
+  EXPECT_FALSE(absl::StrContains(*so, "libm.so"));
   LoadedLibrary lib = LoadOrDie(*so);
   absl::StatusOr<void*> missing = lib.Symbol("kiln_no_such_symbol");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
