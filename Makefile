@@ -37,7 +37,7 @@ fuzz: deps
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_request
 	@mkdir -p $(FUZZ_BUILD)/corpus
 	@$(FUZZ_BUILD)/tests/fuzz/fuzz_request $(FUZZ_BUILD)/corpus tests/fuzz/seeds \
-	  -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1
+	  -dict=tests/fuzz/request.dict -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1
 
 bench: build
 	@echo "benchmarks: see bench/README.md"
