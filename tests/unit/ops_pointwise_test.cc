@@ -453,6 +453,18 @@ TEST(PointwisePow, AllOverloads) {
           {2}, {27, -8});
   CheckOp("aten.pow.Tensor_Scalar", {I32({1}, {4})}, {In(0), F(0.5)}, kF32, {1},
           {2});
+  // Integral bases: a negative int Scalar exponent is an error (PyTorch:
+  // "Integers to negative integer powers are not allowed."); negative
+  // tensor exponents give 0, except for bases 1 and -1.
+  ExpectInvalid("aten.pow.Tensor_Scalar", {I32({1}, {2})}, {In(0), I(-1)},
+                {"negative integer powers"});
+  CheckOp("aten.pow.Tensor_Scalar", {F32({1}, {2})}, {In(0), I(-1)}, kF32, {1},
+          {0.5});
+  CheckOp("aten.pow.Tensor_Scalar", {I32({1}, {4})}, {In(0), F(-0.5)}, kF32,
+          {1}, {0.5});
+  CheckOp("aten.pow.Tensor_Tensor",
+          {I64({3}, {2, 1, -1}), I64({3}, {-1, -5, -3})}, {In(0), In(1)}, kI64,
+          {3}, {0, 1, -1});
   CheckOp("aten.pow.Scalar", {F32({3}, {3, -1, 0})}, {I(2), In(0)}, kF32, {3},
           {8, 0.5, 1});
   CheckOp("aten.pow.Scalar", {I32({2}, {3, 0})}, {I(2), In(0)}, kI32, {2},
