@@ -46,7 +46,33 @@ struct PointwiseOp {
   int true_division_if_none_arg = -1;
   // Element function when the compute dtype is bool (default: int_fn).
   std::function<IntFn(const Node&)> bool_fn;
+  // Loop-IR lowering: the element expression over operand expressions
+  // already converted to the compute dtype. The result is cast to the
+  // output dtype by AddPointwise.
+  std::function<Expr(const std::vector<Expr>& x, DType compute, const Node& node)> lower;
 };
+
+// Lowerings for the common shapes of element function.
+std::function<Expr(const std::vector<Expr>&, DType, const Node&)> Un(ExprOp op) {
+  return [op](const std::vector<Expr>& x, DType compute, const Node&) {
+    return ir::Unary(op, x[0], compute);
+  };
+}
+std::function<Expr(const std::vector<Expr>&, DType, const Node&)> Bin(ExprOp op) {
+  return [op](const std::vector<Expr>& x, DType compute, const Node&) {
+    return ir::Binary(op, x[0], x[1], compute);
+  };
+}
+std::function<Expr(const std::vector<Expr>&, DType, const Node&)> Logical(ExprOp op) {
+  return [op](const std::vector<Expr>& x, DType, const Node&) {
+    return ir::Binary(op, ir::Cast(x[0], DType::kBool), ir::Cast(x[1], DType::kBool), DType::kBool);
+  };
+}
+std::function<Expr(const std::vector<Expr>&, DType, const Node&)> Compare(ExprOp op) {
+  return [op](const std::vector<Expr>& x, DType, const Node&) {
+    return ir::Binary(op, x[0], x[1], DType::kBool);
+  };
+}
 
 // The dtype the element function computes in. `tensor_dtype(i)` gives the
 // dtype of tensor argument i and whether it is zero-dim.
@@ -75,7 +101,10 @@ DType ComputeDType(const PointwiseOp& op, const Node& node,
   return d;
 }
 
-void AddPointwise(OpRegistry& registry, PointwiseOp op) {
+using LowerExprFn = std::function<Expr(const std::vector<Expr>&, DType, const Node&)>;
+
+void AddPointwise(OpRegistry& registry, PointwiseOp op, LowerExprFn lower = nullptr) {
+  if (lower) op.lower = std::move(lower);
   auto shared = std::make_shared<PointwiseOp>(std::move(op));
   OpDef def;
   def.name = shared->name;
@@ -129,6 +158,21 @@ void AddPointwise(OpRegistry& registry, PointwiseOp op) {
                                 : IntFn();
     return std::vector<HostTensor>{
         ops::Elementwise(ctx, shared->operands, compute, fd, fi)};
+  };
+  def.lower = [shared](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+    if (!shared->lower) return ctx.Unimplemented("no loop-IR lowering for this op yet");
+    const DType compute = ComputeDType(*shared, ctx.node(), [&ctx](int i) {
+      return std::pair(ctx.value(i).dtype, ctx.value(i).sizes.empty());
+    });
+    const TensorType& out = ctx.out_type();
+    std::vector<Expr> x;
+    for (int i : shared->operands) x.push_back(ctx.Operand(i, out.sizes, compute));
+    LoopNode node;
+    node.kind = LoopNode::Kind::kPointwise;
+    node.dtype = out.dtype;
+    node.sizes = out.sizes;
+    node.body = ir::Cast(shared->lower(x, compute, ctx.node()), out.dtype);
+    return std::vector<LoweredValue>{ctx.AddNode(std::move(node))};
   };
   registry.Add(std::move(def));
 }
@@ -271,33 +315,36 @@ void RegisterUnary(OpRegistry& r) {
   struct FloatUnary {
     const char* name;
     D1 f;
+    ExprOp op;
   };
   const FloatUnary float_unary[] = {
-      {"exp", [](double x) { return std::exp(x); }},
-      {"exp2", [](double x) { return std::exp2(x); }},
-      {"expm1", [](double x) { return std::expm1(x); }},
-      {"log", [](double x) { return std::log(x); }},
-      {"log2", [](double x) { return std::log2(x); }},
-      {"log1p", [](double x) { return std::log1p(x); }},
-      {"sqrt", [](double x) { return std::sqrt(x); }},
-      {"rsqrt", [](double x) { return 1.0 / std::sqrt(x); }},
-      {"reciprocal", [](double x) { return 1.0 / x; }},
-      {"sin", [](double x) { return std::sin(x); }},
-      {"cos", [](double x) { return std::cos(x); }},
-      {"tan", [](double x) { return std::tan(x); }},
-      {"tanh", [](double x) { return std::tanh(x); }},
-      {"sigmoid", Sigmoid},
-      {"erf", [](double x) { return std::erf(x); }},
+      {"exp", [](double x) { return std::exp(x); }, ExprOp::kExp},
+      {"exp2", [](double x) { return std::exp2(x); }, ExprOp::kExp2},
+      {"expm1", [](double x) { return std::expm1(x); }, ExprOp::kExpm1},
+      {"log", [](double x) { return std::log(x); }, ExprOp::kLog},
+      {"log2", [](double x) { return std::log2(x); }, ExprOp::kLog2},
+      {"log1p", [](double x) { return std::log1p(x); }, ExprOp::kLog1p},
+      {"sqrt", [](double x) { return std::sqrt(x); }, ExprOp::kSqrt},
+      {"rsqrt", [](double x) { return 1.0 / std::sqrt(x); }, ExprOp::kRsqrt},
+      {"reciprocal", [](double x) { return 1.0 / x; }, ExprOp::kReciprocal},
+      {"sin", [](double x) { return std::sin(x); }, ExprOp::kSin},
+      {"cos", [](double x) { return std::cos(x); }, ExprOp::kCos},
+      {"tan", [](double x) { return std::tan(x); }, ExprOp::kTan},
+      {"tanh", [](double x) { return std::tanh(x); }, ExprOp::kTanh},
+      {"sigmoid", Sigmoid, ExprOp::kSigmoid},
+      {"erf", [](double x) { return std::erf(x); }, ExprOp::kErf},
   };
   for (const FloatUnary& u : float_unary) {
-    AddPointwise(r, {absl::StrCat("aten.", u.name, ".default"),
-                     UnarySchema(),
-                     {0},
-                     Promotion::kIntToFloat,
-                     true,
-                     F1(u.f),
-                     nullptr,
-                     nullptr});
+    PointwiseOp op{absl::StrCat("aten.", u.name, ".default"),
+                   UnarySchema(),
+                   {0},
+                   Promotion::kIntToFloat,
+                   true,
+                   F1(u.f),
+                   nullptr,
+                   nullptr};
+    op.lower = Un(u.op);
+    AddPointwise(r, std::move(op));
   }
   // Ops that keep integral dtypes (identity on integers where rounding).
   struct KeepUnary {
@@ -305,53 +352,65 @@ void RegisterUnary(OpRegistry& r) {
     D1 f;
     I1 i;
     bool allow_bool;
+    ExprOp op;
   };
   const KeepUnary keep_unary[] = {
       {"abs", [](double x) { return std::fabs(x); },
-       [](int64_t x) { return x < 0 ? WrapSub(0, x) : x; }, false},
+       [](int64_t x) { return x < 0 ? WrapSub(0, x) : x; }, false, ExprOp::kAbs},
       {"neg", [](double x) { return -x; },
-       [](int64_t x) { return WrapSub(0, x); }, false},
+       [](int64_t x) { return WrapSub(0, x); }, false, ExprOp::kNeg},
       {"relu", [](double x) { return std::isnan(x) ? x : (x > 0 ? x : 0.0); },
-       [](int64_t x) { return x > 0 ? x : int64_t{0}; }, false},
+       [](int64_t x) { return x > 0 ? x : int64_t{0}; }, false, ExprOp::kRelu},
       {"floor", [](double x) { return std::floor(x); },
-       [](int64_t x) { return x; }, false},
+       [](int64_t x) { return x; }, false, ExprOp::kFloor},
       {"ceil", [](double x) { return std::ceil(x); },
-       [](int64_t x) { return x; }, false},
+       [](int64_t x) { return x; }, false, ExprOp::kCeil},
       // Round half to even, as torch.round.
       {"round", [](double x) { return std::nearbyint(x); },
-       [](int64_t x) { return x; }, false},
+       [](int64_t x) { return x; }, false, ExprOp::kRound},
       {"trunc", [](double x) { return std::trunc(x); },
-       [](int64_t x) { return x; }, false},
+       [](int64_t x) { return x; }, false, ExprOp::kTrunc},
       // (0 < x) - (x < 0): NaN gives 0, as PyTorch's sign kernel.
       {"sign", [](double x) { return static_cast<double>((0 < x) - (x < 0)); },
-       [](int64_t x) { return static_cast<int64_t>((0 < x) - (x < 0)); }, true},
+       [](int64_t x) { return static_cast<int64_t>((0 < x) - (x < 0)); }, true, ExprOp::kSign},
   };
   for (const KeepUnary& u : keep_unary) {
-    AddPointwise(r, {absl::StrCat("aten.", u.name, ".default"),
-                     UnarySchema(),
-                     {0},
-                     Promotion::kResultType,
-                     u.allow_bool,
-                     F1(u.f),
-                     I1Fn(u.i),
-                     nullptr});
+    PointwiseOp op{absl::StrCat("aten.", u.name, ".default"),
+                   UnarySchema(),
+                   {0},
+                   Promotion::kResultType,
+                   u.allow_bool,
+                   F1(u.f),
+                   I1Fn(u.i),
+                   nullptr};
+    op.lower = Un(u.op);
+    AddPointwise(r, std::move(op));
   }
-  AddPointwise(r, {"aten.logical_not.default",
-                   UnarySchema(),
-                   {0},
-                   Promotion::kBoolOutput,
-                   true,
-                   F1([](double x) { return x == 0 ? 1.0 : 0.0; }),
-                   I1Fn([](int64_t x) { return static_cast<int64_t>(x == 0); }),
-                   nullptr});
-  AddPointwise(r, {"aten.isnan.default",
-                   UnarySchema(),
-                   {0},
-                   Promotion::kBoolOutput,
-                   true,
-                   F1([](double x) { return std::isnan(x) ? 1.0 : 0.0; }),
-                   I1Fn([](int64_t) { return int64_t{0}; }),
-                   nullptr});
+  PointwiseOp logical_not{"aten.logical_not.default",
+                          UnarySchema(),
+                          {0},
+                          Promotion::kBoolOutput,
+                          true,
+                          F1([](double x) { return x == 0 ? 1.0 : 0.0; }),
+                          I1Fn([](int64_t x) { return static_cast<int64_t>(x == 0); }),
+                          nullptr};
+  logical_not.lower = [](const std::vector<Expr>& x, DType, const Node&) {
+    return ir::Unary(ExprOp::kNot, ir::Cast(x[0], DType::kBool), DType::kBool);
+  };
+  AddPointwise(r, std::move(logical_not));
+  PointwiseOp isnan{"aten.isnan.default",
+                    UnarySchema(),
+                    {0},
+                    Promotion::kBoolOutput,
+                    true,
+                    F1([](double x) { return std::isnan(x) ? 1.0 : 0.0; }),
+                    I1Fn([](int64_t) { return int64_t{0}; }),
+                    nullptr};
+  isnan.lower = [](const std::vector<Expr>& x, DType compute, const Node&) {
+    if (!IsFloating(compute)) return ir::IntConst(0, DType::kBool);
+    return ir::Unary(ExprOp::kIsNan, x[0], DType::kBool);
+  };
+  AddPointwise(r, std::move(isnan));
   // bitwise_not: ~x on integers; on bool, logical not. Bool values reach
   // the element function as 0/1, where ~x would be nonzero for both.
   PointwiseOp bitwise_not{"aten.bitwise_not.default",
@@ -373,6 +432,9 @@ void RegisterUnary(OpRegistry& r) {
     if (!IsIntegralOrBool(compute))
       return ctx.Invalid("needs integral or bool inputs");
     return absl::OkStatus();
+  };
+  bitwise_not.lower = [](const std::vector<Expr>& x, DType compute, const Node&) {
+    return ir::Unary(compute == DType::kBool ? ExprOp::kNot : ExprOp::kBitNot, x[0], compute);
   };
   AddPointwise(r, bitwise_not);
 }
@@ -416,9 +478,31 @@ void RegisterAddSub(OpRegistry& r) {
         }
         return CheckAlpha(ctx, compute);
       };
+      op.lower = [is_sub](const std::vector<Expr>& x, DType compute, const Node& n) {
+        Expr other = x[1];
+        const Attr& alpha = n.args[2];
+        if (alpha.ScalarAsDouble() != 1) {
+          Expr a = IsFloating(compute) ? ir::Const(alpha.ScalarAsDouble(), compute)
+                                       : ir::IntConst(alpha.kind == Attr::Kind::kBool ? alpha.b : alpha.i,
+                                                      compute);
+          other = ir::Binary(ExprOp::kMul, a, other, compute);
+        }
+        return ir::Binary(is_sub ? ExprOp::kSub : ExprOp::kAdd, x[0], other, compute);
+      };
       AddPointwise(r, op);
     }
   }
+}
+
+// pow(Tensor, Scalar): PyTorch raises "Integers to negative integer powers
+// are not allowed." for an integral base with a negative int exponent.
+absl::Status CheckIntegerPowExponent(const OpContext& ctx, DType compute) {
+  const Attr& exponent = ctx.arg(1);
+  if (!IsFloating(compute) && exponent.kind == Attr::Kind::kInt &&
+      exponent.i < 0) {
+    return ctx.Invalid("integers to negative integer powers are not allowed");
+  }
+  return absl::OkStatus();
 }
 
 // pow(Tensor, Scalar): PyTorch raises "Integers to negative integer powers
@@ -443,7 +527,7 @@ void RegisterArithmetic(OpRegistry& r) {
                      true,
                      F2([](double a, double b) { return a * b; }),
                      I2(WrapMul),
-                     nullptr});
+                     nullptr}, Bin(ExprOp::kMul));
     AddPointwise(r, {absl::StrCat("aten.div", suffix),
                      schema,
                      {0, 1},
@@ -451,7 +535,7 @@ void RegisterArithmetic(OpRegistry& r) {
                      true,
                      F2([](double a, double b) { return a / b; }),
                      nullptr,
-                     nullptr});
+                     nullptr}, Bin(ExprOp::kDiv));
     // div with rounding_mode: None (true division), "trunc" or "floor".
     PointwiseOp mode;
     mode.name =
@@ -485,6 +569,13 @@ void RegisterArithmetic(OpRegistry& r) {
       return absl::OkStatus();
     };
     mode.true_division_if_none_arg = 2;
+    mode.lower = [](const std::vector<Expr>& x, DType compute, const Node& n) {
+      const std::string m = n.args[2].is_none() ? "" : n.args[2].str;
+      if (m == "floor") return ir::Binary(ExprOp::kFloorDiv, x[0], x[1], compute);
+      Expr q = ir::Binary(ExprOp::kDiv, x[0], x[1], compute);  // ints: truncating
+      if (m == "trunc" && IsFloating(compute)) q = ir::Unary(ExprOp::kTrunc, q, compute);
+      return q;
+    };
     AddPointwise(r, mode);
 
     AddPointwise(r, {absl::StrCat("aten.remainder", suffix),
@@ -494,7 +585,7 @@ void RegisterArithmetic(OpRegistry& r) {
                      false,
                      F2(PyRemainder),
                      I2(FloorMod),
-                     nullptr});
+                     nullptr}, Bin(ExprOp::kRemainder));
     AddPointwise(r, {absl::StrCat("aten.fmod", suffix),
                      schema,
                      {0, 1},
@@ -502,7 +593,7 @@ void RegisterArithmetic(OpRegistry& r) {
                      false,
                      F2([](double a, double b) { return std::fmod(a, b); }),
                      I2(TruncMod),
-                     nullptr});
+                     nullptr}, Bin(ExprOp::kFmod));
     AddPointwise(r, {absl::StrCat("aten.bitwise_and", suffix),
                      schema,
                      {0, 1},
@@ -510,7 +601,7 @@ void RegisterArithmetic(OpRegistry& r) {
                      true,
                      nullptr,
                      I2([](int64_t a, int64_t b) { return a & b; }),
-                     nullptr});
+                     nullptr}, Bin(ExprOp::kBitAnd));
     AddPointwise(r, {absl::StrCat("aten.bitwise_or", suffix),
                      schema,
                      {0, 1},
@@ -518,7 +609,7 @@ void RegisterArithmetic(OpRegistry& r) {
                      true,
                      nullptr,
                      I2([](int64_t a, int64_t b) { return a | b; }),
-                     nullptr});
+                     nullptr}, Bin(ExprOp::kBitOr));
   }
   auto pow_f = F2([](double a, double b) { return std::pow(a, b); });
   AddPointwise(r, {"aten.pow.Tensor_Tensor",
@@ -529,7 +620,7 @@ void RegisterArithmetic(OpRegistry& r) {
                    false,
                    pow_f,
                    I2(IntPow),
-                   nullptr});
+                   nullptr}, Bin(ExprOp::kPow));
   AddPointwise(
       r, {"aten.pow.Tensor_Scalar",
           {Arg("self", ArgKind::kTensor), Arg("exponent", ArgKind::kScalar)},
@@ -538,7 +629,7 @@ void RegisterArithmetic(OpRegistry& r) {
           false,
           pow_f,
           I2(IntPow),
-          CheckIntegerPowExponent});
+          CheckIntegerPowExponent}, Bin(ExprOp::kPow));
   AddPointwise(
       r, {"aten.pow.Scalar",
           {Arg("self", ArgKind::kScalar), Arg("exponent", ArgKind::kTensor)},
@@ -547,7 +638,7 @@ void RegisterArithmetic(OpRegistry& r) {
           false,
           pow_f,
           I2(IntPow),
-          nullptr});
+          CheckIntegerPowExponent}, Bin(ExprOp::kPow));
   std::vector<ArgSpec> tensor_pair = {Arg("self", ArgKind::kTensor),
                                       Arg("other", ArgKind::kTensor)};
   AddPointwise(r, {"aten.maximum.default",
@@ -557,7 +648,7 @@ void RegisterArithmetic(OpRegistry& r) {
                    true,
                    F2(NanMax),
                    I2([](int64_t a, int64_t b) { return std::max(a, b); }),
-                   nullptr});
+                   nullptr}, Bin(ExprOp::kMax));
   AddPointwise(r, {"aten.minimum.default",
                    tensor_pair,
                    {0, 1},
@@ -565,7 +656,7 @@ void RegisterArithmetic(OpRegistry& r) {
                    true,
                    F2(NanMin),
                    I2([](int64_t a, int64_t b) { return std::min(a, b); }),
-                   nullptr});
+                   nullptr}, Bin(ExprOp::kMin));
   AddPointwise(r, {"aten.atan2.default",
                    tensor_pair,
                    {0, 1},
@@ -573,7 +664,7 @@ void RegisterArithmetic(OpRegistry& r) {
                    true,
                    F2([](double a, double b) { return std::atan2(a, b); }),
                    nullptr,
-                   nullptr});
+                   nullptr}, Bin(ExprOp::kAtan2));
   AddPointwise(
       r, {"aten.logical_and.default",
           tensor_pair,
@@ -584,7 +675,7 @@ void RegisterArithmetic(OpRegistry& r) {
           I2([](int64_t a, int64_t b) {
             return static_cast<int64_t>(a != 0 && b != 0);
           }),
-          nullptr});
+          nullptr}, Logical(ExprOp::kAnd));
   AddPointwise(
       r, {"aten.logical_or.default",
           tensor_pair,
@@ -595,7 +686,7 @@ void RegisterArithmetic(OpRegistry& r) {
           I2([](int64_t a, int64_t b) {
             return static_cast<int64_t>(a != 0 || b != 0);
           }),
-          nullptr});
+          nullptr}, Logical(ExprOp::kOr));
 }
 
 void RegisterComparisons(OpRegistry& r) {
@@ -603,20 +694,21 @@ void RegisterComparisons(OpRegistry& r) {
     const char* name;
     bool (*fd)(double, double);
     bool (*fi)(int64_t, int64_t);
+    ExprOp op;
   };
   const Cmp cmps[] = {
       {"eq", [](double a, double b) { return a == b; },
-       [](int64_t a, int64_t b) { return a == b; }},
+       [](int64_t a, int64_t b) { return a == b; }, ExprOp::kEq},
       {"ne", [](double a, double b) { return a != b; },
-       [](int64_t a, int64_t b) { return a != b; }},
+       [](int64_t a, int64_t b) { return a != b; }, ExprOp::kNe},
       {"lt", [](double a, double b) { return a < b; },
-       [](int64_t a, int64_t b) { return a < b; }},
+       [](int64_t a, int64_t b) { return a < b; }, ExprOp::kLt},
       {"le", [](double a, double b) { return a <= b; },
-       [](int64_t a, int64_t b) { return a <= b; }},
+       [](int64_t a, int64_t b) { return a <= b; }, ExprOp::kLe},
       {"gt", [](double a, double b) { return a > b; },
-       [](int64_t a, int64_t b) { return a > b; }},
+       [](int64_t a, int64_t b) { return a > b; }, ExprOp::kGt},
       {"ge", [](double a, double b) { return a >= b; },
-       [](int64_t a, int64_t b) { return a >= b; }},
+       [](int64_t a, int64_t b) { return a >= b; }, ExprOp::kGe},
   };
   for (const Cmp& c : cmps) {
     for (bool scalar : {false, true}) {
@@ -632,7 +724,8 @@ void RegisterComparisons(OpRegistry& r) {
               I2([fi](int64_t a, int64_t b) {
                 return static_cast<int64_t>(fi(a, b));
               }),
-              nullptr});
+              nullptr},
+          Compare(c.op));
     }
   }
 }
@@ -676,6 +769,9 @@ void RegisterSelection(OpRegistry& r) {
     };
     op.int_fn = [](const Node&) {
       return IntFn([](const int64_t* a) { return a[2] != 0 ? a[0] : a[1]; });
+    };
+    op.lower = [](const std::vector<Expr>& x, DType, const Node&) {
+      return ir::Select(ir::Cast(x[2], DType::kBool), x[0], x[1]);
     };
     AddPointwise(r, std::move(op));
   }
@@ -730,6 +826,13 @@ void RegisterClamp(OpRegistry& r) {
         return x;
       });
     };
+    // max/min propagate NaN from either side, as ClampF does.
+    op.lower = [](const std::vector<Expr>& x, DType compute, const Node& n) {
+      Expr r = x[0];
+      if (!n.args[1].is_none()) r = ir::Binary(ExprOp::kMax, r, x[1], compute);
+      if (!n.args[2].is_none()) r = ir::Binary(ExprOp::kMin, r, x[2], compute);
+      return r;
+    };
     AddPointwise(r, std::move(op));
   }
   for (bool is_min : {true, false}) {
@@ -752,6 +855,7 @@ void RegisterClamp(OpRegistry& r) {
         return is_min ? std::max(a[0], a[1]) : std::min(a[0], a[1]);
       });
     };
+    op.lower = Bin(is_min ? ExprOp::kMax : ExprOp::kMin);
     AddPointwise(r, std::move(op));
   }
 }
@@ -807,8 +911,28 @@ void RegisterCasts(OpRegistry& r) {
       }
       return std::vector<HostTensor>{std::move(out)};
     };
+    def.lower = [](LowerContext& ctx) -> absl::StatusOr<std::vector<LoweredValue>> {
+      const TensorType& out = ctx.out_type();
+      LoopNode node;
+      node.kind = LoopNode::Kind::kPointwise;
+      node.dtype = out.dtype;
+      node.sizes = out.sizes;
+      node.body = ir::Cast(LowerContext::ReadBroadcast(ctx.value(0), out.sizes), out.dtype);
+      return std::vector<LoweredValue>{ctx.AddNode(std::move(node))};
+    };
     r.Add(std::move(def));
   }
+}
+
+// lerp as an expression, in the same two-sided form as the reference.
+Expr LerpExpr(Expr s, Expr e, Expr w, DType c) {
+  auto sub = [c](Expr a, Expr b) { return ir::Binary(ExprOp::kSub, a, b, c); };
+  auto mul = [c](Expr a, Expr b) { return ir::Binary(ExprOp::kMul, a, b, c); };
+  Expr diff = sub(e, s);
+  Expr low = ir::Binary(ExprOp::kAdd, s, mul(w, diff), c);
+  Expr high = sub(e, mul(diff, sub(ir::Const(1, c), w)));
+  Expr small = ir::Binary(ExprOp::kLt, ir::Unary(ExprOp::kAbs, w, c), ir::Const(0.5, c), DType::kBool);
+  return ir::Select(small, low, high);
 }
 
 void RegisterActivations(OpRegistry& r) {
@@ -842,6 +966,20 @@ void RegisterActivations(OpRegistry& r) {
       return 0.5 * a[0] * (1.0 + std::erf(a[0] / std::sqrt(2.0)));
     });
   };
+  gelu.lower = [](const std::vector<Expr>& x, DType c, const Node& n) {
+    auto k = [c](double v) { return ir::Const(v, c); };
+    auto mul = [c](Expr a, Expr b) { return ir::Binary(ExprOp::kMul, a, b, c); };
+    auto add = [c](Expr a, Expr b) { return ir::Binary(ExprOp::kAdd, a, b, c); };
+    Expr inner;
+    if (n.args[1].str == "tanh") {
+      Expr cube = mul(mul(x[0], x[0]), x[0]);
+      inner = ir::Unary(ExprOp::kTanh,
+                        mul(k(std::sqrt(2.0 / M_PI)), add(x[0], mul(k(0.044715), cube))), c);
+    } else {
+      inner = ir::Unary(ExprOp::kErf, mul(x[0], k(M_SQRT1_2)), c);
+    }
+    return mul(mul(k(0.5), x[0]), add(k(1.0), inner));
+  };
   AddPointwise(r, std::move(gelu));
 
   PointwiseOp leaky{
@@ -858,6 +996,10 @@ void RegisterActivations(OpRegistry& r) {
     const double slope = n.args[1].ScalarAsDouble();
     return FloatFn(
         [slope](const double* a) { return a[0] > 0 ? a[0] : a[0] * slope; });
+  };
+  leaky.lower = [](const std::vector<Expr>& x, DType c, const Node& n) {
+    Expr scaled = ir::Binary(ExprOp::kMul, x[0], ir::Const(n.args[1].ScalarAsDouble(), c), c);
+    return ir::Select(ir::Binary(ExprOp::kGt, x[0], ir::Const(0, c), DType::kBool), x[0], scaled);
   };
   AddPointwise(r, std::move(leaky));
 
@@ -884,6 +1026,14 @@ void RegisterActivations(OpRegistry& r) {
       return std::min(std::max(a[0], lo), hi);
     });
   };
+  hardtanh.lower = [](const std::vector<Expr>& x, DType c, const Node& n) {
+    auto bound = [c](const Attr& a) {
+      return IsFloating(c) ? ir::Const(a.ScalarAsDouble(), c)
+                           : ir::IntConst(static_cast<int64_t>(a.ScalarAsDouble()), c);
+    };
+    return ir::Binary(ExprOp::kMin, ir::Binary(ExprOp::kMax, x[0], bound(n.args[1]), c),
+                      bound(n.args[2]), c);
+  };
   AddPointwise(r, std::move(hardtanh));
 
   AddPointwise(r, {"aten.silu.default",
@@ -893,7 +1043,10 @@ void RegisterActivations(OpRegistry& r) {
                    false,
                    F1([](double x) { return x / (1.0 + std::exp(-x)); }),
                    nullptr,
-                   nullptr});
+                   nullptr},
+               [](const std::vector<Expr>& x, DType c, const Node&) {
+                 return ir::Binary(ExprOp::kMul, x[0], ir::Unary(ExprOp::kSigmoid, x[0], c), c);
+               });
 
   // lerp: self + weight * (end - self), in PyTorch's two-sided form for
   // accuracy near weight = 1.
@@ -914,6 +1067,9 @@ void RegisterActivations(OpRegistry& r) {
     const double w = n.args[2].ScalarAsDouble();
     return FloatFn([lerp, w](const double* a) { return lerp(a[0], a[1], w); });
   };
+  lerp_scalar.lower = [](const std::vector<Expr>& x, DType c, const Node& n) {
+    return LerpExpr(x[0], x[1], ir::Const(n.args[2].ScalarAsDouble(), c), c);
+  };
   AddPointwise(r, std::move(lerp_scalar));
   PointwiseOp lerp_tensor{
       "aten.lerp.Tensor",
@@ -927,6 +1083,9 @@ void RegisterActivations(OpRegistry& r) {
       nullptr};
   lerp_tensor.float_fn = [lerp](const Node&) {
     return FloatFn([lerp](const double* a) { return lerp(a[0], a[1], a[2]); });
+  };
+  lerp_tensor.lower = [](const std::vector<Expr>& x, DType c, const Node&) {
+    return LerpExpr(x[0], x[1], x[2], c);
   };
   AddPointwise(r, std::move(lerp_tensor));
 }
