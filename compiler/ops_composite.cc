@@ -55,9 +55,11 @@ void AddSoftmax(OpRegistry& r, const char* name, bool log) {
           absl::StrCat("needs a floating point input, got ", DTypeName(in)));
     }
     if (ctx.arg(2).b) {
-      if (in == DType::kFloat32) {
-        return ctx.Invalid(
-            "half_to_float=True needs a float16 or bfloat16 input");
+      // As CUDA's host_softmax ("conversion is supported for Half type
+      // only") and torch._decomp's _softmax: float16 only, not bfloat16.
+      if (in != DType::kFloat16) {
+        return ctx.Invalid(absl::StrCat(
+            "half_to_float=True needs a float16 input, got ", DTypeName(in)));
       }
       return std::vector<DType>{DType::kFloat32};
     }

@@ -80,6 +80,10 @@ TEST(CompositeSoftmax, HalfToFloat) {
   ExpectInvalid("aten._softmax.default", {F32({3}, {1, 2, 3})},
                 {In(0), I(0), B(true)},
                 {"node 0", "aten._softmax.default", "half_to_float"});
+  // Only float16 converts (CUDA: "conversion is supported for Half type
+  // only"), not bfloat16.
+  ExpectInvalid("aten._softmax.default", {BF16({2}, {0, 0})},
+                {In(0), I(0), B(true)}, {"half_to_float", "bfloat16"});
   ExpectInvalid("aten._softmax.default", {I32({3}, {1, 2, 3})},
                 {In(0), I(0), B(false)}, {"int32"});
   ExpectInvalid("aten._softmax.default", {F32({3}, {1, 2, 3})},
@@ -115,6 +119,8 @@ TEST(CompositeLogSoftmax, HalfToFloat) {
   CheckOp("aten._log_softmax.default", {F16({3}, {1, 2, 3})},
           {In(0), I(-1), B(true)}, kF32, {3}, {kL1, kL2, kL3});
   ExpectInvalid("aten._log_softmax.default", {F32({3}, {1, 2, 3})},
+                {In(0), I(0), B(true)}, {"half_to_float"});
+  ExpectInvalid("aten._log_softmax.default", {BF16({1}, {0})},
                 {In(0), I(0), B(true)}, {"half_to_float"});
   ExpectInvalid("aten._log_softmax.default", {Bool({2}, {1, 0})},
                 {In(0), I(0), B(false)});
