@@ -924,6 +924,25 @@ Expr LerpExpr(Expr s, Expr e, Expr w, DType c) {
   return ir::Select(small, low, high);
 }
 
+// lerp, as PyTorch's lerp meta functions: `end` must have self's dtype; a
+// tensor `weight` may differ only if it promotes into self's dtype (it is
+// converted to it), so the result has self's dtype.
+absl::Status CheckLerpDTypes(const OpContext& ctx, DType) {
+  const DType self = ctx.type(0).dtype;
+  if (ctx.type(1).dtype != self) {
+    return ctx.Invalid(absl::StrCat("expected dtype ", DTypeName(self),
+                                    " for `end` but got dtype ",
+                                    DTypeName(ctx.type(1).dtype)));
+  }
+  if (ctx.is_tensor(2) && PromoteTypes(self, ctx.type(2).dtype) != self) {
+    return ctx.Invalid(absl::StrCat("`weight` dtype ",
+                                    DTypeName(ctx.type(2).dtype),
+                                    " does not promote into `input` dtype ",
+                                    DTypeName(self)));
+  }
+  return absl::OkStatus();
+}
+
 void RegisterActivations(OpRegistry& r) {
   PointwiseOp gelu{
       "aten.gelu.default",
@@ -1059,6 +1078,7 @@ void RegisterActivations(OpRegistry& r) {
   lerp_scalar.lower = [](const std::vector<Expr>& x, DType c, const Node& n) {
     return LerpExpr(x[0], x[1], ir::Const(n.args[2].ScalarAsDouble(), c), c);
   };
+  lerp_scalar.check = CheckLerpDTypes;
   AddPointwise(r, std::move(lerp_scalar));
   PointwiseOp lerp_tensor{
       "aten.lerp.Tensor",
@@ -1076,6 +1096,8 @@ void RegisterActivations(OpRegistry& r) {
   lerp_tensor.lower = [](const std::vector<Expr>& x, DType c, const Node&) {
     return LerpExpr(x[0], x[1], x[2], c);
   };
+  lerp_tensor.check = CheckLerpDTypes;
+  lerp_tensor.promoted_operands = 2;  // weight converts to self's dtype
   AddPointwise(r, std::move(lerp_tensor));
 }
 

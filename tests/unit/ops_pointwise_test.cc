@@ -690,6 +690,16 @@ TEST(PointwiseActivation, Lerp) {
   CheckOp("aten.lerp.Tensor",
           {F32({2}, {0, 10}), F32({2}, {10, 20}), F32({2, 1}, {0.5, 1})},
           {In(0), In(1), In(2)}, kF32, {2, 2}, {5, 15, 10, 20});
+  // end must have self's dtype; weight may only promote into it (PyTorch's
+  // lerp meta checks), and the result has self's dtype.
+  ExpectInvalid("aten.lerp.Scalar", {F16({1}, {0}), F32({1}, {1})},
+                {In(0), In(1), F(0.5)}, {"end", "float32"});
+  ExpectInvalid("aten.lerp.Tensor",
+                {F16({1}, {0}), F16({1}, {1}), F32({1}, {0.5})},
+                {In(0), In(1), In(2)}, {"weight"});
+  CheckOp("aten.lerp.Tensor",
+          {F32({}, {0}), F32({}, {8}), F16({2}, {0.25, 0.5})},
+          {In(0), In(1), In(2)}, kF32, {2}, {2, 4});
 }
 
 }  // namespace
