@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <thread>
 #include <utility>
 
@@ -122,6 +123,7 @@ class ArtifactStore::Impl {
   std::vector<EntryInfo> List() const;
   CacheStats Stats() const;
   absl::Status Flush();
+  absl::Status ReclaimSpace();
   const ArtifactStoreOptions& options() const { return options_; }
 
  private:
@@ -145,6 +147,9 @@ class ArtifactStore::Impl {
   void InsertIntoIndexLocked(const GuardKey& key, const IndexRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  uint64_t DiskBytes() const;
+  // Runs ReclaimSpace when the files outgrow the live data (flusher thread).
+  void MaybeReclaimSpace();
   void FlusherLoop();
   bool FlusherShouldWake() const ABSL_SHARED_LOCKS_REQUIRED(flusher_mu_) {
     return stop_flusher_ || flush_requested_;
@@ -169,6 +174,8 @@ class ArtifactStore::Impl {
   rocksdb::ColumnFamilyHandle* artifacts_ = nullptr;
   rocksdb::ColumnFamilyHandle* access_ = nullptr;
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;
+  // Memtable size (and blob file size) chosen from the capacity at open.
+  uint64_t write_buffer_bytes_ = 0;
 
   // Serializes every database write. Acquired before mu_.
   absl::Mutex write_mu_;
@@ -185,6 +192,8 @@ class ArtifactStore::Impl {
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   StatsRecord counters_ ABSL_GUARDED_BY(mu_);
+  // Bytes put since the flusher last considered ReclaimSpace.
+  uint64_t put_bytes_since_reclaim_ ABSL_GUARDED_BY(mu_) = 0;
   bool counters_dirty_ ABSL_GUARDED_BY(mu_) = false;
 
   absl::Mutex flusher_mu_;
@@ -248,6 +257,13 @@ absl::Status ArtifactStore::Impl::OpenDatabase() {
   std::shared_ptr<rocksdb::TableFactory> table_factory(
       rocksdb::NewBlockBasedTableFactory(table));
 
+  // Memtables and WAL files are disk (and memory) the budget does not see:
+  // scale them with the capacity, 1/16 of it between 4 and 64 MiB, so that a
+  // small cache is not dwarfed by its own write-ahead log.
+  const uint64_t write_buffer = std::clamp<uint64_t>(
+      options_.capacity_bytes / 16, uint64_t{4} << 20, uint64_t{64} << 20);
+  write_buffer_bytes_ = write_buffer;
+
   rocksdb::DBOptions db_options;
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
@@ -255,16 +271,18 @@ absl::Status ArtifactStore::Impl::OpenDatabase() {
   // After a crash, recover the WAL up to the first torn record: the database
   // is a consistent prefix of the acknowledged writes.
   db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
-  db_options.max_total_wal_size = 256 << 20;
+  // Forces flushes of the small families' memtables too, so old WAL files go.
+  db_options.max_total_wal_size = 4 * write_buffer;
   db_options.max_background_jobs = 2;
   db_options.bytes_per_sync = 1 << 20;
+  // RocksDB's own LOG files count against the disk too: at most ~5 MiB.
   db_options.keep_log_file_num = 4;
-  db_options.max_log_file_size = 8 << 20;
+  db_options.max_log_file_size = 1 << 20;
 
   rocksdb::ColumnFamilyOptions artifact_options;
   artifact_options.table_factory = table_factory;
   artifact_options.compression = compression;
-  artifact_options.write_buffer_size = 64 << 20;
+  artifact_options.write_buffer_size = write_buffer;
   artifact_options.level_compaction_dynamic_level_bytes = true;
   // Values above blob_min_bytes are written once into blob files and only
   // referenced from the LSM tree, so compactions do not rewrite megabytes of
@@ -273,7 +291,7 @@ absl::Status ArtifactStore::Impl::OpenDatabase() {
   // space of evicted artifacts comes back.
   artifact_options.enable_blob_files = true;
   artifact_options.min_blob_size = options_.blob_min_bytes;
-  artifact_options.blob_file_size = 64 << 20;
+  artifact_options.blob_file_size = write_buffer;
   artifact_options.blob_compression_type = compression;
   artifact_options.enable_blob_garbage_collection = true;
   artifact_options.blob_garbage_collection_age_cutoff = 0.5;
@@ -283,7 +301,7 @@ absl::Status ArtifactStore::Impl::OpenDatabase() {
   rocksdb::ColumnFamilyOptions small_options;
   small_options.table_factory = table_factory;
   small_options.compression = compression;
-  small_options.write_buffer_size = 8 << 20;
+  small_options.write_buffer_size = std::min<uint64_t>(write_buffer, 8 << 20);
   small_options.level_compaction_dynamic_level_bytes = true;
 
   const std::vector<rocksdb::ColumnFamilyDescriptor> families = {
@@ -423,6 +441,8 @@ ArtifactStore::Impl::~Impl() {
       absl::MutexLock lock(&flusher_mu_);
       stop_flusher_ = true;
     }
+    // Aborts a ReclaimSpace compaction the flusher may be running.
+    db_->DisableManualCompaction();
     flusher_.join();
   }
   if (db_ == nullptr) return;
@@ -592,6 +612,7 @@ absl::Status ArtifactStore::Impl::Put(const GuardKey& key,
   for (const GuardKey& victim : victims) EraseFromIndexLocked(victim);
   InsertIntoIndexLocked(key, record);
   ++counters_.puts;
+  put_bytes_since_reclaim_ += entry_bytes;
   counters_.evictions += victims.size();
   counters_dirty_ = true;
   if (!victims.empty()) {
@@ -799,9 +820,23 @@ std::vector<EntryInfo> ArtifactStore::Impl::List() const {
   return entries;
 }
 
+uint64_t ArtifactStore::Impl::DiskBytes() const {
+  uint64_t bytes = 0;
+  // RocksDB creates and deletes files concurrently: skip what vanishes.
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(options_.data_dir, error), end;
+       !error && it != end; it.increment(error)) {
+    std::error_code size_error;
+    const uintmax_t size = it->file_size(size_error);
+    if (!size_error) bytes += size;
+  }
+  return bytes;
+}
+
 CacheStats ArtifactStore::Impl::Stats() const {
-  absl::MutexLock lock(&mu_);
   CacheStats stats;
+  stats.disk_bytes = DiskBytes();
+  absl::MutexLock lock(&mu_);
   stats.entries = index_.size();
   stats.bytes = bytes_;
   stats.capacity_bytes = options_.capacity_bytes;
@@ -856,6 +891,64 @@ absl::Status ArtifactStore::Impl::FlushPending() {
   return status;
 }
 
+absl::Status ArtifactStore::Impl::ReclaimSpace() {
+  if (options_.read_only) return ReadOnlyError("cannot reclaim space");
+  {
+    absl::MutexLock write_lock(&write_mu_);
+    if (absl::Status s = EnsureWritableLocked(); !s.ok()) return s;
+  }
+  const uint64_t before = DiskBytes();
+  rocksdb::Status status =
+      db_->Flush(rocksdb::FlushOptions(), {artifacts_, access_, meta_});
+  if (status.ok()) {
+    rocksdb::CompactRangeOptions compact;
+    compact.exclusive_manual_compaction = false;  // writes go on meanwhile
+    compact.bottommost_level_compaction =
+        rocksdb::BottommostLevelCompaction::kForceOptimized;
+    // Relocate every live blob, so that no blob file is kept alive by a few
+    // live entries among evicted ones.
+    compact.blob_garbage_collection_policy =
+        rocksdb::BlobGarbageCollectionPolicy::kForce;
+    compact.blob_garbage_collection_age_cutoff = 1.0;
+    status = db_->CompactRange(compact, artifacts_, nullptr, nullptr);
+  }
+  if (status.ok()) {
+    status = db_->CompactRange(rocksdb::CompactRangeOptions(), access_, nullptr,
+                               nullptr);
+  }
+  if (!status.ok()) {
+    return FromRocksDb(status, "cannot reclaim disk space", options_.data_dir);
+  }
+  spdlog::info("artifact store {}: reclaimed disk space: {} -> {} bytes",
+               options_.data_dir, before, DiskBytes());
+  return absl::OkStatus();
+}
+
+void ArtifactStore::Impl::MaybeReclaimSpace() {
+  uint64_t live;
+  uint64_t put_bytes;
+  {
+    absl::MutexLock lock(&mu_);
+    live = bytes_;
+    put_bytes = put_bytes_since_reclaim_;
+  }
+  // A reclaim rewrites the live data; waiting for half of that to be put
+  // since the last one bounds the extra writes to 2x the bytes put.
+  if (put_bytes < std::max(live / 2, 4 * write_buffer_bytes_)) return;
+  // Live data with room for compaction's temporary copies, plus the WAL that
+  // max_total_wal_size allows and a margin for manifests and logs.
+  const uint64_t allowance =
+      live + live / 2 + 4 * write_buffer_bytes_ + (uint64_t{16} << 20);
+  if (DiskBytes() <= allowance) return;
+  {
+    absl::MutexLock lock(&mu_);
+    put_bytes_since_reclaim_ = 0;
+  }
+  if (absl::Status s = ReclaimSpace(); !s.ok()) {
+    spdlog::warn("artifact store {}: {}", options_.data_dir, s.ToString());
+  }
+}
+
 void ArtifactStore::Impl::RequestFlush() {
   absl::MutexLock lock(&flusher_mu_);
   flush_requested_ = true;
@@ -877,6 +970,7 @@ void ArtifactStore::Impl::FlusherLoop() {
       spdlog::warn("artifact store {}: background flush: {}", options_.data_dir,
                    status.ToString());
     }
+    MaybeReclaimSpace();
     flusher_mu_.Lock();
   }
 }
@@ -920,6 +1014,8 @@ std::vector<EntryInfo> ArtifactStore::List() const { return impl_->List(); }
 CacheStats ArtifactStore::Stats() const { return impl_->Stats(); }
 
 absl::Status ArtifactStore::Flush() { return impl_->Flush(); }
+
+absl::Status ArtifactStore::ReclaimSpace() { return impl_->ReclaimSpace(); }
 
 const ArtifactStoreOptions& ArtifactStore::options() const {
   return impl_->options();

@@ -24,8 +24,12 @@
 //    eviction order is deterministic. Access times live in their own column
 //    family and hits update them in batches (every `access_flush_batch` hits,
 //    every `flush_interval`, on Flush() and on close), not with a write per
-//    hit. Disk usage is larger than the logical size by RocksDB's overheads
-//    (WAL, compaction and blob-file space amplification, typically < 2x).
+//    hit.
+//    Disk usage (CacheStats::disk_bytes) is larger than the logical size by
+//    RocksDB's overheads: the WAL (at most 4 memtables, each 1/16 of the
+//    capacity clamped to [4, 64] MiB) and evicted artifacts' space awaiting
+//    compaction. The store compacts when the files pass 1.5x the live bytes
+//    plus the WAL allowance (see ReclaimSpace).
 //  - Stats. Counters live in memory and are persisted with the access batches
 //    and on close. After a crash the counters (hits, misses, puts, evictions,
 //    corrupt_dropped, deletes, compile_seconds_saved) may lag by at most one
@@ -132,9 +136,12 @@ struct EntryInfo {
 
 // Counters, as the server publishes them. A plain value: a snapshot.
 struct CacheStats {
-  uint64_t entries = 0;          // entries in the store (exact)
-  uint64_t bytes = 0;            // their logical size (exact)
-  uint64_t capacity_bytes = 0;   // the configured budget
+  uint64_t entries = 0;         // entries in the store (exact)
+  uint64_t bytes = 0;           // their logical size (exact)
+  uint64_t capacity_bytes = 0;  // the configured budget
+  // Size of all files in the data dir (SST, blob, WAL, manifest, logs): what
+  // the cache takes on disk, for comparison with `bytes`.
+  uint64_t disk_bytes = 0;
   uint64_t hits = 0;             // Gets that returned an entry
   uint64_t misses = 0;           // Gets that did not (absent or corrupt)
   uint64_t puts = 0;             // acknowledged Puts
@@ -197,6 +204,16 @@ class ArtifactStore {
   // Persists pending access times and the counters now (they are otherwise
   // persisted every `flush_interval` and on close).
   absl::Status Flush();
+
+  // Returns the disk space of evicted and deleted entries now: flushes the
+  // memtables (so old WAL files go) and compacts the artifacts with forced
+  // blob garbage collection. Space otherwise comes back through RocksDB's
+  // background compactions, and the store runs this itself, from its
+  // background thread, when the data dir grows beyond 1.5x the live bytes
+  // plus the WAL allowance and at least half the live bytes were put since
+  // the last time (so its rewrites of the live data at most double the
+  // writes). Errors: FAILED_PRECONDITION (read-only store), I/O errors.
+  absl::Status ReclaimSpace();
 
   // The options the store was opened with.
   const ArtifactStoreOptions& options() const;
