@@ -74,6 +74,15 @@ TEST(PointwiseUnary, ExpOverNonContiguousInput) {
           {1, 0.36787944117144233, kE, 1, 7.38905609893065, kE});
 }
 
+TEST(PointwiseUnary, EmptyInputs) {
+  CheckOp("aten.exp.default", {F32({0, 2}, {})}, {In(0)}, kF32, {0, 2}, {});
+  CheckOp("aten.neg.default", {I64({0}, {})}, {In(0)}, kI64, {0}, {});
+  CheckOp("aten.add.Tensor", {F32({0}, {}), F32({}, {1})}, {In(0), In(1)}, kF32,
+          {0}, {});
+  CheckOp("aten.lt.Scalar", {I32({2, 0}, {})}, {In(0), F(0.5)}, kBool, {2, 0},
+          {});
+}
+
 TEST(PointwiseUnary, Exp2Expm1) {
   CheckOp("aten.exp2.default", {F32({3}, {0, 3, -1})}, {In(0)}, kF32, {3},
           {1, 8, 0.5});
@@ -676,6 +685,11 @@ TEST(PointwiseActivation, LeakyReluHardtanhSilu) {
           {In(0), F(-0.5), I(2)}, kF32, {3}, {-0.5, 0.25, 2});
   CheckOp("aten.hardtanh.default", {F16({2}, {-3, 3})}, {In(0)}, kF16, {2},
           {-1, 1});
+  // Integral inputs keep their dtype; the bounds truncate toward zero
+  // (PyTorch's "legacy behavior of boundaries not causing type promotion").
+  CheckOp("aten.hardtanh.default", {I32({3}, {-3, 0, 3})},
+          {In(0), F(-1.5), F(2.5)}, kI32, {3}, {-1, 0, 2});
+  ExpectInvalid("aten.hardtanh.default", {Bool({1}, {1})}, {In(0)});
   CheckOp("aten.silu.default", {F32({3}, {0, 1, -1})}, {In(0)}, kF32, {3},
           {0, 0.7310585786300049, -0.2689414213699951});
   ExpectInvalid("aten.silu.default", {I64({1}, {1})}, {In(0)});
