@@ -96,7 +96,9 @@ struct LinkOptions {
   bool no_undefined = true;
   // lld's --threads. 1 by default: for kernel-sized inputs lld's thread
   // pool costs more than it saves (measured 16 ms -> 8 ms per link on a
-  // 2-core machine), and links are serialised anyway.
+  // 2-core machine), links are serialised anyway, and with one thread every
+  // lld fatal() happens on the thread whose CrashRecoveryContext catches it
+  // (one in a pool thread would exit the process).
   int threads = 1;
   // Further lld arguments, appended before the inputs (e.g. "--gc-sections").
   std::vector<std::string> extra_args;
