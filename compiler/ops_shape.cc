@@ -450,6 +450,11 @@ void RegisterShapeOps(OpRegistry& r) {
           auto w = ctx->WrapDim(d, rank);
           if (!w.ok()) return w.status();
           d = *w;
+          // As PyTorch's dim_list_to_bitset (squeeze.dims).
+          if (rank > 0 && sel[d]) {
+            return ctx->Invalid(absl::StrCat(
+                "dim ", d, " appears multiple times in the list of dims"));
+          }
         } else {
           d = Wrap(d, rank);
         }

@@ -42,8 +42,8 @@ TEST(ShapeView, SizesAndInference) {
           {1, 2, 3, 4, 5, 6});
   CheckOp("aten.view.default", {M23()}, {In(0), Ints({-1, 1, 6})}, kF32,
           {1, 1, 6}, {1, 2, 3, 4, 5, 6});
-  CheckOp("aten.view.default", {I32({1, 1}, {7})}, {In(0), EmptyInts()}, kI32, {},
-          {7});
+  CheckOp("aten.view.default", {I32({1, 1}, {7})}, {In(0), EmptyInts()}, kI32,
+          {}, {7});
   CheckOp("aten.view.default", {F32({0, 3}, {})}, {In(0), Ints({-1, 3})}, kF32,
           {0, 3}, {});
   ExpectInvalid("aten.view.default", {M23()}, {In(0), Ints({-1, -1})},
@@ -168,13 +168,17 @@ TEST(ShapeSqueeze, AllOverloads) {
   CheckOp("aten.squeeze.dim", {t}, {In(0), I(1)}, kF32, {1, 2, 1, 3}, v);
   CheckOp("aten.squeeze.dims", {t}, {In(0), Ints({0, -2})}, kF32, {2, 3}, v);
   CheckOp("aten.squeeze.dims", {t}, {In(0), Ints({0, 1})}, kF32, {2, 1, 3}, v);
-  CheckOp("aten.squeeze.dims", {t}, {In(0), EmptyInts()}, kF32, {1, 2, 1, 3}, v);
+  CheckOp("aten.squeeze.dims", {t}, {In(0), EmptyInts()}, kF32, {1, 2, 1, 3},
+          v);
   CheckOp("aten.squeeze.dim", {F32({}, {3})}, {In(0), I(-1)}, kF32, {}, {3});
   // A [3, 1] transposed view of [1, 3], squeezed.
   CheckOp("aten.squeeze.dim", {TransposedView(F32({1, 3}, {1, 2, 3}))},
           {In(0), I(-1)}, kF32, {3}, {1, 2, 3});
   ExpectInvalid("aten.squeeze.dim", {t}, {In(0), I(4)});
   ExpectInvalid("aten.squeeze.dims", {t}, {In(0), Ints({-5})});
+  // A dim listed twice (also as its negative alias) is an error, as in
+  // PyTorch's dim_list_to_bitset.
+  ExpectInvalid("aten.squeeze.dims", {t}, {In(0), Ints({0, -4})}, {"multiple"});
 }
 
 // ---- slice / select ----
