@@ -1,0 +1,47 @@
+// Compile(request) -> Artifact: the whole pipeline, top to bottom.
+//
+//   ImportGraph       kiln.v1.Graph -> Graph          (import.h)
+//   ComputeGuardKey   Graph + target + options -> key (guard_key.h)
+//   Lower             Graph -> LoopGraph              (lower.h)
+//   Fuse              LoopGraph -> FusedProgram       (fuse.h)
+//   EmitCpuModule     FusedProgram -> LLVM IR         (codegen_cpu.h)
+//   OptimizeModule, EmitObject, LinkSharedObject      (cpu_backend.h)
+//   BuildArtifact     program, guards, outputs, binary, SHA-256
+//
+// With KILN_DUMP_DIR set, each stage writes its IR to
+// $KILN_DUMP_DIR/<first 16 hex digits of the key>/NN-stage.txt.
+//
+// Errors: INVALID_ARGUMENT / UNIMPLEMENTED from validation (naming node, op
+// and reason), UNIMPLEMENTED for CUDA targets in this build, INTERNAL for a
+// compiler bug (the message says which stage).
+// Thread-safety: safe to call from many threads at once (each call has its
+// own LLVMContext; the in-process linker is serialised inside).
+#ifndef KILN_COMPILER_COMPILE_H_
+#define KILN_COMPILER_COMPILE_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kiln/v1/artifact.pb.h"
+#include "kiln/v1/graph.pb.h"
+
+namespace kiln {
+
+// Version of the artifact format (Artifact.format_version).
+inline constexpr int kArtifactFormatVersion = 1;
+
+struct CompileEnv {
+  // Where stage dumps go; empty: $KILN_DUMP_DIR if set, else no dumps.
+  std::string dump_dir;
+};
+
+absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,
+                                     const CompileEnv& env = {});
+
+// Serialises a SymExpr-shaped polynomial (see artifact.proto's SymPoly).
+class SymExpr;
+v1::SymPoly ToSymPoly(const SymExpr& e);
+
+}  // namespace kiln
+
+#endif  // KILN_COMPILER_COMPILE_H_

@@ -1,0 +1,111 @@
+// The example graphs compiled for this machine, loaded from memory and run,
+// against the reference evaluator.
+#include <fstream>
+#include <sstream>
+
+#include "client/cpu_executable.h"
+#include "compiler/compile.h"
+#include "compiler/cpu_backend.h"
+#include "compiler/import.h"
+#include "compiler/reference.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "tests/unit/numerics.h"
+
+namespace kiln::testing {
+namespace {
+
+v1::CompileRequest RequestFor(const std::string& file) {
+  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/" + file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  v1::CompileRequest req;
+  EXPECT_TRUE(
+      google::protobuf::util::JsonStringToMessage(ss.str(), req.mutable_graph())
+          .ok())
+      << file;
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  return req;
+}
+
+class ExampleGraphs : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ExampleGraphs, CompiledMatchesReference) {
+  const v1::CompileRequest req = RequestFor(GetParam());
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok());
+  std::mt19937_64 rng(42);
+  ThreadPool pool(2);
+  for (int64_t batch : {2, 5, 33}) {
+    std::vector<int64_t> symbols(graph->symbols.size(), batch);
+    if (symbols.empty() && batch != 2) break;
+    auto inputs = RandomInputs(*graph, symbols, rng);
+    auto want = EvaluateReference(*graph, inputs);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = (*exe)->Run(inputs, &pool);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), want->size());
+    for (size_t o = 0; o < want->size(); ++o) {
+      EXPECT_EQ(Compare((*got)[o], (*want)[o]), "")
+          << GetParam() << " output " << o << " batch " << batch;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cpu, ExampleGraphs,
+    ::testing::Values("chain10.json", "chain30.json", "chain30_sum.json",
+                      "softmax.json", "layer_norm.json", "reduce_two_dims.json",
+                      "dynamic_batch.json"),
+    [](const auto& info) {
+      std::string n = info.param.substr(0, info.param.find('.'));
+      return n;
+    });
+
+TEST(CpuRuntime, GuardsRejectMismatchedInputs) {
+  const v1::CompileRequest req = RequestFor("dynamic_batch.json");
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  std::mt19937_64 rng(1);
+  auto inputs = RandomInputs(*graph, {4}, rng);
+  // A batch of 1 was specialised away (symbols are >= 2).
+  std::vector<HostTensor> one = inputs;
+  one[0] = HostTensor::Empty(DType::kFloat32, {1, 16});
+  auto r = (*exe)->Run(one);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("violates the guard"), std::string::npos)
+      << r.status();
+  // Wrong dtype.
+  std::vector<HostTensor> bad = inputs;
+  bad[0] = HostTensor::Empty(DType::kFloat16, {4, 16});
+  EXPECT_EQ((*exe)->Run(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A transposed view has other strides than the contiguous ones compiled for.
+  HostTensor base = HostTensor::Empty(DType::kFloat32, {16, 4});
+  std::vector<HostTensor> strided = inputs;
+  strided[0] = HostTensor::View(base, {4, 16}, {1, 4}, 0);
+  auto s = (*exe)->Run(strided);
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("stride"), std::string::npos)
+      << s.status();
+}
+
+TEST(CpuRuntime, TamperedBinaryIsNotLoaded) {
+  auto artifact = Compile(RequestFor("chain10.json"));
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  std::string so = artifact->cpu().shared_object();
+  so[so.size() / 2] ^= 1;
+  artifact->mutable_cpu()->set_shared_object(so);
+  EXPECT_EQ(CpuExecutable::Load(*artifact).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace kiln::testing
