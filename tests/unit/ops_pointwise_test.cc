@@ -299,6 +299,13 @@ TEST(PointwiseAdd, TypePromotion) {
   // float16 tensor + float scalar stays float16.
   CheckOp("aten.add.Tensor", {F16({1}, {1})}, {In(0), F(0.25)}, kF16, {1},
           {1.25});
+  // All operands 0-d: they promote among themselves (float16 with a 0-d
+  // float32 -> float32), and a float scalar still lifts an int 0-d tensor.
+  CheckOp("aten.add.Tensor", {F16({}, {1}), F32({}, {0.5})}, {In(0), In(1)},
+          kF32, {}, {1.5});
+  CheckOp("aten.add.Tensor", {I32({}, {1})}, {In(0), F(0.5)}, kF32, {}, {1.5});
+  CheckOp("aten.mul.Tensor", {I64({}, {3}), I32({2}, {1, 2})}, {In(0), In(1)},
+          kI32, {2}, {3, 6});
   // int32 wraps around.
   CheckOp("aten.add.Tensor", {I32({1}, {2147483647})}, {In(0), I(1)}, kI32, {1},
           {-2147483648.0});
