@@ -189,6 +189,9 @@ class ArtifactStore::Impl {
   absl::btree_set<std::pair<uint64_t, GuardKey>> lru_ ABSL_GUARDED_BY(mu_);
   // Keys whose access record changed since it was last written.
   absl::flat_hash_set<GuardKey> pending_access_ ABSL_GUARDED_BY(mu_);
+  // Hits since the last access flush (the batch trigger counts hits, not
+  // distinct keys).
+  uint64_t pending_hits_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   StatsRecord counters_ ABSL_GUARDED_BY(mu_);
@@ -689,7 +692,7 @@ absl::StatusOr<std::optional<CachedArtifact>> ArtifactStore::Impl::Get(
       it->second.access_unix_micros = absl::ToUnixMicros(absl::Now());
       lru_.insert({it->second.access_seq, key});
       pending_access_.insert(key);
-      flush_now = pending_access_.size() >= options_.access_flush_batch;
+      flush_now = ++pending_hits_ == options_.access_flush_batch;
     }
   }
   if (flush_now && !options_.read_only) RequestFlush();
@@ -871,6 +874,7 @@ absl::Status ArtifactStore::Impl::FlushPending() {
       written.push_back(key);
     }
     pending_access_.clear();
+    pending_hits_ = 0;
     if (counters_dirty_) {
       batch.Put(meta_, format::kStatsKey, format::EncodeStatsRecord(counters_));
       counters_dirty_ = false;

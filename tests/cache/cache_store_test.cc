@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/time/clock.h"
 #include "cache/artifact_format.h"
 #include "cache/artifact_store.h"
 #include "gtest/gtest.h"
@@ -258,6 +259,56 @@ TEST(ArtifactStoreTest, FlushPersistsCountersWhileOpen) {
   EXPECT_EQ(stats.puts, 1u);
   EXPECT_EQ(stats.hits, 1u);
   EXPECT_DOUBLE_EQ(stats.compile_seconds_saved, 3);
+}
+
+// Hits move an entry's recency in memory at once, but reach the "access"
+// column family only in batches: a read-only view of the database (which
+// replays the WAL, so it sees every write made so far) shows the put-time
+// order until the batch is written.
+TEST(ArtifactStoreTest, HitsUpdateAccessTimesInBatchesNotPerHit) {
+  TempDir dir;
+  ArtifactStoreOptions options = TestOptions(dir.Sub("db"), kLarge);
+  options.flush_interval = absl::Hours(1);
+  options.access_flush_batch = 50;
+  ArtifactStoreOptions view = options;
+  view.read_only = true;
+  auto persisted_order = [&view] {
+    auto reader = OpenOrDie(view);
+    std::vector<std::string> keys;
+    if (reader != nullptr) {
+      for (const EntryInfo& info : reader->List()) {
+        keys.push_back(DigestToHex(info.key).substr(0, 8));
+      }
+    }
+    return keys;
+  };
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  std::vector<GuardKey> put_order;
+  std::vector<std::string> put_order_hex;
+  for (int i = 0; i < 10; ++i) {
+    put_order.push_back(KeyFor(absl::StrCat(i)));
+    put_order_hex.push_back(DigestToHex(put_order.back()).substr(0, 8));
+    ASSERT_TRUE(store->Put(put_order.back(), "x", {}).ok());
+  }
+  // 49 hits on the oldest entries, below the batch of 50: nothing written.
+  for (int n = 0; n < 49; ++n) ASSERT_TRUE(store->Get(put_order[n % 5]).ok());
+  EXPECT_EQ(store->List().front().key, put_order[5]);  // in memory: moved
+  EXPECT_EQ(persisted_order(), put_order_hex);         // on disk: not yet
+
+  // The 50th hit wakes the background thread, which writes the batch.
+  // Poll, bounded, for it to land.
+  ASSERT_TRUE(store->Get(put_order[4]).ok());
+  std::vector<std::string> in_memory;
+  for (const EntryInfo& info : store->List()) {
+    in_memory.push_back(DigestToHex(info.key).substr(0, 8));
+  }
+  std::vector<std::string> on_disk = persisted_order();
+  for (int wait = 0; wait < 300 && on_disk != in_memory; ++wait) {
+    absl::SleepFor(absl::Milliseconds(10));
+    on_disk = persisted_order();
+  }
+  EXPECT_EQ(on_disk, in_memory);
 }
 
 TEST(ArtifactStoreTest, OversizedEntryIsRejectedAndChangesNothing) {
