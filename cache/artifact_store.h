@@ -39,7 +39,12 @@
 //    wider permissions is narrowed to 0700). A second ArtifactStore (in this
 //    or another process) on the same dir fails with FAILED_PRECONDITION naming
 //    the dir (RocksDB's LOCK file). I/O failures (full disk, read-only or
-//    unwritable files) come back as statuses, never as a crash.
+//    unwritable files) come back as statuses, never as a crash. After a
+//    failed write the store asks RocksDB to resume before the next one: a
+//    full disk (ENOSPC) recovers that way once space is back; other write
+//    errors stop the database, and writes then fail with FAILED_PRECONDITION
+//    until the store is reopened (reads keep working; nothing acknowledged
+//    is lost).
 //
 // Errors (absl::Status codes used by this API):
 //  INVALID_ARGUMENT     bad options.
