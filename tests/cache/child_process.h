@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,14 @@ class ChildProcess {
           poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
       if (ready < 0 && errno != EINTR) return;
       if (ready > 0 && !ReadSome()) return;
+    }
+  }
+
+  // Collects output until it holds a complete line, `until`, or its end.
+  void ReadUntilLine(absl::Time until) {
+    while (fd_ >= 0 && output_.find('\n') == std::string::npos &&
+           absl::Now() < until) {
+      ReadUntil(std::min(until, absl::Now() + absl::Milliseconds(10)));
     }
   }
 
