@@ -59,6 +59,13 @@ TEST(ReductionSum, DimsKeepdimNegative) {
           {In(0), Ints({2, 0}), B(true)}, kI64, {1, 2, 1}, {10, 18});
   // None reduces everything.
   CheckOp("aten.sum.dim_IntList", {M23()}, {In(0), NoneArg()}, kF32, {}, {21});
+  // So does an explicit empty list (sum, mean, amax, any).
+  CheckOp("aten.sum.dim_IntList", {M23()}, {In(0), EmptyInts(), B(true)}, kF32,
+          {1, 1}, {21});
+  CheckOp("aten.mean.dim", {M23()}, {In(0), EmptyInts()}, kF32, {}, {3.5});
+  CheckOp("aten.amax.default", {M23()}, {In(0), EmptyInts()}, kF32, {}, {6});
+  CheckOp("aten.any.dims", {Bool({2}, {0, 1})}, {In(0), EmptyInts()}, kBool, {},
+          {1});
   // int32 with dtype=
   CheckOp("aten.sum.dim_IntList", {I32({2, 2}, {1, 2, 3, 4})},
           {In(0), Ints({1}), B(false), Kw("dtype", DT(v1::INT32))}, kI32, {2},
