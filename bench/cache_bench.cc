@@ -59,7 +59,7 @@ class BenchDir {
   std::string path_;
 };
 
-GuardKey Key(int i) { return Sha256(absl::StrCat("bench/", i)); }
+Sha256Digest Key(int i) { return Sha256(absl::StrCat("bench/", i)); }
 
 // Half random bytes, half a repeated pattern: compresses about 2x, like the
 // ELF objects and cubins the cache holds.
@@ -189,7 +189,7 @@ void BM_Get(benchmark::State& state) {
   std::uniform_int_distribution<int> key_of(0, entries - 1);
   Latencies latencies(state.max_iterations);
   for (auto _ : state) {
-    const GuardKey key = Key(key_of(rng));
+    const Sha256Digest key = Key(key_of(rng));
     if (cold) {
       state.PauseTiming();
       DropPageCache(dir.db());

@@ -34,7 +34,7 @@ using cache_internal::FromRocksDb;
 using format::IndexRecord;
 using format::StatsRecord;
 
-rocksdb::Slice KeySlice(const GuardKey& key) {
+rocksdb::Slice KeySlice(const Sha256Digest& key) {
   return rocksdb::Slice(reinterpret_cast<const char*>(key.data()), key.size());
 }
 
@@ -114,11 +114,11 @@ class ArtifactStore::Impl {
   ~Impl();
 
   absl::Status Open();
-  absl::Status Put(const GuardKey& key, absl::string_view payload,
+  absl::Status Put(const Sha256Digest& key, absl::string_view payload,
                    const PutMetadata& metadata);
-  absl::StatusOr<std::optional<CachedArtifact>> Get(const GuardKey& key);
-  bool Contains(const GuardKey& key) const;
-  absl::Status Delete(const GuardKey& key);
+  absl::StatusOr<std::optional<CachedArtifact>> Get(const Sha256Digest& key);
+  bool Contains(const Sha256Digest& key) const;
+  absl::Status Delete(const Sha256Digest& key);
   absl::Status EvictAll();
   std::vector<EntryInfo> List() const;
   CacheStats Stats() const;
@@ -139,12 +139,12 @@ class ArtifactStore::Impl {
   absl::Status EnsureWritableLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   absl::Status EvictToCapacityLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   absl::Status FlushPending();
-  void DropCorrupt(const GuardKey& key, absl::string_view reason);
+  void DropCorrupt(const Sha256Digest& key, absl::string_view reason);
 
   // In-memory index maintenance (callers hold mu_).
-  void EraseFromIndexLocked(const GuardKey& key)
+  void EraseFromIndexLocked(const Sha256Digest& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void InsertIntoIndexLocked(const GuardKey& key, const IndexRecord& record)
+  void InsertIntoIndexLocked(const Sha256Digest& key, const IndexRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   uint64_t DiskBytes() const;
@@ -184,11 +184,11 @@ class ArtifactStore::Impl {
 
   // The in-memory index and counters; held only briefly, never across I/O.
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(write_mu_);
-  absl::flat_hash_map<GuardKey, IndexRecord> index_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Sha256Digest, IndexRecord> index_ ABSL_GUARDED_BY(mu_);
   // (access_seq, key), least recently used first.
-  absl::btree_set<std::pair<uint64_t, GuardKey>> lru_ ABSL_GUARDED_BY(mu_);
+  absl::btree_set<std::pair<uint64_t, Sha256Digest>> lru_ ABSL_GUARDED_BY(mu_);
   // Keys whose access record changed since it was last written.
-  absl::flat_hash_set<GuardKey> pending_access_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<Sha256Digest> pending_access_ ABSL_GUARDED_BY(mu_);
   // Hits since the last access flush (the batch trigger counts hits, not
   // distinct keys).
   uint64_t pending_hits_ ABSL_GUARDED_BY(mu_) = 0;
@@ -405,7 +405,7 @@ absl::Status ArtifactStore::Impl::LoadIndex() {
         broken.push_back(key.ToString());
         continue;
       }
-      GuardKey guard_key;
+      Sha256Digest guard_key;
       std::copy(key.data(), key.data() + key.size(), guard_key.begin());
       InsertIntoIndexLocked(guard_key, *record);
       next_seq_ = std::max(next_seq_, record->access_seq + 1);
@@ -481,7 +481,7 @@ ArtifactStore::Impl::~Impl() {
   db_.reset();
 }
 
-void ArtifactStore::Impl::EraseFromIndexLocked(const GuardKey& key) {
+void ArtifactStore::Impl::EraseFromIndexLocked(const Sha256Digest& key) {
   auto it = index_.find(key);
   if (it == index_.end()) return;
   lru_.erase({it->second.access_seq, key});
@@ -490,7 +490,7 @@ void ArtifactStore::Impl::EraseFromIndexLocked(const GuardKey& key) {
   pending_access_.erase(key);
 }
 
-void ArtifactStore::Impl::InsertIntoIndexLocked(const GuardKey& key,
+void ArtifactStore::Impl::InsertIntoIndexLocked(const Sha256Digest& key,
                                                 const IndexRecord& record) {
   EraseFromIndexLocked(key);
   index_.emplace(key, record);
@@ -533,7 +533,7 @@ absl::Status ArtifactStore::Impl::WriteLocked(rocksdb::WriteBatch* batch,
 
 absl::Status ArtifactStore::Impl::EvictToCapacityLocked() {
   rocksdb::WriteBatch batch;
-  std::vector<GuardKey> victims;
+  std::vector<Sha256Digest> victims;
   uint64_t freed = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -554,7 +554,7 @@ absl::Status ArtifactStore::Impl::EvictToCapacityLocked() {
     return s;
   }
   absl::MutexLock lock(&mu_);
-  for (const GuardKey& key : victims) EraseFromIndexLocked(key);
+  for (const Sha256Digest& key : victims) EraseFromIndexLocked(key);
   counters_.evictions += victims.size();
   counters_dirty_ = true;
   spdlog::info(
@@ -564,7 +564,7 @@ absl::Status ArtifactStore::Impl::EvictToCapacityLocked() {
   return absl::OkStatus();
 }
 
-absl::Status ArtifactStore::Impl::Put(const GuardKey& key,
+absl::Status ArtifactStore::Impl::Put(const Sha256Digest& key,
                                       absl::string_view payload,
                                       const PutMetadata& metadata) {
   if (options_.read_only) return ReadOnlyError("cannot put");
@@ -587,7 +587,7 @@ absl::Status ArtifactStore::Impl::Put(const GuardKey& key,
   record.access_unix_micros = absl::ToUnixMicros(now);
   record.created_unix_micros = record.access_unix_micros;
   rocksdb::WriteBatch batch;
-  std::vector<GuardKey> victims;
+  std::vector<Sha256Digest> victims;
   {
     absl::MutexLock lock(&mu_);
     uint64_t bytes = bytes_ + entry_bytes;
@@ -612,7 +612,7 @@ absl::Status ArtifactStore::Impl::Put(const GuardKey& key,
     return s;
   }
   absl::MutexLock lock(&mu_);
-  for (const GuardKey& victim : victims) EraseFromIndexLocked(victim);
+  for (const Sha256Digest& victim : victims) EraseFromIndexLocked(victim);
   InsertIntoIndexLocked(key, record);
   ++counters_.puts;
   put_bytes_since_reclaim_ += entry_bytes;
@@ -626,7 +626,7 @@ absl::Status ArtifactStore::Impl::Put(const GuardKey& key,
 }
 
 absl::StatusOr<std::optional<CachedArtifact>> ArtifactStore::Impl::Get(
-    const GuardKey& key) {
+    const Sha256Digest& key) {
   rocksdb::PinnableSlice value;
   rocksdb::Status status =
       db_->Get(read_options_, artifacts_, KeySlice(key), &value);
@@ -699,7 +699,7 @@ absl::StatusOr<std::optional<CachedArtifact>> ArtifactStore::Impl::Get(
   return artifact;
 }
 
-void ArtifactStore::Impl::DropCorrupt(const GuardKey& key,
+void ArtifactStore::Impl::DropCorrupt(const Sha256Digest& key,
                                       absl::string_view reason) {
   const std::string hex = DigestToHex(key);
   if (options_.read_only) {
@@ -747,12 +747,12 @@ void ArtifactStore::Impl::DropCorrupt(const GuardKey& key,
                options_.data_dir, hex, std::string(reason));
 }
 
-bool ArtifactStore::Impl::Contains(const GuardKey& key) const {
+bool ArtifactStore::Impl::Contains(const Sha256Digest& key) const {
   absl::MutexLock lock(&mu_);
   return index_.contains(key);
 }
 
-absl::Status ArtifactStore::Impl::Delete(const GuardKey& key) {
+absl::Status ArtifactStore::Impl::Delete(const Sha256Digest& key) {
   if (options_.read_only) return ReadOnlyError("cannot delete");
   absl::MutexLock write_lock(&write_mu_);
   // Deleting unconditionally (not only indexed keys) also clears an artifact
@@ -777,7 +777,7 @@ absl::Status ArtifactStore::Impl::Delete(const GuardKey& key) {
 absl::Status ArtifactStore::Impl::EvictAll() {
   if (options_.read_only) return ReadOnlyError("cannot evict");
   absl::MutexLock write_lock(&write_mu_);
-  std::vector<GuardKey> keys;
+  std::vector<Sha256Digest> keys;
   {
     absl::MutexLock lock(&mu_);
     keys.reserve(index_.size());
@@ -862,12 +862,12 @@ absl::Status ArtifactStore::Impl::Flush() {
 absl::Status ArtifactStore::Impl::FlushPending() {
   absl::MutexLock write_lock(&write_mu_);
   rocksdb::WriteBatch batch;
-  std::vector<GuardKey> written;
+  std::vector<Sha256Digest> written;
   bool wrote_counters = false;
   {
     absl::MutexLock lock(&mu_);
     written.reserve(pending_access_.size());
-    for (const GuardKey& key : pending_access_) {
+    for (const Sha256Digest& key : pending_access_) {
       // Pending keys are erased with their index entry, so all are indexed.
       batch.Put(access_, KeySlice(key),
                 format::EncodeIndexRecord(index_.at(key)));
@@ -887,7 +887,7 @@ absl::Status ArtifactStore::Impl::FlushPending() {
   if (!status.ok()) {
     // Keep them pending for the next attempt.
     absl::MutexLock lock(&mu_);
-    for (const GuardKey& key : written) {
+    for (const Sha256Digest& key : written) {
       if (index_.contains(key)) pending_access_.insert(key);
     }
     counters_dirty_ = counters_dirty_ || wrote_counters;
@@ -993,21 +993,22 @@ ArtifactStore::ArtifactStore(std::unique_ptr<Impl> impl)
 
 ArtifactStore::~ArtifactStore() = default;
 
-absl::Status ArtifactStore::Put(const GuardKey& key, absl::string_view payload,
+absl::Status ArtifactStore::Put(const Sha256Digest& key,
+                                absl::string_view payload,
                                 const PutMetadata& metadata) {
   return impl_->Put(key, payload, metadata);
 }
 
 absl::StatusOr<std::optional<CachedArtifact>> ArtifactStore::Get(
-    const GuardKey& key) {
+    const Sha256Digest& key) {
   return impl_->Get(key);
 }
 
-bool ArtifactStore::Contains(const GuardKey& key) const {
+bool ArtifactStore::Contains(const Sha256Digest& key) const {
   return impl_->Contains(key);
 }
 
-absl::Status ArtifactStore::Delete(const GuardKey& key) {
+absl::Status ArtifactStore::Delete(const Sha256Digest& key) {
   return impl_->Delete(key);
 }
 

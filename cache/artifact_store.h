@@ -80,8 +80,9 @@
 
 namespace kiln {
 
-// The cache key: the SHA-256 of a compile request's canonical encoding.
-using GuardKey = Sha256Digest;
+// Keys are guard keys: SHA-256 digests of a compile request's canonical
+// encoding (compiler/guard_key.h's GuardKey, an alias of Sha256Digest). The
+// store takes the digest type itself so as not to depend on the compiler.
 
 struct ArtifactStoreOptions {
   // Directory of the RocksDB database. Created (with missing parents) with
@@ -132,7 +133,7 @@ struct CachedArtifact {
 
 // One entry as listed by List(): metadata only, unverified.
 struct EntryInfo {
-  GuardKey key;
+  Sha256Digest key;
   uint64_t bytes = 0;       // logical size counted against the capacity
   uint64_t access_seq = 0;  // logical clock of the last Put or hit
   absl::Time last_access;   // wall time of the last Put or hit
@@ -179,22 +180,22 @@ class ArtifactStore {
   // Errors: RESOURCE_EXHAUSTED (entry larger than the capacity, disk full),
   // FAILED_PRECONDITION (read-only store, database stopped), UNAVAILABLE and
   // PERMISSION_DENIED (I/O).
-  absl::Status Put(const GuardKey& key, absl::string_view payload,
+  absl::Status Put(const Sha256Digest& key, absl::string_view payload,
                    const PutMetadata& metadata);
 
   // Returns the verified entry, or std::nullopt on a miss. An entry that fails
   // verification is removed, logged and counted, and reported as a miss.
   // A hit makes the entry the most recently used.
   // Errors: only I/O errors reading the database (UNAVAILABLE...).
-  absl::StatusOr<std::optional<CachedArtifact>> Get(const GuardKey& key);
+  absl::StatusOr<std::optional<CachedArtifact>> Get(const Sha256Digest& key);
 
   // Whether an entry with `key` is present, from the in-memory index: no I/O,
   // no verification (a Get may still find it corrupt), no effect on recency
   // or counters.
-  bool Contains(const GuardKey& key) const;
+  bool Contains(const Sha256Digest& key) const;
 
   // Removes the entry with `key`, if any (OK either way).
-  absl::Status Delete(const GuardKey& key);
+  absl::Status Delete(const Sha256Digest& key);
 
   // Removes every entry (counted as evictions). Counters other than entries
   // and bytes are kept.

@@ -25,7 +25,9 @@ using cache_test::TestOptions;
 
 // Keys are named by (writer, index); the payload size is a function of the
 // index, so any reader can check any value it gets.
-GuardKey K(int writer, int i) { return KeyFor(absl::StrCat(writer, "/", i)); }
+Sha256Digest K(int writer, int i) {
+  return KeyFor(absl::StrCat(writer, "/", i));
+}
 size_t SizeOf(int i) { return i % 10 == 0 ? 50000 + i : 200 + 37 * i; }
 
 constexpr int kWriters = 2;
@@ -43,7 +45,7 @@ struct Outcome {
 void Writer(ArtifactStore& store, int writer, absl::Time deadline,
             Outcome& outcome) {
   for (int i = 0; i < kPerWriter && absl::Now() < deadline; ++i) {
-    const GuardKey key = K(writer, i);
+    const Sha256Digest key = K(writer, i);
     const absl::Status status =
         store.Put(key, PayloadFor(key, SizeOf(i)), {.compile_seconds = 1});
     if (!status.ok()) {
@@ -60,7 +62,7 @@ void Reader(ArtifactStore& store, int seed, absl::Time deadline,
   std::uniform_int_distribution<int> index_of(0, kPerWriter - 1);
   for (int n = 0; n < kReaderGets && absl::Now() < deadline; ++n) {
     const int i = index_of(rng);
-    const GuardKey key = K(writer_of(rng), i);
+    const Sha256Digest key = K(writer_of(rng), i);
     absl::StatusOr<std::optional<CachedArtifact>> got = store.Get(key);
     ++outcome.gets;
     if (!got.ok()) {

@@ -26,7 +26,7 @@ constexpr uint64_t kLarge = uint64_t{1} << 30;
 
 // Expects `key` to read as a dropped corrupt entry: a miss, removed from the
 // index and from the database.
-void ExpectDropped(ArtifactStore& store, const GuardKey& key,
+void ExpectDropped(ArtifactStore& store, const Sha256Digest& key,
                    const std::string& what) {
   absl::StatusOr<std::optional<CachedArtifact>> got = store.Get(key);
   ASSERT_TRUE(got.ok()) << what << ": " << got.status();
@@ -56,8 +56,8 @@ TEST_P(CorruptionTest, FlippedBitAnywhereInTheValueIsDetectedAndDropped) {
       cache_format::kValueHeaderSize,
       cache_format::kValueHeaderSize + payload_size / 2,
       cache_format::kValueHeaderSize + payload_size - 1};
-  std::vector<GuardKey> keys;
-  const GuardKey control = KeyFor("control");
+  std::vector<Sha256Digest> keys;
+  const Sha256Digest control = KeyFor("control");
   {
     auto store = OpenOrDie(options);
     ASSERT_NE(store, nullptr);
@@ -105,7 +105,7 @@ TEST_P(CorruptionTest, FlippedBitAnywhereInTheValueIsDetectedAndDropped) {
   }
   RawDb raw(dir.Sub("db"));
   ASSERT_TRUE(raw.ok());
-  for (const GuardKey& key : keys) {
+  for (const Sha256Digest& key : keys) {
     std::string value;
     EXPECT_FALSE(raw.Read(raw.artifacts(), RawDb::Key(key), &value));
     EXPECT_FALSE(raw.Read(raw.access(), RawDb::Key(key), &value));
@@ -119,13 +119,14 @@ INSTANTIATE_TEST_SUITE_P(InlineAndBlob, CorruptionTest,
 TEST(ArtifactStoreCorruptionTest, TruncatedExtendedAndMovedValuesAreDropped) {
   TempDir dir;
   const ArtifactStoreOptions options = TestOptions(dir.Sub("db"), kLarge);
-  const GuardKey truncated = KeyFor("truncated"), short_header = KeyFor("hdr"),
-                 extended = KeyFor("extended"), source = KeyFor("source"),
-                 moved = KeyFor("moved");
+  const Sha256Digest truncated = KeyFor("truncated"),
+                     short_header = KeyFor("hdr"),
+                     extended = KeyFor("extended"), source = KeyFor("source"),
+                     moved = KeyFor("moved");
   {
     auto store = OpenOrDie(options);
     ASSERT_NE(store, nullptr);
-    for (const GuardKey& key :
+    for (const Sha256Digest& key :
          {truncated, short_header, extended, source, moved}) {
       ASSERT_TRUE(store->Put(key, PayloadFor(key, 3000), {}).ok());
     }
@@ -158,7 +159,7 @@ TEST(ArtifactStoreCorruptionTest, TruncatedExtendedAndMovedValuesAreDropped) {
 TEST(ArtifactStoreCorruptionTest, ArtifactMissingUnderItsIndexRecordIsDropped) {
   TempDir dir;
   const ArtifactStoreOptions options = TestOptions(dir.Sub("db"), kLarge);
-  const GuardKey key = KeyFor("gone");
+  const Sha256Digest key = KeyFor("gone");
   {
     auto store = OpenOrDie(options);
     ASSERT_NE(store, nullptr);
@@ -184,7 +185,7 @@ TEST(ArtifactStoreCorruptionTest, ArtifactMissingUnderItsIndexRecordIsDropped) {
 TEST(ArtifactStoreCorruptionTest, CorruptBlobFileOnDiskIsDetectedAndDropped) {
   TempDir dir;
   const ArtifactStoreOptions options = TestOptions(dir.Sub("db"), kLarge);
-  const GuardKey key = KeyFor("blob"), control = KeyFor("control");
+  const Sha256Digest key = KeyFor("blob"), control = KeyFor("control");
   constexpr size_t kSize = 1 << 20;
   {
     auto store = OpenOrDie(options);

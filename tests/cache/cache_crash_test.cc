@@ -86,7 +86,7 @@ TEST(ArtifactStoreCrashTest, SigkilledWriterLosesNothingAcknowledged) {
     const size_t first_checked =
         capacity == kRoomy || acks.empty() ? 0 : acks.size() - 1;
     for (size_t n = first_checked; n < acks.size(); ++n) {
-      const GuardKey key = crash_test::Key(round, acks[n]);
+      const Sha256Digest key = crash_test::Key(round, acks[n]);
       absl::StatusOr<std::optional<CachedArtifact>> got = store->Get(key);
       ASSERT_TRUE(got.ok()) << got.status();
       ASSERT_TRUE(got->has_value())

@@ -58,7 +58,7 @@ int Write(const std::string& dir, int round, uint64_t capacity) {
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   for (int i = 0; i < 100000 && absl::Now() < deadline; ++i) {
-    const kiln::GuardKey key = kiln::crash_test::Key(round, i);
+    const kiln::Sha256Digest key = kiln::crash_test::Key(round, i);
     const absl::Status status = (*store)->Put(
         key, kiln::crash_test::Payload(key, kiln::crash_test::SizeOf(i)),
         {.compile_seconds = 0.001 * i});
@@ -69,7 +69,7 @@ int Write(const std::string& dir, int round, uint64_t capacity) {
     WriteAll(1, absl::StrCat(i, "\n"));
     if (i % 3 == 2) {
       const int j = i / 2;
-      const kiln::GuardKey old_key = kiln::crash_test::Key(round, j);
+      const kiln::Sha256Digest old_key = kiln::crash_test::Key(round, j);
       absl::StatusOr<std::optional<kiln::CachedArtifact>> got =
           (*store)->Get(old_key);
       if (!got.ok()) {

@@ -23,7 +23,7 @@ using cache_test::TestOptions;
 constexpr size_t kPayload = 1000;
 const uint64_t kEntry = cache_format::EntryBytes(kPayload);
 
-GuardKey K(int i) { return KeyFor(absl::StrCat("key", i)); }
+Sha256Digest K(int i) { return KeyFor(absl::StrCat("key", i)); }
 
 absl::Status PutN(ArtifactStore& store, int i) {
   return store.Put(K(i), PayloadFor(K(i), kPayload), {.compile_seconds = 1});
@@ -72,7 +72,7 @@ TEST(ArtifactStoreEvictionTest, LargeEntryEvictsAsManyAsNeeded) {
   ASSERT_NE(store, nullptr);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(PutN(*store, i).ok());
   // Needs the room of three small entries (and a bit).
-  const GuardKey big = KeyFor("big");
+  const Sha256Digest big = KeyFor("big");
   ASSERT_TRUE(store->Put(big, std::string(2 * kEntry + 500, 'b'), {}).ok());
   EXPECT_EQ(Present(*store, 4), (std::vector<int>{3}));
   EXPECT_TRUE(store->Contains(big));
@@ -84,7 +84,7 @@ TEST(ArtifactStoreEvictionTest, ReplacingAnEntryNeverEvictsItself) {
   TempDir dir;
   auto store = OpenOrDie(TestOptions(dir.Sub("db"), 2 * kEntry));
   ASSERT_NE(store, nullptr);
-  const GuardKey a = KeyFor("a"), b = KeyFor("b");
+  const Sha256Digest a = KeyFor("a"), b = KeyFor("b");
   ASSERT_TRUE(store->Put(a, std::string(kPayload, 'a'), {}).ok());
   ASSERT_TRUE(store->Put(b, std::string(kPayload, 'b'), {}).ok());
   // a is the least recent; growing it must evict b, not a.

@@ -150,7 +150,7 @@ TEST(ArtifactStoreSafetyTest, FullDiskTurnsIntoErrorsAndLosesNothingAcked) {
   const std::string data_dir = dir.Sub("db");
   const ArtifactStoreOptions options = TestOptions(data_dir, kLarge);
   constexpr size_t kSize = 1 << 20;
-  std::vector<GuardKey> acked;
+  std::vector<Sha256Digest> acked;
   auto store = OpenOrDie(options);
   ASSERT_NE(store, nullptr);
   absl::Status first_error;
@@ -159,7 +159,7 @@ TEST(ArtifactStoreSafetyTest, FullDiskTurnsIntoErrorsAndLosesNothingAcked) {
     FileSizeLimit limit(4 << 20);
     ASSERT_TRUE(limit.ok());
     for (int i = 0; i < 20; ++i) {
-      const GuardKey key = KeyFor(absl::StrCat("full", i));
+      const Sha256Digest key = KeyFor(absl::StrCat("full", i));
       first_error = store->Put(key, PayloadFor(key, kSize), {});
       if (!first_error.ok()) break;
       acked.push_back(key);
@@ -177,7 +177,7 @@ TEST(ArtifactStoreSafetyTest, FullDiskTurnsIntoErrorsAndLosesNothingAcked) {
                 again.code() == absl::StatusCode::kFailedPrecondition)
         << again;
     EXPECT_FALSE(store->Contains(KeyFor("again")));
-    for (const GuardKey& key : acked) {
+    for (const Sha256Digest& key : acked) {
       absl::StatusOr<std::optional<CachedArtifact>> got = store->Get(key);
       ASSERT_TRUE(got.ok()) << got.status();
       EXPECT_TRUE(got->has_value());
@@ -188,7 +188,7 @@ TEST(ArtifactStoreSafetyTest, FullDiskTurnsIntoErrorsAndLosesNothingAcked) {
   ASSERT_FALSE(acked.empty());
   store = OpenOrDie(options);
   ASSERT_NE(store, nullptr);
-  for (const GuardKey& key : acked) {
+  for (const Sha256Digest& key : acked) {
     absl::StatusOr<std::optional<CachedArtifact>> got = store->Get(key);
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_TRUE(got->has_value());

@@ -34,7 +34,7 @@ TEST(ArtifactStoreTest, PutThenGetReturnsThePayloadAndMetadata) {
   TempDir dir;
   auto store = OpenOrDie(TestOptions(dir.Sub("db"), kLarge));
   ASSERT_NE(store, nullptr);
-  const GuardKey key = KeyFor("a");
+  const Sha256Digest key = KeyFor("a");
   const std::string payload = PayloadFor(key, 5000);
   const absl::Time before = absl::Now();
   ASSERT_TRUE(store->Put(key, payload, {.compile_seconds = 2.5}).ok());
@@ -71,13 +71,13 @@ TEST(ArtifactStoreTest, EntriesSurviveCloseAndReopen) {
   // Sizes on both sides of blob_min_bytes (16 KiB): inline and blob values.
   const std::vector<size_t> sizes = {1,     100,    4096,   16383,
                                      16384, 100000, 1 << 20};
-  std::vector<GuardKey> keys;
+  std::vector<Sha256Digest> keys;
   uint64_t total = 0;
   {
     auto store = OpenOrDie(options);
     ASSERT_NE(store, nullptr);
     for (size_t i = 0; i < 40; ++i) {
-      const GuardKey key = KeyFor(absl::StrCat("entry", i));
+      const Sha256Digest key = KeyFor(absl::StrCat("entry", i));
       const size_t size = sizes[i % sizes.size()];
       ASSERT_TRUE(
           store->Put(key, PayloadFor(key, size), {.compile_seconds = 0.5 * i})
@@ -110,7 +110,7 @@ TEST(ArtifactStoreTest, ListReportsEntriesLeastRecentlyUsedFirst) {
   TempDir dir;
   auto store = OpenOrDie(TestOptions(dir.Sub("db"), kLarge));
   ASSERT_NE(store, nullptr);
-  const GuardKey a = KeyFor("a"), b = KeyFor("b"), c = KeyFor("c");
+  const Sha256Digest a = KeyFor("a"), b = KeyFor("b"), c = KeyFor("c");
   ASSERT_TRUE(store->Put(a, "aaaa", {.compile_seconds = 1}).ok());
   ASSERT_TRUE(store->Put(b, "bbbbbbbb", {.compile_seconds = 2}).ok());
   ASSERT_TRUE(store->Put(c, "cc", {.compile_seconds = 3}).ok());
@@ -131,7 +131,7 @@ TEST(ArtifactStoreTest, PutReplacesAnExistingEntry) {
   TempDir dir;
   auto store = OpenOrDie(TestOptions(dir.Sub("db"), kLarge));
   ASSERT_NE(store, nullptr);
-  const GuardKey key = KeyFor("k");
+  const Sha256Digest key = KeyFor("k");
   ASSERT_TRUE(
       store->Put(key, std::string(100, 'x'), {.compile_seconds = 1}).ok());
   ASSERT_TRUE(
@@ -188,8 +188,8 @@ TEST(ArtifactStoreTest, DeleteAndEvictAllRemoveEntriesDurably) {
 
 TEST(ArtifactStoreTest, StatsAreExactAfterAScriptedSequenceAndPersist) {
   TempDir dir;
-  const GuardKey a = KeyFor("a"), b = KeyFor("b"), c = KeyFor("c"),
-                 x = KeyFor("x");
+  const Sha256Digest a = KeyFor("a"), b = KeyFor("b"), c = KeyFor("c"),
+                     x = KeyFor("x");
   // Room for exactly two 1000-byte entries.
   const ArtifactStoreOptions options =
       TestOptions(dir.Sub("db"), 2 * Bytes(1000));
@@ -284,7 +284,7 @@ TEST(ArtifactStoreTest, HitsUpdateAccessTimesInBatchesNotPerHit) {
   };
   auto store = OpenOrDie(options);
   ASSERT_NE(store, nullptr);
-  std::vector<GuardKey> put_order;
+  std::vector<Sha256Digest> put_order;
   std::vector<std::string> put_order_hex;
   for (int i = 0; i < 10; ++i) {
     put_order.push_back(KeyFor(absl::StrCat(i)));

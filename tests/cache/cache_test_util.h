@@ -51,11 +51,11 @@ class TempDir {
   std::string path_;
 };
 
-inline GuardKey KeyFor(absl::string_view name) { return Sha256(name); }
+inline Sha256Digest KeyFor(absl::string_view name) { return Sha256(name); }
 
 // `size` bytes determined by `key` (a xorshift stream seeded by it), so a
 // reader can recompute what any writer stored.
-inline std::string PayloadFor(const GuardKey& key, size_t size) {
+inline std::string PayloadFor(const Sha256Digest& key, size_t size) {
   uint64_t state = 0x9E3779B97F4A7C15ull;
   for (size_t i = 0; i < 8; ++i) state = (state << 8) ^ key[i] ^ (state >> 56);
   if (state == 0) state = 1;
@@ -125,7 +125,7 @@ class RawDb {
   rocksdb::ColumnFamilyHandle* access() { return handles_[2].get(); }
   rocksdb::ColumnFamilyHandle* meta() { return handles_[3].get(); }
 
-  static rocksdb::Slice Key(const GuardKey& key) {
+  static rocksdb::Slice Key(const Sha256Digest& key) {
     return rocksdb::Slice(reinterpret_cast<const char*>(key.data()),
                           key.size());
   }
