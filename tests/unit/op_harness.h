@@ -62,6 +62,7 @@ inline v1::Argument NoneArg() { v1::Argument a; a.mutable_none(); return a; }
 inline v1::Argument DT(v1::DType d) { v1::Argument a; a.set_dtype(d); return a; }
 inline v1::Argument Ints(std::vector<int64_t> v) {
   v1::Argument a;
+  a.mutable_ints();  // set even when empty: Ints({}) is the list [], not unset
   for (int64_t x : v) a.mutable_ints()->add_values(x);
   return a;
 }

@@ -60,11 +60,11 @@ TEST(ReductionSum, DimsKeepdimNegative) {
   // None reduces everything.
   CheckOp("aten.sum.dim_IntList", {M23()}, {In(0), NoneArg()}, kF32, {}, {21});
   // So does an explicit empty list (sum, mean, amax, any).
-  CheckOp("aten.sum.dim_IntList", {M23()}, {In(0), EmptyInts(), B(true)}, kF32,
+  CheckOp("aten.sum.dim_IntList", {M23()}, {In(0), Ints({}), B(true)}, kF32,
           {1, 1}, {21});
-  CheckOp("aten.mean.dim", {M23()}, {In(0), EmptyInts()}, kF32, {}, {3.5});
-  CheckOp("aten.amax.default", {M23()}, {In(0), EmptyInts()}, kF32, {}, {6});
-  CheckOp("aten.any.dims", {Bool({2}, {0, 1})}, {In(0), EmptyInts()}, kBool, {},
+  CheckOp("aten.mean.dim", {M23()}, {In(0), Ints({})}, kF32, {}, {3.5});
+  CheckOp("aten.amax.default", {M23()}, {In(0), Ints({})}, kF32, {}, {6});
+  CheckOp("aten.any.dims", {Bool({2}, {0, 1})}, {In(0), Ints({})}, kBool, {},
           {1});
   // int32 with dtype=
   CheckOp("aten.sum.dim_IntList", {I32({2, 2}, {1, 2, 3, 4})},

@@ -42,8 +42,8 @@ TEST(ShapeView, SizesAndInference) {
           {1, 2, 3, 4, 5, 6});
   CheckOp("aten.view.default", {M23()}, {In(0), Ints({-1, 1, 6})}, kF32,
           {1, 1, 6}, {1, 2, 3, 4, 5, 6});
-  CheckOp("aten.view.default", {I32({1, 1}, {7})}, {In(0), EmptyInts()}, kI32,
-          {}, {7});
+  CheckOp("aten.view.default", {I32({1, 1}, {7})}, {In(0), Ints({})}, kI32, {},
+          {7});
   CheckOp("aten.view.default", {F32({0, 3}, {})}, {In(0), Ints({-1, 3})}, kF32,
           {0, 3}, {});
   ExpectInvalid("aten.view.default", {M23()}, {In(0), Ints({-1, -1})},
@@ -168,8 +168,7 @@ TEST(ShapeSqueeze, AllOverloads) {
   CheckOp("aten.squeeze.dim", {t}, {In(0), I(1)}, kF32, {1, 2, 1, 3}, v);
   CheckOp("aten.squeeze.dims", {t}, {In(0), Ints({0, -2})}, kF32, {2, 3}, v);
   CheckOp("aten.squeeze.dims", {t}, {In(0), Ints({0, 1})}, kF32, {2, 1, 3}, v);
-  CheckOp("aten.squeeze.dims", {t}, {In(0), EmptyInts()}, kF32, {1, 2, 1, 3},
-          v);
+  CheckOp("aten.squeeze.dims", {t}, {In(0), Ints({})}, kF32, {1, 2, 1, 3}, v);
   CheckOp("aten.squeeze.dim", {F32({}, {3})}, {In(0), I(-1)}, kF32, {}, {3});
   // A [3, 1] transposed view of [1, 3], squeezed.
   CheckOp("aten.squeeze.dim", {TransposedView(F32({1, 3}, {1, 2, 3}))},
@@ -309,7 +308,7 @@ TEST(ShapeFull, DTypeInference) {
   CheckOp("aten.full.default", {},
           {Ints({1}), F(0.1), Kw("dtype", DT(v1::FLOAT16))}, kF16, {1},
           {0.0999755859375}, 0);
-  CheckOp("aten.full.default", {}, {EmptyInts(), I(-3)}, kI64, {}, {-3});
+  CheckOp("aten.full.default", {}, {Ints({}), I(-3)}, kI64, {}, {-3});
   CheckOp("aten.full.default", {}, {Ints({0, 2}), F(1)}, kF32, {0, 2}, {});
   ExpectInvalid("aten.full.default", {}, {Ints({-1}), F(1)}, {"negative"});
 }

@@ -158,13 +158,6 @@ inline ::testing::Environment* RegisterCoverage(
       new CoverageEnvironment(std::move(suite), ops));
 }
 
-// An explicitly empty int list ([]); Ints({}) leaves the argument unset.
-inline v1::Argument EmptyInts() {
-  v1::Argument a;
-  a.mutable_ints();
-  return a;
-}
-
 // ---- checks ----
 
 // Relative tolerance for values stored in `dtype`: float32 results are
