@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <queue>
 #include <string>
 #include <tuple>
@@ -65,6 +66,13 @@ class SymbolNumbering {
 // re-sorts the terms, so the result (and its ToString) depends only on the
 // canonical numbering, not on the graph's declaration order.
 SymExpr Renumber(const SymExpr& e, const SymbolNumbering& numbering) {
+  // Fast path (the common case: static sizes, symbols already in canonical
+  // order): nothing to rename, and SymExpr arithmetic allocates.
+  bool unchanged = true;
+  for (const SymExpr::Term& t : e.terms()) {
+    for (int s : t.symbols) unchanged = unchanged && numbering.Number(s) == s;
+  }
+  if (unchanged) return e;
   SymExpr result;
   for (const SymExpr::Term& t : e.terms()) {
     SymExpr term(t.coeff);
@@ -80,6 +88,13 @@ SymExpr Renumber(const SymExpr& e, const SymbolNumbering& numbering) {
 }
 
 std::string ExprText(const SymExpr& e, const SymbolNumbering& numbering) {
+  // Fast paths for what nearly every size is (SymExpr::ToString builds a
+  // vector of strings); they print exactly as ToString would.
+  if (std::optional<int64_t> c = e.AsConstant()) return absl::StrCat(*c);
+  if (std::optional<int> s = e.AsSymbol()) {
+    const int n = numbering.Number(*s);
+    if (n != kUnnumbered) return absl::StrCat("s", n);
+  }
   return Renumber(e, numbering).ToString();
 }
 
@@ -128,7 +143,7 @@ std::string FloatText(double f) {
   uint64_t bits = 0;
   static_assert(sizeof(bits) == sizeof(f));
   std::memcpy(&bits, &f, sizeof(bits));
-  return absl::StrFormat("f:%.17g/0x%016x", f, bits);
+  return absl::StrCat("f:", f, "/0x", absl::Hex(bits, absl::kZeroPad16));
 }
 
 // One argument. `ref` renders a tensor reference; the rest is the same for
@@ -206,7 +221,11 @@ void ForEachTensorArg(const Node& node, F f) {
   }
 }
 
-std::string DigestHex(const Sha256Digest& d) { return DigestToHex(d); }
+// A digest inside text that is only hashed, never shown: its raw 32 bytes
+// (fixed length, so it cannot run into what follows).
+absl::string_view DigestBytes(const Sha256Digest& d) {
+  return absl::string_view(reinterpret_cast<const char*>(d.data()), d.size());
+}
 
 // Everything the canonical graph needs, computed once for ExplainKey.
 class Canonicalizer {
@@ -395,7 +414,7 @@ class Canonicalizer {
       }
       const int p = Producer(v);
       if (p < 0) return "?";
-      return absl::StrCat("(", DigestHex(forward_[p]), ":",
+      return absl::StrCat("(", DigestBytes(forward_[p]), ":",
                           graph_.values[v].output_index, ")");
     };
     auto expr = [&](const SymExpr& e) {
@@ -435,14 +454,14 @@ class Canonicalizer {
     backward_.assign(n, Sha256Digest{});
     for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
       const Node& node = graph_.nodes[*it];
-      std::string text = absl::StrCat(DigestHex(forward_[*it]), "\n");
+      std::string text = absl::StrCat(DigestBytes(forward_[*it]), "\n");
       for (size_t k = 0; k < node.outputs.size(); ++k) {
         const ValueId v = node.outputs[k];
         std::vector<std::string> roles;
         if (ValidValue(v)) {
           for (const auto& [user, arg, pos] : uses[v]) {
             roles.push_back(
-                absl::StrCat(DigestHex(backward_[user]), ":", arg, ".", pos));
+                absl::StrCat(DigestBytes(backward_[user]), ":", arg, ".", pos));
           }
           for (int j : output_positions[v]) {
             roles.push_back(absl::StrCat("graph output ", j));

@@ -16,11 +16,26 @@ struct Sha256Hasher::State {
   std::unique_ptr<EVP_MD_CTX, CtxFree> ctx{EVP_MD_CTX_new()};
 };
 
+namespace {
+// The SHA-256 implementation, fetched once. With EVP_sha256() OpenSSL 3
+// looks the implementation up again (a lock and a table probe) on every
+// EVP_DigestInit_ex, which doubles the cost of the short digests guard keys
+// are made of. Immutable after the first call; never freed (it lives as long
+// as the process's OpenSSL).
+const EVP_MD* Sha256Md() {
+  static const EVP_MD* const md = [] {
+    const EVP_MD* fetched = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    return fetched != nullptr ? fetched : EVP_sha256();
+  }();
+  return md;
+}
+}  // namespace
+
 Sha256Hasher::Sha256Hasher() : state_(std::make_unique<State>()) {
   // Allocation or init failure of a digest context means OpenSSL is unusable;
   // there is no sensible way to continue computing keys.
   if (state_->ctx == nullptr ||
-      EVP_DigestInit_ex(state_->ctx.get(), EVP_sha256(), nullptr) != 1) {
+      EVP_DigestInit_ex(state_->ctx.get(), Sha256Md(), nullptr) != 1) {
     std::abort();
   }
 }
