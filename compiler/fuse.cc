@@ -264,10 +264,18 @@ class Fuser {
     }
     k.kernel.stages.push_back(std::move(st));
     k.acc_stage[n] = static_cast<int>(k.kernel.stages.size()) - 1;
-    bool unused;
-    InKernelValue v{ir::Acc(slot, node.dtype),
-                    *IdentityIn(k.kernel, node.sizes, &unused)};
-    k.values[n] = std::move(v);
+    // The result's index over the kernel's vars: reduced dims are 0 (kept)
+    // or gone. Not IdentityIn, which cannot tell a kept size-1 reduced dim
+    // from a full one: after the row's loop its var is 1, not 0.
+    std::vector<Expr> index;
+    for (size_t d = 0; d < k.kernel.dims.size(); ++d) {
+      if (!k.kernel.inner[d]) {
+        index.push_back(ir::Var(static_cast<int>(d)));
+      } else if (node.keepdim) {
+        index.push_back(ir::IntConst(0));
+      }
+    }
+    k.values[n] = InKernelValue{ir::Acc(slot, node.dtype), std::move(index)};
   }
 
   void AddPointwise(int n) {

@@ -107,5 +107,53 @@ TEST(CpuRuntime, TamperedBinaryIsNotLoaded) {
             absl::StatusCode::kDataLoss);
 }
 
+// Regressions found by tests/unit/random_graph_test.cc: a graph in JSON,
+// compiled for this machine and run against the reference evaluator with
+// symbols bound to each of `bindings` (one binding for a static graph).
+void ExpectMatchesReference(const std::string& json,
+                            std::vector<std::vector<int64_t>> bindings = {{}}) {
+  v1::CompileRequest req;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(json, req.mutable_graph())
+          .ok())
+      << json;
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937_64 rng(7);
+  ThreadPool pool(2);
+  for (const std::vector<int64_t>& symbols : bindings) {
+    auto inputs = RandomInputs(*graph, symbols, rng);
+    auto want = EvaluateReference(*graph, inputs);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = (*exe)->Run(inputs, &pool);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), want->size());
+    for (size_t o = 0; o < want->size(); ++o) {
+      EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
+    }
+  }
+}
+
+// Random graph seeds 1, 16, 89, 99: a keepdim reduction over a dim of size
+// 1 stored its row result at the reduced var's value after the row loop (1,
+// not 0): out of bounds, and softmax's max/sum read garbage.
+TEST(CpuRegression, KeepdimReductionOverSizeOneDim) {
+  ExpectMatchesReference(R"({
+    "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
+                "sizes": [{"value": 1}, {"value": 7}, {"value": 1}]}}],
+    "nodes": [{"op": "aten._softmax.default",
+               "args": [{"ref": "x"}, {"i": 0}, {"b": false}],
+               "outputs": ["y"]},
+              {"op": "aten.sum.dim_IntList",
+               "args": [{"ref": "x"}, {"ints": {"values": [2]}}, {"b": true}],
+               "outputs": ["s"]}],
+    "outputs": ["y", "s"]})");
+}
+
 }  // namespace
 }  // namespace kiln::testing
