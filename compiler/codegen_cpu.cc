@@ -74,6 +74,7 @@ class KernelEmitter {
     for (const Stage& st : kernel_.stages) {
       if (st.kind == Stage::Kind::kReduce) {
         acc_value_.push_back(nullptr);
+        acc_dtype_.push_back(DType::kFloat32);
       }
     }
     if (inner_dims_.empty()) {
@@ -306,8 +307,14 @@ class KernelEmitter {
     Value* result =
         is_arg ? static_cast<Value*>(b_.CreateLoad(b_.getInt64Ty(), pos))
                : static_cast<Value*>(b_.CreateLoad(ty, acc));
+    // Readers see the node's dtype; the accumulator may be wider (int64
+    // sums of int32) or a position (argmax).
     acc_value_[slot] = result;
-    if (st.finalize) acc_value_[slot] = EmitExpr(st.finalize);
+    acc_dtype_[slot] = is_arg ? DType::kInt64 : st.acc_dtype;
+    if (st.finalize) {
+      acc_value_[slot] = EmitExpr(st.finalize);
+      acc_dtype_[slot] = st.finalize->dtype;
+    }
     // Anything computed from this row's accumulators is row-local.
     memo_.back().clear();
   }
@@ -578,7 +585,7 @@ class KernelEmitter {
       case ExprOp::kLoadBuffer:
         return LoadElement(e->index, EmitExpr(e->args[0]), d);
       case ExprOp::kAcc:
-        return acc_value_[e->index];
+        return ConvertValue(acc_value_[e->index], acc_dtype_[e->index], d);
       case ExprOp::kLoad:
         status_ = absl::InternalError("a node load survived fusion");
         return llvm::UndefValue::get(TypeOf(d));
@@ -915,6 +922,7 @@ class KernelEmitter {
   llvm::Function* fn_ = nullptr;
   llvm::BasicBlock* entry_ = nullptr;
   std::vector<Value*> base_, syms_, dim_size_, vars_, acc_value_;
+  std::vector<DType> acc_dtype_;  // dtype of acc_value_[slot]
   std::vector<int> outer_dims_, inner_dims_;
   std::vector<absl::flat_hash_map<const ExprNode*, Value*>> memo_;
   std::vector<Expr> keep_alive_;

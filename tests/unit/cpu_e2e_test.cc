@@ -155,5 +155,31 @@ TEST(CpuRegression, KeepdimReductionOverSizeOneDim) {
     "outputs": ["y", "s"]})");
 }
 
+// Random graph seeds 10, 67, 166, 186, 206, 260: integer max/min and
+// int32 sums accumulate in a wider type than the node's; readers got the
+// accumulator as is (an i64 zext to a bool's i8, smax of i32 with i64,
+// 8-byte stores into int32 buffers) instead of converted to the node dtype.
+TEST(CpuRegression, NarrowReductionResults) {
+  ExpectMatchesReference(R"({
+    "inputs": [{"name": "b", "meta": {"dtype": "BOOL",
+                "sizes": [{"value": 4}, {"value": 3}]}},
+               {"name": "i", "meta": {"dtype": "INT32",
+                "sizes": [{"value": 8}]}}],
+    "nodes": [{"op": "aten.amax.default",
+               "args": [{"ref": "b"}, {"ints": {"values": [-2]}}],
+               "outputs": ["bmax"]},
+              {"op": "aten.amax.default", "args": [{"ref": "i"}],
+               "outputs": ["imax"]},
+              {"op": "aten.maximum.default",
+               "args": [{"ref": "i"}, {"ref": "imax"}], "outputs": ["m"]},
+              {"op": "aten.sum.dim_IntList",
+               "args": [{"ref": "i"}, {"ints": {"values": [0]}}, {"b": true},
+                        {"name": "dtype", "dtype": "INT32"}],
+               "outputs": ["s"]},
+              {"op": "aten.add.Tensor", "args": [{"ref": "i"}, {"ref": "s"}],
+               "outputs": ["t"]}],
+    "outputs": ["bmax", "m", "t"]})");
+}
+
 }  // namespace
 }  // namespace kiln::testing
