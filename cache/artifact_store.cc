@@ -985,10 +985,10 @@ absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::Open(
     const ArtifactStoreOptions& options) {
   auto impl = std::make_unique<Impl>(options);
   if (absl::Status s = impl->Open(); !s.ok()) return s;
-  return std::unique_ptr<ArtifactStore>(new ArtifactStore(std::move(impl)));
+  return std::make_unique<ArtifactStore>(OpenKey(), std::move(impl));
 }
 
-ArtifactStore::ArtifactStore(std::unique_ptr<Impl> impl)
+ArtifactStore::ArtifactStore(OpenKey, std::unique_ptr<Impl> impl)
     : impl_(std::move(impl)) {}
 
 ArtifactStore::~ArtifactStore() = default;

@@ -170,6 +170,14 @@ class ArtifactStore {
   // database. Errors at close are logged.
   ~ArtifactStore();
 
+  // Only Open() can make the key that this constructor takes; use Open().
+  class Impl;
+  class OpenKey {
+    friend class ArtifactStore;
+    OpenKey() = default;
+  };
+  ArtifactStore(OpenKey, std::unique_ptr<Impl> impl);
+
   ArtifactStore(const ArtifactStore&) = delete;
   ArtifactStore& operator=(const ArtifactStore&) = delete;
 
@@ -225,8 +233,6 @@ class ArtifactStore {
   const ArtifactStoreOptions& options() const;
 
  private:
-  class Impl;
-  explicit ArtifactStore(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

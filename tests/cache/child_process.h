@@ -56,7 +56,7 @@ class ChildProcess {
       _exit(kExecFailed);
     }
     close(fds[1]);
-    return std::unique_ptr<ChildProcess>(new ChildProcess(pid, fds[0]));
+    return std::make_unique<ChildProcess>(pid, fds[0]);
   }
 
   ~ChildProcess() {
@@ -115,9 +115,11 @@ class ChildProcess {
 
   const std::string& output() const { return output_; }
 
- private:
+  // Takes over a started child and the read end of its stdout pipe; Spawn
+  // is the way to get one.
   ChildProcess(pid_t pid, int fd) : pid_(pid), fd_(fd) {}
 
+ private:
   // Returns false at end of output.
   bool ReadSome() {
     char buffer[4096];
