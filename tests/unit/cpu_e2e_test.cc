@@ -181,5 +181,35 @@ TEST(CpuRegression, NarrowReductionResults) {
     "outputs": ["bmax", "m", "t"]})");
 }
 
+// Random graph seed 465: float16/bfloat16 ops computed in float32 kept
+// their unrounded results inside a kernel, so (x + 256) - 256 in bfloat16
+// gave x back instead of a multiple of 2, and a bfloat16 -> float16 cast
+// fed a remainder a value off by one bfloat16 ulp.
+TEST(CpuRegression, HalfPrecisionOpsRoundEachResult) {
+  ExpectMatchesReference(R"({
+    "inputs": [{"name": "b", "meta": {"dtype": "BFLOAT16",
+                "sizes": [{"value": 6}, {"value": 5}]}},
+               {"name": "h", "meta": {"dtype": "FLOAT16",
+                "sizes": [{"value": 6}, {"value": 5}]}}],
+    "nodes": [{"op": "aten.add.Tensor", "args": [{"ref": "b"}, {"f": 256}],
+               "outputs": ["b1"]},
+              {"op": "aten.sub.Tensor", "args": [{"ref": "b1"}, {"f": 256}],
+               "outputs": ["b2"]},
+              {"op": "aten.add.Tensor", "args": [{"ref": "h"}, {"f": 2048}],
+               "outputs": ["h1"]},
+              {"op": "aten.sub.Tensor", "args": [{"ref": "h1"}, {"f": 2048}],
+               "outputs": ["h2"]},
+              {"op": "aten.abs.default", "args": [{"ref": "b"}],
+               "outputs": ["a"]},
+              {"op": "aten.add.Scalar", "args": [{"ref": "a"}, {"f": 1}],
+               "outputs": ["a1"]},
+              {"op": "aten._to_copy.default",
+               "args": [{"ref": "a1"}, {"name": "dtype", "dtype": "FLOAT16"}],
+               "outputs": ["c"]},
+              {"op": "aten.remainder.Tensor", "args": [{"ref": "c"}, {"f": 0.1}],
+               "outputs": ["r"]}],
+    "outputs": ["b2", "h2", "r"]})");
+}
+
 }  // namespace
 }  // namespace kiln::testing
