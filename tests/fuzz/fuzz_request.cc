@@ -14,20 +14,25 @@
 //     ImportGraph inferred.
 //
 //   make fuzz FUZZ_SECONDS=600     (seeds: tests/fuzz/seeds)
+#include <fuzzer/FuzzedDataProvider.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "compiler/graph.h"
 #include "compiler/guard_key.h"
 #include "compiler/host_tensor.h"
 #include "compiler/import.h"
+#include "compiler/op_registry.h"
 #include "compiler/reference.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/json_util.h"
@@ -69,7 +74,19 @@ class SplitMix {
 // when none is small enough.
 bool ChooseSymbols(const Graph& graph, SplitMix& rng,
                    std::vector<int64_t>* values) {
-  for (const SymbolInfo& s : graph.symbols) {
+  // Symbols no input size binds take kMinSymbolValue in EvaluateReference.
+  std::vector<bool> bound(graph.symbols.size(), false);
+  for (const GraphInput& in : graph.inputs) {
+    for (const SymExpr& e : graph.type(in.value).sizes) {
+      if (std::optional<int> s = e.AsSymbol()) bound[*s] = true;
+    }
+  }
+  for (size_t i = 0; i < graph.symbols.size(); ++i) {
+    const SymbolInfo& s = graph.symbols[i];
+    if (!bound[i]) {
+      values->push_back(kMinSymbolValue);
+      continue;
+    }
     const int64_t m = s.multiple_of > 1 ? s.multiple_of : 1;
     if (m > 64) return false;
     int64_t v = 2 + static_cast<int64_t>(rng.Next() % 4);
@@ -243,6 +260,189 @@ void Exercise(const v1::CompileRequest& request, uint64_t seed) {
   EvaluateSmall(*graph, seed);
 }
 
+// Structure-aware mode: a random valid graph from tests/unit/graph_gen.h,
+// then a few targeted edits driven by the input (a size, an op, an argument,
+// strides, symbol facts, outputs). Byte mutations of whole requests mostly
+// stop at the first malformed field; this reaches shape inference, dtype
+// rules and the evaluator with graphs that are nearly valid.
+void MutateGenerated(FuzzedDataProvider& fdp, v1::Graph* g) {
+  static const std::vector<std::string> kOpNames = OpRegistry::Get().Names();
+  const std::vector<std::string>* const kOps = &kOpNames;
+  const std::vector<std::string> kStrings = {"none", "tanh", "floor", "trunc",
+                                             ""};
+  auto pick_value_name = [&]() -> std::string {
+    std::vector<std::string> names;
+    for (const v1::Input& in : g->inputs()) names.push_back(in.name());
+    for (const v1::Node& n : g->nodes()) {
+      for (const std::string& o : n.outputs()) names.push_back(o);
+    }
+    return names[fdp.ConsumeIntegralInRange<size_t>(0, names.size() - 1)];
+  };
+  auto random_int = [&]() -> int64_t {
+    switch (fdp.ConsumeIntegralInRange(0, 3)) {
+      case 0:
+        return fdp.ConsumeIntegralInRange<int64_t>(-4, 8);
+      case 1:
+        return fdp.ConsumeIntegralInRange<int64_t>(0, 1 << 20);
+      default:
+        return fdp.ConsumeIntegral<int64_t>();
+    }
+  };
+  auto random_argument = [&](v1::Argument* a) {
+    switch (fdp.ConsumeIntegralInRange(0, 9)) {
+      case 0:
+        a->set_ref(pick_value_name());
+        break;
+      case 1:
+        a->set_i(random_int());
+        break;
+      case 2:
+        a->set_f(fdp.ConsumeFloatingPoint<double>());
+        break;
+      case 3:
+        a->set_b(fdp.ConsumeBool());
+        break;
+      case 4: {
+        v1::IntList* l = a->mutable_ints();
+        for (int n = fdp.ConsumeIntegralInRange(0, 4); n > 0; --n) {
+          l->add_values(random_int());
+        }
+        break;
+      }
+      case 5: {
+        v1::DimList* l = a->mutable_dims();
+        for (int n = fdp.ConsumeIntegralInRange(0, 4); n > 0; --n) {
+          v1::Dim* d = l->add_values();
+          if (fdp.ConsumeBool() && g->symbols_size() > 0) {
+            d->set_symbol(
+                g->symbols(fdp.ConsumeIntegralInRange(0, g->symbols_size() - 1))
+                    .name());
+          } else {
+            d->set_value(random_int());
+          }
+        }
+        break;
+      }
+      case 6: {
+        v1::ValueList* l = a->mutable_refs();
+        for (int n = fdp.ConsumeIntegralInRange(0, 3); n > 0; --n) {
+          l->add_values(pick_value_name());
+        }
+        break;
+      }
+      case 7:
+        a->set_dtype(static_cast<v1::DType>(fdp.ConsumeIntegralInRange(0, 7)));
+        break;
+      case 8:
+        a->set_str(kStrings[fdp.ConsumeIntegralInRange<size_t>(
+            0, kStrings.size() - 1)]);
+        break;
+      default:
+        a->mutable_none();
+        break;
+    }
+  };
+  for (int edits = fdp.ConsumeIntegralInRange(0, 4); edits > 0; --edits) {
+    v1::Node* node =
+        g->mutable_nodes(fdp.ConsumeIntegralInRange(0, g->nodes_size() - 1));
+    v1::Input* input =
+        g->mutable_inputs(fdp.ConsumeIntegralInRange(0, g->inputs_size() - 1));
+    switch (fdp.ConsumeIntegralInRange(0, 8)) {
+      case 0:  // a size
+        if (input->meta().sizes_size() > 0) {
+          input->mutable_meta()
+              ->mutable_sizes(
+                  fdp.ConsumeIntegralInRange(0, input->meta().sizes_size() - 1))
+              ->set_value(random_int());
+        }
+        break;
+      case 1:  // another op with the same arguments
+        node->set_op(
+            (*kOps)[fdp.ConsumeIntegralInRange<size_t>(0, kOps->size() - 1)]);
+        break;
+      case 2:  // an argument replaced
+        if (node->args_size() > 0) {
+          random_argument(node->mutable_args(
+              fdp.ConsumeIntegralInRange(0, node->args_size() - 1)));
+        }
+        break;
+      case 3: {  // an argument added, positional or by a schema name
+        v1::Argument* a = node->add_args();
+        const OpDef* op = OpRegistry::Get().Find(node->op());
+        if (op != nullptr && !op->schema.empty() && fdp.ConsumeBool()) {
+          a->set_name(op->schema[fdp.ConsumeIntegralInRange<size_t>(
+                                     0, op->schema.size() - 1)]
+                          .name);
+        }
+        random_argument(a);
+        break;
+      }
+      case 4: {  // strides
+        v1::TensorMeta* meta = input->mutable_meta();
+        meta->clear_strides();
+        for (int d = 0; d < meta->sizes_size(); ++d) {
+          v1::Stride* st = meta->add_strides();
+          st->set_value(fdp.ConsumeBool()
+                            ? fdp.ConsumeIntegralInRange<int64_t>(-2, 64)
+                            : random_int());
+          if (fdp.ConsumeBool() && g->symbols_size() > 0) {
+            st->add_symbols(g->symbols(0).name());
+          }
+        }
+        break;
+      }
+      case 5:  // symbol facts
+        if (g->symbols_size() > 0) {
+          v1::Symbol* sym = g->mutable_symbols(
+              fdp.ConsumeIntegralInRange(0, g->symbols_size() - 1));
+          sym->set_max_value(random_int());
+          sym->set_multiple_of(random_int());
+        }
+        break;
+      case 6:  // a dtype
+        input->mutable_meta()->set_dtype(
+            static_cast<v1::DType>(fdp.ConsumeIntegralInRange(0, 7)));
+        break;
+      case 7:  // an extra output, maybe an input or a repeat
+        g->add_outputs(pick_value_name());
+        break;
+      default:  // an argument removed
+        if (node->args_size() > 0) node->mutable_args()->RemoveLast();
+        break;
+    }
+  }
+}
+
+void FuzzGenerated(const uint8_t* data, size_t size) {
+  FuzzedDataProvider fdp(data, size);
+  graph_gen::GraphGenOptions options;
+  options.max_inputs = fdp.ConsumeIntegralInRange(1, 4);
+  options.max_nodes = fdp.ConsumeIntegralInRange(1, 24);
+  options.max_rank = fdp.ConsumeIntegralInRange(1, 4);
+  options.max_symbols = fdp.ConsumeIntegralInRange(0, 3);
+  options.reductions = fdp.ConsumeBool();
+  options.dtypes.clear();
+  const uint8_t dtype_mask = fdp.ConsumeIntegral<uint8_t>();
+  for (int d = 1; d <= 6; ++d) {
+    if (dtype_mask & (1 << d)) {
+      options.dtypes.push_back(static_cast<v1::DType>(d));
+    }
+  }
+  if (options.dtypes.empty()) options.dtypes.push_back(v1::FLOAT32);
+  const uint64_t seed = fdp.ConsumeIntegral<uint64_t>();
+  v1::CompileRequest request;
+  *request.mutable_graph() = graph_gen::RandomGraph(seed, options);
+  MutateGenerated(fdp, request.mutable_graph());
+  if (fdp.ConsumeBool()) {
+    request.mutable_target()->mutable_cuda()->set_arch("sm_90");
+  } else {
+    request.mutable_target()->mutable_cpu()->set_triple(
+        "x86_64-unknown-linux-gnu");
+  }
+  request.mutable_options()->set_fast_math(fdp.ConsumeBool());
+  Exercise(request, seed);
+}
+
 bool LooksLikeJson(absl::string_view input) {
   for (char c : input) {
     if (c == ' ' || c == '\n' || c == '\t' || c == '\r') continue;
@@ -267,6 +467,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint64_t seed = 0xcbf29ce484222325ull;
   for (unsigned char c : input) seed = (seed ^ c) * 0x100000001b3ull;
 
+  // "GEN" selects the structure-aware mode (seeds/gen_*).
+  if (size >= 3 && input.substr(0, 3) == "GEN") {
+    kiln::FuzzGenerated(data + 3, size - 3);
+    return 0;
+  }
   kiln::v1::CompileRequest request;
   if (request.ParseFromArray(data, static_cast<int>(size))) {
     kiln::Exercise(request, seed);
