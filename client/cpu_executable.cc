@@ -147,7 +147,8 @@ absl::StatusOr<std::vector<HostTensor>> CpuExecutable::Run(
     std::vector<int64_t> sizes;
     for (const v1::SymPoly& s : spec.sizes())
       sizes.push_back(EvaluateSymPoly(s, *symbols));
-    outputs[o] = HostTensor::Empty(static_cast<DType>(spec.dtype()), sizes);
+    outputs[o] =
+        HostTensor::Uninitialized(static_cast<DType>(spec.dtype()), sizes);
     buffers[spec.buffer()] = outputs[o].data();
   }
   for (int b = 0; b < program.buffers_size(); ++b) {

@@ -11,6 +11,7 @@
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
+#include "llvm/Support/ModRef.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace kiln {
@@ -562,6 +563,13 @@ class KernelEmitter {
     std::vector<llvm::Type*> types(args.size(), b_.getFloatTy());
     llvm::FunctionCallee f = m_.getOrInsertFunction(
         name, llvm::FunctionType::get(b_.getFloatTy(), types, false));
+    // Like -fno-math-errno: libm calls touch no memory, so the vectoriser
+    // may replace them with libmvec variants.
+    if (auto* decl = llvm::dyn_cast<llvm::Function>(f.getCallee())) {
+      decl->setMemoryEffects(llvm::MemoryEffects::none());
+      decl->setDoesNotThrow();
+      decl->addFnAttr(llvm::Attribute::WillReturn);
+    }
     auto* call = b_.CreateCall(f, args);
     call->setDoesNotThrow();
     return call;

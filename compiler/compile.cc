@@ -135,7 +135,7 @@ absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,
   auto loops = Lower(*graph);
   if (!loops.ok()) return loops.status();
   dump.Write("02-loops.txt", loops->ToString());
-  auto fused = Fuse(*loops);
+  auto fused = Fuse(*loops, FuseOptions{env.fuse});
   if (!fused.ok()) return fused.status();
   dump.Write("03-fused.txt", fused->ToString());
 

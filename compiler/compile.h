@@ -33,6 +33,9 @@ inline constexpr int kArtifactFormatVersion = 1;
 struct CompileEnv {
   // Where stage dumps go; empty: $KILN_DUMP_DIR if set, else no dumps.
   std::string dump_dir;
+  // false: one kernel per op, for benchmarks against fusion. Not part of the
+  // guard key, so never use it for artifacts that reach a cache.
+  bool fuse = true;
 };
 
 absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,

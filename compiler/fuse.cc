@@ -129,7 +129,8 @@ struct KernelBuild {
 
 class Fuser {
  public:
-  explicit Fuser(const LoopGraph& g) : g_(g) {}
+  Fuser(const LoopGraph& g, const FuseOptions& options)
+      : g_(g), options_(options) {}
 
   absl::StatusOr<FusedProgram> Run() {
     MarkRealized();
@@ -230,7 +231,7 @@ class Fuser {
   void AddReduction(int n) {
     const LoopNode& node = g_.nodes[n];
     const Expr body = Inline(node.body);
-    if (!kernels_.empty()) {
+    if (!kernels_.empty() && options_.fuse) {
       KernelBuild& k = kernels_.back();
       if (k.kernel.dims == node.reduce_sizes &&
           k.kernel.inner == node.reduced && k.has_inner()) {
@@ -281,7 +282,7 @@ class Fuser {
   void AddPointwise(int n) {
     const LoopNode& node = g_.nodes[n];
     const Expr body = Inline(node.body);
-    if (!kernels_.empty()) {
+    if (!kernels_.empty() && options_.fuse) {
       KernelBuild& k = kernels_.back();
       bool inner_store = false;
       if (auto idx = IdentityIn(k.kernel, node.sizes, &inner_store)) {
@@ -448,6 +449,7 @@ class Fuser {
   };
 
   const LoopGraph& g_;
+  const FuseOptions options_;
   std::vector<bool> realized_;
   std::vector<KernelBuild> kernels_;
   std::vector<PendingStore> pending_stores_;
@@ -455,8 +457,9 @@ class Fuser {
 
 }  // namespace
 
-absl::StatusOr<FusedProgram> Fuse(const LoopGraph& graph) {
-  return Fuser(graph).Run();
+absl::StatusOr<FusedProgram> Fuse(const LoopGraph& graph,
+                                  const FuseOptions& options) {
+  return Fuser(graph, options).Run();
 }
 
 }  // namespace kiln

@@ -22,7 +22,14 @@
 
 namespace kiln {
 
-absl::StatusOr<FusedProgram> Fuse(const LoopGraph& graph);
+struct FuseOptions {
+  // false: no fusion at all, one kernel per loop node (what eager execution
+  // does); benchmarks compare against it.
+  bool fuse = true;
+};
+
+absl::StatusOr<FusedProgram> Fuse(const LoopGraph& graph,
+                                  const FuseOptions& options = {});
 
 }  // namespace kiln
 

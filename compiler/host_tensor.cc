@@ -1,8 +1,10 @@
 #include "compiler/host_tensor.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "support/half.h"
@@ -30,11 +32,32 @@ HostTensor HostTensor::Empty(DType dtype, std::vector<int64_t> sizes) {
   HostTensor t;
   t.dtype_ = dtype;
   t.strides_ = ContiguousStridesOf(sizes);
-  t.storage_ = std::make_shared<std::vector<uint8_t>>(
-      static_cast<size_t>(Product(sizes) * DTypeSize(dtype)));
+  t.storage_ = std::make_shared<Storage>(
+      static_cast<size_t>(Product(sizes) * DTypeSize(dtype)),
+      /*zero=*/true);
   t.sizes_ = std::move(sizes);
   return t;
 }
+
+HostTensor HostTensor::Uninitialized(DType dtype, std::vector<int64_t> sizes) {
+  HostTensor t;
+  t.dtype_ = dtype;
+  t.strides_ = ContiguousStridesOf(sizes);
+  t.storage_ = std::make_shared<Storage>(
+      static_cast<size_t>(Product(sizes) * DTypeSize(dtype)),
+      /*zero=*/false);
+  t.sizes_ = std::move(sizes);
+  return t;
+}
+
+HostTensor::Storage::Storage(size_t bytes, bool zero) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, rounded)));
+  if (data_ == nullptr) throw std::bad_alloc();
+  if (zero) std::memset(data_.get(), 0, rounded);
+}
+
+void HostTensor::Storage::Free::operator()(uint8_t* p) const { std::free(p); }
 
 HostTensor HostTensor::View(const HostTensor& base, std::vector<int64_t> sizes,
                             std::vector<int64_t> strides, int64_t offset) {
@@ -55,8 +78,9 @@ HostTensor HostTensor::Strided(DType dtype, std::vector<int64_t> sizes,
   t.sizes_ = std::move(sizes);
   t.strides_ = std::move(strides);
   t.offset_ = offset;
-  t.storage_ = std::make_shared<std::vector<uint8_t>>(
-      static_cast<size_t>(storage_elements * DTypeSize(dtype)));
+  t.storage_ = std::make_shared<Storage>(
+      static_cast<size_t>(storage_elements * DTypeSize(dtype)),
+      /*zero=*/true);
   return t;
 }
 

@@ -21,6 +21,9 @@ class HostTensor {
   HostTensor() = default;
   // A new contiguous tensor, zero-filled.
   static HostTensor Empty(DType dtype, std::vector<int64_t> sizes);
+  // A new contiguous tensor whose elements are not initialised: for outputs
+  // that a kernel overwrites (saves a memory pass over Empty).
+  static HostTensor Uninitialized(DType dtype, std::vector<int64_t> sizes);
   // A view of `base`'s storage with other sizes/strides/offset (elements).
   static HostTensor View(const HostTensor& base, std::vector<int64_t> sizes,
                          std::vector<int64_t> strides, int64_t offset);
@@ -76,7 +79,19 @@ class HostTensor {
   DType dtype_ = DType::kFloat32;
   std::vector<int64_t> sizes_, strides_;
   int64_t offset_ = 0;
-  std::shared_ptr<std::vector<uint8_t>> storage_;
+  // Bytes shared between views, 64-byte aligned (vector loads, cache lines).
+  class Storage {
+   public:
+    Storage(size_t bytes, bool zero);
+    uint8_t* data() { return data_.get(); }
+
+   private:
+    struct Free {
+      void operator()(uint8_t* p) const;
+    };
+    std::unique_ptr<uint8_t, Free> data_;
+  };
+  std::shared_ptr<Storage> storage_;
 };
 
 // Casts as PyTorch's .to(dtype) does on CPU: float -> int truncates toward
