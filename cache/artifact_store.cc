@@ -268,6 +268,7 @@ absl::Status ArtifactStore::Impl::OpenDatabase() {
   write_buffer_bytes_ = write_buffer;
 
   rocksdb::DBOptions db_options;
+  if (options_.rocksdb_env != nullptr) db_options.env = options_.rocksdb_env;
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
   db_options.paranoid_checks = true;
@@ -504,6 +505,12 @@ absl::Status ArtifactStore::Impl::EnsureWritableLocked() {
   // "background error"); Resume() clears recoverable ones, such as a disk
   // that had filled and has space again.
   rocksdb::Status status = db_->Resume();
+  if (status.IsBusy()) {
+    // RocksDB is already recovering by itself (it does for ENOSPC).
+    return absl::UnavailableError(
+        absl::StrCat("artifact store on ", options_.data_dir,
+                     " is recovering from a write error; retry later"));
+  }
   if (!status.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("artifact store on ", options_.data_dir,

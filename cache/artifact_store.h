@@ -55,7 +55,8 @@
 //                       (reopen the store).
 //  PERMISSION_DENIED    the dir or its files are not accessible to this user.
 //  RESOURCE_EXHAUSTED   disk full, or a single entry larger than the capacity.
-//  UNAVAILABLE          other I/O errors (the operation may succeed later).
+//  UNAVAILABLE          other I/O errors, or RocksDB still recovering from a
+//                       full disk (the operation may succeed later).
 //  DATA_LOSS            the database's own files are corrupt beyond one entry
 //                       (e.g. at open).
 //  INTERNAL             anything RocksDB reports that fits none of the above.
@@ -77,6 +78,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "support/sha256.h"
+
+namespace rocksdb {
+class Env;
+}  // namespace rocksdb
 
 namespace kiln {
 
@@ -115,6 +120,11 @@ struct ArtifactStoreOptions {
   // soon as `access_flush_batch` hits are pending.
   absl::Duration flush_interval = absl::Seconds(1);
   uint32_t access_flush_batch = 1024;
+
+  // RocksDB's environment (file system, background threads); nullptr is
+  // RocksDB's default. Tests wrap the file system to inject I/O errors. Not
+  // owned: it must outlive the store.
+  rocksdb::Env* rocksdb_env = nullptr;
 };
 
 // Caller-provided metadata stored with a payload.

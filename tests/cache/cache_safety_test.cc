@@ -6,13 +6,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/time/clock.h"
 #include "cache/artifact_store.h"
 #include "gtest/gtest.h"
+#include "rocksdb/env.h"
+#include "rocksdb/file_system.h"
 #include "tests/cache/cache_test_util.h"
 #include "tests/cache/child_process.h"
 
@@ -196,6 +200,100 @@ TEST(ArtifactStoreSafetyTest, FullDiskTurnsIntoErrorsAndLosesNothingAcked) {
   }
   EXPECT_EQ(store->Stats().corrupt_dropped, 0u);
   EXPECT_TRUE(store->Put(KeyFor("after"), "x", {}).ok());
+}
+
+// The real file system, except that appends fail with ENOSPC (RocksDB's
+// IOStatus::NoSpace) while `full` is set: a disk that fills up and then has
+// room again, which root cannot otherwise arrange without a small mount.
+class FullDiskFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  FullDiskFileSystem()
+      : rocksdb::FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "FullDiskFileSystem"; }
+
+  rocksdb::IOStatus NewWritableFile(
+      const std::string& name, const rocksdb::FileOptions& options,
+      std::unique_ptr<rocksdb::FSWritableFile>* result,
+      rocksdb::IODebugContext* debug) override {
+    std::unique_ptr<rocksdb::FSWritableFile> file;
+    rocksdb::IOStatus status =
+        target()->NewWritableFile(name, options, &file, debug);
+    if (status.ok()) {
+      *result = std::make_unique<File>(std::move(file), &full);
+    }
+    return status;
+  }
+
+  std::atomic<bool> full{false};
+
+ private:
+  class File : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> file, std::atomic<bool>* full)
+        : rocksdb::FSWritableFileOwnerWrapper(std::move(file)), full_(full) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& data,
+                             const rocksdb::IOOptions& options,
+                             rocksdb::IODebugContext* debug) override {
+      if (*full_) return rocksdb::IOStatus::NoSpace("injected: disk full");
+      return target()->Append(data, options, debug);
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& data,
+                             const rocksdb::IOOptions& options,
+                             const rocksdb::DataVerificationInfo& info,
+                             rocksdb::IODebugContext* debug) override {
+      if (*full_) return rocksdb::IOStatus::NoSpace("injected: disk full");
+      return target()->Append(data, options, info, debug);
+    }
+
+   private:
+    std::atomic<bool>* full_;
+  };
+};
+
+TEST(ArtifactStoreSafetyTest, DiskFullIsAnErrorAndWritesResumeWhenSpaceIsBack) {
+  TempDir dir;
+  const std::string data_dir = dir.Sub("db");
+  auto file_system = std::make_shared<FullDiskFileSystem>();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(file_system);
+  ArtifactStoreOptions options = TestOptions(data_dir, kLarge);
+  options.rocksdb_env = env.get();
+  options.flush_interval = absl::Hours(1);  // only the puts below write
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  const Sha256Digest before = KeyFor("before"), during = KeyFor("during"),
+                     after = KeyFor("after");
+  ASSERT_TRUE(store->Put(before, "acked", {}).ok());
+
+  file_system->full = true;
+  const absl::Status full = store->Put(during, "lost", {});
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_TRUE(absl::StrContains(full.message(), data_dir)) << full;
+  EXPECT_FALSE(store->Contains(during));
+  EXPECT_FALSE(store->Put(during, "lost", {}).ok());
+  auto got = store->Get(before);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->has_value());
+
+  // Space is back: a later put resumes the database (RocksDB may also be
+  // recovering by itself, then puts are UNAVAILABLE for a moment).
+  file_system->full = false;
+  absl::Status status = store->Put(after, "written", {});
+  for (int attempt = 0; attempt < 200 && !status.ok(); ++attempt) {
+    ASSERT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    absl::SleepFor(absl::Milliseconds(10));
+    status = store->Put(after, "written", {});
+  }
+  ASSERT_TRUE(status.ok()) << status;
+  store.reset();
+
+  store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  for (const Sha256Digest& key : {before, after}) {
+    got = store->Get(key);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(got->has_value());
+  }
+  EXPECT_EQ(store->Stats().corrupt_dropped, 0u);
 }
 
 }  // namespace
