@@ -1,0 +1,309 @@
+// Random graphs over all of op set v1 (tests/unit/graph_gen.h with
+// full_op_set: broadcasts, mixed dtypes, reductions over several dims,
+// views, dynamic sizes, non-contiguous inputs) compiled for this machine,
+// run on seeded random inputs and compared with the reference evaluator
+// under tests/unit/numerics.h's per-dtype tolerances. Dynamic graphs run
+// with their symbols bound to two values each.
+//
+// A failing seed prints the graph as JSON (a kiln.v1.Graph, loadable with
+// kilnctl or JsonStringToMessage) and the mismatch.
+//
+// Environment:
+//   KILN_RANDOM_GRAPHS=<count>      seeds 0..count-1 (default kDefaultCount)
+//   KILN_RANDOM_GRAPHS_FIRST=<seed> first seed (default 0)
+//   KILN_RANDOM_GRAPH_SEED=<seed>   just this seed, printing its graph
+//
+// Also: many compiles of one request at once give identical artifacts.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/cpu_executable.h"
+#include "client/thread_pool.h"
+#include "compiler/compile.h"
+#include "compiler/cpu_backend.h"
+#include "compiler/import.h"
+#include "compiler/op_registry.h"
+#include "compiler/reference.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "tests/unit/graph_gen.h"
+#include "tests/unit/numerics.h"
+
+namespace kiln::testing {
+namespace {
+
+using graph_gen::GraphGenOptions;
+using graph_gen::RandomGraph;
+
+// About 60-90 s on two idle cores (compiles dominate, ~10-40 ms each).
+constexpr int kDefaultCount = 2000;
+
+GraphGenOptions Options() {
+  GraphGenOptions o;
+  o.full_op_set = true;
+  o.max_inputs = 3;
+  o.max_nodes = 10;
+  o.max_rank = 4;
+  o.max_symbols = 2;
+  o.max_symbol_value = 8;
+  o.dtypes = {v1::FLOAT32, v1::FLOAT16, v1::BFLOAT16,
+              v1::INT32,   v1::INT64,   v1::BOOL};
+  return o;
+}
+
+int64_t EnvInt(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strtoll(v, nullptr, 10) : fallback;
+}
+
+// Two bindings of the symbols (none for a static graph): small and large,
+// honouring multiple_of and max_value; never above max_symbol_value.
+std::vector<std::vector<int64_t>> Bindings(const Graph& g) {
+  if (g.symbols.empty()) return {{}};
+  std::vector<std::vector<int64_t>> out(2);
+  for (size_t s = 0; s < g.symbols.size(); ++s) {
+    const int64_t m = std::max<int64_t>(g.symbols[s].multiple_of, 1);
+    for (int b = 0; b < 2; ++b) {
+      int64_t want = b == 0 ? 2 : 7;
+      // Mix: odd symbols take the other value, so that dynamic dims differ.
+      if (s % 2 == 1) want = b == 0 ? 7 : 2;
+      int64_t v = (want + m - 1) / m * m;
+      if (v > Options().max_symbol_value) v = m;
+      if (g.symbols[s].max_value > 0) v = std::min(v, g.symbols[s].max_value);
+      out[b].push_back(std::max<int64_t>(v, kMinSymbolValue));
+    }
+  }
+  return out;
+}
+
+std::string GraphJson(const v1::Graph& g) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions opts;
+  (void)google::protobuf::util::MessageToJsonString(g, &json, opts);
+  return json;
+}
+
+// Empty when the seed passes; else what went wrong.
+std::string CheckSeed(uint64_t seed, const v1::Graph& proto, ThreadPool* pool) {
+  v1::CompileRequest req;
+  *req.mutable_graph() = proto;
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto graph = ImportGraph(req.graph());
+  if (!graph.ok()) {
+    return absl::StrCat("the generator made an invalid graph: ",
+                        graph.status().ToString());
+  }
+  auto artifact = Compile(req);
+  if (!artifact.ok())
+    return absl::StrCat("Compile: ", artifact.status().ToString());
+  auto exe = CpuExecutable::Load(*artifact);
+  if (!exe.ok()) return absl::StrCat("Load: ", exe.status().ToString());
+  const std::vector<std::vector<int64_t>> bindings = Bindings(*graph);
+  for (size_t b = 0; b < bindings.size(); ++b) {
+    std::mt19937_64 rng(seed * 7919 + b);
+    std::vector<HostTensor> inputs = RandomInputs(*graph, bindings[b], rng);
+    auto want = EvaluateReference(*graph, inputs);
+    if (!want.ok())
+      return absl::StrCat("reference: ", want.status().ToString());
+    auto got = (*exe)->Run(inputs, pool);
+    if (!got.ok()) return absl::StrCat("Run: ", got.status().ToString());
+    if (got->size() != want->size()) {
+      return absl::StrCat("Run returned ", got->size(), " outputs, want ",
+                          want->size());
+    }
+    for (size_t o = 0; o < want->size(); ++o) {
+      const std::string diff = Compare((*got)[o], (*want)[o]);
+      if (!diff.empty()) {
+        return absl::StrCat("output ", o, " (", proto.outputs(o),
+                            ") with symbols [",
+                            absl::StrJoin(bindings[b], ", "), "]: ", diff,
+                            "\n  got:  ", (*got)[o].ToString(24),
+                            "\n  want: ", (*want)[o].ToString(24));
+      }
+    }
+  }
+  return "";
+}
+
+// KILN_RANDOM_GRAPH_JSON=<file>: checks the graph in that file (a
+// kiln.v1.Graph as JSON, e.g. a failing seed's, cut down by hand).
+TEST(RandomGraphs, GraphFromFile) {
+  const char* file = std::getenv("KILN_RANDOM_GRAPH_JSON");
+  if (file == nullptr || *file == 0)
+    GTEST_SKIP() << "KILN_RANDOM_GRAPH_JSON not set";
+  std::ifstream in(file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  v1::Graph g;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ss.str(), &g).ok())
+      << file;
+  ThreadPool pool(2);
+  EXPECT_EQ(CheckSeed(EnvInt("KILN_RANDOM_GRAPH_SEED", 0), g, &pool), "");
+}
+
+TEST(RandomGraphs, CompiledMatchesReference) {
+  const GraphGenOptions options = Options();
+  int64_t first = EnvInt("KILN_RANDOM_GRAPHS_FIRST", 0);
+  int64_t count = EnvInt("KILN_RANDOM_GRAPHS", kDefaultCount);
+  const int64_t only = EnvInt("KILN_RANDOM_GRAPH_SEED", -1);
+  if (only >= 0) {
+    first = only;
+    count = 1;
+    std::printf("seed %lld:\n%s\n", static_cast<long long>(only),
+                GraphJson(RandomGraph(only, options)).c_str());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::atomic<int64_t> next{first};
+  std::mutex mu;
+  std::vector<std::string> failures;
+  std::map<std::string, int> op_counts;
+  int64_t nodes = 0, dynamic = 0, strided = 0;
+  auto worker = [&] {
+    ThreadPool pool(2);
+    std::map<std::string, int> local_ops;
+    int64_t local_nodes = 0, local_dynamic = 0, local_strided = 0;
+    for (int64_t seed; (seed = next.fetch_add(1)) < first + count;) {
+      const v1::Graph g = RandomGraph(static_cast<uint64_t>(seed), options);
+      for (const v1::Node& n : g.nodes()) ++local_ops[n.op()];
+      local_nodes += g.nodes_size();
+      local_dynamic += g.symbols_size() > 0;
+      for (const v1::Input& in : g.inputs()) {
+        if (in.meta().strides_size() > 0) {
+          ++local_strided;
+          break;
+        }
+      }
+      const std::string error = CheckSeed(seed, g, &pool);
+      if (!error.empty()) {
+        std::lock_guard<std::mutex> lock(mu);
+        failures.push_back(absl::StrCat("seed ", seed, ": ", error,
+                                        "\n  graph: ", GraphJson(g)));
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [op, c] : local_ops) op_counts[op] += c;
+    nodes += local_nodes;
+    dynamic += local_dynamic;
+    strided += local_strided;
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) threads.emplace_back(worker);
+  for (std::thread& t : threads) t.join();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+
+  std::vector<std::string> missing;
+  for (const std::string& op : OpRegistry::Get().Names()) {
+    if (!op_counts.count(op)) missing.push_back(op);
+  }
+  std::printf(
+      "%lld graphs (seeds %lld..%lld) in %.1f s: %lld nodes, %zu distinct "
+      "ops, %lld dynamic, %lld with strided inputs; %zu failures\n",
+      static_cast<long long>(count), static_cast<long long>(first),
+      static_cast<long long>(first + count - 1), secs,
+      static_cast<long long>(nodes), op_counts.size(),
+      static_cast<long long>(dynamic), static_cast<long long>(strided),
+      failures.size());
+  if (count >= 500 && !missing.empty()) {
+    std::printf("registry ops never generated: %s\n",
+                absl::StrJoin(missing, " ").c_str());
+  }
+  for (size_t i = 0; i < failures.size() && i < 20; ++i) {
+    ADD_FAILURE() << failures[i];
+  }
+  EXPECT_TRUE(failures.empty()) << failures.size() << " seeds failed";
+}
+
+// The generator covers op set v1: every registry op is drawn by some seed.
+TEST(RandomGraphs, GeneratorCoversTheRegistry) {
+  const GraphGenOptions options = Options();
+  std::map<std::string, int> seen;
+  for (uint64_t seed = 0; seed < 3000; ++seed) {
+    const v1::Graph g = RandomGraph(seed, options);
+    for (const v1::Node& n : g.nodes()) ++seen[n.op()];
+  }
+  std::vector<std::string> missing;
+  for (const std::string& op : OpRegistry::Get().Names()) {
+    if (!seen.count(op)) missing.push_back(op);
+  }
+  EXPECT_TRUE(missing.empty()) << absl::StrJoin(missing, " ");
+}
+
+TEST(RandomGraphs, SameSeedSameGraph) {
+  const GraphGenOptions options = Options();
+  for (uint64_t seed : {0, 1, 99, 12345}) {
+    EXPECT_EQ(RandomGraph(seed, options).SerializeAsString(),
+              RandomGraph(seed, options).SerializeAsString());
+  }
+}
+
+std::string Deterministic(const google::protobuf::Message& m) {
+  std::string s;
+  google::protobuf::io::StringOutputStream out(&s);
+  google::protobuf::io::CodedOutputStream coded(&out);
+  coded.SetSerializationDeterministic(true);
+  m.SerializeToCodedStream(&coded);
+  coded.Trim();
+  return s;
+}
+
+// "Many compiles at once in one process give identical artifacts": eight
+// threads compile one request together; the shared objects, programs and
+// whole artifacts (but compile_seconds) are byte-identical.
+TEST(CompileConcurrency, EightThreadsCompileIdenticalArtifacts) {
+  for (uint64_t seed : {3, 17, 4242}) {
+    v1::CompileRequest req;
+    *req.mutable_graph() = RandomGraph(seed, Options());
+    *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+    constexpr int kThreads = 8;
+    std::vector<absl::StatusOr<v1::Artifact>> results(
+        kThreads, absl::UnknownError("not run"));
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) std::this_thread::yield();
+        results[t] = Compile(req);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    ASSERT_TRUE(results[0].ok()) << results[0].status();
+    const std::string so = results[0]->cpu().shared_object();
+    const std::string program = Deterministic(results[0]->program());
+    // Everything but the compile time, which is a measurement.
+    auto whole_of = [](v1::Artifact a) {
+      a.clear_compile_seconds();
+      return Deterministic(a);
+    };
+    const std::string whole = whole_of(*results[0]);
+    EXPECT_FALSE(so.empty());
+    for (int t = 1; t < kThreads; ++t) {
+      ASSERT_TRUE(results[t].ok()) << results[t].status();
+      EXPECT_TRUE(results[t]->cpu().shared_object() == so)
+          << "seed " << seed << ": thread " << t
+          << " built a different shared object";
+      EXPECT_EQ(Deterministic(results[t]->program()), program)
+          << "seed " << seed << " thread " << t;
+      EXPECT_TRUE(whole_of(*results[t]) == whole)
+          << "seed " << seed << " thread " << t;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing
