@@ -127,10 +127,21 @@ class ArtifactStore::Impl {
   const ArtifactStoreOptions& options() const { return options_; }
 
  private:
-  absl::Status OpenDatabase();
+  // Opens db_ and the handles; read-only when `read_only`.
+  absl::Status OpenDatabase(bool read_only);
+  // Closes db_ (if open) and drops the handles.
+  void CloseDatabase();
   absl::Status CheckFormat();
   absl::Status LoadStats();
   absl::Status LoadIndex();
+  // Rebuilds the in-memory index from the "access" family. Where `previous`
+  // (the index before a reopen) has a later access for a key, keeps it.
+  absl::Status ScanIndex(
+      const absl::flat_hash_map<Sha256Digest, IndexRecord>& previous,
+      std::vector<std::string>* broken);
+  // Closes and reopens the database after a write error RocksDB cannot
+  // resume from; falls back to read-only if it cannot open for writing.
+  absl::Status ReopenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
 
   // The write path. All of them hold write_mu_ while writing, so the
   // in-memory index always matches what the database holds.
@@ -166,6 +177,11 @@ class ArtifactStore::Impl {
   rocksdb::WriteOptions write_options_;
   rocksdb::ReadOptions read_options_;
 
+  // db_ and the handles change only in ReopenLocked, which holds write_mu_
+  // and db_mu_ exclusively. So holders of write_mu_ use them freely; other
+  // users (Get, ReclaimSpace) hold db_mu_ shared. db_ is null only after a
+  // reopen failed both for writing and read-only.
+  mutable absl::Mutex db_mu_ ABSL_ACQUIRED_AFTER(write_mu_);
   // Declared before the handles: members are destroyed in reverse order, and
   // column family handles must go before their database (the destructor also
   // does this explicitly, to close the database with a status).
@@ -179,8 +195,13 @@ class ArtifactStore::Impl {
 
   // Serializes every database write. Acquired before mu_.
   absl::Mutex write_mu_;
-  // Set when a write failed: the next write first asks RocksDB to resume.
+  // Set when a write failed: the next write first asks RocksDB to resume,
+  // or reopens the database.
   bool write_failed_ ABSL_GUARDED_BY(write_mu_) = false;
+  // The database was reopened read-only after a write error.
+  bool reopened_read_only_ ABSL_GUARDED_BY(write_mu_) = false;
+  absl::Time last_reopen_ ABSL_GUARDED_BY(write_mu_) = absl::InfinitePast();
+  absl::Status last_reopen_error_ ABSL_GUARDED_BY(write_mu_);
 
   // The in-memory index and counters; held only briefly, never across I/O.
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(write_mu_);
@@ -224,7 +245,7 @@ absl::Status ArtifactStore::Impl::Open() {
     return s;
   }
   write_options_.sync = options_.sync_writes;
-  if (absl::Status s = OpenDatabase(); !s.ok()) return s;
+  if (absl::Status s = OpenDatabase(options_.read_only); !s.ok()) return s;
   if (absl::Status s = CheckFormat(); !s.ok()) return s;
   if (absl::Status s = LoadStats(); !s.ok()) return s;
   if (absl::Status s = LoadIndex(); !s.ok()) return s;
@@ -243,7 +264,7 @@ absl::Status ArtifactStore::Impl::Open() {
   return absl::OkStatus();
 }
 
-absl::Status ArtifactStore::Impl::OpenDatabase() {
+absl::Status ArtifactStore::Impl::OpenDatabase(bool read_only) {
   const rocksdb::CompressionType compression = PickCompression();
   std::shared_ptr<rocksdb::Cache> cache;
   if (options_.block_cache_bytes > 0) {
@@ -317,16 +338,16 @@ absl::Status ArtifactStore::Impl::OpenDatabase() {
   std::vector<rocksdb::ColumnFamilyHandle*> raw_handles;
   rocksdb::DB* raw_db = nullptr;
   rocksdb::Status status =
-      options_.read_only
-          ? rocksdb::DB::OpenForReadOnly(db_options, options_.data_dir,
-                                         families, &raw_handles, &raw_db)
-          : rocksdb::DB::Open(db_options, options_.data_dir, families,
-                              &raw_handles, &raw_db);
+      read_only ? rocksdb::DB::OpenForReadOnly(db_options, options_.data_dir,
+                                               families, &raw_handles, &raw_db)
+                : rocksdb::DB::Open(db_options, options_.data_dir, families,
+                                    &raw_handles, &raw_db);
   db_.reset(raw_db);
   for (rocksdb::ColumnFamilyHandle* handle : raw_handles) {
     handles_.emplace_back(handle);
   }
   if (cache_internal::IsLockHeld(status)) {
+    CloseDatabase();
     return absl::FailedPreconditionError(absl::StrCat(
         "artifact store data dir ", options_.data_dir,
         " is in use by another ArtifactStore (in this or another process): "
@@ -334,6 +355,7 @@ absl::Status ArtifactStore::Impl::OpenDatabase() {
         options_.data_dir, "/LOCK is held (", status.ToString(), ")"));
   }
   if (!status.ok()) {
+    CloseDatabase();
     return FromRocksDb(status, "cannot open the artifact store",
                        options_.data_dir);
   }
@@ -341,6 +363,17 @@ absl::Status ArtifactStore::Impl::OpenDatabase() {
   access_ = handles_[2].get();
   meta_ = handles_[3].get();
   return absl::OkStatus();
+}
+
+void ArtifactStore::Impl::CloseDatabase() {
+  artifacts_ = access_ = meta_ = nullptr;
+  handles_.clear();
+  if (db_ == nullptr) return;
+  if (rocksdb::Status s = db_->Close(); !s.ok()) {
+    spdlog::error("artifact store {}: closing the database: {}",
+                  options_.data_dir, s.ToString());
+  }
+  db_.reset();
 }
 
 absl::Status ArtifactStore::Impl::CheckFormat() {
@@ -392,30 +425,47 @@ absl::Status ArtifactStore::Impl::LoadStats() {
   return absl::OkStatus();
 }
 
-absl::Status ArtifactStore::Impl::LoadIndex() {
+absl::Status ArtifactStore::Impl::ScanIndex(
+    const absl::flat_hash_map<Sha256Digest, IndexRecord>& previous,
+    std::vector<std::string>* broken) {
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(read_options_, access_));
-  std::vector<std::string> broken;
-  {
-    absl::MutexLock lock(&mu_);
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      const rocksdb::Slice key = it->key();
-      std::optional<IndexRecord> record =
-          format::DecodeIndexRecord(ToAbsl(it->value()));
-      if (key.size() != format::kKeySize || !record.has_value()) {
-        broken.push_back(key.ToString());
-        continue;
-      }
-      Sha256Digest guard_key;
-      std::copy(key.data(), key.data() + key.size(), guard_key.begin());
-      InsertIntoIndexLocked(guard_key, *record);
-      next_seq_ = std::max(next_seq_, record->access_seq + 1);
+  absl::MutexLock lock(&mu_);
+  index_.clear();
+  lru_.clear();
+  bytes_ = 0;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice key = it->key();
+    std::optional<IndexRecord> record =
+        format::DecodeIndexRecord(ToAbsl(it->value()));
+    if (key.size() != format::kKeySize || !record.has_value()) {
+      broken->push_back(key.ToString());
+      continue;
     }
+    Sha256Digest digest;
+    std::copy(key.data(), key.data() + key.size(), digest.begin());
+    // Hits not yet written when the database was reopened.
+    if (auto old = previous.find(digest);
+        old != previous.end() && old->second.access_seq > record->access_seq) {
+      record->access_seq = old->second.access_seq;
+      record->access_unix_micros = old->second.access_unix_micros;
+    }
+    InsertIntoIndexLocked(digest, *record);
+    next_seq_ = std::max(next_seq_, record->access_seq + 1);
   }
+  absl::erase_if(pending_access_, [this](const Sha256Digest& key) {
+    return !index_.contains(key);
+  });
   if (!it->status().ok()) {
     return FromRocksDb(it->status(), "cannot read the access index",
                        options_.data_dir);
   }
+  return absl::OkStatus();
+}
+
+absl::Status ArtifactStore::Impl::LoadIndex() {
+  std::vector<std::string> broken;
+  if (absl::Status s = ScanIndex({}, &broken); !s.ok()) return s;
   if (broken.empty() || options_.read_only) return absl::OkStatus();
   // An unreadable index record: its artifact cannot be accounted for, so
   // both go.
@@ -446,14 +496,17 @@ ArtifactStore::Impl::~Impl() {
       stop_flusher_ = true;
     }
     // Aborts a ReclaimSpace compaction the flusher may be running.
-    db_->DisableManualCompaction();
+    {
+      absl::ReaderMutexLock db_lock(&db_mu_);
+      if (db_ != nullptr) db_->DisableManualCompaction();
+    }
     flusher_.join();
   }
   if (db_ == nullptr) return;
   bool write_failed;
   {
     absl::MutexLock lock(&write_mu_);
-    write_failed = write_failed_;
+    write_failed = write_failed_ || reopened_read_only_;
   }
   if (write_failed) {
     // RocksDB must not be asked to sync a WAL whose last append failed (its
@@ -474,12 +527,7 @@ ArtifactStore::Impl::~Impl() {
                     options_.data_dir, s.ToString());
     }
   }
-  handles_.clear();
-  if (rocksdb::Status s = db_->Close(); !s.ok()) {
-    spdlog::error("artifact store {}: closing the database: {}",
-                  options_.data_dir, s.ToString());
-  }
-  db_.reset();
+  CloseDatabase();
 }
 
 void ArtifactStore::Impl::EraseFromIndexLocked(const Sha256Digest& key) {
@@ -501,25 +549,78 @@ void ArtifactStore::Impl::InsertIntoIndexLocked(const Sha256Digest& key,
 
 absl::Status ArtifactStore::Impl::EnsureWritableLocked() {
   if (!write_failed_) return absl::OkStatus();
-  // After a failed write RocksDB may have stopped accepting writes (a
-  // "background error"); Resume() clears recoverable ones, such as a disk
-  // that had filled and has space again.
-  rocksdb::Status status = db_->Resume();
-  if (status.IsBusy()) {
-    // RocksDB is already recovering by itself (it does for ENOSPC).
+  if (db_ != nullptr && !reopened_read_only_) {
+    // After a failed write RocksDB may have stopped accepting writes (a
+    // "background error"); Resume() clears recoverable ones, such as a disk
+    // that had filled and has space again.
+    rocksdb::Status status = db_->Resume();
+    if (status.IsBusy()) {
+      // RocksDB is already recovering by itself (it does for ENOSPC).
+      return absl::UnavailableError(
+          absl::StrCat("artifact store on ", options_.data_dir,
+                       " is recovering from a write error; retry later"));
+    }
+    if (status.ok()) {
+      write_failed_ = false;
+      return absl::OkStatus();
+    }
+    spdlog::warn(
+        "artifact store {}: cannot resume after a write error ({}); "
+        "reopening the database",
+        options_.data_dir, status.ToString());
+  }
+  // Reopen at most once a second, so that a failing disk is not hammered.
+  const absl::Time now = absl::Now();
+  if (now - last_reopen_ < absl::Seconds(1)) {
     return absl::UnavailableError(
         absl::StrCat("artifact store on ", options_.data_dir,
-                     " is recovering from a write error; retry later"));
+                     " stopped after a write error; the last reopen failed: ",
+                     last_reopen_error_.message()));
   }
-  if (!status.ok()) {
-    return absl::FailedPreconditionError(
+  last_reopen_ = now;
+  last_reopen_error_ = ReopenLocked();
+  if (!last_reopen_error_.ok()) {
+    return absl::UnavailableError(
         absl::StrCat("artifact store on ", options_.data_dir,
-                     " stopped after a write error and cannot resume "
-                     "(reopen the store): ",
-                     status.ToString()));
+                     " stopped after a write error and could not reopen: ",
+                     last_reopen_error_.message()));
   }
   write_failed_ = false;
   return absl::OkStatus();
+}
+
+absl::Status ArtifactStore::Impl::ReopenLocked() {
+  absl::WriterMutexLock db_lock(&db_mu_);
+  absl::flat_hash_map<Sha256Digest, IndexRecord> previous;
+  {
+    absl::MutexLock lock(&mu_);
+    previous = index_;
+  }
+  // The stopped instance is closed without a final flush: its WAL writer
+  // failed, and RocksDB asserts on syncing it.
+  CloseDatabase();
+  absl::Status status = OpenDatabase(/*read_only=*/false);
+  reopened_read_only_ = false;
+  if (!status.ok()) {
+    // Keep serving reads: a read-only open writes nothing.
+    if (!OpenDatabase(/*read_only=*/true).ok()) return status;
+    reopened_read_only_ = true;
+  }
+  // Rebuild the index from what the database holds: a write that reported
+  // an error may still have reached the WAL.
+  std::vector<std::string> broken;
+  if (absl::Status s = ScanIndex(previous, &broken); !s.ok()) return s;
+  if (!broken.empty()) {
+    spdlog::warn(
+        "artifact store {}: {} unreadable index records (dropped at "
+        "the next open)",
+        options_.data_dir, broken.size());
+  }
+  spdlog::warn(
+      "artifact store {}: reopened the database{} after a write "
+      "error",
+      options_.data_dir, reopened_read_only_ ? " read-only" : "");
+  return reopened_read_only_ ? status : absl::OkStatus();
 }
 
 absl::Status ArtifactStore::Impl::WriteLocked(rocksdb::WriteBatch* batch,
@@ -634,9 +735,32 @@ absl::Status ArtifactStore::Impl::Put(const Sha256Digest& key,
 
 absl::StatusOr<std::optional<CachedArtifact>> ArtifactStore::Impl::Get(
     const Sha256Digest& key) {
-  rocksdb::PinnableSlice value;
-  rocksdb::Status status =
-      db_->Get(read_options_, artifacts_, KeySlice(key), &value);
+  // Reads under db_mu_ (a reopen must not close the database under a pinned
+  // value); the slow paths below take write_mu_, so it is released first.
+  rocksdb::Status status;
+  std::string bad_value_reason;
+  CachedArtifact artifact;
+  {
+    absl::ReaderMutexLock db_lock(&db_mu_);
+    if (db_ == nullptr) {
+      return absl::UnavailableError(absl::StrCat(
+          "artifact store on ", options_.data_dir,
+          " is closed after a write error; the next write reopens it"));
+    }
+    rocksdb::PinnableSlice value;
+    status = db_->Get(read_options_, artifacts_, KeySlice(key), &value);
+    if (status.ok()) {
+      format::DecodedValue decoded;
+      if (absl::Status s = format::DecodeValue(key, ToAbsl(value), &decoded);
+          !s.ok()) {
+        bad_value_reason = std::string(s.message());
+      } else {
+        artifact.payload.assign(decoded.payload.data(), decoded.payload.size());
+        artifact.compile_seconds = decoded.compile_seconds;
+        artifact.created = decoded.created;
+      }
+    }
+  }
   if (status.IsNotFound()) {
     bool indexed;
     {
@@ -670,26 +794,20 @@ absl::StatusOr<std::optional<CachedArtifact>> ArtifactStore::Impl::Get(
                        absl::StrCat("cannot read artifact ", DigestToHex(key)),
                        options_.data_dir);
   }
-  format::DecodedValue decoded;
-  if (absl::Status s = format::DecodeValue(key, ToAbsl(value), &decoded);
-      !s.ok()) {
+  if (!bad_value_reason.empty()) {
     {
       absl::MutexLock lock(&mu_);
       ++counters_.misses;
       counters_dirty_ = true;
     }
-    DropCorrupt(key, s.message());
+    DropCorrupt(key, bad_value_reason);
     return std::nullopt;
   }
-  CachedArtifact artifact;
-  artifact.payload.assign(decoded.payload.data(), decoded.payload.size());
-  artifact.compile_seconds = decoded.compile_seconds;
-  artifact.created = decoded.created;
   bool flush_now = false;
   {
     absl::MutexLock lock(&mu_);
     ++counters_.hits;
-    counters_.compile_seconds_saved += decoded.compile_seconds;
+    counters_.compile_seconds_saved += artifact.compile_seconds;
     counters_dirty_ = true;
     // A key missing from the index was deleted or evicted after the read:
     // the bytes were valid, but there is no recency left to update.
@@ -719,6 +837,7 @@ void ArtifactStore::Impl::DropCorrupt(const Sha256Digest& key,
     return;
   }
   absl::MutexLock write_lock(&write_mu_);
+  if (db_ == nullptr || reopened_read_only_) return;  // dropped once writable
   // Look again under the write lock: a concurrent Put may have replaced the
   // entry with a good one, which must not be dropped.
   rocksdb::PinnableSlice value;
@@ -909,6 +1028,11 @@ absl::Status ArtifactStore::Impl::ReclaimSpace() {
     if (absl::Status s = EnsureWritableLocked(); !s.ok()) return s;
   }
   const uint64_t before = DiskBytes();
+  absl::ReaderMutexLock db_lock(&db_mu_);
+  if (db_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "artifact store on ", options_.data_dir, " is closed after an error"));
+  }
   rocksdb::Status status =
       db_->Flush(rocksdb::FlushOptions(), {artifacts_, access_, meta_});
   if (status.ok()) {

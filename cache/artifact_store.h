@@ -41,22 +41,22 @@
 //    the dir (RocksDB's LOCK file). I/O failures (full disk, read-only or
 //    unwritable files) come back as statuses, never as a crash. After a
 //    failed write the store asks RocksDB to resume before the next one: a
-//    full disk (ENOSPC) recovers that way once space is back; other write
-//    errors stop the database, and writes then fail with FAILED_PRECONDITION
-//    until the store is reopened (reads keep working; nothing acknowledged
-//    is lost).
+//    full disk (ENOSPC) recovers that way once space is back. Write errors
+//    RocksDB cannot resume from (EIO, EFBIG...) make the next write close and
+//    reopen the database (at most once a second; read-only while opening for
+//    writing fails, so reads go on). Meanwhile writes fail with UNAVAILABLE;
+//    nothing acknowledged is lost.
 //
 // Errors (absl::Status codes used by this API):
 //  INVALID_ARGUMENT     bad options.
 //  NOT_FOUND            read-only open of a dir that holds no store.
 //  FAILED_PRECONDITION  dir locked by another store; write to a read-only
-//                       store; dir written by a newer, unknown format; the
-//                       database stopped after an unrecoverable write error
-//                       (reopen the store).
+//                       store; dir written by a newer, unknown format.
 //  PERMISSION_DENIED    the dir or its files are not accessible to this user.
 //  RESOURCE_EXHAUSTED   disk full, or a single entry larger than the capacity.
-//  UNAVAILABLE          other I/O errors, or RocksDB still recovering from a
-//                       full disk (the operation may succeed later).
+//  UNAVAILABLE          other I/O errors; the database stopped after a write
+//                       error and not reopened yet (the operation may
+//                       succeed later).
 //  DATA_LOSS            the database's own files are corrupt beyond one entry
 //                       (e.g. at open).
 //  INTERNAL             anything RocksDB reports that fits none of the above.
@@ -197,15 +197,16 @@ class ArtifactStore {
   // capacity. On OK the entry is durable against process crashes (and against
   // power loss if `sync_writes`). On error nothing changed.
   // Errors: RESOURCE_EXHAUSTED (entry larger than the capacity, disk full),
-  // FAILED_PRECONDITION (read-only store, database stopped), UNAVAILABLE and
-  // PERMISSION_DENIED (I/O).
+  // FAILED_PRECONDITION (read-only store), UNAVAILABLE and PERMISSION_DENIED
+  // (I/O, database stopped).
   absl::Status Put(const Sha256Digest& key, absl::string_view payload,
                    const PutMetadata& metadata);
 
   // Returns the verified entry, or std::nullopt on a miss. An entry that fails
   // verification is removed, logged and counted, and reported as a miss.
   // A hit makes the entry the most recently used.
-  // Errors: only I/O errors reading the database (UNAVAILABLE...).
+  // Errors: only I/O errors reading the database, or no database while it
+  // could not be reopened after a write error (UNAVAILABLE...).
   absl::StatusOr<std::optional<CachedArtifact>> Get(const Sha256Digest& key);
 
   // Whether an entry with `key` is present, from the in-memory index: no I/O,

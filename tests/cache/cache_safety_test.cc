@@ -149,7 +149,9 @@ class FileSizeLimit {
   struct sigaction saved_action_ = {};
 };
 
-TEST(ArtifactStoreSafetyTest, FullDiskTurnsIntoErrorsAndLosesNothingAcked) {
+// RLIMIT_FSIZE fails the WAL append with EFBIG, a write error RocksDB does not
+// resume from: the store reopens the database by itself on a later write.
+TEST(ArtifactStoreSafetyTest, FileTooLargeIsAnErrorAndTheStoreReopens) {
   TempDir dir;
   const std::string data_dir = dir.Sub("db");
   const ArtifactStoreOptions options = TestOptions(data_dir, kLarge);
@@ -173,43 +175,45 @@ TEST(ArtifactStoreSafetyTest, FullDiskTurnsIntoErrorsAndLosesNothingAcked) {
         << first_error;
     EXPECT_TRUE(absl::StrContains(first_error.message(), data_dir))
         << first_error;
-
-    // Still no crash: later writes fail cleanly, reads keep working.
-    const absl::Status again = store->Put(KeyFor("again"), "x", {});
-    EXPECT_FALSE(again.ok());
-    EXPECT_TRUE(again.code() == absl::StatusCode::kResourceExhausted ||
-                again.code() == absl::StatusCode::kFailedPrecondition)
-        << again;
-    EXPECT_FALSE(store->Contains(KeyFor("again")));
+    // No crash, and reads keep working.
     for (const Sha256Digest& key : acked) {
       absl::StatusOr<std::optional<CachedArtifact>> got = store->Get(key);
       ASSERT_TRUE(got.ok()) << got.status();
       EXPECT_TRUE(got->has_value());
     }
     EXPECT_GE(store->Stats().io_errors, 1u);
-    store.reset();  // closing with the limit in place must not crash either
   }
   ASSERT_FALSE(acked.empty());
-  store = OpenOrDie(options);
-  ASSERT_NE(store, nullptr);
+  // Room again: the next put reopens the stopped database and succeeds.
+  const absl::Status after = store->Put(KeyFor("after"), "x", {});
+  EXPECT_TRUE(after.ok()) << after;
   for (const Sha256Digest& key : acked) {
     absl::StatusOr<std::optional<CachedArtifact>> got = store->Get(key);
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_TRUE(got->has_value());
     EXPECT_EQ((*got)->payload, PayloadFor(key, kSize));
   }
+  EXPECT_EQ(store->Stats().entries, acked.size() + 1);
+  // And everything is there after a close and open.
+  store.reset();
+  store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  for (const Sha256Digest& key : acked) EXPECT_TRUE(store->Contains(key));
+  EXPECT_TRUE(store->Contains(KeyFor("after")));
   EXPECT_EQ(store->Stats().corrupt_dropped, 0u);
-  EXPECT_TRUE(store->Put(KeyFor("after"), "x", {}).ok());
 }
 
-// The real file system, except that appends fail with ENOSPC (RocksDB's
-// IOStatus::NoSpace) while `full` is set: a disk that fills up and then has
-// room again, which root cannot otherwise arrange without a small mount.
-class FullDiskFileSystem : public rocksdb::FileSystemWrapper {
+// The real file system, except that appends fail while `failure` is set:
+// with ENOSPC (RocksDB's IOStatus::NoSpace), as a disk that fills up and then
+// has room again, or with EIO. Root cannot otherwise arrange either without
+// a small mount.
+enum class Failure { kNone, kNoSpace, kIoError };
+
+class FailingFileSystem : public rocksdb::FileSystemWrapper {
  public:
-  FullDiskFileSystem()
+  FailingFileSystem()
       : rocksdb::FileSystemWrapper(rocksdb::FileSystem::Default()) {}
-  const char* Name() const override { return "FullDiskFileSystem"; }
+  const char* Name() const override { return "FailingFileSystem"; }
 
   rocksdb::IOStatus NewWritableFile(
       const std::string& name, const rocksdb::FileOptions& options,
@@ -219,41 +223,55 @@ class FullDiskFileSystem : public rocksdb::FileSystemWrapper {
     rocksdb::IOStatus status =
         target()->NewWritableFile(name, options, &file, debug);
     if (status.ok()) {
-      *result = std::make_unique<File>(std::move(file), &full);
+      *result = std::make_unique<File>(std::move(file), &failure);
     }
     return status;
   }
 
-  std::atomic<bool> full{false};
+  std::atomic<Failure> failure{Failure::kNone};
 
  private:
   class File : public rocksdb::FSWritableFileOwnerWrapper {
    public:
-    File(std::unique_ptr<rocksdb::FSWritableFile> file, std::atomic<bool>* full)
-        : rocksdb::FSWritableFileOwnerWrapper(std::move(file)), full_(full) {}
+    File(std::unique_ptr<rocksdb::FSWritableFile> file,
+         std::atomic<Failure>* failure)
+        : rocksdb::FSWritableFileOwnerWrapper(std::move(file)),
+          failure_(failure) {}
     rocksdb::IOStatus Append(const rocksdb::Slice& data,
                              const rocksdb::IOOptions& options,
                              rocksdb::IODebugContext* debug) override {
-      if (*full_) return rocksdb::IOStatus::NoSpace("injected: disk full");
+      if (rocksdb::IOStatus s = Injected(); !s.ok()) return s;
       return target()->Append(data, options, debug);
     }
     rocksdb::IOStatus Append(const rocksdb::Slice& data,
                              const rocksdb::IOOptions& options,
                              const rocksdb::DataVerificationInfo& info,
                              rocksdb::IODebugContext* debug) override {
-      if (*full_) return rocksdb::IOStatus::NoSpace("injected: disk full");
+      if (rocksdb::IOStatus s = Injected(); !s.ok()) return s;
       return target()->Append(data, options, info, debug);
     }
 
    private:
-    std::atomic<bool>* full_;
+    rocksdb::IOStatus Injected() const {
+      switch (failure_->load()) {
+        case Failure::kNoSpace:
+          return rocksdb::IOStatus::NoSpace("injected: disk full");
+        case Failure::kIoError:
+          return rocksdb::IOStatus::IOError("injected: EIO");
+        case Failure::kNone:
+          break;
+      }
+      return rocksdb::IOStatus::OK();
+    }
+
+    std::atomic<Failure>* failure_;
   };
 };
 
 TEST(ArtifactStoreSafetyTest, DiskFullIsAnErrorAndWritesResumeWhenSpaceIsBack) {
   TempDir dir;
   const std::string data_dir = dir.Sub("db");
-  auto file_system = std::make_shared<FullDiskFileSystem>();
+  auto file_system = std::make_shared<FailingFileSystem>();
   std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(file_system);
   ArtifactStoreOptions options = TestOptions(data_dir, kLarge);
   options.rocksdb_env = env.get();
@@ -264,7 +282,7 @@ TEST(ArtifactStoreSafetyTest, DiskFullIsAnErrorAndWritesResumeWhenSpaceIsBack) {
                      after = KeyFor("after");
   ASSERT_TRUE(store->Put(before, "acked", {}).ok());
 
-  file_system->full = true;
+  file_system->failure = Failure::kNoSpace;
   const absl::Status full = store->Put(during, "lost", {});
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
   EXPECT_TRUE(absl::StrContains(full.message(), data_dir)) << full;
@@ -276,7 +294,7 @@ TEST(ArtifactStoreSafetyTest, DiskFullIsAnErrorAndWritesResumeWhenSpaceIsBack) {
 
   // Space is back: a later put resumes the database (RocksDB may also be
   // recovering by itself, then puts are UNAVAILABLE for a moment).
-  file_system->full = false;
+  file_system->failure = Failure::kNone;
   absl::Status status = store->Put(after, "written", {});
   for (int attempt = 0; attempt < 200 && !status.ok(); ++attempt) {
     ASSERT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
@@ -284,6 +302,58 @@ TEST(ArtifactStoreSafetyTest, DiskFullIsAnErrorAndWritesResumeWhenSpaceIsBack) {
     status = store->Put(after, "written", {});
   }
   ASSERT_TRUE(status.ok()) << status;
+  store.reset();
+
+  store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  for (const Sha256Digest& key : {before, after}) {
+    got = store->Get(key);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(got->has_value());
+  }
+  EXPECT_EQ(store->Stats().corrupt_dropped, 0u);
+}
+
+// EIO on the WAL stops RocksDB for good (Resume() refuses): the store closes
+// and reopens the database, read-only while writes keep failing (so reads go
+// on), and for writing once they work again.
+TEST(ArtifactStoreSafetyTest, UnresumableWriteErrorReopensTheDatabase) {
+  TempDir dir;
+  const std::string data_dir = dir.Sub("db");
+  auto file_system = std::make_shared<FailingFileSystem>();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(file_system);
+  ArtifactStoreOptions options = TestOptions(data_dir, kLarge);
+  options.rocksdb_env = env.get();
+  options.flush_interval = absl::Hours(1);  // only the puts below write
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  const Sha256Digest before = KeyFor("before"), after = KeyFor("after");
+  ASSERT_TRUE(store->Put(before, PayloadFor(before, 50000), {}).ok());
+
+  file_system->failure = Failure::kIoError;
+  const absl::Status failed = store->Put(KeyFor("x"), "lost", {});
+  EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
+  // The next write cannot resume; reopening for writing fails too (opening
+  // writes a manifest), so the store reopens read-only.
+  const absl::Status reopened = store->Put(KeyFor("y"), "lost", {});
+  EXPECT_EQ(reopened.code(), absl::StatusCode::kUnavailable) << reopened;
+  auto got = store->Get(before);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->payload, PayloadFor(before, 50000));
+
+  // Writes work again: within the reopen throttle (1 s) puts stay
+  // UNAVAILABLE, then one reopens the database for writing.
+  file_system->failure = Failure::kNone;
+  absl::Status status = store->Put(after, "written", {});
+  for (int attempt = 0; attempt < 300 && !status.ok(); ++attempt) {
+    ASSERT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    absl::SleepFor(absl::Milliseconds(10));
+    status = store->Put(after, "written", {});
+  }
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(store->Contains(before));
+  EXPECT_FALSE(store->Contains(KeyFor("x")));
   store.reset();
 
   store = OpenOrDie(options);
