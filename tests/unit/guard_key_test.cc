@@ -232,6 +232,28 @@ TEST(GuardKeyTest, StableUnderStorageOffsetDeviceAndAlignmentWithinClass) {
   }
 }
 
+// Ignored schema options (device, layout, memory_format ...) never reach
+// the key: a device ordinal there would split the cache per rank.
+TEST(GuardKeyTest, StableUnderIgnoredDeviceArguments) {
+  auto with_device = [](const char* device) {
+    v1::Graph g = ParseGraph(R"json({
+      "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32", "sizes": [{"value": "4"}]}}],
+      "nodes": [{"op": "aten._to_copy.default",
+                 "args": [{"ref": "x"}, {"name": "dtype", "dtype": "FLOAT16"}],
+                 "outputs": ["y"]}],
+      "outputs": ["y"]
+    })json");
+    if (device != nullptr) {
+      v1::Argument* a = g.mutable_nodes(0)->add_args();
+      a->set_name("device");
+      a->set_str(device);
+    }
+    return g;
+  };
+  EXPECT_EQ(Key(with_device(nullptr)), Key(with_device("cuda:0")));
+  EXPECT_EQ(Key(with_device("cuda:0")), Key(with_device("cuda:7")));
+}
+
 TEST(GuardKeyTest, ExplicitContiguousStridesEqualEmptyStrides) {
   const v1::Graph g = ParseGraph(kBinary);
   v1::Graph explicit_strides = g;
