@@ -9,6 +9,7 @@
 #include <atomic>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -364,6 +365,61 @@ TEST(ArtifactStoreSafetyTest, UnresumableWriteErrorReopensTheDatabase) {
     EXPECT_TRUE(got->has_value());
   }
   EXPECT_EQ(store->Stats().corrupt_dropped, 0u);
+}
+
+// Reopens happen under readers: every Get during them returns the right
+// bytes (the database is closed only while no Get holds it).
+TEST(ArtifactStoreSafetyTest, ReopenUnderConcurrentGetsServesOnlyGoodBytes) {
+  TempDir dir;
+  auto file_system = std::make_shared<FailingFileSystem>();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(file_system);
+  ArtifactStoreOptions options = TestOptions(dir.Sub("db"), kLarge);
+  options.rocksdb_env = env.get();
+  options.flush_interval = absl::Hours(1);
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  constexpr int kKeys = 40;
+  auto size_of = [](int i) -> size_t { return i % 4 == 0 ? 40000 : 700; };
+  for (int i = 0; i < kKeys; ++i) {
+    const Sha256Digest key = KeyFor(absl::StrCat("r", i));
+    ASSERT_TRUE(store->Put(key, PayloadFor(key, size_of(i)), {}).ok());
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0}, errors{0}, gets{0};
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&, r] {
+      for (int n = 0; n < 200000 && !stop && absl::Now() < deadline; ++n) {
+        const int i = (n * 7 + r) % kKeys;
+        const Sha256Digest key = KeyFor(absl::StrCat("r", i));
+        absl::StatusOr<std::optional<CachedArtifact>> got = store->Get(key);
+        ++gets;
+        if (!got.ok()) {
+          ++errors;
+        } else if (!got->has_value() ||
+                   (*got)->payload != PayloadFor(key, size_of(i))) {
+          ++bad;
+        }
+      }
+    });
+  }
+  // Two reopens: read-only while appends fail, writable once they work.
+  file_system->failure = Failure::kIoError;
+  EXPECT_FALSE(store->Put(KeyFor("x"), "lost", {}).ok());
+  EXPECT_FALSE(store->Put(KeyFor("y"), "lost", {}).ok());
+  file_system->failure = Failure::kNone;
+  absl::Status status = store->Put(KeyFor("z"), "written", {});
+  for (int attempt = 0; attempt < 300 && !status.ok(); ++attempt) {
+    absl::SleepFor(absl::Milliseconds(10));
+    status = store->Put(KeyFor("z"), "written", {});
+  }
+  stop = true;
+  for (std::thread& reader : readers) reader.join();
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_GT(gets.load(), 0);
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(errors.load(), 0);
 }
 
 }  // namespace
