@@ -1,0 +1,257 @@
+#include "server/kiln_service.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/compile.h"
+#include "compiler/guard_key.h"
+#include "compiler/import.h"
+#include "spdlog/spdlog.h"
+
+namespace kiln {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
+                      std::string(s.message()));
+}
+
+std::string KeyBytes(const Sha256Digest& key) {
+  return std::string(reinterpret_cast<const char*>(key.data()), key.size());
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+const char* OutcomeName(v1::CompileResponse::Outcome o) {
+  switch (o) {
+    case v1::CompileResponse::HIT:
+      return "hit";
+    case v1::CompileResponse::COMPILED:
+      return "compiled";
+    case v1::CompileResponse::JOINED:
+      return "joined";
+    default:
+      return "none";
+  }
+}
+
+}  // namespace
+
+KilnService::KilnService(ArtifactStore* store,
+                         const KilnServiceOptions& options)
+    : store_(store),
+      options_(options),
+      pool_(std::make_unique<CompilePool>(options.compile_threads,
+                                          options.max_queued_compiles)) {}
+
+KilnService::~KilnService() { Drain(); }
+
+void KilnService::Drain() { pool_.reset(); }
+
+std::shared_ptr<const v1::Artifact> KilnService::FromCache(
+    const Sha256Digest& key) {
+  auto got = store_->Get(key);
+  if (!got.ok() || !got->has_value()) return nullptr;
+  auto artifact = std::make_shared<v1::Artifact>();
+  if (!artifact->ParseFromString((*got)->payload)) {
+    // The store verified the bytes' hash, so this is a payload written by
+    // an incompatible build: drop it and compile afresh.
+    spdlog::warn("event=unparsable_cache_entry key={}",
+                 DigestToHex(key).substr(0, 16));
+    (void)store_->Delete(key);
+    return nullptr;
+  }
+  return artifact;
+}
+
+void KilnService::RunCompile(const v1::CompileRequest& request,
+                             const Sha256Digest& key) {
+  // Another leader may have finished between our cache miss and Join.
+  if (auto cached = FromCache(key)) {
+    inflight_.Finish(key, CompileResult(std::move(cached)));
+    return;
+  }
+  compiles_.fetch_add(1);
+  auto artifact = kiln::Compile(request);
+  if (!artifact.ok()) {
+    compile_errors_.fetch_add(1);
+    inflight_.Finish(key, artifact.status());
+    return;
+  }
+  std::string payload;
+  artifact->SerializeToString(&payload);
+  PutMetadata meta;
+  meta.compile_seconds = artifact->compile_seconds();
+  if (absl::Status s = store_->Put(key, payload, meta); !s.ok()) {
+    // Serve the artifact anyway; the next request compiles again.
+    spdlog::error("event=cache_put_failed key={} status=\"{}\"",
+                  DigestToHex(key).substr(0, 16), s.ToString());
+  }
+  inflight_.Finish(key, CompileResult(std::make_shared<const v1::Artifact>(
+                            *std::move(artifact))));
+}
+
+grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
+                                  const v1::CompileRequest* req,
+                                  v1::CompileResponse* resp) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (absl::Status s = ValidateTarget(req->target()); !s.ok()) return ToGrpc(s);
+  auto graph = ImportGraph(req->graph());
+  if (!graph.ok()) {
+    spdlog::info("rpc=Compile outcome=rejected status=\"{}\"",
+                 graph.status().ToString());
+    return ToGrpc(graph.status());
+  }
+  const GuardKey key = ComputeGuardKey(*graph, req->target(), req->options());
+  const std::string key_hex = DigestToHex(key).substr(0, 16);
+  resp->set_guard_key(KeyBytes(key));
+
+  std::shared_ptr<const v1::Artifact> artifact = FromCache(key);
+  v1::CompileResponse::Outcome outcome = v1::CompileResponse::HIT;
+  if (artifact) {
+    hits_.fetch_add(1);
+  } else {
+    misses_.fetch_add(1);
+    InflightCompiles::Ticket ticket = inflight_.Join(key);
+    outcome = ticket.leader ? v1::CompileResponse::COMPILED
+                            : v1::CompileResponse::JOINED;
+    if (ticket.leader) {
+      // The compile runs on the pool with its own copy of the request, so a
+      // caller that gives up does not cancel it for the others.
+      auto request = std::make_shared<v1::CompileRequest>(*req);
+      if (!pool_ ||
+          !pool_->Submit([this, request, key] { RunCompile(*request, key); })) {
+        inflight_.Finish(key, absl::ResourceExhaustedError(
+                                  "the compile queue is full; retry with "
+                                  "backoff (a few seconds)"));
+      }
+    } else {
+      joins_.fetch_add(1);
+    }
+    auto deadline = std::min(ctx->deadline(),
+                             std::chrono::system_clock::now() +
+                                 absl::ToChronoSeconds(options_.max_deadline));
+    if (ticket.result.wait_until(deadline) != std::future_status::ready) {
+      spdlog::info("rpc=Compile key={} outcome=deadline server_ms={:.2f}",
+                   key_hex, SecondsSince(t0) * 1e3);
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "the compile is still running; it will land in the "
+                          "cache, retry to pick it up");
+    }
+    const CompileResult& result = ticket.result.get();
+    if (!result.ok()) {
+      spdlog::info("rpc=Compile key={} outcome=error status=\"{}\"", key_hex,
+                   result.status().ToString());
+      return ToGrpc(result.status());
+    }
+    artifact = *result;
+  }
+  *resp->mutable_artifact() = *artifact;
+  resp->set_outcome(outcome);
+  resp->set_compile_seconds(artifact->compile_seconds());
+  resp->set_server_seconds(SecondsSince(t0));
+  spdlog::info(
+      "rpc=Compile key={} outcome={} server_ms={:.2f} compile_ms={:.2f}",
+      key_hex, OutcomeName(outcome), resp->server_seconds() * 1e3,
+      artifact->compile_seconds() * 1e3);
+  return grpc::Status::OK;
+}
+
+grpc::Status KilnService::Lookup(grpc::ServerContext*,
+                                 const v1::LookupRequest* req,
+                                 v1::LookupResponse* resp) {
+  Sha256Digest key{};
+  if (req->guard_key().size() != key.size()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("guard_key must be 32 bytes, got ",
+                                     req->guard_key().size()));
+  }
+  std::memcpy(key.data(), req->guard_key().data(), key.size());
+  auto artifact = FromCache(key);
+  if (!artifact) {
+    misses_.fetch_add(1);
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        "no artifact under this key; send Compile");
+  }
+  hits_.fetch_add(1);
+  *resp->mutable_artifact() = *artifact;
+  return grpc::Status::OK;
+}
+
+grpc::Status KilnService::GetStats(grpc::ServerContext*,
+                                   const v1::GetStatsRequest*,
+                                   v1::Stats* resp) {
+  const CacheStats s = store_->Stats();
+  resp->set_entries(s.entries);
+  resp->set_bytes(s.bytes);
+  resp->set_capacity_bytes(s.capacity_bytes);
+  resp->set_hits(hits_.load());
+  resp->set_misses(misses_.load());
+  resp->set_compiles(compiles_.load());
+  resp->set_joins(joins_.load());
+  resp->set_compile_errors(compile_errors_.load());
+  resp->set_evictions(s.evictions);
+  resp->set_corrupt(s.corrupt_dropped);
+  resp->set_compile_seconds_saved(s.compile_seconds_saved);
+  resp->set_queue_depth(pool_ ? pool_->queue_depth() : 0);
+  return grpc::Status::OK;
+}
+
+grpc::Status KilnService::ListEntries(grpc::ServerContext*,
+                                      const v1::ListEntriesRequest* req,
+                                      v1::ListEntriesResponse* resp) {
+  for (const EntryInfo& e : store_->List()) {
+    if (req->limit() > 0 && resp->entries_size() >= req->limit()) break;
+    auto* out = resp->add_entries();
+    out->set_guard_key(KeyBytes(e.key));
+    out->set_bytes(e.bytes);
+    out->set_compile_seconds(e.compile_seconds);
+    out->set_last_access_unix_ms(absl::ToUnixMillis(e.last_access));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status KilnService::Evict(grpc::ServerContext*,
+                                const v1::EvictRequest* req,
+                                v1::EvictResponse* resp) {
+  if (req->all()) {
+    const uint64_t before = store_->Stats().entries;
+    if (absl::Status s = store_->EvictAll(); !s.ok()) return ToGrpc(s);
+    resp->set_evicted(before);
+    return grpc::Status::OK;
+  }
+  Sha256Digest key{};
+  if (req->guard_key().size() != key.size()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "guard_key must be 32 bytes (or set all)");
+  }
+  std::memcpy(key.data(), req->guard_key().data(), key.size());
+  const bool present = store_->Contains(key);
+  if (absl::Status s = store_->Delete(key); !s.ok()) return ToGrpc(s);
+  resp->set_evicted(present ? 1 : 0);
+  return grpc::Status::OK;
+}
+
+grpc::Status KilnService::ExplainKey(grpc::ServerContext*,
+                                     const v1::CompileRequest* req,
+                                     v1::ExplainKeyResponse* resp) {
+  auto graph = ImportGraph(req->graph());
+  if (!graph.ok()) return ToGrpc(graph.status());
+  const std::vector<KeyComponent> parts =
+      kiln::ExplainKey(*graph, req->target(), req->options());
+  for (const KeyComponent& c : parts) {
+    auto* out = resp->add_components();
+    out->set_name(c.name);
+    out->set_canonical(c.canonical);
+    out->set_hash(KeyBytes(c.hash));
+  }
+  resp->set_guard_key(KeyBytes(CombineKeyComponents(parts)));
+  return grpc::Status::OK;
+}
+
+}  // namespace kiln

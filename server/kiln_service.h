@@ -1,0 +1,68 @@
+// The kiln.v1.Kiln gRPC service: compile-or-serve with single-flight per
+// guard key over the RocksDB ArtifactStore, lookup by key, stats and cache
+// administration.
+//
+// Thread-safety: every RPC may run concurrently (gRPC's sync server calls
+// handlers from its own thread pool).
+#ifndef KILN_SERVER_KILN_SERVICE_H_
+#define KILN_SERVER_KILN_SERVICE_H_
+
+#include <atomic>
+#include <memory>
+
+#include "absl/time/time.h"
+#include "cache/artifact_store.h"
+#include "kiln/v1/service.grpc.pb.h"
+#include "server/compile_pool.h"
+#include "server/inflight_compiles.h"
+
+namespace kiln {
+
+struct KilnServiceOptions {
+  int compile_threads = 2;
+  size_t max_queued_compiles = 64;
+  // Longest a Compile waits, whatever deadline the caller set.
+  absl::Duration max_deadline = absl::Minutes(5);
+};
+
+class KilnService final : public v1::Kiln::Service {
+ public:
+  KilnService(ArtifactStore* store, const KilnServiceOptions& options);
+  ~KilnService() override;
+
+  grpc::Status Compile(grpc::ServerContext* ctx, const v1::CompileRequest* req,
+                       v1::CompileResponse* resp) override;
+  grpc::Status Lookup(grpc::ServerContext* ctx, const v1::LookupRequest* req,
+                      v1::LookupResponse* resp) override;
+  grpc::Status GetStats(grpc::ServerContext* ctx,
+                        const v1::GetStatsRequest* req,
+                        v1::Stats* resp) override;
+  grpc::Status ListEntries(grpc::ServerContext* ctx,
+                           const v1::ListEntriesRequest* req,
+                           v1::ListEntriesResponse* resp) override;
+  grpc::Status Evict(grpc::ServerContext* ctx, const v1::EvictRequest* req,
+                     v1::EvictResponse* resp) override;
+  grpc::Status ExplainKey(grpc::ServerContext* ctx,
+                          const v1::CompileRequest* req,
+                          v1::ExplainKeyResponse* resp) override;
+
+  // Finishes queued and running compiles (they land in the cache).
+  void Drain();
+
+ private:
+  // The cached artifact for key, if any (a corrupt entry reads as none).
+  std::shared_ptr<const v1::Artifact> FromCache(const Sha256Digest& key);
+  // Runs on a compile thread: compile, store, publish to the flight.
+  void RunCompile(const v1::CompileRequest& request, const Sha256Digest& key);
+
+  ArtifactStore* const store_;
+  const KilnServiceOptions options_;
+  InflightCompiles inflight_;
+  std::unique_ptr<CompilePool> pool_;
+  std::atomic<uint64_t> hits_{0}, misses_{0}, compiles_{0}, joins_{0},
+      compile_errors_{0};
+};
+
+}  // namespace kiln
+
+#endif  // KILN_SERVER_KILN_SERVICE_H_

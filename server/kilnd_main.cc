@@ -1,0 +1,131 @@
+// kilnd: the Kiln compile daemon.
+//
+//   kilnd [--listen=127.0.0.1:7733] [--data_dir=~/.cache/kiln] ...
+//
+// Serves kiln.v1.Kiln, the standard gRPC health service and server
+// reflection (grpcurl, grpc_health_probe work). SIGTERM/SIGINT drain the
+// compiles in flight and close the cache cleanly.
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "cache/artifact_store.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "server/kiln_service.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7733",
+          "address:port to serve on (port 0: pick a free one)");
+ABSL_FLAG(std::string, data_dir, "",
+          "cache directory (default $XDG_CACHE_HOME/kiln or ~/.cache/kiln)");
+ABSL_FLAG(int64_t, cache_bytes, int64_t{10} << 30,
+          "cache size budget in bytes (LRU eviction past it)");
+ABSL_FLAG(int32_t, compile_threads, 0, "compile threads (0: number of cores)");
+ABSL_FLAG(int32_t, max_queued_compiles, 64,
+          "compiles waiting for a thread before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int32_t, max_message_bytes, 256 << 20,
+          "largest request/response message");
+ABSL_FLAG(int32_t, max_deadline_seconds, 300,
+          "longest a Compile waits, whatever the caller's deadline");
+ABSL_FLAG(std::string, port_file, "",
+          "write the bound port here once serving (for tests and scripts)");
+
+namespace kiln {
+namespace {
+
+std::string DefaultDataDir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return absl::StrCat(xdg, "/kiln");
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return absl::StrCat(home, "/.cache/kiln");
+  return "/var/cache/kiln";
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("kilnd: the Kiln compile daemon");
+  absl::ParseCommandLine(argc, argv);
+  // Block the stop signals in every thread; one thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  ArtifactStoreOptions store_options;
+  store_options.data_dir = absl::GetFlag(FLAGS_data_dir).empty()
+                               ? DefaultDataDir()
+                               : absl::GetFlag(FLAGS_data_dir);
+  store_options.capacity_bytes =
+      static_cast<uint64_t>(absl::GetFlag(FLAGS_cache_bytes));
+  auto store = ArtifactStore::Open(store_options);
+  if (!store.ok()) {
+    spdlog::critical("event=open_failed status=\"{}\"",
+                     store.status().ToString());
+    return 1;
+  }
+  KilnServiceOptions options;
+  options.compile_threads =
+      absl::GetFlag(FLAGS_compile_threads) > 0
+          ? absl::GetFlag(FLAGS_compile_threads)
+          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  options.max_queued_compiles = static_cast<size_t>(
+      std::max(1, absl::GetFlag(FLAGS_max_queued_compiles)));
+  options.max_deadline =
+      absl::Seconds(absl::GetFlag(FLAGS_max_deadline_seconds));
+  KilnService service(store->get(), options);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
+                           grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    spdlog::critical("event=listen_failed address={}",
+                     absl::GetFlag(FLAGS_listen));
+    return 1;
+  }
+  spdlog::info(
+      "event=serving address={} port={} data_dir={} compile_threads={}",
+      absl::GetFlag(FLAGS_listen), port, store_options.data_dir,
+      options.compile_threads);
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(),
+                absl::GetFlag(FLAGS_port_file).c_str());  // appears whole
+  }
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    spdlog::info("event=stopping signal={}", sig);
+    server->Shutdown(std::chrono::system_clock::now() +
+                     std::chrono::seconds(30));
+  });
+  server->Wait();
+  stopper.join();
+  service.Drain();
+  if (absl::Status s = (*store)->Flush(); !s.ok())
+    spdlog::error("event=flush_failed status=\"{}\"", s.ToString());
+  store->reset();
+  spdlog::info("event=stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace kiln
+
+int main(int argc, char** argv) { return kiln::Main(argc, argv); }

@@ -1,0 +1,273 @@
+// kilnd end to end: a real daemon process on an ephemeral loopback port with
+// a temporary data dir; real compiles, real RocksDB, real execution of the
+// returned artifacts against the reference evaluator.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/cpu_executable.h"
+#include "compiler/cpu_backend.h"
+#include "compiler/import.h"
+#include "compiler/reference.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "kiln/v1/service.grpc.pb.h"
+#include "tests/unit/numerics.h"
+
+extern char** environ;
+
+namespace kiln {
+namespace {
+
+// A kilnd process: started on 127.0.0.1:0, its port read from --port_file.
+class Daemon {
+ public:
+  Daemon(const std::string& data_dir, const std::string& port_file) {
+    std::filesystem::remove(port_file);
+    std::vector<std::string> args = {
+        KILN_KILND, "--listen=127.0.0.1:0", "--data_dir=" + data_dir,
+        "--port_file=" + port_file, "--compile_threads=2"};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) !=
+        0)
+      pid_ = -1;
+    const absl::Time until = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < until && !std::filesystem::exists(port_file))
+      absl::SleepFor(absl::Milliseconds(20));
+    std::ifstream(port_file) >> port_;
+  }
+  ~Daemon() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int port() const { return port_; }
+  // SIGTERM and wait: the exit status (0 on a clean drain).
+  int Stop() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  std::unique_ptr<v1::Kiln::Stub> Stub() const {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(256 << 20);
+    return v1::Kiln::NewStub(
+        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port_),
+                                  grpc::InsecureChannelCredentials(), args));
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+v1::CompileRequest Request(const std::string& file) {
+  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/" + file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  v1::CompileRequest req;
+  EXPECT_TRUE(
+      google::protobuf::util::JsonStringToMessage(ss.str(), req.mutable_graph())
+          .ok());
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  return req;
+}
+
+grpc::Status Call(v1::Kiln::Stub& stub, const v1::CompileRequest& req,
+                  v1::CompileResponse* resp) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::seconds(120));
+  return stub.Compile(&ctx, req, resp);
+}
+
+v1::Stats Stats(v1::Kiln::Stub& stub) {
+  grpc::ClientContext ctx;
+  v1::Stats s;
+  EXPECT_TRUE(stub.GetStats(&ctx, v1::GetStatsRequest(), &s).ok());
+  return s;
+}
+
+// Runs the artifact on seeded inputs and compares with the reference.
+void ExpectMatchesReference(const v1::CompileRequest& req,
+                            const v1::Artifact& artifact) {
+  auto exe = CpuExecutable::Load(artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok());
+  std::mt19937_64 rng(7);
+  auto inputs = testing::RandomInputs(
+      *graph, std::vector<int64_t>(graph->symbols.size(), 3), rng);
+  auto got = (*exe)->Run(inputs);
+  auto want = EvaluateReference(*graph, inputs);
+  ASSERT_TRUE(got.ok() && want.ok());
+  for (size_t o = 0; o < want->size(); ++o)
+    EXPECT_EQ(testing::Compare((*got)[o], (*want)[o]), "");
+}
+
+class KilndTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("kilnd_test_", getpid(), "_", rand());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string data_dir() const { return (dir_ / "data").string(); }
+  std::string port_file() const { return (dir_ / "port").string(); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(KilndTest, CompileThenHitThenHitAfterRestart) {
+  const v1::CompileRequest req = Request("chain10.json");
+  {
+    Daemon d(data_dir(), port_file());
+    ASSERT_GT(d.port(), 0);
+    auto stub = d.Stub();
+    v1::CompileResponse first, second;
+    ASSERT_TRUE(Call(*stub, req, &first).ok());
+    EXPECT_EQ(first.outcome(), v1::CompileResponse::COMPILED);
+    EXPECT_EQ(first.guard_key().size(), 32u);
+    ExpectMatchesReference(req, first.artifact());
+    ASSERT_TRUE(Call(*stub, req, &second).ok());
+    EXPECT_EQ(second.outcome(), v1::CompileResponse::HIT);
+    EXPECT_EQ(second.guard_key(), first.guard_key());
+    const v1::Stats s = Stats(*stub);
+    EXPECT_EQ(s.compiles(), 1u);
+    EXPECT_EQ(s.hits(), 1u);
+    EXPECT_EQ(s.entries(), 1u);
+    EXPECT_EQ(d.Stop(), 0);  // SIGTERM drains and closes RocksDB cleanly
+  }
+  Daemon d(data_dir(), port_file());
+  auto stub = d.Stub();
+  v1::CompileResponse again;
+  ASSERT_TRUE(Call(*stub, req, &again).ok());
+  EXPECT_EQ(again.outcome(), v1::CompileResponse::HIT);
+  EXPECT_EQ(Stats(*stub).compiles(), 0u);
+  ExpectMatchesReference(req, again.artifact());
+}
+
+TEST_F(KilndTest, ConcurrentIdenticalRequestsCompileOnce) {
+  Daemon d(data_dir(), port_file());
+  auto stub = d.Stub();
+  const v1::CompileRequest req = Request("softmax.json");
+  constexpr int kClients = 16;
+  std::vector<v1::CompileResponse> resp(kClients);
+  std::vector<grpc::Status> status(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] { status[i] = Call(*stub, req, &resp[i]); });
+  }
+  for (std::thread& t : threads) t.join();
+  int compiled = 0;
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_TRUE(status[i].ok()) << status[i].error_message();
+    compiled += resp[i].outcome() == v1::CompileResponse::COMPILED;
+    EXPECT_EQ(resp[i].artifact().binary_sha256(),
+              resp[0].artifact().binary_sha256());
+  }
+  EXPECT_EQ(compiled, 1);
+  EXPECT_EQ(Stats(*stub).compiles(), 1u);
+  ExpectMatchesReference(req, resp[0].artifact());
+}
+
+TEST_F(KilndTest, BadInputIsRejectedPreciselyAndChangesNothing) {
+  Daemon d(data_dir(), port_file());
+  auto stub = d.Stub();
+  v1::CompileRequest req = Request("chain10.json");
+  req.mutable_graph()->mutable_nodes(3)->set_op("aten.frobnicate.default");
+  v1::CompileResponse resp;
+  grpc::Status s = Call(*stub, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_NE(s.error_message().find("node 3"), std::string::npos)
+      << s.error_message();
+  EXPECT_NE(s.error_message().find("aten.frobnicate.default"),
+            std::string::npos);
+  v1::CompileRequest bad_shape = Request("chain10.json");
+  bad_shape.mutable_graph()
+      ->mutable_inputs(0)
+      ->mutable_meta()
+      ->mutable_sizes(0)
+      ->set_value(-3);
+  s = Call(*stub, bad_shape, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("negative"), std::string::npos)
+      << s.error_message();
+  v1::CompileRequest cuda = Request("chain10.json");
+  cuda.mutable_target()->mutable_cuda()->set_arch("sm_90");
+  EXPECT_EQ(Call(*stub, cuda, &resp).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  const v1::Stats stats = Stats(*stub);  // still up, nothing cached
+  EXPECT_EQ(stats.entries(), 0u);
+  // A good request still works afterwards.
+  ASSERT_TRUE(Call(*stub, Request("chain10.json"), &resp).ok());
+  EXPECT_EQ(resp.outcome(), v1::CompileResponse::COMPILED);
+}
+
+TEST_F(KilndTest, LookupListEvictExplain) {
+  Daemon d(data_dir(), port_file());
+  auto stub = d.Stub();
+  const v1::CompileRequest req = Request("layer_norm.json");
+  v1::CompileResponse resp;
+  ASSERT_TRUE(Call(*stub, req, &resp).ok());
+  {
+    grpc::ClientContext ctx;
+    v1::LookupRequest lookup;
+    lookup.set_guard_key(resp.guard_key());
+    v1::LookupResponse found;
+    ASSERT_TRUE(stub->Lookup(&ctx, lookup, &found).ok());
+    EXPECT_EQ(found.artifact().binary_sha256(),
+              resp.artifact().binary_sha256());
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::LookupRequest lookup;
+    lookup.set_guard_key(std::string(32, 'x'));
+    v1::LookupResponse found;
+    EXPECT_EQ(stub->Lookup(&ctx, lookup, &found).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ExplainKeyResponse explain;
+    ASSERT_TRUE(stub->ExplainKey(&ctx, req, &explain).ok());
+    EXPECT_EQ(explain.guard_key(), resp.guard_key());
+    EXPECT_GE(explain.components_size(), 5);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ListEntriesResponse list;
+    ASSERT_TRUE(stub->ListEntries(&ctx, v1::ListEntriesRequest(), &list).ok());
+    ASSERT_EQ(list.entries_size(), 1);
+    EXPECT_EQ(list.entries(0).guard_key(), resp.guard_key());
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::EvictRequest evict;
+    evict.set_all(true);
+    v1::EvictResponse evicted;
+    ASSERT_TRUE(stub->Evict(&ctx, evict, &evicted).ok());
+    EXPECT_EQ(evicted.evicted(), 1u);
+  }
+  EXPECT_EQ(Stats(*stub).entries(), 0u);
+  ASSERT_TRUE(Call(*stub, req, &resp).ok());
+  EXPECT_EQ(resp.outcome(), v1::CompileResponse::COMPILED);
+}
+
+}  // namespace
+}  // namespace kiln
