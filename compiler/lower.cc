@@ -37,8 +37,9 @@ Expr LowerContext::Operand(int i, const std::vector<SymExpr>& sizes,
   const Attr& a = node_.args[i];
   if (a.kind == Attr::Kind::kTensor)
     return ir::Cast(ReadBroadcast(value(i), sizes), dtype);
-  if (a.kind == Attr::Kind::kFloat) return ir::Const(a.f, dtype);
-  if (IsFloating(dtype)) return ir::Const(a.ScalarAsDouble(), dtype);
+  // Scalars of float16/bfloat16 ops stay float32 (opmath), as in the
+  // reference (ops_common.cc, Elementwise).
+  if (IsFloating(dtype)) return ir::Const(a.ScalarAsDouble(), DType::kFloat32);
   const int64_t v = a.kind == Attr::Kind::kBool ? a.b : a.i;
   return ir::IntConst(WrapInt(v, dtype), dtype);
 }

@@ -172,9 +172,11 @@ HostTensor Elementwise(const RefContext& ctx, const std::vector<int>& operands,
       ops[k].is_tensor = true;
       ops[k].view = BroadcastTo(ctx.tensors[operands[k]], sizes);
     } else {
-      // A Python scalar converts to the compute dtype like a cast.
+      // A Python scalar converts to the compute dtype like a cast, except
+      // that float16/bfloat16 ops keep it in float32 (PyTorch's opmath:
+      // half * 0.3 multiplies by 0.3f, not by 0.3 rounded to half).
       if (floating) {
-        ops[k].fv = RoundToDType(a.ScalarAsDouble(), compute);
+        ops[k].fv = RoundToDType(a.ScalarAsDouble(), DType::kFloat32);
       } else if (a.kind == Attr::Kind::kFloat) {
         ops[k].iv = CastDoubleToInt(a.f, compute);
       } else {

@@ -723,5 +723,15 @@ TEST(PointwiseActivation, Lerp) {
           {In(0), In(1), In(2)}, kF32, {2}, {2, 4});
 }
 
+// float16 ops keep Python scalars in float32 (PyTorch's opmath): float16 3
+// times 0.3 is round_half(3 * 0.3f) = 0.89990234375, not 3 * half(0.3) =
+// 0.900390625.
+TEST(PointwiseScalars, HalfOpsKeepScalarsInFloat32) {
+  auto r = RunOp("aten.mul.Tensor", {F16({1}, {3})}, {In(0), F(0.3)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->type().dtype, DType::kFloat16);
+  EXPECT_EQ(r->outputs[0].GetDoubleAt(0), 0.89990234375);
+}
+
 }  // namespace
 }  // namespace kiln::testing
