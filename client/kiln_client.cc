@@ -1,0 +1,159 @@
+#include "client/kiln_client.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "client/cpu_executable.h"
+#include "client/thread_pool.h"
+#include "compiler/guard_key.h"
+#include "compiler/import.h"
+#include "grpcpp/grpcpp.h"
+#include "kiln/v1/service.grpc.pb.h"
+
+namespace kiln {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      s.error_message());
+}
+
+class CpuExecutableHandle final : public Executable {
+ public:
+  CpuExecutableHandle(std::unique_ptr<CpuExecutable> exe, std::string key,
+                      std::shared_ptr<ThreadPool> pool)
+      : exe_(std::move(exe)), key_(std::move(key)), pool_(std::move(pool)) {}
+  absl::StatusOr<std::vector<HostTensor>> Run(
+      absl::Span<const HostTensor> inputs) const override {
+    return exe_->Run(inputs, pool_.get());
+  }
+  const std::string& guard_key() const override { return key_; }
+
+ private:
+  std::unique_ptr<CpuExecutable> exe_;
+  std::string key_;
+  std::shared_ptr<ThreadPool> pool_;
+};
+
+class ClientImpl final : public Client {
+ public:
+  ClientImpl(const ClientOptions& options,
+             std::shared_ptr<grpc::Channel> channel)
+      : options_(options),
+        stub_(v1::Kiln::NewStub(std::move(channel))),
+        pool_(std::make_shared<ThreadPool>(options.runtime_threads)) {}
+
+  absl::StatusOr<std::shared_ptr<const Executable>> GetExecutable(
+      const v1::CompileRequest& request) override {
+    if (!request.target().has_cpu()) {
+      return absl::UnimplementedError(
+          "this client runs CPU artifacts only; the CUDA runtime is not built "
+          "yet");
+    }
+    // The key, computed here exactly as the server does (same compiler
+    // identity); a client of another build simply misses and compiles.
+    auto graph = ImportGraph(request.graph());
+    if (!graph.ok()) return graph.status();
+    const GuardKey digest =
+        ComputeGuardKey(*graph, request.target(), request.options());
+    const std::string key(reinterpret_cast<const char*>(digest.data()),
+                          digest.size());
+    if (auto local = FindLocal(key)) return local;
+
+    v1::Artifact artifact;
+    v1::LookupRequest lookup;
+    lookup.set_guard_key(key);
+    v1::LookupResponse found;
+    grpc::Status s = CallWithRetries([&](grpc::ClientContext* ctx) {
+      return stub_->Lookup(ctx, lookup, &found);
+    });
+    if (s.ok()) {
+      artifact = std::move(*found.mutable_artifact());
+      Count(&Counters::lookup_hits);
+    } else if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+      v1::CompileResponse compiled;
+      s = CallWithRetries([&](grpc::ClientContext* ctx) {
+        return stub_->Compile(ctx, request, &compiled);
+      });
+      Count(&Counters::compiles);
+      if (!s.ok()) return FromGrpc(s);
+      artifact = std::move(*compiled.mutable_artifact());
+    } else {
+      return FromGrpc(s);
+    }
+    auto exe = CpuExecutable::Load(artifact);
+    if (!exe.ok()) return exe.status();
+    auto handle = std::make_shared<const CpuExecutableHandle>(*std::move(exe),
+                                                              key, pool_);
+    std::lock_guard<std::mutex> lock(mu_);
+    loaded_[key] = handle;
+    return handle;
+  }
+
+  Counters counters() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return counters_;
+  }
+
+ private:
+  std::shared_ptr<const Executable> FindLocal(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = loaded_.find(key);
+    if (it == loaded_.end()) return nullptr;
+    ++counters_.local_hits;
+    return it->second;
+  }
+
+  void Count(uint64_t Counters::*field) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(counters_.*field);
+  }
+
+  template <typename Fn>
+  grpc::Status CallWithRetries(Fn call) {
+    absl::Duration backoff = options_.initial_backoff;
+    for (int attempt = 0;; ++attempt) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoSeconds(options_.rpc_deadline));
+      grpc::Status s = call(&ctx);
+      const bool retry = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                         s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+      if (!retry || attempt >= options_.max_retries) return s;
+      std::this_thread::sleep_for(absl::ToChronoMilliseconds(backoff));
+      backoff = std::min(backoff * 2, absl::Seconds(10));
+    }
+  }
+
+  const ClientOptions options_;
+  std::unique_ptr<v1::Kiln::Stub> stub_;
+  std::shared_ptr<ThreadPool> pool_;
+  mutable std::mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const Executable>> loaded_;
+  Counters counters_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
+    const ClientOptions& options) {
+  ClientOptions o = options;
+  if (o.server.empty()) {
+    const char* env = std::getenv("KILN_SERVER");
+    o.server = env && *env ? env : "127.0.0.1:7733";
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  auto channel = grpc::CreateCustomChannel(
+      o.server, grpc::InsecureChannelCredentials(), args);
+  if (!channel)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create a channel to '", o.server, "'"));
+  return std::unique_ptr<Client>(new ClientImpl(o, std::move(channel)));
+}
+
+}  // namespace kiln

@@ -1,0 +1,76 @@
+// kiln::Client: the library a training process uses to get compiled
+// kernels from kilnd.
+//
+//   auto client = kiln::Client::Connect({});           // KILN_SERVER or
+//   127.0.0.1:7733 auto exe = (*client)->GetExecutable(request);      // a
+//   graph + target auto outputs = (*exe)->Run({x, w});                // guards
+//   checked, then run
+//
+// GetExecutable computes the guard key locally and serves, in order: the
+// in-process cache of loaded executables, the daemon's cache through
+// Lookup (a 32-byte request), and only then a Compile with the whole graph.
+// The binary's SHA-256 is verified before any code is loaded.
+//
+// Errors: the daemon's status (INVALID_ARGUMENT/UNIMPLEMENTED name node,
+// op and reason); UNAVAILABLE after the retries are spent; DATA_LOSS for an
+// artifact whose binary does not match its hash.
+// Thread-safety: a Client and the Executables it returns are thread-safe.
+#ifndef KILN_CLIENT_KILN_CLIENT_H_
+#define KILN_CLIENT_KILN_CLIENT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "compiler/host_tensor.h"
+#include "kiln/v1/graph.pb.h"
+
+namespace kiln {
+
+struct ClientOptions {
+  // HOST:PORT of kilnd; empty: $KILN_SERVER, else 127.0.0.1:7733.
+  std::string server;
+  // Deadline of one Compile/Lookup call.
+  absl::Duration rpc_deadline = absl::Minutes(5);
+  // Retries on UNAVAILABLE, with exponential backoff from initial_backoff.
+  int max_retries = 5;
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  // Threads that run kernels (0: the machine's cores).
+  int runtime_threads = 0;
+};
+
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // Checks the guards against the inputs and runs; outputs are new tensors.
+  virtual absl::StatusOr<std::vector<HostTensor>> Run(
+      absl::Span<const HostTensor> inputs) const = 0;
+  // The guard key (32 bytes) this executable was served under.
+  virtual const std::string& guard_key() const = 0;
+};
+
+class Client {
+ public:
+  // How requests were served so far, for logs and tests.
+  struct Counters {
+    uint64_t local_hits = 0;   // served from the in-process cache
+    uint64_t lookup_hits = 0;  // served by Lookup (no graph sent)
+    uint64_t compiles = 0;     // Compile requests sent
+  };
+
+  virtual ~Client() = default;
+  // Creates the channel; does not contact the server yet.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const ClientOptions& options);
+
+  virtual absl::StatusOr<std::shared_ptr<const Executable>> GetExecutable(
+      const v1::CompileRequest& request) = 0;
+  virtual Counters counters() const = 0;
+};
+
+}  // namespace kiln
+
+#endif  // KILN_CLIENT_KILN_CLIENT_H_
