@@ -78,6 +78,8 @@ void KilnService::RunCompile(const v1::CompileRequest& request,
   }
   compiles_.fetch_add(1);
   auto artifact = kiln::Compile(request);
+  if (metrics_ && artifact.ok())
+    metrics_->ObserveCompileSeconds(artifact->compile_seconds());
   if (!artifact.ok()) {
     compile_errors_.fetch_add(1);
     inflight_.Finish(key, artifact.status());
@@ -100,12 +102,13 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
                                   const v1::CompileRequest* req,
                                   v1::CompileResponse* resp) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (absl::Status s = ValidateTarget(req->target()); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = ValidateTarget(req->target()); !s.ok())
+    return Done("Compile", ToGrpc(s));
   auto graph = ImportGraph(req->graph());
   if (!graph.ok()) {
     spdlog::info("rpc=Compile outcome=rejected status=\"{}\"",
                  graph.status().ToString());
-    return ToGrpc(graph.status());
+    return Done("Compile", ToGrpc(graph.status()));
   }
   const GuardKey key = ComputeGuardKey(*graph, req->target(), req->options());
   const std::string key_hex = DigestToHex(key).substr(0, 16);
@@ -139,15 +142,17 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
     if (ticket.result.wait_until(deadline) != std::future_status::ready) {
       spdlog::info("rpc=Compile key={} outcome=deadline server_ms={:.2f}",
                    key_hex, SecondsSince(t0) * 1e3);
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                          "the compile is still running; it will land in the "
-                          "cache, retry to pick it up");
+      return Done(
+          "Compile",
+          grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                       "the compile is still running; it will land in the "
+                       "cache, retry to pick it up"));
     }
     const CompileResult& result = ticket.result.get();
     if (!result.ok()) {
       spdlog::info("rpc=Compile key={} outcome=error status=\"{}\"", key_hex,
                    result.status().ToString());
-      return ToGrpc(result.status());
+      return Done("Compile", ToGrpc(result.status()));
     }
     artifact = *result;
   }
@@ -159,7 +164,7 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
       "rpc=Compile key={} outcome={} server_ms={:.2f} compile_ms={:.2f}",
       key_hex, OutcomeName(outcome), resp->server_seconds() * 1e3,
       artifact->compile_seconds() * 1e3);
-  return grpc::Status::OK;
+  return Done("Compile", grpc::Status::OK);
 }
 
 grpc::Status KilnService::Lookup(grpc::ServerContext*,
@@ -167,25 +172,34 @@ grpc::Status KilnService::Lookup(grpc::ServerContext*,
                                  v1::LookupResponse* resp) {
   Sha256Digest key{};
   if (req->guard_key().size() != key.size()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("guard_key must be 32 bytes, got ",
-                                     req->guard_key().size()));
+    return Done("Lookup",
+                grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                             absl::StrCat("guard_key must be 32 bytes, got ",
+                                          req->guard_key().size())));
   }
   std::memcpy(key.data(), req->guard_key().data(), key.size());
   auto artifact = FromCache(key);
   if (!artifact) {
     misses_.fetch_add(1);
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        "no artifact under this key; send Compile");
+    return Done("Lookup",
+                grpc::Status(grpc::StatusCode::NOT_FOUND,
+                             "no artifact under this key; send Compile"));
   }
   hits_.fetch_add(1);
   *resp->mutable_artifact() = *artifact;
-  return grpc::Status::OK;
+  return Done("Lookup", grpc::Status::OK);
 }
 
 grpc::Status KilnService::GetStats(grpc::ServerContext*,
                                    const v1::GetStatsRequest*,
                                    v1::Stats* resp) {
+  *resp = CurrentStats();
+  return Done("GetStats", grpc::Status::OK);
+}
+
+v1::Stats KilnService::CurrentStats() const {
+  v1::Stats stats;
+  v1::Stats* resp = &stats;
   const CacheStats s = store_->Stats();
   resp->set_entries(s.entries);
   resp->set_bytes(s.bytes);
@@ -199,7 +213,12 @@ grpc::Status KilnService::GetStats(grpc::ServerContext*,
   resp->set_corrupt(s.corrupt_dropped);
   resp->set_compile_seconds_saved(s.compile_seconds_saved);
   resp->set_queue_depth(pool_ ? pool_->queue_depth() : 0);
-  return grpc::Status::OK;
+  return stats;
+}
+
+grpc::Status KilnService::Done(const char* method, grpc::Status status) {
+  if (metrics_) metrics_->RecordRequest(method, status.error_code());
+  return status;
 }
 
 grpc::Status KilnService::ListEntries(grpc::ServerContext*,
@@ -213,7 +232,7 @@ grpc::Status KilnService::ListEntries(grpc::ServerContext*,
     out->set_compile_seconds(e.compile_seconds);
     out->set_last_access_unix_ms(absl::ToUnixMillis(e.last_access));
   }
-  return grpc::Status::OK;
+  return Done("ListEntries", grpc::Status::OK);
 }
 
 grpc::Status KilnService::Evict(grpc::ServerContext*,
@@ -221,27 +240,30 @@ grpc::Status KilnService::Evict(grpc::ServerContext*,
                                 v1::EvictResponse* resp) {
   if (req->all()) {
     const uint64_t before = store_->Stats().entries;
-    if (absl::Status s = store_->EvictAll(); !s.ok()) return ToGrpc(s);
+    if (absl::Status s = store_->EvictAll(); !s.ok())
+      return Done("Evict", ToGrpc(s));
     resp->set_evicted(before);
-    return grpc::Status::OK;
+    return Done("Evict", grpc::Status::OK);
   }
   Sha256Digest key{};
   if (req->guard_key().size() != key.size()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "guard_key must be 32 bytes (or set all)");
+    return Done("Evict",
+                grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                             "guard_key must be 32 bytes (or set all)"));
   }
   std::memcpy(key.data(), req->guard_key().data(), key.size());
   const bool present = store_->Contains(key);
-  if (absl::Status s = store_->Delete(key); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = store_->Delete(key); !s.ok())
+    return Done("Evict", ToGrpc(s));
   resp->set_evicted(present ? 1 : 0);
-  return grpc::Status::OK;
+  return Done("Evict", grpc::Status::OK);
 }
 
 grpc::Status KilnService::ExplainKey(grpc::ServerContext*,
                                      const v1::CompileRequest* req,
                                      v1::ExplainKeyResponse* resp) {
   auto graph = ImportGraph(req->graph());
-  if (!graph.ok()) return ToGrpc(graph.status());
+  if (!graph.ok()) return Done("ExplainKey", ToGrpc(graph.status()));
   const std::vector<KeyComponent> parts =
       kiln::ExplainKey(*graph, req->target(), req->options());
   for (const KeyComponent& c : parts) {
@@ -251,7 +273,7 @@ grpc::Status KilnService::ExplainKey(grpc::ServerContext*,
     out->set_hash(KeyBytes(c.hash));
   }
   resp->set_guard_key(KeyBytes(CombineKeyComponents(parts)));
-  return grpc::Status::OK;
+  return Done("ExplainKey", grpc::Status::OK);
 }
 
 }  // namespace kiln

@@ -15,6 +15,7 @@
 #include "kiln/v1/service.grpc.pb.h"
 #include "server/compile_pool.h"
 #include "server/inflight_compiles.h"
+#include "server/metrics.h"
 
 namespace kiln {
 
@@ -49,13 +50,22 @@ class KilnService final : public v1::Kiln::Service {
   // Finishes queued and running compiles (they land in the cache).
   void Drain();
 
+  // The counters GetStats returns (also what /metrics publishes).
+  v1::Stats CurrentStats() const;
+  // Where RPC outcomes and compile latencies are recorded (may be null;
+  // must outlive the service).
+  void set_metrics(ServerMetrics* metrics) { metrics_ = metrics; }
+
  private:
   // The cached artifact for key, if any (a corrupt entry reads as none).
   std::shared_ptr<const v1::Artifact> FromCache(const Sha256Digest& key);
   // Runs on a compile thread: compile, store, publish to the flight.
   void RunCompile(const v1::CompileRequest& request, const Sha256Digest& key);
 
+  grpc::Status Done(const char* method, grpc::Status status);
+
   ArtifactStore* const store_;
+  ServerMetrics* metrics_ = nullptr;
   const KilnServiceOptions options_;
   InflightCompiles inflight_;
   std::unique_ptr<CompilePool> pool_;

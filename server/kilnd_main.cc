@@ -20,6 +20,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "prometheus/exposer.h"
 #include "server/kiln_service.h"
 #include "spdlog/spdlog.h"
 
@@ -36,6 +37,9 @@ ABSL_FLAG(int32_t, max_message_bytes, 256 << 20,
           "largest request/response message");
 ABSL_FLAG(int32_t, max_deadline_seconds, 300,
           "longest a Compile waits, whatever the caller's deadline");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9733",
+          "address:port of the Prometheus /metrics endpoint (empty: off; port "
+          "0: pick one)");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound port here once serving (for tests and scripts)");
 
@@ -82,6 +86,26 @@ int Main(int argc, char** argv) {
   options.max_deadline =
       absl::Seconds(absl::GetFlag(FLAGS_max_deadline_seconds));
   KilnService service(store->get(), options);
+  // The exposer holds collectables weakly: this shared_ptr keeps it alive.
+  auto metrics = std::make_shared<ServerMetrics>(
+      [&service] { return service.CurrentStats(); });
+  service.set_metrics(metrics.get());
+  // /metrics is an aid, not a reason to refuse service: a port that cannot
+  // be bound is logged and skipped.
+  std::unique_ptr<prometheus::Exposer> exposer;
+  int metrics_port = 0;
+  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(
+          absl::GetFlag(FLAGS_metrics_listen));
+      exposer->RegisterCollectable(metrics);
+      if (!exposer->GetListeningPorts().empty())
+        metrics_port = exposer->GetListeningPorts()[0];
+    } catch (const std::exception& e) {
+      spdlog::warn("event=metrics_unavailable address={} error=\"{}\"",
+                   absl::GetFlag(FLAGS_metrics_listen), e.what());
+    }
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -104,7 +128,7 @@ int Main(int argc, char** argv) {
       options.compile_threads);
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
-    std::ofstream(tmp) << port << "\n";
+    std::ofstream(tmp) << port << "\n" << metrics_port << "\n";
     std::rename(tmp.c_str(),
                 absl::GetFlag(FLAGS_port_file).c_str());  // appears whole
   }
