@@ -464,6 +464,14 @@ void RegisterAddSub(OpRegistry& r) {
           return is_sub ? WrapSub(a[0], t) : WrapAdd(a[0], t);
         });
       };
+      // A bool result: alpha converts to bool first (PyTorch's
+      // alpha_scalar.to<bool>()), so True + True * 2 is True.
+      op.bool_fn = [](const Node& n) {
+        const bool alpha = n.args[2].ScalarAsDouble() != 0;
+        return IntFn([alpha](const int64_t* a) {
+          return static_cast<int64_t>(a[0] != 0 || (alpha && a[1] != 0));
+        });
+      };
       op.check = [is_sub](const OpContext& ctx, DType compute) -> absl::Status {
         // PyTorch's sub_check rejects a bool operand on either side, not
         // only bool - bool (a wrapped True counts as a bool tensor).
@@ -483,7 +491,8 @@ void RegisterAddSub(OpRegistry& r) {
         const Attr& alpha = n.args[2];
         if (alpha.ScalarAsDouble() != 1) {
           Expr a = IsFloating(compute) ? ir::Const(alpha.ScalarAsDouble(), compute)
-                                       : ir::IntConst(alpha.kind == Attr::Kind::kBool ? alpha.b : alpha.i,
+                                       : ir::IntConst(WrapInt(alpha.kind == Attr::Kind::kBool ? alpha.b : alpha.i,
+                                                              compute),
                                                       compute);
           other = ir::Binary(ExprOp::kMul, a, other, compute);
         }

@@ -211,5 +211,25 @@ TEST(CpuRegression, HalfPrecisionOpsRoundEachResult) {
     "outputs": ["b2", "h2", "r"]})");
 }
 
+// Random graph seed 8637: a bool add converts alpha to bool first
+// (PyTorch's alpha_scalar.to<bool>()): x + x * -1 is x, not x - x. The
+// reference computed in int64 with alpha -1; the compiled code truncated
+// alpha 2 to an i1 0.
+TEST(CpuRegression, BoolAddAlphaIsABool) {
+  ExpectMatchesReference(R"({
+    "inputs": [{"name": "x", "meta": {"dtype": "BOOL",
+                "sizes": [{"value": 3}, {"value": 8}]}},
+               {"name": "y", "meta": {"dtype": "BOOL",
+                "sizes": [{"value": 3}, {"value": 8}]}}],
+    "nodes": [{"op": "aten.add.Tensor",
+               "args": [{"ref": "x"}, {"ref": "x"},
+                        {"name": "alpha", "i": -1}],
+               "outputs": ["a"]},
+              {"op": "aten.add.Tensor",
+               "args": [{"ref": "x"}, {"ref": "y"}, {"name": "alpha", "i": 2}],
+               "outputs": ["b"]}],
+    "outputs": ["a", "b"]})");
+}
+
 }  // namespace
 }  // namespace kiln::testing
