@@ -3,9 +3,13 @@
 // and of request rewrites that must not change meaning: renaming values,
 // renaming and reordering symbols, and reordering independent nodes.
 //
-// Property tests (the guard key's, and later the compiler's against the
-// reference evaluator) draw many graphs from here; a failing seed reproduces
-// the graph exactly. Randomness uses std::mt19937_64 and plain modulo rather
+// With GraphGenOptions::full_op_set, graphs over all of op set v1 whose
+// compiled results must match the reference evaluator (see OpSetGen below,
+// used by tests/unit/random_graph_test.cc).
+//
+// Property tests (the guard key's, the compiler's against the reference
+// evaluator) draw many graphs from here; a failing seed reproduces the
+// graph exactly. Randomness uses std::mt19937_64 and plain modulo rather
 // than std::*_distribution, whose output differs between standard libraries.
 //
 // Header-only so any test target can include it without a library.
