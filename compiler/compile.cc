@@ -42,7 +42,8 @@ class Dumper {
       if (const char* d = std::getenv("KILN_DUMP_DIR")) root = d;
     }
     if (root.empty()) return;
-    dir_ = absl::StrCat(root, "/", DigestToHex(key).substr(0, 16));
+    dir_ = absl::StrCat(root, "/", DigestToHex(key).substr(0, 16),
+                        env.fuse ? "" : "-unfused");
     ::mkdir(root.c_str(), 0755);
     ::mkdir(dir_.c_str(), 0755);
   }

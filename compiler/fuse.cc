@@ -162,7 +162,7 @@ class Fuser {
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       const LoopNode& node = g_.nodes[n];
       realized_[n] = reachable[n] && (node.kind != LoopNode::Kind::kPointwise ||
-                                      node.output_index >= 0);
+                                      node.output_index >= 0 || !options_.fuse);
     }
   }
 
@@ -400,6 +400,19 @@ class Fuser {
           if (ps.kernel == static_cast<int>(k) && ps.stage > stage) ++ps.stage;
         }
       }
+    }
+    // Realized pointwise nodes that are not outputs (only without fusion)
+    // live in temps.
+    for (const PendingStore& ps : pending_stores_) {
+      if (buffer_of.contains(ps.node)) continue;
+      const LoopNode& node = g_.nodes[ps.node];
+      ProgramBuffer b;
+      b.kind = ProgramBuffer::Kind::kTemp;
+      b.dtype = node.dtype;
+      b.elements = NumElements(node.sizes);
+      b.strides = ContiguousStrides(node.sizes);
+      buffer_of[ps.node] = static_cast<int>(p.buffers.size());
+      p.buffers.push_back(std::move(b));
     }
     for (const PendingStore& ps : pending_stores_) {
       Stage& st = kernels_[ps.kernel].kernel.stages[ps.stage];

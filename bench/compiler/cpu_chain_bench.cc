@@ -9,6 +9,7 @@
 // copy" row), built here. Prints one table row per graph.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -103,6 +104,20 @@ int Run(int argc, char** argv) {
     std::uniform_real_distribution<float> dist(-2, 2);
     for (int64_t i = 0; i < x.numel(); ++i) x.SetDoubleAt(i, dist(rng));
     const std::vector<HostTensor> inputs = {x};
+    // Both must compute the same thing before their times mean anything.
+    auto fo = (*fe)->Run(inputs, &pool);
+    auto uo = (*ue)->Run(inputs, &pool);
+    if (!fo.ok() || !uo.ok()) return 1;
+    double max_diff = 0;
+    for (int64_t i = 0; i < (*fo)[0].numel(); ++i) {
+      max_diff = std::max(max_diff, std::fabs((*fo)[0].GetDoubleAt(i) -
+                                              (*uo)[0].GetDoubleAt(i)));
+    }
+    if (max_diff > 1e-3) {
+      std::fprintf(stderr, "%s: fused and unfused disagree by %g\n",
+                   name.c_str(), max_diff);
+      return 1;
+    }
     const double fused_ms = MedianMs([&] { (void)(*fe)->Run(inputs, &pool); });
     const double unfused_ms =
         MedianMs([&] { (void)(*ue)->Run(inputs, &pool); });

@@ -13,7 +13,8 @@ namespace kiln {
 namespace {
 
 absl::StatusOr<FusedProgram> FuseExample(const std::string& file,
-                                         std::string* dump = nullptr) {
+                                         std::string* dump = nullptr,
+                                         FuseOptions options = {}) {
   std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/" + file);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -24,7 +25,7 @@ absl::StatusOr<FusedProgram> FuseExample(const std::string& file,
   if (!graph.ok()) return graph.status();
   auto loops = Lower(*graph);
   if (!loops.ok()) return loops.status();
-  auto fused = Fuse(*loops);
+  auto fused = Fuse(*loops, options);
   if (fused.ok() && dump)
     *dump = loops->ToString() + "----\n" + fused->ToString();
   return fused;
@@ -69,6 +70,14 @@ TEST(Fusion, LayerNormIsOneRowKernel) {
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->kernels.size(), 1u) << dump;
   EXPECT_EQ(Temps(*p), 0) << dump;
+}
+
+TEST(Fusion, UnfusedIsOneKernelPerOpWithBuffersBetween) {
+  std::string dump;
+  auto p = FuseExample("chain10.json", &dump, FuseOptions{.fuse = false});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->kernels.size(), 11u) << dump;  // exp(x*0.5) is two ops
+  EXPECT_EQ(Temps(*p), 10) << dump;
 }
 
 TEST(Fusion, DynamicBatchFuses) {
