@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "support/sha256.h"
@@ -157,7 +158,11 @@ absl::StatusOr<std::vector<HostTensor>> CpuExecutable::Run(
       buffers[b] = const_cast<uint8_t*>(inputs[spec.index()].data());
     }
   }
+  // Temps: a freed block is reused by a later allocation of a size it can
+  // hold (unfused programs free and allocate one temp per op).
   std::vector<std::unique_ptr<void, FreeDeleter>> temps(program.buffers_size());
+  std::vector<size_t> temp_bytes(program.buffers_size(), 0);
+  std::multimap<size_t, std::unique_ptr<void, FreeDeleter>> free_blocks;
   size_t launch = 0;
   for (const v1::Step& step : program.steps()) {
     if (step.has_alloc()) {
@@ -166,13 +171,22 @@ absl::StatusOr<std::vector<HostTensor>> CpuExecutable::Run(
                             DTypeSize(static_cast<DType>(spec.dtype()));
       const size_t rounded =
           static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
-      temps[step.alloc()].reset(std::aligned_alloc(64, rounded));
+      auto reuse = free_blocks.lower_bound(rounded);
+      if (reuse != free_blocks.end() && reuse->first <= 2 * rounded) {
+        temp_bytes[step.alloc()] = reuse->first;
+        temps[step.alloc()] = std::move(reuse->second);
+        free_blocks.erase(reuse);
+      } else {
+        temp_bytes[step.alloc()] = rounded;
+        temps[step.alloc()].reset(std::aligned_alloc(64, rounded));
+      }
       if (!temps[step.alloc()])
         return absl::ResourceExhaustedError(
             absl::StrCat("cannot allocate ", bytes, " bytes"));
       buffers[step.alloc()] = temps[step.alloc()].get();
     } else if (step.has_free()) {
-      temps[step.free()].reset();
+      free_blocks.emplace(temp_bytes[step.free()],
+                          std::move(temps[step.free()]));
     } else if (step.has_launch()) {
       const v1::Launch& l = step.launch();
       KernelFn fn = kernels_[launch++];
