@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/compile.h"
 #include "compiler/guard_key.h"
@@ -27,18 +28,6 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
       .count();
 }
 
-const char* OutcomeName(v1::CompileResponse::Outcome o) {
-  switch (o) {
-    case v1::CompileResponse::HIT:
-      return "hit";
-    case v1::CompileResponse::COMPILED:
-      return "compiled";
-    case v1::CompileResponse::JOINED:
-      return "joined";
-    default:
-      return "none";
-  }
-}
 
 }  // namespace
 
@@ -162,7 +151,7 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
   resp->set_server_seconds(SecondsSince(t0));
   spdlog::info(
       "rpc=Compile key={} outcome={} server_ms={:.2f} compile_ms={:.2f}",
-      key_hex, OutcomeName(outcome), resp->server_seconds() * 1e3,
+      key_hex, absl::AsciiStrToLower(v1::CompileResponse::Outcome_Name(outcome)), resp->server_seconds() * 1e3,
       artifact->compile_seconds() * 1e3);
   return Done("Compile", grpc::Status::OK);
 }
