@@ -1,15 +1,8 @@
 // kilnd end to end: a real daemon process on an ephemeral loopback port with
 // a temporary data dir; real compiles, real RocksDB, real execution of the
 // returned artifacts against the reference evaluator.
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -22,71 +15,14 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kiln/v1/service.grpc.pb.h"
+#include "tests/server/daemon.h"
 #include "tests/unit/numerics.h"
-
-extern char** environ;
 
 namespace kiln {
 namespace {
 
-// A kilnd process: started on 127.0.0.1:0, its port read from --port_file.
-class Daemon {
- public:
-  Daemon(const std::string& data_dir, const std::string& port_file) {
-    std::filesystem::remove(port_file);
-    std::vector<std::string> args = {
-        KILN_KILND, "--listen=127.0.0.1:0", "--data_dir=" + data_dir,
-        "--port_file=" + port_file, "--compile_threads=2"};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) !=
-        0)
-      pid_ = -1;
-    const absl::Time until = absl::Now() + absl::Seconds(30);
-    while (absl::Now() < until && !std::filesystem::exists(port_file))
-      absl::SleepFor(absl::Milliseconds(20));
-    std::ifstream(port_file) >> port_;
-  }
-  ~Daemon() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  int port() const { return port_; }
-  // SIGTERM and wait: the exit status (0 on a clean drain).
-  int Stop() {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  std::unique_ptr<v1::Kiln::Stub> Stub() const {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(256 << 20);
-    return v1::Kiln::NewStub(
-        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port_),
-                                  grpc::InsecureChannelCredentials(), args));
-  }
-
- private:
-  pid_t pid_ = -1;
-  int port_ = 0;
-};
-
-v1::CompileRequest Request(const std::string& file) {
-  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/" + file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  v1::CompileRequest req;
-  EXPECT_TRUE(
-      google::protobuf::util::JsonStringToMessage(ss.str(), req.mutable_graph())
-          .ok());
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
-  return req;
-}
+using testing::Daemon;
+using testing::Request;
 
 grpc::Status Call(v1::Kiln::Stub& stub, const v1::CompileRequest& req,
                   v1::CompileResponse* resp) {

@@ -1,0 +1,672 @@
+// kilnctl: the command line for kilnd.
+//
+//   kilnctl [--server=HOST:PORT] health
+//   kilnctl stats [--json]
+//   kilnctl compile GRAPH.json [--target=cpu|sm_XX] [--run] [--sizes=s0=8,..]
+//   kilnctl explain GRAPH.json [--target=...]
+//   kilnctl ls [--limit=N]
+//   kilnctl evict KEY|--all
+//   kilnctl bench GRAPH.json [--seconds=5] [--concurrency=4] [--requests=N]
+//
+// The server is --server, else $KILN_SERVER, else 127.0.0.1:7733 (kilnd's
+// default). Errors print the server's status and message and exit 1; usage
+// errors exit 2. kilnctl does not link LLVM: the CPU target is the host's
+// x86-64 level (client/host_target.h), and `--run` uses the CPU runtime and
+// the reference evaluator only.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/cpu_executable.h"
+#include "client/host_target.h"
+#include "compiler/import.h"
+#include "compiler/numerics.h"
+#include "compiler/reference.h"
+#include "google/protobuf/unknown_field_set.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "kiln/v1/service.grpc.pb.h"
+
+ABSL_FLAG(std::string, server, "",
+          "kilnd address HOST:PORT (default: $KILN_SERVER, else "
+          "127.0.0.1:7733)");
+ABSL_FLAG(double, timeout, 300, "deadline of each request, in seconds");
+ABSL_FLAG(bool, json, false, "stats: print one JSON object");
+ABSL_FLAG(std::string, target, "cpu",
+          "compile/explain/bench: cpu (this host) or a CUDA arch sm_XX");
+ABSL_FLAG(std::string, cpu, "",
+          "--target=cpu: LLVM CPU name instead of the host's x86-64 level");
+ABSL_FLAG(std::string, features, "",
+          "--target=cpu: LLVM feature string, e.g. +avx2,+fma");
+ABSL_FLAG(bool, run, false,
+          "compile: run the artifact on seeded random inputs and compare "
+          "with the reference evaluator");
+ABSL_FLAG(std::string, sizes, "",
+          "compile --run: symbol values, e.g. s0=8,s1=3 (others are 4)");
+ABSL_FLAG(uint64_t, seed, 1, "compile --run: random input seed");
+ABSL_FLAG(int32_t, limit, 0, "ls: at most this many entries (0: all)");
+ABSL_FLAG(bool, all, false, "evict: every entry");
+ABSL_FLAG(double, seconds, 5, "bench: at most this long, in seconds");
+ABSL_FLAG(int32_t, concurrency, 4, "bench: client threads");
+ABSL_FLAG(int64_t, requests, 1000000,
+          "bench: at most this many Lookups in all");
+
+namespace kiln {
+namespace {
+
+constexpr char kDefaultServer[] = "127.0.0.1:7733";
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+
+std::string ServerAddress() {
+  std::string server = absl::GetFlag(FLAGS_server);
+  if (server.empty()) {
+    const char* env = std::getenv("KILN_SERVER");
+    server = env != nullptr && *env != '\0' ? env : kDefaultServer;
+  }
+  return server;
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  return grpc::CreateCustomChannel(ServerAddress(),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+void SetDeadline(grpc::ClientContext& ctx) {
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(
+                       absl::GetFlag(FLAGS_timeout) * 1000)));
+}
+
+std::string CodeName(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+// Prints "kilnctl: WHAT: CODE: message" and returns the error exit status.
+int Fail(absl::string_view what, const grpc::Status& s) {
+  std::cerr << "kilnctl: " << what << ": " << CodeName(s.error_code()) << ": "
+            << s.error_message();
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    std::cerr << "\nkilnctl: is kilnd running at " << ServerAddress()
+              << "? (--server or $KILN_SERVER)";
+  }
+  std::cerr << "\n";
+  return kExitError;
+}
+
+int FailMessage(absl::string_view message) {
+  std::cerr << "kilnctl: " << message << "\n";
+  return kExitError;
+}
+
+int Usage(absl::string_view message) {
+  std::cerr << "kilnctl: " << message << "\n"
+            << "run kilnctl --help for the subcommands and flags\n";
+  return kExitUsage;
+}
+
+std::string Hex(const std::string& bytes) {
+  return absl::BytesToHexString(bytes);
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrCat(bytes, " B")
+                : absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+// ---------------------------------------------------------------------------
+// Requests from graph files.
+
+absl::StatusOr<v1::Target> TargetFromFlags() {
+  const std::string name = absl::GetFlag(FLAGS_target);
+  v1::Target target;
+  if (name == "cpu") {
+    v1::CpuTarget cpu = HostCpuTargetFromCpuinfo();
+    if (!absl::GetFlag(FLAGS_cpu).empty())
+      cpu.set_cpu(absl::GetFlag(FLAGS_cpu));
+    if (!absl::GetFlag(FLAGS_features).empty())
+      cpu.set_features(absl::GetFlag(FLAGS_features));
+    *target.mutable_cpu() = cpu;
+    return target;
+  }
+  int arch = 0;
+  if (absl::StartsWith(name, "sm_") && name.size() > 3 &&
+      absl::SimpleAtoi(name.substr(3), &arch) && arch > 0) {
+    target.mutable_cuda()->set_arch(name);
+    return target;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--target=", name, ": expected cpu or sm_XX (e.g. sm_90)"));
+}
+
+absl::StatusOr<v1::CompileRequest> RequestFromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::CompileRequest req;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(
+      text.str(), req.mutable_graph());
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        " is not a kiln.v1.Graph in JSON: ", std::string(parsed.message())));
+  }
+  absl::StatusOr<v1::Target> target = TargetFromFlags();
+  if (!target.ok()) return target.status();
+  *req.mutable_target() = *std::move(target);
+  return req;
+}
+
+// ---------------------------------------------------------------------------
+// health: grpc.health.v1.Health/Check through a generic stub (Debian's gRPC
+// ships no generated health stubs). The request {service: ""} is empty; the
+// response's field 1 is the status enum.
+
+int Health() {
+  grpc::GenericStub stub(MakeChannel());
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  grpc::CompletionQueue cq;
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  auto call =
+      stub.PrepareUnaryCall(&ctx, "/grpc.health.v1.Health/Check", request, &cq);
+  call->StartCall();
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  if (!status.ok()) return Fail("health", status);
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (response.Dump(&slices).ok()) {
+    for (const grpc::Slice& s : slices) {
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+  }
+  google::protobuf::UnknownFieldSet fields;
+  int64_t serving = 0;  // UNKNOWN
+  if (fields.ParseFromString(bytes)) {
+    for (int i = 0; i < fields.field_count(); ++i) {
+      if (fields.field(i).number() == 1 &&
+          fields.field(i).type() == google::protobuf::UnknownField::TYPE_VARINT)
+        serving = static_cast<int64_t>(fields.field(i).varint());
+    }
+  }
+  constexpr const char* kNames[] = {"UNKNOWN", "SERVING", "NOT_SERVING",
+                                    "SERVICE_UNKNOWN"};
+  const std::string name = serving >= 0 && serving < 4
+                               ? kNames[serving]
+                               : absl::StrCat("status ", serving);
+  std::cout << name << " " << ServerAddress() << "\n";
+  return serving == 1 ? 0 : kExitError;
+}
+
+// ---------------------------------------------------------------------------
+// stats
+
+int Stats(v1::Kiln::Stub& stub) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::Stats s;
+  if (grpc::Status st = stub.GetStats(&ctx, v1::GetStatsRequest(), &s);
+      !st.ok())
+    return Fail("stats", st);
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << absl::StrCat(
+        "{\"entries\":", s.entries(), ",\"bytes\":", s.bytes(),
+        ",\"capacity_bytes\":", s.capacity_bytes(), ",\"hits\":", s.hits(),
+        ",\"misses\":", s.misses(), ",\"compiles\":", s.compiles(),
+        ",\"joins\":", s.joins(), ",\"compile_errors\":", s.compile_errors(),
+        ",\"evictions\":", s.evictions(), ",\"corrupt\":", s.corrupt(),
+        ",\"compile_seconds_saved\":",
+        absl::StrFormat("%.6f", s.compile_seconds_saved()),
+        ",\"queue_depth\":", s.queue_depth(), "}\n");
+    return 0;
+  }
+  const uint64_t lookups = s.hits() + s.misses();
+  const std::vector<std::pair<std::string, std::string>> rows = {
+      {"server", ServerAddress()},
+      {"entries", absl::StrCat(s.entries())},
+      {"bytes", absl::StrCat(HumanBytes(s.bytes()), " of ",
+                             HumanBytes(s.capacity_bytes()))},
+      {"hits", absl::StrCat(s.hits())},
+      {"misses", absl::StrCat(s.misses())},
+      {"hit rate", lookups == 0
+                       ? "-"
+                       : absl::StrFormat("%.1f%%", 100.0 * s.hits() / lookups)},
+      {"compiles", absl::StrCat(s.compiles())},
+      {"joins", absl::StrCat(s.joins())},
+      {"compile errors", absl::StrCat(s.compile_errors())},
+      {"evictions", absl::StrCat(s.evictions())},
+      {"corrupt", absl::StrCat(s.corrupt())},
+      {"compile time saved",
+       absl::StrFormat("%.3f s", s.compile_seconds_saved())},
+      {"queued compiles", absl::StrCat(s.queue_depth())},
+  };
+  for (const auto& [name, value] : rows) {
+    std::cout << absl::StrFormat("%-20s %s\n", name, value);
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// compile [--run]
+
+// Symbol values for --run: --sizes, else 4, kept within each symbol's
+// declared bounds.
+absl::StatusOr<std::vector<int64_t>> SymbolValues(const Graph& graph) {
+  std::vector<int64_t> values;
+  for (const SymbolInfo& s : graph.symbols) {
+    int64_t v = 4;
+    if (s.multiple_of > 1)
+      v = (v + s.multiple_of - 1) / s.multiple_of * s.multiple_of;
+    if (s.max_value > 0 && v > s.max_value) v = s.max_value;
+    values.push_back(v);
+  }
+  const std::string sizes = absl::GetFlag(FLAGS_sizes);
+  for (absl::string_view item :
+       absl::StrSplit(sizes, ',', absl::SkipWhitespace())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, '=');
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(kv.second, &v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sizes: \"", item, "\" is not NAME=VALUE"));
+    }
+    bool found = false;
+    for (size_t i = 0; i < graph.symbols.size(); ++i) {
+      if (graph.symbols[i].name == absl::StripAsciiWhitespace(kv.first)) {
+        values[i] = v;
+        found = true;
+      }
+    }
+    if (!found) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--sizes: the graph has no symbol \"", kv.first,
+          "\" (it has: ", absl::StrJoin(graph.SymbolNames(), ", "), ")"));
+    }
+  }
+  return values;
+}
+
+std::string Describe(const HostTensor& t) {
+  return absl::StrCat(DTypeName(t.dtype()), "[", absl::StrJoin(t.sizes(), ","),
+                      "]");
+}
+
+// Runs the artifact and the reference evaluator on the same seeded inputs;
+// prints the max abs error per output. Returns true when all pass.
+absl::StatusOr<bool> RunAndCompare(const v1::CompileRequest& req,
+                                   const v1::Artifact& artifact) {
+  absl::StatusOr<Graph> graph = ImportGraph(req.graph());
+  if (!graph.ok()) return graph.status();
+  absl::StatusOr<std::vector<int64_t>> symbols = SymbolValues(*graph);
+  if (!symbols.ok()) return symbols.status();
+  absl::StatusOr<std::unique_ptr<CpuExecutable>> exe =
+      CpuExecutable::Load(artifact);
+  if (!exe.ok()) return exe.status();
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  const std::vector<HostTensor> inputs =
+      numerics::RandomInputs(*graph, *symbols, rng);
+  std::vector<std::string> bound;
+  for (size_t i = 0; i < graph->symbols.size(); ++i) {
+    bound.push_back(absl::StrCat(graph->symbols[i].name, "=", (*symbols)[i]));
+  }
+  std::vector<std::string> shapes;
+  for (const HostTensor& t : inputs) shapes.push_back(Describe(t));
+  std::cout << "run      seed " << absl::GetFlag(FLAGS_seed)
+            << (bound.empty() ? "" : ", ") << absl::StrJoin(bound, " ")
+            << ", inputs " << absl::StrJoin(shapes, " ") << "\n";
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<HostTensor>> got = (*exe)->Run(inputs);
+  const absl::Duration run_time = absl::Now() - start;
+  if (!got.ok()) return got.status();
+  absl::StatusOr<std::vector<HostTensor>> want =
+      EvaluateReference(*graph, inputs);
+  if (!want.ok()) return want.status();
+  bool all_pass = true;
+  for (size_t o = 0; o < want->size(); ++o) {
+    double max_err = 0;
+    const std::string mismatch =
+        numerics::Compare((*got)[o], (*want)[o], &max_err);
+    const numerics::Tolerance tol = numerics::ToleranceFor((*want)[o].dtype());
+    all_pass &= mismatch.empty();
+    std::cout << absl::StrFormat(
+        "output %d %-8s %-16s max abs err %.3g (atol %g, rtol %g) %s%s\n", o,
+        graph->values[graph->outputs[o]].name, Describe((*want)[o]), max_err,
+        tol.atol, tol.rtol, mismatch.empty() ? "PASS" : "FAIL",
+        mismatch.empty() ? "" : absl::StrCat(": ", mismatch));
+  }
+  std::cout << absl::StrFormat("%s    ran in %.3f ms\n",
+                               all_pass ? "PASS" : "FAIL",
+                               absl::ToDoubleMilliseconds(run_time));
+  return all_pass;
+}
+
+const char* OutcomeName(v1::CompileResponse::Outcome o) {
+  switch (o) {
+    case v1::CompileResponse::HIT:
+      return "hit";
+    case v1::CompileResponse::COMPILED:
+      return "compiled";
+    case v1::CompileResponse::JOINED:
+      return "joined";
+    default:
+      return "unknown";
+  }
+}
+
+void PrintCompileResponse(const v1::CompileResponse& resp) {
+  const v1::Artifact& a = resp.artifact();
+  int launches = 0;
+  for (const v1::Step& s : a.program().steps()) launches += s.has_launch();
+  std::cout << "key      " << Hex(resp.guard_key()) << "\n"
+            << absl::StrFormat(
+                   "outcome  %s (server %.3f ms, compile %.1f ms)\n",
+                   OutcomeName(resp.outcome()), resp.server_seconds() * 1e3,
+                   resp.compile_seconds() * 1e3)
+            << absl::StrFormat("artifact %s, %d kernel launch%s, binary %s\n",
+                               HumanBytes(a.ByteSizeLong()), launches,
+                               launches == 1 ? "" : "es",
+                               HumanBytes(a.cpu().shared_object().size()));
+}
+
+grpc::Status CallCompile(v1::Kiln::Stub& stub, const v1::CompileRequest& req,
+                         v1::CompileResponse* resp) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  return stub.Compile(&ctx, req, resp);
+}
+
+int Compile(v1::Kiln::Stub& stub, const std::string& path) {
+  absl::StatusOr<v1::CompileRequest> req = RequestFromFile(path);
+  if (!req.ok()) return FailMessage(req.status().message());
+  v1::CompileResponse resp;
+  if (grpc::Status s = CallCompile(stub, *req, &resp); !s.ok())
+    return Fail(absl::StrCat("compile ", path), s);
+  PrintCompileResponse(resp);
+  if (!absl::GetFlag(FLAGS_run)) return 0;
+  absl::StatusOr<bool> pass = RunAndCompare(*req, resp.artifact());
+  if (!pass.ok()) {
+    return FailMessage(absl::StrCat("run: ", pass.status().ToString()));
+  }
+  return *pass ? 0 : kExitError;
+}
+
+// ---------------------------------------------------------------------------
+// explain, ls, evict
+
+int Explain(v1::Kiln::Stub& stub, const std::string& path) {
+  absl::StatusOr<v1::CompileRequest> req = RequestFromFile(path);
+  if (!req.ok()) return FailMessage(req.status().message());
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::ExplainKeyResponse resp;
+  if (grpc::Status s = stub.ExplainKey(&ctx, *req, &resp); !s.ok())
+    return Fail(absl::StrCat("explain ", path), s);
+  std::cout << "key " << Hex(resp.guard_key()) << "\n";
+  for (const auto& c : resp.components()) {
+    std::cout << "\n"
+              << c.name() << "  " << Hex(c.hash()).substr(0, 16) << "\n";
+    for (absl::string_view line : absl::StrSplit(c.canonical(), '\n')) {
+      if (!line.empty()) std::cout << "    " << line << "\n";
+    }
+  }
+  return 0;
+}
+
+grpc::Status ListEntries(v1::Kiln::Stub& stub, int limit,
+                         v1::ListEntriesResponse* resp) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::ListEntriesRequest req;
+  req.set_limit(limit);
+  return stub.ListEntries(&ctx, req, resp);
+}
+
+int Ls(v1::Kiln::Stub& stub) {
+  v1::ListEntriesResponse resp;
+  if (grpc::Status s = ListEntries(stub, absl::GetFlag(FLAGS_limit), &resp);
+      !s.ok())
+    return Fail("ls", s);
+  std::cout << absl::StrFormat("%-64s %10s %11s  %s\n", "KEY", "BYTES",
+                               "COMPILE_MS", "LAST ACCESS (UTC)");
+  uint64_t total = 0;
+  for (const auto& e : resp.entries()) {
+    total += e.bytes();
+    std::cout << absl::StrFormat(
+        "%-64s %10d %11.1f  %s\n", Hex(e.guard_key()), e.bytes(),
+        e.compile_seconds() * 1e3,
+        absl::FormatTime("%Y-%m-%d %H:%M:%S",
+                         absl::FromUnixMillis(e.last_access_unix_ms()),
+                         absl::UTCTimeZone()));
+  }
+  std::cout << resp.entries_size()
+            << (resp.entries_size() == 1 ? " entry, " : " entries, ")
+            << HumanBytes(total) << "\n";
+  return 0;
+}
+
+// KEY is the 64 hex digits `ls` prints, or a unique prefix of them.
+int Evict(v1::Kiln::Stub& stub, const std::vector<std::string>& args) {
+  v1::EvictRequest req;
+  if (absl::GetFlag(FLAGS_all)) {
+    if (!args.empty()) return Usage("evict takes KEY or --all, not both");
+    req.set_all(true);
+  } else {
+    if (args.size() != 1) return Usage("evict takes one KEY (or --all)");
+    const std::string prefix = absl::AsciiStrToLower(args[0]);
+    if (prefix.empty() ||
+        !std::all_of(prefix.begin(), prefix.end(),
+                     [](char c) { return absl::ascii_isxdigit(c); })) {
+      return Usage(absl::StrCat("evict: \"", args[0],
+                                "\" is not a key in hex (as `ls` prints)"));
+    }
+    if (prefix.size() == 64) {
+      req.set_guard_key(absl::HexStringToBytes(prefix));
+    } else {
+      v1::ListEntriesResponse list;
+      if (grpc::Status s = ListEntries(stub, 0, &list); !s.ok())
+        return Fail("evict", s);
+      int matches = 0;
+      for (const auto& e : list.entries()) {
+        if (absl::StartsWith(Hex(e.guard_key()), prefix)) {
+          req.set_guard_key(e.guard_key());
+          ++matches;
+        }
+      }
+      if (matches == 0)
+        return FailMessage(absl::StrCat("evict: no entry with key ", prefix));
+      if (matches > 1) {
+        return FailMessage(absl::StrCat("evict: key prefix ", prefix,
+                                        " matches ", matches,
+                                        " entries; give more digits"));
+      }
+    }
+  }
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::EvictResponse resp;
+  if (grpc::Status s = stub.Evict(&ctx, req, &resp); !s.ok())
+    return Fail("evict", s);
+  std::cout << "evicted " << resp.evicted()
+            << (resp.evicted() == 1 ? " entry" : " entries") << "\n";
+  if (!req.all() && resp.evicted() == 0) {
+    return FailMessage(
+        absl::StrCat("evict: no entry with key ", Hex(req.guard_key())));
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// bench: Lookup latency and throughput of a cached key.
+
+int Bench(v1::Kiln::Stub& stub, const std::string& path) {
+  const int threads = absl::GetFlag(FLAGS_concurrency);
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  const int64_t max_requests = absl::GetFlag(FLAGS_requests);
+  if (threads < 1 || seconds <= 0 || max_requests < 1) {
+    return Usage(
+        "bench needs --concurrency >= 1, --seconds > 0, --requests >= 1");
+  }
+  absl::StatusOr<v1::CompileRequest> req = RequestFromFile(path);
+  if (!req.ok()) return FailMessage(req.status().message());
+  v1::CompileResponse compiled;
+  if (grpc::Status s = CallCompile(stub, *req, &compiled); !s.ok())
+    return Fail(absl::StrCat("compile ", path), s);
+  PrintCompileResponse(compiled);
+
+  v1::LookupRequest lookup;
+  lookup.set_guard_key(compiled.guard_key());
+  std::atomic<int64_t> issued{0};
+  std::atomic<int64_t> errors{0};
+  std::vector<std::vector<double>> latencies(threads);  // microseconds
+  std::vector<std::string> first_error(threads);
+  const auto start = std::chrono::steady_clock::now();
+  const auto end =
+      start + std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      while (std::chrono::steady_clock::now() < end &&
+             issued.fetch_add(1) < max_requests) {
+        grpc::ClientContext ctx;
+        SetDeadline(ctx);
+        v1::LookupResponse resp;
+        const auto t0 = std::chrono::steady_clock::now();
+        const grpc::Status s = stub.Lookup(&ctx, lookup, &resp);
+        const auto t1 = std::chrono::steady_clock::now();
+        if (!s.ok()) {
+          if (errors.fetch_add(1) == 0) {
+            first_error[t] =
+                absl::StrCat(CodeName(s.error_code()), ": ", s.error_message());
+          }
+          continue;
+        }
+        latencies[t].push_back(
+            std::chrono::duration<double, std::micro>(t1 - t0).count());
+      }
+    });
+  }
+  for (std::thread& t : pool) t.join();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  std::vector<double> all;
+  for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  auto percentile = [&](double p) {
+    if (all.empty()) return 0.0;
+    size_t i = static_cast<size_t>(p * (all.size() - 1) + 0.5);
+    return all[std::min(i, all.size() - 1)];
+  };
+  std::cout << absl::StrFormat(
+      "bench    %d Lookups of %s from %d thread%s in %.2f s: %.0f requests/s\n"
+      "latency  median %.1f us, p99 %.1f us, max %.1f us\n",
+      all.size(), HumanBytes(compiled.artifact().ByteSizeLong()), threads,
+      threads == 1 ? "" : "s", elapsed, all.size() / elapsed, percentile(0.5),
+      percentile(0.99), all.empty() ? 0.0 : all.back());
+  if (errors.load() > 0) {
+    std::string message;
+    for (const std::string& e : first_error) {
+      if (!e.empty()) message = e;
+    }
+    return FailMessage(
+        absl::StrCat("bench: ", errors.load(), " Lookups failed: ", message));
+  }
+  return 0;
+}
+
+constexpr char kUsage[] = R"(kilnctl: the command line for kilnd.
+
+usage: kilnctl [--server=HOST:PORT] SUBCOMMAND [ARGS] [FLAGS]
+
+  health                 grpc.health.v1 check; prints SERVING, exit 0
+  stats [--json]         cache and compile counters (--json: one object)
+  compile GRAPH.json [--target=cpu|sm_XX] [--run] [--sizes=s0=8] [--seed=N]
+                         key and outcome (hit, compiled, joined); --run runs
+                         the artifact on seeded random inputs and compares
+                         with the reference evaluator (PASS/FAIL)
+  explain GRAPH.json     the guard key's components and canonical text
+  ls [--limit=N]         cached entries: key, bytes, compile ms, last access
+  evict KEY|--all        drop one entry (KEY or a unique prefix) or all
+  bench GRAPH.json [--seconds=5] [--concurrency=4] [--requests=1000000]
+                         compile once, then Lookup latency and requests/s
+
+The server is --server, else $KILN_SERVER, else 127.0.0.1:7733. Errors print
+the server's status and message and exit 1; usage errors exit 2.)";
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() < 2) return Usage("missing subcommand");
+  const std::string command = positional[1];
+  const std::vector<std::string> args(positional.begin() + 2, positional.end());
+  if (command == "health") {
+    if (!args.empty()) return Usage("health takes no arguments");
+    return Health();
+  }
+  auto stub = v1::Kiln::NewStub(MakeChannel());
+  if (command == "stats" || command == "ls") {
+    if (!args.empty())
+      return Usage(absl::StrCat(command, " takes no arguments"));
+    return command == "stats" ? Stats(*stub) : Ls(*stub);
+  }
+  if (command == "evict") return Evict(*stub, args);
+  if (command == "compile" || command == "explain" || command == "bench") {
+    if (args.size() != 1)
+      return Usage(absl::StrCat(command, " takes GRAPH.json"));
+    if (command == "compile") return Compile(*stub, args[0]);
+    if (command == "explain") return Explain(*stub, args[0]);
+    return Bench(*stub, args[0]);
+  }
+  return Usage(absl::StrCat("unknown subcommand \"", command, "\""));
+}
+
+}  // namespace
+}  // namespace kiln
+
+int main(int argc, char** argv) { return kiln::Main(argc, argv); }
