@@ -54,7 +54,8 @@
 ABSL_FLAG(std::string, server, "",
           "kilnd address HOST:PORT (default: $KILN_SERVER, else "
           "127.0.0.1:7733)");
-ABSL_FLAG(double, timeout, 300, "deadline of each request, in seconds");
+ABSL_FLAG(double, timeout, 300,
+          "deadline of each request, in seconds (health: at most 10)");
 ABSL_FLAG(bool, json, false, "stats: print one JSON object");
 ABSL_FLAG(std::string, target, "cpu",
           "compile/explain/bench: cpu (this host) or a CUDA arch sm_XX");
@@ -99,10 +100,12 @@ std::shared_ptr<grpc::Channel> MakeChannel() {
                                    grpc::InsecureChannelCredentials(), args);
 }
 
-void SetDeadline(grpc::ClientContext& ctx) {
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(static_cast<int64_t>(
-                       absl::GetFlag(FLAGS_timeout) * 1000)));
+// --timeout from now, and at most `cap_seconds`.
+void SetDeadline(grpc::ClientContext& ctx, double cap_seconds = 1e9) {
+  const double seconds = std::min(absl::GetFlag(FLAGS_timeout), cap_seconds);
+  ctx.set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
 }
 
 std::string CodeName(grpc::StatusCode code) {
@@ -203,7 +206,7 @@ absl::StatusOr<v1::CompileRequest> RequestFromFile(const std::string& path) {
 int Health() {
   grpc::GenericStub stub(MakeChannel());
   grpc::ClientContext ctx;
-  SetDeadline(ctx);
+  SetDeadline(ctx, /*cap_seconds=*/10);
   grpc::CompletionQueue cq;
   grpc::Slice empty("");
   grpc::ByteBuffer request(&empty, 1);
