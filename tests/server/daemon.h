@@ -34,11 +34,19 @@ class Daemon {
  public:
   // Starts kilnd and waits (up to 30 s) until it serves; port() is 0 if it
   // did not come up.
-  Daemon(const std::string& data_dir, const std::string& port_file) {
+  // `extra_args` are appended to the command line (later flags win). The
+  // metrics endpoint takes an ephemeral port, so tests running side by side
+  // never contend for kilnd's fixed default.
+  Daemon(const std::string& data_dir, const std::string& port_file,
+         const std::vector<std::string>& extra_args = {}) {
     std::filesystem::remove(port_file);
-    std::vector<std::string> args = {
-        KILN_KILND, "--listen=127.0.0.1:0", "--data_dir=" + data_dir,
-        "--port_file=" + port_file, "--compile_threads=2"};
+    std::vector<std::string> args = {KILN_KILND,
+                                     "--listen=127.0.0.1:0",
+                                     "--metrics_listen=127.0.0.1:0",
+                                     "--data_dir=" + data_dir,
+                                     "--port_file=" + port_file,
+                                     "--compile_threads=2"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

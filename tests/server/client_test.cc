@@ -1,0 +1,93 @@
+// kiln::Client against a real kilnd: compile on first use, Lookup (no graph
+// sent) from a fresh client, the in-process cache after that, and errors.
+#include <random>
+
+#include "client/kiln_client.h"
+#include "compiler/import.h"
+#include "compiler/reference.h"
+#include "gtest/gtest.h"
+#include "tests/server/daemon.h"
+#include "tests/unit/numerics.h"
+
+namespace kiln::testing {
+namespace {
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("client_test_", getpid(), "_", rand());
+    std::filesystem::create_directories(dir_);
+    daemon_ = std::make_unique<Daemon>((dir_ / "data").string(),
+                                       (dir_ / "port").string());
+    ASSERT_GT(daemon_->port(), 0);
+  }
+  void TearDown() override {
+    daemon_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::unique_ptr<Client> NewClient() {
+    ClientOptions o;
+    o.server = absl::StrCat("127.0.0.1:", daemon_->port());
+    o.runtime_threads = 2;
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *std::move(c);
+  }
+  std::filesystem::path dir_;
+  std::unique_ptr<Daemon> daemon_;
+};
+
+TEST_F(ClientTest, CompilesThenLooksUpThenServesLocally) {
+  const v1::CompileRequest req = Request("dynamic_batch.json");
+  auto first = NewClient();
+  auto exe = first->GetExecutable(req);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  EXPECT_EQ(first->counters().compiles, 1u);
+  auto again = first->GetExecutable(req);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->get(), exe->get());  // the same loaded executable
+  EXPECT_EQ(first->counters().local_hits, 1u);
+
+  auto second = NewClient();  // another process would look the same
+  auto looked_up = second->GetExecutable(req);
+  ASSERT_TRUE(looked_up.ok()) << looked_up.status();
+  EXPECT_EQ(second->counters().lookup_hits, 1u);
+  EXPECT_EQ(second->counters().compiles, 0u);
+  EXPECT_EQ((*looked_up)->guard_key(), (*exe)->guard_key());
+
+  auto graph = ImportGraph(req.graph());
+  std::mt19937_64 rng(3);
+  for (int64_t batch : {2, 9}) {
+    auto inputs = RandomInputs(*graph, {batch}, rng);
+    auto got = (*looked_up)->Run(inputs);
+    auto want = EvaluateReference(*graph, inputs);
+    ASSERT_TRUE(got.ok() && want.ok()) << got.status();
+    EXPECT_EQ(Compare((*got)[0], (*want)[0]), "");
+  }
+}
+
+TEST_F(ClientTest, ErrorsCarryTheServersMessage) {
+  auto client = NewClient();
+  v1::CompileRequest req = Request("chain10.json");
+  req.mutable_graph()->mutable_nodes(0)->mutable_args(0)->set_ref("missing");
+  auto r = client->GetExecutable(req);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("node 0"), std::string::npos)
+      << r.status();
+}
+
+TEST(ClientNoServer, UnavailableAfterBoundedRetries) {
+  ClientOptions o;
+  o.server = "127.0.0.1:1";  // nothing listens there
+  o.max_retries = 2;
+  o.initial_backoff = absl::Milliseconds(10);
+  o.rpc_deadline = absl::Seconds(2);
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok());
+  auto r = (*client)->GetExecutable(Request("chain10.json"));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+}
+
+}  // namespace
+}  // namespace kiln::testing
