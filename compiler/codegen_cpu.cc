@@ -633,33 +633,10 @@ class KernelEmitter {
       default:
         break;
     }
-    Value* v =
-        e->args.size() == 1
-            ? EmitUnary(e->op, EmitExpr(e->args[0]), e->args[0]->dtype, d)
-            : EmitBinary(e->op, EmitExpr(e->args[0]), EmitExpr(e->args[1]),
-                         e->args[0]->dtype, d);
-    // float16/bfloat16 math runs in float32; each op's result is rounded
-    // to its dtype, as eager PyTorch (and the reference) store it, so that
-    // casts, comparisons and floor/remainder see the same value. Ops whose
-    // result is one of their operands or an integer need no rounding.
-    if (d == DType::kFloat16 || d == DType::kBFloat16) {
-      switch (e->op) {
-        case ExprOp::kNeg:
-        case ExprOp::kAbs:
-        case ExprOp::kRelu:
-        case ExprOp::kFloor:
-        case ExprOp::kCeil:
-        case ExprOp::kRound:
-        case ExprOp::kTrunc:
-        case ExprOp::kSign:
-        case ExprOp::kMax:
-        case ExprOp::kMin:
-          break;
-        default:
-          v = RoundFloat(v, d);
-      }
-    }
-    return v;
+    if (e->args.size() == 1)
+      return EmitUnary(e->op, EmitExpr(e->args[0]), e->args[0]->dtype, d);
+    return EmitBinary(e->op, EmitExpr(e->args[0]), EmitExpr(e->args[1]),
+                      e->args[0]->dtype, d);
   }
 
   // A constant of a float16/bfloat16 value holds what that dtype can

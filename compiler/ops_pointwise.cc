@@ -165,13 +165,22 @@ void AddPointwise(OpRegistry& registry, PointwiseOp op, LowerExprFn lower = null
       return std::pair(ctx.value(i).dtype, ctx.value(i).sizes.empty());
     });
     const TensorType& out = ctx.out_type();
+    // float16/bfloat16 ops compute in float32 (PyTorch's opmath) from
+    // operands converted to the compute dtype, and round once at the end:
+    // each op's result is rounded, its internal steps (alpha * other,
+    // gelu's polynomial) are not, as in eager PyTorch and the reference.
+    const DType math =
+        (compute == DType::kFloat16 || compute == DType::kBFloat16) ? DType::kFloat32 : compute;
     std::vector<Expr> x;
-    for (int i : shared->operands) x.push_back(ctx.Operand(i, out.sizes, compute));
+    for (int i : shared->operands) {
+      Expr e = ctx.Operand(i, out.sizes, compute);
+      x.push_back(math == compute ? e : ir::Cast(e, math));
+    }
     LoopNode node;
     node.kind = LoopNode::Kind::kPointwise;
     node.dtype = out.dtype;
     node.sizes = out.sizes;
-    node.body = ir::Cast(shared->lower(x, compute, ctx.node()), out.dtype);
+    node.body = ir::Cast(shared->lower(x, math, ctx.node()), out.dtype);
     return std::vector<LoweredValue>{ctx.AddNode(std::move(node))};
   };
   registry.Add(std::move(def));

@@ -231,5 +231,20 @@ TEST(CpuRegression, BoolAddAlphaIsABool) {
     "outputs": ["a", "b"]})");
 }
 
+// Random graph seed 19692: a float16/bfloat16 op rounds once, not at each
+// internal step: add(c, b, alpha=3) is c + 3 * b rounded once, so with
+// c = -3 * b rounded it leaves that rounding's residue, not 0.
+TEST(CpuRegression, HalfPrecisionOpRoundsOnce) {
+  ExpectMatchesReference(R"({
+    "inputs": [{"name": "b", "meta": {"dtype": "BFLOAT16",
+                "sizes": [{"value": 4}, {"value": 16}]}}],
+    "nodes": [{"op": "aten.mul.Tensor", "args": [{"ref": "b"}, {"f": -3}],
+               "outputs": ["c"]},
+              {"op": "aten.add.Tensor",
+               "args": [{"ref": "c"}, {"ref": "b"}, {"name": "alpha", "i": 3}],
+               "outputs": ["r"]}],
+    "outputs": ["r"]})");
+}
+
 }  // namespace
 }  // namespace kiln::testing
