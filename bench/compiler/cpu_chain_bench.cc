@@ -124,7 +124,8 @@ int Run(int argc, char** argv) {
     // A plain copy of the input into a fresh output, on the same 2 threads.
     const size_t bytes = static_cast<size_t>(x.numel()) * 4;
     const double copy_ms = MedianMs([&] {
-      HostTensor out = HostTensor::Empty(DType::kFloat32, sizes);
+      // Into a fresh uninitialised buffer, as the kernels write their outputs.
+      HostTensor out = HostTensor::Uninitialized(DType::kFloat32, sizes);
       pool.ParallelFor(2, [&](int64_t c) {
         const size_t half = bytes / 2, off = c * half,
                      len = c ? bytes - half : half;
