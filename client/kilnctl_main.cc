@@ -79,6 +79,11 @@ ABSL_FLAG(int64_t, requests, 1000000,
 namespace kiln {
 namespace {
 
+// "hit", "compiled" or "joined" (the generated enum name, lower-cased).
+std::string OutcomeText(v1::CompileResponse::Outcome o) {
+  return absl::AsciiStrToLower(v1::CompileResponse::Outcome_Name(o));
+}
+
 constexpr char kDefaultServer[] = "127.0.0.1:7733";
 constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
@@ -389,19 +394,6 @@ absl::StatusOr<bool> RunAndCompare(const v1::CompileRequest& req,
   return all_pass;
 }
 
-const char* OutcomeName(v1::CompileResponse::Outcome o) {
-  switch (o) {
-    case v1::CompileResponse::HIT:
-      return "hit";
-    case v1::CompileResponse::COMPILED:
-      return "compiled";
-    case v1::CompileResponse::JOINED:
-      return "joined";
-    default:
-      return "unknown";
-  }
-}
-
 void PrintCompileResponse(const v1::CompileResponse& resp) {
   const v1::Artifact& a = resp.artifact();
   int launches = 0;
@@ -409,7 +401,7 @@ void PrintCompileResponse(const v1::CompileResponse& resp) {
   std::cout << "key      " << Hex(resp.guard_key()) << "\n"
             << absl::StrFormat(
                    "outcome  %s (server %.3f ms, compile %.1f ms)\n",
-                   OutcomeName(resp.outcome()), resp.server_seconds() * 1e3,
+                   OutcomeText(resp.outcome()), resp.server_seconds() * 1e3,
                    resp.compile_seconds() * 1e3)
             << absl::StrFormat("artifact %s, %d kernel launch%s, binary %s\n",
                                HumanBytes(a.ByteSizeLong()), launches,

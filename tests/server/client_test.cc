@@ -12,20 +12,8 @@
 namespace kiln::testing {
 namespace {
 
-class ClientTest : public ::testing::Test {
+class ClientTest : public DaemonTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("client_test_", getpid(), "_", rand());
-    std::filesystem::create_directories(dir_);
-    daemon_ = std::make_unique<Daemon>((dir_ / "data").string(),
-                                       (dir_ / "port").string());
-    ASSERT_GT(daemon_->port(), 0);
-  }
-  void TearDown() override {
-    daemon_.reset();
-    std::filesystem::remove_all(dir_);
-  }
   std::unique_ptr<Client> NewClient() {
     ClientOptions o;
     o.server = absl::StrCat("127.0.0.1:", daemon_->port());
@@ -34,8 +22,6 @@ class ClientTest : public ::testing::Test {
     EXPECT_TRUE(c.ok()) << c.status();
     return *std::move(c);
   }
-  std::filesystem::path dir_;
-  std::unique_ptr<Daemon> daemon_;
 };
 
 TEST_F(ClientTest, CompilesThenLooksUpThenServesLocally) {

@@ -25,6 +25,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kiln/v1/service.grpc.pb.h"
+#include "tests/unit/example_graphs.h"
 
 extern char** environ;
 
@@ -88,19 +89,24 @@ class Daemon {
   int port_ = 0;
 };
 
-// A request for examples/graphs/`file` on the host CPU.
-inline v1::CompileRequest Request(const std::string& file) {
-  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/" + file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  v1::CompileRequest req;
-  EXPECT_TRUE(
-      google::protobuf::util::JsonStringToMessage(ss.str(), req.mutable_graph())
-          .ok())
-      << file;
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
-  return req;
-}
+// A test with its own temp dir and a kilnd serving from it.
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("kiln_daemon_test_", getpid(), "_", rand());
+    std::filesystem::create_directories(dir_);
+    daemon_ = std::make_unique<Daemon>((dir_ / "data").string(),
+                                       (dir_ / "port").string());
+    ASSERT_GT(daemon_->port(), 0);
+  }
+  void TearDown() override {
+    daemon_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::filesystem::path dir_;
+  std::unique_ptr<Daemon> daemon_;
+};
 
 }  // namespace kiln::testing
 

@@ -85,20 +85,8 @@ std::string Example(const std::string& file) {
   return absl::StrCat(KILN_EXAMPLES_DIR, "/", file);
 }
 
-class KilnctlTest : public ::testing::Test {
+class KilnctlTest : public DaemonTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("kilnctl_test_", getpid(), "_", rand());
-    std::filesystem::create_directories(dir_);
-    daemon_ = std::make_unique<Daemon>((dir_ / "data").string(),
-                                       (dir_ / "port").string());
-    ASSERT_GT(daemon_->port(), 0);
-  }
-  void TearDown() override {
-    daemon_.reset();
-    std::filesystem::remove_all(dir_);
-  }
   // kilnctl --server=<the daemon> args...
   Result Run(std::vector<std::string> args) {
     args.insert(args.begin(), "--server=" + daemon_->address());
@@ -125,9 +113,6 @@ class KilnctlTest : public ::testing::Test {
     std::ofstream(path) << text;
     return path;
   }
-
-  std::filesystem::path dir_;
-  std::unique_ptr<Daemon> daemon_;
 };
 
 TEST_F(KilnctlTest, Health) {

@@ -87,17 +87,6 @@ class ServiceTest : public ::testing::Test {
     store_.reset();
     std::filesystem::remove_all(dir_);
   }
-  v1::CompileRequest Request(const std::string& file) {
-    std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/" + file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    v1::CompileRequest req;
-    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(ss.str(),
-                                                            req.mutable_graph())
-                    .ok());
-    *req.mutable_target()->mutable_cpu() = HostCpuTarget();
-    return req;
-  }
   grpc::Status Compile(const v1::CompileRequest& req, v1::CompileResponse* resp,
                        std::chrono::milliseconds deadline) {
     grpc::ClientContext ctx;

@@ -10,28 +10,16 @@
 #include "compiler/reference.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "tests/unit/example_graphs.h"
 #include "tests/unit/numerics.h"
 
 namespace kiln::testing {
 namespace {
 
-v1::CompileRequest RequestFor(const std::string& file) {
-  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/" + file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  v1::CompileRequest req;
-  EXPECT_TRUE(
-      google::protobuf::util::JsonStringToMessage(ss.str(), req.mutable_graph())
-          .ok())
-      << file;
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
-  return req;
-}
-
 class ExampleGraphs : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ExampleGraphs, CompiledMatchesReference) {
-  const v1::CompileRequest req = RequestFor(GetParam());
+  const v1::CompileRequest req = Request(GetParam());
   auto artifact = Compile(req);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
   auto exe = CpuExecutable::Load(*artifact);
@@ -67,7 +55,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(CpuRuntime, GuardsRejectMismatchedInputs) {
-  const v1::CompileRequest req = RequestFor("dynamic_batch.json");
+  const v1::CompileRequest req = Request("dynamic_batch.json");
   auto artifact = Compile(req);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
   auto exe = CpuExecutable::Load(*artifact);
@@ -98,7 +86,7 @@ TEST(CpuRuntime, GuardsRejectMismatchedInputs) {
 }
 
 TEST(CpuRuntime, TamperedBinaryIsNotLoaded) {
-  auto artifact = Compile(RequestFor("chain10.json"));
+  auto artifact = Compile(Request("chain10.json"));
   ASSERT_TRUE(artifact.ok()) << artifact.status();
   std::string so = artifact->cpu().shared_object();
   so[so.size() / 2] ^= 1;

@@ -1,0 +1,32 @@
+// Requests for the example graphs (examples/graphs/*.json) compiled for this
+// machine's CPU. Test targets that include this define KILN_EXAMPLES_DIR.
+#ifndef KILN_TESTS_UNIT_EXAMPLE_GRAPHS_H_
+#define KILN_TESTS_UNIT_EXAMPLE_GRAPHS_H_
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "compiler/cpu_backend.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "kiln/v1/graph.pb.h"
+
+namespace kiln::testing {
+
+inline v1::CompileRequest Request(const std::string& file) {
+  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/" + file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  v1::CompileRequest req;
+  EXPECT_TRUE(
+      google::protobuf::util::JsonStringToMessage(ss.str(), req.mutable_graph())
+          .ok())
+      << file;
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  return req;
+}
+
+}  // namespace kiln::testing
+
+#endif  // KILN_TESTS_UNIT_EXAMPLE_GRAPHS_H_
