@@ -10,10 +10,6 @@
 namespace kiln::testing {
 namespace {
 
-constexpr DType kF32 = DType::kFloat32;
-constexpr DType kF16 = DType::kFloat16;
-constexpr DType kBF16 = DType::kBFloat16;
-
 [[maybe_unused]] ::testing::Environment* const kCoverage =
     RegisterCoverage("composite", CompositeSuiteOps());
 

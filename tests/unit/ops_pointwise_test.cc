@@ -13,13 +13,6 @@
 namespace kiln::testing {
 namespace {
 
-constexpr DType kF32 = DType::kFloat32;
-constexpr DType kF16 = DType::kFloat16;
-constexpr DType kBF16 = DType::kBFloat16;
-constexpr DType kI32 = DType::kInt32;
-constexpr DType kI64 = DType::kInt64;
-constexpr DType kBool = DType::kBool;
-
 [[maybe_unused]] ::testing::Environment* const kCoverage =
     RegisterCoverage("pointwise", PointwiseSuiteOps());
 

@@ -10,17 +10,8 @@
 namespace kiln::testing {
 namespace {
 
-constexpr DType kF32 = DType::kFloat32;
-constexpr DType kF16 = DType::kFloat16;
-constexpr DType kI32 = DType::kInt32;
-constexpr DType kI64 = DType::kInt64;
-constexpr DType kBool = DType::kBool;
-
 [[maybe_unused]] ::testing::Environment* const kCoverage =
     RegisterCoverage("reduction", ReductionSuiteOps());
-
-// [[1, 2, 3], [4, 5, 6]]
-HostTensor M23() { return F32({2, 3}, {1, 2, 3, 4, 5, 6}); }
 
 // ---- sum ----
 

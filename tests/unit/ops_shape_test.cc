@@ -11,17 +11,9 @@
 namespace kiln::testing {
 namespace {
 
-constexpr DType kF32 = DType::kFloat32;
-constexpr DType kF16 = DType::kFloat16;
-constexpr DType kI32 = DType::kInt32;
-constexpr DType kI64 = DType::kInt64;
-constexpr DType kBool = DType::kBool;
-
 [[maybe_unused]] ::testing::Environment* const kCoverage =
     RegisterCoverage("shape", ShapeSuiteOps());
 
-// [[1, 2, 3], [4, 5, 6]]
-HostTensor M23() { return F32({2, 3}, {1, 2, 3, 4, 5, 6}); }
 // 0, 1, ..., n - 1 as int64 with the given sizes.
 HostTensor Iota(std::vector<int64_t> sizes) {
   int64_t n = 1;

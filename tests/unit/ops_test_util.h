@@ -27,6 +27,17 @@
 
 namespace kiln::testing {
 
+// Dtype shorthands for the tables of the per-op suites.
+inline constexpr DType kF32 = DType::kFloat32;
+inline constexpr DType kF16 = DType::kFloat16;
+inline constexpr DType kBF16 = DType::kBFloat16;
+inline constexpr DType kI32 = DType::kInt32;
+inline constexpr DType kI64 = DType::kInt64;
+inline constexpr DType kBool = DType::kBool;
+
+// [[1, 2, 3], [4, 5, 6]]
+inline HostTensor M23() { return F32({2, 3}, {1, 2, 3, 4, 5, 6}); }
+
 // ---- which suite covers which op ----
 
 inline const std::vector<std::string>& PointwiseSuiteOps() {
