@@ -9,8 +9,9 @@ namespace kiln::testing {
 namespace {
 
 TEST(OpsSmoke, AddWithAlphaBroadcasts) {
-  auto r = RunOp("aten.add.Tensor", {F32({2, 2}, {1, 2, 3, 4}), F32({2}, {10, 20})},
-                 {In(0), In(1), Kw("alpha", I(2))});
+  auto r =
+      RunOp("aten.add.Tensor", {F32({2, 2}, {1, 2, 3, 4}), F32({2}, {10, 20})},
+            {In(0), In(1), Kw("alpha", I(2))});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->type().dtype, DType::kFloat32);
   EXPECT_EQ(r->sizes(), (std::vector<int64_t>{2, 2}));
