@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/host_tensor.h"
+#include "compiler/kernel_emitter.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Intrinsics.h"
 #include "llvm/IR/LLVMContext.h"
@@ -22,16 +23,11 @@ using llvm::IRBuilder;
 using llvm::Value;
 
 // Emits one kernel function.
-class KernelEmitter {
+class CpuKernelEmitter : public KernelEmitterBase {
  public:
-  KernelEmitter(llvm::Module& module, const FusedProgram& program,
-                const Kernel& kernel, const CpuCodegenOptions& options)
-      : m_(module),
-        ctx_(module.getContext()),
-        b_(ctx_),
-        program_(program),
-        kernel_(kernel),
-        options_(options) {}
+  CpuKernelEmitter(llvm::Module& module, const FusedProgram& program,
+                   const Kernel& kernel, const CpuCodegenOptions& options)
+      : KernelEmitterBase(module, program, kernel, options.fast_math, "CPU") {}
 
   absl::Status Emit() {
     llvm::Type* ptr = llvm::PointerType::get(ctx_, 0);
@@ -52,7 +48,7 @@ class KernelEmitter {
     end->setName("end");
     entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     b_.SetInsertPoint(entry_);
-    if (options_.fast_math) {
+    if (fast_math_) {
       llvm::FastMathFlags fmf;
       fmf.setFast();
       b_.setFastMathFlags(fmf);
@@ -66,20 +62,7 @@ class KernelEmitter {
       Value* slot = b_.CreateInBoundsGEP(i64, symbols, b_.getInt64(s));
       syms_.push_back(b_.CreateLoad(i64, slot, program_.symbol_names[s]));
     }
-    memo_.emplace_back();
-    for (const SymExpr& d : kernel_.dims)
-      dim_size_.push_back(EmitExpr(ir::FromSym(d)));
-    vars_.assign(kernel_.dims.size(), nullptr);
-    for (size_t d = 0; d < kernel_.dims.size(); ++d) {
-      (kernel_.inner[d] ? inner_dims_ : outer_dims_)
-          .push_back(static_cast<int>(d));
-    }
-    for (const Stage& st : kernel_.stages) {
-      if (st.kind == Stage::Kind::kReduce) {
-        acc_value_.push_back(nullptr);
-        acc_dtype_.push_back(DType::kFloat32);
-      }
-    }
+    SetUpKernelDims();
     if (inner_dims_.empty()) {
       EmitPointwiseKernel(start, end);
     } else {
@@ -96,59 +79,6 @@ class KernelEmitter {
   }
 
  private:
-  // ---- loops ----
-
-  // for (i = lo; i < hi; ++i) body(i), in SSA form.
-  void EmitLoop(Value* lo, Value* hi, const std::string& name,
-                const std::function<void(Value*)>& body) {
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* header = llvm::BasicBlock::Create(ctx_, name + ".header", fn_);
-    auto* loop = llvm::BasicBlock::Create(ctx_, name + ".body", fn_);
-    auto* exit = llvm::BasicBlock::Create(ctx_, name + ".exit", fn_);
-    b_.CreateBr(header);
-    b_.SetInsertPoint(header);
-    llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, name);
-    i->addIncoming(lo, pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(i, hi), loop, exit);
-    b_.SetInsertPoint(loop);
-    memo_.emplace_back();
-    body(i);
-    memo_.pop_back();
-    Value* next = b_.CreateAdd(i, b_.getInt64(1), name + ".next",
-                               /*HasNUW=*/true, /*HasNSW=*/true);
-    i->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateBr(header);
-    b_.SetInsertPoint(exit);
-  }
-
-  // Nested loops over the inner dims (outermost first).
-  void EmitInnerNest(size_t k, const std::function<void()>& body) {
-    if (k == inner_dims_.size()) {
-      body();
-      return;
-    }
-    const int d = inner_dims_[k];
-    EmitLoop(b_.getInt64(0), dim_size_[d], absl::StrCat("r", d), [&](Value* i) {
-      vars_[d] = i;
-      EmitInnerNest(k + 1, body);
-    });
-  }
-
-  // Sets the outer vars from a flat row-major index over the outer dims.
-  void DecomposeOuter(Value* flat, size_t skip_last) {
-    Value* rest = flat;
-    for (size_t k = outer_dims_.size(); k-- > 0;) {
-      const int d = outer_dims_[k];
-      if (k + skip_last >= outer_dims_.size()) continue;
-      if (k == 0) {
-        vars_[d] = rest;
-      } else {
-        vars_[d] = b_.CreateSRem(rest, dim_size_[d]);
-        rest = b_.CreateSDiv(rest, dim_size_[d]);
-      }
-    }
-  }
-
   // Pointwise: runs along the innermost dim, each a counted loop.
   void EmitPointwiseKernel(Value* start, Value* end) {
     if (outer_dims_.empty()) {  // a 0-d output: one element
@@ -248,62 +178,12 @@ class KernelEmitter {
     EmitInnerNest(0, [&] {
       Value* v = ConvertValue(EmitExpr(st.value), st.value->dtype, vdtype);
       Value* a = b_.CreateLoad(ty, acc);
-      Value* next = nullptr;
-      const bool fp = IsFloating(vdtype);
-      switch (st.reduce) {
-        case ReduceKind::kSum:
-          next = fp ? Reassoc(b_.CreateFAdd(a, v))
-                    : (vdtype == DType::kBool ? b_.CreateOr(a, v)
-                                              : b_.CreateAdd(a, v));
-          break;
-        case ReduceKind::kProd:
-          next = fp ? Reassoc(b_.CreateFMul(a, v))
-                    : (vdtype == DType::kBool ? b_.CreateAnd(a, v)
-                                              : b_.CreateMul(a, v));
-          break;
-        case ReduceKind::kMax:
-        case ReduceKind::kMin: {
-          const bool mx = st.reduce == ReduceKind::kMax;
-          if (fp) {
-            // Take v when it is beyond acc or NaN; a NaN acc stays NaN.
-            Value* better =
-                mx ? b_.CreateFCmpOGT(v, a) : b_.CreateFCmpOLT(v, a);
-            better = b_.CreateOr(better, b_.CreateFCmpUNO(v, v));
-            next = b_.CreateSelect(better, v, a);
-          } else if (vdtype == DType::kBool) {
-            next = mx ? b_.CreateOr(a, v) : b_.CreateAnd(a, v);
-          } else {
-            next = mx ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, a, v)
-                      : b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, a, v);
-          }
-          break;
-        }
-        case ReduceKind::kArgMax:
-        case ReduceKind::kArgMin: {
-          const bool mx = st.reduce == ReduceKind::kArgMax;
-          Value* better;
-          if (fp) {
-            better = mx ? b_.CreateFCmpOGT(v, a) : b_.CreateFCmpOLT(v, a);
-            // The first NaN wins and is never replaced.
-            better = b_.CreateOr(better, b_.CreateAnd(b_.CreateFCmpUNO(v, v),
-                                                      b_.CreateFCmpORD(a, a)));
-          } else {
-            better = mx ? b_.CreateICmpSGT(v, a) : b_.CreateICmpSLT(v, a);
-          }
-          next = b_.CreateSelect(better, v, a);
-          b_.CreateStore(b_.CreateSelect(better, InnerPosition(),
-                                         b_.CreateLoad(b_.getInt64Ty(), pos)),
-                         pos);
-          break;
-        }
-        case ReduceKind::kAny:
-          next = b_.CreateOr(
-              a, b_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0)));
-          break;
-        case ReduceKind::kAll:
-          next = b_.CreateAnd(
-              a, b_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0)));
-          break;
+      Value* take = nullptr;
+      Value* next = CombineStep(st.reduce, vdtype, a, v, &take);
+      if (pos) {
+        b_.CreateStore(b_.CreateSelect(take, InnerPosition(),
+                                       b_.CreateLoad(b_.getInt64Ty(), pos)),
+                       pos);
       }
       b_.CreateStore(next, acc);
     });
@@ -322,89 +202,6 @@ class KernelEmitter {
     memo_.back().clear();
   }
 
-  Value* Reassoc(Value* v) {
-    if (auto* inst = llvm::dyn_cast<llvm::Instruction>(v)) {
-      llvm::FastMathFlags fmf = inst->getFastMathFlags();
-      fmf.setAllowReassoc();
-      inst->setFastMathFlags(fmf);
-    }
-    return v;
-  }
-
-  // Row-major position within the inner dims (argmax's answer).
-  Value* InnerPosition() {
-    Value* p = b_.getInt64(0);
-    for (int d : inner_dims_)
-      p = b_.CreateAdd(b_.CreateMul(p, dim_size_[d]), vars_[d]);
-    return p;
-  }
-
-  Value* InitValue(ReduceKind k, DType dtype) {
-    llvm::Type* ty = TypeOf(dtype);
-    const bool fp = IsFloating(dtype);
-    switch (k) {
-      case ReduceKind::kSum:
-        return fp ? llvm::ConstantFP::get(ty, 0.0)
-                  : llvm::ConstantInt::get(ty, 0);
-      case ReduceKind::kProd:
-        return fp ? llvm::ConstantFP::get(ty, 1.0)
-                  : llvm::ConstantInt::get(ty, 1);
-      case ReduceKind::kMax:
-      case ReduceKind::kArgMax:
-        if (fp) return llvm::ConstantFP::getInfinity(ty, /*Negative=*/true);
-        if (dtype == DType::kBool) return b_.getFalse();
-        return llvm::ConstantInt::get(
-            ty, llvm::APInt::getSignedMinValue(ty->getIntegerBitWidth()));
-      case ReduceKind::kMin:
-      case ReduceKind::kArgMin:
-        if (fp) return llvm::ConstantFP::getInfinity(ty, /*Negative=*/false);
-        if (dtype == DType::kBool) return b_.getTrue();
-        return llvm::ConstantInt::get(
-            ty, llvm::APInt::getSignedMaxValue(ty->getIntegerBitWidth()));
-      case ReduceKind::kAny:
-        return b_.getFalse();
-      case ReduceKind::kAll:
-        return b_.getTrue();
-    }
-    return nullptr;
-  }
-
-  // ---- types and memory ----
-
-  llvm::Type* TypeOf(DType d) {
-    switch (d) {
-      case DType::kFloat32:
-      case DType::kFloat16:
-      case DType::kBFloat16:
-        return b_.getFloatTy();
-      case DType::kInt32:
-        return b_.getInt32Ty();
-      case DType::kInt64:
-        return b_.getInt64Ty();
-      case DType::kBool:
-        return b_.getInt1Ty();
-    }
-    return nullptr;
-  }
-
-  llvm::Type* StorageType(DType d) {
-    switch (d) {
-      case DType::kFloat32:
-        return b_.getFloatTy();
-      case DType::kFloat16:
-      case DType::kBFloat16:
-        return b_.getInt16Ty();
-      case DType::kInt32:
-        return b_.getInt32Ty();
-      case DType::kInt64:
-        return b_.getInt64Ty();
-      case DType::kBool:
-        return b_.getInt8Ty();
-    }
-    return nullptr;
-  }
-
-  // Each slot is its own allocation (outputs and temps are fresh; inputs
   // are only read), so accesses through different slots never alias. Saying
   // so spares the vectoriser its runtime overlap checks.
   void MakeAliasScopes() {
@@ -412,7 +209,8 @@ class KernelEmitter {
     llvm::MDNode* domain = md.createAnonymousAliasScopeDomain(kernel_.name);
     std::vector<llvm::Metadata*> scopes;
     for (size_t s = 0; s < kernel_.buffers.size(); ++s) {
-      scopes.push_back(md.createAnonymousAliasScope(domain, absl::StrCat("slot", s)));
+      scopes.push_back(
+          md.createAnonymousAliasScope(domain, absl::StrCat("slot", s)));
     }
     for (size_t s = 0; s < scopes.size(); ++s) {
       std::vector<llvm::Metadata*> others;
@@ -424,546 +222,12 @@ class KernelEmitter {
     }
   }
 
-  void TagAccess(llvm::Instruction* inst, int slot) {
+  void TagAccess(llvm::Instruction* inst, int slot) override {
     inst->setMetadata(llvm::LLVMContext::MD_alias_scope, scope_md_[slot]);
     inst->setMetadata(llvm::LLVMContext::MD_noalias, noalias_md_[slot]);
   }
 
-  Value* LoadElement(int slot, Value* offset, DType d) {
-    llvm::Type* st = StorageType(d);
-    Value* p = b_.CreateInBoundsGEP(st, base_[slot], offset);
-    llvm::LoadInst* raw = b_.CreateAlignedLoad(st, p, llvm::MaybeAlign(DTypeSize(d)));
-    TagAccess(raw, slot);
-    switch (d) {
-      case DType::kFloat16:
-        return HalfBitsToFloat(raw);
-      case DType::kBFloat16:
-        return BFloat16BitsToFloat(raw);
-      case DType::kBool:
-        return b_.CreateICmpNE(raw, b_.getInt8(0));
-      default:
-        return raw;
-    }
-  }
-
-  void StoreElement(int slot, Value* offset, Value* v, DType d) {
-    llvm::Type* st = StorageType(d);
-    Value* p = b_.CreateInBoundsGEP(st, base_[slot], offset);
-    Value* raw = v;
-    switch (d) {
-      case DType::kFloat16:
-        raw = FloatToHalfBits(v);
-        break;
-      case DType::kBFloat16:
-        raw = FloatToBFloat16Bits(v);
-        break;
-      case DType::kBool:
-        raw = b_.CreateZExt(v, b_.getInt8Ty());
-        break;
-      default:
-        break;
-    }
-    TagAccess(b_.CreateAlignedStore(raw, p, llvm::MaybeAlign(DTypeSize(d))), slot);
-  }
-
-  // IEEE half <-> float with integer ops (support/half.h has the same
-  // algorithms in C++; the reference evaluator uses those).
-  Value* HalfBitsToFloat(Value* h16) {
-    Value* h = b_.CreateZExt(h16, b_.getInt32Ty());
-    Value* em = b_.CreateShl(b_.CreateAnd(h, 0x7fff), 13);
-    Value* exp = b_.CreateAnd(em, 0x0f800000);
-    Value* normal = b_.CreateAdd(em, b_.getInt32((127 - 15) << 23));
-    Value* infnan = b_.CreateAdd(normal, b_.getInt32((128 - 16) << 23));
-    // Zero/subnormal: (em + 113<<23) as float minus 2^-14.
-    Value* sub_f = b_.CreateFSub(
-        b_.CreateBitCast(b_.CreateAdd(em, b_.getInt32(113 << 23)),
-                         b_.getFloatTy()),
-        llvm::ConstantFP::get(b_.getFloatTy(), std::ldexp(1.0, -14)));
-    Value* sub = b_.CreateBitCast(sub_f, b_.getInt32Ty());
-    Value* bits = b_.CreateSelect(
-        b_.CreateICmpEQ(exp, b_.getInt32(0x0f800000)), infnan,
-        b_.CreateSelect(b_.CreateICmpEQ(exp, b_.getInt32(0)), sub, normal));
-    bits = b_.CreateOr(bits, b_.CreateShl(b_.CreateAnd(h, 0x8000), 16));
-    return b_.CreateBitCast(bits, b_.getFloatTy());
-  }
-
-  Value* FloatToHalfBits(Value* f) {
-    Value* u = b_.CreateBitCast(f, b_.getInt32Ty());
-    Value* sign = b_.CreateAnd(b_.CreateLShr(u, 16), 0x8000);
-    Value* a = b_.CreateAnd(u, 0x7fffffff);
-    Value* nan_inf =
-        b_.CreateSelect(b_.CreateICmpUGT(a, b_.getInt32(0x7f800000)),
-                        b_.getInt32(0x7e00), b_.getInt32(0x7c00));
-    Value* sub_f = b_.CreateFAdd(b_.CreateBitCast(a, b_.getFloatTy()),
-                                 llvm::ConstantFP::get(b_.getFloatTy(), 0.5));
-    Value* sub = b_.CreateSub(b_.CreateBitCast(sub_f, b_.getInt32Ty()),
-                              b_.getInt32(0x3f000000));
-    Value* odd = b_.CreateAnd(b_.CreateLShr(a, 13), 1);
-    Value* normal = b_.CreateLShr(
-        b_.CreateAdd(b_.CreateAdd(a, b_.getInt32(0xc8000fff)), odd), 13);
-    Value* r = b_.CreateSelect(b_.CreateICmpULT(a, b_.getInt32(0x38800000)),
-                               sub, normal);
-    r = b_.CreateSelect(b_.CreateICmpUGE(a, b_.getInt32(0x477ff000)),
-                        b_.getInt32(0x7c00), r);
-    r = b_.CreateSelect(b_.CreateICmpUGE(a, b_.getInt32(0x7f800000)), nan_inf,
-                        r);
-    return b_.CreateTrunc(b_.CreateOr(r, sign), b_.getInt16Ty());
-  }
-
-  Value* BFloat16BitsToFloat(Value* h16) {
-    return b_.CreateBitCast(
-        b_.CreateShl(b_.CreateZExt(h16, b_.getInt32Ty()), 16), b_.getFloatTy());
-  }
-
-  Value* FloatToBFloat16Bits(Value* f) {
-    Value* u = b_.CreateBitCast(f, b_.getInt32Ty());
-    Value* lsb = b_.CreateAnd(b_.CreateLShr(u, 16), 1);
-    Value* rounded = b_.CreateLShr(
-        b_.CreateAdd(b_.CreateAdd(u, b_.getInt32(0x7fff)), lsb), 16);
-    Value* is_nan =
-        b_.CreateICmpUGT(b_.CreateAnd(u, 0x7fffffff), b_.getInt32(0x7f800000));
-    return b_.CreateTrunc(b_.CreateSelect(is_nan, b_.getInt32(0x7fc0), rounded),
-                          b_.getInt16Ty());
-  }
-
-  // Rounds a float32 value to what `d` can hold (float16/bfloat16).
-  Value* RoundFloat(Value* v, DType d) {
-    if (d == DType::kFloat16) return HalfBitsToFloat(FloatToHalfBits(v));
-    if (d == DType::kBFloat16)
-      return BFloat16BitsToFloat(FloatToBFloat16Bits(v));
-    return v;
-  }
-
-  // Converts a value of dtype `from` to dtype `to` (a cast's semantics).
-  Value* ConvertValue(Value* v, DType from, DType to) {
-    if (from == to) return v;
-    const bool ff = IsFloating(from), ft = IsFloating(to);
-    if (ff && ft) {
-      // Narrowing rounds; widening (f16/bf16 -> f32) is exact.
-      if (to == DType::kFloat32) return v;
-      return RoundFloat(v, to);
-    }
-    if (!ff && ft) {
-      Value* f = from == DType::kBool ? b_.CreateUIToFP(v, b_.getFloatTy())
-                                      : b_.CreateSIToFP(v, b_.getFloatTy());
-      return RoundFloat(f, to);
-    }
-    if (ff && !ft) {
-      if (to == DType::kBool)
-        return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
-      llvm::Type* it = TypeOf(to);
-      return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {it, v->getType()},
-                                {v});
-    }
-    if (to == DType::kBool)
-      return b_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
-    if (from == DType::kBool) return b_.CreateZExt(v, TypeOf(to));
-    return b_.CreateSExtOrTrunc(v, TypeOf(to));
-  }
-
-  // ---- expressions ----
-
-  Value* Lookup(const Expr& e) {
-    for (auto it = memo_.rbegin(); it != memo_.rend(); ++it) {
-      auto f = it->find(e.get());
-      if (f != it->end()) return f->second;
-    }
-    return nullptr;
-  }
-
-  Value* EmitExpr(const Expr& e) {
-    if (Value* v = Lookup(e)) return v;
-    Value* v = EmitUncached(e);
-    memo_.back()[e.get()] = v;
-    // The memo is keyed by address: keep the node alive so its address is
-    // never reused by a later temporary expression.
-    keep_alive_.push_back(e);
-    return v;
-  }
-
-  llvm::Function* Intrinsic(llvm::Intrinsic::ID id, llvm::Type* t) {
-    return llvm::Intrinsic::getDeclaration(&m_, id, {t});
-  }
-  Value* Call1(llvm::Intrinsic::ID id, Value* x) {
-    return b_.CreateCall(Intrinsic(id, x->getType()), {x});
-  }
-  Value* LibM(const char* name, std::initializer_list<Value*> args) {
-    std::vector<llvm::Type*> types(args.size(), b_.getFloatTy());
-    llvm::FunctionCallee f = m_.getOrInsertFunction(
-        name, llvm::FunctionType::get(b_.getFloatTy(), types, false));
-    // Like -fno-math-errno: libm calls touch no memory, so the vectoriser
-    // may replace them with libmvec variants.
-    if (auto* decl = llvm::dyn_cast<llvm::Function>(f.getCallee())) {
-      decl->setMemoryEffects(llvm::MemoryEffects::none());
-      decl->setDoesNotThrow();
-      decl->addFnAttr(llvm::Attribute::WillReturn);
-    }
-    auto* call = b_.CreateCall(f, args);
-    call->setDoesNotThrow();
-    return call;
-  }
-  Value* F(double v) { return llvm::ConstantFP::get(b_.getFloatTy(), v); }
-
-  Value* EmitUncached(const Expr& e) {
-    const DType d = e->dtype;
-    const bool fp = IsFloating(d);
-    switch (e->op) {
-      case ExprOp::kConst:
-        if (fp)
-          return llvm::ConstantFP::get(TypeOf(d),
-                                       RoundToDTypeForConst(e->f, d));
-        return llvm::ConstantInt::get(TypeOf(d), static_cast<uint64_t>(e->i),
-                                      /*isSigned=*/true);
-      case ExprOp::kVar:
-        return vars_[e->index];
-      case ExprOp::kSym:
-        return syms_[e->index];
-      case ExprOp::kLoadBuffer:
-        return LoadElement(e->index, EmitExpr(e->args[0]), d);
-      case ExprOp::kAcc:
-        return ConvertValue(acc_value_[e->index], acc_dtype_[e->index], d);
-      case ExprOp::kLoad:
-        status_ = absl::InternalError("a node load survived fusion");
-        return llvm::UndefValue::get(TypeOf(d));
-      case ExprOp::kCast:
-        return ConvertValue(EmitExpr(e->args[0]), e->args[0]->dtype, d);
-      case ExprOp::kSelect:
-        return b_.CreateSelect(EmitExpr(e->args[0]), EmitExpr(e->args[1]),
-                               EmitExpr(e->args[2]));
-      default:
-        break;
-    }
-    if (e->args.size() == 1)
-      return EmitUnary(e->op, EmitExpr(e->args[0]), e->args[0]->dtype, d);
-    return EmitBinary(e->op, EmitExpr(e->args[0]), EmitExpr(e->args[1]),
-                      e->args[0]->dtype, d);
-  }
-
-  // A constant of a float16/bfloat16 value holds what that dtype can
-  // represent, as the reference's conversion of a Python scalar does.
-  static double RoundToDTypeForConst(double v, DType d) {
-    return RoundToDType(v, d);
-  }
-
-  Value* EmitUnary(ExprOp op, Value* x, DType in, DType out) {
-    const bool fp = IsFloating(in);
-    if (fp) {
-      switch (op) {
-        case ExprOp::kNeg:
-          return b_.CreateFNeg(x);
-        case ExprOp::kAbs:
-          return Call1(llvm::Intrinsic::fabs, x);
-        case ExprOp::kExp:
-          return Call1(llvm::Intrinsic::exp, x);
-        case ExprOp::kExp2:
-          return Call1(llvm::Intrinsic::exp2, x);
-        case ExprOp::kExpm1:
-          return LibM("expm1f", {x});
-        case ExprOp::kLog:
-          return Call1(llvm::Intrinsic::log, x);
-        case ExprOp::kLog2:
-          return Call1(llvm::Intrinsic::log2, x);
-        case ExprOp::kLog1p:
-          return LibM("log1pf", {x});
-        case ExprOp::kSqrt:
-          return Call1(llvm::Intrinsic::sqrt, x);
-        case ExprOp::kRsqrt:
-          return b_.CreateFDiv(F(1.0), Call1(llvm::Intrinsic::sqrt, x));
-        case ExprOp::kReciprocal:
-          return b_.CreateFDiv(F(1.0), x);
-        case ExprOp::kSin:
-          return Call1(llvm::Intrinsic::sin, x);
-        case ExprOp::kCos:
-          return Call1(llvm::Intrinsic::cos, x);
-        case ExprOp::kTan:
-          return LibM("tanf", {x});
-        case ExprOp::kTanh:
-          return LibM("tanhf", {x});
-        case ExprOp::kErf:
-          return LibM("erff", {x});
-        case ExprOp::kSigmoid:
-          return b_.CreateFDiv(F(1.0),
-                               b_.CreateFAdd(F(1.0), Call1(llvm::Intrinsic::exp,
-                                                           b_.CreateFNeg(x))));
-        case ExprOp::kFloor:
-          return Call1(llvm::Intrinsic::floor, x);
-        case ExprOp::kCeil:
-          return Call1(llvm::Intrinsic::ceil, x);
-        case ExprOp::kRound:
-          return Call1(llvm::Intrinsic::roundeven, x);
-        case ExprOp::kTrunc:
-          return Call1(llvm::Intrinsic::trunc, x);
-        case ExprOp::kSign: {
-          Value* pos =
-              b_.CreateUIToFP(b_.CreateFCmpOGT(x, F(0)), b_.getFloatTy());
-          Value* neg =
-              b_.CreateUIToFP(b_.CreateFCmpOLT(x, F(0)), b_.getFloatTy());
-          return b_.CreateFSub(pos, neg);
-        }
-        case ExprOp::kRelu:  // x <= 0 -> 0; NaN stays NaN
-          return b_.CreateSelect(b_.CreateFCmpOLE(x, F(0)), F(0), x);
-        case ExprOp::kIsNan:
-          return b_.CreateFCmpUNO(x, x);
-        case ExprOp::kNot:
-          return b_.CreateFCmpOEQ(x, F(0));
-        default:
-          break;
-      }
-    } else {
-      llvm::Type* t = x->getType();
-      auto zero = llvm::ConstantInt::get(t, 0);
-      switch (op) {
-        case ExprOp::kNeg:
-          return b_.CreateSub(zero, x);
-        case ExprOp::kAbs:
-          return b_.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x,
-                                          b_.getFalse());
-        case ExprOp::kFloor:
-        case ExprOp::kCeil:
-        case ExprOp::kRound:
-        case ExprOp::kTrunc:
-          return x;
-        case ExprOp::kSign:
-          if (in == DType::kBool) return x;
-          return b_.CreateSub(b_.CreateZExt(b_.CreateICmpSGT(x, zero), t),
-                              b_.CreateZExt(b_.CreateICmpSLT(x, zero), t));
-        case ExprOp::kRelu:
-          return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, zero);
-        case ExprOp::kNot:
-          return in == DType::kBool ? b_.CreateNot(x)
-                                    : b_.CreateICmpEQ(x, zero);
-        case ExprOp::kBitNot:
-          return b_.CreateNot(x);
-        case ExprOp::kIsNan:
-          return b_.getFalse();
-        default:
-          break;
-      }
-    }
-    status_ = absl::UnimplementedError(absl::StrCat(
-        "CPU codegen: unary op ", static_cast<int>(op), " on ", DTypeName(in)));
-    return llvm::UndefValue::get(TypeOf(out));
-  }
-
-  Value* EmitBinary(ExprOp op, Value* a, Value* b, DType in, DType out) {
-    if (IsFloating(in)) return EmitFloatBinary(op, a, b, out);
-    return EmitIntBinary(op, a, b, in, out);
-  }
-
-  Value* NanPropagate(Value* r, Value* a, Value* b) {
-    r = b_.CreateSelect(b_.CreateFCmpUNO(b, b), b, r);
-    return b_.CreateSelect(b_.CreateFCmpUNO(a, a), a, r);
-  }
-
-  Value* EmitFloatBinary(ExprOp op, Value* a, Value* b, DType out) {
-    switch (op) {
-      case ExprOp::kAdd:
-        return b_.CreateFAdd(a, b);
-      case ExprOp::kSub:
-        return b_.CreateFSub(a, b);
-      case ExprOp::kMul:
-        return b_.CreateFMul(a, b);
-      case ExprOp::kDiv:
-        return b_.CreateFDiv(a, b);
-      case ExprOp::kFmod:
-        return b_.CreateFRem(a, b);
-      case ExprOp::kRemainder: {
-        Value* r = b_.CreateFRem(a, b);
-        Value* fix = b_.CreateAnd(
-            b_.CreateFCmpONE(r, F(0)),
-            b_.CreateXor(b_.CreateFCmpOLT(b, F(0)), b_.CreateFCmpOLT(r, F(0))));
-        return b_.CreateSelect(fix, b_.CreateFAdd(r, b), r);
-      }
-      case ExprOp::kFloorDiv: {
-        // PyTorch's div_floor_floating.
-        Value* mod = b_.CreateFRem(a, b);
-        Value* div = b_.CreateFDiv(b_.CreateFSub(a, mod), b);
-        Value* fix = b_.CreateAnd(b_.CreateFCmpONE(mod, F(0)),
-                                  b_.CreateXor(b_.CreateFCmpOLT(b, F(0)),
-                                               b_.CreateFCmpOLT(mod, F(0))));
-        div = b_.CreateSelect(fix, b_.CreateFSub(div, F(1)), div);
-        Value* fl = Call1(llvm::Intrinsic::floor, div);
-        fl = b_.CreateSelect(b_.CreateFCmpOGT(b_.CreateFSub(div, fl), F(0.5)),
-                             b_.CreateFAdd(fl, F(1)), fl);
-        Value* zero_case = b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign,
-                                                    F(0), b_.CreateFDiv(a, b));
-        Value* r = b_.CreateSelect(b_.CreateFCmpONE(div, F(0)), fl, zero_case);
-        return b_.CreateSelect(b_.CreateFCmpOEQ(b, F(0)), b_.CreateFDiv(a, b),
-                               r);
-      }
-      case ExprOp::kPow:
-        return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, a, b);
-      case ExprOp::kMax:
-        return NanPropagate(b_.CreateSelect(b_.CreateFCmpOGT(a, b), a, b), a,
-                            b);
-      case ExprOp::kMin:
-        return NanPropagate(b_.CreateSelect(b_.CreateFCmpOLT(a, b), a, b), a,
-                            b);
-      case ExprOp::kAtan2:
-        return LibM("atan2f", {a, b});
-      case ExprOp::kEq:
-        return b_.CreateFCmpOEQ(a, b);
-      case ExprOp::kNe:
-        return b_.CreateFCmpUNE(a, b);
-      case ExprOp::kLt:
-        return b_.CreateFCmpOLT(a, b);
-      case ExprOp::kLe:
-        return b_.CreateFCmpOLE(a, b);
-      case ExprOp::kGt:
-        return b_.CreateFCmpOGT(a, b);
-      case ExprOp::kGe:
-        return b_.CreateFCmpOGE(a, b);
-      default:
-        break;
-    }
-    status_ = absl::UnimplementedError(
-        absl::StrCat("CPU codegen: float binary op ", static_cast<int>(op)));
-    return llvm::UndefValue::get(TypeOf(out));
-  }
-
-  Value* EmitIntBinary(ExprOp op, Value* a, Value* b, DType in, DType out) {
-    llvm::Type* t = a->getType();
-    const bool is_bool = in == DType::kBool;
-    auto c = [t](int64_t v) {
-      return llvm::ConstantInt::get(t, static_cast<uint64_t>(v), true);
-    };
-    switch (op) {
-      case ExprOp::kAdd:
-        return is_bool ? b_.CreateOr(a, b) : b_.CreateAdd(a, b);
-      case ExprOp::kSub:
-        return b_.CreateSub(a, b);
-      case ExprOp::kMul:
-        return is_bool ? b_.CreateAnd(a, b) : b_.CreateMul(a, b);
-      case ExprOp::kAnd:
-      case ExprOp::kBitAnd:
-        return b_.CreateAnd(a, b);
-      case ExprOp::kOr:
-      case ExprOp::kBitOr:
-        return b_.CreateOr(a, b);
-      case ExprOp::kMax:
-        return is_bool ? b_.CreateOr(a, b)
-                       : b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, a, b);
-      case ExprOp::kMin:
-        return is_bool ? b_.CreateAnd(a, b)
-                       : b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, a, b);
-      case ExprOp::kEq:
-        return b_.CreateICmpEQ(a, b);
-      case ExprOp::kNe:
-        return b_.CreateICmpNE(a, b);
-      case ExprOp::kLt:
-        return is_bool ? b_.CreateICmpULT(a, b) : b_.CreateICmpSLT(a, b);
-      case ExprOp::kLe:
-        return is_bool ? b_.CreateICmpULE(a, b) : b_.CreateICmpSLE(a, b);
-      case ExprOp::kGt:
-        return is_bool ? b_.CreateICmpUGT(a, b) : b_.CreateICmpSGT(a, b);
-      case ExprOp::kGe:
-        return is_bool ? b_.CreateICmpUGE(a, b) : b_.CreateICmpSGE(a, b);
-      case ExprOp::kDiv:
-      case ExprOp::kFloorDiv:
-      case ExprOp::kRemainder:
-      case ExprOp::kFmod: {
-        if (is_bool) break;
-        // Division by 0 yields 0 and x / -1 is -x (no INT_MIN / -1 trap).
-        Value* zero_d = b_.CreateICmpEQ(b, c(0));
-        Value* neg1 = b_.CreateICmpEQ(b, c(-1));
-        Value* safe = b_.CreateSelect(b_.CreateOr(zero_d, neg1), c(1), b);
-        Value* q = b_.CreateSDiv(a, safe);
-        Value* r = b_.CreateSRem(a, safe);
-        Value* sign_differs =
-            b_.CreateXor(b_.CreateICmpSLT(r, c(0)), b_.CreateICmpSLT(b, c(0)));
-        Value* adjust = b_.CreateAnd(b_.CreateICmpNE(r, c(0)), sign_differs);
-        Value* result;
-        if (op == ExprOp::kDiv) {
-          result = b_.CreateSelect(neg1, b_.CreateSub(c(0), a), q);
-        } else if (op == ExprOp::kFloorDiv) {
-          result = b_.CreateSelect(
-              neg1, b_.CreateSub(c(0), a),
-              b_.CreateSelect(adjust, b_.CreateSub(q, c(1)), q));
-        } else if (op == ExprOp::kRemainder) {
-          result = b_.CreateSelect(
-              neg1, c(0), b_.CreateSelect(adjust, b_.CreateAdd(r, b), r));
-        } else {
-          result = b_.CreateSelect(neg1, c(0), r);
-        }
-        return b_.CreateSelect(zero_d, c(0), result);
-      }
-      case ExprOp::kPow: {
-        if (is_bool) break;
-        Value* a64 = b_.CreateSExtOrTrunc(a, b_.getInt64Ty());
-        Value* b64 = b_.CreateSExtOrTrunc(b, b_.getInt64Ty());
-        return b_.CreateTrunc(b_.CreateCall(IntPowFunction(), {a64, b64}), t);
-      }
-      default:
-        break;
-    }
-    status_ = absl::UnimplementedError(
-        absl::StrCat("CPU codegen: integer binary op ", static_cast<int>(op),
-                     " on ", DTypeName(in)));
-    return llvm::UndefValue::get(TypeOf(out));
-  }
-
-  // i64 kiln_ipow(i64 base, i64 exp): wrapping; negative exponents give
-  // 1, -1 or 0 as the reference does.
-  llvm::Function* IntPowFunction() {
-    if (llvm::Function* f = m_.getFunction("kiln_ipow")) return f;
-    llvm::Type* i64 = b_.getInt64Ty();
-    auto* f = llvm::Function::Create(
-        llvm::FunctionType::get(i64, {i64, i64}, false),
-        llvm::Function::InternalLinkage, "kiln_ipow", m_);
-    IRBuilder<> b(ctx_);
-    auto args = f->arg_begin();
-    Value* base = &*args++;
-    Value* exp = &*args;
-    auto* entry = llvm::BasicBlock::Create(ctx_, "entry", f);
-    auto* neg = llvm::BasicBlock::Create(ctx_, "neg", f);
-    auto* loop = llvm::BasicBlock::Create(ctx_, "loop", f);
-    auto* done = llvm::BasicBlock::Create(ctx_, "done", f);
-    b.SetInsertPoint(entry);
-    b.CreateCondBr(b.CreateICmpSLT(exp, b.getInt64(0)), neg, loop);
-    b.SetInsertPoint(neg);
-    Value* odd = b.CreateICmpNE(b.CreateAnd(exp, 1), b.getInt64(0));
-    Value* r_neg = b.CreateSelect(
-        b.CreateICmpEQ(base, b.getInt64(1)), b.getInt64(1),
-        b.CreateSelect(b.CreateICmpEQ(base, b.getInt64(-1)),
-                       b.CreateSelect(odd, b.getInt64(-1), b.getInt64(1)),
-                       b.getInt64(0)));
-    b.CreateRet(r_neg);
-    b.SetInsertPoint(loop);
-    llvm::PHINode* r = b.CreatePHI(i64, 2);
-    llvm::PHINode* bb = b.CreatePHI(i64, 2);
-    llvm::PHINode* e = b.CreatePHI(i64, 2);
-    r->addIncoming(b.getInt64(1), entry);
-    bb->addIncoming(base, entry);
-    e->addIncoming(exp, entry);
-    auto* body = llvm::BasicBlock::Create(ctx_, "body", f);
-    b.CreateCondBr(b.CreateICmpEQ(e, b.getInt64(0)), done, body);
-    b.SetInsertPoint(body);
-    Value* bit = b.CreateICmpNE(b.CreateAnd(e, 1), b.getInt64(0));
-    Value* r2 = b.CreateSelect(bit, b.CreateMul(r, bb), r);
-    r->addIncoming(r2, body);
-    bb->addIncoming(b.CreateMul(bb, bb), body);
-    e->addIncoming(b.CreateLShr(e, 1), body);
-    b.CreateBr(loop);
-    b.SetInsertPoint(done);
-    b.CreateRet(r);
-    return f;
-  }
-
-  llvm::Module& m_;
-  llvm::LLVMContext& ctx_;
-  IRBuilder<> b_;
-  const FusedProgram& program_;
-  const Kernel& kernel_;
-  const CpuCodegenOptions& options_;
-  llvm::Function* fn_ = nullptr;
-  llvm::BasicBlock* entry_ = nullptr;
-  std::vector<Value*> base_, syms_, dim_size_, vars_, acc_value_;
-  std::vector<DType> acc_dtype_;  // dtype of acc_value_[slot]
-  std::vector<int> outer_dims_, inner_dims_;
-  std::vector<absl::flat_hash_map<const ExprNode*, Value*>> memo_;
-  std::vector<Expr> keep_alive_;
   std::vector<llvm::MDNode*> scope_md_, noalias_md_;
-  absl::Status status_;
 };
 
 }  // namespace
@@ -973,7 +237,7 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> EmitCpuModule(
     const CpuCodegenOptions& options) {
   auto module = std::make_unique<llvm::Module>("kiln_kernels", context);
   for (const Kernel& kernel : program.kernels) {
-    KernelEmitter emitter(*module, program, kernel, options);
+    CpuKernelEmitter emitter(*module, program, kernel, options);
     if (absl::Status s = emitter.Emit(); !s.ok()) return s;
   }
   std::string err;

@@ -1,0 +1,127 @@
+// What the CPU and GPU code generators share: LLVM IR for the loop IR's
+// scalar expressions (every ExprOp on every dtype, float16/bfloat16 storage,
+// PyTorch's integer division and NaN rules), reduction identities, loads and
+// stores of buffer elements, and simple counted loops.
+//
+// A code generator derives one emitter per kernel kind from
+// KernelEmitterBase and decides the iteration structure: it sets vars_ (the
+// index vars of the kernel) and acc_value_ (finished reductions of the row)
+// and calls EmitExpr. Values are memoised per scope (memo_ is a stack; a
+// loop body or a vector lane pushes a scope) so a subexpression is computed
+// once where it is valid.
+//
+// Math functions are emitted as LLVM intrinsics (llvm.sin, llvm.exp, ...)
+// and libm names (expm1f, tanhf, ...); the CPU back end maps them to
+// libm/libmvec, the NVPTX back end to libdevice (cuda_backend.h).
+//
+// Thread-safety: one emitter per kernel, used by one thread.
+#ifndef KILN_COMPILER_KERNEL_EMITTER_H_
+#define KILN_COMPILER_KERNEL_EMITTER_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "compiler/loop_ir.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/Intrinsics.h"
+
+namespace kiln {
+
+class KernelEmitterBase {
+ public:
+  virtual ~KernelEmitterBase() = default;
+
+ protected:
+  using Value = llvm::Value;
+
+  KernelEmitterBase(llvm::Module& module, const FusedProgram& program,
+                    const Kernel& kernel, bool fast_math,
+                    std::string backend_name);
+
+  // ---- loops ----
+  // for (i = lo; i < hi; ++i) body(i), in SSA form; the body gets its own
+  // memo scope.
+  void EmitLoop(Value* lo, Value* hi, const std::string& name,
+                const std::function<void(Value*)>& body);
+  // Nested loops over the inner dims (outermost first).
+  void EmitInnerNest(size_t k, const std::function<void()>& body);
+  // Sets the outer vars from a flat row-major index over the outer dims,
+  // leaving the last `skip_last` outer dims unset.
+  void DecomposeOuter(Value* flat, size_t skip_last);
+  // Fills dim_size_, vars_, outer_dims_, inner_dims_ and the accumulator
+  // slots from the kernel (after base_ and syms_ are set).
+  void SetUpKernelDims();
+
+  // ---- reductions ----
+  Value* Reassoc(Value* v);
+  // Row-major position within the inner dims (argmax's answer).
+  Value* InnerPosition();
+  Value* InitValue(ReduceKind k, DType dtype);
+  // One accumulation step acc (+) v. For argmax/argmin, `*take` is set to
+  // whether v replaces acc (the caller tracks positions).
+  Value* CombineStep(ReduceKind k, DType dtype, Value* acc, Value* v,
+                     Value** take);
+
+  // ---- types and memory ----
+  llvm::Type* TypeOf(DType d);
+  llvm::Type* StorageType(DType d);
+  // Called on every load and store of buffer slot `slot` (alias scopes).
+  virtual void TagAccess(llvm::Instruction* inst, int slot) {}
+  Value* LoadElement(int slot, Value* offset, DType d);
+  void StoreElement(int slot, Value* offset, Value* v, DType d);
+  // Storage bits <-> computation values (float16/bfloat16 bits, bool bytes).
+  Value* FromStorage(Value* raw, DType d);
+  Value* ToStorage(Value* v, DType d);
+  // IEEE half <-> float with integer ops (support/half.h has the same
+  // algorithms in C++; the reference evaluator uses those).
+  Value* HalfBitsToFloat(Value* h16);
+  Value* FloatToHalfBits(Value* f);
+  Value* BFloat16BitsToFloat(Value* h16);
+  Value* FloatToBFloat16Bits(Value* f);
+  // Rounds a float32 value to what `d` can hold (float16/bfloat16).
+  Value* RoundFloat(Value* v, DType d);
+  // Converts a value of dtype `from` to dtype `to` (a cast's semantics).
+  Value* ConvertValue(Value* v, DType from, DType to);
+
+  // ---- expressions ----
+  Value* Lookup(const Expr& e);
+  Value* EmitExpr(const Expr& e);
+  // kLoadBuffer; a GPU emitter overrides it for vector loads.
+  virtual Value* EmitLoadBuffer(const Expr& e);
+  llvm::Function* Intrinsic(llvm::Intrinsic::ID id, llvm::Type* t);
+  Value* Call1(llvm::Intrinsic::ID id, Value* x);
+  Value* LibM(const char* name, std::initializer_list<Value*> args);
+  Value* F(double v);
+  Value* EmitUncached(const Expr& e);
+  Value* EmitUnary(ExprOp op, Value* x, DType in, DType out);
+  Value* EmitBinary(ExprOp op, Value* a, Value* b, DType in, DType out);
+  Value* NanPropagate(Value* r, Value* a, Value* b);
+  Value* EmitFloatBinary(ExprOp op, Value* a, Value* b, DType out);
+  Value* EmitIntBinary(ExprOp op, Value* a, Value* b, DType in, DType out);
+  // i64 kiln_ipow(i64 base, i64 exp): wrapping; negative exponents give
+  // 1, -1 or 0 as the reference does.
+  llvm::Function* IntPowFunction();
+
+  llvm::Module& m_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  const FusedProgram& program_;
+  const Kernel& kernel_;
+  const bool fast_math_;
+  const std::string backend_name_;  // for error messages
+  llvm::Function* fn_ = nullptr;
+  llvm::BasicBlock* entry_ = nullptr;
+  std::vector<Value*> base_, syms_, dim_size_, vars_, acc_value_;
+  std::vector<DType> acc_dtype_;  // dtype of acc_value_[slot]
+  std::vector<int> outer_dims_, inner_dims_;
+  std::vector<absl::flat_hash_map<const ExprNode*, Value*>> memo_;
+  std::vector<Expr> keep_alive_;
+  absl::Status status_;
+};
+
+}  // namespace kiln
+
+#endif  // KILN_COMPILER_KERNEL_EMITTER_H_
