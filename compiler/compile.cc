@@ -9,7 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/codegen_cpu.h"
 #include "compiler/cpu_backend.h"
+#ifdef KILN_HAVE_CUDA_BACKEND
+#include "compiler/codegen_cuda.h"
+#include "compiler/cuda_backend.h"
+#endif
 #include "compiler/fuse.h"
+#include "compiler/gpu_launch.h"
 #include "compiler/guard_key.h"
 #include "compiler/import.h"
 #include "compiler/lower.h"
@@ -71,7 +76,9 @@ v1::DType WireDType(DType d) {
 
 // The program: buffers, then per kernel: allocate the temps it writes first,
 // launch, and free temps after their last reader.
-v1::Program BuildProgram(const FusedProgram& fused) {
+// `gpu_plans`: per kernel, for CUDA targets; empty for CPU targets.
+v1::Program BuildProgram(const FusedProgram& fused,
+                         const std::vector<GpuKernelPlan>& gpu_plans) {
   v1::Program program;
   for (const ProgramBuffer& b : fused.buffers) {
     v1::BufferSpec* spec = program.add_buffers();
@@ -105,6 +112,10 @@ v1::Program BuildProgram(const FusedProgram& fused) {
     bool has_inner = false;
     for (bool i : kernel.inner) has_inner |= i;
     launch->set_grain(has_inner ? 16 : 16384);
+    if (!gpu_plans.empty()) {
+      launch->set_block_threads(gpu_plans[k].block_threads);
+      launch->set_items_per_block(gpu_plans[k].items_per_block);
+    }
     for (int b : kernel.buffers) {
       if (fused.buffers[b].kind == ProgramBuffer::Kind::kTemp &&
           last_use[b] == static_cast<int>(k)) {
@@ -115,33 +126,12 @@ v1::Program BuildProgram(const FusedProgram& fused) {
   return program;
 }
 
-}  // namespace
-
-absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,
-                                     const CompileEnv& env) {
-  const auto t0 = std::chrono::steady_clock::now();
-  if (absl::Status s = ValidateTarget(request.target()); !s.ok()) return s;
-  auto graph = ImportGraph(request.graph());
-  if (!graph.ok()) return graph.status();
-  const GuardKey key =
-      ComputeGuardKey(*graph, request.target(), request.options());
-  Dumper dump(env, key);
-  dump.Write("01-graph.txt", graph->ToString());
-  if (request.target().has_cuda()) {
-    return absl::UnimplementedError(
-        absl::StrCat("target ", request.target().cuda().arch(),
-                     ": this build of Kiln has no CUDA backend yet; compile "
-                     "for a CPU target"));
-  }
-  auto loops = Lower(*graph);
-  if (!loops.ok()) return loops.status();
-  dump.Write("02-loops.txt", loops->ToString());
-  auto fused = Fuse(*loops, FuseOptions{env.fuse});
-  if (!fused.ok()) return fused.status();
-  dump.Write("03-fused.txt", fused->ToString());
-
+// The CPU back end: LLVM IR, O3 with libmvec, object, shared object.
+absl::StatusOr<std::string> BuildCpuBinary(const FusedProgram& fused,
+                                           const v1::CompileRequest& request,
+                                           Dumper& dump) {
   llvm::LLVMContext context;
-  auto module = EmitCpuModule(*fused, context,
+  auto module = EmitCpuModule(fused, context,
                               CpuCodegenOptions{request.options().fast_math()});
   if (!module.ok()) return module.status();
   dump.Write("04-llvm.ll", ModuleText(**module));
@@ -158,10 +148,94 @@ absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,
   }
   auto object = EmitObject(**module, **tm);
   if (!object.ok()) return object.status();
-  auto so = LinkSharedObject({*object});
-  if (!so.ok()) return so.status();
+  return LinkSharedObject({*object});
+}
+
+// The CUDA back end: NVPTX IR, libdevice, O3, PTX, nvJitLink cubin.
+absl::Status BuildCudaBinary(const Graph& graph, const FusedProgram& fused,
+                             const v1::CompileRequest& request, Dumper& dump,
+                             std::vector<GpuKernelPlan>* plans,
+                             v1::CudaBinary* out) {
+#ifdef KILN_HAVE_CUDA_BACKEND
+  const bool fast_math = request.options().fast_math();
+  CudaCodegenOptions options{fast_math, {}};
+  for (const GraphInput& in : graph.inputs)
+    options.input_alignment.push_back(in.alignment);
+  auto tm = MakeNvptxTargetMachine(request.target().cuda());
+  if (!tm.ok()) return tm.status();
+  llvm::LLVMContext context;
+  auto cuda = EmitCudaModule(fused, context, options);
+  if (!cuda.ok()) return cuda.status();
+  *plans = cuda->plans;
+  llvm::Module& module = *cuda->module;
+  module.setTargetTriple((*tm)->getTargetTriple().str());
+  module.setDataLayout((*tm)->createDataLayout());
+  if (dump.enabled()) {
+    std::string text;
+    for (size_t k = 0; k < fused.kernels.size(); ++k) {
+      absl::StrAppend(&text, fused.kernels[k].name, ": ",
+                      (*plans)[k].ToString(), "\n");
+    }
+    dump.Write("04-gpu-plan.txt", text);
+    dump.Write("04-llvm.ll", ModuleText(module));
+  }
+  if (absl::Status s = LinkLibdevice(module, fast_math); !s.ok()) return s;
+  if (absl::Status s = OptimizeNvptxModule(module, **tm); !s.ok()) return s;
+  dump.Write("05-llvm-opt.ll", ModuleText(module));
+  auto ptx = EmitPtx(module, **tm);
+  if (!ptx.ok()) return ptx.status();
+  dump.Write("06-kernels.ptx", *ptx);
+  auto cubin = LinkCubin(*ptx, request.target().cuda().arch());
+  if (!cubin.ok()) return cubin.status();
+  dump.Write("07-nvjitlink.txt", cubin->log);
+  out->set_arch(request.target().cuda().arch());
+  out->set_cubin(std::move(cubin->cubin));
+  out->set_ptx(*std::move(ptx));
+  out->set_jit_log(std::move(cubin->log));
+  return absl::OkStatus();
+#else
+  return absl::UnimplementedError(
+      absl::StrCat("target ", request.target().cuda().arch(),
+                   ": this build of Kiln has no CUDA backend (CMake did not "
+                   "find the CUDA toolkit); compile for a CPU target"));
+#endif
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,
+                                     const CompileEnv& env) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (absl::Status s = ValidateTarget(request.target()); !s.ok()) return s;
+  auto graph = ImportGraph(request.graph());
+  if (!graph.ok()) return graph.status();
+  const GuardKey key =
+      ComputeGuardKey(*graph, request.target(), request.options());
+  Dumper dump(env, key);
+  dump.Write("01-graph.txt", graph->ToString());
+  auto loops = Lower(*graph);
+  if (!loops.ok()) return loops.status();
+  dump.Write("02-loops.txt", loops->ToString());
+  auto fused = Fuse(*loops, FuseOptions{env.fuse});
+  if (!fused.ok()) return fused.status();
+  dump.Write("03-fused.txt", fused->ToString());
 
   v1::Artifact a;
+  std::vector<GpuKernelPlan> gpu_plans;
+  std::string binary;
+  if (request.target().has_cuda()) {
+    if (absl::Status s = BuildCudaBinary(*graph, *fused, request, dump,
+                                         &gpu_plans, a.mutable_cuda());
+        !s.ok())
+      return s;
+    binary = a.cuda().cubin();
+  } else {
+    auto so = BuildCpuBinary(*fused, request, dump);
+    if (!so.ok()) return so.status();
+    binary = *so;
+    a.mutable_cpu()->set_shared_object(*std::move(so));
+  }
+
   a.set_format_version(kArtifactFormatVersion);
   a.set_guard_key(
       std::string(reinterpret_cast<const char*>(key.data()), key.size()));
@@ -192,10 +266,14 @@ absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,
     g->set_dtype(WireDType(t.dtype));
     for (const SymExpr& s : t.sizes) *g->add_sizes() = ToSymPoly(s);
     for (const SymExpr& s : in.strides) *g->add_strides() = ToSymPoly(s);
-    g->set_alignment(
-        DTypeSize(t.dtype));  // the code uses unaligned vector loads
+    // CPU code uses unaligned vector loads; CUDA code uses aligned vector
+    // loads of 16 bytes where the request promises that alignment (which is
+    // part of the guard key).
+    g->set_alignment(request.target().has_cuda() && in.alignment >= 16
+                         ? 16
+                         : DTypeSize(t.dtype));
   }
-  *a.mutable_program() = BuildProgram(*fused);
+  *a.mutable_program() = BuildProgram(*fused, gpu_plans);
   for (size_t o = 0; o < graph->outputs.size(); ++o) {
     const TensorType& t = graph->type(graph->outputs[o]);
     v1::OutputSpec* out = a.add_outputs();
@@ -208,8 +286,7 @@ absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,
       }
     }
   }
-  const Sha256Digest binary_hash = Sha256(*so);
-  a.mutable_cpu()->set_shared_object(*std::move(so));
+  const Sha256Digest binary_hash = Sha256(binary);
   a.set_binary_sha256(std::string(
       reinterpret_cast<const char*>(binary_hash.data()), binary_hash.size()));
   a.set_compile_seconds(

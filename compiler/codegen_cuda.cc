@@ -1,0 +1,853 @@
+#include "compiler/codegen_cuda.h"
+
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/dtype.h"
+#include "compiler/kernel_emitter.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/IntrinsicsNVPTX.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace kiln {
+namespace {
+
+using llvm::Value;
+using Form = GpuKernelPlan::Form;
+
+constexpr unsigned kGlobal = 1;  // NVPTX address spaces
+constexpr unsigned kShared = 3;
+constexpr int64_t kRuntimeAlignment = 256;  // outputs and temps
+
+bool ContainsVar(const Expr& e) {
+  if (e->op == ExprOp::kVar) return true;
+  for (const Expr& a : e->args) {
+    if (ContainsVar(a)) return true;
+  }
+  return false;
+}
+
+// offset = sum(coeff[v] * var v) + constant, coefficients free of vars.
+struct LinearForm {
+  std::vector<Expr> coeff;  // per var; null = 0
+  Expr constant;
+};
+
+std::optional<LinearForm> Linearize(const Expr& e, size_t num_vars) {
+  LinearForm f;
+  f.coeff.assign(num_vars, nullptr);
+  if (!ContainsVar(e)) {
+    f.constant = e;
+    return f;
+  }
+  auto add = [](Expr a, Expr b) -> Expr {
+    if (!a) return b;
+    if (!b) return a;
+    return ir::Add(a, b);
+  };
+  switch (e->op) {
+    case ExprOp::kVar:
+      f.coeff[e->index] = ir::IntConst(1);
+      f.constant = ir::IntConst(0);
+      return f;
+    case ExprOp::kAdd: {
+      auto a = Linearize(e->args[0], num_vars);
+      auto b = Linearize(e->args[1], num_vars);
+      if (!a || !b) return std::nullopt;
+      for (size_t v = 0; v < num_vars; ++v)
+        f.coeff[v] = add(a->coeff[v], b->coeff[v]);
+      f.constant = ir::Add(a->constant, b->constant);
+      return f;
+    }
+    case ExprOp::kMul: {
+      int lin = ContainsVar(e->args[0]) ? 0 : 1;
+      if (ContainsVar(e->args[1 - lin])) return std::nullopt;
+      auto a = Linearize(e->args[lin], num_vars);
+      if (!a) return std::nullopt;
+      const Expr& scale = e->args[1 - lin];
+      for (size_t v = 0; v < num_vars; ++v)
+        if (a->coeff[v]) f.coeff[v] = ir::Mul(a->coeff[v], scale);
+      f.constant = ir::Mul(a->constant, scale);
+      return f;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+// Emits one kernel entry in the form of its plan (gpu_launch.h).
+class CudaKernelEmitter : public KernelEmitterBase {
+ public:
+  CudaKernelEmitter(llvm::Module& module, const FusedProgram& program,
+                    const Kernel& kernel, const CudaCodegenOptions& options,
+                    const GpuKernelPlan& plan)
+      : KernelEmitterBase(module, program, kernel, options.fast_math, "CUDA"),
+        options_(options),
+        plan_(plan),
+        V_(plan.vector_width) {}
+
+  absl::Status Emit() {
+    const size_t nbuf = kernel_.buffers.size();
+    const size_t nsym = program_.symbol_names.size();
+    llvm::Type* gptr = llvm::PointerType::get(ctx_, kGlobal);
+    std::vector<llvm::Type*> params(nbuf, gptr);
+    params.insert(params.end(), nsym, b_.getInt64Ty());
+    auto* fn_type = llvm::FunctionType::get(b_.getVoidTy(), params, false);
+    fn_ = llvm::Function::Create(fn_type, llvm::Function::ExternalLinkage,
+                                 kernel_.name, m_);
+    fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    for (size_t s = 0; s < nbuf; ++s) {
+      fn_->addParamAttr(s, llvm::Attribute::NoAlias);
+      fn_->addParamAttr(s, llvm::Attribute::NoCapture);
+      if (IsInputSlot(s)) fn_->addParamAttr(s, llvm::Attribute::ReadOnly);
+    }
+    Annotate("kernel", 1);
+    Annotate("maxntidx", plan_.block_threads);
+
+    auto args = fn_->arg_begin();
+    for (size_t s = 0; s < nbuf; ++s) {
+      Value* p = &*args++;
+      p->setName(absl::StrCat("buf", s));
+      base_.push_back(p);
+    }
+    for (size_t s = 0; s < nsym; ++s) {
+      Value* p = &*args++;
+      p->setName(program_.symbol_names[s]);
+      syms_.push_back(p);
+    }
+    entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
+    b_.SetInsertPoint(entry_);
+    if (fast_math_) {
+      llvm::FastMathFlags fmf;
+      fmf.setFast();
+      b_.setFastMathFlags(fmf);
+    }
+    SetUpKernelDims();
+    tid_ = b_.CreateZExt(
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {}),
+        b_.getInt64Ty(), "tid");
+    bid_ = b_.CreateZExt(
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, {}, {}),
+        b_.getInt64Ty(), "bid");
+    if (plan_.form == Form::kPointwise) {
+      if (!outer_dims_.empty()) group_var_ = outer_dims_.back();
+    } else if (!inner_dims_.empty()) {
+      group_var_ = inner_dims_.back();
+    }
+    PlanVectorAccesses();
+    switch (plan_.form) {
+      case Form::kPointwise:
+        EmitPointwise();
+        break;
+      case Form::kPersistentRow:
+      case Form::kLoopedRow:
+        EmitRows();
+        break;
+    }
+    b_.CreateRetVoid();
+    std::string err;
+    llvm::raw_string_ostream os(err);
+    if (llvm::verifyFunction(*fn_, &os)) {
+      return absl::InternalError(absl::StrCat(
+          "kernel ", kernel_.name, " failed LLVM verification: ", os.str()));
+    }
+    return status_;
+  }
+
+ private:
+  void Annotate(const char* key, int value) {
+    llvm::NamedMDNode* md = m_.getOrInsertNamedMetadata("nvvm.annotations");
+    llvm::Metadata* ops[] = {llvm::ValueAsMetadata::get(fn_),
+                             llvm::MDString::get(ctx_, key),
+                             llvm::ValueAsMetadata::get(b_.getInt32(value))};
+    md->addOperand(llvm::MDNode::get(ctx_, ops));
+  }
+
+  const ProgramBuffer& SlotBuffer(size_t slot) const {
+    return program_.buffers[kernel_.buffers[slot]];
+  }
+  bool IsInputSlot(size_t slot) const {
+    return SlotBuffer(slot).kind == ProgramBuffer::Kind::kInput;
+  }
+  int64_t SlotAlignment(size_t slot) const {
+    const ProgramBuffer& b = SlotBuffer(slot);
+    if (b.kind != ProgramBuffer::Kind::kInput) return kRuntimeAlignment;
+    if (b.index < static_cast<int>(options_.input_alignment.size()))
+      return options_.input_alignment[b.index];
+    return 0;
+  }
+
+  // ---- vector accesses ----
+
+  // Whether an access of `slot` at `offset` can be one vector access per
+  // group; if so, ANDs its run-time condition into vec_ok_.
+  bool VectorCandidate(int slot, const Expr& offset, DType dtype) {
+    if (V_ <= 1 || group_var_ < 0) return false;
+    const int64_t bytes = V_ * DTypeSize(dtype);
+    if (bytes > 16 || SlotAlignment(slot) < bytes) return false;
+    auto lin = Linearize(offset, kernel_.dims.size());
+    if (!lin) return false;
+    const Expr& c = lin->coeff[group_var_];
+    if (!c || c->op != ExprOp::kConst || c->i != 1) return false;
+    auto divisible = [&](const Expr& e) {
+      Value* v = EmitExpr(e);
+      vec_ok_ = b_.CreateAnd(
+          vec_ok_,
+          b_.CreateICmpEQ(b_.CreateSRem(v, b_.getInt64(V_)), b_.getInt64(0)));
+    };
+    for (size_t v = 0; v < lin->coeff.size(); ++v) {
+      if (static_cast<int>(v) != group_var_ && lin->coeff[v])
+        divisible(lin->coeff[v]);
+    }
+    divisible(lin->constant);
+    return true;
+  }
+
+  void CollectLoads(const Expr& e) {
+    if (!e) return;
+    if (e->op == ExprOp::kLoadBuffer) {
+      if (!vector_loads_.contains(e.get())) {
+        vector_loads_[e.get()] =
+            VectorCandidate(e->index, e->args[0], e->dtype);
+        keep_alive_.push_back(e);
+      }
+      return;
+    }
+    for (const Expr& a : e->args) CollectLoads(a);
+  }
+
+  // Decides, before any control flow, which accesses are vector accesses
+  // and the uniform run-time condition vec_ok_ under which they are.
+  void PlanVectorAccesses() {
+    vec_ok_ = b_.getTrue();
+    for (const Stage& st : kernel_.stages) {
+      CollectLoads(st.value);
+      CollectLoads(st.finalize);
+      CollectLoads(st.offset);
+      vector_store_.push_back(
+          st.kind == Stage::Kind::kStoreInner ||
+                  (st.kind == Stage::Kind::kStoreOuter &&
+                   plan_.form == Form::kPointwise)
+              ? VectorCandidate(st.buffer_slot, st.offset, st.store_dtype)
+              : false);
+    }
+  }
+
+  // In a group (lane_ >= 0): a vector candidate's vector is loaded once, at
+  // the group's first lane, and each lane extracts its element.
+  Value* EmitLoadBuffer(const Expr& e) override {
+    auto cand = vector_loads_.find(e.get());
+    if (lane_ < 0 || cand == vector_loads_.end() || !cand->second) {
+      return KernelEmitterBase::EmitLoadBuffer(e);
+    }
+    auto& loads = group_loads_[group_];
+    auto it = loads.find(e.get());
+    llvm::Type* st = StorageType(e->dtype);
+    if (it == loads.end()) {
+      if (lane_ != 0) return KernelEmitterBase::EmitLoadBuffer(e);
+      Value* off0 = EmitExpr(e->args[0]);
+      Value* vec = EmitIfElseValue(
+          vec_ok_,
+          [&] {
+            Value* p = b_.CreateInBoundsGEP(st, base_[e->index], off0);
+            return static_cast<Value*>(
+                b_.CreateAlignedLoad(llvm::FixedVectorType::get(st, V_), p,
+                                     llvm::Align(V_ * DTypeSize(e->dtype))));
+          },
+          [&] {
+            Value* v =
+                llvm::PoisonValue::get(llvm::FixedVectorType::get(st, V_));
+            for (int k = 0; k < V_; ++k) {
+              Value* p = b_.CreateInBoundsGEP(
+                  st, base_[e->index], b_.CreateAdd(off0, b_.getInt64(k)));
+              v = b_.CreateInsertElement(
+                  v,
+                  b_.CreateAlignedLoad(st, p, llvm::Align(DTypeSize(e->dtype))),
+                  k);
+            }
+            return v;
+          });
+      it = loads.emplace(e.get(), vec).first;
+    }
+    return FromStorage(b_.CreateExtractElement(it->second, lane_), e->dtype);
+  }
+
+  // Stores of a group: lane values are collected and written at the last
+  // lane, as one vector when vec_ok_, under `valid` (null = always).
+  void EmitGroupStore(const Stage& st, size_t stage, Value* valid) {
+    Value* v = ToStorage(
+        ConvertValue(EmitExpr(st.value), st.value->dtype, st.store_dtype),
+        st.store_dtype);
+    if (lane_ < 0 || !vector_store_[stage]) {
+      Value* off = EmitExpr(st.offset);
+      EmitIf(valid, [&] { StoreRaw(st.buffer_slot, off, v, st.store_dtype); });
+      return;
+    }
+    PendingStore& ps = pending_[stage];
+    if (lane_ == 0) {
+      ps.offset = EmitExpr(st.offset);
+      ps.lanes.assign(V_, nullptr);
+    }
+    ps.lanes[lane_] = v;
+    if (lane_ != V_ - 1) return;
+    llvm::Type* ty = StorageType(st.store_dtype);
+    const int64_t size = DTypeSize(st.store_dtype);
+    EmitIf(valid, [&] {
+      EmitIfElse(
+          vec_ok_,
+          [&] {
+            Value* vec =
+                llvm::PoisonValue::get(llvm::FixedVectorType::get(ty, V_));
+            for (int k = 0; k < V_; ++k)
+              vec = b_.CreateInsertElement(vec, ps.lanes[k], k);
+            Value* p =
+                b_.CreateInBoundsGEP(ty, base_[st.buffer_slot], ps.offset);
+            b_.CreateAlignedStore(vec, p, llvm::Align(V_ * size));
+          },
+          [&] {
+            for (int k = 0; k < V_; ++k) {
+              StoreRaw(st.buffer_slot, b_.CreateAdd(ps.offset, b_.getInt64(k)),
+                       ps.lanes[k], st.store_dtype);
+            }
+          });
+    });
+  }
+
+  void StoreRaw(int slot, Value* offset, Value* raw, DType d) {
+    llvm::Type* ty = StorageType(d);
+    Value* p = b_.CreateInBoundsGEP(ty, base_[slot], offset);
+    b_.CreateAlignedStore(raw, p, llvm::Align(DTypeSize(d)));
+  }
+
+  // ---- control flow (bodies get their own memo scope, so nothing computed
+  // inside is reused outside) ----
+
+  void EmitIf(Value* cond, const std::function<void()>& body) {
+    if (!cond) {
+      body();
+      return;
+    }
+    if (auto* c = llvm::dyn_cast<llvm::ConstantInt>(cond)) {
+      if (c->isOne()) {
+        memo_.emplace_back();
+        body();
+        memo_.pop_back();
+      }
+      return;
+    }
+    auto* then = llvm::BasicBlock::Create(ctx_, "then", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "endif", fn_);
+    b_.CreateCondBr(cond, then, done);
+    b_.SetInsertPoint(then);
+    memo_.emplace_back();
+    body();
+    memo_.pop_back();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+  }
+
+  void EmitIfElse(Value* cond, const std::function<void()>& yes,
+                  const std::function<void()>& no) {
+    EmitIfElseValue(
+        cond,
+        [&]() -> Value* {
+          yes();
+          return nullptr;
+        },
+        [&]() -> Value* {
+          no();
+          return nullptr;
+        });
+  }
+
+  // cond ? yes() : no() with a phi for the value (when not null).
+  Value* EmitIfElseValue(Value* cond, const std::function<Value*()>& yes,
+                         const std::function<Value*()>& no) {
+    if (auto* c = llvm::dyn_cast<llvm::ConstantInt>(cond)) {
+      memo_.emplace_back();
+      Value* v = c->isOne() ? yes() : no();
+      memo_.pop_back();
+      return v;
+    }
+    auto* yes_bb = llvm::BasicBlock::Create(ctx_, "yes", fn_);
+    auto* no_bb = llvm::BasicBlock::Create(ctx_, "no", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "merge", fn_);
+    b_.CreateCondBr(cond, yes_bb, no_bb);
+    b_.SetInsertPoint(yes_bb);
+    memo_.emplace_back();
+    Value* a = yes();
+    memo_.pop_back();
+    llvm::BasicBlock* yes_end = b_.GetInsertBlock();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(no_bb);
+    memo_.emplace_back();
+    Value* c = no();
+    memo_.pop_back();
+    llvm::BasicBlock* no_end = b_.GetInsertBlock();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    if (!a) return nullptr;
+    llvm::PHINode* phi = b_.CreatePHI(a->getType(), 2);
+    phi->addIncoming(a, yes_end);
+    phi->addIncoming(c, no_end);
+    return phi;
+  }
+
+  // Row-major decomposition of `flat` over `dims` into vars_.
+  void Decompose(Value* flat, const std::vector<int>& dims) {
+    Value* rest = flat;
+    for (size_t k = dims.size(); k-- > 0;) {
+      const int d = dims[k];
+      if (k == 0) {
+        vars_[d] = rest;
+      } else {
+        vars_[d] = b_.CreateURem(rest, dim_size_[d]);
+        rest = b_.CreateUDiv(rest, dim_size_[d]);
+      }
+    }
+  }
+
+  Value* Product(const std::vector<int>& dims) {
+    Value* p = b_.getInt64(1);
+    for (int d : dims) p = b_.CreateMul(p, dim_size_[d]);
+    return p;
+  }
+
+  // ---- pointwise ----
+
+  void EmitPointwise() {
+    Value* n = Product(outer_dims_);
+    Value* f0 = b_.CreateMul(
+        b_.CreateAdd(b_.CreateMul(bid_, b_.getInt64(plan_.block_threads)),
+                     tid_),
+        b_.getInt64(V_), "f0");
+    auto scalar_elements = [&] {
+      for (int k = 0; k < V_; ++k) {
+        Value* f = b_.CreateAdd(f0, b_.getInt64(k));
+        EmitIf(b_.CreateICmpULT(f, n), [&] {
+          Decompose(f, outer_dims_);
+          EmitPointwiseStages(nullptr);
+        });
+      }
+    };
+    if (outer_dims_.empty() || V_ == 1) {
+      scalar_elements();
+      return;
+    }
+    // Groups stay within one row of the last dim when it splits evenly.
+    const int last = outer_dims_.back();
+    Value* grouped = b_.CreateICmpEQ(
+        b_.CreateURem(dim_size_[last], b_.getInt64(V_)), b_.getInt64(0));
+    auto group = [&] {
+      EmitIf(b_.CreateICmpULT(f0, n), [&] {
+        Decompose(f0, outer_dims_);
+        Value* first = vars_[last];
+        group_ = 0;
+        group_loads_.assign(1, {});
+        for (int k = 0; k < V_; ++k) {
+          memo_.emplace_back();
+          lane_ = k;
+          vars_[last] = b_.CreateAdd(first, b_.getInt64(k));
+          EmitPointwiseStages(nullptr);
+          memo_.pop_back();
+        }
+        lane_ = -1;
+      });
+    };
+    EmitIfElse(grouped, group, scalar_elements);
+  }
+
+  void EmitPointwiseStages(Value* valid) {
+    int acc_slot = 0;
+    for (size_t s = 0; s < kernel_.stages.size(); ++s) {
+      const Stage& st = kernel_.stages[s];
+      if (st.kind == Stage::Kind::kReduce) {
+        // A reduction over no dims (every reduced dim was dropped): one
+        // element per output, no other thread involved.
+        Value* acc = nullptr;
+        Value* pos = nullptr;
+        const DType vdtype = BeginReduce(st, &acc, &pos);
+        Accumulate(st, vdtype, nullptr, &acc, &pos);
+        SetReduceResult(st, acc_slot++, acc, pos);
+      } else {
+        EmitGroupStore(st, s, valid);
+      }
+      if (!status_.ok()) return;
+    }
+  }
+
+  // ---- rows ----
+
+  void EmitRows() {
+    const int t = plan_.threads_per_row;
+    lt_ = t == plan_.block_threads ? tid_
+                                   : b_.CreateURem(tid_, b_.getInt64(t), "lt");
+    Value* row =
+        b_.CreateAdd(b_.CreateMul(bid_, b_.getInt64(plan_.items_per_block)),
+                     b_.CreateUDiv(tid_, b_.getInt64(t)), "row");
+    Value* rows = Product(outer_dims_);
+    auto* body = llvm::BasicBlock::Create(ctx_, "row", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "row.done", fn_);
+    // Uniform per row group: a block (or a warp for warp-per-row) leaves
+    // together, so barriers stay matched.
+    b_.CreateCondBr(b_.CreateICmpULT(row, rows), body, done);
+    b_.SetInsertPoint(body);
+    memo_.emplace_back();
+    Decompose(row, outer_dims_);
+    if (plan_.form == Form::kPersistentRow) {
+      EmitPersistentRow();
+    } else {
+      EmitLoopedRow();
+    }
+    memo_.pop_back();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+  }
+
+  // Element e = j * V + k of this thread: inner flat index
+  // (lt + j * T) * V + k, clamped to 0 for groups past the row's end (their
+  // values are computed but never used).
+  void EmitPersistentRow() {
+    const int t = plan_.threads_per_row;
+    const int j_count = plan_.groups_per_thread;
+    const int64_t groups = plan_.row_size / V_;
+    group_loads_.assign(j_count, {});
+    valid_.assign(j_count, nullptr);
+    elem_vars_.assign(j_count * V_, {});
+    elem_memo_.assign(j_count * V_, {});
+    for (int j = 0; j < j_count; ++j) {
+      Value* g = b_.CreateAdd(lt_, b_.getInt64(int64_t{j} * t));
+      if ((int64_t{j} + 1) * t > groups) {
+        valid_[j] = b_.CreateICmpULT(g, b_.getInt64(groups));
+        g = b_.CreateSelect(valid_[j], g, b_.getInt64(0));
+      }
+      Value* base = b_.CreateMul(g, b_.getInt64(V_));
+      Decompose(base, inner_dims_);
+      Value* first = vars_[inner_dims_.back()];
+      for (int k = 0; k < V_; ++k) {
+        std::vector<Value*>& ev = elem_vars_[j * V_ + k];
+        for (int d : inner_dims_) ev.push_back(vars_[d]);
+        if (k > 0) ev.back() = b_.CreateAdd(first, b_.getInt64(k));
+      }
+    }
+    int acc_slot = 0;
+    for (size_t s = 0; s < kernel_.stages.size(); ++s) {
+      const Stage& st = kernel_.stages[s];
+      if (st.kind == Stage::Kind::kReduce) {
+        Value* acc = nullptr;
+        Value* pos = nullptr;
+        const DType vdtype = BeginReduce(st, &acc, &pos);
+        ForEachElement(
+            [&](int j) { Accumulate(st, vdtype, valid_[j], &acc, &pos); });
+        FinishReduce(st, acc_slot++, vdtype, acc, pos);
+      } else if (st.kind == Stage::Kind::kStoreInner) {
+        ForEachElement([&](int j) { EmitGroupStore(st, s, valid_[j]); });
+      } else {
+        StoreOuter(st);
+      }
+      if (!status_.ok()) return;
+    }
+  }
+
+  void ForEachElement(const std::function<void(int)>& body) {
+    for (int j = 0; j < plan_.groups_per_thread; ++j) {
+      group_ = j;
+      for (int k = 0; k < V_; ++k) {
+        const int e = j * V_ + k;
+        for (size_t i = 0; i < inner_dims_.size(); ++i)
+          vars_[inner_dims_[i]] = elem_vars_[e][i];
+        lane_ = V_ > 1 ? k : -1;
+        memo_.push_back(std::move(elem_memo_[e]));
+        body(j);
+        elem_memo_[e] = std::move(memo_.back());
+        memo_.pop_back();
+      }
+    }
+    lane_ = -1;
+  }
+
+  void EmitLoopedRow() {
+    const int t = plan_.threads_per_row;
+    Value* row_size = Product(inner_dims_);
+    int acc_slot = 0;
+    for (size_t s = 0; s < kernel_.stages.size(); ++s) {
+      const Stage& st = kernel_.stages[s];
+      if (st.kind == Stage::Kind::kReduce) {
+        Value* acc0 = nullptr;
+        Value* pos0 = nullptr;
+        const DType vdtype = BeginReduce(st, &acc0, &pos0);
+        llvm::AllocaInst* acc = EntryAlloca(acc0->getType(), "acc");
+        llvm::AllocaInst* pos = EntryAlloca(b_.getInt64Ty(), "pos");
+        b_.CreateStore(acc0, acc);
+        b_.CreateStore(pos0, pos);
+        EmitStridedLoop(lt_, row_size, t, [&](Value* i) {
+          Decompose(i, inner_dims_);
+          Value* a = b_.CreateLoad(acc0->getType(), acc);
+          Value* p = b_.CreateLoad(b_.getInt64Ty(), pos);
+          Accumulate(st, vdtype, nullptr, &a, &p);
+          b_.CreateStore(a, acc);
+          b_.CreateStore(p, pos);
+        });
+        FinishReduce(st, acc_slot++, vdtype,
+                     b_.CreateLoad(acc0->getType(), acc),
+                     b_.CreateLoad(b_.getInt64Ty(), pos));
+      } else if (st.kind == Stage::Kind::kStoreInner) {
+        EmitStridedLoop(lt_, row_size, t, [&](Value* i) {
+          Decompose(i, inner_dims_);
+          EmitGroupStore(st, s, nullptr);
+        });
+      } else {
+        StoreOuter(st);
+      }
+      if (!status_.ok()) return;
+    }
+  }
+
+  llvm::AllocaInst* EntryAlloca(llvm::Type* ty, const char* name) {
+    llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
+    b_.SetInsertPoint(entry_, entry_->begin());
+    llvm::AllocaInst* a = b_.CreateAlloca(ty, nullptr, name);
+    b_.restoreIP(saved);
+    return a;
+  }
+
+  // for (i = lo; i < hi; i += step) body(i)
+  void EmitStridedLoop(Value* lo, Value* hi, int64_t step,
+                       const std::function<void(Value*)>& body) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* header = llvm::BasicBlock::Create(ctx_, "loop", fn_);
+    auto* loop = llvm::BasicBlock::Create(ctx_, "loop.body", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "loop.exit", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, "i");
+    i->addIncoming(lo, pre);
+    b_.CreateCondBr(b_.CreateICmpULT(i, hi), loop, exit);
+    b_.SetInsertPoint(loop);
+    memo_.emplace_back();
+    body(i);
+    memo_.pop_back();
+    i->addIncoming(b_.CreateAdd(i, b_.getInt64(step)), b_.GetInsertBlock());
+    b_.CreateBr(header);
+    b_.SetInsertPoint(exit);
+  }
+
+  // Once per row: every thread computes the value (cheap), thread 0 stores.
+  void StoreOuter(const Stage& st) {
+    Value* v = ToStorage(
+        ConvertValue(EmitExpr(st.value), st.value->dtype, st.store_dtype),
+        st.store_dtype);
+    Value* off = EmitExpr(st.offset);
+    EmitIf(b_.CreateICmpEQ(lt_, b_.getInt64(0)),
+           [&] { StoreRaw(st.buffer_slot, off, v, st.store_dtype); });
+  }
+
+  // ---- reductions ----
+
+  bool IsArg(ReduceKind k) const {
+    return k == ReduceKind::kArgMax || k == ReduceKind::kArgMin;
+  }
+
+  DType BeginReduce(const Stage& st, Value** acc, Value** pos) {
+    const DType vdtype = IsArg(st.reduce) ? st.value->dtype : st.acc_dtype;
+    *acc = InitValue(st.reduce, vdtype);
+    *pos = b_.getInt64(0);
+    return vdtype;
+  }
+
+  void Accumulate(const Stage& st, DType vdtype, Value* valid, Value** acc,
+                  Value** pos) {
+    Value* v = ConvertValue(EmitExpr(st.value), st.value->dtype, vdtype);
+    Value* take = nullptr;
+    Value* next = CombineStep(st.reduce, vdtype, *acc, v, &take);
+    Value* next_pos = *pos;
+    if (IsArg(st.reduce))
+      next_pos = b_.CreateSelect(take, InnerPosition(), *pos);
+    if (valid) {
+      next = b_.CreateSelect(valid, next, *acc);
+      next_pos = b_.CreateSelect(valid, next_pos, *pos);
+    }
+    *acc = next;
+    *pos = next_pos;
+  }
+
+  // Combines partial results of two threads; for argmax/argmin equal values
+  // (or two NaNs) keep the smaller position.
+  void TreeCombine(ReduceKind k, DType d, Value** a, Value** pa, Value* b,
+                   Value* pb) {
+    Value* take = nullptr;
+    Value* v = CombineStep(k, d, *a, b, &take);
+    if (!IsArg(k)) {
+      *a = v;
+      return;
+    }
+    Value* eq = IsFloating(d)
+                    ? b_.CreateOr(b_.CreateFCmpOEQ(*a, b),
+                                  b_.CreateAnd(b_.CreateFCmpUNO(*a, *a),
+                                               b_.CreateFCmpUNO(b, b)))
+                    : b_.CreateICmpEQ(*a, b);
+    take = b_.CreateOr(take, b_.CreateAnd(eq, b_.CreateICmpSLT(pb, *pa)));
+    *a = b_.CreateSelect(take, b, *a);
+    *pa = b_.CreateSelect(take, pb, *pa);
+  }
+
+  Value* ShuffleXor(Value* v, int lane_mask) {
+    auto shfl32 = [&](Value* x) {
+      return b_.CreateIntrinsic(
+          llvm::Intrinsic::nvvm_shfl_sync_bfly_i32, {},
+          {b_.getInt32(-1), x, b_.getInt32(lane_mask), b_.getInt32(0x1f)});
+    };
+    llvm::Type* ty = v->getType();
+    if (ty->isFloatTy()) {
+      return b_.CreateBitCast(shfl32(b_.CreateBitCast(v, b_.getInt32Ty())), ty);
+    }
+    if (ty->isIntegerTy(64)) {
+      Value* lo = shfl32(b_.CreateTrunc(v, b_.getInt32Ty()));
+      Value* hi = shfl32(b_.CreateTrunc(b_.CreateLShr(v, 32), b_.getInt32Ty()));
+      return b_.CreateOr(b_.CreateZExt(lo, ty),
+                         b_.CreateShl(b_.CreateZExt(hi, ty), 32));
+    }
+    if (ty->isIntegerTy(32)) return shfl32(v);
+    return b_.CreateTrunc(shfl32(b_.CreateZExt(v, b_.getInt32Ty())), ty);
+  }
+
+  Value* ToBits64(Value* v) {
+    llvm::Type* ty = v->getType();
+    if (ty->isFloatTy())
+      return b_.CreateZExt(b_.CreateBitCast(v, b_.getInt32Ty()),
+                           b_.getInt64Ty());
+    return b_.CreateZExtOrTrunc(v, b_.getInt64Ty());
+  }
+  Value* FromBits64(Value* bits, llvm::Type* ty) {
+    if (ty->isFloatTy())
+      return b_.CreateBitCast(b_.CreateTrunc(bits, b_.getInt32Ty()), ty);
+    return b_.CreateTrunc(bits, ty);
+  }
+
+  llvm::GlobalVariable* SharedSlots(const char* name) {
+    auto* ty = llvm::ArrayType::get(b_.getInt64Ty(), 32);
+    return new llvm::GlobalVariable(  // owned by the module
+        m_, ty, false, llvm::GlobalValue::InternalLinkage,
+        llvm::UndefValue::get(ty), absl::StrCat(kernel_.name, "_", name),
+        nullptr, llvm::GlobalValue::NotThreadLocal, kShared);
+  }
+
+  void Barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+
+  // Reduces (acc, pos) across the row's threads; every thread gets the
+  // result.
+  void CrossThreadReduce(ReduceKind k, DType d, Value** acc, Value** pos) {
+    const bool arg = IsArg(k);
+    auto warp_reduce = [&] {
+      for (int m = 16; m >= 1; m /= 2) {
+        Value* other = ShuffleXor(*acc, m);
+        Value* other_pos = arg ? ShuffleXor(*pos, m) : nullptr;
+        TreeCombine(k, d, acc, pos, other, other_pos);
+      }
+    };
+    warp_reduce();
+    if (plan_.threads_per_row <= 32) return;
+    if (!smem_val_) {
+      smem_val_ = SharedSlots("smem_val");
+      smem_pos_ = SharedSlots("smem_pos");
+    }
+    auto* slots_ty = llvm::ArrayType::get(b_.getInt64Ty(), 32);
+    auto slot_ptr = [&](llvm::GlobalVariable* g, Value* i) {
+      return b_.CreateInBoundsGEP(slots_ty, g, {b_.getInt64(0), i});
+    };
+    Value* warp = b_.CreateLShr(lt_, 5);
+    Value* lane = b_.CreateAnd(lt_, 31);
+    Barrier();  // the previous reduction's readers are done
+    Value* a = *acc;
+    Value* p = *pos;
+    EmitIf(b_.CreateICmpEQ(lane, b_.getInt64(0)), [&] {
+      b_.CreateStore(ToBits64(a), slot_ptr(smem_val_, warp));
+      if (arg) b_.CreateStore(p, slot_ptr(smem_pos_, warp));
+    });
+    Barrier();
+    // Every warp reduces the per-warp partials itself: no second broadcast.
+    Value* in = b_.CreateICmpULT(lane, b_.getInt64(plan_.threads_per_row / 32));
+    Value* idx = b_.CreateSelect(in, lane, b_.getInt64(0));
+    llvm::Type* ty = (*acc)->getType();
+    Value* v = FromBits64(
+        b_.CreateLoad(b_.getInt64Ty(), slot_ptr(smem_val_, idx)), ty);
+    *acc = b_.CreateSelect(in, v, InitValue(k, d));
+    if (arg) {
+      Value* pv = b_.CreateLoad(b_.getInt64Ty(), slot_ptr(smem_pos_, idx));
+      *pos = b_.CreateSelect(in, pv, b_.getInt64(0));
+    }
+    warp_reduce();
+  }
+
+  void FinishReduce(const Stage& st, int slot, DType vdtype, Value* acc,
+                    Value* pos) {
+    CrossThreadReduce(st.reduce, vdtype, &acc, &pos);
+    SetReduceResult(st, slot, acc, pos);
+  }
+
+  void SetReduceResult(const Stage& st, int slot, Value* acc, Value* pos) {
+    const bool arg = IsArg(st.reduce);
+    acc_value_[slot] = arg ? pos : acc;
+    acc_dtype_[slot] = arg ? DType::kInt64 : st.acc_dtype;
+    if (st.finalize) {
+      acc_value_[slot] = EmitExpr(st.finalize);
+      acc_dtype_[slot] = st.finalize->dtype;
+    }
+  }
+
+  struct PendingStore {
+    Value* offset = nullptr;
+    std::vector<Value*> lanes;
+  };
+
+  const CudaCodegenOptions& options_;
+  const GpuKernelPlan& plan_;
+  const int V_;  // group size (plan_.vector_width)
+  Value* tid_ = nullptr;
+  Value* bid_ = nullptr;
+  Value* lt_ = nullptr;  // thread index within the row
+  int group_var_ = -1;   // the var consecutive lanes of a group step along
+  Value* vec_ok_ = nullptr;
+  absl::flat_hash_map<const ExprNode*, bool> vector_loads_;
+  std::vector<bool> vector_store_;  // per stage
+  int lane_ = -1;                   // lane within the current group; -1: none
+  int group_ = 0;
+  std::vector<absl::flat_hash_map<const ExprNode*, Value*>> group_loads_;
+  absl::flat_hash_map<size_t, PendingStore> pending_;
+  std::vector<Value*> valid_;  // per group of the thread (null: always)
+  std::vector<std::vector<Value*>> elem_vars_;
+  std::vector<absl::flat_hash_map<const ExprNode*, Value*>> elem_memo_;
+  llvm::GlobalVariable* smem_val_ = nullptr;
+  llvm::GlobalVariable* smem_pos_ = nullptr;
+};
+
+}  // namespace
+
+absl::StatusOr<CudaModule> EmitCudaModule(const FusedProgram& program,
+                                          llvm::LLVMContext& context,
+                                          const CudaCodegenOptions& options) {
+  CudaModule out;
+  out.module = std::make_unique<llvm::Module>("kiln_kernels", context);
+  for (const Kernel& kernel : program.kernels) {
+    out.plans.push_back(PlanGpuKernel(kernel));
+  }
+  for (size_t k = 0; k < program.kernels.size(); ++k) {
+    CudaKernelEmitter emitter(*out.module, program, program.kernels[k], options,
+                              out.plans[k]);
+    if (absl::Status s = emitter.Emit(); !s.ok()) return s;
+  }
+  std::string err;
+  llvm::raw_string_ostream os(err);
+  if (llvm::verifyModule(*out.module, &os)) {
+    return absl::InternalError(
+        absl::StrCat("LLVM module verification failed: ", os.str()));
+  }
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,389 @@
+#include "compiler/cuda_backend.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/Instructions.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/Linker/Linker.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Transforms/IPO/Internalize.h"
+
+extern "C" {
+void LLVMInitializeNVPTXTargetInfo();
+void LLVMInitializeNVPTXTarget();
+void LLVMInitializeNVPTXTargetMC();
+void LLVMInitializeNVPTXAsmPrinter();
+}
+
+#ifndef KILN_CUDA_TOOLKIT_ROOT
+#define KILN_CUDA_TOOLKIT_ROOT "/usr/local/cuda"
+#endif
+
+namespace kiln {
+namespace {
+
+constexpr int kMaxPtxArch = 90;  // LLVM 16's newest
+constexpr char kTriple[] = "nvptx64-nvidia-cuda";
+
+void InitNvptxOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+  });
+}
+
+std::string ExecutableDir() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  std::string path(buf, n);
+  return path.substr(0, path.rfind('/'));
+}
+
+// libdevice's bytes, read once per process (immutable afterwards).
+struct LibdeviceFile {
+  std::unique_ptr<llvm::MemoryBuffer> buffer;
+  std::vector<std::string> tried;
+};
+
+const LibdeviceFile& Libdevice() {
+  static const LibdeviceFile file = [] {
+    LibdeviceFile f;
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("KILN_LIBDEVICE")) {
+      candidates.push_back(env);
+    }
+    const std::string exe_dir = ExecutableDir();
+    if (!exe_dir.empty()) {
+      candidates.push_back(exe_dir + "/../share/kiln/libdevice.10.bc");
+    }
+    candidates.push_back(std::string(KILN_CUDA_TOOLKIT_ROOT) +
+                         "/nvvm/libdevice/libdevice.10.bc");
+    for (const std::string& path : candidates) {
+      auto buf = llvm::MemoryBuffer::getFile(path);
+      f.tried.push_back(path);
+      if (buf) {
+        f.buffer = std::move(*buf);
+        break;
+      }
+    }
+    return f;
+  }();
+  return file;
+}
+
+// Math the CPU code generator expresses as LLVM intrinsics or libm calls,
+// and its libdevice name.
+struct MathMapping {
+  llvm::Intrinsic::ID intrinsic;  // not_intrinsic: a libm function
+  const char* libm;
+  const char* libdevice;
+};
+constexpr MathMapping kMath[] = {
+    {llvm::Intrinsic::sin, nullptr, "__nv_sinf"},
+    {llvm::Intrinsic::cos, nullptr, "__nv_cosf"},
+    {llvm::Intrinsic::exp, nullptr, "__nv_expf"},
+    {llvm::Intrinsic::exp2, nullptr, "__nv_exp2f"},
+    {llvm::Intrinsic::log, nullptr, "__nv_logf"},
+    {llvm::Intrinsic::log2, nullptr, "__nv_log2f"},
+    {llvm::Intrinsic::log10, nullptr, "__nv_log10f"},
+    {llvm::Intrinsic::pow, nullptr, "__nv_powf"},
+    {llvm::Intrinsic::not_intrinsic, "expm1f", "__nv_expm1f"},
+    {llvm::Intrinsic::not_intrinsic, "log1pf", "__nv_log1pf"},
+    {llvm::Intrinsic::not_intrinsic, "tanf", "__nv_tanf"},
+    {llvm::Intrinsic::not_intrinsic, "tanhf", "__nv_tanhf"},
+    {llvm::Intrinsic::not_intrinsic, "erff", "__nv_erff"},
+    {llvm::Intrinsic::not_intrinsic, "atan2f", "__nv_atan2f"},
+};
+
+// Returns whether anything now calls libdevice.
+bool ReplaceMathWithLibdevice(llvm::Module& module) {
+  bool used = false;
+  std::vector<llvm::Function*> dead;
+  for (llvm::Function& f : module) {
+    if (!f.isDeclaration()) continue;
+    for (const MathMapping& m : kMath) {
+      const bool match = m.libm ? f.getName() == m.libm
+                                : (f.getIntrinsicID() == m.intrinsic &&
+                                   f.getReturnType()->isFloatTy());
+      if (!match) continue;
+      llvm::FunctionCallee nv =
+          module.getOrInsertFunction(m.libdevice, f.getFunctionType());
+      f.replaceAllUsesWith(nv.getCallee());
+      dead.push_back(&f);
+      used = true;
+      break;
+    }
+  }
+  for (llvm::Function* f : dead) f->eraseFromParent();
+  // frem has no PTX instruction.
+  std::vector<llvm::BinaryOperator*> frems;
+  for (llvm::Function& f : module) {
+    for (llvm::BasicBlock& bb : f) {
+      for (llvm::Instruction& inst : bb) {
+        if (inst.getOpcode() == llvm::Instruction::FRem &&
+            inst.getType()->isFloatTy()) {
+          frems.push_back(llvm::cast<llvm::BinaryOperator>(&inst));
+        }
+      }
+    }
+  }
+  for (llvm::BinaryOperator* frem : frems) {
+    llvm::IRBuilder<> b(frem);
+    llvm::Type* f32 = b.getFloatTy();
+    llvm::FunctionCallee fmod = module.getOrInsertFunction(
+        "__nv_fmodf", llvm::FunctionType::get(f32, {f32, f32}, false));
+    llvm::Value* r =
+        b.CreateCall(fmod, {frem->getOperand(0), frem->getOperand(1)});
+    frem->replaceAllUsesWith(r);
+    frem->eraseFromParent();
+    used = true;
+  }
+  return used;
+}
+
+// nvJitLink, loaded on first use.
+struct NvJitLink {
+  using Handle = void*;
+  int (*create)(Handle*, uint32_t, const char**) = nullptr;
+  int (*destroy)(Handle*) = nullptr;
+  int (*add_data)(Handle, int, const void*, size_t, const char*) = nullptr;
+  int (*complete)(Handle) = nullptr;
+  int (*cubin_size)(Handle, size_t*) = nullptr;
+  int (*cubin)(Handle, void*) = nullptr;
+  int (*error_log_size)(Handle, size_t*) = nullptr;
+  int (*error_log)(Handle, char*) = nullptr;
+  int (*info_log_size)(Handle, size_t*) = nullptr;
+  int (*info_log)(Handle, char*) = nullptr;
+  std::string error;  // why it could not be loaded
+};
+
+constexpr int kNvJitLinkInputPtx = 2;
+
+const NvJitLink& LoadNvJitLink() {
+  static const NvJitLink lib = [] {
+    NvJitLink lib;
+    NvJitLink* l = &lib;
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("KILN_NVJITLINK"))
+      candidates.push_back(env);
+    candidates.push_back("libnvJitLink.so.13");
+    candidates.push_back(std::string(KILN_CUDA_TOOLKIT_ROOT) +
+                         "/lib64/libnvJitLink.so.13");
+    void* handle = nullptr;
+    std::vector<std::string> errors;
+    for (const std::string& c : candidates) {
+      handle = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (handle) break;
+      errors.push_back(::dlerror());
+    }
+    if (!handle) {
+      l->error = absl::StrJoin(errors, "; ");
+      return lib;
+    }
+    auto sym = [&](const char* name, auto& fn) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
+          ::dlsym(handle, name));
+      if (!fn && l->error.empty())
+        l->error = absl::StrCat("symbol ", name, " missing");
+    };
+    sym("nvJitLinkCreate", l->create);
+    sym("nvJitLinkDestroy", l->destroy);
+    sym("nvJitLinkAddData", l->add_data);
+    sym("nvJitLinkComplete", l->complete);
+    sym("nvJitLinkGetLinkedCubinSize", l->cubin_size);
+    sym("nvJitLinkGetLinkedCubin", l->cubin);
+    sym("nvJitLinkGetErrorLogSize", l->error_log_size);
+    sym("nvJitLinkGetErrorLog", l->error_log);
+    sym("nvJitLinkGetInfoLogSize", l->info_log_size);
+    sym("nvJitLinkGetInfoLog", l->info_log);
+    return lib;
+  }();
+  return lib;
+}
+
+// Sum of "N bytes spill stores, M bytes spill loads" over the log's lines.
+int64_t SpillBytes(const std::string& log) {
+  int64_t total = 0;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    for (const char* what : {" bytes spill stores", " bytes spill loads"}) {
+      const size_t at = line.find(what);
+      if (at == absl::string_view::npos) continue;
+      size_t start = line.rfind(' ', at - 1);
+      start = start == absl::string_view::npos ? 0 : start + 1;
+      int64_t n = 0;
+      if (absl::SimpleAtoi(line.substr(start, at - start), &n)) total += n;
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+absl::StatusOr<int> ParseCudaArch(const std::string& arch) {
+  int cc = 0;
+  absl::string_view rest = arch;
+  if (!absl::ConsumePrefix(&rest, "sm_") || !absl::SimpleAtoi(rest, &cc) ||
+      cc < 50 || cc > 999) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CUDA target arch \"", arch,
+        "\": expected sm_XX with a compute capability of at least 5.0, "
+        "e.g. sm_90"));
+  }
+  return cc;
+}
+
+absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> MakeNvptxTargetMachine(
+    const v1::CudaTarget& target) {
+  auto cc = ParseCudaArch(target.arch());
+  if (!cc.ok()) return cc.status();
+  InitNvptxOnce();
+  std::string error;
+  const llvm::Target* t = llvm::TargetRegistry::lookupTarget(kTriple, error);
+  if (!t) {
+    return absl::InternalError(absl::StrCat("NVPTX target: ", error));
+  }
+  const std::string cpu = absl::StrCat("sm_", std::min(*cc, kMaxPtxArch));
+  llvm::TargetOptions options;
+  std::unique_ptr<llvm::TargetMachine> tm(
+      t->createTargetMachine(kTriple, cpu, "+ptx78", options, std::nullopt,
+                             std::nullopt, llvm::CodeGenOpt::Aggressive));
+  if (!tm) return absl::InternalError("cannot create the NVPTX target");
+  return tm;
+}
+
+absl::Status LinkLibdevice(llvm::Module& module, bool fast_math) {
+  module.addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz",
+                       fast_math ? 1 : 0);
+  if (!ReplaceMathWithLibdevice(module)) return absl::OkStatus();
+  const LibdeviceFile& file = Libdevice();
+  if (!file.buffer) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("libdevice.10.bc not found (tried ",
+                     absl::StrJoin(file.tried, ", "), "); set KILN_LIBDEVICE"));
+  }
+  auto lib = llvm::getLazyBitcodeModule(file.buffer->getMemBufferRef(),
+                                        module.getContext());
+  if (!lib) {
+    return absl::InternalError(
+        absl::StrCat("libdevice: ", llvm::toString(lib.takeError())));
+  }
+  (*lib)->setTargetTriple(module.getTargetTriple());
+  (*lib)->setDataLayout(module.getDataLayout());
+  const bool failed = llvm::Linker::linkModules(
+      module, std::move(*lib), llvm::Linker::Flags::LinkOnlyNeeded,
+      [](llvm::Module& m, const llvm::StringSet<>& linked) {
+        llvm::internalizeModule(m, [&linked](const llvm::GlobalValue& gv) {
+          return !gv.hasName() || !linked.count(gv.getName());
+        });
+      });
+  if (failed) return absl::InternalError("linking libdevice failed");
+  return absl::OkStatus();
+}
+
+absl::Status OptimizeNvptxModule(llvm::Module& module,
+                                 llvm::TargetMachine& tm) {
+  module.setTargetTriple(tm.getTargetTriple().str());
+  module.setDataLayout(tm.createDataLayout());
+  std::string err;
+  llvm::raw_string_ostream os(err);
+  if (llvm::verifyModule(module, &os)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid NVPTX module: ", os.str()));
+  }
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder builder(&tm);
+  // NVVMReflect and the NVPTX-specific IR passes come from the target.
+  tm.registerPassBuilderCallbacks(builder);
+  builder.registerModuleAnalyses(mam);
+  builder.registerCGSCCAnalyses(cgam);
+  builder.registerFunctionAnalyses(fam);
+  builder.registerLoopAnalyses(lam);
+  builder.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm =
+      builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  mpm.run(module, mam);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> EmitPtx(llvm::Module& module,
+                                    llvm::TargetMachine& tm) {
+  llvm::SmallString<0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  llvm::legacy::PassManager pm;
+  if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_AssemblyFile)) {
+    return absl::InternalError("the NVPTX target cannot emit PTX");
+  }
+  pm.run(module);
+  return std::string(buffer.str());
+}
+
+absl::StatusOr<CubinResult> LinkCubin(const std::string& ptx,
+                                      const std::string& arch) {
+  if (auto cc = ParseCudaArch(arch); !cc.ok()) return cc.status();
+  const NvJitLink& nv = LoadNvJitLink();
+  if (!nv.error.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "nvJitLink not available (", nv.error,
+        "); install CUDA 13's libnvjitlink or set KILN_NVJITLINK"));
+  }
+  const std::string arch_opt = absl::StrCat("-arch=", arch);
+  const char* options[] = {arch_opt.c_str(), "-O3", "-verbose"};
+  NvJitLink::Handle h = nullptr;
+  if (int r = nv.create(&h, 3, options); r != 0) {
+    return absl::InternalError(absl::StrCat("nvJitLinkCreate failed: ", r));
+  }
+  auto log_of = [&](auto size_fn, auto log_fn) {
+    size_t n = 0;
+    if (size_fn(h, &n) != 0 || n == 0) return std::string();
+    std::string s(n, '\0');
+    log_fn(h, s.data());
+    while (!s.empty() && s.back() == '\0') s.pop_back();
+    return s;
+  };
+  CubinResult result;
+  // nvJitLink wants the PTX NUL-terminated.
+  int r = nv.add_data(h, kNvJitLinkInputPtx, ptx.c_str(), ptx.size() + 1,
+                      "kiln.ptx");
+  if (r == 0) r = nv.complete(h);
+  if (r != 0) {
+    std::string log = log_of(nv.error_log_size, nv.error_log);
+    nv.destroy(&h);
+    return absl::InternalError(
+        absl::StrCat("nvJitLink failed (", r, ") for ", arch, ": ", log));
+  }
+  result.log = log_of(nv.info_log_size, nv.info_log);
+  size_t size = 0;
+  nv.cubin_size(h, &size);
+  result.cubin.resize(size);
+  nv.cubin(h, result.cubin.data());
+  nv.destroy(&h);
+  result.spill_bytes = SpillBytes(result.log);
+  return result;
+}
+
+}  // namespace kiln

@@ -1,0 +1,84 @@
+// The LLVM NVPTX back end for CUDA kernels: from the module codegen_cuda.h
+// emits to a cubin, without a GPU. In pipeline order:
+//
+//   MakeNvptxTargetMachine  kiln.v1.CudaTarget -> llvm::TargetMachine
+//   LinkLibdevice           math calls -> libdevice (__nv_expf, ...), linked
+//                           with LinkOnlyNeeded and internalized
+//   OptimizeNvptxModule     O3 with the NVPTX passes (NVVMReflect folds
+//                           __nvvm_reflect("__CUDA_FTZ") from the module's
+//                           nvvm-reflect-ftz flag)
+//   EmitPtx                 -> PTX text
+//   LinkCubin               PTX -> cubin for sm_XX with nvJitLink
+//
+// LLVM 16 knows PTX ISA 7.8 and sm_90 at most: newer architectures get
+// sm_90 PTX, which nvJitLink compiles for the requested one (PTX is forward
+// compatible).
+//
+// libdevice.10.bc is read once per process, from the first of
+// $KILN_LIBDEVICE, <dir of this executable>/../share/kiln/libdevice.10.bc
+// (the relocatable bundle), and the CUDA toolkit found at build time. Each
+// compile parses it lazily in its own LLVMContext, so only the functions a
+// kernel calls are materialised.
+//
+// nvJitLink is loaded with dlopen on first use (libnvJitLink.so.13 from the
+// library path, $KILN_NVJITLINK, or the toolkit found at build time), so
+// kilnd starts and compiles for CPUs on machines without CUDA.
+//
+// Thread-safety: every function may be called from several threads at once
+// as long as each thread uses its own LLVMContext, Module and TargetMachine.
+#ifndef KILN_COMPILER_CUDA_BACKEND_H_
+#define KILN_COMPILER_CUDA_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kiln/v1/graph.pb.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Target/TargetMachine.h"
+
+namespace kiln {
+
+// The compute capability of "sm_XX" (e.g. 90), or INVALID_ARGUMENT naming
+// the value when it is not of that form or older than sm_50.
+absl::StatusOr<int> ParseCudaArch(const std::string& arch);
+
+// A TargetMachine for nvptx64-nvidia-cuda and the PTX architecture used for
+// `target` (min(sm_XX, sm_90)), CodeGenOpt::Aggressive. Registers the NVPTX
+// target once per process. Errors: INVALID_ARGUMENT for a bad arch.
+absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> MakeNvptxTargetMachine(
+    const v1::CudaTarget& target);
+
+// Rewrites LLVM math intrinsics and libm calls (llvm.exp.f32, expm1f, frem,
+// ...) into libdevice calls, links the libdevice functions they need and
+// internalizes them, and sets the nvvm-reflect-ftz module flag from
+// `fast_math`. Errors: FAILED_PRECONDITION when libdevice is needed and not
+// found (the message lists where it looked); INTERNAL when linking fails.
+absl::Status LinkLibdevice(llvm::Module& module, bool fast_math);
+
+// Sets the module's triple and data layout from `tm` and runs O3 with the
+// NVPTX pipeline callbacks. Errors: INVALID_ARGUMENT for invalid IR.
+absl::Status OptimizeNvptxModule(llvm::Module& module, llvm::TargetMachine& tm);
+
+// PTX text of `module`. Errors: INTERNAL when code generation fails.
+absl::StatusOr<std::string> EmitPtx(llvm::Module& module,
+                                    llvm::TargetMachine& tm);
+
+struct CubinResult {
+  std::string cubin;
+  // nvJitLink's info log (ptxas -v: registers, shared memory, spills per
+  // kernel).
+  std::string log;
+  int64_t spill_bytes = 0;  // spill stores + loads over all kernels
+};
+
+// Compiles PTX to a cubin for `arch` ("sm_90") with nvJitLink (-O3,
+// -verbose). Errors: FAILED_PRECONDITION when nvJitLink cannot be loaded;
+// INTERNAL with nvJitLink's error log when it rejects the PTX.
+absl::StatusOr<CubinResult> LinkCubin(const std::string& ptx,
+                                      const std::string& arch);
+
+}  // namespace kiln
+
+#endif  // KILN_COMPILER_CUDA_BACKEND_H_

@@ -1,0 +1,83 @@
+#include "compiler/gpu_launch.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace kiln {
+namespace {
+
+int64_t NextPow2(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+}  // namespace
+
+GpuKernelPlan PlanGpuKernel(const Kernel& kernel) {
+  GpuKernelPlan plan;
+  bool has_inner = false;
+  int64_t row = 1;
+  bool static_row = true;
+  std::optional<int64_t> last_inner;
+  for (size_t d = 0; d < kernel.dims.size(); ++d) {
+    if (!kernel.inner[d]) continue;
+    has_inner = true;
+    const std::optional<int64_t> size = kernel.dims[d].AsConstant();
+    if (!size) {
+      static_row = false;
+      continue;
+    }
+    row *= *size;
+    last_inner = size;
+  }
+  if (!has_inner) {
+    plan.form = GpuKernelPlan::Form::kPointwise;
+    plan.block_threads = 256;
+    plan.vector_width = 4;
+    plan.items_per_block = plan.block_threads * plan.vector_width;
+    return plan;
+  }
+  if (static_row && row <= kMaxPersistentRow) {
+    plan.form = GpuKernelPlan::Form::kPersistentRow;
+    plan.row_size = row;
+    // Groups of 4 need the last inner dim (and so the row) to split evenly.
+    plan.vector_width = (last_inner && *last_inner % 4 == 0) ? 4 : 1;
+    const int64_t groups = (row + plan.vector_width - 1) / plan.vector_width;
+    // About two groups per thread: enough loads in flight per thread without
+    // starving the SM of warps.
+    int64_t threads = NextPow2((groups + 1) / 2);
+    if (threads <= 32) {
+      plan.threads_per_row = 32;
+      plan.block_threads = 128;
+      plan.items_per_block = 4;  // rows: one per warp
+    } else {
+      threads = std::clamp<int64_t>(threads, 128, 1024);
+      plan.threads_per_row = static_cast<int>(threads);
+      plan.block_threads = plan.threads_per_row;
+      plan.items_per_block = 1;
+    }
+    plan.groups_per_thread = static_cast<int>(
+        (groups + plan.threads_per_row - 1) / plan.threads_per_row);
+    return plan;
+  }
+  plan.form = GpuKernelPlan::Form::kLoopedRow;
+  plan.vector_width = 1;
+  plan.threads_per_row = 512;
+  plan.block_threads = 512;
+  plan.items_per_block = 1;
+  return plan;
+}
+
+std::string GpuKernelPlan::ToString() const {
+  const char* f = form == Form::kPointwise       ? "pointwise"
+                  : form == Form::kPersistentRow ? "persistent-row"
+                                                 : "looped-row";
+  return absl::StrCat(f, " block=", block_threads,
+                      " items/block=", items_per_block, " vec=", vector_width,
+                      " threads/row=", threads_per_row,
+                      " groups/thread=", groups_per_thread, " row=", row_size);
+}
+
+}  // namespace kiln

@@ -1,0 +1,58 @@
+// Every block and grid choice of the CUDA code generator, in one place.
+//
+// A fused kernel (loop_ir.h) takes one of three forms:
+//
+//   kPointwise      no inner (reduced) dims. Each thread computes
+//                   `vector_width` consecutive elements of the flattened
+//                   range: one 128-bit load/store per buffer when the
+//                   accesses are contiguous along the last dim and aligned,
+//                   else scalar accesses. 256 threads per block (8 warps),
+//                   grid = ceil(range / (256 * vector_width)).
+//   kPersistentRow  a row kernel whose row (the product of the inner dims)
+//                   is static and at most kMaxPersistentRow elements. The
+//                   row stays in registers across the stages of the kernel
+//                   (softmax reads its input once): each of the row's
+//                   `threads_per_row` threads holds `groups_per_thread`
+//                   groups of `vector_width` consecutive elements. Short
+//                   rows (<= 128 groups) take one warp each, four rows per
+//                   block, reduced with warp shuffles only; longer rows take
+//                   a block of 128..1024 threads, reduced with shuffles and
+//                   a 32-slot shared-memory exchange.
+//   kLoopedRow      any other row kernel (dynamic or long rows): one block
+//                   of 512 threads per row loops over the row once per
+//                   stage; re-reads of the row mostly hit L1/L2.
+//
+// The launch: range = the kernel's outer range (elements or rows), grid =
+// max(1, ceil(range / items_per_block)) blocks of block_threads threads
+// (artifact.proto's Launch).
+#ifndef KILN_COMPILER_GPU_LAUNCH_H_
+#define KILN_COMPILER_GPU_LAUNCH_H_
+
+#include <cstdint>
+#include <string>
+
+#include "compiler/loop_ir.h"
+
+namespace kiln {
+
+inline constexpr int64_t kMaxPersistentRow = 32768;
+
+struct GpuKernelPlan {
+  enum class Form : uint8_t { kPointwise, kPersistentRow, kLoopedRow };
+  Form form = Form::kPointwise;
+  int block_threads = 256;
+  int64_t items_per_block = 1024;  // elements (pointwise) or rows
+  int vector_width = 4;            // consecutive elements per group
+  int threads_per_row = 0;         // row forms
+  int groups_per_thread = 0;       // kPersistentRow
+  int64_t row_size = 0;            // kPersistentRow: elements per row
+
+  std::string ToString() const;
+};
+
+// The plan for `kernel`; a pure function of the kernel's structure.
+GpuKernelPlan PlanGpuKernel(const Kernel& kernel);
+
+}  // namespace kiln
+
+#endif  // KILN_COMPILER_GPU_LAUNCH_H_
