@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "tests/unit/example_graphs.h"
 #include "tests/unit/graph_gen.h"
+#include "tests/unit/random_graphs.h"
 
 namespace kiln::testing {
 namespace {
@@ -145,16 +146,8 @@ TEST(CudaCodegen, ArchitecturesAndErrors) {
 }
 
 TEST(CudaCodegen, RandomGraphsOverTheWholeOpSetCompile) {
-  graph_gen::GraphGenOptions o;
-  o.full_op_set = true;
-  o.max_inputs = 3;
-  o.max_nodes = 10;
-  o.max_rank = 4;
-  o.max_symbols = 2;
-  o.dtypes = {v1::FLOAT32, v1::FLOAT16, v1::BFLOAT16,
-              v1::INT32,   v1::INT64,   v1::BOOL};
-  const char* env = std::getenv("KILN_CUDA_RANDOM_GRAPHS");
-  const int count = env && *env ? std::atoi(env) : 600;
+  const graph_gen::GraphGenOptions o = random_graphs::Options();
+  const int count = random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600);
   std::map<std::string, int> ops;
   int failures = 0;
   for (int seed = 0; seed < count && failures < 10; ++seed) {

@@ -41,6 +41,7 @@
 #include "gtest/gtest.h"
 #include "tests/unit/graph_gen.h"
 #include "tests/unit/numerics.h"
+#include "tests/unit/random_graphs.h"
 
 namespace kiln::testing {
 namespace {
@@ -52,43 +53,9 @@ using graph_gen::RandomGraph;
 // compile); KILN_RANDOM_GRAPHS=<n> for longer runs.
 constexpr int kDefaultCount = 3000;
 
-GraphGenOptions Options() {
-  GraphGenOptions o;
-  o.full_op_set = true;
-  o.max_inputs = 3;
-  o.max_nodes = 10;
-  o.max_rank = 4;
-  o.max_symbols = 2;
-  o.max_symbol_value = 8;
-  o.dtypes = {v1::FLOAT32, v1::FLOAT16, v1::BFLOAT16,
-              v1::INT32,   v1::INT64,   v1::BOOL};
-  return o;
-}
-
-int64_t EnvInt(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoll(v, nullptr, 10) : fallback;
-}
-
-// Two bindings of the symbols (none for a static graph): small and large,
-// honouring multiple_of and max_value; never above max_symbol_value.
-std::vector<std::vector<int64_t>> Bindings(const Graph& g) {
-  if (g.symbols.empty()) return {{}};
-  std::vector<std::vector<int64_t>> out(2);
-  for (size_t s = 0; s < g.symbols.size(); ++s) {
-    const int64_t m = std::max<int64_t>(g.symbols[s].multiple_of, 1);
-    for (int b = 0; b < 2; ++b) {
-      int64_t want = b == 0 ? 2 : 7;
-      // Mix: odd symbols take the other value, so that dynamic dims differ.
-      if (s % 2 == 1) want = b == 0 ? 7 : 2;
-      int64_t v = (want + m - 1) / m * m;
-      if (v > Options().max_symbol_value) v = m;
-      if (g.symbols[s].max_value > 0) v = std::min(v, g.symbols[s].max_value);
-      out[b].push_back(std::max<int64_t>(v, kMinSymbolValue));
-    }
-  }
-  return out;
-}
+using random_graphs::Bindings;
+using random_graphs::EnvInt;
+using random_graphs::Options;
 
 std::string GraphJson(const v1::Graph& g) {
   std::string json;

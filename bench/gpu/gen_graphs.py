@@ -1,0 +1,51 @@
+#!/usr/bin/python3
+"""Writes the GPU benchmark's row graphs as kiln.v1.Graph JSON.
+
+  gen_graphs.py softmax ROWS COLS     aten._softmax over the last dim
+  gen_graphs.py layernorm ROWS COLS   aten.native_layer_norm over the last dim
+"""
+import json
+import sys
+
+
+def dims(*sizes):
+    return [{"value": str(s)} for s in sizes]
+
+
+def softmax(rows, cols):
+    return {
+        "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
+                                         "sizes": dims(rows, cols)}}],
+        "nodes": [{"op": "aten._softmax.default",
+                   "args": [{"ref": "x"}, {"i": "-1"}, {"b": False}],
+                   "outputs": ["y"]}],
+        "outputs": ["y"],
+    }
+
+
+def layernorm(rows, cols):
+    meta = lambda *s: {"dtype": "FLOAT32", "sizes": dims(*s)}
+    return {
+        "inputs": [{"name": "x", "meta": meta(rows, cols)},
+                   {"name": "weight", "meta": meta(cols)},
+                   {"name": "bias", "meta": meta(cols)}],
+        "nodes": [{"op": "aten.native_layer_norm.default",
+                   "args": [{"ref": "x"}, {"ints": {"values": [str(cols)]}},
+                            {"ref": "weight"}, {"ref": "bias"}, {"f": 1e-5}],
+                   "outputs": ["y", "mean", "rstd"]}],
+        "outputs": ["y"],
+    }
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[1] not in ("softmax", "layernorm"):
+        sys.exit(__doc__)
+    rows, cols = int(sys.argv[2]), int(sys.argv[3])
+    graph = softmax(rows, cols) if sys.argv[1] == "softmax" else layernorm(
+        rows, cols)
+    json.dump(graph, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

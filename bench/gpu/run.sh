@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The GPU benchmarks of TARGETS.md, Kiln and PyTorch (eager and Inductor)
+# in the same run on the same GPU:
+#   - launch overhead: chain-N + sum() for N = 1, 5, ..., 30 on 8x16 float32
+#     and on (4..13)x16 (dynamic), per call;
+#   - bandwidth: chain-1/10/30 on 2^26 float32 against a device copy;
+#     softmax and layer norm on 16384x1024, 16384x4096, 4096x32768.
+# Needs a GPU, python3 with torch, and cuda_bench (built with the CUDA
+# backend; on a machine without the build, from the relocatable bundle).
+#
+#   bench/gpu/run.sh [OUT_DIR]
+#   KILN_CUDA_BENCH=/path/to/cuda_bench PYTHON=python3 bench/gpu/run.sh
+#   KILN_BENCH_ONLY=launch|bandwidth bench/gpu/run.sh
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+bench=${KILN_CUDA_BENCH:-$root/build/bench/gpu/cuda_bench}
+py=${PYTHON:-python3}
+only=${KILN_BENCH_ONLY:-all}
+out=${1:-$(mktemp -d)}
+mkdir -p "$out/graphs"
+results=$out/results.txt
+: >"$results"
+g=$out/graphs
+
+if [[ $only == all || $only == launch ]]; then
+  for n in 1 5 10 15 20 25 30; do
+    $py "$root/examples/graphs/gen_chain.py" $n --sum >"$g/launch$n.json"
+    $py "$root/examples/graphs/gen_chain.py" $n --sum --rows s0 >"$g/launch${n}_dyn.json"
+    "$bench" launch "$g/launch$n.json" --name=launch$n >>"$results"
+    "$bench" launch "$g/launch${n}_dyn.json" --name=launch${n}_dyn \
+      --sizes=4,5,6,7,8,9,10,11,12,13 >>"$results"
+    $py "$here/torch_bench.py" launch launch$n $n >>"$results"
+    $py "$here/torch_bench.py" launch launch${n}_dyn $n --dynamic >>"$results"
+  done
+fi
+if [[ $only == all || $only == bandwidth ]]; then
+  for n in 1 10 30; do
+    $py "$root/examples/graphs/gen_chain.py" $n --rows 65536 --cols 1024 >"$g/chain$n.json"
+    "$bench" bandwidth "$g/chain$n.json" --name=chain${n}_2e26 --calls=20 --batches=10 >>"$results"
+    $py "$here/torch_bench.py" chain chain${n}_2e26 $n 67108864 >>"$results"
+  done
+  for shape in 16384x1024 16384x4096 4096x32768; do
+    r=${shape%x*}
+    c=${shape#*x}
+    for op in softmax layernorm; do
+      $py "$here/gen_graphs.py" $op $r $c >"$g/$op$shape.json"
+      "$bench" bandwidth "$g/$op$shape.json" --name=$op$shape --calls=20 --batches=10 >>"$results"
+      $py "$here/torch_bench.py" $op $op$shape $r $c >>"$results"
+    done
+  done
+fi
+$py "$here/table.py" "$results"

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""PyTorch's side of the GPU benchmarks (bench/gpu/run.sh): eager and
+torch.compile (Inductor) on the same graphs as bench/gpu/cuda_bench, timed
+the same way: `calls` back-to-back calls then one torch.cuda.synchronize(),
+divided by `calls`, median over `batches` timings.
+
+  torch_bench.py launch NAME N [--dynamic]   chain-N + sum on 8x16 (or
+                                             (4..13)x16 with --dynamic)
+  torch_bench.py chain NAME N ELEMENTS       chain-N on ELEMENTS float32
+  torch_bench.py softmax NAME ROWS COLS
+  torch_bench.py layernorm NAME ROWS COLS
+
+Output: `<name> eager_us <t>` and `<name> inductor_us <t>` lines.
+"""
+import statistics
+import sys
+import time
+
+import torch
+
+CYCLE = [
+    ("add", 0.1), ("sin", None), ("mul", 1.1), ("cos", None),
+    ("add", 0.2), ("relu", None), ("sub", 0.1), ("exp_mul", 0.5),
+    ("add", 0.3), ("sigmoid", None), ("mul", 1.2), ("sin", None),
+    ("add", 0.4), ("cos", None), ("sub", 0.2), ("relu", None),
+    ("add", 0.5), ("exp_mul", 0.4), ("mul", 1.3), ("sigmoid", None),
+]
+
+
+def chain(n, with_sum):
+    def f(x):
+        for i in range(n):
+            kind, c = CYCLE[i % len(CYCLE)]
+            if kind == "add":
+                x = x + c
+            elif kind == "mul":
+                x = x * c
+            elif kind == "sub":
+                x = x - c
+            elif kind == "exp_mul":
+                x = torch.exp(x * c)
+            elif kind == "sin":
+                x = torch.sin(x)
+            elif kind == "cos":
+                x = torch.cos(x)
+            elif kind == "relu":
+                x = torch.relu(x)
+            elif kind == "sigmoid":
+                x = torch.sigmoid(x)
+        return x.sum() if with_sum else x
+    return f
+
+
+def timed(fn, inputs, calls=100, batches=20):
+    for i in range(3):
+        fn(*inputs[i % len(inputs)])
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for c in range(calls):
+            fn(*inputs[c % len(inputs)])
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(times)
+
+
+def report(name, fn, inputs, dynamic=False):
+    print("%s eager_us %.2f" % (name, timed(fn, inputs)), flush=True)
+    compiled = torch.compile(fn, dynamic=dynamic)
+    print("%s inductor_us %.2f" % (name, timed(compiled, inputs)), flush=True)
+
+
+def main():
+    mode, name = sys.argv[1], sys.argv[2]
+    dev = "cuda"
+    torch.manual_seed(0)
+    if mode == "launch":
+        n = int(sys.argv[3])
+        dynamic = "--dynamic" in sys.argv
+        rows = range(4, 14) if dynamic else [8]
+        inputs = [(torch.randn(r, 16, device=dev),) for r in rows]
+        report(name, chain(n, True), inputs, dynamic)
+    elif mode == "chain":
+        n, elements = int(sys.argv[3]), int(sys.argv[4])
+        report(name, chain(n, False),
+               [(torch.randn(elements, device=dev),)])
+    elif mode == "softmax":
+        r, c = int(sys.argv[3]), int(sys.argv[4])
+        report(name, lambda x: torch.softmax(x, -1),
+               [(torch.randn(r, c, device=dev),)])
+    elif mode == "layernorm":
+        r, c = int(sys.argv[3]), int(sys.argv[4])
+        x = torch.randn(r, c, device=dev)
+        w = torch.randn(c, device=dev)
+        b = torch.randn(c, device=dev)
+        report(name,
+               lambda x, w, b: torch.nn.functional.layer_norm(
+                   x, (c,), w, b, 1e-5),
+               [(x, w, b)])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
