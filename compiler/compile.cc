@@ -158,6 +158,17 @@ absl::Status BuildCudaBinary(const Graph& graph, const FusedProgram& fused,
                              v1::CudaBinary* out) {
 #ifdef KILN_HAVE_CUDA_BACKEND
   const bool fast_math = request.options().fast_math();
+  // Stage wall times, for the dump (the CUDA path's costs are uneven:
+  // nvJitLink's ptxas dominates).
+  std::string timings;
+  auto t = std::chrono::steady_clock::now();
+  auto lap = [&](const char* stage) {
+    const auto now = std::chrono::steady_clock::now();
+    absl::StrAppend(&timings, stage, " ",
+                    std::chrono::duration<double, std::milli>(now - t).count(),
+                    " ms\n");
+    t = now;
+  };
   CudaCodegenOptions options{fast_math, {}};
   for (const GraphInput& in : graph.inputs)
     options.input_alignment.push_back(in.alignment);
@@ -167,6 +178,7 @@ absl::Status BuildCudaBinary(const Graph& graph, const FusedProgram& fused,
   auto cuda = EmitCudaModule(fused, context, options);
   if (!cuda.ok()) return cuda.status();
   *plans = cuda->plans;
+  lap("codegen");
   llvm::Module& module = *cuda->module;
   module.setTargetTriple((*tm)->getTargetTriple().str());
   module.setDataLayout((*tm)->createDataLayout());
@@ -180,13 +192,18 @@ absl::Status BuildCudaBinary(const Graph& graph, const FusedProgram& fused,
     dump.Write("04-llvm.ll", ModuleText(module));
   }
   if (absl::Status s = LinkLibdevice(module, fast_math); !s.ok()) return s;
+  lap("libdevice");
   if (absl::Status s = OptimizeNvptxModule(module, **tm); !s.ok()) return s;
+  lap("O3");
   dump.Write("05-llvm-opt.ll", ModuleText(module));
   auto ptx = EmitPtx(module, **tm);
   if (!ptx.ok()) return ptx.status();
+  lap("ptx");
   dump.Write("06-kernels.ptx", *ptx);
   auto cubin = LinkCubin(*ptx, request.target().cuda().arch());
   if (!cubin.ok()) return cubin.status();
+  lap("nvjitlink");
+  dump.Write("08-timings.txt", timings);
   dump.Write("07-nvjitlink.txt", cubin->log);
   out->set_arch(request.target().cuda().arch());
   out->set_cubin(std::move(cubin->cubin));

@@ -299,6 +299,16 @@ absl::Status LinkLibdevice(llvm::Module& module, bool fast_math) {
         });
       });
   if (failed) return absl::InternalError("linking libdevice failed");
+  // The trigonometric functions carry Payne-Hanek reduction for huge
+  // arguments (~370 lines of IR each). Inlined into every lane of every
+  // sin/cos, they dominate compile time (chain-30: 6 sin/cos x 4 lanes made
+  // ptxas take 370 ms); as one called function each they cost a call.
+  for (const char* name : {"__nv_sinf", "__nv_cosf", "__nv_tanf"}) {
+    if (llvm::Function* f = module.getFunction(name)) {
+      f->removeFnAttr(llvm::Attribute::AlwaysInline);
+      f->addFnAttr(llvm::Attribute::NoInline);
+    }
+  }
   return absl::OkStatus();
 }
 
