@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test serve fuzz bench format clean
+.PHONY: all deps configure build test serve fuzz bench bundle check-bundle format clean
 
 all: build
 
@@ -44,8 +44,21 @@ fuzz: deps
 bench: build
 	@echo "benchmarks: see bench/README.md"
 
+# The relocatable bundle (README.md, "Relocatable bundle"): a Release tree in
+# $(BUNDLE_BUILD), packed into $(BUNDLE_BUILD)/kiln-linux-x86_64.tar.xz. More
+# executables for kiln/bin: make bundle BUNDLE_EXTRA="build/tests/gpu/foo ...".
+# check-bundle unpacks it and runs kilnd/kilnctl/the client library from it
+# alone; it is not part of `make test` (the Release build takes long).
+BUNDLE_BUILD ?= build-bundle
+BUNDLE_EXTRA ?=
+bundle: deps
+	@bash deploy/bundle.sh --build-dir $(BUNDLE_BUILD) --jobs $(JOBS) $(foreach f,$(BUNDLE_EXTRA),--extra $(f))
+
+check-bundle: bundle
+	@bash deploy/check-bundle.sh $(BUNDLE_BUILD)/kiln-linux-x86_64.tar.xz
+
 format:
 	@find compiler cache server client tests bench -name '*.cc' -o -name '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD) $(BUNDLE_BUILD)

@@ -319,11 +319,25 @@ class TempDir {
   std::string path_;
 };
 
+// The relocatable bundle (deploy/bundle.sh) carries glibc's libc.so,
+// libm.so and libmvec.so as link inputs in <exe>/../share/kiln/link, so
+// kilnd links kernels on a machine without libc6-dev; it comes first so that
+// a bundle links the same way everywhere.
+std::string BundleLinkDir() {
+  std::error_code ec;
+  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  return (exe.parent_path().parent_path() / "share" / "kiln" / "link").string();
+}
+
 absl::StatusOr<std::vector<std::string>> DefaultLibraryDirs() {
-  static constexpr const char* kCandidates[] = {
+  std::vector<std::string> candidates = {
       "/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64",
       "/lib64", "/usr/lib"};
-  for (const char* dir : kCandidates) {
+  if (std::string bundle = BundleLinkDir(); !bundle.empty()) {
+    candidates.insert(candidates.begin(), std::move(bundle));
+  }
+  for (const std::string& dir : candidates) {
     bool complete = true;
     for (const char* lib : {"libmvec.so", "libm.so", "libc.so"}) {
       std::error_code ec;
@@ -332,7 +346,7 @@ absl::StatusOr<std::vector<std::string>> DefaultLibraryDirs() {
     if (complete) return std::vector<std::string>{dir};
   }
   return absl::FailedPreconditionError(
-      absl::StrCat("no directory among ", absl::StrJoin(kCandidates, ", "),
+      absl::StrCat("no directory among ", absl::StrJoin(candidates, ", "),
                    " holds libmvec.so, libm.so and libc.so (install "
                    "libc6-dev or set LinkOptions::library_dirs)"));
 }

@@ -84,6 +84,7 @@ struct LinkOptions {
   // DT_SONAME of the output; empty: none.
   std::string soname = "libkiln_kernels.so";
   // Directories searched for `libraries` (lld's -L). Empty: the first of
+  // <executable dir>/../share/kiln/link (the relocatable bundle's copies),
   // /usr/lib/x86_64-linux-gnu, /lib/x86_64-linux-gnu, /usr/lib64, /lib64,
   // /usr/lib that holds libmvec.so, libm.so and libc.so (libc6-dev).
   std::vector<std::string> library_dirs;
