@@ -173,7 +173,7 @@ cp -r /usr/include/google/protobuf "$K/include/google/"
 # (compiler/cpu_backend.cc looks in <exe>/../share/kiln/link first): libc6-dev
 # with its libc.so/libm.so/libmvec.so need not be on the target.
 for lib in libc.so.6 libm.so.6 libmvec.so.1; do
-  src=$(ldconfig -p | awk -v n="$lib" '$1 == n && /x86-64/ {print $NF; exit}')
+  src=$(ldconfig -p | awk -v n="$lib" '$1 == n && /x86-64/ && !found {print $NF; found = 1}')
   [ -n "$src" ] || die "$lib not found by ldconfig"
   install -m 0644 "$(readlink -f "$src")" "$K/share/kiln/link/${lib%%.so*}.so"
 done
