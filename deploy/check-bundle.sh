@@ -9,7 +9,8 @@
 #     and libraries (pkg-config kiln_client; g++ -M proves no Abseil,
 #     Protobuf or Kiln header came from elsewhere);
 #  4. runs kilnd on 127.0.0.1:0, `kilnctl health`, `kilnctl compile
-#     chain10.json --run` twice (compiled, then hit) and client_smoke, then
+#     chain10.json --run` twice (compiled, then hit), client_smoke and, where
+#     this machine has libnvJitLink.so.13, `kilnctl compile --target=sm_90`, then
 #     stops kilnd with SIGTERM; every shared object kilnd maps must be the
 #     bundle's or a system one from (2). As root this runs under env -i in a
 #     chroot holding only the bundle, glibc, libstdc++ and libgcc_s (no /usr,
@@ -37,16 +38,17 @@ is_system_lib() {  # the same set deploy/bundle.sh leaves out
 
 # --- Inside a private mount namespace (re-executed below, as root) ----------
 if [ "${1:-}" = "--in-namespace" ]; then
-  R=$2
+  R=$2  # $3: CUDA
   mount -t proc proc "$R/proc"
   mount --bind /dev "$R/dev"
-  exec "${BASH_SOURCE[0]}" --run "$R" /opt/kiln /opt/smoke/client_smoke
+  exec "${BASH_SOURCE[0]}" --run "$R" /opt/kiln /opt/smoke/client_smoke "$3"
 fi
 
 # --- The run: kilnd, kilnctl, client_smoke ------------------------------------
-# --run CHROOT|"" KILN_DIR SMOKE: paths are inside CHROOT when it is set.
+# --run CHROOT|"" KILN_DIR SMOKE CUDA(0|1): paths are inside CHROOT when it
+# is set; CUDA=1: nvJitLink is there, so also cross-compile for sm_90.
 if [ "${1:-}" = "--run" ]; then
-  R=$2 KD=$3 SMOKE=$4
+  R=$2 KD=$3 SMOKE=$4 CUDA=$5
   chroot=$(command -v chroot || true)
   # A plain command, not a function: `... &` then execs it, so $! is kilnd.
   if [ -n "$R" ]; then run=(env -i "$chroot" "$R"); else run=(env -i); fi
@@ -77,6 +79,13 @@ if [ "${1:-}" = "--run" ]; then
   grep -qw compiled <<<"$first" && grep -qw PASS <<<"$first" || fail "1st compile, not compiled+PASS: $first"
   grep -qw hit <<<"$second" && grep -qw PASS <<<"$second" || fail "2nd compile, not hit+PASS: $second"
   smoke=$(in_root "$SMOKE" "$graph" "$server" 2>&1) || fail "client_smoke: $smoke"
+  cuda="no nvJitLink here: no sm_90 compile"
+  if [ "$CUDA" = 1 ]; then  # libdevice can only come from kiln/share/kiln here
+    out=$(in_root "$KD/bin/kilnctl" --server="$server" compile "$graph" --target=sm_90 2>&1) ||
+      fail "kilnctl compile --target=sm_90: $out"
+    grep -qw compiled <<<"$out" || fail "kilnctl compile --target=sm_90 did not compile: $out"
+    cuda="chain10 compiled for sm_90"
+  fi
 
   # Every shared object kilnd has mapped (LLVM, lld's inputs, artifacts).
   # /proc/PID/maps names files from our root, not the chroot's.
@@ -91,7 +100,7 @@ if [ "${1:-}" = "--run" ]; then
   kill -TERM $pid
   wait $pid || fail "kilnd exited with status $? after SIGTERM"
   trap - EXIT
-  echo "health SERVING; chain10 compiled then hit, PASS; ${smoke#client_smoke: }; kilnd mapped $mapped bundled libraries, no others but glibc/libstdc++"
+  echo "health SERVING; chain10 compiled then hit, PASS; $cuda; ${smoke#client_smoke: }; kilnd mapped $mapped bundled libraries, no others but glibc/libstdc++"
   exit 0
 fi
 
@@ -152,11 +161,17 @@ if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null && command -v chroot >/
     cp -L "$src" "$R/lib/x86_64-linux-gnu/$lib"
   done
   cp -L /lib64/ld-linux-x86-64.so.2 "$R/lib64/"
+  # The GPU machine's nvJitLink (not bundled), where this machine has one.
+  cuda=0
+  src=$(/sbin/ldconfig -p | awk '$1 == "libnvJitLink.so.13" && /x86-64/ && !found {print $NF; found = 1}')
+  if [ -n "$src" ]; then cp -L "$src" "$R/lib/x86_64-linux-gnu/"; cuda=1; fi
   patchelf --set-rpath /opt/kiln/lib "$smoke"
   mode="chroot (bundle + glibc/libstdc++ only)"
-  summary=$(unshare -m --propagation private "${BASH_SOURCE[0]}" --in-namespace "$R")
+  summary=$(unshare -m --propagation private "${BASH_SOURCE[0]}" --in-namespace "$R" "$cuda")
 else
   mode="in place (not root: no chroot)"
-  summary=$("${BASH_SOURCE[0]}" --run "" "$K" "$smoke")
+  cuda=0
+  /sbin/ldconfig -p | grep -q 'libnvJitLink\.so\.13 ' && cuda=1
+  summary=$("${BASH_SOURCE[0]}" --run "" "$K" "$smoke" "$cuda")
 fi
 echo "check-bundle: ok in $((SECONDS - start)) s: ldd of $nelf ELF files resolved in kiln/lib; client_smoke built from the bundle only; $mode, env -i: $summary"
