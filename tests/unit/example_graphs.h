@@ -3,6 +3,7 @@
 #ifndef KILN_TESTS_UNIT_EXAMPLE_GRAPHS_H_
 #define KILN_TESTS_UNIT_EXAMPLE_GRAPHS_H_
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -14,8 +15,15 @@
 
 namespace kiln::testing {
 
+// $KILN_EXAMPLES_DIR overrides the source tree's directory (for test
+// binaries carried to another machine in the relocatable bundle).
+inline std::string ExamplesDir() {
+  const char* env = std::getenv("KILN_EXAMPLES_DIR");
+  return env && *env ? env : KILN_EXAMPLES_DIR;
+}
+
 inline v1::CompileRequest Request(const std::string& file) {
-  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/" + file);
+  std::ifstream in(ExamplesDir() + "/" + file);
   std::stringstream ss;
   ss << in.rdbuf();
   v1::CompileRequest req;
