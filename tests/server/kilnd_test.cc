@@ -145,9 +145,11 @@ TEST_F(KilndTest, BadInputIsRejectedPreciselyAndChangesNothing) {
   EXPECT_NE(s.error_message().find("negative"), std::string::npos)
       << s.error_message();
   v1::CompileRequest cuda = Request("chain10.json");
-  cuda.mutable_target()->mutable_cuda()->set_arch("sm_90");
-  EXPECT_EQ(Call(*stub, cuda, &resp).error_code(),
-            grpc::StatusCode::UNIMPLEMENTED);
+  cuda.mutable_target()->mutable_cuda()->set_arch("sm_9x");
+  s = Call(*stub, cuda, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("sm_9x"), std::string::npos)
+      << s.error_message();
   const v1::Stats stats = Stats(*stub);  // still up, nothing cached
   EXPECT_EQ(stats.entries(), 0u);
   // A good request still works afterwards.
