@@ -13,17 +13,6 @@ namespace kiln {
 // kArtifactFormatVersion; the client does not link the compiler back end).
 constexpr int kSupportedFormatVersion = 1;
 
-int64_t EvaluateSymPoly(const v1::SymPoly& p,
-                        absl::Span<const int64_t> symbols) {
-  uint64_t sum = 0;
-  for (const v1::SymPoly::Term& t : p.terms()) {
-    uint64_t prod = static_cast<uint64_t>(t.coeff());
-    for (int s : t.symbols()) prod *= static_cast<uint64_t>(symbols[s]);
-    sum += prod;
-  }
-  return static_cast<int64_t>(sum);
-}
-
 absl::StatusOr<std::unique_ptr<CpuExecutable>> CpuExecutable::Load(
     const v1::Artifact& artifact) {
   if (artifact.format_version() != kSupportedFormatVersion) {
@@ -55,78 +44,16 @@ absl::StatusOr<std::unique_ptr<CpuExecutable>> CpuExecutable::Load(
 
 absl::StatusOr<std::vector<int64_t>> CpuExecutable::CheckGuards(
     absl::Span<const HostTensor> inputs) const {
-  const auto& guards = artifact_.inputs();
-  if (static_cast<int>(inputs.size()) != guards.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the graph takes ", guards.size(), " inputs, got ", inputs.size()));
-  }
   std::vector<int64_t> symbols(artifact_.symbols_size(), 0);
-  for (int s = 0; s < artifact_.symbols_size(); ++s) {
-    const v1::SymbolGuard& g = artifact_.symbols(s);
-    if (g.input() < 0) {
-      symbols[s] = g.min_value();
-      continue;
-    }
-    const HostTensor& t = inputs[g.input()];
-    if (g.dim() >= t.rank()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input ", g.input(), " has rank ", t.rank(), ", symbol ",
-                       g.name(), " is its dim ", g.dim()));
-    }
-    const int64_t v = t.sizes()[g.dim()];
-    if (v < g.min_value() || (g.max_value() > 0 && v > g.max_value()) ||
-        (g.multiple_of() > 1 && v % g.multiple_of() != 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input ", g.input(), " dim ", g.dim(), ": size ", v,
-          " violates the guard of symbol ", g.name(), " (>= ", g.min_value(),
-          g.max_value() > 0 ? absl::StrCat(", <= ", g.max_value()) : "",
-          g.multiple_of() > 1 ? absl::StrCat(", multiple of ", g.multiple_of())
-                              : "",
-          ")"));
-    }
-    symbols[s] = v;
-  }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const v1::InputGuard& g = guards[static_cast<int>(i)];
-    const HostTensor& t = inputs[i];
-    if (static_cast<int>(t.dtype()) != static_cast<int>(g.dtype())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input ", i, ": dtype ", DTypeName(t.dtype()),
-                       ", compiled for dtype #", g.dtype()));
-    }
-    if (t.rank() != g.sizes_size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input ", i, ": rank ", t.rank(), ", compiled for rank ",
-                       g.sizes_size()));
-    }
-    bool empty = false;
-    for (int d = 0; d < t.rank(); ++d) {
-      const int64_t want = EvaluateSymPoly(g.sizes(d), symbols);
-      if (t.sizes()[d] != want) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("input ", i, ": size ", t.sizes()[d], " of dim ", d,
-                         ", compiled for ", want));
-      }
-      empty |= want == 0;
-    }
-    if (!empty) {
-      for (int d = 0; d < t.rank(); ++d) {
-        if (t.sizes()[d] == 1) continue;  // its stride is never used
-        const int64_t want = EvaluateSymPoly(g.strides(d), symbols);
-        if (t.strides()[d] != want) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("input ", i, ": stride ", t.strides()[d], " of dim ",
-                           d, ", compiled for ", want));
-        }
-      }
-      const auto addr = reinterpret_cast<uintptr_t>(t.data());
-      if (g.alignment() > 1 &&
-          addr % static_cast<uintptr_t>(g.alignment()) != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "input ", i, ": data is not ", g.alignment(), "-byte aligned"));
-      }
-    }
-  }
+  absl::Status status = CheckInputGuards(
+      artifact_, static_cast<int>(inputs.size()),
+      [&](int i) {
+        const HostTensor& t = inputs[i];
+        return GuardedTensor{t.dtype(), t.sizes(), t.strides(),
+                             reinterpret_cast<uintptr_t>(t.data())};
+      },
+      absl::MakeSpan(symbols));
+  if (!status.ok()) return status;
   return symbols;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "client/cpu_loader.h"
+#include "client/guards.h"  // EvaluateSymPoly
 #include "client/thread_pool.h"
 #include "compiler/host_tensor.h"
 #include "kiln/v1/artifact.pb.h"
@@ -49,10 +50,6 @@ class CpuExecutable {
   LoadedLibrary library_;
   std::vector<KernelFn> kernels_;  // per launch step, in step order
 };
-
-// Evaluates an artifact's symbolic polynomial.
-int64_t EvaluateSymPoly(const v1::SymPoly& p,
-                        absl::Span<const int64_t> symbols);
 
 }  // namespace kiln
 

@@ -1,0 +1,191 @@
+// Runs a CUDA artifact: verifies the cubin's SHA-256, loads it from memory
+// into a device's primary context, checks the guards against the caller's
+// device tensors and enqueues the artifact's program on the caller's
+// stream. The driver is loaded at run time (cuda_driver.h): this builds and
+// links without CUDA, and Load fails with FAILED_PRECONDITION where there is
+// no driver or device.
+//
+//   CudaLoadOptions options;                  // device 0, own allocator
+//   auto exe = CudaExecutable::Load(artifact, options);
+//   const int64_t sizes[] = {8, 16}, strides[] = {16, 1};
+//   DeviceTensorView x{x_ptr, DType::kFloat32, sizes, strides};
+//   auto outputs = (*exe)->Run({x}, stream);  // enqueued, not finished
+//
+// Kernel ABI (artifact.proto, Launch): kernel(buffer_0 .. buffer_{n-1} as
+// device pointers, then every program symbol as int64 in symbol order) on a
+// 1-D grid of max(1, ceil(range / items_per_block)) blocks of block_threads
+// threads, no dynamic shared memory; a range of 0 launches nothing.
+//
+// Thread-safety: a loaded CudaExecutable is immutable; Run may be called
+// from many threads at once, on the same or different streams (the
+// allocator must be thread-safe, as DeviceAllocator requires).
+#ifndef KILN_CLIENT_CUDA_EXECUTABLE_H_
+#define KILN_CLIENT_CUDA_EXECUTABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "client/cuda_driver.h"
+#include "client/device_allocator.h"
+#include "compiler/dtype.h"
+#include "kiln/v1/artifact.pb.h"
+
+namespace kiln {
+
+// An input: device memory the caller owns (a torch.Tensor's data_ptr(),
+// dtype, sizes() and strides(), say). Only read during Run's call for its
+// metadata; the memory must stay valid until the enqueued work finishes.
+struct DeviceTensorView {
+  cuda::DevicePtr data = 0;  // the first element (storage offset applied)
+  DType dtype = DType::kFloat32;
+  absl::Span<const int64_t> sizes;
+  absl::Span<const int64_t> strides;  // in elements
+};
+
+// An output: a contiguous tensor in memory from the executable's allocator,
+// given back to it (stream-ordered, on the stream of the Run that made it)
+// when destroyed. Movable, not copyable.
+class DeviceTensor {
+ public:
+  DeviceTensor(DeviceAllocation storage, DType dtype,
+               absl::Span<const int64_t> sizes);
+
+  cuda::DevicePtr data() const { return storage_.get(); }
+  DType dtype() const { return dtype_; }
+  absl::Span<const int64_t> sizes() const { return sizes_; }
+  absl::Span<const int64_t> strides() const { return strides_; }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const {
+    return static_cast<size_t>(numel_ * DTypeSize(dtype_));
+  }
+  // A view to pass this tensor as another Run's input.
+  DeviceTensorView view() const {
+    return DeviceTensorView{data(), dtype_, sizes_, strides_};
+  }
+  // The memory: to name another last-use stream (set_last_use_stream), to
+  // free it early (Reset), or to move it out.
+  DeviceAllocation& storage() { return storage_; }
+
+ private:
+  DeviceAllocation storage_;
+  DType dtype_;
+  absl::InlinedVector<int64_t, 6> sizes_;
+  absl::InlinedVector<int64_t, 6> strides_;
+  int64_t numel_ = 0;
+};
+
+struct CudaLoadOptions {
+  // The device whose primary context the module is loaded into (the context
+  // PyTorch's cuda:N uses). Run's stream must belong to it.
+  int device_ordinal = 0;
+  // Where outputs and intermediates come from. Null: a new
+  // CachingDeviceAllocator for the device, owned by this executable; pass
+  // one allocator to many executables to share its cache.
+  std::shared_ptr<DeviceAllocator> allocator;
+};
+
+class CudaExecutable {
+ public:
+  // Checks the artifact (format version, a CUDA target and binary, the
+  // SHA-256 of the cubin, a well-formed program), in that order and before
+  // touching the driver; then loads the cubin (or NUL-terminated PTX) from
+  // memory with cuModuleLoadData and resolves every launched kernel.
+  //
+  // Errors: FAILED_PRECONDITION for another format version, a non-CUDA
+  // target or binary, an arch this device cannot run ("built for sm_90,
+  // device 0 is sm_80"), a block size above the kernel's limit, no driver or
+  // device (see cuda::Driver::Get); DATA_LOSS when the binary's hash does
+  // not match (nothing is loaded); INVALID_ARGUMENT naming the step or
+  // buffer of a malformed program; NOT_FOUND naming a kernel missing from
+  // the binary; the driver's status for a binary it rejects.
+  static absl::StatusOr<std::unique_ptr<CudaExecutable>> Load(
+      const v1::Artifact& artifact, const CudaLoadOptions& options = {});
+
+  CudaExecutable(const CudaExecutable&) = delete;
+  CudaExecutable& operator=(const CudaExecutable&) = delete;
+  ~CudaExecutable();
+
+  // Checks the guards, allocates the outputs and temporaries from the
+  // allocator for `stream`, and enqueues every step of the program on
+  // `stream` (a CUstream / cudaStream_t of this device; nullptr is the
+  // legacy default stream). Returns as soon as the work is enqueued, never
+  // synchronising: the outputs are ready when `stream` reaches this point.
+  // Temporaries are freed stream-ordered as the program says. Makes the
+  // executable's context current for the call and restores the caller's.
+  //
+  // Inputs may be strided views (their strides must match the guarded
+  // ones). Outputs are new contiguous tensors.
+  //
+  // Errors: INVALID_ARGUMENT naming the input, dim and the guard it fails
+  // (dtype, rank, size, stride, symbol bounds, data pointer alignment), or a
+  // grid larger than the device allows; RESOURCE_EXHAUSTED when the
+  // allocator runs out of memory; the driver's status when a launch fails
+  // (work enqueued before it stays enqueued; memory is still freed in
+  // stream order).
+  absl::StatusOr<std::vector<DeviceTensor>> Run(
+      absl::Span<const DeviceTensorView> inputs, cuda::Stream stream) const;
+
+  const v1::Artifact& artifact() const { return artifact_; }
+  const std::shared_ptr<DeviceAllocator>& allocator() const {
+    return allocator_;
+  }
+  int device_ordinal() const { return device_ordinal_; }
+
+ private:
+  struct LaunchPlan {
+    cuda::Function function = nullptr;
+    const std::string* kernel = nullptr;  // points into artifact_
+    const v1::SymPoly* range = nullptr;   // points into artifact_
+    int64_t items_per_block = 1;
+    unsigned block_threads = 1;
+    int first_slot = 0;  // into launch_slots_
+    int num_slots = 0;
+  };
+  struct StepPlan {
+    enum class Kind : uint8_t { kAlloc, kFree, kLaunch };
+    Kind kind;
+    int index;  // buffer id (alloc/free) or launch index
+  };
+  struct OutputPlan {
+    int buffer = 0;
+    DType dtype = DType::kFloat32;
+    const v1::OutputSpec* spec = nullptr;
+    const v1::SymPoly* elements = nullptr;  // the buffer's element count
+  };
+
+  CudaExecutable() = default;
+  // Checks the program and fills the plans (no driver calls).
+  absl::Status Plan();
+  // Loads the module and resolves the launches' functions.
+  absl::Status LoadModule(const CudaLoadOptions& options);
+
+  v1::Artifact artifact_;
+  int device_ordinal_ = 0;
+  const cuda::Driver* driver_ = nullptr;
+  std::optional<cuda::PrimaryContext> context_;
+  std::optional<cuda::Module> module_;  // unloaded before the context
+  std::shared_ptr<DeviceAllocator> allocator_;
+  int64_t max_grid_x_ = 0;
+
+  // Precomputed from the program so that Run only evaluates sizes.
+  std::vector<StepPlan> steps_;
+  std::vector<LaunchPlan> launches_;
+  std::vector<int> launch_slots_;  // buffer ids, per launch in slot order
+  std::vector<std::pair<int, int>> input_buffers_;  // (buffer id, input)
+  std::vector<OutputPlan> outputs_;
+  std::vector<int> temp_slot_;         // per buffer: index among temps, or -1
+  std::vector<int64_t> element_size_;  // per buffer, bytes
+  int num_temps_ = 0;
+  int max_params_ = 0;
+};
+
+}  // namespace kiln
+
+#endif  // KILN_CLIENT_CUDA_EXECUTABLE_H_
