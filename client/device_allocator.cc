@@ -94,6 +94,8 @@ class DriverMemoryResource final : public DeviceMemoryResource {
   }
 
   absl::StatusOr<bool> EventDone(cuda::Event event) override {
+    auto scope = cuda::ScopedContext::Enter(driver_, context_.get());
+    if (!scope.ok()) return scope.status();
     const cuda::Result result = driver_.api().cuEventQuery(event);
     if (result == cuda::kErrorNotReady) return false;
     if (absl::Status s = driver_.Check(result, "cuEventQuery"); !s.ok())
@@ -102,7 +104,8 @@ class DriverMemoryResource final : public DeviceMemoryResource {
   }
 
   void DestroyEvent(cuda::Event event) override {
-    driver_.api().cuEventDestroy_v2(event);
+    auto scope = cuda::ScopedContext::Enter(driver_, context_.get());
+    if (scope.ok()) driver_.api().cuEventDestroy_v2(event);
   }
 
  private:

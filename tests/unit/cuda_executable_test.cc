@@ -349,6 +349,62 @@ TEST_F(CudaExecutableGpuTest, CubinForAnotherArchIsRefused) {
               HasSubstr("the artifact is built for sm_10, device 0 is sm_"));
 }
 
+// The same kernels as a real ELF cubin for sm_90 (built with ptxas where the
+// toolkit was found at build time): runs on an sm_90 device, is refused with
+// the arch named on any other.
+TEST_F(CudaExecutableGpuTest, RealCubin) {
+#if !defined(KILN_TEST_CUBIN_SM90)
+  GTEST_SKIP() << "ptxas was not found at build time: no test cubin";
+#else
+  std::FILE* file = std::fopen(KILN_TEST_CUBIN_SM90, "rb");
+  ASSERT_NE(file, nullptr) << KILN_TEST_CUBIN_SM90;
+  std::string cubin;
+  char chunk[4096];
+  for (size_t n; (n = std::fread(chunk, 1, sizeof(chunk), file)) > 0;)
+    cubin.append(chunk, n);
+  std::fclose(file);
+  ASSERT_EQ(cubin.substr(0, 4),
+            "\x7f"
+            "ELF");
+  v1::Artifact a = AddOneArtifact();
+  a.mutable_cuda()->set_cubin(cubin);
+  a.mutable_cuda()->set_arch("sm_90");
+  a.mutable_target()->mutable_cuda()->set_arch("sm_90");
+  Seal(&a);
+
+  int major = 0, minor = 0;
+  ASSERT_EQ(api().cuDeviceGetAttribute(
+                &major, cuda::kDeviceAttributeComputeCapabilityMajor,
+                context_->device()),
+            cuda::kSuccess);
+  ASSERT_EQ(api().cuDeviceGetAttribute(
+                &minor, cuda::kDeviceAttributeComputeCapabilityMinor,
+                context_->device()),
+            cuda::kSuccess);
+  CudaLoadOptions options;
+  options.allocator = allocator_;
+  auto exe = CudaExecutable::Load(a, options);
+  if (major != 9) {
+    ASSERT_FALSE(exe.ok());
+    EXPECT_EQ(exe.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(Message(exe.status()),
+                HasSubstr(absl::StrCat("built for sm_90, device 0 is sm_",
+                                       major, minor)));
+    return;
+  }
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  const std::vector<float> x = Iota(4 * 300);
+  cuda::DeviceMemory input = Upload(x);
+  const int64_t sizes[] = {300, 4}, strides[] = {4, 1};
+  auto out = (*exe)->Run(
+      {DeviceTensorView{input.get(), DType::kFloat32, sizes, strides}},
+      stream_);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const std::vector<float> got = Download((*out)[0].data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], x[i] + 1) << i;
+#endif
+}
+
 TEST_F(CudaExecutableGpuTest, OutputsReuseMemoryOnTheSameStreamOnly) {
   auto exe = Load(AddOneArtifact());
   ASSERT_NE(exe, nullptr);
