@@ -25,6 +25,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Transforms/IPO/Internalize.h"
+#include "llvm/Transforms/Utils/Cloning.h"
 
 extern "C" {
 void LLVMInitializeNVPTXTargetInfo();
@@ -239,6 +240,53 @@ int64_t SpillBytes(const std::string& log) {
   return total;
 }
 
+// libdevice's sinf/cosf/tanf carry Payne-Hanek reduction for arguments of
+// magnitude >= 105615 (~300 lines of IR each). Inlined into every lane of
+// every sin/cos, it dominates compile time (chain-30: 6 sin/cos x 4 lanes
+// made ptxas take 370 ms); called as a function, the common case pays a
+// call. So call sites get a clone whose huge-argument branch calls the
+// original (kept out of line) instead: the fast path inlines, Payne-Hanek
+// exists once. When libdevice's shape is not the expected one, the whole
+// function stays out of line (correct, slower).
+void OutlineTrigSlowPath(llvm::Function& f) {
+  f.removeFnAttr(llvm::Attribute::AlwaysInline);
+  f.addFnAttr(llvm::Attribute::NoInline);
+  llvm::ValueToValueMapTy vmap;
+  llvm::Function* fast = llvm::CloneFunction(&f, vmap);
+  fast->setName(absl::StrCat("__kiln_", f.getName().str(), "_fast"));
+  fast->setLinkage(llvm::GlobalValue::InternalLinkage);
+  fast->removeFnAttr(llvm::Attribute::NoInline);
+  llvm::BranchInst* slow_branch = nullptr;
+  for (llvm::BasicBlock& bb : *fast) {
+    auto* br = llvm::dyn_cast<llvm::BranchInst>(bb.getTerminator());
+    if (!br || !br->isConditional()) continue;
+    auto* cmp = llvm::dyn_cast<llvm::FCmpInst>(br->getCondition());
+    if (!cmp || cmp->getPredicate() != llvm::FCmpInst::FCMP_OGE) continue;
+    auto* limit = llvm::dyn_cast<llvm::ConstantFP>(cmp->getOperand(1));
+    if (limit && limit->getValueAPF().convertToDouble() == 105615.0) {
+      slow_branch = br;
+      break;
+    }
+  }
+  if (!slow_branch) {
+    fast->eraseFromParent();
+    return;
+  }
+  auto* slow = llvm::BasicBlock::Create(f.getContext(), "huge_argument", fast);
+  llvm::IRBuilder<> b(slow);
+  b.CreateRet(b.CreateCall(&f, {fast->getArg(0)}));
+  slow_branch->getSuccessor(0)->removePredecessor(slow_branch->getParent());
+  slow_branch->setSuccessor(0, slow);
+  // Every call outside the clone goes to the clone.
+  std::vector<llvm::CallInst*> calls;
+  for (llvm::User* u : f.users()) {
+    if (auto* call = llvm::dyn_cast<llvm::CallInst>(u)) {
+      if (call->getFunction() != fast) calls.push_back(call);
+    }
+  }
+  for (llvm::CallInst* call : calls) call->setCalledFunction(fast);
+}
+
 }  // namespace
 
 absl::StatusOr<int> ParseCudaArch(const std::string& arch) {
@@ -299,15 +347,8 @@ absl::Status LinkLibdevice(llvm::Module& module, bool fast_math) {
         });
       });
   if (failed) return absl::InternalError("linking libdevice failed");
-  // The trigonometric functions carry Payne-Hanek reduction for huge
-  // arguments (~370 lines of IR each). Inlined into every lane of every
-  // sin/cos, they dominate compile time (chain-30: 6 sin/cos x 4 lanes made
-  // ptxas take 370 ms); as one called function each they cost a call.
   for (const char* name : {"__nv_sinf", "__nv_cosf", "__nv_tanf"}) {
-    if (llvm::Function* f = module.getFunction(name)) {
-      f->removeFnAttr(llvm::Attribute::AlwaysInline);
-      f->addFnAttr(llvm::Attribute::NoInline);
-    }
+    if (llvm::Function* f = module.getFunction(name)) OutlineTrigSlowPath(*f);
   }
   return absl::OkStatus();
 }
