@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # kilnd on loopback: cache-hit latency and throughput for a ~100 KB artifact
 # with 1 and 16 concurrent clients (kilnctl bench: Lookup by key, bounded in
-# count and time), and the wall time of a 16-process compile storm next to a
-# single compile of the same graph, each against a fresh daemon.
+# count and time; each request timed through the round trip, the parse and,
+# as a client does before loading, the SHA-256 check of the binary; then the
+# same without the check), and the wall time of a 16-process compile storm
+# next to a single compile of the same graph, each against a fresh daemon.
 #   bench/server.sh [build-dir]
+#   KILND=/other/build/server/kilnd bench/server.sh   # another daemon binary
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 cmake --build "$BUILD" -j2 --target kilnd kilnctl >/dev/null
+KILND=${KILND:-$BUILD/server/kilnd}
 tmp=$(mktemp -d)
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$tmp"; }
@@ -17,7 +21,7 @@ KILNCTL="$BUILD/client/kilnctl"
 start_daemon() {  # a fresh kilnd with its own data dir; sets SERVER
   [ -n "$pid" ] && { kill "$pid"; wait "$pid" 2>/dev/null || true; }
   rm -f "$tmp/port"
-  "$BUILD/server/kilnd" --listen=127.0.0.1:0 --metrics_listen= --data_dir="$tmp/data.$1" \
+  "$KILND" --listen=127.0.0.1:0 --metrics_listen= --data_dir="$tmp/data.$1" \
     --port_file="$tmp/port" >"$tmp/kilnd.$1.log" 2>&1 &
   pid=$!
   for _ in $(seq 300); do [ -s "$tmp/port" ] && break; sleep 0.05; done
@@ -30,9 +34,13 @@ now_ms() { date +%s%3N; }
 
 echo "== cache hits (Lookup of a ~100 KB artifact) =="
 start_daemon hits
-for c in 1 16; do
-  "$KILNCTL" --server="$SERVER" bench "$tmp/big.json" --seconds=5 --concurrency=$c | sed -n '3,5p'
+for verify in true false; do
+  for c in 1 16; do
+    "$KILNCTL" --server="$SERVER" bench "$tmp/big.json" --seconds=5 --concurrency=$c \
+      --verify=$verify | sed -n '3,$p'
+  done
 done
+"$KILNCTL" --server="$SERVER" stats --json
 
 echo "== storm: 16 processes vs one compile (chain-1000, fresh daemon each) =="
 start_daemon single

@@ -117,6 +117,7 @@ class ArtifactStore::Impl {
   absl::Status Put(const Sha256Digest& key, absl::string_view payload,
                    const PutMetadata& metadata);
   absl::StatusOr<std::optional<CachedArtifact>> Get(const Sha256Digest& key);
+  bool RecordHit(const Sha256Digest& key, absl::Time created);
   bool Contains(const Sha256Digest& key) const;
   absl::Status Delete(const Sha256Digest& key);
   absl::Status EvictAll();
@@ -156,6 +157,10 @@ class ArtifactStore::Impl {
   void EraseFromIndexLocked(const Sha256Digest& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void InsertIntoIndexLocked(const Sha256Digest& key, const IndexRecord& record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the indexed entry at `it` the most recently used and queues its
+  // access record; true when the pending batch is full (flush now).
+  bool TouchLocked(absl::flat_hash_map<Sha256Digest, IndexRecord>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   uint64_t DiskBytes() const;
@@ -812,12 +817,7 @@ absl::StatusOr<std::optional<CachedArtifact>> ArtifactStore::Impl::Get(
     // A key missing from the index was deleted or evicted after the read:
     // the bytes were valid, but there is no recency left to update.
     if (auto it = index_.find(key); it != index_.end()) {
-      lru_.erase({it->second.access_seq, key});
-      it->second.access_seq = next_seq_++;
-      it->second.access_unix_micros = absl::ToUnixMicros(absl::Now());
-      lru_.insert({it->second.access_seq, key});
-      pending_access_.insert(key);
-      flush_now = ++pending_hits_ == options_.access_flush_batch;
+      flush_now = TouchLocked(it);
     }
   }
   if (flush_now && !options_.read_only) RequestFlush();
@@ -871,6 +871,36 @@ void ArtifactStore::Impl::DropCorrupt(const Sha256Digest& key,
   counters_dirty_ = true;
   spdlog::warn("artifact store {}: dropped corrupt entry {}: {}",
                options_.data_dir, hex, std::string(reason));
+}
+
+bool ArtifactStore::Impl::TouchLocked(
+    absl::flat_hash_map<Sha256Digest, IndexRecord>::iterator it) {
+  const Sha256Digest& key = it->first;
+  lru_.erase({it->second.access_seq, key});
+  it->second.access_seq = next_seq_++;
+  it->second.access_unix_micros = absl::ToUnixMicros(absl::Now());
+  lru_.insert({it->second.access_seq, key});
+  pending_access_.insert(key);
+  return ++pending_hits_ == options_.access_flush_batch;
+}
+
+bool ArtifactStore::Impl::RecordHit(const Sha256Digest& key,
+                                    absl::Time created) {
+  bool flush_now = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = index_.find(key);
+    if (it == index_.end() ||
+        it->second.created_unix_micros != absl::ToUnixMicros(created)) {
+      return false;
+    }
+    ++counters_.hits;
+    counters_.compile_seconds_saved += it->second.compile_seconds;
+    counters_dirty_ = true;
+    flush_now = TouchLocked(it);
+  }
+  if (flush_now && !options_.read_only) RequestFlush();
+  return true;
 }
 
 bool ArtifactStore::Impl::Contains(const Sha256Digest& key) const {
@@ -1137,6 +1167,10 @@ absl::StatusOr<std::optional<CachedArtifact>> ArtifactStore::Get(
 
 bool ArtifactStore::Contains(const Sha256Digest& key) const {
   return impl_->Contains(key);
+}
+
+bool ArtifactStore::RecordHit(const Sha256Digest& key, absl::Time created) {
+  return impl_->RecordHit(key, created);
 }
 
 absl::Status ArtifactStore::Delete(const Sha256Digest& key) {

@@ -209,6 +209,17 @@ class ArtifactStore {
   // could not be reopened after a write error (UNAVAILABLE...).
   absl::StatusOr<std::optional<CachedArtifact>> Get(const Sha256Digest& key);
 
+  // Counts a hit on an entry whose payload the caller already holds from an
+  // earlier Get (a server's in-memory copy of hot artifacts), exactly as a
+  // Get would count it: the entry becomes the most recently used (its access
+  // time is persisted with the next batch), `hits` and
+  // `compile_seconds_saved` grow. No I/O, no verification.
+  // Returns false, counting nothing, when no entry with `key` created at
+  // `created` (CachedArtifact::created of that Get) is present any more: it
+  // was deleted, evicted, dropped as corrupt or replaced since, and the
+  // caller must not serve its copy.
+  bool RecordHit(const Sha256Digest& key, absl::Time created);
+
   // Whether an entry with `key` is present, from the in-memory index: no I/O,
   // no verification (a Get may still find it corrupt), no effect on recency
   // or counters.

@@ -4,8 +4,10 @@
 // ("x86-64", "x86-64-v2", "-v3", "-v4"), read from the flags the kernel
 // reports in /proc/cpuinfo (so features the OS has not enabled, such as AVX
 // state, do not count); the level implies the features, so `features` is
-// empty. compiler/cpu_backend.h's HostCpuTarget() names the exact CPU
-// instead (a different guard key for the same machine).
+// empty. This is kiln::Client::DefaultTarget() and kilnctl's --target=cpu,
+// so both get the same guard key for a graph. compiler/cpu_backend.h's
+// HostCpuTarget() names the exact CPU and its features instead (another
+// guard key for the same machine; used by the compiler's own tests).
 //
 // Thread-safety: pure functions.
 #ifndef KILN_CLIENT_HOST_TARGET_H_

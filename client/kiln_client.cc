@@ -2,11 +2,13 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "client/cpu_executable.h"
+#include "client/host_target.h"
 #include "client/thread_pool.h"
 #include "compiler/guard_key.h"
 #include "compiler/import.h"
@@ -47,7 +49,14 @@ class ClientImpl final : public Client {
         pool_(std::make_shared<ThreadPool>(options.runtime_threads)) {}
 
   absl::StatusOr<std::shared_ptr<const Executable>> GetExecutable(
-      const v1::CompileRequest& request) override {
+      const v1::CompileRequest& request_as_given) override {
+    std::optional<v1::CompileRequest> with_target;
+    if (request_as_given.target().kind_case() == v1::Target::KIND_NOT_SET) {
+      with_target = request_as_given;
+      *with_target->mutable_target() = DefaultTarget();
+    }
+    const v1::CompileRequest& request =
+        with_target ? *with_target : request_as_given;
     if (!request.target().has_cpu()) {
       return absl::UnimplementedError(
           "this client runs CPU artifacts only; the CUDA runtime is not built "
@@ -137,6 +146,12 @@ class ClientImpl final : public Client {
 };
 
 }  // namespace
+
+v1::Target Client::DefaultTarget() {
+  v1::Target target;
+  *target.mutable_cpu() = HostCpuTargetFromCpuinfo();
+  return target;
+}
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     const ClientOptions& options) {

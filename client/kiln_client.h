@@ -6,6 +6,13 @@
 //   graph + target auto outputs = (*exe)->Run({x, w});                // guards
 //   checked, then run
 //
+// A request that names no target gets DefaultTarget(): this host's CPU by
+// its x86-64 level (client/host_target.h; no LLVM in clients), which is also
+// what `kilnctl --target=cpu` sends, so the library and kilnctl compute the
+// same guard key for a graph, and hosts of one level share artifacts. (A
+// request built with compiler/cpu_backend.h's HostCpuTarget(), the exact CPU
+// and its features, gets another key.)
+//
 // GetExecutable computes the guard key locally and serves, in order: the
 // in-process cache of loaded executables, the daemon's cache through
 // Lookup (a 32-byte request), and only then a Compile with the whole graph.
@@ -62,6 +69,9 @@ class Client {
   };
 
   virtual ~Client() = default;
+  // The target of requests that name none (see the file comment).
+  static v1::Target DefaultTarget();
+
   // Creates the channel; does not contact the server yet.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
       const ClientOptions& options);

@@ -10,9 +10,10 @@
 //
 // The server is --server, else $KILN_SERVER, else 127.0.0.1:7733 (kilnd's
 // default). Errors print the server's status and message and exit 1; usage
-// errors exit 2. kilnctl does not link LLVM: the CPU target is the host's
-// x86-64 level (client/host_target.h), and `--run` uses the CPU runtime and
-// the reference evaluator only.
+// errors exit 2. kilnctl does not link LLVM: `--target=cpu` is the target
+// kiln::Client uses for requests that name none (Client::DefaultTarget(), the
+// host's x86-64 level from client/host_target.h), so both compute the same
+// key for a graph; `--run` uses the CPU runtime and the reference evaluator.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -41,7 +42,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/cpu_executable.h"
-#include "client/host_target.h"
+#include "client/kiln_client.h"
 #include "compiler/import.h"
 #include "compiler/numerics.h"
 #include "compiler/reference.h"
@@ -50,6 +51,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "kiln/v1/service.grpc.pb.h"
+#include "support/sha256.h"
 
 ABSL_FLAG(std::string, server, "",
           "kilnd address HOST:PORT (default: $KILN_SERVER, else "
@@ -75,6 +77,9 @@ ABSL_FLAG(double, seconds, 5, "bench: at most this long, in seconds");
 ABSL_FLAG(int32_t, concurrency, 4, "bench: client threads");
 ABSL_FLAG(int64_t, requests, 1000000,
           "bench: at most this many Lookups in all");
+ABSL_FLAG(bool, verify, true,
+          "bench: check each artifact's binary against its SHA-256, as a "
+          "client does before loading it");
 
 namespace kiln {
 namespace {
@@ -97,10 +102,13 @@ std::string ServerAddress() {
   return server;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel() {
+// `own_connection`: a TCP connection of its own, not shared with other
+// channels of this process (as a separate client process would have).
+std::shared_ptr<grpc::Channel> MakeChannel(bool own_connection = false) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
+  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return grpc::CreateCustomChannel(ServerAddress(),
                                    grpc::InsecureChannelCredentials(), args);
 }
@@ -163,7 +171,7 @@ absl::StatusOr<v1::Target> TargetFromFlags() {
   const std::string name = absl::GetFlag(FLAGS_target);
   v1::Target target;
   if (name == "cpu") {
-    v1::CpuTarget cpu = HostCpuTargetFromCpuinfo();
+    v1::CpuTarget cpu = Client::DefaultTarget().cpu();
     if (!absl::GetFlag(FLAGS_cpu).empty())
       cpu.set_cpu(absl::GetFlag(FLAGS_cpu));
     if (!absl::GetFlag(FLAGS_features).empty())
@@ -272,7 +280,9 @@ int Stats(v1::Kiln::Stub& stub) {
         ",\"evictions\":", s.evictions(), ",\"corrupt\":", s.corrupt(),
         ",\"compile_seconds_saved\":",
         absl::StrFormat("%.6f", s.compile_seconds_saved()),
-        ",\"queue_depth\":", s.queue_depth(), "}\n");
+        ",\"queue_depth\":", s.queue_depth(), ",\"hot_hits\":", s.hot_hits(),
+        ",\"hot_entries\":", s.hot_entries(), ",\"hot_bytes\":", s.hot_bytes(),
+        ",\"hot_capacity_bytes\":", s.hot_capacity_bytes(), "}\n");
     return 0;
   }
   const uint64_t lookups = s.hits() + s.misses();
@@ -294,6 +304,10 @@ int Stats(v1::Kiln::Stub& stub) {
       {"compile time saved",
        absl::StrFormat("%.3f s", s.compile_seconds_saved())},
       {"queued compiles", absl::StrCat(s.queue_depth())},
+      {"hits from memory", absl::StrCat(s.hot_hits())},
+      {"in memory",
+       absl::StrCat(s.hot_entries(), " entries, ", HumanBytes(s.hot_bytes()),
+                    " of ", HumanBytes(s.hot_capacity_bytes()))},
   };
   for (const auto& [name, value] : rows) {
     std::cout << absl::StrFormat("%-20s %s\n", name, value);
@@ -537,7 +551,10 @@ int Evict(v1::Kiln::Stub& stub, const std::vector<std::string>& args) {
 }
 
 // ---------------------------------------------------------------------------
-// bench: Lookup latency and throughput of a cached key.
+// bench: Lookup latency and throughput of a cached key, from --concurrency
+// client threads, each with its own connection. A request's latency is what a
+// client sees: the round trip, the parse of the response and (--verify) the
+// SHA-256 check of the binary that CpuExecutable::Load does before loading.
 
 int Bench(v1::Kiln::Stub& stub, const std::string& path) {
   const int threads = absl::GetFlag(FLAGS_concurrency);
@@ -554,35 +571,55 @@ int Bench(v1::Kiln::Stub& stub, const std::string& path) {
     return Fail(absl::StrCat("compile ", path), s);
   PrintCompileResponse(compiled);
 
+  const bool verify = absl::GetFlag(FLAGS_verify);
   v1::LookupRequest lookup;
   lookup.set_guard_key(compiled.guard_key());
   std::atomic<int64_t> issued{0};
   std::atomic<int64_t> errors{0};
   std::vector<std::vector<double>> latencies(threads);  // microseconds
+  std::vector<std::vector<double>> verify_times(threads);
   std::vector<std::string> first_error(threads);
+  auto record_error = [&](int t, std::string message) {
+    if (errors.fetch_add(1) == 0) first_error[t] = std::move(message);
+  };
   const auto start = std::chrono::steady_clock::now();
   const auto end =
       start + std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
+      // Each thread is one client, with its own connection.
+      auto stub = v1::Kiln::NewStub(MakeChannel(/*own_connection=*/true));
       while (std::chrono::steady_clock::now() < end &&
              issued.fetch_add(1) < max_requests) {
         grpc::ClientContext ctx;
         SetDeadline(ctx);
         v1::LookupResponse resp;
         const auto t0 = std::chrono::steady_clock::now();
-        const grpc::Status s = stub.Lookup(&ctx, lookup, &resp);
+        const grpc::Status s = stub->Lookup(&ctx, lookup, &resp);
         const auto t1 = std::chrono::steady_clock::now();
         if (!s.ok()) {
-          if (errors.fetch_add(1) == 0) {
-            first_error[t] =
-                absl::StrCat(CodeName(s.error_code()), ": ", s.error_message());
-          }
+          record_error(t, absl::StrCat(CodeName(s.error_code()), ": ",
+                                       s.error_message()));
           continue;
         }
+        auto t2 = t1;
+        if (verify) {
+          // What kiln::Client checks before loading (CpuExecutable::Load).
+          const v1::Artifact& a = resp.artifact();
+          const Sha256Digest digest = Sha256(a.cpu().shared_object());
+          t2 = std::chrono::steady_clock::now();
+          if (a.binary_sha256() !=
+              absl::string_view(reinterpret_cast<const char*>(digest.data()),
+                                digest.size())) {
+            record_error(t, "DATA_LOSS: the binary does not match its SHA-256");
+            continue;
+          }
+          verify_times[t].push_back(
+              std::chrono::duration<double, std::micro>(t2 - t1).count());
+        }
         latencies[t].push_back(
-            std::chrono::duration<double, std::micro>(t1 - t0).count());
+            std::chrono::duration<double, std::micro>(t2 - t0).count());
       }
     });
   }
@@ -590,20 +627,34 @@ int Bench(v1::Kiln::Stub& stub, const std::string& path) {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  std::vector<double> all;
-  for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
-  std::sort(all.begin(), all.end());
-  auto percentile = [&](double p) {
+  auto sorted = [](const std::vector<std::vector<double>>& per_thread) {
+    std::vector<double> all;
+    for (const auto& l : per_thread) all.insert(all.end(), l.begin(), l.end());
+    std::sort(all.begin(), all.end());
+    return all;
+  };
+  auto percentile = [](const std::vector<double>& all, double p) {
     if (all.empty()) return 0.0;
     size_t i = static_cast<size_t>(p * (all.size() - 1) + 0.5);
     return all[std::min(i, all.size() - 1)];
   };
+  const std::vector<double> all = sorted(latencies);
+  const std::vector<double> verified = sorted(verify_times);
   std::cout << absl::StrFormat(
       "bench    %d Lookups of %s from %d thread%s in %.2f s: %.0f requests/s\n"
-      "latency  median %.1f us, p99 %.1f us, max %.1f us\n",
+      "latency  median %.1f us, p99 %.1f us, max %.1f us (%s)\n",
       all.size(), HumanBytes(compiled.artifact().ByteSizeLong()), threads,
-      threads == 1 ? "" : "s", elapsed, all.size() / elapsed, percentile(0.5),
-      percentile(0.99), all.empty() ? 0.0 : all.back());
+      threads == 1 ? "" : "s", elapsed, all.size() / elapsed,
+      percentile(all, 0.5), percentile(all, 0.99),
+      all.empty() ? 0.0 : all.back(),
+      verify ? "round trip, parse and SHA-256 check of the binary"
+             : "round trip and parse; --verify=false");
+  if (verify) {
+    std::cout << absl::StrFormat(
+        "verify   median %.1f us of that (SHA-256 of %s)\n",
+        percentile(verified, 0.5),
+        HumanBytes(compiled.artifact().cpu().shared_object().size()));
+  }
   if (errors.load() > 0) {
     std::string message;
     for (const std::string& e : first_error) {
@@ -629,7 +680,10 @@ usage: kilnctl [--server=HOST:PORT] SUBCOMMAND [ARGS] [FLAGS]
   ls [--limit=N]         cached entries: key, bytes, compile ms, last access
   evict KEY|--all        drop one entry (KEY or a unique prefix) or all
   bench GRAPH.json [--seconds=5] [--concurrency=4] [--requests=1000000]
+                         [--verify=true]
                          compile once, then Lookup latency and requests/s
+                         (each Lookup's binary SHA-256-checked, as a client
+                         does; --verify=false: round trip and parse only)
 
 The server is --server, else $KILN_SERVER, else 127.0.0.1:7733. Errors print
 the server's status and message and exit 1; usage errors exit 2.)";

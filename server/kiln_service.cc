@@ -8,6 +8,8 @@
 #include "compiler/compile.h"
 #include "compiler/guard_key.h"
 #include "compiler/import.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "spdlog/spdlog.h"
 
 namespace kiln {
@@ -28,6 +30,30 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
       .count();
 }
 
+// The bytes of a LookupResponse up to its artifact's bytes: the tag of field
+// `artifact` and the length (protobuf's wire format for a message field).
+grpc::Slice LookupResponseHeader(size_t artifact_bytes) {
+  using google::protobuf::internal::WireFormatLite;
+  using google::protobuf::io::CodedOutputStream;
+  uint8_t header[16];
+  uint8_t* end = CodedOutputStream::WriteTagToArray(
+      WireFormatLite::MakeTag(v1::LookupResponse::kArtifactFieldNumber,
+                              WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
+      header);
+  end = CodedOutputStream::WriteVarint64ToArray(artifact_bytes, end);
+  return grpc::Slice(header, static_cast<size_t>(end - header));
+}
+
+// The bytes of a ByteBuffer as one string (requests here are small).
+std::string BufferBytes(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (!buffer.Dump(&slices).ok()) return bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return bytes;
+}
 
 }  // namespace
 
@@ -36,25 +62,52 @@ KilnService::KilnService(ArtifactStore* store,
     : store_(store),
       options_(options),
       pool_(std::make_unique<CompilePool>(options.compile_threads,
-                                          options.max_queued_compiles)) {}
+                                          options.max_queued_compiles)),
+      hot_(options.hot_cache_bytes) {}
 
 KilnService::~KilnService() { Drain(); }
 
 void KilnService::Drain() { pool_.reset(); }
 
-std::shared_ptr<const v1::Artifact> KilnService::FromCache(
-    const Sha256Digest& key) {
+std::shared_ptr<const HotArtifact> KilnService::FindHot(const Sha256Digest& key,
+                                                        bool* from_memory) {
+  *from_memory = false;
+  if (auto hot = hot_.Find(key)) {
+    // Served from memory only while the store holds that very entry.
+    if (store_->RecordHit(key, hot->created)) {
+      *from_memory = true;
+      return hot;
+    }
+    hot_.Erase(key);
+  }
   auto got = store_->Get(key);
   if (!got.ok() || !got->has_value()) return nullptr;
-  auto artifact = std::make_shared<v1::Artifact>();
-  if (!artifact->ParseFromString((*got)->payload)) {
-    // The store verified the bytes' hash, so this is a payload written by
-    // an incompatible build: drop it and compile afresh.
+  const std::string& payload = (*got)->payload;
+  // Parsed once here, so that hits never need to: the store verified the
+  // bytes' hash, so an unparsable payload was written by an incompatible
+  // build. Drop it and compile afresh.
+  if (v1::Artifact artifact; !artifact.ParseFromString(payload)) {
     spdlog::warn("event=unparsable_cache_entry key={}",
                  DigestToHex(key).substr(0, 16));
     (void)store_->Delete(key);
     return nullptr;
   }
+  auto hot = std::make_shared<HotArtifact>();
+  hot->artifact_bytes = grpc::Slice(payload.data(), payload.size());
+  hot->created = (*got)->created;
+  hot_.Insert(key, hot);
+  return hot;
+}
+
+std::shared_ptr<const v1::Artifact> KilnService::FromCache(
+    const Sha256Digest& key) {
+  bool from_memory = false;
+  std::shared_ptr<const HotArtifact> hot = FindHot(key, &from_memory);
+  if (!hot) return nullptr;
+  auto artifact = std::make_shared<v1::Artifact>();
+  if (!artifact->ParseFromArray(hot->artifact_bytes.begin(),
+                                static_cast<int>(hot->artifact_bytes.size())))
+    return nullptr;  // FindHot parsed these very bytes
   return artifact;
 }
 
@@ -103,10 +156,18 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
   const std::string key_hex = DigestToHex(key).substr(0, 16);
   resp->set_guard_key(KeyBytes(key));
 
-  std::shared_ptr<const v1::Artifact> artifact = FromCache(key);
   v1::CompileResponse::Outcome outcome = v1::CompileResponse::HIT;
-  if (artifact) {
+  bool from_memory = false;
+  if (std::shared_ptr<const HotArtifact> hot = FindHot(key, &from_memory)) {
     hits_.fetch_add(1);
+    if (from_memory) hot_hits_.fetch_add(1);
+    // Parsed straight into the response: one pass over the bytes.
+    if (!resp->mutable_artifact()->ParseFromArray(
+            hot->artifact_bytes.begin(),
+            static_cast<int>(hot->artifact_bytes.size()))) {
+      return Done("Compile", grpc::Status(grpc::StatusCode::INTERNAL,
+                                          "cannot parse a cached artifact"));
+    }
   } else {
     misses_.fetch_add(1);
     InflightCompiles::Ticket ticket = inflight_.Join(key);
@@ -143,39 +204,60 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
                    result.status().ToString());
       return Done("Compile", ToGrpc(result.status()));
     }
-    artifact = *result;
+    *resp->mutable_artifact() = **result;
   }
-  *resp->mutable_artifact() = *artifact;
+  const v1::Artifact& artifact = resp->artifact();
   resp->set_outcome(outcome);
-  resp->set_compile_seconds(artifact->compile_seconds());
+  resp->set_compile_seconds(artifact.compile_seconds());
   resp->set_server_seconds(SecondsSince(t0));
   spdlog::info(
       "rpc=Compile key={} outcome={} server_ms={:.2f} compile_ms={:.2f}",
-      key_hex, absl::AsciiStrToLower(v1::CompileResponse::Outcome_Name(outcome)), resp->server_seconds() * 1e3,
-      artifact->compile_seconds() * 1e3);
+      key_hex,
+      absl::AsciiStrToLower(v1::CompileResponse::Outcome_Name(outcome)),
+      resp->server_seconds() * 1e3, artifact.compile_seconds() * 1e3);
   return Done("Compile", grpc::Status::OK);
 }
 
-grpc::Status KilnService::Lookup(grpc::ServerContext*,
-                                 const v1::LookupRequest* req,
-                                 v1::LookupResponse* resp) {
+grpc::ServerUnaryReactor* KilnService::Lookup(grpc::CallbackServerContext* ctx,
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) {
+  // A hit never blocks (memory, or one RocksDB read), so it is answered on
+  // the callback thread itself.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(LookupBytes(*request, response));
+  return reactor;
+}
+
+grpc::Status KilnService::LookupBytes(const grpc::ByteBuffer& request,
+                                      grpc::ByteBuffer* response) {
+  v1::LookupRequest req;
+  if (!req.ParseFromString(BufferBytes(request))) {
+    return Done("Lookup", grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                       "the request is not a LookupRequest"));
+  }
   Sha256Digest key{};
-  if (req->guard_key().size() != key.size()) {
+  if (req.guard_key().size() != key.size()) {
     return Done("Lookup",
                 grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                              absl::StrCat("guard_key must be 32 bytes, got ",
-                                          req->guard_key().size())));
+                                          req.guard_key().size())));
   }
-  std::memcpy(key.data(), req->guard_key().data(), key.size());
-  auto artifact = FromCache(key);
-  if (!artifact) {
+  std::memcpy(key.data(), req.guard_key().data(), key.size());
+  bool from_memory = false;
+  std::shared_ptr<const HotArtifact> hot = FindHot(key, &from_memory);
+  if (!hot) {
     misses_.fetch_add(1);
     return Done("Lookup",
                 grpc::Status(grpc::StatusCode::NOT_FOUND,
                              "no artifact under this key; send Compile"));
   }
   hits_.fetch_add(1);
-  *resp->mutable_artifact() = *artifact;
+  if (from_memory) hot_hits_.fetch_add(1);
+  // The ByteBuffer takes references to the slices: the artifact bytes are
+  // shared with HotArtifacts, not copied.
+  const grpc::Slice slices[] = {
+      LookupResponseHeader(hot->artifact_bytes.size()), hot->artifact_bytes};
+  *response = grpc::ByteBuffer(slices, 2);
   return Done("Lookup", grpc::Status::OK);
 }
 
@@ -202,6 +284,10 @@ v1::Stats KilnService::CurrentStats() const {
   resp->set_corrupt(s.corrupt_dropped);
   resp->set_compile_seconds_saved(s.compile_seconds_saved);
   resp->set_queue_depth(pool_ ? pool_->queue_depth() : 0);
+  resp->set_hot_hits(hot_hits_.load());
+  resp->set_hot_entries(hot_.entries());
+  resp->set_hot_bytes(hot_.bytes());
+  resp->set_hot_capacity_bytes(hot_.capacity_bytes());
   return stats;
 }
 
@@ -229,8 +315,11 @@ grpc::Status KilnService::Evict(grpc::ServerContext*,
                                 v1::EvictResponse* resp) {
   if (req->all()) {
     const uint64_t before = store_->Stats().entries;
-    if (absl::Status s = store_->EvictAll(); !s.ok())
-      return Done("Evict", ToGrpc(s));
+    absl::Status s = store_->EvictAll();
+    // Entries the store no longer holds are never served from memory (see
+    // FindHot); clearing frees their memory now.
+    hot_.Clear();
+    if (!s.ok()) return Done("Evict", ToGrpc(s));
     resp->set_evicted(before);
     return Done("Evict", grpc::Status::OK);
   }
@@ -242,8 +331,9 @@ grpc::Status KilnService::Evict(grpc::ServerContext*,
   }
   std::memcpy(key.data(), req->guard_key().data(), key.size());
   const bool present = store_->Contains(key);
-  if (absl::Status s = store_->Delete(key); !s.ok())
-    return Done("Evict", ToGrpc(s));
+  absl::Status s = store_->Delete(key);
+  hot_.Erase(key);
+  if (!s.ok()) return Done("Evict", ToGrpc(s));
   resp->set_evicted(present ? 1 : 0);
   return Done("Evict", grpc::Status::OK);
 }

@@ -2,8 +2,16 @@
 // guard key over the RocksDB ArtifactStore, lookup by key, stats and cache
 // administration.
 //
-// Thread-safety: every RPC may run concurrently (gRPC's sync server calls
-// handlers from its own thread pool).
+// Hits are served from HotArtifacts (server/hot_artifacts.h), an in-memory
+// LRU of verified, serialized artifacts, before the store: no RocksDB read,
+// SHA-256 or parse. Lookup, the hit path of kiln::Client, uses gRPC's
+// callback API with raw ByteBuffers: its response is the 1-6 byte header of
+// LookupResponse.artifact followed by the cached slice itself, so the
+// artifact is never parsed nor copied per request (the wire format is
+// exactly LookupResponse's).
+//
+// Thread-safety: every RPC may run concurrently (the sync methods on gRPC's
+// sync server threads, Lookup on its callback threads).
 #ifndef KILN_SERVER_KILN_SERVICE_H_
 #define KILN_SERVER_KILN_SERVICE_H_
 
@@ -14,6 +22,7 @@
 #include "cache/artifact_store.h"
 #include "kiln/v1/service.grpc.pb.h"
 #include "server/compile_pool.h"
+#include "server/hot_artifacts.h"
 #include "server/inflight_compiles.h"
 #include "server/metrics.h"
 
@@ -24,17 +33,24 @@ struct KilnServiceOptions {
   size_t max_queued_compiles = 64;
   // Longest a Compile waits, whatever deadline the caller set.
   absl::Duration max_deadline = absl::Minutes(5);
+  // Budget of HotArtifacts (artifact bytes plus a small per-entry charge);
+  // 0 serves every hit from the store.
+  uint64_t hot_cache_bytes = uint64_t{256} << 20;
 };
 
-class KilnService final : public v1::Kiln::Service {
+class KilnService final
+    : public v1::Kiln::WithRawCallbackMethod_Lookup<v1::Kiln::Service> {
  public:
   KilnService(ArtifactStore* store, const KilnServiceOptions& options);
   ~KilnService() override;
 
   grpc::Status Compile(grpc::ServerContext* ctx, const v1::CompileRequest* req,
                        v1::CompileResponse* resp) override;
-  grpc::Status Lookup(grpc::ServerContext* ctx, const v1::LookupRequest* req,
-                      v1::LookupResponse* resp) override;
+  // Raw Lookup: the request bytes are a LookupRequest, the response bytes a
+  // LookupResponse (see the file comment).
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::Status GetStats(grpc::ServerContext* ctx,
                         const v1::GetStatsRequest* req,
                         v1::Stats* resp) override;
@@ -57,8 +73,16 @@ class KilnService final : public v1::Kiln::Service {
   void set_metrics(ServerMetrics* metrics) { metrics_ = metrics; }
 
  private:
-  // The cached artifact for key, if any (a corrupt entry reads as none).
+  // The cached artifact for key, if any (a corrupt entry reads as none),
+  // from HotArtifacts when the store still holds that entry (then sets
+  // *from_memory), else read from the store and kept in HotArtifacts. Counts
+  // the hit in the store; the caller counts it in the service's stats.
+  std::shared_ptr<const HotArtifact> FindHot(const Sha256Digest& key,
+                                             bool* from_memory);
+  // The cached artifact for key, parsed (the compile threads' re-check).
   std::shared_ptr<const v1::Artifact> FromCache(const Sha256Digest& key);
+  grpc::Status LookupBytes(const grpc::ByteBuffer& request,
+                           grpc::ByteBuffer* response);
   // Runs on a compile thread: compile, store, publish to the flight.
   void RunCompile(const v1::CompileRequest& request, const Sha256Digest& key);
 
@@ -69,8 +93,9 @@ class KilnService final : public v1::Kiln::Service {
   const KilnServiceOptions options_;
   InflightCompiles inflight_;
   std::unique_ptr<CompilePool> pool_;
+  HotArtifacts hot_;
   std::atomic<uint64_t> hits_{0}, misses_{0}, compiles_{0}, joins_{0},
-      compile_errors_{0};
+      compile_errors_{0}, hot_hits_{0};
 };
 
 }  // namespace kiln

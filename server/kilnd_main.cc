@@ -30,6 +30,9 @@ ABSL_FLAG(std::string, data_dir, "",
           "cache directory (default $XDG_CACHE_HOME/kiln or ~/.cache/kiln)");
 ABSL_FLAG(int64_t, cache_bytes, int64_t{10} << 30,
           "cache size budget in bytes (LRU eviction past it)");
+ABSL_FLAG(int64_t, hot_cache_bytes, int64_t{256} << 20,
+          "in-memory copy of hot artifacts, bytes (LRU; 0: off): hits skip "
+          "RocksDB, SHA-256 and parsing");
 ABSL_FLAG(int32_t, compile_threads, 0, "compile threads (0: number of cores)");
 ABSL_FLAG(int32_t, max_queued_compiles, 64,
           "compiles waiting for a thread before RESOURCE_EXHAUSTED");
@@ -85,6 +88,8 @@ int Main(int argc, char** argv) {
       std::max(1, absl::GetFlag(FLAGS_max_queued_compiles)));
   options.max_deadline =
       absl::Seconds(absl::GetFlag(FLAGS_max_deadline_seconds));
+  options.hot_cache_bytes = static_cast<uint64_t>(
+      std::max<int64_t>(0, absl::GetFlag(FLAGS_hot_cache_bytes)));
   KilnService service(store->get(), options);
   // The exposer holds collectables weakly: this shared_ptr keeps it alive.
   auto metrics = std::make_shared<ServerMetrics>(
@@ -123,9 +128,10 @@ int Main(int argc, char** argv) {
     return 1;
   }
   spdlog::info(
-      "event=serving address={} port={} data_dir={} compile_threads={}",
+      "event=serving address={} port={} data_dir={} compile_threads={} "
+      "hot_cache_bytes={}",
       absl::GetFlag(FLAGS_listen), port, store_options.data_dir,
-      options.compile_threads);
+      options.compile_threads, options.hot_cache_bytes);
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
     std::ofstream(tmp) << port << "\n" << metrics_port << "\n";

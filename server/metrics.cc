@@ -130,6 +130,15 @@ std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
   out.push_back(Scalar("kiln_compile_queue_depth",
                        "Compiles waiting for a thread", MetricType::Gauge,
                        s.queue_depth()));
+  out.push_back(Scalar("kiln_hot_cache_hits_total",
+                       "Hits served from kilnd's in-memory copy",
+                       MetricType::Counter, s.hot_hits()));
+  out.push_back(Scalar("kiln_hot_cache_entries",
+                       "Artifacts in kilnd's in-memory copy", MetricType::Gauge,
+                       s.hot_entries()));
+  out.push_back(Scalar("kiln_hot_cache_bytes",
+                       "Bytes charged to kilnd's in-memory copy",
+                       MetricType::Gauge, s.hot_bytes()));
   return out;
 }
 

@@ -127,6 +127,61 @@ TEST(ArtifactStoreTest, ListReportsEntriesLeastRecentlyUsedFirst) {
   EXPECT_LT(listed[1].access_seq, listed[2].access_seq);
 }
 
+// RecordHit: a hit on a payload the caller kept from an earlier Get (kilnd's
+// in-memory copy) counts and reorders exactly as a Get, and is refused once
+// that entry is gone or replaced.
+TEST(ArtifactStoreTest, RecordHitCountsLikeAGetWhileTheSameEntryIsStored) {
+  TempDir dir;
+  const ArtifactStoreOptions options = TestOptions(dir.Sub("db"), kLarge);
+  const Sha256Digest a = KeyFor("a"), b = KeyFor("b");
+  absl::Time a_created;
+  {
+    auto store = OpenOrDie(options);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(
+        store->Put(a, PayloadFor(a, 100), {.compile_seconds = 1.5}).ok());
+    ASSERT_TRUE(store->Put(b, PayloadFor(b, 100), {.compile_seconds = 2}).ok());
+    auto got = store->Get(a);
+    ASSERT_TRUE(got.ok() && got->has_value());
+    a_created = (*got)->created;
+    ASSERT_TRUE(store->Put(b, PayloadFor(b, 100), {.compile_seconds = 2}).ok());
+    EXPECT_EQ(store->List().front().key, a);  // b was put after a's Get
+
+    EXPECT_TRUE(store->RecordHit(a, a_created));
+    EXPECT_TRUE(store->RecordHit(a, a_created));
+    EXPECT_EQ(store->List().back().key, a);  // most recently used
+    EXPECT_FALSE(store->RecordHit(a, a_created + absl::Microseconds(1)));
+    EXPECT_FALSE(store->RecordHit(KeyFor("absent"), a_created));
+    const CacheStats stats = store->Stats();
+    EXPECT_EQ(stats.hits, 3u);  // one Get, two RecordHits
+    EXPECT_DOUBLE_EQ(stats.compile_seconds_saved, 3 * 1.5);
+  }
+  {
+    // The access times of RecordHit persist like those of Get.
+    auto store = OpenOrDie(options);
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->List().back().key, a);
+    EXPECT_EQ(store->Stats().hits, 3u);
+    EXPECT_TRUE(store->RecordHit(a, a_created));
+    // Replaced by a new Put: the caller's copy is stale.
+    absl::SleepFor(absl::Milliseconds(2));
+    ASSERT_TRUE(
+        store->Put(a, PayloadFor(a, 100), {.compile_seconds = 1.5}).ok());
+    EXPECT_FALSE(store->RecordHit(a, a_created));
+    auto got = store->Get(a);
+    ASSERT_TRUE(got.ok() && got->has_value());
+    EXPECT_TRUE(store->RecordHit(a, (*got)->created));
+    // Deleted, evicted: refused.
+    ASSERT_TRUE(store->Delete(a).ok());
+    EXPECT_FALSE(store->RecordHit(a, (*got)->created));
+    got = store->Get(b);
+    ASSERT_TRUE(got.ok() && got->has_value());
+    ASSERT_TRUE(store->EvictAll().ok());
+    EXPECT_FALSE(store->RecordHit(b, (*got)->created));
+    EXPECT_EQ(store->Stats().hits, 7u);  // 3 before, 2 RecordHits, 2 Gets
+  }
+}
+
 TEST(ArtifactStoreTest, PutReplacesAnExistingEntry) {
   TempDir dir;
   auto store = OpenOrDie(TestOptions(dir.Sub("db"), kLarge));

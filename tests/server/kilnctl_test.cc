@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/host_target.h"
+#include "client/kiln_client.h"
 #include "compiler/cpu_backend.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -259,6 +260,36 @@ TEST_F(KilnctlTest, BenchIsBoundedInCountAndTime) {
   EXPECT_EQ(timed.exit_code, 0) << timed;
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
   EXPECT_GE(StatsJson().hits(), 200u);
+}
+
+// kilnctl --target=cpu (its default) is kiln::Client's default target: the
+// same graph gets the same key from both, so the library finds what kilnctl
+// compiled with a Lookup, without compiling again.
+TEST_F(KilnctlTest, SameKeyAsTheClientLibrary) {
+  EXPECT_EQ(Client::DefaultTarget().cpu().SerializeAsString(),
+            HostCpuTargetFromCpuinfo().SerializeAsString());
+  ClientOptions options;
+  options.server = daemon_->address();
+  options.runtime_threads = 1;
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  uint64_t lookups = 0;
+  for (const char* graph : {"chain10.json", "dynamic_batch.json"}) {
+    const Result compiled = Run({"compile", Example(graph)});
+    ASSERT_EQ(compiled.exit_code, 0) << compiled;
+    const std::string key = KeyIn(compiled.output);
+    ASSERT_EQ(key.size(), 64u) << compiled;
+    EXPECT_EQ(KeyIn(Run({"explain", Example(graph)}).output), key);
+
+    v1::CompileRequest request = Request(graph);
+    request.clear_target();  // the library's default
+    auto exe = (*client)->GetExecutable(request);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    EXPECT_EQ(absl::BytesToHexString((*exe)->guard_key()), key) << graph;
+    EXPECT_EQ((*client)->counters().lookup_hits, ++lookups) << graph;
+  }
+  EXPECT_EQ((*client)->counters().compiles, 0u);
+  EXPECT_EQ(StatsJson().compiles(), 2u);  // kilnctl's two, nothing more
 }
 
 TEST_F(KilnctlTest, UsageErrors) {
