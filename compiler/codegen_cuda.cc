@@ -126,6 +126,9 @@ class CudaKernelEmitter : public KernelEmitterBase {
       llvm::FastMathFlags fmf;
       fmf.setFast();
       b_.setFastMathFlags(fmf);
+      // The NVPTX back end reads this per function: approximate division
+      // and square root (div.approx, sqrt.approx).
+      fn_->addFnAttr("unsafe-fp-math", "true");
     }
     SetUpKernelDims();
     tid_ = b_.CreateZExt(
@@ -834,7 +837,7 @@ absl::StatusOr<CudaModule> EmitCudaModule(const FusedProgram& program,
   CudaModule out;
   out.module = std::make_unique<llvm::Module>("kiln_kernels", context);
   for (const Kernel& kernel : program.kernels) {
-    out.plans.push_back(PlanGpuKernel(kernel));
+    out.plans.push_back(PlanGpuKernel(kernel, options.groups_per_thread));
   }
   for (size_t k = 0; k < program.kernels.size(); ++k) {
     CudaKernelEmitter emitter(*out.module, program, program.kernels[k], options,

@@ -153,7 +153,8 @@ absl::StatusOr<std::string> BuildCpuBinary(const FusedProgram& fused,
 
 // The CUDA back end: NVPTX IR, libdevice, O3, PTX, nvJitLink cubin.
 absl::Status BuildCudaBinary(const Graph& graph, const FusedProgram& fused,
-                             const v1::CompileRequest& request, Dumper& dump,
+                             const v1::CompileRequest& request,
+                             const CompileEnv& env, Dumper& dump,
                              std::vector<GpuKernelPlan>* plans,
                              v1::CudaBinary* out) {
 #ifdef KILN_HAVE_CUDA_BACKEND
@@ -170,6 +171,8 @@ absl::Status BuildCudaBinary(const Graph& graph, const FusedProgram& fused,
     t = now;
   };
   CudaCodegenOptions options{fast_math, {}};
+  if (env.gpu_groups_per_thread > 0)
+    options.groups_per_thread = env.gpu_groups_per_thread;
   for (const GraphInput& in : graph.inputs)
     options.input_alignment.push_back(in.alignment);
   auto tm = MakeNvptxTargetMachine(request.target().cuda());
@@ -241,7 +244,7 @@ absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,
   std::vector<GpuKernelPlan> gpu_plans;
   std::string binary;
   if (request.target().has_cuda()) {
-    if (absl::Status s = BuildCudaBinary(*graph, *fused, request, dump,
+    if (absl::Status s = BuildCudaBinary(*graph, *fused, request, env, dump,
                                          &gpu_plans, a.mutable_cuda());
         !s.ok())
       return s;

@@ -36,6 +36,9 @@ struct CompileEnv {
   // false: one kernel per op, for benchmarks against fusion. Not part of the
   // guard key, so never use it for artifacts that reach a cache.
   bool fuse = true;
+  // CUDA persistent rows: groups per thread (0: the default). For
+  // benchmarks; like `fuse`, not part of the guard key.
+  int gpu_groups_per_thread = 0;
 };
 
 absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,

@@ -100,26 +100,29 @@ struct MathMapping {
   llvm::Intrinsic::ID intrinsic;  // not_intrinsic: a libm function
   const char* libm;
   const char* libdevice;
+  // With fast_math: the approximate variant (sin.approx, ex2.approx,
+  // lg2.approx based), or null to keep the accurate one.
+  const char* fast = nullptr;
 };
 constexpr MathMapping kMath[] = {
-    {llvm::Intrinsic::sin, nullptr, "__nv_sinf"},
-    {llvm::Intrinsic::cos, nullptr, "__nv_cosf"},
-    {llvm::Intrinsic::exp, nullptr, "__nv_expf"},
+    {llvm::Intrinsic::sin, nullptr, "__nv_sinf", "__nv_fast_sinf"},
+    {llvm::Intrinsic::cos, nullptr, "__nv_cosf", "__nv_fast_cosf"},
+    {llvm::Intrinsic::exp, nullptr, "__nv_expf", "__nv_fast_expf"},
     {llvm::Intrinsic::exp2, nullptr, "__nv_exp2f"},
-    {llvm::Intrinsic::log, nullptr, "__nv_logf"},
-    {llvm::Intrinsic::log2, nullptr, "__nv_log2f"},
-    {llvm::Intrinsic::log10, nullptr, "__nv_log10f"},
-    {llvm::Intrinsic::pow, nullptr, "__nv_powf"},
+    {llvm::Intrinsic::log, nullptr, "__nv_logf", "__nv_fast_logf"},
+    {llvm::Intrinsic::log2, nullptr, "__nv_log2f", "__nv_fast_log2f"},
+    {llvm::Intrinsic::log10, nullptr, "__nv_log10f", "__nv_fast_log10f"},
+    {llvm::Intrinsic::pow, nullptr, "__nv_powf", "__nv_fast_powf"},
     {llvm::Intrinsic::not_intrinsic, "expm1f", "__nv_expm1f"},
     {llvm::Intrinsic::not_intrinsic, "log1pf", "__nv_log1pf"},
-    {llvm::Intrinsic::not_intrinsic, "tanf", "__nv_tanf"},
-    {llvm::Intrinsic::not_intrinsic, "tanhf", "__nv_tanhf"},
+    {llvm::Intrinsic::not_intrinsic, "tanf", "__nv_tanf", "__nv_fast_tanf"},
+    {llvm::Intrinsic::not_intrinsic, "tanhf", "__nv_tanhf", "__nv_fast_tanhf"},
     {llvm::Intrinsic::not_intrinsic, "erff", "__nv_erff"},
     {llvm::Intrinsic::not_intrinsic, "atan2f", "__nv_atan2f"},
 };
 
 // Returns whether anything now calls libdevice.
-bool ReplaceMathWithLibdevice(llvm::Module& module) {
+bool ReplaceMathWithLibdevice(llvm::Module& module, bool fast_math) {
   bool used = false;
   std::vector<llvm::Function*> dead;
   for (llvm::Function& f : module) {
@@ -129,8 +132,8 @@ bool ReplaceMathWithLibdevice(llvm::Module& module) {
                                 : (f.getIntrinsicID() == m.intrinsic &&
                                    f.getReturnType()->isFloatTy());
       if (!match) continue;
-      llvm::FunctionCallee nv =
-          module.getOrInsertFunction(m.libdevice, f.getFunctionType());
+      llvm::FunctionCallee nv = module.getOrInsertFunction(
+          fast_math && m.fast ? m.fast : m.libdevice, f.getFunctionType());
       f.replaceAllUsesWith(nv.getCallee());
       dead.push_back(&f);
       used = true;
@@ -324,7 +327,7 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> MakeNvptxTargetMachine(
 absl::Status LinkLibdevice(llvm::Module& module, bool fast_math) {
   module.addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz",
                        fast_math ? 1 : 0);
-  if (!ReplaceMathWithLibdevice(module)) return absl::OkStatus();
+  if (!ReplaceMathWithLibdevice(module, fast_math)) return absl::OkStatus();
   const LibdeviceFile& file = Libdevice();
   if (!file.buffer) {
     return absl::FailedPreconditionError(

@@ -15,7 +15,7 @@ int64_t NextPow2(int64_t v) {
 
 }  // namespace
 
-GpuKernelPlan PlanGpuKernel(const Kernel& kernel) {
+GpuKernelPlan PlanGpuKernel(const Kernel& kernel, int groups_per_thread) {
   GpuKernelPlan plan;
   bool has_inner = false;
   int64_t row = 1;
@@ -45,9 +45,8 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel) {
     // Groups of 4 need the last inner dim (and so the row) to split evenly.
     plan.vector_width = (last_inner && *last_inner % 4 == 0) ? 4 : 1;
     const int64_t groups = (row + plan.vector_width - 1) / plan.vector_width;
-    // About two groups per thread: enough loads in flight per thread without
-    // starving the SM of warps.
-    int64_t threads = NextPow2((groups + 1) / 2);
+    int64_t threads =
+        NextPow2((groups + groups_per_thread - 1) / groups_per_thread);
     if (threads <= 32) {
       plan.threads_per_row = 32;
       plan.block_threads = 128;

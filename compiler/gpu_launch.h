@@ -50,8 +50,15 @@ struct GpuKernelPlan {
   std::string ToString() const;
 };
 
-// The plan for `kernel`; a pure function of the kernel's structure.
-GpuKernelPlan PlanGpuKernel(const Kernel& kernel);
+// Groups of `vector_width` elements each thread of a persistent row aims
+// for: enough independent loads in flight per thread without starving the
+// SM of warps.
+inline constexpr int kDefaultGroupsPerThread = 2;
+
+// The plan for `kernel`; a pure function of the kernel's structure (and of
+// `groups_per_thread`, which only benchmarks change).
+GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
+                            int groups_per_thread = kDefaultGroupsPerThread);
 
 }  // namespace kiln
 

@@ -16,6 +16,7 @@
 // Output: one line per figure, `<name> <value> <unit>`, for run.sh.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -30,6 +31,7 @@
 #include "compiler/compile.h"
 #include "compiler/import.h"
 #include "compiler/numerics.h"
+#include "compiler/reference.h"
 #include "google/protobuf/util/json_util.h"
 #include "tests/gpu/gpu_util.h"
 
@@ -44,6 +46,8 @@ struct Args {
   std::vector<int64_t> sizes;
   int calls = 100;
   int batches = 20;
+  bool fast_math = false;
+  int groups_per_thread = 0;
 };
 
 int Fail(const absl::Status& s, const char* what) {
@@ -54,6 +58,52 @@ int Fail(const absl::Status& s, const char* what) {
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// Max |kiln - reference| over the first rows of output 0, for graphs whose
+// rank >= 2 inputs and output 0 share their leading (row) dim: the
+// reference runs on those rows only (it is slow).
+absl::StatusOr<double> FirstRowsError(Gpu& gpu, const v1::CompileRequest& req,
+                                      const std::vector<HostTensor>& inputs,
+                                      const CudaExecutable& exe,
+                                      cuda::Stream stream) {
+  constexpr int64_t kRows = 16;
+  v1::Graph sliced = req.graph();
+  std::vector<HostTensor> sliced_inputs;
+  for (int i = 0; i < sliced.inputs_size(); ++i) {
+    const HostTensor& t = inputs[i];
+    if (t.rank() < 2 || t.sizes()[0] <= kRows) {
+      sliced_inputs.push_back(t);
+      continue;
+    }
+    sliced.mutable_inputs(i)->mutable_meta()->mutable_sizes(0)->set_value(
+        kRows);
+    std::vector<int64_t> sizes = t.sizes();
+    sizes[0] = kRows;
+    sliced_inputs.push_back(
+        HostTensor::View(t, sizes, t.strides(), t.offset()));
+  }
+  auto graph = ImportGraph(sliced);
+  if (!graph.ok()) return graph.status();
+  auto want = EvaluateReference(*graph, sliced_inputs);
+  if (!want.ok()) return want.status();
+  std::vector<DeviceInput> dev;
+  std::vector<DeviceTensorView> views;
+  for (const HostTensor& t : inputs) {
+    auto d = gpu_testing::Upload(gpu, t);
+    if (!d.ok()) return d.status();
+    dev.push_back(*std::move(d));
+  }
+  for (const auto& d : dev) views.push_back(d.view());
+  auto out = exe.Run(views, stream);
+  if (!out.ok()) return out.status();
+  auto got = gpu_testing::Download(gpu, (*out)[0], stream);
+  if (!got.ok()) return got.status();
+  const HostTensor& w = (*want)[0];
+  double err = 0;
+  for (int64_t e = 0; e < w.numel(); ++e)
+    err = std::max(err, std::abs(got->GetDoubleAt(e) - w.GetDoubleAt(e)));
+  return err;
 }
 
 int Main(int argc, char** argv) {
@@ -80,6 +130,10 @@ int Main(int argc, char** argv) {
       (void)absl::SimpleAtoi(arg, &a.calls);
     } else if (absl::ConsumePrefix(&arg, "--batches=")) {
       (void)absl::SimpleAtoi(arg, &a.batches);
+    } else if (arg == "--fast_math") {
+      a.fast_math = true;
+    } else if (absl::ConsumePrefix(&arg, "--groups_per_thread=")) {
+      (void)absl::SimpleAtoi(arg, &a.groups_per_thread);
     }
   }
   auto gpu_or = gpu_testing::OpenGpu();
@@ -97,10 +151,13 @@ int Main(int argc, char** argv) {
   req.mutable_target()->mutable_cuda()->set_arch(gpu.arch);
   for (v1::Input& i : *req.mutable_graph()->mutable_inputs())
     i.mutable_meta()->set_alignment(16);
+  req.mutable_options()->set_fast_math(a.fast_math);
+  CompileEnv env;
+  env.gpu_groups_per_thread = a.groups_per_thread;
   auto graph = ImportGraph(req.graph());
   if (!graph.ok()) return Fail(graph.status(), "import");
   const auto c0 = std::chrono::steady_clock::now();
-  auto artifact = Compile(req);
+  auto artifact = Compile(req, env);
   if (!artifact.ok()) return Fail(artifact.status(), "compile");
   const double compile_ms = std::chrono::duration<double, std::milli>(
                                 std::chrono::steady_clock::now() - c0)
@@ -117,12 +174,15 @@ int Main(int argc, char** argv) {
       bindings.push_back(std::vector<int64_t>(graph->symbols.size(), v));
   }
   std::vector<std::vector<DeviceInput>> sets;
+  std::vector<HostTensor> first_inputs;  // of bindings[0], for the check
   std::vector<std::vector<DeviceTensorView>> views;
   int64_t bytes_in = 0;
   for (const auto& b : bindings) {
     std::mt19937_64 rng(7);
     std::vector<DeviceInput> set;
-    for (const HostTensor& t : numerics::RandomInputs(*graph, b, rng)) {
+    std::vector<HostTensor> host = numerics::RandomInputs(*graph, b, rng);
+    if (first_inputs.empty()) first_inputs = host;
+    for (const HostTensor& t : host) {
       bytes_in += t.numel() * DTypeSize(t.dtype());
       auto d = gpu_testing::Upload(gpu, t);
       if (!d.ok()) return Fail(d.status(), "upload");
@@ -174,6 +234,15 @@ int Main(int argc, char** argv) {
   if (a.mode == "launch") {
     std::printf("%s kiln_us %.2f\n", a.name.c_str(), per_call_us);
     return 0;
+  }
+  // Accuracy: the first output's first rows against the reference
+  // evaluator (float32 per op, computed in double) on the same rows.
+  if (auto err = FirstRowsError(gpu, req, first_inputs, **exe, stream);
+      err.ok()) {
+    std::printf("%s kiln_err %.3g\n", a.name.c_str(), *err);
+  } else {
+    std::fprintf(stderr, "cuda_bench: accuracy check: %s\n",
+                 err.status().ToString().c_str());
   }
   // Bandwidth: bytes read and written per call, and a device-to-device copy
   // of the input's size in the same process.

@@ -23,15 +23,16 @@ if launch:
     print()
 bw = [r for r in rows if not r.startswith("launch")]
 if bw:
-    print("| graph | Kiln µs | Kiln GB/s | copy GB/s | Kiln/copy | eager GB/s | Inductor µs | Inductor GB/s | Kiln/Inductor speed |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| graph | Kiln µs | Kiln GB/s | copy GB/s | Kiln/copy | eager GB/s | Inductor µs | Inductor GB/s | Kiln/Inductor speed | Kiln max err | Inductor max err |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in bw:
         m = rows[r]
         b = m.get("bytes", 0)
         gbs = lambda us: b / (us * 1e3) if us else 0
-        print("| %s | %.1f | %.0f | %.0f | %.0f%% | %.0f | %.1f | %.0f | %.2fx |" % (
+        print("| %s | %.1f | %.0f | %.0f | %.0f%% | %.0f | %.1f | %.0f | %.2fx | %.2g | %.2g |" % (
             r, m.get("kiln_us", 0), m.get("kiln_gbs", 0), m.get("copy_gbs", 0),
             100 * m.get("kiln_gbs", 0) / max(m.get("copy_gbs", 1), 1),
             gbs(m.get("eager_us", 0)), m.get("inductor_us", 0),
             gbs(m.get("inductor_us", 0)),
-            m.get("inductor_us", 0) / max(m.get("kiln_us", 1e-9), 1e-9)))
+            m.get("inductor_us", 0) / max(m.get("kiln_us", 1e-9), 1e-9),
+            m.get("kiln_err", float("nan")), m.get("inductor_err", float("nan"))))

@@ -69,6 +69,15 @@ def report(name, fn, inputs, dynamic=False):
     print("%s eager_us %.2f" % (name, timed(fn, inputs)), flush=True)
     compiled = torch.compile(fn, dynamic=dynamic)
     print("%s inductor_us %.2f" % (name, timed(compiled, inputs)), flush=True)
+    # Inductor's deviation from eager float32 (accurate libm-style math),
+    # over the first 16 rows as Kiln's kiln_err is measured.
+    with torch.no_grad():
+        got, want = compiled(*inputs[0]), fn(*inputs[0])
+        if got.dim() >= 1:
+            rows = 16 * (got.numel() // got.shape[0]) if got.dim() >= 2 else 16 * 1024
+            got, want = got.reshape(-1)[:rows], want.reshape(-1)[:rows]
+        err = (got.double() - want.double()).abs().max().item()
+    print("%s inductor_err %.3g" % (name, err), flush=True)
 
 
 def main():
