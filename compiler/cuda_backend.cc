@@ -100,13 +100,16 @@ struct MathMapping {
   llvm::Intrinsic::ID intrinsic;  // not_intrinsic: a libm function
   const char* libm;
   const char* libdevice;
-  // With fast_math: the approximate variant (sin.approx, ex2.approx,
-  // lg2.approx based), or null to keep the accurate one.
+  // With fast_math: the approximate variant (ex2.approx, lg2.approx,
+  // tanh.approx based), or null to keep the accurate one. Trigonometric
+  // functions stay accurate: sin.approx loses accuracy quickly outside
+  // [-pi, pi]. This is the policy of Triton's defaults (what Inductor
+  // emits): approximate exp/log and division, libdevice sin/cos.
   const char* fast = nullptr;
 };
 constexpr MathMapping kMath[] = {
-    {llvm::Intrinsic::sin, nullptr, "__nv_sinf", "__nv_fast_sinf"},
-    {llvm::Intrinsic::cos, nullptr, "__nv_cosf", "__nv_fast_cosf"},
+    {llvm::Intrinsic::sin, nullptr, "__nv_sinf"},
+    {llvm::Intrinsic::cos, nullptr, "__nv_cosf"},
     {llvm::Intrinsic::exp, nullptr, "__nv_expf", "__nv_fast_expf"},
     {llvm::Intrinsic::exp2, nullptr, "__nv_exp2f"},
     {llvm::Intrinsic::log, nullptr, "__nv_logf", "__nv_fast_logf"},
@@ -115,7 +118,7 @@ constexpr MathMapping kMath[] = {
     {llvm::Intrinsic::pow, nullptr, "__nv_powf", "__nv_fast_powf"},
     {llvm::Intrinsic::not_intrinsic, "expm1f", "__nv_expm1f"},
     {llvm::Intrinsic::not_intrinsic, "log1pf", "__nv_log1pf"},
-    {llvm::Intrinsic::not_intrinsic, "tanf", "__nv_tanf", "__nv_fast_tanf"},
+    {llvm::Intrinsic::not_intrinsic, "tanf", "__nv_tanf"},
     {llvm::Intrinsic::not_intrinsic, "tanhf", "__nv_tanhf", "__nv_fast_tanhf"},
     {llvm::Intrinsic::not_intrinsic, "erff", "__nv_erff"},
     {llvm::Intrinsic::not_intrinsic, "atan2f", "__nv_atan2f"},

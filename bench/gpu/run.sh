@@ -38,6 +38,10 @@ if [[ $only == all || $only == bandwidth ]]; then
   for n in 1 10 30; do
     $py "$root/examples/graphs/gen_chain.py" $n --rows 65536 --cols 1024 >"$g/chain$n.json"
     "$bench" bandwidth "$g/chain$n.json" --name=chain${n}_2e26 --calls=20 --batches=10 >>"$results"
+    # Kiln with fast_math (part of the key): approximate exp/log/division,
+    # accurate sin/cos, Triton's defaults. Compared with the same Inductor row.
+    "$bench" bandwidth "$g/chain$n.json" --name=chain${n}_2e26_fastmath --fast_math \
+      --calls=20 --batches=10 >>"$results"
     $py "$here/torch_bench.py" chain chain${n}_2e26 $n 67108864 >>"$results"
   done
   for shape in 16384x1024 16384x4096 4096x32768; do
