@@ -152,6 +152,29 @@ TEST(CudaGpu, RandomGraphsMatchReference) {
   EXPECT_EQ(failures, 0);
 }
 
+// fast_math (approximate exp/log/pow/division, accurate sin/cos) stays
+// within the same tolerances on the float32 graphs of the suite.
+TEST(CudaGpu, RandomGraphsFastMathMatchReference) {
+  REQUIRE_GPU(gpu);
+  graph_gen::GraphGenOptions options = random_graphs::Options();
+  options.dtypes = {v1::FLOAT32};
+  const int64_t count = random_graphs::EnvInt("KILN_GPU_FAST_MATH_GRAPHS", 300);
+  int failures = 0;
+  for (int64_t seed = 0; seed < count; ++seed) {
+    v1::CompileRequest req;
+    *req.mutable_graph() = graph_gen::RandomGraph(seed, options);
+    req.mutable_options()->set_fast_math(true);
+    const std::string error = CheckOnGpu(*gpu, seed, req, seed % 2 == 0);
+    if (!error.empty() && ++failures <= 10) {
+      ADD_FAILURE() << "seed " << seed << ": " << error
+                    << "\n  graph: " << GraphJson(req.graph());
+    }
+  }
+  std::printf("%lld fast-math graphs on %s: %d failures\n",
+              static_cast<long long>(count), gpu->arch.c_str(), failures);
+  EXPECT_EQ(failures, 0);
+}
+
 // Wide and long rows: the looped and persistent forms at their edges,
 // reductions to a scalar over many elements, argmax ties.
 TEST(CudaGpu, RowFormsAtTheirEdges) {
