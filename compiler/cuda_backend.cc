@@ -100,8 +100,8 @@ struct MathMapping {
   llvm::Intrinsic::ID intrinsic;  // not_intrinsic: a libm function
   const char* libm;
   const char* libdevice;
-  // With fast_math: the approximate variant (ex2.approx, lg2.approx,
-  // tanh.approx based), or null to keep the accurate one. Trigonometric
+  // With fast_math: the approximate variant (ex2.approx, lg2.approx
+  // based), or null to keep the accurate one. Trigonometric
   // functions stay accurate: sin.approx loses accuracy quickly outside
   // [-pi, pi]. This is the policy of Triton's defaults (what Inductor
   // emits): approximate exp/log and division, libdevice sin/cos.
@@ -115,11 +115,13 @@ constexpr MathMapping kMath[] = {
     {llvm::Intrinsic::log, nullptr, "__nv_logf", "__nv_fast_logf"},
     {llvm::Intrinsic::log2, nullptr, "__nv_log2f", "__nv_fast_log2f"},
     {llvm::Intrinsic::log10, nullptr, "__nv_log10f", "__nv_fast_log10f"},
-    {llvm::Intrinsic::pow, nullptr, "__nv_powf", "__nv_fast_powf"},
+    // __nv_fast_powf is exp2(y * log2(x)): NaN for every negative base.
+    {llvm::Intrinsic::pow, nullptr, "__nv_powf"},
     {llvm::Intrinsic::not_intrinsic, "expm1f", "__nv_expm1f"},
     {llvm::Intrinsic::not_intrinsic, "log1pf", "__nv_log1pf"},
     {llvm::Intrinsic::not_intrinsic, "tanf", "__nv_tanf"},
-    {llvm::Intrinsic::not_intrinsic, "tanhf", "__nv_tanhf", "__nv_fast_tanhf"},
+    // __nv_fast_tanhf calls llvm.nvvm.tanh.approx.f32, unknown to LLVM 16.
+    {llvm::Intrinsic::not_intrinsic, "tanhf", "__nv_tanhf"},
     {llvm::Intrinsic::not_intrinsic, "erff", "__nv_erff"},
     {llvm::Intrinsic::not_intrinsic, "atan2f", "__nv_atan2f"},
 };

@@ -154,6 +154,32 @@ TEST(CudaCodegen, ArchitecturesAndErrors) {
   }
 }
 
+// fast_math maps math to libdevice's approximate variants and approximate
+// division: every float32 random graph still assembles.
+TEST(CudaCodegen, RandomGraphsCompileWithFastMath) {
+  graph_gen::GraphGenOptions o = random_graphs::Options();
+  o.dtypes = {v1::FLOAT32};
+  const int count = random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600) / 3;
+  int failures = 0;
+  for (int seed = 0; seed < count && failures < 10; ++seed) {
+    v1::CompileRequest req;
+    *req.mutable_graph() = graph_gen::RandomGraph(seed, o);
+    req = ForGpu(req, "sm_90", seed % 2 ? 16 : 0);
+    req.mutable_options()->set_fast_math(true);
+    auto a = Compile(req);
+    if (!a.ok()) {
+      ADD_FAILURE() << "seed " << seed << ": " << a.status();
+      ++failures;
+      continue;
+    }
+    const std::string problem = CheckStructure(*a);
+    if (!problem.empty()) {
+      ADD_FAILURE() << "seed " << seed << ": " << problem;
+      ++failures;
+    }
+  }
+}
+
 TEST(CudaCodegen, RandomGraphsOverTheWholeOpSetCompile) {
   const graph_gen::GraphGenOptions o = random_graphs::Options();
   const int count = random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600);
