@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cpu_executable.h"
 #include "client/host_target.h"
+#include "client/raw_lookup.h"
 #include "client/thread_pool.h"
 #include "compiler/guard_key.h"
 #include "compiler/import.h"
@@ -45,7 +46,8 @@ class ClientImpl final : public Client {
   ClientImpl(const ClientOptions& options,
              std::shared_ptr<grpc::Channel> channel)
       : options_(options),
-        stub_(v1::Kiln::NewStub(std::move(channel))),
+        stub_(v1::Kiln::NewStub(channel)),
+        raw_lookup_(channel),
         pool_(std::make_shared<ThreadPool>(options.runtime_threads)) {}
 
   absl::StatusOr<std::shared_ptr<const Executable>> GetExecutable(
@@ -72,16 +74,21 @@ class ClientImpl final : public Client {
                           digest.size());
     if (auto local = FindLocal(key)) return local;
 
-    v1::Artifact artifact;
-    v1::LookupRequest lookup;
-    lookup.set_guard_key(key);
-    v1::LookupResponse found;
+    // A hit arrives as the transport's slices; the binary is hashed and
+    // written to the memfd from them (no copy), and CpuExecutable verifies
+    // its SHA-256 before loading, whichever way the artifact came.
+    std::vector<grpc::Slice> response;
     grpc::Status s = CallWithRetries([&](grpc::ClientContext* ctx) {
-      return stub_->Lookup(ctx, lookup, &found);
+      return raw_lookup_.Lookup(ctx, key, &response);
     });
+    absl::StatusOr<std::unique_ptr<CpuExecutable>> exe;
     if (s.ok()) {
-      artifact = std::move(*found.mutable_artifact());
       Count(&Counters::lookup_hits);
+      absl::StatusOr<ReceivedArtifact> found =
+          ParseLookupResponse(std::move(response));
+      if (!found.ok()) return found.status();
+      exe =
+          CpuExecutable::LoadFromPieces(found->TakeArtifact(), found->binary());
     } else if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
       v1::CompileResponse compiled;
       s = CallWithRetries([&](grpc::ClientContext* ctx) {
@@ -89,11 +96,10 @@ class ClientImpl final : public Client {
       });
       Count(&Counters::compiles);
       if (!s.ok()) return FromGrpc(s);
-      artifact = std::move(*compiled.mutable_artifact());
+      exe = CpuExecutable::Load(std::move(*compiled.mutable_artifact()));
     } else {
       return FromGrpc(s);
     }
-    auto exe = CpuExecutable::Load(artifact);
     if (!exe.ok()) return exe.status();
     auto handle = std::make_shared<const CpuExecutableHandle>(*std::move(exe),
                                                               key, pool_);
@@ -139,6 +145,7 @@ class ClientImpl final : public Client {
 
   const ClientOptions options_;
   std::unique_ptr<v1::Kiln::Stub> stub_;
+  RawLookupStub raw_lookup_;
   std::shared_ptr<ThreadPool> pool_;
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const Executable>> loaded_;
