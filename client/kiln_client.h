@@ -16,7 +16,9 @@
 // GetExecutable computes the guard key locally and serves, in order: the
 // in-process cache of loaded executables, the daemon's cache through
 // Lookup (a 32-byte request), and only then a Compile with the whole graph.
-// The binary's SHA-256 is verified before any code is loaded.
+// The binary's SHA-256 is verified before any code is loaded. The key of a
+// request already seen is remembered by the SHA-256 of the request's bytes,
+// so a repeated call does not import the graph again.
 //
 // Verification cost: the check (SHA-256 of the whole binary, ~65 us for
 // 100 KB on the 2-core dev box) is paid once per key per Client, when the

@@ -290,6 +290,9 @@ TEST_F(KilnctlTest, BenchModesReportTheirPhases) {
       EXPECT_TRUE(absl::StrContains(r.output, absl::StrCat(phase, " "))) << r;
     }
     EXPECT_TRUE(absl::StrContains(r.output, "SHA-256-checked")) << r;
+    EXPECT_EQ(absl::StrContains(r.output, "later GetExecutable"),
+              std::string(c.mode) == "client")
+        << r;
   }
   const Result unverified = Run({"bench", Example("chain10.json"), "--mode=raw",
                                  "--verify=false", "--requests=10"});
