@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # kilnd on loopback: cache-hit latency and throughput for a ~100 KB artifact
 # with 1 and 16 concurrent clients (kilnctl bench: Lookup by key, bounded in
-# count and time; each request timed through the round trip, the parse and,
-# as a client does before loading, the SHA-256 check of the binary; then the
-# same without the check), and the wall time of a 16-process compile storm
-# next to a single compile of the same graph, each against a fresh daemon.
+# count and time, each request timed phase by phase), and the wall time of a
+# 16-process compile storm next to a single compile of the same graph, each
+# against a fresh daemon. Bench modes (BENCH_MODES, default all four):
+#   proto         generated stub + protobuf parse + SHA-256 check (the old path)
+#   raw           kiln::Client's zero-copy receive + SHA-256 check
+#   raw-noverify  the same without the check (the daemon's side of a hit)
+#   client        kiln::Client's whole hit: key, Lookup, verify, load
 #   bench/server.sh [build-dir]
 #   KILND=/other/build/server/kilnd bench/server.sh   # another daemon binary
+#   KILNCTL=/other/kilnctl BENCH_MODES=old bench/server.sh  # an older kilnctl
+#                                                     # (no --mode flag)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -16,7 +21,8 @@ tmp=$(mktemp -d)
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
-KILNCTL="$BUILD/client/kilnctl"
+KILNCTL=${KILNCTL:-$BUILD/client/kilnctl}
+BENCH_MODES=${BENCH_MODES:-proto raw raw-noverify client}
 
 start_daemon() {  # a fresh kilnd with its own data dir; sets SERVER
   [ -n "$pid" ] && { kill "$pid"; wait "$pid" 2>/dev/null || true; }
@@ -34,12 +40,19 @@ now_ms() { date +%s%3N; }
 
 echo "== cache hits (Lookup of a ~100 KB artifact) =="
 start_daemon hits
-for verify in true false; do
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+for mode in $BENCH_MODES; do
+  case $mode in
+    old) flags=(--verify=true) ;;
+    raw-noverify) flags=(--mode=raw --verify=false) ;;
+    *) flags=(--mode=$mode) ;;
+  esac
   for c in 1 16; do
     "$KILNCTL" --server="$SERVER" bench "$tmp/big.json" --seconds=5 --concurrency=$c \
-      --verify=$verify | sed -n '3,$p'
+      "${flags[@]}" | sed -n '3,$p'
   done
 done
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$KILNCTL" --server="$SERVER" stats --json
 
 echo "== storm: 16 processes vs one compile (chain-1000, fresh daemon each) =="

@@ -15,6 +15,19 @@ constexpr int kSupportedFormatVersion = 1;
 
 absl::StatusOr<std::unique_ptr<CpuExecutable>> CpuExecutable::Load(
     const v1::Artifact& artifact) {
+  return Load(v1::Artifact(artifact));  // one copy (not on the Lookup path)
+}
+
+absl::StatusOr<std::unique_ptr<CpuExecutable>> CpuExecutable::Load(
+    v1::Artifact&& artifact) {
+  const std::string shared_object =
+      std::move(*artifact.mutable_cpu()->mutable_shared_object());
+  const absl::string_view piece(shared_object);
+  return LoadFromPieces(std::move(artifact), absl::MakeConstSpan(&piece, 1));
+}
+
+absl::StatusOr<std::unique_ptr<CpuExecutable>> CpuExecutable::LoadFromPieces(
+    v1::Artifact artifact, absl::Span<const absl::string_view> shared_object) {
   if (artifact.format_version() != kSupportedFormatVersion) {
     return absl::FailedPreconditionError(
         absl::StrCat("artifact format version ", artifact.format_version(),
@@ -29,10 +42,12 @@ absl::StatusOr<std::unique_ptr<CpuExecutable>> CpuExecutable::Load(
   }
   std::memcpy(expected.data(), artifact.binary_sha256().data(),
               expected.size());
-  auto library = LoadedLibrary::Load(artifact.cpu().shared_object(), expected);
+  // LoadedLibrary::Load verifies the SHA-256 before the bytes are used.
+  auto library = LoadedLibrary::Load(shared_object, expected);
   if (!library.ok()) return library.status();
+  artifact.mutable_cpu()->clear_shared_object();  // kept without the binary
   std::unique_ptr<CpuExecutable> exe(
-      new CpuExecutable(artifact, *std::move(library)));
+      new CpuExecutable(std::move(artifact), *std::move(library)));
   for (const v1::Step& step : exe->artifact_.program().steps()) {
     if (!step.has_launch()) continue;
     auto sym = exe->library_.Symbol(step.launch().kernel());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "client/cpu_loader.h"
 #include "client/guards.h"  // EvaluateSymPoly
@@ -27,6 +28,16 @@ class CpuExecutable {
   // or target, NOT_FOUND for a kernel symbol missing from the binary.
   static absl::StatusOr<std::unique_ptr<CpuExecutable>> Load(
       const v1::Artifact& artifact);
+  // The same without copying the artifact (its binary is moved out).
+  static absl::StatusOr<std::unique_ptr<CpuExecutable>> Load(
+      v1::Artifact&& artifact);
+  // The same for an artifact whose cpu.shared_object is given apart, as the
+  // concatenation of `shared_object` (the received slices of a Lookup,
+  // client/raw_lookup.h); `artifact`'s own shared_object is ignored. The
+  // pieces are hashed and checked like the bytes Load checks, then loaded,
+  // without being joined; they need to live only during the call.
+  static absl::StatusOr<std::unique_ptr<CpuExecutable>> LoadFromPieces(
+      v1::Artifact artifact, absl::Span<const absl::string_view> shared_object);
 
   // Checks the guards and runs. Inputs may be strided views (their strides
   // must match the guarded ones). Outputs are new contiguous tensors.
@@ -39,6 +50,8 @@ class CpuExecutable {
   absl::StatusOr<std::vector<int64_t>> CheckGuards(
       absl::Span<const HostTensor> inputs) const;
 
+  // The artifact it was loaded from, without the binary's bytes
+  // (cpu.shared_object is empty: the code lives in the loaded library).
   const v1::Artifact& artifact() const { return artifact_; }
 
  private:

@@ -51,24 +51,38 @@ std::string DlError() {
 
 absl::StatusOr<LoadedLibrary> LoadedLibrary::Load(
     absl::string_view so_bytes, const Sha256Digest& expected_sha256) {
-  const Sha256Digest actual = Sha256(so_bytes);
+  return Load(absl::MakeConstSpan(&so_bytes, 1), expected_sha256);
+}
+
+absl::StatusOr<LoadedLibrary> LoadedLibrary::Load(
+    absl::Span<const absl::string_view> so_pieces,
+    const Sha256Digest& expected_sha256) {
+  Sha256Hasher hasher;
+  size_t so_size = 0;
+  for (absl::string_view piece : so_pieces) {
+    hasher.Update(piece);
+    so_size += piece.size();
+  }
+  const Sha256Digest actual = hasher.Finish();
   if (actual != expected_sha256) {
     return absl::DataLossError(absl::StrCat(
         "shared object SHA-256 mismatch: expected ",
         DigestToHex(expected_sha256), ", got ", DigestToHex(actual), " (",
-        so_bytes.size(), " bytes); not loaded"));
+        so_size, " bytes); not loaded"));
   }
 
   ScopedFd fd(
       memfd_create("kiln-cpu-kernels", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (fd.get() < 0) return absl::ErrnoToStatus(errno, "memfd_create");
-  for (absl::string_view rest = so_bytes; !rest.empty();) {
-    const ssize_t n = write(fd.get(), rest.data(), rest.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::ErrnoToStatus(errno, "write to memfd");
+  for (absl::string_view piece : so_pieces) {
+    for (absl::string_view rest = piece; !rest.empty();) {
+      const ssize_t n = write(fd.get(), rest.data(), rest.size());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return absl::ErrnoToStatus(errno, "write to memfd");
+      }
+      rest.remove_prefix(static_cast<size_t>(n));
     }
-    rest.remove_prefix(static_cast<size_t>(n));
   }
   // The verified bytes are the bytes mapped: nobody (e.g. through
   // /proc/PID/fd) can change them any more.
@@ -101,7 +115,7 @@ absl::StatusOr<LoadedLibrary> LoadedLibrary::Load(
   if (handle == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("dlopen of shared object ", DigestToHex(actual), " (",
-                     so_bytes.size(), " bytes) failed: ", DlError()));
+                     so_size, " bytes) failed: ", DlError()));
   }
   return LoadedLibrary(fd.Release(), handle);
 }

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "support/sha256.h"
 
 namespace kiln {
@@ -38,6 +39,13 @@ class LoadedLibrary {
   // memfd_create, write or fcntl fail.
   static absl::StatusOr<LoadedLibrary> Load(
       absl::string_view so_bytes, const Sha256Digest& expected_sha256);
+
+  // The same for a shared object whose bytes are the concatenation of
+  // `so_pieces` (e.g. the gRPC slices it arrived in, client/raw_lookup.h):
+  // hashed piece by piece, then written piece by piece, never joined.
+  static absl::StatusOr<LoadedLibrary> Load(
+      absl::Span<const absl::string_view> so_pieces,
+      const Sha256Digest& expected_sha256);
 
   LoadedLibrary(LoadedLibrary&& other) noexcept;
   LoadedLibrary& operator=(LoadedLibrary&& other) noexcept;

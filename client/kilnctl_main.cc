@@ -7,6 +7,7 @@
 //   kilnctl ls [--limit=N]
 //   kilnctl evict KEY|--all
 //   kilnctl bench GRAPH.json [--seconds=5] [--concurrency=4] [--requests=N]
+//                            [--mode=raw|proto|client] [--verify=true]
 //
 // The server is --server, else $KILN_SERVER, else 127.0.0.1:7733 (kilnd's
 // default). Errors print the server's status and message and exit 1; usage
@@ -43,6 +44,8 @@
 #include "absl/time/time.h"
 #include "client/cpu_executable.h"
 #include "client/kiln_client.h"
+#include "client/raw_lookup.h"
+#include "compiler/guard_key.h"
 #include "compiler/import.h"
 #include "compiler/numerics.h"
 #include "compiler/reference.h"
@@ -78,8 +81,12 @@ ABSL_FLAG(int32_t, concurrency, 4, "bench: client threads");
 ABSL_FLAG(int64_t, requests, 1000000,
           "bench: at most this many Lookups in all");
 ABSL_FLAG(bool, verify, true,
-          "bench: check each artifact's binary against its SHA-256, as a "
-          "client does before loading it");
+          "bench --mode=proto|raw: check each artifact's binary against its "
+          "SHA-256, as a client does before loading it");
+ABSL_FLAG(std::string, mode, "raw",
+          "bench: proto (generated stub, protobuf parse), raw (kiln::Client's "
+          "zero-copy receive) or client (kiln::Client's whole hit: key, "
+          "Lookup, verify and load)");
 
 namespace kiln {
 namespace {
@@ -408,6 +415,16 @@ absl::StatusOr<bool> RunAndCompare(const v1::CompileRequest& req,
   return all_pass;
 }
 
+// The loadable binary and its size: the CPU shared object, or the CUDA cubin
+// (the PTX kept beside it for inspection is not counted).
+std::string BinaryText(const v1::Artifact& a) {
+  if (a.has_cuda()) {
+    return absl::StrCat("cubin ", HumanBytes(a.cuda().cubin().size()), " (",
+                        a.cuda().arch(), ")");
+  }
+  return absl::StrCat("binary ", HumanBytes(a.cpu().shared_object().size()));
+}
+
 void PrintCompileResponse(const v1::CompileResponse& resp) {
   const v1::Artifact& a = resp.artifact();
   int launches = 0;
@@ -417,10 +434,9 @@ void PrintCompileResponse(const v1::CompileResponse& resp) {
                    "outcome  %s (server %.3f ms, compile %.1f ms)\n",
                    OutcomeText(resp.outcome()), resp.server_seconds() * 1e3,
                    resp.compile_seconds() * 1e3)
-            << absl::StrFormat("artifact %s, %d kernel launch%s, binary %s\n",
+            << absl::StrFormat("artifact %s, %d kernel launch%s, %s\n",
                                HumanBytes(a.ByteSizeLong()), launches,
-                               launches == 1 ? "" : "es",
-                               HumanBytes(a.cpu().shared_object().size()));
+                               launches == 1 ? "" : "es", BinaryText(a));
 }
 
 grpc::Status CallCompile(v1::Kiln::Stub& stub, const v1::CompileRequest& req,
@@ -552,32 +568,78 @@ int Evict(v1::Kiln::Stub& stub, const std::vector<std::string>& args) {
 
 // ---------------------------------------------------------------------------
 // bench: Lookup latency and throughput of a cached key, from --concurrency
-// client threads, each with its own connection. A request's latency is what a
-// client sees: the round trip, the parse of the response and (--verify) the
-// SHA-256 check of the binary that CpuExecutable::Load does before loading.
+// client threads, each with its own connection. Each request is timed as a
+// client sees it, phase by phase (--mode):
+//   proto   the generated stub: round trip, then protobuf parse (copies the
+//           binary into a string); --verify: SHA-256 of that string.
+//   raw     what kiln::Client receives: round trip as raw slices, then the
+//           zero-copy parse (client/raw_lookup.h); --verify: SHA-256 of the
+//           binary's pieces where they lie.
+//   client  what kiln::Client pays for a Lookup hit, end to end: the guard
+//           key computed locally (import + key), the raw round trip and
+//           parse, then CpuExecutable::LoadFromPieces (SHA-256 check, memfd,
+//           dlopen, symbols) and unloading it again. A Client does this once
+//           per key; later calls are served from its in-process cache.
+
+// Per-thread samples of one phase, in microseconds.
+using Samples = std::vector<std::vector<double>>;
+
+std::vector<double> Merged(const Samples& per_thread) {
+  std::vector<double> all;
+  for (const auto& l : per_thread) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0.0;
+  const size_t i = static_cast<size_t>(p * (sorted.size() - 1) + 0.5);
+  return sorted[std::min(i, sorted.size() - 1)];
+}
+
+double Micros(std::chrono::steady_clock::time_point from,
+              std::chrono::steady_clock::time_point to) {
+  return std::chrono::duration<double, std::micro>(to - from).count();
+}
+
+bool DigestMatches(const std::string& expected, const Sha256Digest& digest) {
+  return expected ==
+         absl::string_view(reinterpret_cast<const char*>(digest.data()),
+                           digest.size());
+}
 
 int Bench(v1::Kiln::Stub& stub, const std::string& path) {
   const int threads = absl::GetFlag(FLAGS_concurrency);
   const double seconds = absl::GetFlag(FLAGS_seconds);
   const int64_t max_requests = absl::GetFlag(FLAGS_requests);
+  const std::string mode = absl::GetFlag(FLAGS_mode);
   if (threads < 1 || seconds <= 0 || max_requests < 1) {
     return Usage(
         "bench needs --concurrency >= 1, --seconds > 0, --requests >= 1");
   }
+  if (mode != "proto" && mode != "raw" && mode != "client") {
+    return Usage(
+        absl::StrCat("bench --mode=", mode, ": expected proto, raw or client"));
+  }
   absl::StatusOr<v1::CompileRequest> req = RequestFromFile(path);
   if (!req.ok()) return FailMessage(req.status().message());
+  if (mode == "client" && !req->target().has_cpu()) {
+    return Usage("bench --mode=client loads the artifact: needs --target=cpu");
+  }
   v1::CompileResponse compiled;
   if (grpc::Status s = CallCompile(stub, *req, &compiled); !s.ok())
     return Fail(absl::StrCat("compile ", path), s);
   PrintCompileResponse(compiled);
 
-  const bool verify = absl::GetFlag(FLAGS_verify);
+  // --verify=false only in proto and raw modes: a client always verifies.
+  const bool verify = mode == "client" || absl::GetFlag(FLAGS_verify);
   v1::LookupRequest lookup;
   lookup.set_guard_key(compiled.guard_key());
   std::atomic<int64_t> issued{0};
   std::atomic<int64_t> errors{0};
-  std::vector<std::vector<double>> latencies(threads);  // microseconds
-  std::vector<std::vector<double>> verify_times(threads);
+  // Phases, per thread, in microseconds; `total` is the request as timed.
+  Samples total(threads), key_times(threads), round_trips(threads),
+      parses(threads), verifies(threads), loads(threads);
   std::vector<std::string> first_error(threads);
   auto record_error = [&](int t, std::string message) {
     if (errors.fetch_add(1) == 0) first_error[t] = std::move(message);
@@ -589,37 +651,97 @@ int Bench(v1::Kiln::Stub& stub, const std::string& path) {
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       // Each thread is one client, with its own connection.
-      auto stub = v1::Kiln::NewStub(MakeChannel(/*own_connection=*/true));
-      while (std::chrono::steady_clock::now() < end &&
-             issued.fetch_add(1) < max_requests) {
+      std::shared_ptr<grpc::Channel> channel =
+          MakeChannel(/*own_connection=*/true);
+      auto proto_stub = v1::Kiln::NewStub(channel);
+      RawLookupStub raw_stub(channel);
+      using Clock = std::chrono::steady_clock;
+      while (Clock::now() < end && issued.fetch_add(1) < max_requests) {
         grpc::ClientContext ctx;
         SetDeadline(ctx);
-        v1::LookupResponse resp;
-        const auto t0 = std::chrono::steady_clock::now();
-        const grpc::Status s = stub->Lookup(&ctx, lookup, &resp);
-        const auto t1 = std::chrono::steady_clock::now();
+        const auto t0 = Clock::now();
+        std::string key = compiled.guard_key();
+        if (mode == "client") {
+          // What GetExecutable does before it asks the daemon.
+          absl::StatusOr<Graph> graph = ImportGraph(req->graph());
+          if (!graph.ok()) {
+            record_error(t, graph.status().ToString());
+            continue;
+          }
+          const GuardKey digest =
+              ComputeGuardKey(*graph, req->target(), req->options());
+          key.assign(reinterpret_cast<const char*>(digest.data()),
+                     digest.size());
+        }
+        const auto t1 = Clock::now();
+        if (mode == "proto") {
+          v1::LookupResponse resp;
+          const grpc::Status s = proto_stub->Lookup(&ctx, lookup, &resp);
+          const auto t2 = Clock::now();
+          if (!s.ok()) {
+            record_error(t, absl::StrCat(CodeName(s.error_code()), ": ",
+                                         s.error_message()));
+            continue;
+          }
+          // The generated stub parses inside the call: the round trip
+          // includes the parse here.
+          round_trips[t].push_back(Micros(t1, t2));
+          auto t3 = t2;
+          if (verify) {
+            const v1::Artifact& a = resp.artifact();
+            const Sha256Digest digest = Sha256(a.cpu().shared_object());
+            t3 = Clock::now();
+            if (!DigestMatches(a.binary_sha256(), digest)) {
+              record_error(t,
+                           "DATA_LOSS: the binary does not match its SHA-256");
+              continue;
+            }
+            verifies[t].push_back(Micros(t2, t3));
+          }
+          total[t].push_back(Micros(t0, t3));
+          continue;
+        }
+        std::vector<grpc::Slice> slices;
+        const grpc::Status s = raw_stub.Lookup(&ctx, key, &slices);
+        const auto t2 = Clock::now();
         if (!s.ok()) {
           record_error(t, absl::StrCat(CodeName(s.error_code()), ": ",
                                        s.error_message()));
           continue;
         }
-        auto t2 = t1;
-        if (verify) {
-          // What kiln::Client checks before loading (CpuExecutable::Load).
-          const v1::Artifact& a = resp.artifact();
-          const Sha256Digest digest = Sha256(a.cpu().shared_object());
-          t2 = std::chrono::steady_clock::now();
-          if (a.binary_sha256() !=
-              absl::string_view(reinterpret_cast<const char*>(digest.data()),
-                                digest.size())) {
+        absl::StatusOr<ReceivedArtifact> got =
+            ParseLookupResponse(std::move(slices));
+        const auto t3 = Clock::now();
+        if (!got.ok()) {
+          record_error(t, got.status().ToString());
+          continue;
+        }
+        round_trips[t].push_back(Micros(t1, t2));
+        parses[t].push_back(Micros(t2, t3));
+        auto t4 = t3;
+        if (mode == "client") {
+          absl::StatusOr<std::unique_ptr<CpuExecutable>> exe =
+              CpuExecutable::LoadFromPieces(got->TakeArtifact(), got->binary());
+          t4 = Clock::now();
+          if (!exe.ok()) {
+            record_error(t, exe.status().ToString());
+            continue;
+          }
+          exe->reset();  // unloads (dlclose), untimed
+          key_times[t].push_back(Micros(t0, t1));
+          loads[t].push_back(Micros(t3, t4));
+        } else if (verify) {
+          Sha256Hasher hasher;
+          for (absl::string_view piece : got->binary()) hasher.Update(piece);
+          const Sha256Digest digest = hasher.Finish();
+          t4 = Clock::now();
+          if (!DigestMatches(got->artifact().binary_sha256(), digest)) {
             record_error(t, "DATA_LOSS: the binary does not match its SHA-256");
             continue;
           }
-          verify_times[t].push_back(
-              std::chrono::duration<double, std::micro>(t2 - t1).count());
+          verifies[t].push_back(Micros(t3, t4));
         }
-        latencies[t].push_back(
-            std::chrono::duration<double, std::micro>(t2 - t0).count());
+        total[t].push_back(Micros(t0, t4));
       }
     });
   }
@@ -627,33 +749,45 @@ int Bench(v1::Kiln::Stub& stub, const std::string& path) {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  auto sorted = [](const std::vector<std::vector<double>>& per_thread) {
-    std::vector<double> all;
-    for (const auto& l : per_thread) all.insert(all.end(), l.begin(), l.end());
-    std::sort(all.begin(), all.end());
-    return all;
-  };
-  auto percentile = [](const std::vector<double>& all, double p) {
-    if (all.empty()) return 0.0;
-    size_t i = static_cast<size_t>(p * (all.size() - 1) + 0.5);
-    return all[std::min(i, all.size() - 1)];
-  };
-  const std::vector<double> all = sorted(latencies);
-  const std::vector<double> verified = sorted(verify_times);
+  const std::vector<double> all = Merged(total);
+  std::string measured;
+  if (mode == "proto") {
+    measured = verify ? "round trip with protobuf parse, SHA-256 check"
+                      : "round trip with protobuf parse; --verify=false";
+  } else if (mode == "raw") {
+    measured = verify ? "raw round trip, zero-copy parse, SHA-256 check"
+                      : "raw round trip, zero-copy parse; --verify=false";
+  } else {
+    measured =
+        "kiln::Client's hit: key, raw round trip, parse, verify and load";
+  }
   std::cout << absl::StrFormat(
-      "bench    %d Lookups of %s from %d thread%s in %.2f s: %.0f requests/s\n"
+      "bench    %d Lookups of %s from %d thread%s in %.2f s: %.0f requests/s "
+      "(--mode=%s)\n"
       "latency  median %.1f us, p99 %.1f us, max %.1f us (%s)\n",
       all.size(), HumanBytes(compiled.artifact().ByteSizeLong()), threads,
-      threads == 1 ? "" : "s", elapsed, all.size() / elapsed,
-      percentile(all, 0.5), percentile(all, 0.99),
-      all.empty() ? 0.0 : all.back(),
-      verify ? "round trip, parse and SHA-256 check of the binary"
-             : "round trip and parse; --verify=false");
+      threads == 1 ? "" : "s", elapsed, all.size() / elapsed, mode,
+      Percentile(all, 0.5), Percentile(all, 0.99),
+      all.empty() ? 0.0 : all.back(), measured);
+  std::vector<std::string> phases;
+  auto phase = [&](const Samples& samples, absl::string_view name) {
+    const std::vector<double> sorted = Merged(samples);
+    if (!sorted.empty()) {
+      phases.push_back(
+          absl::StrFormat("%s %.1f us", name, Percentile(sorted, 0.5)));
+    }
+  };
+  phase(key_times, "key");
+  phase(round_trips, mode == "proto" ? "round trip+parse" : "round trip");
+  phase(parses, "parse");
+  phase(verifies, "verify");
+  phase(loads, "verify+load");
+  std::cout << "phases   medians: " << absl::StrJoin(phases, ", ") << "\n";
   if (verify) {
     std::cout << absl::StrFormat(
-        "verify   median %.1f us of that (SHA-256 of %s)\n",
-        percentile(verified, 0.5),
-        HumanBytes(compiled.artifact().cpu().shared_object().size()));
+        "binary   %s, SHA-256-checked on every request%s\n",
+        HumanBytes(compiled.artifact().cpu().shared_object().size()),
+        mode == "client" ? " (as on a Client's first use of a key)" : "");
   }
   if (errors.load() > 0) {
     std::string message;
@@ -662,6 +796,30 @@ int Bench(v1::Kiln::Stub& stub, const std::string& path) {
     }
     return FailMessage(
         absl::StrCat("bench: ", errors.load(), " Lookups failed: ", message));
+  }
+  if (mode == "client") {
+    // After its first use of a key, what a real kiln::Client pays per call:
+    // one GetExecutable (a Lookup hit, above) then repeats of it.
+    ClientOptions options;
+    options.server = ServerAddress();
+    options.runtime_threads = 1;
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+    if (!client.ok()) return FailMessage(client.status().ToString());
+    auto first = (*client)->GetExecutable(*req);
+    if (!first.ok()) return FailMessage(first.status().ToString());
+    std::vector<double> repeats;
+    for (int i = 0; i < 100; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto again = (*client)->GetExecutable(*req);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (!again.ok()) return FailMessage(again.status().ToString());
+      repeats.push_back(Micros(t0, t1));
+    }
+    std::sort(repeats.begin(), repeats.end());
+    std::cout << absl::StrFormat(
+        "repeat   median %.1f us per later GetExecutable of the key (%d "
+        "calls, one kiln::Client: in-process cache, no Lookup)\n",
+        Percentile(repeats, 0.5), repeats.size());
   }
   return 0;
 }
@@ -680,10 +838,13 @@ usage: kilnctl [--server=HOST:PORT] SUBCOMMAND [ARGS] [FLAGS]
   ls [--limit=N]         cached entries: key, bytes, compile ms, last access
   evict KEY|--all        drop one entry (KEY or a unique prefix) or all
   bench GRAPH.json [--seconds=5] [--concurrency=4] [--requests=1000000]
-                         [--verify=true]
-                         compile once, then Lookup latency and requests/s
-                         (each Lookup's binary SHA-256-checked, as a client
-                         does; --verify=false: round trip and parse only)
+                         [--mode=raw|proto|client] [--verify=true]
+                         compile once, then Lookup latency and requests/s,
+                         with the median of each phase. raw: kiln::Client's
+                         zero-copy receive; proto: the generated stub's
+                         parse; client: kiln::Client's whole hit (key,
+                         Lookup, SHA-256 check, load). --verify=false (raw,
+                         proto): skip the SHA-256 check
 
 The server is --server, else $KILN_SERVER, else 127.0.0.1:7733. Errors print
 the server's status and message and exit 1; usage errors exit 2.)";

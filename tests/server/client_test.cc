@@ -63,6 +63,34 @@ TEST_F(ClientTest, ErrorsCarryTheServersMessage) {
       << r.status();
 }
 
+// Keys are remembered per request bytes: a repeat is served locally, and a
+// request that differs in any way gets its own key.
+TEST_F(ClientTest, RememberedKeysNeverMixUpRequests) {
+  auto client = NewClient();
+  const v1::CompileRequest a = Request("chain10.json");
+  v1::CompileRequest b = a;
+  b.mutable_graph()->mutable_nodes(1)->set_op("aten.cos.default");
+  auto exe_a = client->GetExecutable(a);
+  auto exe_b = client->GetExecutable(b);
+  ASSERT_TRUE(exe_a.ok()) << exe_a.status();
+  ASSERT_TRUE(exe_b.ok()) << exe_b.status();
+  EXPECT_NE((*exe_a)->guard_key(), (*exe_b)->guard_key());
+  EXPECT_EQ(client->counters().compiles, 2u);
+  auto again_a = client->GetExecutable(a);
+  auto again_b = client->GetExecutable(b);
+  ASSERT_TRUE(again_a.ok() && again_b.ok());
+  EXPECT_EQ(again_a->get(), exe_a->get());
+  EXPECT_EQ(again_b->get(), exe_b->get());
+  EXPECT_EQ(client->counters().local_hits, 2u);
+  // A broken request after good ones is still checked, every time.
+  v1::CompileRequest bad = a;
+  bad.mutable_graph()->mutable_nodes(0)->mutable_args(0)->set_ref("missing");
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(client->GetExecutable(bad).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(ClientNoServer, UnavailableAfterBoundedRetries) {
   ClientOptions o;
   o.server = "127.0.0.1:1";  // nothing listens there

@@ -224,6 +224,11 @@ TEST_F(KilnctlTest, CudaTargetCompilesWithoutAGpu) {
   const Result r = Run({"compile", Example("chain10.json"), "--target=sm_90"});
   EXPECT_EQ(r.exit_code, 0) << r;
   EXPECT_TRUE(absl::StrContains(r.output, "compiled")) << r;
+  // The size shown is the cubin's (the CPU shared object is empty here).
+  EXPECT_TRUE(absl::StrContains(r.output, "cubin ")) << r;
+  EXPECT_TRUE(absl::StrContains(r.output, "(sm_90)")) << r;
+  EXPECT_FALSE(absl::StrContains(r.output, "cubin 0 B")) << r;
+  EXPECT_FALSE(absl::StrContains(r.output, "binary 0 B")) << r;
   const Result again =
       Run({"compile", Example("chain10.json"), "--target=sm_90"});
   EXPECT_EQ(again.exit_code, 0) << again;
@@ -260,6 +265,44 @@ TEST_F(KilnctlTest, BenchIsBoundedInCountAndTime) {
   EXPECT_EQ(timed.exit_code, 0) << timed;
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
   EXPECT_GE(StatsJson().hits(), 200u);
+}
+
+// Every bench mode runs and names what it measured, phase by phase; the
+// client mode verifies and loads each artifact as kiln::Client does.
+TEST_F(KilnctlTest, BenchModesReportTheirPhases) {
+  const struct {
+    const char* mode;
+    std::vector<const char*> phases;
+  } kCases[] = {
+      {"proto", {"round trip+parse", "verify"}},
+      {"raw", {"round trip", "parse", "verify"}},
+      {"client", {"key", "round trip", "parse", "verify+load"}},
+  };
+  for (const auto& c : kCases) {
+    const Result r =
+        Run({"bench", Example("chain10.json"), absl::StrCat("--mode=", c.mode),
+             "--requests=20", "--concurrency=2"});
+    ASSERT_EQ(r.exit_code, 0) << r;
+    EXPECT_TRUE(absl::StrContains(r.output, absl::StrCat("--mode=", c.mode)))
+        << r;
+    EXPECT_TRUE(absl::StrContains(r.output, "phases   medians:")) << r;
+    for (const char* phase : c.phases) {
+      EXPECT_TRUE(absl::StrContains(r.output, absl::StrCat(phase, " "))) << r;
+    }
+    EXPECT_TRUE(absl::StrContains(r.output, "SHA-256-checked")) << r;
+    EXPECT_EQ(absl::StrContains(r.output, "later GetExecutable"),
+              std::string(c.mode) == "client")
+        << r;
+  }
+  const Result unverified = Run({"bench", Example("chain10.json"), "--mode=raw",
+                                 "--verify=false", "--requests=10"});
+  ASSERT_EQ(unverified.exit_code, 0) << unverified;
+  EXPECT_TRUE(absl::StrContains(unverified.output, "--verify=false"))
+      << unverified;
+  EXPECT_FALSE(absl::StrContains(unverified.output, "SHA-256-checked"))
+      << unverified;
+  EXPECT_EQ(Run({"bench", Example("chain10.json"), "--mode=fast"}).exit_code,
+            2);
 }
 
 // kilnctl --target=cpu (its default) is kiln::Client's default target: the
