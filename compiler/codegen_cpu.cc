@@ -48,11 +48,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
     end->setName("end");
     entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     b_.SetInsertPoint(entry_);
-    if (fast_math_) {
-      llvm::FastMathFlags fmf;
-      fmf.setFast();
-      b_.setFastMathFlags(fmf);
-    }
+    ApplyFastMathFlags();
     for (size_t s = 0; s < kernel_.buffers.size(); ++s) {
       Value* slot = b_.CreateInBoundsGEP(ptr, buffers, b_.getInt64(s));
       base_.push_back(b_.CreateLoad(ptr, slot, absl::StrCat("buf", s)));

@@ -122,19 +122,10 @@ class CudaKernelEmitter : public KernelEmitterBase {
     }
     entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     b_.SetInsertPoint(entry_);
+    ApplyFastMathFlags();
     if (fast_math_) {
-      // Reassociation, contraction (FMA), approximate functions and
-      // reciprocals; NaN and Inf semantics are kept (no nnan/ninf), so
-      // isnan and NaN-propagating max/min stay correct.
-      llvm::FastMathFlags fmf;
-      fmf.setAllowReassoc();
-      fmf.setAllowContract();
-      fmf.setApproxFunc();
-      fmf.setAllowReciprocal();
-      b_.setFastMathFlags(fmf);
       // The NVPTX back end reads this per function: approximate division
-      // and square root (div.full/div.approx, sqrt.approx), as Triton's `/`
-      // and tl.sqrt are.
+      // and square root (div.full, sqrt.approx), as Triton's `/` and tl.sqrt.
       fn_->addFnAttr("unsafe-fp-math", "true");
     }
     SetUpKernelDims();

@@ -25,6 +25,16 @@ KernelEmitterBase::KernelEmitterBase(llvm::Module& module,
       fast_math_(fast_math),
       backend_name_(std::move(backend_name)) {}
 
+void KernelEmitterBase::ApplyFastMathFlags() {
+  if (!fast_math_) return;
+  llvm::FastMathFlags fmf;
+  fmf.setAllowReassoc();
+  fmf.setAllowContract();
+  fmf.setApproxFunc();
+  fmf.setAllowReciprocal();
+  b_.setFastMathFlags(fmf);
+}
+
 void KernelEmitterBase::SetUpKernelDims() {
   memo_.emplace_back();
   for (const SymExpr& d : kernel_.dims)

@@ -41,6 +41,12 @@ class KernelEmitterBase {
                     const Kernel& kernel, bool fast_math,
                     std::string backend_name);
 
+  // With fast_math, the flags every float operation gets: reassociation,
+  // contraction (FMA), approximate functions and reciprocals. NaN and Inf
+  // semantics are kept (no nnan/ninf), so isnan and NaN-propagating max/min
+  // stay correct. No-op without fast_math.
+  void ApplyFastMathFlags();
+
   // ---- loops ----
   // for (i = lo; i < hi; ++i) body(i), in SSA form; the body gets its own
   // memo scope.

@@ -1,5 +1,6 @@
 // The example graphs compiled for this machine, loaded from memory and run,
 // against the reference evaluator.
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -124,6 +125,38 @@ void ExpectMatchesReference(const std::string& json,
     for (size_t o = 0; o < want->size(); ++o) {
       EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
     }
+  }
+}
+
+// fast_math allows reassociation and approximate functions but keeps NaN
+// semantics: isnan and NaN-propagating maximum still see NaNs (they were
+// folded away when fast_math set LLVM's nnan flag).
+TEST(CpuRegression, FastMathKeepsNaNs) {
+  v1::CompileRequest req;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(R"({
+    "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
+                "sizes": [{"value": 8}]}}],
+    "nodes": [{"op": "aten.isnan.default", "args": [{"ref": "x"}],
+               "outputs": ["n"]},
+              {"op": "aten.maximum.default", "args": [{"ref": "x"}, {"ref": "x"}],
+               "outputs": ["m"]}],
+    "outputs": ["n", "m"]})",
+                                                          req.mutable_graph())
+                  .ok());
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  req.mutable_options()->set_fast_math(true);
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  HostTensor x = HostTensor::Empty(DType::kFloat32, {8});
+  for (int i = 0; i < 8; ++i)
+    x.SetDoubleAt(i, i % 3 == 0 ? std::nan("") : i * 0.5);
+  auto got = (*exe)->Run({x});
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ((*got)[0].GetIntAt(i), i % 3 == 0 ? 1 : 0) << i;
+    EXPECT_EQ(std::isnan((*got)[1].GetDoubleAt(i)), i % 3 == 0) << i;
   }
 }
 
