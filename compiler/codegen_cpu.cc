@@ -64,14 +64,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
     } else {
       EmitRowKernel(start, end);
     }
-    b_.CreateRetVoid();
-    std::string err;
-    llvm::raw_string_ostream os(err);
-    if (llvm::verifyFunction(*fn_, &os)) {
-      return absl::InternalError(absl::StrCat(
-          "kernel ", kernel_.name, " failed LLVM verification: ", os.str()));
-    }
-    return status_;
+    return FinishFunction();
   }
 
  private:

@@ -12,12 +12,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "llvm/ADT/SmallString.h"
+#include "compiler/cpu_backend.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Instructions.h"
-#include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/Linker/Linker.h"
 #include "llvm/MC/TargetRegistry.h"
@@ -232,22 +231,6 @@ const NvJitLink& LoadNvJitLink() {
   return lib;
 }
 
-// Sum of "N bytes spill stores, M bytes spill loads" over the log's lines.
-int64_t SpillBytes(const std::string& log) {
-  int64_t total = 0;
-  for (absl::string_view line : absl::StrSplit(log, '\n')) {
-    for (const char* what : {" bytes spill stores", " bytes spill loads"}) {
-      const size_t at = line.find(what);
-      if (at == absl::string_view::npos) continue;
-      size_t start = line.rfind(' ', at - 1);
-      start = start == absl::string_view::npos ? 0 : start + 1;
-      int64_t n = 0;
-      if (absl::SimpleAtoi(line.substr(start, at - start), &n)) total += n;
-    }
-  }
-  return total;
-}
-
 // libdevice's sinf/cosf/tanf carry Payne-Hanek reduction for arguments of
 // magnitude >= 105615 (~300 lines of IR each). Inlined into every lane of
 // every sin/cos, it dominates compile time (chain-30: 6 sin/cos x 4 lanes
@@ -296,6 +279,22 @@ void OutlineTrigSlowPath(llvm::Function& f) {
 }
 
 }  // namespace
+
+// Sum of "N bytes spill stores, M bytes spill loads" over the log's lines.
+int64_t SpillBytes(const std::string& log) {
+  int64_t total = 0;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    for (const char* what : {" bytes spill stores", " bytes spill loads"}) {
+      const size_t at = line.find(what);
+      if (at == absl::string_view::npos) continue;
+      size_t start = line.rfind(' ', at - 1);
+      start = start == absl::string_view::npos ? 0 : start + 1;
+      int64_t n = 0;
+      if (absl::SimpleAtoi(line.substr(start, at - start), &n)) total += n;
+    }
+  }
+  return total;
+}
 
 absl::StatusOr<int> ParseCudaArch(const std::string& arch) {
   int cc = 0;
@@ -391,14 +390,8 @@ absl::Status OptimizeNvptxModule(llvm::Module& module,
 
 absl::StatusOr<std::string> EmitPtx(llvm::Module& module,
                                     llvm::TargetMachine& tm) {
-  llvm::SmallString<0> buffer;
-  llvm::raw_svector_ostream os(buffer);
-  llvm::legacy::PassManager pm;
-  if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_AssemblyFile)) {
-    return absl::InternalError("the NVPTX target cannot emit PTX");
-  }
-  pm.run(module);
-  return std::string(buffer.str());
+  // For NVPTX the target's assembly is PTX.
+  return EmitAssembly(module, tm);
 }
 
 absl::StatusOr<CubinResult> LinkCubin(const std::string& ptx,

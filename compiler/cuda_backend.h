@@ -52,10 +52,11 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> MakeNvptxTargetMachine(
 
 // Rewrites LLVM math intrinsics and libm calls (llvm.exp.f32, expm1f, frem,
 // ...) into libdevice calls (with `fast_math`, the __nv_fast_* variants
-// of exp and log; sin/cos/tan, pow and tanh stay accurate), links the libdevice functions they need and
-// internalizes them, and sets the nvvm-reflect-ftz module flag from
-// `fast_math`. Errors: FAILED_PRECONDITION when libdevice is needed and not
-// found (the message lists where it looked); INTERNAL when linking fails.
+// of exp and log; sin/cos/tan, pow and tanh stay accurate), links the libdevice
+// functions they need and internalizes them, and sets the nvvm-reflect-ftz
+// module flag from `fast_math`. Errors: FAILED_PRECONDITION when libdevice is
+// needed and not found (the message lists where it looked); INTERNAL when
+// linking fails.
 absl::Status LinkLibdevice(llvm::Module& module, bool fast_math);
 
 // Sets the module's triple and data layout from `tm` and runs O3 with the
@@ -73,6 +74,10 @@ struct CubinResult {
   std::string log;
   int64_t spill_bytes = 0;  // spill stores + loads over all kernels
 };
+
+// Sum of the "N bytes spill stores" and "M bytes spill loads" figures in an
+// nvJitLink/ptxas -verbose log.
+int64_t SpillBytes(const std::string& log);
 
 // Compiles PTX to a cubin for `arch` ("sm_90") with nvJitLink (-O3,
 // -verbose). Errors: FAILED_PRECONDITION when nvJitLink cannot be loaded;

@@ -6,7 +6,9 @@
 #include "compiler/host_tensor.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
+#include "llvm/IR/Verifier.h"
 #include "llvm/Support/ModRef.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace kiln {
 
@@ -33,6 +35,17 @@ void KernelEmitterBase::ApplyFastMathFlags() {
   fmf.setApproxFunc();
   fmf.setAllowReciprocal();
   b_.setFastMathFlags(fmf);
+}
+
+absl::Status KernelEmitterBase::FinishFunction() {
+  b_.CreateRetVoid();
+  std::string err;
+  llvm::raw_string_ostream os(err);
+  if (llvm::verifyFunction(*fn_, &os)) {
+    return absl::InternalError(absl::StrCat(
+        "kernel ", kernel_.name, " failed LLVM verification: ", os.str()));
+  }
+  return status_;
 }
 
 void KernelEmitterBase::SetUpKernelDims() {

@@ -47,6 +47,10 @@ class KernelEmitterBase {
   // stay correct. No-op without fast_math.
   void ApplyFastMathFlags();
 
+  // Returns from the kernel function and verifies it: INTERNAL naming the
+  // kernel when LLVM rejects it, else the first error met while emitting.
+  absl::Status FinishFunction();
+
   // ---- loops ----
   // for (i = lo; i < hi; ++i) body(i), in SSA form; the body gets its own
   // memo scope.

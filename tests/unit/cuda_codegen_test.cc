@@ -48,21 +48,6 @@ int EntryParams(const std::string& ptx, const std::string& name) {
   return params;
 }
 
-int64_t SpillBytes(const std::string& log) {
-  int64_t total = 0;
-  for (absl::string_view line : absl::StrSplit(log, '\n')) {
-    for (absl::string_view what :
-         {" bytes spill stores", " bytes spill loads"}) {
-      const size_t at = line.find(what);
-      if (at == absl::string_view::npos) continue;
-      const size_t start = line.rfind(' ', at - 1) + 1;
-      int64_t n = 0;
-      if (absl::SimpleAtoi(line.substr(start, at - start), &n)) total += n;
-    }
-  }
-  return total;
-}
-
 // Empty when the artifact has the structure the runtime relies on.
 std::string CheckStructure(const v1::Artifact& a) {
   if (!a.has_cuda()) return "no CUDA binary";
