@@ -2,7 +2,8 @@
 //
 //   kilnctl [--server=HOST:PORT] health
 //   kilnctl stats [--json]
-//   kilnctl compile GRAPH.json [--target=cpu|sm_XX] [--run] [--sizes=s0=8,..]
+//   kilnctl compile GRAPH.json [--target=cpu|sm_XX] [--fast_math] [--run]
+//                              [--sizes=s0=8,..]
 //   kilnctl explain GRAPH.json [--target=...]
 //   kilnctl ls [--limit=N]
 //   kilnctl evict KEY|--all
@@ -68,6 +69,9 @@ ABSL_FLAG(std::string, cpu, "",
           "--target=cpu: LLVM CPU name instead of the host's x86-64 level");
 ABSL_FLAG(std::string, features, "",
           "--target=cpu: LLVM feature string, e.g. +avx2,+fma");
+ABSL_FLAG(bool, fast_math, false,
+          "compile/explain/bench: CompileOptions.fast_math (approximate "
+          "exp/log/division, FTZ on GPUs; part of the key)");
 ABSL_FLAG(bool, run, false,
           "compile: run the artifact on seeded random inputs and compare "
           "with the reference evaluator");
@@ -215,6 +219,7 @@ absl::StatusOr<v1::CompileRequest> RequestFromFile(const std::string& path) {
   absl::StatusOr<v1::Target> target = TargetFromFlags();
   if (!target.ok()) return target.status();
   *req.mutable_target() = *std::move(target);
+  req.mutable_options()->set_fast_math(absl::GetFlag(FLAGS_fast_math));
   return req;
 }
 
@@ -830,7 +835,8 @@ usage: kilnctl [--server=HOST:PORT] SUBCOMMAND [ARGS] [FLAGS]
 
   health                 grpc.health.v1 check; prints SERVING, exit 0
   stats [--json]         cache and compile counters (--json: one object)
-  compile GRAPH.json [--target=cpu|sm_XX] [--run] [--sizes=s0=8] [--seed=N]
+  compile GRAPH.json [--target=cpu|sm_XX] [--fast_math] [--run]
+                     [--sizes=s0=8] [--seed=N]
                          key and outcome (hit, compiled, joined); --run runs
                          the artifact on seeded random inputs and compares
                          with the reference evaluator (PASS/FAIL)
