@@ -124,8 +124,9 @@ class CudaKernelEmitter : public KernelEmitterBase {
     b_.SetInsertPoint(entry_);
     ApplyFastMathFlags();
     if (fast_math_) {
-      // The NVPTX back end reads this per function: approximate division
-      // and square root (div.full, sqrt.approx), as Triton's `/` and tl.sqrt.
+      // Lets the NVPTX back end fuse and fold more freely. Approximate
+      // division (div.full) is the back end's (cuda_backend.h,
+      // LinkLibdevice): LLVM 16 picks fdiv's precision per target machine.
       fn_->addFnAttr("unsafe-fp-math", "true");
     }
     SetUpKernelDims();
@@ -206,8 +207,9 @@ class CudaKernelEmitter : public KernelEmitterBase {
     if (!e) return;
     if (e->op == ExprOp::kLoadBuffer) {
       if (!vector_loads_.contains(e.get())) {
-        vector_loads_[e.get()] =
-            VectorCandidate(e->index, e->args[0], e->dtype);
+        const bool vec = VectorCandidate(e->index, e->args[0], e->dtype);
+        vector_loads_[e.get()] = vec;
+        if (vec) vector_load_order_.push_back(e);
         keep_alive_.push_back(e);
       }
       return;
@@ -233,7 +235,9 @@ class CudaKernelEmitter : public KernelEmitterBase {
   }
 
   // In a group (lane_ >= 0): a vector candidate's vector is loaded once, at
-  // the group's first lane, and each lane extracts its element.
+  // the group's first lane, and each lane extracts its element. In a lane
+  // loop (loop_lane_) the vectors were loaded before the loop and the
+  // iteration's lane is selected out of them.
   Value* EmitLoadBuffer(const Expr& e) override {
     auto cand = vector_loads_.find(e.get());
     if (lane_ < 0 || cand == vector_loads_.end() || !cand->second) {
@@ -241,9 +245,30 @@ class CudaKernelEmitter : public KernelEmitterBase {
     }
     auto& loads = group_loads_[group_];
     auto it = loads.find(e.get());
-    llvm::Type* st = StorageType(e->dtype);
     if (it == loads.end()) {
       if (lane_ != 0) return KernelEmitterBase::EmitLoadBuffer(e);
+      it = loads.emplace(e.get(), LoadGroupVector(e)).first;
+    }
+    if (loop_lane_) return FromStorage(SelectLane(it->second), e->dtype);
+    return FromStorage(b_.CreateExtractElement(it->second, lane_), e->dtype);
+  }
+
+  // lanes[loop_lane_] by selects (a variable extractelement would go
+  // through local memory).
+  Value* SelectLane(Value* vec) {
+    Value* v = b_.CreateExtractElement(vec, uint64_t{0});
+    for (int k = 1; k < V_; ++k) {
+      v = b_.CreateSelect(b_.CreateICmpEQ(loop_lane_, b_.getInt64(k)),
+                          b_.CreateExtractElement(vec, k), v);
+    }
+    return v;
+  }
+
+  // The group's vector of load `e` (the current vars are lane 0's): one
+  // vector load when vec_ok_, else V scalar loads.
+  Value* LoadGroupVector(const Expr& e) {
+    llvm::Type* st = StorageType(e->dtype);
+    {
       Value* off0 = EmitExpr(e->args[0]);
       Value* vec = EmitIfElseValue(
           vec_ok_,
@@ -266,9 +291,8 @@ class CudaKernelEmitter : public KernelEmitterBase {
             }
             return v;
           });
-      it = loads.emplace(e.get(), vec).first;
+      return vec;
     }
-    return FromStorage(b_.CreateExtractElement(it->second, lane_), e->dtype);
   }
 
   // Stores of a group: lane values are collected and written at the last
@@ -283,12 +307,30 @@ class CudaKernelEmitter : public KernelEmitterBase {
       return;
     }
     PendingStore& ps = pending_[stage];
+    if (loop_lane_) {
+      // The offset and the lane slots were set up before the loop.
+      for (int k = 0; k < V_; ++k) {
+        llvm::AllocaInst* slot = ps.lane_slots[k];
+        Value* old = b_.CreateLoad(slot->getAllocatedType(), slot);
+        b_.CreateStore(b_.CreateSelect(
+                           b_.CreateICmpEQ(loop_lane_, b_.getInt64(k)), v, old),
+                       slot);
+      }
+      return;
+    }
     if (lane_ == 0) {
       ps.offset = EmitExpr(st.offset);
       ps.lanes.assign(V_, nullptr);
     }
     ps.lanes[lane_] = v;
     if (lane_ != V_ - 1) return;
+    FlushGroupStore(st, ps, valid);
+  }
+
+  struct PendingStore;
+  // Writes a group's lane values: one vector store when vec_ok_, else V
+  // scalar stores, under `valid` (null = always).
+  void FlushGroupStore(const Stage& st, const PendingStore& ps, Value* valid) {
     llvm::Type* ty = StorageType(st.store_dtype);
     const int64_t size = DTypeSize(st.store_dtype);
     EmitIf(valid, [&] {
@@ -420,14 +462,22 @@ class CudaKernelEmitter : public KernelEmitterBase {
         b_.CreateAdd(b_.CreateMul(bid_, b_.getInt64(plan_.block_threads)),
                      tid_),
         b_.getInt64(V_), "f0");
+    auto scalar_element = [&](Value* f) {
+      EmitIf(b_.CreateICmpULT(f, n), [&] {
+        Decompose(f, outer_dims_);
+        EmitPointwiseStages(nullptr);
+      });
+    };
     auto scalar_elements = [&] {
-      for (int k = 0; k < V_; ++k) {
-        Value* f = b_.CreateAdd(f0, b_.getInt64(k));
-        EmitIf(b_.CreateICmpULT(f, n), [&] {
-          Decompose(f, outer_dims_);
-          EmitPointwiseStages(nullptr);
-        });
+      if (plan_.lane_loop) {
+        EmitLoop(
+            b_.getInt64(0), b_.getInt64(V_), "lane",
+            [&](Value* k) { scalar_element(b_.CreateAdd(f0, k)); },
+            /*unroll=*/false);
+        return;
       }
+      for (int k = 0; k < V_; ++k)
+        scalar_element(b_.CreateAdd(f0, b_.getInt64(k)));
     };
     if (outer_dims_.empty() || V_ == 1) {
       scalar_elements();
@@ -443,6 +493,10 @@ class CudaKernelEmitter : public KernelEmitterBase {
         Value* first = vars_[last];
         group_ = 0;
         group_loads_.assign(1, {});
+        if (plan_.lane_loop) {
+          EmitGroupLaneLoop(last, first);
+          return;
+        }
         for (int k = 0; k < V_; ++k) {
           memo_.emplace_back();
           lane_ = k;
@@ -454,6 +508,50 @@ class CudaKernelEmitter : public KernelEmitterBase {
       });
     };
     EmitIfElse(grouped, group, scalar_elements);
+  }
+
+  // A group whose lanes run in a loop (plan_.lane_loop): the vector loads
+  // and the vector stores' offsets are lane 0's, set up before the loop;
+  // each iteration selects its lane out of the loaded vectors and into the
+  // stores' lane slots; the stores are written after the loop.
+  void EmitGroupLaneLoop(int last, Value* first) {
+    memo_.emplace_back();
+    lane_ = 0;
+    vars_[last] = first;
+    for (const Expr& e : vector_load_order_)
+      group_loads_[0].emplace(e.get(), LoadGroupVector(e));
+    for (size_t s = 0; s < kernel_.stages.size(); ++s) {
+      const Stage& st = kernel_.stages[s];
+      if (st.kind == Stage::Kind::kReduce || !vector_store_[s]) continue;
+      PendingStore& ps = pending_[s];
+      ps.offset = EmitExpr(st.offset);
+      ps.lane_slots.clear();
+      llvm::Type* ty = StorageType(st.store_dtype);
+      for (int k = 0; k < V_; ++k) {
+        ps.lane_slots.push_back(EntryAlloca(ty, "lane"));
+        b_.CreateStore(llvm::Constant::getNullValue(ty), ps.lane_slots[k]);
+      }
+    }
+    memo_.pop_back();
+    EmitLoop(
+        b_.getInt64(0), b_.getInt64(V_), "lane",
+        [&](Value* k) {
+          loop_lane_ = k;
+          vars_[last] = b_.CreateAdd(first, k);
+          EmitPointwiseStages(nullptr);
+          loop_lane_ = nullptr;
+        },
+        /*unroll=*/false);
+    for (size_t s = 0; s < kernel_.stages.size(); ++s) {
+      const Stage& st = kernel_.stages[s];
+      if (st.kind == Stage::Kind::kReduce || !vector_store_[s]) continue;
+      PendingStore& ps = pending_[s];
+      ps.lanes.clear();
+      for (llvm::AllocaInst* slot : ps.lane_slots)
+        ps.lanes.push_back(b_.CreateLoad(slot->getAllocatedType(), slot));
+      FlushGroupStore(st, ps, nullptr);
+    }
+    lane_ = -1;
   }
 
   void EmitPointwiseStages(Value* valid) {
@@ -797,6 +895,7 @@ class CudaKernelEmitter : public KernelEmitterBase {
   struct PendingStore {
     Value* offset = nullptr;
     std::vector<Value*> lanes;
+    std::vector<llvm::AllocaInst*> lane_slots;  // lane loops
   };
 
   const CudaCodegenOptions& options_;
@@ -810,6 +909,8 @@ class CudaKernelEmitter : public KernelEmitterBase {
   absl::flat_hash_map<const ExprNode*, bool> vector_loads_;
   std::vector<bool> vector_store_;  // per stage
   int lane_ = -1;                   // lane within the current group; -1: none
+  Value* loop_lane_ = nullptr;      // lane index in a lane loop (lane_ is 0)
+  std::vector<Expr> vector_load_order_;  // vector candidates, first use order
   int group_ = 0;
   std::vector<absl::flat_hash_map<const ExprNode*, Value*>> group_loads_;
   absl::flat_hash_map<size_t, PendingStore> pending_;
@@ -828,7 +929,7 @@ absl::StatusOr<CudaModule> EmitCudaModule(const FusedProgram& program,
   CudaModule out;
   out.module = std::make_unique<llvm::Module>("kiln_kernels", context);
   for (const Kernel& kernel : program.kernels) {
-    out.plans.push_back(PlanGpuKernel(kernel, options.groups_per_thread));
+    out.plans.push_back(PlanGpuKernel(kernel, options.plan));
   }
   for (size_t k = 0; k < program.kernels.size(); ++k) {
     CudaKernelEmitter emitter(*out.module, program, program.kernels[k], options,

@@ -51,8 +51,8 @@ struct CudaCodegenOptions {
   // Guaranteed alignment in bytes of each graph input's data pointer (the
   // request's TensorMeta.alignment; 0 = element-aligned).
   std::vector<int64_t> input_alignment;
-  // PlanGpuKernel's target for persistent rows (benchmarks try others).
-  int groups_per_thread = kDefaultGroupsPerThread;
+  // PlanGpuKernel's options (benchmarks try others).
+  GpuPlanOptions plan;
 };
 
 struct CudaModule {

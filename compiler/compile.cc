@@ -172,7 +172,8 @@ absl::Status BuildCudaBinary(const Graph& graph, const FusedProgram& fused,
   };
   CudaCodegenOptions options{fast_math, {}};
   if (env.gpu_groups_per_thread > 0)
-    options.groups_per_thread = env.gpu_groups_per_thread;
+    options.plan.groups_per_thread = env.gpu_groups_per_thread;
+  options.plan.lane_loop = env.gpu_lane_loop;
   for (const GraphInput& in : graph.inputs)
     options.input_alignment.push_back(in.alignment);
   auto tm = MakeNvptxTargetMachine(request.target().cuda());

@@ -39,6 +39,9 @@ struct CompileEnv {
   // CUDA persistent rows: groups per thread (0: the default). For
   // benchmarks; like `fuse`, not part of the guard key.
   int gpu_groups_per_thread = 0;
+  // CUDA pointwise kernels with their lanes in a loop
+  // (GpuPlanOptions::lane_loop). For benchmarks.
+  bool gpu_lane_loop = false;
 };
 
 absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,

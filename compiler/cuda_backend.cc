@@ -16,6 +16,8 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/InlineAsm.h"
+#include "llvm/IR/IntrinsicsNVPTX.h"
 #include "llvm/IR/Instructions.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/Linker/Linker.h"
@@ -109,7 +111,8 @@ struct MathMapping {
 constexpr MathMapping kMath[] = {
     {llvm::Intrinsic::sin, nullptr, "__nv_sinf"},
     {llvm::Intrinsic::cos, nullptr, "__nv_cosf"},
-    {llvm::Intrinsic::exp, nullptr, "__nv_expf", "__nv_fast_expf"},
+    // With fast_math exp is ex2.approx (UseApproximateInstructions).
+    {llvm::Intrinsic::exp, nullptr, "__nv_expf"},
     {llvm::Intrinsic::exp2, nullptr, "__nv_exp2f"},
     {llvm::Intrinsic::log, nullptr, "__nv_logf", "__nv_fast_logf"},
     {llvm::Intrinsic::log2, nullptr, "__nv_log2f", "__nv_fast_log2f"},
@@ -169,6 +172,66 @@ bool ReplaceMathWithLibdevice(llvm::Module& module, bool fast_math) {
     used = true;
   }
   return used;
+}
+
+// With fast_math: Triton's approximate instructions (what Inductor's
+// kernels run), chosen so LLVM can still fold around them:
+//   a / b    -> div.full.f32 (at most 2 ulp over the whole range);
+//   1 / b    -> rcp.approx.ftz.f32 (at most 1 ulp; sigmoid's division);
+//   exp(x)   -> ex2.approx.ftz.f32(x * log2(e)), the multiply with
+//               fast-math flags so a preceding x * c folds into it.
+// LLVM 16 picks fdiv's precision per target machine, not per function,
+// and has no div.full intrinsic, hence inline PTX for it. Runs before
+// libdevice is linked: libdevice's own arithmetic keeps its precision.
+void UseApproximateInstructions(llvm::Module& module) {
+  std::vector<llvm::Instruction*> targets;
+  for (llvm::Function& f : module) {
+    for (llvm::BasicBlock& bb : f) {
+      for (llvm::Instruction& inst : bb) {
+        if (!inst.getType()->isFloatTy()) continue;
+        auto* call = llvm::dyn_cast<llvm::CallInst>(&inst);
+        if (inst.getOpcode() == llvm::Instruction::FDiv ||
+            (call && call->getCalledFunction() &&
+             call->getCalledFunction()->getIntrinsicID() ==
+                 llvm::Intrinsic::exp)) {
+          targets.push_back(&inst);
+        }
+      }
+    }
+  }
+  if (targets.empty()) return;
+  llvm::Type* f32 = llvm::Type::getFloatTy(module.getContext());
+  llvm::InlineAsm* div_full = llvm::InlineAsm::get(
+      llvm::FunctionType::get(f32, {f32, f32}, false),
+      "div.full.f32 $0, $1, $2;", "=f,f,f", /*hasSideEffects=*/false);
+  for (llvm::Instruction* inst : targets) {
+    llvm::IRBuilder<> b(inst);
+    llvm::FastMathFlags fast;
+    fast.setFast();
+    fast.setNoNaNs(false);
+    fast.setNoInfs(false);
+    b.setFastMathFlags(fast);
+    llvm::Value* r = nullptr;
+    llvm::Value* x = inst->getOperand(0);
+    if (inst->getOpcode() == llvm::Instruction::FDiv) {
+      auto* one = llvm::dyn_cast<llvm::ConstantFP>(x);
+      if (one && one->isExactlyValue(1.0)) {
+        r = b.CreateIntrinsic(llvm::Intrinsic::nvvm_rcp_approx_ftz_f, {},
+                              {inst->getOperand(1)});
+      } else {
+        llvm::CallInst* q = b.CreateCall(div_full, {x, inst->getOperand(1)});
+        q->setDoesNotAccessMemory();
+        q->setDoesNotThrow();
+        r = q;
+      }
+    } else {
+      r = b.CreateIntrinsic(
+          llvm::Intrinsic::nvvm_ex2_approx_ftz_f, {},
+          {b.CreateFMul(x, llvm::ConstantFP::get(f32, 1.4426950408889634))});
+    }
+    inst->replaceAllUsesWith(r);
+    inst->eraseFromParent();
+  }
 }
 
 // nvJitLink, loaded on first use.
@@ -331,6 +394,7 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> MakeNvptxTargetMachine(
 absl::Status LinkLibdevice(llvm::Module& module, bool fast_math) {
   module.addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz",
                        fast_math ? 1 : 0);
+  if (fast_math) UseApproximateInstructions(module);
   if (!ReplaceMathWithLibdevice(module, fast_math)) return absl::OkStatus();
   const LibdeviceFile& file = Libdevice();
   if (!file.buffer) {

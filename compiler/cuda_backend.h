@@ -52,7 +52,9 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> MakeNvptxTargetMachine(
 
 // Rewrites LLVM math intrinsics and libm calls (llvm.exp.f32, expm1f, frem,
 // ...) into libdevice calls (with `fast_math`, the __nv_fast_* variants
-// of exp and log; sin/cos/tan, pow and tanh stay accurate), links the libdevice
+// of log; ex2.approx for exp, rcp.approx for reciprocals and div.full for
+// other float division, as Triton's defaults; sin/cos/tan, pow and tanh
+// stay accurate), links the libdevice
 // functions they need and internalizes them, and sets the nvvm-reflect-ftz
 // module flag from `fast_math`. Errors: FAILED_PRECONDITION when libdevice is
 // needed and not found (the message lists where it looked); INTERNAL when

@@ -15,7 +15,9 @@ int64_t NextPow2(int64_t v) {
 
 }  // namespace
 
-GpuKernelPlan PlanGpuKernel(const Kernel& kernel, int groups_per_thread) {
+GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
+                            const GpuPlanOptions& options) {
+  const int groups_per_thread = options.groups_per_thread;
   GpuKernelPlan plan;
   bool has_inner = false;
   int64_t row = 1;
@@ -37,6 +39,7 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel, int groups_per_thread) {
     plan.block_threads = 256;
     plan.vector_width = 4;
     plan.items_per_block = plan.block_threads * plan.vector_width;
+    plan.lane_loop = options.lane_loop;
     return plan;
   }
   if (static_row && row <= kMaxPersistentRow) {
@@ -76,7 +79,8 @@ std::string GpuKernelPlan::ToString() const {
   return absl::StrCat(f, " block=", block_threads,
                       " items/block=", items_per_block, " vec=", vector_width,
                       " threads/row=", threads_per_row,
-                      " groups/thread=", groups_per_thread, " row=", row_size);
+                      " groups/thread=", groups_per_thread, " row=", row_size,
+                      lane_loop ? " lane-loop" : "");
 }
 
 }  // namespace kiln

@@ -7,7 +7,14 @@
 //                   range: one 128-bit load/store per buffer when the
 //                   accesses are contiguous along the last dim and aligned,
 //                   else scalar accesses. 256 threads per block (8 warps),
-//                   grid = ceil(range / (256 * vector_width)).
+//                   grid = ceil(range / (256 * vector_width)). With
+//                   `lane_loop` (benchmarks only) a group's lanes run in a
+//                   loop instead of being unrolled: the body is compiled
+//                   once instead of vector_width times. Measured on an
+//                   H200 (bench/README.md): chain-30 compiles in 63 ms
+//                   instead of 103 but runs 12% slower (issue-bound: the
+//                   lane selects add instructions; 34 registers instead of
+//                   28 cut occupancy to 75%), so it is off.
 //   kPersistentRow  a row kernel whose row (the product of the inner dims)
 //                   is static and at most kMaxPersistentRow elements. The
 //                   row stays in registers across the stages of the kernel
@@ -47,6 +54,7 @@ struct GpuKernelPlan {
   int threads_per_row = 0;         // row forms
   int groups_per_thread = 0;       // kPersistentRow
   int64_t row_size = 0;            // kPersistentRow: elements per row
+  bool lane_loop = false;          // kPointwise: lanes in a loop
 
   std::string ToString() const;
 };
@@ -58,10 +66,16 @@ struct GpuKernelPlan {
 // 3.2 to 4.1 TB/s and changes no other benchmark row by more than 1%.
 inline constexpr int kDefaultGroupsPerThread = 4;
 
-// The plan for `kernel`; a pure function of the kernel's structure (and of
-// `groups_per_thread`, which only benchmarks change).
+// What benchmarks may change (neither is part of the guard key).
+struct GpuPlanOptions {
+  int groups_per_thread = kDefaultGroupsPerThread;
+  bool lane_loop = false;  // kPointwise: lanes in a loop
+};
+
+// The plan for `kernel`; a pure function of the kernel's structure and of
+// `options`.
 GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
-                            int groups_per_thread = kDefaultGroupsPerThread);
+                            const GpuPlanOptions& options = {});
 
 }  // namespace kiln
 

@@ -121,7 +121,8 @@ Value* KernelEmitterBase::CombineStep(ReduceKind k, DType vdtype, Value* a,
 }
 
 void KernelEmitterBase::EmitLoop(Value* lo, Value* hi, const std::string& name,
-                                 const std::function<void(Value*)>& body) {
+                                 const std::function<void(Value*)>& body,
+                                 bool unroll) {
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   auto* header = llvm::BasicBlock::Create(ctx_, name + ".header", fn_);
   auto* loop = llvm::BasicBlock::Create(ctx_, name + ".body", fn_);
@@ -138,7 +139,17 @@ void KernelEmitterBase::EmitLoop(Value* lo, Value* hi, const std::string& name,
   Value* next = b_.CreateAdd(i, b_.getInt64(1), name + ".next",
                              /*HasNUW=*/true, /*HasNSW=*/true);
   i->addIncoming(next, b_.GetInsertBlock());
-  b_.CreateBr(header);
+  llvm::BranchInst* latch = b_.CreateBr(header);
+  if (!unroll) {
+    // A loop ID is a distinct node whose first operand is itself.
+    llvm::Metadata* ops[] = {
+        nullptr,
+        llvm::MDNode::get(
+            ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")})};
+    llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, ops);
+    id->replaceOperandWith(0, id);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, id);
+  }
   b_.SetInsertPoint(exit);
 }
 

@@ -53,9 +53,11 @@ class KernelEmitterBase {
 
   // ---- loops ----
   // for (i = lo; i < hi; ++i) body(i), in SSA form; the body gets its own
-  // memo scope.
+  // memo scope. With unroll = false the loop carries llvm.loop metadata
+  // that keeps LLVM (and ptxas, through PTX's nounroll pragma) from
+  // unrolling it.
   void EmitLoop(Value* lo, Value* hi, const std::string& name,
-                const std::function<void(Value*)>& body);
+                const std::function<void(Value*)>& body, bool unroll = true);
   // Nested loops over the inner dims (outermost first).
   void EmitInnerNest(size_t k, const std::function<void()>& body);
   // Sets the outer vars from a flat row-major index over the outer dims,

@@ -13,6 +13,9 @@
 // first symbol takes those values in turn (one input set per value,
 // uploaded beforehand), as a dynamic-shape workload does.
 //
+// Variants (bench/gpu/experiments.sh): --fast_math (CompileOptions),
+// --groups_per_thread=N and --lane_loop=1 (GpuPlanOptions).
+//
 // Output: one line per figure, `<name> <value> <unit>`, for run.sh.
 #include <algorithm>
 #include <chrono>
@@ -48,6 +51,7 @@ struct Args {
   int batches = 20;
   bool fast_math = false;
   int groups_per_thread = 0;
+  int lane_loop = 0;
 };
 
 int Fail(const absl::Status& s, const char* what) {
@@ -134,6 +138,8 @@ int Main(int argc, char** argv) {
       a.fast_math = true;
     } else if (absl::ConsumePrefix(&arg, "--groups_per_thread=")) {
       (void)absl::SimpleAtoi(arg, &a.groups_per_thread);
+    } else if (absl::ConsumePrefix(&arg, "--lane_loop=")) {
+      (void)absl::SimpleAtoi(arg, &a.lane_loop);
     }
   }
   auto gpu_or = gpu_testing::OpenGpu();
@@ -154,6 +160,7 @@ int Main(int argc, char** argv) {
   req.mutable_options()->set_fast_math(a.fast_math);
   CompileEnv env;
   env.gpu_groups_per_thread = a.groups_per_thread;
+  env.gpu_lane_loop = a.lane_loop != 0;
   auto graph = ImportGraph(req.graph());
   if (!graph.ok()) return Fail(graph.status(), "import");
   const auto c0 = std::chrono::steady_clock::now();

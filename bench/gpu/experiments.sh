@@ -3,12 +3,34 @@
 # bundle unpacked (KILN=<dir>/kiln): accurate vs fast-math chains, groups
 # per thread for persistent rows, and which instructions Inductor's Triton
 # kernels use for sin/exp/division (from the PTX in Triton's cache).
+#
+#   KILN=/tmp/k/kiln bench/gpu/experiments.sh [lanes] [groups] [triton]
+#
+# lanes: chain-N on 2^26 float32 (N = 5..30, accurate and fast_math) with
+# the pointwise lanes unrolled (--lane_loop=0) and in a loop (=1), compile
+# time and run time, next to Inductor in the same run. No argument: all.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 bench=${KILN_CUDA_BENCH:-$KILN/bin/cuda_bench}
 py=${PYTHON:-python3}
 g=$(mktemp -d)
+sections=("$@")
+run_section() { [[ ${#sections[@]} -eq 0 || " ${sections[*]} " == *" $1 "* ]]; }
+
+if run_section lanes; then
+  for n in 5 10 15 20 30; do
+    $py "$root/examples/graphs/gen_chain.py" $n --rows 65536 --cols 1024 >"$g/c$n.json"
+    for fm in "" --fast_math; do
+      for ll in 0 1; do
+        "$bench" bandwidth "$g/c$n.json" --name=chain${n}${fm:+_fastmath}_lane_loop$ll $fm \
+          --lane_loop=$ll --calls=20 --batches=10 | grep -E "kiln_us|compile_ms|kiln_err"
+      done
+    done
+    $py "$here/torch_bench.py" chain chain$n $n 67108864 | grep inductor_us
+  done
+fi
+run_section groups || exit 0
 for n in 10 30; do
   $py "$root/examples/graphs/gen_chain.py" $n --rows 65536 --cols 1024 >"$g/c$n.json"
   "$bench" bandwidth "$g/c$n.json" --name=chain${n} --calls=20 --batches=10
@@ -22,6 +44,7 @@ for op in layernorm softmax; do
     done
   done
 done
+run_section triton || exit 0
 export TRITON_CACHE_DIR=$g/triton
 $py "$here/torch_bench.py" chain chain10 10 67108864
 $py "$here/torch_bench.py" chain chain30 30 67108864

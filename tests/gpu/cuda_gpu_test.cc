@@ -12,6 +12,7 @@
 // Environment:
 //   KILN_GPU_RANDOM_GRAPHS=<count>   seeds 0..count-1 (default 1000)
 //   KILN_GPU_RANDOM_GRAPH_SEED=<s>   just this seed, printing its graph
+//   KILN_GPU_FAST_MATH_GRAPHS, KILN_GPU_LANE_LOOP_GRAPHS  (default 300 each)
 #include <cstdio>
 #include <random>
 #include <string>
@@ -49,7 +50,7 @@ Gpu* GpuOrSkip() {
 
 // Empty when the graph matches the reference on the GPU.
 std::string CheckOnGpu(Gpu& gpu, uint64_t seed, v1::CompileRequest req,
-                       bool aligned) {
+                       bool aligned, const CompileEnv& env = {}) {
   req.mutable_target()->mutable_cuda()->set_arch(gpu.arch);
   auto graph = ImportGraph(req.graph());
   if (!graph.ok()) return absl::StrCat("import: ", graph.status().ToString());
@@ -69,7 +70,7 @@ std::string CheckOnGpu(Gpu& gpu, uint64_t seed, v1::CompileRequest req,
     req.mutable_graph()->mutable_inputs(i)->mutable_meta()->set_alignment(
         ok ? 16 : 0);
   }
-  auto artifact = Compile(req);
+  auto artifact = Compile(req, env);
   if (!artifact.ok())
     return absl::StrCat("Compile: ", artifact.status().ToString());
   auto exe = CudaExecutable::Load(*artifact);
@@ -171,6 +172,29 @@ TEST(CudaGpu, RandomGraphsFastMathMatchReference) {
     }
   }
   std::printf("%lld fast-math graphs on %s: %d failures\n",
+              static_cast<long long>(count), gpu->arch.c_str(), failures);
+  EXPECT_EQ(failures, 0);
+}
+
+// Pointwise kernels with their lanes in a loop (GpuPlanOptions::lane_loop,
+// for every graph): the same tolerances.
+TEST(CudaGpu, RandomGraphsLaneLoopMatchReference) {
+  REQUIRE_GPU(gpu);
+  const int64_t count = random_graphs::EnvInt("KILN_GPU_LANE_LOOP_GRAPHS", 300);
+  CompileEnv env;
+  env.gpu_lane_loop = true;
+  int failures = 0;
+  for (int64_t seed = 0; seed < count; ++seed) {
+    v1::CompileRequest req;
+    *req.mutable_graph() =
+        graph_gen::RandomGraph(seed, random_graphs::Options());
+    const std::string error = CheckOnGpu(*gpu, seed, req, seed % 2 == 0, env);
+    if (!error.empty() && ++failures <= 10) {
+      ADD_FAILURE() << "seed " << seed << ": " << error
+                    << "\n  graph: " << GraphJson(req.graph());
+    }
+  }
+  std::printf("%lld lane-loop graphs on %s: %d failures\n",
               static_cast<long long>(count), gpu->arch.c_str(), failures);
   EXPECT_EQ(failures, 0);
 }

@@ -20,6 +20,7 @@
 #include "compiler/compile.h"
 #include "compiler/cuda_backend.h"
 #include "compiler/op_registry.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/unit/example_graphs.h"
 #include "tests/unit/graph_gen.h"
@@ -46,6 +47,14 @@ int EntryParams(const std::string& ptx, const std::string& name) {
        p = ptx.find(".param", p + 1))
     ++params;
   return params;
+}
+
+// The text of the first kernel (`.entry`) in `ptx`, up to the next
+// function.
+std::string FirstKernelBody(const std::string& ptx) {
+  const size_t at = ptx.find(".entry");
+  if (at == std::string::npos) return "";
+  return ptx.substr(at, ptx.find("\n.func", at) - at);
 }
 
 // Empty when the artifact has the structure the runtime relies on.
@@ -142,7 +151,8 @@ TEST(CudaCodegen, ArchitecturesAndErrors) {
 // Compiles `count` random graphs for sm_90 (half of them with 16-byte
 // aligned inputs) and checks each structurally; counts the ops drawn.
 void CompileRandomGraphs(const graph_gen::GraphGenOptions& o, int count,
-                         bool fast_math, std::map<std::string, int>* ops) {
+                         bool fast_math, std::map<std::string, int>* ops,
+                         const CompileEnv& env = {}) {
   int failures = 0;
   for (int seed = 0; seed < count && failures < 10; ++seed) {
     v1::CompileRequest req;
@@ -150,7 +160,7 @@ void CompileRandomGraphs(const graph_gen::GraphGenOptions& o, int count,
     for (const v1::Node& n : req.graph().nodes()) ++(*ops)[n.op()];
     req = ForGpu(req, "sm_90", seed % 2 ? 16 : 0);
     req.mutable_options()->set_fast_math(fast_math);
-    auto a = Compile(req);
+    auto a = Compile(req, env);
     std::string problem =
         a.ok() ? CheckStructure(*a) : std::string(a.status().ToString());
     if (!problem.empty()) {
@@ -169,6 +179,66 @@ TEST(CudaCodegen, RandomGraphsCompileWithFastMath) {
   CompileRandomGraphs(o,
                       random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600) / 3,
                       /*fast_math=*/true, &ops);
+}
+
+// Every pointwise kernel with its lanes in a loop (GpuPlanOptions::
+// lane_loop, a benchmark variant): every random graph still assembles.
+TEST(CudaCodegen, RandomGraphsCompileWithLaneLoops) {
+  CompileEnv env;
+  env.gpu_lane_loop = true;
+  std::map<std::string, int> ops;
+  CompileRandomGraphs(random_graphs::Options(),
+                      random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600) / 3,
+                      /*fast_math=*/false, &ops, env);
+}
+
+// With lane_loop, chain-30 runs its lanes in a loop that PTX keeps rolled,
+// with the group's 128-bit accesses before and after it; by default it is
+// unrolled. fast_math divides with div.full, as Triton does.
+TEST(CudaCodegen, LaneLoopsAndFastMathDivision) {
+  CompileEnv env;
+  env.gpu_lane_loop = true;
+  auto looped = Compile(ForGpu(Request("chain30.json")), env);
+  ASSERT_TRUE(looped.ok()) << looped.status();
+  const std::string kernel = FirstKernelBody(looped->cuda().ptx());
+  EXPECT_TRUE(absl::StrContains(kernel, ".pragma \"nounroll\"")) << kernel;
+  EXPECT_TRUE(absl::StrContains(kernel, "ld.global.nc.v4.f32")) << kernel;
+  EXPECT_TRUE(absl::StrContains(kernel, "st.global.v4.f32")) << kernel;
+  EXPECT_FALSE(absl::StrContains(kernel, ".local")) << kernel;
+  auto unrolled = Compile(ForGpu(Request("chain30.json")));
+  ASSERT_TRUE(unrolled.ok()) << unrolled.status();
+  EXPECT_FALSE(absl::StrContains(FirstKernelBody(unrolled->cuda().ptx()),
+                                 ".pragma \"nounroll\""));
+  // chain-10's sigmoid: a reciprocal, and its exp, as approximate
+  // instructions with fast_math only.
+  v1::CompileRequest fast = ForGpu(Request("chain10.json"));
+  fast.mutable_options()->set_fast_math(true);
+  auto chain10_fast = Compile(fast);
+  ASSERT_TRUE(chain10_fast.ok()) << chain10_fast.status();
+  EXPECT_TRUE(absl::StrContains(chain10_fast->cuda().ptx(), "rcp.approx"));
+  auto chain10 = Compile(ForGpu(Request("chain10.json")));
+  ASSERT_TRUE(chain10.ok()) << chain10.status();
+  EXPECT_FALSE(absl::StrContains(chain10->cuda().ptx(), "rcp.approx"));
+  // x / y divides with div.full under fast_math, div.rn without.
+  v1::CompileRequest div;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(R"({
+    "inputs": [
+      {"name": "x", "meta": {"dtype": "FLOAT32", "sizes": [{"value": "1024"}]}},
+      {"name": "y", "meta": {"dtype": "FLOAT32", "sizes": [{"value": "1024"}]}}],
+    "nodes": [{"op": "aten.div.Tensor", "args": [{"ref": "x"}, {"ref": "y"}],
+               "outputs": ["q"]}],
+    "outputs": ["q"]})",
+                                                          div.mutable_graph())
+                  .ok());
+  div = ForGpu(div);
+  auto exact = Compile(div);
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  EXPECT_TRUE(absl::StrContains(exact->cuda().ptx(), "div.rn.f32"));
+  div.mutable_options()->set_fast_math(true);
+  auto approx = Compile(div);
+  ASSERT_TRUE(approx.ok()) << approx.status();
+  EXPECT_TRUE(absl::StrContains(approx->cuda().ptx(), "div.full.f32"));
+  EXPECT_FALSE(absl::StrContains(approx->cuda().ptx(), "div.rn.f32"));
 }
 
 TEST(CudaCodegen, RandomGraphsOverTheWholeOpSetCompile) {
