@@ -18,6 +18,7 @@
 #include "compiler/guard_key.h"
 #include "compiler/import.h"
 #include "compiler/lower.h"
+#include "compiler/split_reductions.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/raw_ostream.h"
@@ -240,6 +241,10 @@ absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,
   auto fused = Fuse(*loops, FuseOptions{env.fuse});
   if (!fused.ok()) return fused.status();
   dump.Write("03-fused.txt", fused->ToString());
+  if (request.target().has_cuda() && env.gpu_split_reductions) {
+    *fused = SplitLongReductions(*std::move(fused));
+    dump.Write("03-split.txt", fused->ToString());
+  }
 
   v1::Artifact a;
   std::vector<GpuKernelPlan> gpu_plans;

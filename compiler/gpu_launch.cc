@@ -72,6 +72,18 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
   return plan;
 }
 
+int64_t ChooseReductionSplits(int64_t rows, int64_t row) {
+  if (rows <= 0 || rows >= kSplitMaxRows || row < 2 * kSplitMinChunk) return 1;
+  const int64_t most =
+      std::min((kSplitTargetBlocks + rows - 1) / rows, row / kSplitMinChunk);
+  for (bool want_vec : {true, false}) {
+    for (int64_t s = most; s >= 2; --s) {
+      if (row % s == 0 && (!want_vec || (row / s) % 4 == 0)) return s;
+    }
+  }
+  return 1;
+}
+
 std::string GpuKernelPlan::ToString() const {
   const char* f = form == Form::kPointwise       ? "pointwise"
                   : form == Form::kPersistentRow ? "persistent-row"

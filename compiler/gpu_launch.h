@@ -66,6 +66,20 @@ struct GpuKernelPlan {
 // 3.2 to 4.1 TB/s and changes no other benchmark row by more than 1%.
 inline constexpr int kDefaultGroupsPerThread = 4;
 
+// Reductions over few, long rows are split in two kernels
+// (split_reductions.h): fewer than kSplitMaxRows rows of at least
+// 2 * kSplitMinChunk elements. S partial blocks per row bring rows * S to
+// about kSplitTargetBlocks (several waves on 132 SMs) while each partial
+// block still reduces kSplitMinChunk elements or more.
+inline constexpr int64_t kSplitMaxRows = 256;
+inline constexpr int64_t kSplitTargetBlocks = 1024;
+inline constexpr int64_t kSplitMinChunk = 4096;
+
+// The number of partial blocks per row for `rows` rows of `row` elements:
+// the largest S within the limits above that divides `row` (preferring a
+// chunk divisible by 4, for 128-bit loads); 1 for no split.
+int64_t ChooseReductionSplits(int64_t rows, int64_t row);
+
 // What benchmarks may change (neither is part of the guard key).
 struct GpuPlanOptions {
   int groups_per_thread = kDefaultGroupsPerThread;

@@ -3,6 +3,7 @@
 
   gen_graphs.py softmax ROWS COLS     aten._softmax over the last dim
   gen_graphs.py layernorm ROWS COLS   aten.native_layer_norm over the last dim
+  gen_graphs.py sum ROWS COLS         aten.sum over the last dim
 """
 import json
 import sys
@@ -37,12 +38,25 @@ def layernorm(rows, cols):
     }
 
 
+def row_sum(rows, cols):
+    return {
+        "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
+                                         "sizes": dims(rows, cols)}}],
+        "nodes": [{"op": "aten.sum.dim_IntList",
+                   "args": [{"ref": "x"}, {"ints": {"values": ["1"]}}],
+                   "outputs": ["y"]}],
+        "outputs": ["y"],
+    }
+
+
+GRAPHS = {"softmax": softmax, "layernorm": layernorm, "sum": row_sum}
+
+
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("softmax", "layernorm"):
+    if len(sys.argv) != 4 or sys.argv[1] not in GRAPHS:
         sys.exit(__doc__)
     rows, cols = int(sys.argv[2]), int(sys.argv[3])
-    graph = softmax(rows, cols) if sys.argv[1] == "softmax" else layernorm(
-        rows, cols)
+    graph = GRAPHS[sys.argv[1]](rows, cols)
     json.dump(graph, sys.stdout, indent=1)
     sys.stdout.write("\n")
 

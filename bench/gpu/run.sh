@@ -4,13 +4,14 @@
 #   - launch overhead: chain-N + sum() for N = 1, 5, ..., 30 on 8x16 float32
 #     and on (4..13)x16 (dynamic), per call;
 #   - bandwidth: chain-1/10/30 on 2^26 float32 against a device copy;
-#     softmax and layer norm on 16384x1024, 16384x4096, 4096x32768.
+#     softmax and layer norm on 16384x1024, 16384x4096, 4096x32768;
+#     row sums over few long rows (1x2^26, 64x2^20, 16x2^22).
 # Needs a GPU, python3 with torch, and cuda_bench (built with the CUDA
 # backend; on a machine without the build, from the relocatable bundle).
 #
 #   bench/gpu/run.sh [OUT_DIR]
 #   KILN_CUDA_BENCH=/path/to/cuda_bench PYTHON=python3 bench/gpu/run.sh
-#   KILN_BENCH_ONLY=launch|bandwidth bench/gpu/run.sh
+#   KILN_BENCH_ONLY=launch|bandwidth|sum bench/gpu/run.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -52,6 +53,18 @@ if [[ $only == all || $only == bandwidth ]]; then
       "$bench" bandwidth "$g/$op$shape.json" --name=$op$shape --calls=20 --batches=10 >>"$results"
       $py "$here/torch_bench.py" $op $op$shape $r $c >>"$results"
     done
+  done
+fi
+if [[ $only == all || $only == bandwidth || $only == sum ]]; then
+  # Few long rows: the split reduction (compiler/split_reductions.h).
+  for shape in 1x67108864 64x1048576 16x4194304; do
+    r=${shape%x*}
+    c=${shape#*x}
+    $py "$here/gen_graphs.py" sum $r $c >"$g/sum$shape.json"
+    "$bench" bandwidth "$g/sum$shape.json" --name=sum$shape --calls=20 --batches=10 >>"$results"
+    "$bench" bandwidth "$g/sum$shape.json" --name=sum${shape}_unsplit --split_reductions=0 \
+      --calls=5 --batches=5 >>"$results"
+    $py "$here/torch_bench.py" sum sum$shape $r $c >>"$results"
   done
 fi
 $py "$here/table.py" "$results"

@@ -9,6 +9,7 @@ divided by `calls`, median over `batches` timings.
   torch_bench.py chain NAME N ELEMENTS       chain-N on ELEMENTS float32
   torch_bench.py softmax NAME ROWS COLS
   torch_bench.py layernorm NAME ROWS COLS
+  torch_bench.py sum NAME ROWS COLS          x.sum(-1)
 
 Output: `<name> eager_us <t>` and `<name> inductor_us <t>` lines.
 """
@@ -97,6 +98,10 @@ def main():
     elif mode == "softmax":
         r, c = int(sys.argv[3]), int(sys.argv[4])
         report(name, lambda x: torch.softmax(x, -1),
+               [(torch.randn(r, c, device=dev),)])
+    elif mode == "sum":
+        r, c = int(sys.argv[3]), int(sys.argv[4])
+        report(name, lambda x: x.sum(-1),
                [(torch.randn(r, c, device=dev),)])
     elif mode == "layernorm":
         r, c = int(sys.argv[3]), int(sys.argv[4])

@@ -248,5 +248,48 @@ TEST(CudaGpu, RowFormsAtTheirEdges) {
   }
 }
 
+// Few long rows are split in a partial and a combining kernel
+// (compiler/split_reductions.h): sums, means and maxima over one or several
+// trailing or leading dims, float16 accumulated in float32.
+TEST(CudaGpu, SplitReductionsMatchReference) {
+  REQUIRE_GPU(gpu);
+  struct Case {
+    const char* op;
+    std::vector<int64_t> sizes;
+    std::vector<int64_t> dims;
+    v1::DType dtype;
+  };
+  const Case cases[] = {
+      {"aten.sum.default", {1 << 24}, {}, v1::FLOAT32},
+      {"aten.sum.default", {1 << 18}, {}, v1::FLOAT16},
+      {"aten.mean.dim", {16, 1 << 20}, {1}, v1::FLOAT32},
+      {"aten.amax.default", {4, 3, 65536}, {1, 2}, v1::FLOAT32},
+      {"aten.amin.default", {65536, 4}, {0}, v1::FLOAT32},
+      {"aten.sum.dim_IntList", {3, 40000}, {1}, v1::INT64},
+      {"aten.sum.dim_IntList",
+       {2, 99991},
+       {1},
+       v1::FLOAT32},  // prime: no split
+  };
+  for (const Case& c : cases) {
+    v1::CompileRequest req;
+    v1::Input* in = req.mutable_graph()->add_inputs();
+    in->set_name("x");
+    in->mutable_meta()->set_dtype(c.dtype);
+    for (int64_t size : c.sizes)
+      in->mutable_meta()->add_sizes()->set_value(size);
+    v1::Node* n = req.mutable_graph()->add_nodes();
+    n->set_op(c.op);
+    n->add_args()->set_ref("x");
+    if (!c.dims.empty()) {
+      for (int64_t d : c.dims) n->add_args()->mutable_ints()->add_values(d);
+    }
+    n->add_outputs("y");
+    req.mutable_graph()->add_outputs("y");
+    EXPECT_EQ(CheckOnGpu(*gpu, 5, req, true), "")
+        << c.op << " over " << absl::StrJoin(c.sizes, "x");
+  }
+}
+
 }  // namespace
 }  // namespace kiln::testing

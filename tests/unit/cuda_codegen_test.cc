@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "compiler/compile.h"
 #include "compiler/cuda_backend.h"
+#include "compiler/gpu_launch.h"
 #include "compiler/op_registry.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -239,6 +240,53 @@ TEST(CudaCodegen, LaneLoopsAndFastMathDivision) {
   ASSERT_TRUE(approx.ok()) << approx.status();
   EXPECT_TRUE(absl::StrContains(approx->cuda().ptx(), "div.full.f32"));
   EXPECT_FALSE(absl::StrContains(approx->cuda().ptx(), "div.rn.f32"));
+}
+
+// A full sum over 2^20 elements (one row) becomes a partial kernel over
+// rows x S blocks and a combining kernel through a temp buffer; a short row
+// and the CPU target keep one kernel.
+TEST(CudaCodegen, FewLongRowsAreSplit) {
+  auto sum = [](int64_t n, const char* arch) {
+    v1::CompileRequest req;
+    v1::Input* in = req.mutable_graph()->add_inputs();
+    in->set_name("x");
+    in->mutable_meta()->set_dtype(v1::FLOAT32);
+    in->mutable_meta()->add_sizes()->set_value(n);
+    v1::Node* node = req.mutable_graph()->add_nodes();
+    node->set_op("aten.sum.default");
+    node->add_args()->set_ref("x");
+    node->add_outputs("y");
+    req.mutable_graph()->add_outputs("y");
+    if (arch) return ForGpu(req, arch);
+    *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+    return req;
+  };
+  auto launches = [](const v1::Artifact& a) {
+    std::vector<std::string> names;
+    for (const v1::Step& step : a.program().steps())
+      if (step.has_launch()) names.push_back(step.launch().kernel());
+    return names;
+  };
+  auto split = Compile(sum(1 << 20, "sm_90"));
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(CheckStructure(*split), "");
+  EXPECT_EQ(launches(*split),
+            (std::vector<std::string>{"kiln_k0_partial", "kiln_k0"}));
+  auto small = Compile(sum(4096, "sm_90"));
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(launches(*small), std::vector<std::string>{"kiln_k0"});
+  auto cpu = Compile(sum(1 << 20, nullptr));
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(cpu->program().steps_size(), 1) << "the CPU program is not split";
+}
+
+TEST(CudaCodegen, ChooseReductionSplits) {
+  EXPECT_EQ(ChooseReductionSplits(1, 1 << 26), 1024);
+  EXPECT_EQ(ChooseReductionSplits(64, 1 << 20), 16);
+  EXPECT_EQ(ChooseReductionSplits(3, 40000), 8);     // chunk 5000
+  EXPECT_EQ(ChooseReductionSplits(2, 99991), 1);     // prime
+  EXPECT_EQ(ChooseReductionSplits(4096, 32768), 1);  // enough rows
+  EXPECT_EQ(ChooseReductionSplits(8, 4096), 1);      // short rows
 }
 
 TEST(CudaCodegen, RandomGraphsOverTheWholeOpSetCompile) {

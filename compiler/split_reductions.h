@@ -1,0 +1,33 @@
+// Compiler stage (CUDA only), between fusion and code generation: a row
+// kernel with few, long rows is split in two kernels, so the GPU is not left
+// with a handful of blocks (a full `x.sum()` over 2^26 elements is one row:
+// one block of the looped-row form would run on one SM of 132).
+//
+//   kiln_kN_partial  rows x S blocks; block (row, s) reduces elements
+//                    [s*C, (s+1)*C) of its row (C = L / S) into a temp
+//                    buffer of rows*S accumulators (the accumulator dtype)
+//   kiln_kN          one row of S partial accumulators per row: combines
+//                    them with the same reduction, then runs the original
+//                    kernel's finalize and row stores
+//
+// A kernel is split when its dims are static, its stages are independent
+// reductions (sum, prod, max, min, any, all; not argmax/argmin, not a
+// reduction of another's result) followed by row stores only, and
+// ChooseReductionSplits (gpu_launch.h) picks S >= 2 for its rows and row
+// length. Everything else is left as it is. The result computes the same
+// values up to the reassociation of the reduction (as a multi-threaded row
+// already does).
+//
+// Thread-safety: a pure function.
+#ifndef KILN_COMPILER_SPLIT_REDUCTIONS_H_
+#define KILN_COMPILER_SPLIT_REDUCTIONS_H_
+
+#include "compiler/loop_ir.h"
+
+namespace kiln {
+
+FusedProgram SplitLongReductions(FusedProgram program);
+
+}  // namespace kiln
+
+#endif  // KILN_COMPILER_SPLIT_REDUCTIONS_H_
