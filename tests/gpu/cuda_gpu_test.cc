@@ -282,7 +282,8 @@ TEST(CudaGpu, SplitReductionsMatchReference) {
     n->set_op(c.op);
     n->add_args()->set_ref("x");
     if (!c.dims.empty()) {
-      for (int64_t d : c.dims) n->add_args()->mutable_ints()->add_values(d);
+      auto* dims = n->add_args();  // one int-list argument
+      for (int64_t d : c.dims) dims->mutable_ints()->add_values(d);
     }
     n->add_outputs("y");
     req.mutable_graph()->add_outputs("y");
