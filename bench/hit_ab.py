@@ -72,6 +72,7 @@ def start_daemon(v, tmp):
             with open(port_file) as f:
                 port = f.readline().strip()
             if port:
+                v["log"] = log.name
                 return proc, f"127.0.0.1:{port}"
         if proc.poll() is not None:
             break
@@ -107,7 +108,13 @@ def run_bench(v, server, graph, clients, verify, seconds, tmp):
     watcher.send_signal(signal.SIGINT)
     watcher.wait(timeout=30)
     if out.returncode != 0:
-        sys.exit(f"{v['name']}: kilnctl bench failed:\n{out.stdout}{out.stderr}")
+        alive = "running" if v["proc"].poll() is None else \
+            f"exited with {v['proc'].returncode}"
+        with open(v["log"]) as f:
+            log_tail = "".join(f.readlines()[-5:])
+        print(f"{v['name']}: kilnctl bench failed (kilnd {alive}); skipped:\n"
+              f"{out.stdout}{out.stderr}kilnd log:\n{log_tail}", flush=True)
+        return None
     m = re.search(r"bench +(\d+) Lookups .* ([\d.]+) requests/s", out.stdout)
     lat = re.search(r"latency +median ([\d.]+) us, p99 ([\d.]+) us", out.stdout)
     hits = int(m.group(1))
@@ -149,6 +156,7 @@ def main():
         for v in variants:
             proc, v["server"] = start_daemon(v, tmp)
             v["pid"] = proc.pid
+            v["proc"] = proc
             procs.append(proc)
             # Compile once (untimed), so every bench below is all hits.
             subprocess.run([v["kilnctl"], "--server=" + v["server"], "compile",
@@ -165,6 +173,8 @@ def main():
                 for v in order:
                     got = run_bench(v, v["server"], graph, config[0], config[1],
                                     a.seconds, tmp)
+                    if got is None:
+                        continue
                     results.setdefault((config, v["name"]), []).append(got)
                     print(f"round {r + 1} clients={config[0]} verify={config[1]} "
                           f"{v['name']}: median {got['median_us']:.0f} us, p99 "
@@ -183,7 +193,9 @@ def main():
         print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for config in configs:
             for v in variants:
-                rs = results[(config, v["name"])]
+                rs = results.get((config, v["name"]))
+                if not rs:
+                    continue
                 med = {k: statistics.median(x[k] for x in rs) for k in rs[0]}
                 print(f"| {config[0]} | {'yes' if config[1] else 'no'} | "
                       f"{v['name']} | {med['median_us']:.0f} | "
