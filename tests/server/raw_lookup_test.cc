@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -235,6 +236,40 @@ TEST_F(RawLookupTest, ReusedQueuesServeSequentialConcurrentAndFailedCalls) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(good.load(), kThreads * kCallsEach);
+}
+
+// kilnd on a Unix socket (--listen=unix:PATH): compile, then the raw Lookup
+// hit, through a channel to unix:PATH (as --server/KILN_SERVER name it).
+TEST(RawLookupUnixSocketTest, CompileAndLookupOverAUnixSocket) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      absl::StrCat("kiln_raw_lookup_unix_", getpid(), "_", rand());
+  std::filesystem::create_directories(dir);
+  const std::string address = "unix:" + (dir / "kilnd.sock").string();
+  {
+    Daemon daemon((dir / "data").string(), (dir / "port").string(),
+                  {"--listen=" + address});
+    ASSERT_GT(daemon.port(), 0) << "kilnd did not serve on " << address;
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(256 << 20);
+    auto channel = grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args);
+    auto stub = v1::Kiln::NewStub(channel);
+    grpc::ClientContext compile_ctx;
+    v1::CompileResponse compiled;
+    ASSERT_TRUE(
+        stub->Compile(&compile_ctx, Request("chain10.json"), &compiled).ok());
+
+    RawLookupStub raw(channel);
+    grpc::ClientContext ctx;
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(raw.Lookup(&ctx, compiled.guard_key(), &slices).ok());
+    absl::StatusOr<ReceivedArtifact> got =
+        ParseLookupResponse(std::move(slices));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(Joined(got->binary()), compiled.artifact().cpu().shared_object());
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
