@@ -16,7 +16,7 @@ latency is. Prints the median over the rounds of each figure.
                   --variant new:build/server/kilnd:build/client/kilnctl
 
 A variant is NAME:KILND:KILNCTL[:KILND_FLAGS[:KILNCTL_FLAGS[:ENV]]], flags
-space-separated, ENV as K=V,K=V (given to both processes; S!K=V: to kilnd
+space-separated (KILND_FLAGS --listen=unix@PATH serves on a Unix socket), ENV as K=V,K=V (given to both processes; S!K=V: to kilnd
 only, C!K=V: to kilnctl only).
 """
 import argparse
@@ -51,7 +51,8 @@ def parse_variant(text):
         "name": parts[0],
         "kilnd": os.path.abspath(parts[1]),
         "kilnctl": os.path.abspath(parts[2]),
-        "kilnd_flags": parts[3].split() if len(parts) > 3 else [],
+        "kilnd_flags": [f.replace("--listen=unix@", "--listen=unix:")
+                        for f in parts[3].split()] if len(parts) > 3 else [],
         "kilnctl_flags": parts[4].split() if len(parts) > 4 else [],
         "server_env": server_env,
         "client_env": client_env,
@@ -73,7 +74,10 @@ def start_daemon(v, tmp):
                 port = f.readline().strip()
             if port:
                 v["log"] = log.name
-                return proc, f"127.0.0.1:{port}"
+                # --listen=unix:PATH in the variant's flags: a Unix socket.
+                unix = [f[len("--listen="):] for f in v["kilnd_flags"]
+                        if f.startswith("--listen=unix:")]
+                return proc, unix[-1] if unix else f"127.0.0.1:{port}"
         if proc.poll() is not None:
             break
         time.sleep(0.05)
