@@ -41,6 +41,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/cpu_executable.h"
@@ -856,6 +857,17 @@ The server is --server, else $KILN_SERVER, else 127.0.0.1:7733. Errors print
 the server's status and message and exit 1; usage errors exit 2.)";
 
 int Main(int argc, char** argv) {
+  // Before gRPC starts: each thread polls its own connection (gRPC's poll
+  // engine), as separate client processes would. With the default (epoll1)
+  // the threads of one process share one epoll set and one active poller,
+  // which reads every connection's responses and wakes the thread each is
+  // for: `bench --concurrency=16` then pays twice the context switches per
+  // request and gets half the requests/s (bench/README.md). Set
+  // GRPC_POLL_STRATEGY to choose another engine.
+  setenv("GRPC_POLL_STRATEGY", "poll", /*overwrite=*/0);
+  // As in kilnd (kilnd_main.cc): Debian's Abseil runs absl::Mutex's deadlock
+  // detector by default, a few percent of every request's CPU.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(kUsage);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) return Usage("missing subcommand");

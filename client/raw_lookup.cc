@@ -10,7 +10,8 @@
 #include "google/protobuf/io/zero_copy_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
-#include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/completion_queue.h"
+#include "grpcpp/support/async_unary_call.h"
 #include "kiln/v1/service.pb.h"
 
 namespace kiln {
@@ -133,6 +134,51 @@ RawLookupStub::RawLookupStub(std::shared_ptr<grpc::ChannelInterface> channel)
     : channel_(std::move(channel)),
       method_(kLookupMethod, grpc::internal::RpcMethod::NORMAL_RPC, channel_) {}
 
+namespace {
+
+// Shuts `cq` down and takes what is left on it (the shutdown event only:
+// queues are idle when this runs), as gRPC requires before destroying it.
+void DrainAndDestroy(std::unique_ptr<grpc::CompletionQueue> cq) {
+  cq->Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq->Next(&tag, &ok)) {
+  }
+}
+
+}  // namespace
+
+RawLookupStub::~RawLookupStub() {
+  absl::MutexLock lock(&mu_);
+  for (std::unique_ptr<grpc::CompletionQueue>& cq : idle_queues_) {
+    DrainAndDestroy(std::move(cq));
+  }
+}
+
+std::unique_ptr<grpc::CompletionQueue> RawLookupStub::TakeQueue() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!idle_queues_.empty()) {
+      std::unique_ptr<grpc::CompletionQueue> cq =
+          std::move(idle_queues_.back());
+      idle_queues_.pop_back();
+      return cq;
+    }
+  }
+  return std::make_unique<grpc::CompletionQueue>();
+}
+
+void RawLookupStub::ReturnQueue(std::unique_ptr<grpc::CompletionQueue> cq) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (idle_queues_.size() < kMaxIdleQueues) {
+      idle_queues_.push_back(std::move(cq));
+      return;
+    }
+  }
+  DrainAndDestroy(std::move(cq));
+}
+
 grpc::Status RawLookupStub::Lookup(grpc::ClientContext* ctx,
                                    absl::string_view guard_key,
                                    std::vector<grpc::Slice>* response) {
@@ -141,9 +187,26 @@ grpc::Status RawLookupStub::Lookup(grpc::ClientContext* ctx,
   grpc::Slice request_slice(req.SerializeAsString());
   const grpc::ByteBuffer request(&request_slice, 1);
   grpc::ByteBuffer reply;
-  grpc::Status s =
-      grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-          channel_.get(), method_, ctx, request, &reply);
+  grpc::Status s;
+  std::unique_ptr<grpc::CompletionQueue> cq = TakeQueue();
+  {
+    // The reader lives in the call's arena (its delete only checks).
+    std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> call(
+        grpc::internal::ClientAsyncResponseReaderHelper::Create<
+            grpc::ByteBuffer>(channel_.get(), cq.get(), method_, ctx, request));
+    call->StartCall();
+    call->Finish(&reply, &s, /*tag=*/this);
+  }
+  // The call's one event (Finish's): the queue then holds nothing.
+  void* tag = nullptr;
+  bool ok = false;
+  if (!cq->Next(&tag, &ok) || tag != this) {
+    // Not expected; this queue is not reused.
+    DrainAndDestroy(std::move(cq));
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        "the Lookup call's completion queue failed");
+  }
+  ReturnQueue(std::move(cq));
   if (!s.ok()) return s;
   response->clear();
   if (!reply.Dump(response).ok()) {

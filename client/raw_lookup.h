@@ -33,8 +33,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/rpc_method.h"
@@ -43,9 +45,19 @@
 namespace kiln {
 
 // kiln.v1.Kiln/Lookup with raw bytes in and out.
+//
+// A call blocks its thread until the response is in, like the generated
+// stub's, but on a completion queue kept from an earlier call rather than a
+// new one per call (as grpc::internal::BlockingUnaryCall makes): creating
+// and destroying a queue costs a poller and, with gRPC's poll engine, an
+// eventfd per call.
 class RawLookupStub {
  public:
   explicit RawLookupStub(std::shared_ptr<grpc::ChannelInterface> channel);
+  ~RawLookupStub();
+
+  RawLookupStub(const RawLookupStub&) = delete;
+  RawLookupStub& operator=(const RawLookupStub&) = delete;
 
   // Sends a LookupRequest for `guard_key`; on success `*response` holds the
   // response's bytes as the transport received them (references, no copy).
@@ -53,8 +65,20 @@ class RawLookupStub {
                       std::vector<grpc::Slice>* response);
 
  private:
+  // Queues kept for reuse: at most this many (as many as calls that ran at
+  // once, up to the bound); a call finds one or makes one.
+  static constexpr size_t kMaxIdleQueues = 64;
+
+  std::unique_ptr<grpc::CompletionQueue> TakeQueue();
+  void ReturnQueue(std::unique_ptr<grpc::CompletionQueue> cq);
+
   std::shared_ptr<grpc::ChannelInterface> channel_;
   grpc::internal::RpcMethod method_;
+  absl::Mutex mu_;
+  // Each holds no pending event: a call returns its queue once its one
+  // event has been taken.
+  std::vector<std::unique_ptr<grpc::CompletionQueue>> idle_queues_
+      ABSL_GUARDED_BY(mu_);
 };
 
 // A parsed LookupResponse whose CPU binary still lies in the received slices.

@@ -4,7 +4,11 @@
 // the SHA-256 check still in force.
 #include "client/raw_lookup.h"
 
+#include <atomic>
+#include <chrono>
+#include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -175,6 +179,97 @@ TEST_F(RawLookupTest, LoadsVerifiedPiecesAndRefusesCorruptOnes) {
   std::vector<grpc::Slice> none;
   EXPECT_EQ(raw.Lookup(&missing_ctx, std::string(32, '\0'), &none).error_code(),
             grpc::StatusCode::NOT_FOUND);
+}
+
+// The stub reuses completion queues across calls: calls in turn, calls from
+// several threads at once, and calls after failed ones (NOT_FOUND, an
+// expired deadline) each get their own, complete response.
+TEST_F(RawLookupTest, ReusedQueuesServeSequentialConcurrentAndFailedCalls) {
+  auto stub = daemon_->Stub();
+  const v1::CompileRequest req = Request("chain10.json");
+  grpc::ClientContext compile_ctx;
+  v1::CompileResponse compiled;
+  ASSERT_TRUE(stub->Compile(&compile_ctx, req, &compiled).ok());
+  const std::string& binary = compiled.artifact().cpu().shared_object();
+
+  RawLookupStub raw(grpc::CreateChannel(daemon_->address(),
+                                        grpc::InsecureChannelCredentials()));
+  auto lookup_ok = [&](const std::string& key) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(30));
+    std::vector<grpc::Slice> slices;
+    const grpc::Status s = raw.Lookup(&ctx, key, &slices);
+    if (!s.ok()) return false;
+    absl::StatusOr<ReceivedArtifact> got =
+        ParseLookupResponse(std::move(slices));
+    return got.ok() && Joined(got->binary()) == binary;
+  };
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(lookup_ok(compiled.guard_key()));
+
+  // Failed calls leave their queue reusable.
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext missing_ctx;
+    std::vector<grpc::Slice> none;
+    EXPECT_EQ(
+        raw.Lookup(&missing_ctx, std::string(32, '\0'), &none).error_code(),
+        grpc::StatusCode::NOT_FOUND);
+    grpc::ClientContext expired_ctx;
+    expired_ctx.set_deadline(std::chrono::system_clock::now() -
+                             std::chrono::seconds(1));
+    EXPECT_EQ(
+        raw.Lookup(&expired_ctx, compiled.guard_key(), &none).error_code(),
+        grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_TRUE(lookup_ok(compiled.guard_key()));
+  }
+
+  constexpr int kThreads = 8;
+  constexpr int kCallsEach = 10;
+  std::atomic<int> good{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kCallsEach; ++i) {
+        if (lookup_ok(compiled.guard_key())) good.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(good.load(), kThreads * kCallsEach);
+}
+
+// kilnd on a Unix socket (--listen=unix:PATH): compile, then the raw Lookup
+// hit, through a channel to unix:PATH (as --server/KILN_SERVER name it).
+TEST(RawLookupUnixSocketTest, CompileAndLookupOverAUnixSocket) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      absl::StrCat("kiln_raw_lookup_unix_", getpid(), "_", rand());
+  std::filesystem::create_directories(dir);
+  const std::string address = "unix:" + (dir / "kilnd.sock").string();
+  {
+    Daemon daemon((dir / "data").string(), (dir / "port").string(),
+                  {"--listen=" + address});
+    ASSERT_GT(daemon.port(), 0) << "kilnd did not serve on " << address;
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(256 << 20);
+    auto channel = grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args);
+    auto stub = v1::Kiln::NewStub(channel);
+    grpc::ClientContext compile_ctx;
+    v1::CompileResponse compiled;
+    ASSERT_TRUE(
+        stub->Compile(&compile_ctx, Request("chain10.json"), &compiled).ok());
+
+    RawLookupStub raw(channel);
+    grpc::ClientContext ctx;
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(raw.Lookup(&ctx, compiled.guard_key(), &slices).ok());
+    absl::StatusOr<ReceivedArtifact> got =
+        ParseLookupResponse(std::move(slices));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(Joined(got->binary()), compiled.artifact().cpu().shared_object());
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
