@@ -153,50 +153,52 @@ TEST(CudaGpu, RandomGraphsMatchReference) {
   EXPECT_EQ(failures, 0);
 }
 
-// fast_math (approximate exp/log/pow/division, accurate sin/cos) stays
-// within the same tolerances on the float32 graphs of the suite.
-TEST(CudaGpu, RandomGraphsFastMathMatchReference) {
-  REQUIRE_GPU(gpu);
-  graph_gen::GraphGenOptions options = random_graphs::Options();
-  options.dtypes = {v1::FLOAT32};
-  const int64_t count = random_graphs::EnvInt("KILN_GPU_FAST_MATH_GRAPHS", 300);
+// Runs `count` random graphs (seeds 0..count-1) drawn with `options` through
+// CheckOnGpu with `fast_math` and `env`; reports up to 10 failures and the
+// total, and returns the number of failures.
+int CheckRandomGraphs(Gpu& gpu, const char* what, int64_t count,
+                      const graph_gen::GraphGenOptions& options, bool fast_math,
+                      const CompileEnv& env) {
   int failures = 0;
   for (int64_t seed = 0; seed < count; ++seed) {
     v1::CompileRequest req;
     *req.mutable_graph() = graph_gen::RandomGraph(seed, options);
-    req.mutable_options()->set_fast_math(true);
-    const std::string error = CheckOnGpu(*gpu, seed, req, seed % 2 == 0);
+    req.mutable_options()->set_fast_math(fast_math);
+    const std::string error = CheckOnGpu(gpu, seed, req, seed % 2 == 0, env);
     if (!error.empty() && ++failures <= 10) {
-      ADD_FAILURE() << "seed " << seed << ": " << error
+      ADD_FAILURE() << what << " seed " << seed << ": " << error
                     << "\n  graph: " << GraphJson(req.graph());
     }
   }
-  std::printf("%lld fast-math graphs on %s: %d failures\n",
-              static_cast<long long>(count), gpu->arch.c_str(), failures);
-  EXPECT_EQ(failures, 0);
+  std::printf("%lld %s graphs on %s: %d failures\n",
+              static_cast<long long>(count), what, gpu.arch.c_str(), failures);
+  return failures;
+}
+
+// fast_math (approximate exp/log/division, accurate sin/cos) stays within
+// the same tolerances on the float32 graphs of the suite.
+TEST(CudaGpu, RandomGraphsFastMathMatchReference) {
+  REQUIRE_GPU(gpu);
+  graph_gen::GraphGenOptions options = random_graphs::Options();
+  options.dtypes = {v1::FLOAT32};
+  EXPECT_EQ(
+      CheckRandomGraphs(*gpu, "fast-math",
+                        random_graphs::EnvInt("KILN_GPU_FAST_MATH_GRAPHS", 300),
+                        options, /*fast_math=*/true, {}),
+      0);
 }
 
 // Pointwise kernels with their lanes in a loop (GpuPlanOptions::lane_loop,
 // for every graph): the same tolerances.
 TEST(CudaGpu, RandomGraphsLaneLoopMatchReference) {
   REQUIRE_GPU(gpu);
-  const int64_t count = random_graphs::EnvInt("KILN_GPU_LANE_LOOP_GRAPHS", 300);
   CompileEnv env;
   env.gpu_lane_loop = true;
-  int failures = 0;
-  for (int64_t seed = 0; seed < count; ++seed) {
-    v1::CompileRequest req;
-    *req.mutable_graph() =
-        graph_gen::RandomGraph(seed, random_graphs::Options());
-    const std::string error = CheckOnGpu(*gpu, seed, req, seed % 2 == 0, env);
-    if (!error.empty() && ++failures <= 10) {
-      ADD_FAILURE() << "seed " << seed << ": " << error
-                    << "\n  graph: " << GraphJson(req.graph());
-    }
-  }
-  std::printf("%lld lane-loop graphs on %s: %d failures\n",
-              static_cast<long long>(count), gpu->arch.c_str(), failures);
-  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(
+      CheckRandomGraphs(*gpu, "lane-loop",
+                        random_graphs::EnvInt("KILN_GPU_LANE_LOOP_GRAPHS", 300),
+                        random_graphs::Options(), /*fast_math=*/false, env),
+      0);
 }
 
 // Wide and long rows: the looped and persistent forms at their edges,
