@@ -201,34 +201,37 @@ TEST(CudaGpu, RandomGraphsLaneLoopMatchReference) {
       0);
 }
 
+// A graph of one reduction node over input x.
+struct ReductionCase {
+  const char* op;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> dims;  // one int-list argument; none if empty
+  v1::DType dtype;
+};
+
+v1::CompileRequest ReductionRequest(const ReductionCase& c) {
+  v1::CompileRequest req;
+  v1::Input* in = req.mutable_graph()->add_inputs();
+  in->set_name("x");
+  in->mutable_meta()->set_dtype(c.dtype);
+  for (int64_t size : c.sizes) in->mutable_meta()->add_sizes()->set_value(size);
+  v1::Node* n = req.mutable_graph()->add_nodes();
+  n->set_op(c.op);
+  n->add_args()->set_ref("x");
+  if (!c.dims.empty()) {
+    auto* dims = n->add_args();
+    for (int64_t d : c.dims) dims->mutable_ints()->add_values(d);
+  }
+  n->add_outputs("y");
+  req.mutable_graph()->add_outputs("y");
+  return req;
+}
+
 // Wide and long rows: the looped and persistent forms at their edges,
 // reductions to a scalar over many elements, argmax ties.
 TEST(CudaGpu, RowFormsAtTheirEdges) {
   REQUIRE_GPU(gpu);
-  auto reduce = [](const char* op, std::vector<int64_t> sizes,
-                   std::vector<int64_t> dims, v1::DType dtype) {
-    v1::CompileRequest req;
-    v1::Input* in = req.mutable_graph()->add_inputs();
-    in->set_name("x");
-    in->mutable_meta()->set_dtype(dtype);
-    for (int64_t s : sizes) in->mutable_meta()->add_sizes()->set_value(s);
-    v1::Node* n = req.mutable_graph()->add_nodes();
-    n->set_op(op);
-    n->add_args()->set_ref("x");
-    if (!dims.empty()) {
-      for (int64_t d : dims) n->add_args()->mutable_ints()->add_values(d);
-    }
-    n->add_outputs("y");
-    req.mutable_graph()->add_outputs("y");
-    return req;
-  };
-  struct Case {
-    const char* op;
-    std::vector<int64_t> sizes;
-    std::vector<int64_t> dims;
-    v1::DType dtype;
-  };
-  const Case cases[] = {
+  const ReductionCase cases[] = {
       {"aten.sum.dim_IntList", {3, 40000}, {1}, v1::FLOAT32},  // looped
       {"aten.sum.dim_IntList",
        {5, 32768},
@@ -240,8 +243,8 @@ TEST(CudaGpu, RowFormsAtTheirEdges) {
       {"aten.sum.dim_IntList", {64, 33}, {0}, v1::FLOAT32},  // leading dim
       {"aten.sum.dim_IntList", {1000, 3}, {1}, v1::INT64},   // warp rows
   };
-  for (const Case& c : cases) {
-    v1::CompileRequest req = reduce(c.op, c.sizes, c.dims, c.dtype);
+  for (const ReductionCase& c : cases) {
+    v1::CompileRequest req = ReductionRequest(c);
     if (std::string(c.op) == "aten.argmax.default") {
       auto* n = req.mutable_graph()->mutable_nodes(0);
       n->add_args()->set_i(1);
@@ -255,13 +258,7 @@ TEST(CudaGpu, RowFormsAtTheirEdges) {
 // trailing or leading dims, float16 accumulated in float32.
 TEST(CudaGpu, SplitReductionsMatchReference) {
   REQUIRE_GPU(gpu);
-  struct Case {
-    const char* op;
-    std::vector<int64_t> sizes;
-    std::vector<int64_t> dims;
-    v1::DType dtype;
-  };
-  const Case cases[] = {
+  const ReductionCase cases[] = {
       {"aten.sum.default", {1 << 24}, {}, v1::FLOAT32},
       {"aten.sum.default", {1 << 18}, {}, v1::FLOAT16},
       {"aten.mean.dim", {16, 1 << 20}, {1}, v1::FLOAT32},
@@ -273,22 +270,8 @@ TEST(CudaGpu, SplitReductionsMatchReference) {
        {1},
        v1::FLOAT32},  // prime: no split
   };
-  for (const Case& c : cases) {
-    v1::CompileRequest req;
-    v1::Input* in = req.mutable_graph()->add_inputs();
-    in->set_name("x");
-    in->mutable_meta()->set_dtype(c.dtype);
-    for (int64_t size : c.sizes)
-      in->mutable_meta()->add_sizes()->set_value(size);
-    v1::Node* n = req.mutable_graph()->add_nodes();
-    n->set_op(c.op);
-    n->add_args()->set_ref("x");
-    if (!c.dims.empty()) {
-      auto* dims = n->add_args();  // one int-list argument
-      for (int64_t d : c.dims) dims->mutable_ints()->add_values(d);
-    }
-    n->add_outputs("y");
-    req.mutable_graph()->add_outputs("y");
+  for (const ReductionCase& c : cases) {
+    v1::CompileRequest req = ReductionRequest(c);
     EXPECT_EQ(CheckOnGpu(*gpu, 5, req, true), "")
         << c.op << " over " << absl::StrJoin(c.sizes, "x");
   }
