@@ -74,8 +74,11 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
 
 int64_t ChooseReductionSplits(int64_t rows, int64_t row) {
   if (rows <= 0 || rows >= kSplitMaxRows || row < 2 * kSplitMinChunk) return 1;
-  const int64_t most =
-      std::min((kSplitTargetBlocks + rows - 1) / rows, row / kSplitMinChunk);
+  // Enough blocks, and chunks that fit the persistent (vectorised) form.
+  const int64_t wanted =
+      std::max((kSplitTargetBlocks + rows - 1) / rows,
+               (row + kMaxPersistentRow - 1) / kMaxPersistentRow);
+  const int64_t most = std::min(wanted, row / kSplitMinChunk);
   for (bool want_vec : {true, false}) {
     for (int64_t s = most; s >= 2; --s) {
       if (row % s == 0 && (!want_vec || (row / s) % 4 == 0)) return s;

@@ -69,8 +69,9 @@ inline constexpr int kDefaultGroupsPerThread = 4;
 // Reductions over few, long rows are split in two kernels
 // (split_reductions.h): fewer than kSplitMaxRows rows of at least
 // 2 * kSplitMinChunk elements. S partial blocks per row bring rows * S to
-// about kSplitTargetBlocks (several waves on 132 SMs) while each partial
-// block still reduces kSplitMinChunk elements or more.
+// about kSplitTargetBlocks (several waves on 132 SMs), and each chunk to at
+// most kMaxPersistentRow (the persistent form, with its 128-bit loads),
+// while each partial block still reduces kSplitMinChunk elements or more.
 inline constexpr int64_t kSplitMaxRows = 256;
 inline constexpr int64_t kSplitTargetBlocks = 1024;
 inline constexpr int64_t kSplitMinChunk = 4096;

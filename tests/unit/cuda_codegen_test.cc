@@ -281,12 +281,13 @@ TEST(CudaCodegen, FewLongRowsAreSplit) {
 }
 
 TEST(CudaCodegen, ChooseReductionSplits) {
-  EXPECT_EQ(ChooseReductionSplits(1, 1 << 26), 1024);
-  EXPECT_EQ(ChooseReductionSplits(64, 1 << 20), 16);
-  EXPECT_EQ(ChooseReductionSplits(3, 40000), 8);     // chunk 5000
-  EXPECT_EQ(ChooseReductionSplits(2, 99991), 1);     // prime
-  EXPECT_EQ(ChooseReductionSplits(4096, 32768), 1);  // enough rows
-  EXPECT_EQ(ChooseReductionSplits(8, 4096), 1);      // short rows
+  EXPECT_EQ(ChooseReductionSplits(1, 1 << 26), 2048);  // chunk 32768
+  EXPECT_EQ(ChooseReductionSplits(64, 1 << 20), 32);
+  EXPECT_EQ(ChooseReductionSplits(1, 1 << 20), 256);  // 1024 blocks
+  EXPECT_EQ(ChooseReductionSplits(3, 40000), 8);      // chunk 5000
+  EXPECT_EQ(ChooseReductionSplits(2, 99991), 1);      // prime
+  EXPECT_EQ(ChooseReductionSplits(4096, 32768), 1);   // enough rows
+  EXPECT_EQ(ChooseReductionSplits(8, 4096), 1);       // short rows
 }
 
 TEST(CudaCodegen, RandomGraphsOverTheWholeOpSetCompile) {
