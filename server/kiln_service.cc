@@ -44,10 +44,6 @@ grpc::Slice LookupResponseHeader(size_t artifact_bytes) {
   return grpc::Slice(header, static_cast<size_t>(end - header));
 }
 
-// Lookup's index among kiln.v1.Kiln's methods (their order in
-// service.proto), as the generated WithRaw*Method_Lookup use it.
-constexpr int kLookupMethodIndex = 1;
-
 // The bytes of a ByteBuffer as one string (requests here are small).
 std::string BufferBytes(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
@@ -67,21 +63,7 @@ KilnService::KilnService(ArtifactStore* store,
       options_(options),
       pool_(std::make_unique<CompilePool>(options.compile_threads,
                                           options.max_queued_compiles)),
-      hot_(options.hot_cache_bytes) {
-  if (options.async_lookup) {
-    MarkMethodRaw(kLookupMethodIndex);
-  } else {
-    MarkMethodRawCallback(
-        kLookupMethodIndex,
-        new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer,
-                                                 grpc::ByteBuffer>(
-            [this](grpc::CallbackServerContext* ctx,
-                   const grpc::ByteBuffer* request,
-                   grpc::ByteBuffer* response) {
-              return LookupCallback(ctx, request, response);
-            }));
-  }
-}
+      hot_(options.hot_cache_bytes) {}
 
 KilnService::~KilnService() { Drain(); }
 
@@ -236,21 +218,14 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
   return Done("Compile", grpc::Status::OK);
 }
 
-grpc::ServerUnaryReactor* KilnService::LookupCallback(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
-    grpc::ByteBuffer* response) {
+grpc::ServerUnaryReactor* KilnService::Lookup(grpc::CallbackServerContext* ctx,
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) {
   // A hit never blocks (memory, or one RocksDB read), so it is answered on
   // the callback thread itself.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(LookupBytes(*request, response));
   return reactor;
-}
-
-void KilnService::RequestLookup(
-    grpc::ServerContext* ctx, grpc::ByteBuffer* request,
-    grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* writer,
-    grpc::ServerCompletionQueue* cq, void* tag) {
-  RequestAsyncUnary(kLookupMethodIndex, ctx, request, writer, cq, cq, tag);
 }
 
 grpc::Status KilnService::LookupBytes(const grpc::ByteBuffer& request,

@@ -4,16 +4,14 @@
 //
 // Hits are served from HotArtifacts (server/hot_artifacts.h), an in-memory
 // LRU of verified, serialized artifacts, before the store: no RocksDB read,
-// SHA-256 or parse. Lookup, the hit path of kiln::Client, uses raw
-// ByteBuffers: its response is the 1-6 byte header of LookupResponse.artifact
-// followed by the cached slice itself, so the artifact is never parsed nor
-// copied per request (the wire format is exactly LookupResponse's). Lookup
-// is served either by gRPC's callback API (KilnServiceOptions::async_lookup
-// false) or, when true, by the async API: then AsyncLookupServer
-// (server/async_lookup.h) must request and answer the calls.
+// SHA-256 or parse. Lookup, the hit path of kiln::Client, uses gRPC's
+// callback API with raw ByteBuffers: its response is the 1-6 byte header of
+// LookupResponse.artifact followed by the cached slice itself, so the
+// artifact is never parsed nor copied per request (the wire format is
+// exactly LookupResponse's).
 //
 // Thread-safety: every RPC may run concurrently (the sync methods on gRPC's
-// sync server threads, Lookup on its callback or AsyncLookupServer threads).
+// sync server threads, Lookup on its callback threads).
 #ifndef KILN_SERVER_KILN_SERVICE_H_
 #define KILN_SERVER_KILN_SERVICE_H_
 
@@ -38,29 +36,21 @@ struct KilnServiceOptions {
   // Budget of HotArtifacts (artifact bytes plus a small per-entry charge);
   // 0 serves every hit from the store.
   uint64_t hot_cache_bytes = uint64_t{256} << 20;
-  // Lookup through gRPC's async API (AsyncLookupServer answers it) instead
-  // of the callback API.
-  bool async_lookup = false;
 };
 
-// Lookup is marked raw callback or raw async in the constructor (what the
-// generated WithRaw[Callback]Method_Lookup do), by options.async_lookup.
-class KilnService final : public v1::Kiln::Service {
+class KilnService final
+    : public v1::Kiln::WithRawCallbackMethod_Lookup<v1::Kiln::Service> {
  public:
   KilnService(ArtifactStore* store, const KilnServiceOptions& options);
   ~KilnService() override;
 
   grpc::Status Compile(grpc::ServerContext* ctx, const v1::CompileRequest* req,
                        v1::CompileResponse* resp) override;
-  // With options.async_lookup: asks for the next Lookup call on `cq`
-  // (grpc::Service::RequestAsyncUnary for Lookup).
-  void RequestLookup(grpc::ServerContext* ctx, grpc::ByteBuffer* request,
-                     grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* writer,
-                     grpc::ServerCompletionQueue* cq, void* tag);
-  // The answer to a raw Lookup request, whichever API serves it: the
-  // response bytes (a hit), or the error status. Never blocks on a compile.
-  grpc::Status LookupBytes(const grpc::ByteBuffer& request,
-                           grpc::ByteBuffer* response);
+  // Raw Lookup: the request bytes are a LookupRequest, the response bytes a
+  // LookupResponse (see the file comment).
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::Status GetStats(grpc::ServerContext* ctx,
                         const v1::GetStatsRequest* req,
                         v1::Stats* resp) override;
@@ -91,11 +81,8 @@ class KilnService final : public v1::Kiln::Service {
                                              bool* from_memory);
   // The cached artifact for key, parsed (the compile threads' re-check).
   std::shared_ptr<const v1::Artifact> FromCache(const Sha256Digest& key);
-  // Raw Lookup through the callback API: the request bytes are a
-  // LookupRequest, the response bytes a LookupResponse (see the file comment).
-  grpc::ServerUnaryReactor* LookupCallback(grpc::CallbackServerContext* ctx,
-                                           const grpc::ByteBuffer* request,
-                                           grpc::ByteBuffer* response);
+  grpc::Status LookupBytes(const grpc::ByteBuffer& request,
+                           grpc::ByteBuffer* response);
   // Runs on a compile thread: compile, store, publish to the flight.
   void RunCompile(const v1::CompileRequest& request, const Sha256Digest& key);
 

@@ -22,7 +22,6 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
-#include "server/async_lookup.h"
 #include "server/kiln_service.h"
 #include "spdlog/spdlog.h"
 
@@ -45,10 +44,6 @@ ABSL_FLAG(int32_t, max_deadline_seconds, 300,
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9733",
           "address:port of the Prometheus /metrics endpoint (empty: off; port "
           "0: pick one)");
-ABSL_FLAG(int32_t, lookup_threads, 1,
-          "threads serving Lookup (cache hits) through gRPC's async API, each "
-          "polling its own completion queue and answering inline (0: gRPC's "
-          "callback API instead)");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound port here once serving (for tests and scripts)");
 
@@ -101,8 +96,6 @@ int Main(int argc, char** argv) {
       absl::Seconds(absl::GetFlag(FLAGS_max_deadline_seconds));
   options.hot_cache_bytes = static_cast<uint64_t>(
       std::max<int64_t>(0, absl::GetFlag(FLAGS_hot_cache_bytes)));
-  const int lookup_threads = std::max(0, absl::GetFlag(FLAGS_lookup_threads));
-  options.async_lookup = lookup_threads > 0;
   KilnService service(store->get(), options);
   // The exposer holds collectables weakly: this shared_ptr keeps it alive.
   auto metrics = std::make_shared<ServerMetrics>(
@@ -134,24 +127,17 @@ int Main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.RegisterService(&service);
-  // Before the server: destroyed after it.
-  std::unique_ptr<AsyncLookupServer> lookups;
-  if (lookup_threads > 0) {
-    lookups =
-        std::make_unique<AsyncLookupServer>(&service, lookup_threads, &builder);
-  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     spdlog::critical("event=listen_failed address={}",
                      absl::GetFlag(FLAGS_listen));
     return 1;
   }
-  if (lookups) lookups->Start();
   spdlog::info(
       "event=serving address={} port={} data_dir={} compile_threads={} "
-      "hot_cache_bytes={} lookup_threads={}",
+      "hot_cache_bytes={}",
       absl::GetFlag(FLAGS_listen), port, store_options.data_dir,
-      options.compile_threads, options.hot_cache_bytes, lookup_threads);
+      options.compile_threads, options.hot_cache_bytes);
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
     std::ofstream(tmp) << port << "\n" << metrics_port << "\n";
@@ -167,8 +153,6 @@ int Main(int argc, char** argv) {
   });
   server->Wait();
   stopper.join();
-  // No call is in flight once the server has shut down.
-  if (lookups) lookups->Shutdown();
   service.Drain();
   if (absl::Status s = (*store)->Flush(); !s.ok())
     spdlog::error("event=flush_failed status=\"{}\"", s.ToString());
