@@ -23,14 +23,6 @@ constexpr unsigned kGlobal = 1;  // NVPTX address spaces
 constexpr unsigned kShared = 3;
 constexpr int64_t kRuntimeAlignment = 256;  // outputs and temps
 
-bool ContainsVar(const Expr& e) {
-  if (e->op == ExprOp::kVar) return true;
-  for (const Expr& a : e->args) {
-    if (ContainsVar(a)) return true;
-  }
-  return false;
-}
-
 // offset = sum(coeff[v] * var v) + constant, coefficients free of vars.
 struct LinearForm {
   std::vector<Expr> coeff;  // per var; null = 0
@@ -40,7 +32,7 @@ struct LinearForm {
 std::optional<LinearForm> Linearize(const Expr& e, size_t num_vars) {
   LinearForm f;
   f.coeff.assign(num_vars, nullptr);
-  if (!ContainsVar(e)) {
+  if (!ir::ContainsOp(e, ExprOp::kVar)) {
     f.constant = e;
     return f;
   }
@@ -64,8 +56,8 @@ std::optional<LinearForm> Linearize(const Expr& e, size_t num_vars) {
       return f;
     }
     case ExprOp::kMul: {
-      int lin = ContainsVar(e->args[0]) ? 0 : 1;
-      if (ContainsVar(e->args[1 - lin])) return std::nullopt;
+      int lin = ir::ContainsOp(e->args[0], ExprOp::kVar) ? 0 : 1;
+      if (ir::ContainsOp(e->args[1 - lin], ExprOp::kVar)) return std::nullopt;
       auto a = Linearize(e->args[lin], num_vars);
       if (!a) return std::nullopt;
       const Expr& scale = e->args[1 - lin];

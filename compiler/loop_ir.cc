@@ -131,6 +131,15 @@ Expr FromSym(const SymExpr& e) {
   return sum;
 }
 
+bool ContainsOp(const Expr& e, ExprOp op) {
+  if (!e) return false;
+  if (e->op == op) return true;
+  for (const Expr& a : e->args) {
+    if (ContainsOp(a, op)) return true;
+  }
+  return false;
+}
+
 bool Equal(const Expr& a, const Expr& b) {
   if (a == b) return true;
   if (a->hash != b->hash || a->op != b->op || a->dtype != b->dtype ||

@@ -129,6 +129,8 @@ Expr Mod(Expr a, Expr b);
 Expr FromSym(const SymExpr& e);
 
 bool Equal(const Expr& a, const Expr& b);
+// Whether `e` (null: no) has a node of kind `op`.
+bool ContainsOp(const Expr& e, ExprOp op);
 // Replaces kVar i by vars[i].
 Expr SubstituteVars(const Expr& e, const std::vector<Expr>& vars);
 std::string ToString(const Expr& e,

@@ -11,22 +11,15 @@
 namespace kiln {
 namespace {
 
-bool UsesAcc(const Expr& e) {
-  if (!e) return false;
-  if (e->op == ExprOp::kAcc) return true;
-  for (const Expr& a : e->args) {
-    if (UsesAcc(a)) return true;
-  }
-  return false;
-}
-
-// Row-major flat index of `vars` over `sizes`.
-Expr RowMajor(const std::vector<Expr>& vars,
-              const std::vector<int64_t>& sizes) {
-  Expr flat = ir::IntConst(0);
-  for (size_t k = 0; k < vars.size(); ++k)
-    flat = ir::Add(ir::Mul(flat, ir::IntConst(sizes[k])), vars[k]);
-  return flat;
+// Where the partial accumulator of split `split` of the row at `outer_vars`
+// (a row-major index over `sizes`) lies in a buffer of rows * splits.
+Expr PartialOffset(const std::vector<Expr>& outer_vars,
+                   const std::vector<int64_t>& sizes, int64_t splits,
+                   const Expr& split) {
+  Expr row = ir::IntConst(0);
+  for (size_t k = 0; k < outer_vars.size(); ++k)
+    row = ir::Add(ir::Mul(row, ir::IntConst(sizes[k])), outer_vars[k]);
+  return ir::Add(ir::Mul(row, ir::IntConst(splits)), split);
 }
 
 // What a kernel looks like when it can be split.
@@ -62,8 +55,8 @@ std::optional<SplitShape> Splittable(const Kernel& k) {
     }
     // A reduction after a store, of another reduction's result, or one
     // whose partial result is a position: not split.
-    if (stores || UsesAcc(st.value) || st.reduce == ReduceKind::kArgMax ||
-        st.reduce == ReduceKind::kArgMin)
+    if (stores || ir::ContainsOp(st.value, ExprOp::kAcc) ||
+        st.reduce == ReduceKind::kArgMax || st.reduce == ReduceKind::kArgMin)
       return std::nullopt;
     ++s.reductions;
   }
@@ -116,9 +109,8 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
     if (m > 0) v = ir::Mod(v, ir::IntConst(shape.inner_sizes[m]));
     vars[shape.inner[m]] = v;
   }
-  const Expr partial_offset = ir::Add(
-      ir::Mul(RowMajor(outer_vars, shape.outer_sizes), ir::IntConst(splits)),
-      split_var);
+  const Expr partial_offset =
+      PartialOffset(outer_vars, shape.outer_sizes, splits, split_var);
   for (int r = 0; r < shape.reductions; ++r) {
     Stage st = k.stages[r];
     st.value = ir::SubstituteVars(st.value, vars);
@@ -143,9 +135,8 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
     b.dims[shape.inner[m]] = SymExpr(m == 0 ? splits : 1);
   std::vector<Expr> b_outer_vars;
   for (int d : shape.outer) b_outer_vars.push_back(ir::Var(d));
-  const Expr combine_offset = ir::Add(
-      ir::Mul(RowMajor(b_outer_vars, shape.outer_sizes), ir::IntConst(splits)),
-      ir::Var(shape.inner[0]));
+  const Expr combine_offset = PartialOffset(b_outer_vars, shape.outer_sizes,
+                                            splits, ir::Var(shape.inner[0]));
   for (int r = 0; r < shape.reductions; ++r) {
     Stage& st = b.stages[r];
     st.value =
