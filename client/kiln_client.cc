@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "client/cpu_executable.h"
+#include "client/hit_socket_client.h"
 #include "client/host_target.h"
 #include "client/raw_lookup.h"
 #include "client/thread_pool.h"
@@ -50,7 +51,7 @@ class ClientImpl final : public Client {
              std::shared_ptr<grpc::Channel> channel)
       : options_(options),
         stub_(v1::Kiln::NewStub(channel)),
-        raw_lookup_(channel),
+        lookup_(channel, options.server, options.use_hit_socket),
         pool_(std::make_shared<ThreadPool>(options.runtime_threads)) {}
 
   absl::StatusOr<std::shared_ptr<const Executable>> GetExecutable(
@@ -97,7 +98,7 @@ class ClientImpl final : public Client {
     // its SHA-256 before loading, whichever way the artifact came.
     std::vector<grpc::Slice> response;
     grpc::Status s = CallWithRetries([&](grpc::ClientContext* ctx) {
-      return raw_lookup_.Lookup(ctx, key, &response);
+      return lookup_.Lookup(ctx, key, &response);
     });
     absl::StatusOr<std::unique_ptr<CpuExecutable>> exe;
     if (s.ok()) {
@@ -176,7 +177,7 @@ class ClientImpl final : public Client {
 
   const ClientOptions options_;
   std::unique_ptr<v1::Kiln::Stub> stub_;
-  RawLookupStub raw_lookup_;
+  LookupChannel lookup_;
   std::shared_ptr<ThreadPool> pool_;
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const Executable>> loaded_;
@@ -200,6 +201,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   if (o.server.empty()) {
     const char* env = std::getenv("KILN_SERVER");
     o.server = env && *env ? env : "127.0.0.1:7733";
+  }
+  if (const char* env = std::getenv("KILN_HIT_SOCKET");
+      env && std::string(env) == "0") {
+    o.use_hit_socket = false;
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);

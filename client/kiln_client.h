@@ -15,7 +15,8 @@
 //
 // GetExecutable computes the guard key locally and serves, in order: the
 // in-process cache of loaded executables, the daemon's cache through
-// Lookup (a 32-byte request), and only then a Compile with the whole graph.
+// Lookup (a 32-byte request; on kilnd's hit socket when it has one, see
+// client/hit_socket_client.h), and only then a Compile with the whole graph.
 // The binary's SHA-256 is verified before any code is loaded. The key of a
 // request already seen is remembered by the SHA-256 of the request's bytes,
 // so a repeated call does not import the graph again.
@@ -59,6 +60,10 @@ struct ClientOptions {
   absl::Duration initial_backoff = absl::Milliseconds(100);
   // Threads that run kernels (0: the machine's cores).
   int runtime_threads = 0;
+  // Look up on kilnd's hit socket when it has one (client/hit_socket_client.h;
+  // gRPC otherwise, and whenever the socket fails). $KILN_HIT_SOCKET=0 turns
+  // it off too.
+  bool use_hit_socket = true;
 };
 
 class Executable {

@@ -45,6 +45,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/cpu_executable.h"
+#include "client/hit_socket_client.h"
 #include "client/kiln_client.h"
 #include "client/raw_lookup.h"
 #include "compiler/guard_key.h"
@@ -88,6 +89,9 @@ ABSL_FLAG(int64_t, requests, 1000000,
 ABSL_FLAG(bool, verify, true,
           "bench --mode=proto|raw: check each artifact's binary against its "
           "SHA-256, as a client does before loading it");
+ABSL_FLAG(bool, hit_socket, true,
+          "bench --mode=raw|client: look up on kilnd's hit socket when it has "
+          "one, as kiln::Client does (false: gRPC's Lookup)");
 ABSL_FLAG(std::string, mode, "raw",
           "bench: proto (generated stub, protobuf parse), raw (kiln::Client's "
           "zero-copy receive) or client (kiln::Client's whole hit: key, "
@@ -647,6 +651,7 @@ int Bench(v1::Kiln::Stub& stub, const std::string& path) {
   Samples total(threads), key_times(threads), round_trips(threads),
       parses(threads), verifies(threads), loads(threads);
   std::vector<std::string> first_error(threads);
+  std::string road = mode == "proto" ? "gRPC Lookup" : "";  // thread 0 sets
   auto record_error = [&](int t, std::string message) {
     if (errors.fetch_add(1) == 0) first_error[t] = std::move(message);
   };
@@ -660,7 +665,8 @@ int Bench(v1::Kiln::Stub& stub, const std::string& path) {
       std::shared_ptr<grpc::Channel> channel =
           MakeChannel(/*own_connection=*/true);
       auto proto_stub = v1::Kiln::NewStub(channel);
-      RawLookupStub raw_stub(channel);
+      LookupChannel lookup_channel(channel, ServerAddress(),
+                                   absl::GetFlag(FLAGS_hit_socket));
       using Clock = std::chrono::steady_clock;
       while (Clock::now() < end && issued.fetch_add(1) < max_requests) {
         grpc::ClientContext ctx;
@@ -708,7 +714,11 @@ int Bench(v1::Kiln::Stub& stub, const std::string& path) {
           continue;
         }
         std::vector<grpc::Slice> slices;
-        const grpc::Status s = raw_stub.Lookup(&ctx, key, &slices);
+        const grpc::Status s = lookup_channel.Lookup(&ctx, key, &slices);
+        if (t == 0 && road.empty()) {
+          const std::string hit = lookup_channel.hit_socket_address();
+          road = hit.empty() ? "gRPC Lookup" : absl::StrCat("hit socket ", hit);
+        }
         const auto t2 = Clock::now();
         if (!s.ok()) {
           record_error(t, absl::StrCat(CodeName(s.error_code()), ": ",
@@ -770,11 +780,12 @@ int Bench(v1::Kiln::Stub& stub, const std::string& path) {
   std::cout << absl::StrFormat(
       "bench    %d Lookups of %s from %d thread%s in %.2f s: %.0f requests/s "
       "(--mode=%s)\n"
-      "latency  median %.1f us, p99 %.1f us, max %.1f us (%s)\n",
+      "latency  median %.1f us, p99 %.1f us, max %.1f us (%s)\n"
+      "road     %s\n",
       all.size(), HumanBytes(compiled.artifact().ByteSizeLong()), threads,
       threads == 1 ? "" : "s", elapsed, all.size() / elapsed, mode,
       Percentile(all, 0.5), Percentile(all, 0.99),
-      all.empty() ? 0.0 : all.back(), measured);
+      all.empty() ? 0.0 : all.back(), measured, road);
   std::vector<std::string> phases;
   auto phase = [&](const Samples& samples, absl::string_view name) {
     const std::vector<double> sorted = Merged(samples);
@@ -808,6 +819,7 @@ int Bench(v1::Kiln::Stub& stub, const std::string& path) {
     // one GetExecutable (a Lookup hit, above) then repeats of it.
     ClientOptions options;
     options.server = ServerAddress();
+    options.use_hit_socket = absl::GetFlag(FLAGS_hit_socket);
     options.runtime_threads = 1;
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
     if (!client.ok()) return FailMessage(client.status().ToString());

@@ -224,41 +224,75 @@ grpc::ServerUnaryReactor* KilnService::Lookup(grpc::CallbackServerContext* ctx,
   // A hit never blocks (memory, or one RocksDB read), so it is answered on
   // the callback thread itself.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(LookupBytes(*request, response));
+  absl::StatusOr<std::shared_ptr<const HotArtifact>> hot =
+      LookupKey(BufferBytes(*request));
+  if (hot.ok()) {
+    // The ByteBuffer takes references to the slices: the artifact bytes are
+    // shared with HotArtifacts, not copied.
+    const grpc::Slice slices[] = {
+        LookupResponseHeader((*hot)->artifact_bytes.size()),
+        (*hot)->artifact_bytes};
+    *response = grpc::ByteBuffer(slices, 2);
+  }
+  reactor->Finish(Done("Lookup", ToGrpc(hot.status())));
   return reactor;
 }
 
-grpc::Status KilnService::LookupBytes(const grpc::ByteBuffer& request,
-                                      grpc::ByteBuffer* response) {
+HitReply KilnService::LookupOnHitSocket(absl::string_view request) {
+  HitReply reply;
+  absl::StatusOr<std::shared_ptr<const HotArtifact>> hot = LookupKey(request);
+  Done("HitSocketLookup", ToGrpc(hot.status()));
+  if (!hot.ok()) {
+    reply.status = hot.status();
+    return reply;
+  }
+  // The response header's bytes live in a slice kept with the artifact's.
+  struct Held {
+    grpc::Slice header;
+    std::shared_ptr<const HotArtifact> hot;
+  };
+  auto held = std::make_shared<Held>(
+      Held{LookupResponseHeader((*hot)->artifact_bytes.size()), *hot});
+  auto view = [](const grpc::Slice& slice) {
+    return absl::string_view(reinterpret_cast<const char*>(slice.begin()),
+                             slice.size());
+  };
+  reply.pieces = {view(held->header), view(held->hot->artifact_bytes)};
+  reply.keep_alive = std::move(held);
+  return reply;
+}
+
+absl::StatusOr<std::shared_ptr<const HotArtifact>> KilnService::LookupKey(
+    absl::string_view request_bytes) {
   v1::LookupRequest req;
-  if (!req.ParseFromString(BufferBytes(request))) {
-    return Done("Lookup", grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                       "the request is not a LookupRequest"));
+  if (!req.ParseFromArray(request_bytes.data(),
+                          static_cast<int>(request_bytes.size()))) {
+    return absl::InvalidArgumentError("the request is not a LookupRequest");
   }
   Sha256Digest key{};
   if (req.guard_key().size() != key.size()) {
-    return Done("Lookup",
-                grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                             absl::StrCat("guard_key must be 32 bytes, got ",
-                                          req.guard_key().size())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "guard_key must be 32 bytes, got ", req.guard_key().size()));
   }
   std::memcpy(key.data(), req.guard_key().data(), key.size());
   bool from_memory = false;
   std::shared_ptr<const HotArtifact> hot = FindHot(key, &from_memory);
   if (!hot) {
     misses_.fetch_add(1);
-    return Done("Lookup",
-                grpc::Status(grpc::StatusCode::NOT_FOUND,
-                             "no artifact under this key; send Compile"));
+    return absl::NotFoundError("no artifact under this key; send Compile");
   }
   hits_.fetch_add(1);
   if (from_memory) hot_hits_.fetch_add(1);
-  // The ByteBuffer takes references to the slices: the artifact bytes are
-  // shared with HotArtifacts, not copied.
-  const grpc::Slice slices[] = {
-      LookupResponseHeader(hot->artifact_bytes.size()), hot->artifact_bytes};
-  *response = grpc::ByteBuffer(slices, 2);
-  return Done("Lookup", grpc::Status::OK);
+  return hot;
+}
+
+grpc::Status KilnService::GetServerInfo(grpc::ServerContext*,
+                                        const v1::GetServerInfoRequest*,
+                                        v1::ServerInfo* resp) {
+  resp->set_version(CompilerIdentity());
+  if (hit_socket_.tcp_port() != 0 || !hit_socket_.unix_path().empty())
+    *resp->mutable_hit_socket() = hit_socket_;
+  return Done("GetServerInfo", grpc::Status::OK);
 }
 
 grpc::Status KilnService::GetStats(grpc::ServerContext*,

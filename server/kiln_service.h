@@ -22,6 +22,7 @@
 #include "cache/artifact_store.h"
 #include "kiln/v1/service.grpc.pb.h"
 #include "server/compile_pool.h"
+#include "server/hit_socket_server.h"
 #include "server/hot_artifacts.h"
 #include "server/inflight_compiles.h"
 #include "server/metrics.h"
@@ -62,6 +63,19 @@ class KilnService final
   grpc::Status ExplainKey(grpc::ServerContext* ctx,
                           const v1::CompileRequest* req,
                           v1::ExplainKeyResponse* resp) override;
+  grpc::Status GetServerInfo(grpc::ServerContext* ctx,
+                             const v1::GetServerInfoRequest* req,
+                             v1::ServerInfo* resp) override;
+
+  // A Lookup on the hit socket (server/hit_socket_server.h): `request` is a
+  // LookupRequest's bytes; the reply's pieces are the LookupResponse's
+  // bytes, the artifact's shared with HotArtifacts. Counted in the stats as
+  // a gRPC Lookup is, and in /metrics under method "HitSocketLookup".
+  HitReply LookupOnHitSocket(absl::string_view request);
+  // What GetServerInfo advertises as the hit socket (call before serving).
+  void set_hit_socket(const v1::HitSocket& hit_socket) {
+    hit_socket_ = hit_socket;
+  }
 
   // Finishes queued and running compiles (they land in the cache).
   void Drain();
@@ -81,8 +95,10 @@ class KilnService final
                                              bool* from_memory);
   // The cached artifact for key, parsed (the compile threads' re-check).
   std::shared_ptr<const v1::Artifact> FromCache(const Sha256Digest& key);
-  grpc::Status LookupBytes(const grpc::ByteBuffer& request,
-                           grpc::ByteBuffer* response);
+  // The artifact a LookupRequest's bytes ask for; counts the hit or miss.
+  // Errors: INVALID_ARGUMENT for a malformed request, NOT_FOUND.
+  absl::StatusOr<std::shared_ptr<const HotArtifact>> LookupKey(
+      absl::string_view request_bytes);
   // Runs on a compile thread: compile, store, publish to the flight.
   void RunCompile(const v1::CompileRequest& request, const Sha256Digest& key);
 
@@ -94,6 +110,7 @@ class KilnService final
   InflightCompiles inflight_;
   std::unique_ptr<CompilePool> pool_;
   HotArtifacts hot_;
+  v1::HitSocket hit_socket_;
   std::atomic<uint64_t> hits_{0}, misses_{0}, compiles_{0}, joins_{0},
       compile_errors_{0}, hot_hits_{0};
 };

@@ -14,7 +14,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "cache/artifact_store.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -22,8 +25,10 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
+#include "server/hit_socket_server.h"
 #include "server/kiln_service.h"
 #include "spdlog/spdlog.h"
+#include "support/hit_wire.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7733",
           "address:port to serve on (port 0: pick a free one)");
@@ -44,11 +49,33 @@ ABSL_FLAG(int32_t, max_deadline_seconds, 300,
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9733",
           "address:port of the Prometheus /metrics endpoint (empty: off; port "
           "0: pick one)");
+ABSL_FLAG(std::string, hit_listen, "auto",
+          "the hit socket, Lookup outside gRPC (README.md, \"The hit "
+          "socket\"): HOST:PORT, unix:PATH, off, or auto: --listen's host at "
+          "its port + 1 (a free port when --listen's is 0), or PATH.hits next "
+          "to a unix:PATH");
+ABSL_FLAG(int32_t, hit_max_connections, 256,
+          "hit socket connections at once (one thread each); more are closed "
+          "and those clients use gRPC");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound port here once serving (for tests and scripts)");
 
 namespace kiln {
 namespace {
+
+// --hit_listen=auto: next to --listen (see the flag). Empty when --listen
+// has a form this does not know.
+std::string AutoHitListen(absl::string_view listen) {
+  if (absl::ConsumePrefix(&listen, "unix:"))
+    return absl::StrCat("unix:", listen, ".hits");
+  std::string host, port;
+  int port_number = 0;
+  if (!hit_wire::SplitHostPort(listen, &host, &port) ||
+      !absl::SimpleAtoi(port, &port_number) || port_number >= 65535)
+    return "";
+  if (absl::StrContains(host, ':')) host = absl::StrCat("[", host, "]");
+  return absl::StrCat(host, ":", port_number == 0 ? 0 : port_number + 1);
+}
 
 std::string DefaultDataDir() {
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
@@ -118,6 +145,37 @@ int Main(int argc, char** argv) {
     }
   }
 
+  // The hit socket is a faster road to what gRPC's Lookup also serves: one
+  // that cannot be opened in auto mode is logged and skipped.
+  std::unique_ptr<HitSocketServer> hit_socket;
+  const std::string hit_flag = absl::GetFlag(FLAGS_hit_listen);
+  if (hit_flag != "off") {
+    HitSocketOptions hit_options;
+    hit_options.listen = hit_flag == "auto"
+                             ? AutoHitListen(absl::GetFlag(FLAGS_listen))
+                             : hit_flag;
+    hit_options.max_connections =
+        std::max(1, absl::GetFlag(FLAGS_hit_max_connections));
+    auto started = HitSocketServer::Start(
+        hit_options, [&service](absl::string_view request) {
+          return service.LookupOnHitSocket(request);
+        });
+    if (started.ok()) {
+      hit_socket = *std::move(started);
+      v1::HitSocket advertised;
+      advertised.set_tcp_port(static_cast<uint32_t>(hit_socket->port()));
+      advertised.set_unix_path(hit_socket->unix_path());
+      service.set_hit_socket(advertised);
+    } else if (hit_flag == "auto") {
+      spdlog::warn("event=hit_socket_unavailable address={} status=\"{}\"",
+                   hit_options.listen, started.status().ToString());
+    } else {
+      spdlog::critical("event=listen_failed address={} status=\"{}\"", hit_flag,
+                       started.status().ToString());
+      return 1;
+    }
+  }
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -134,10 +192,13 @@ int Main(int argc, char** argv) {
     return 1;
   }
   spdlog::info(
-      "event=serving address={} port={} data_dir={} compile_threads={} "
-      "hot_cache_bytes={}",
-      absl::GetFlag(FLAGS_listen), port, store_options.data_dir,
-      options.compile_threads, options.hot_cache_bytes);
+      "event=serving address={} port={} hit_socket={} data_dir={} "
+      "compile_threads={} hot_cache_bytes={}",
+      absl::GetFlag(FLAGS_listen), port,
+      !hit_socket                       ? std::string("off")
+      : hit_socket->unix_path().empty() ? absl::StrCat(hit_socket->port())
+                                        : hit_socket->unix_path(),
+      store_options.data_dir, options.compile_threads, options.hot_cache_bytes);
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
     std::ofstream(tmp) << port << "\n" << metrics_port << "\n";
@@ -153,6 +214,7 @@ int Main(int argc, char** argv) {
   });
   server->Wait();
   stopper.join();
+  hit_socket.reset();  // finishes the hits being answered
   service.Drain();
   if (absl::Status s = (*store)->Flush(); !s.ok())
     spdlog::error("event=flush_failed status=\"{}\"", s.ToString());
