@@ -3,10 +3,11 @@
 # with 1 and 16 concurrent clients (kilnctl bench: Lookup by key, bounded in
 # count and time, each request timed phase by phase), and the wall time of a
 # 16-process compile storm next to a single compile of the same graph, each
-# against a fresh daemon. Bench modes (BENCH_MODES, default all four):
+# against a fresh daemon. Bench modes (BENCH_MODES, default all six):
 #   proto         generated stub + protobuf parse + SHA-256 check (the old path)
-#   raw           kiln::Client's zero-copy receive + SHA-256 check
-#   raw-noverify  the same without the check (the daemon's side of a hit)
+#   raw-grpc      kiln::Client's zero-copy receive + SHA-256 check, over gRPC
+#   raw           the same on kilnd's hit socket (what kiln::Client uses)
+#   raw-grpc-noverify, raw-noverify   both without the check (repeated hits)
 #   client        kiln::Client's whole hit: key, Lookup, verify, load
 #   bench/server.sh [build-dir]
 #   KILND=/other/build/server/kilnd bench/server.sh   # another daemon binary
@@ -22,7 +23,7 @@ pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 KILNCTL=${KILNCTL:-$BUILD/client/kilnctl}
-BENCH_MODES=${BENCH_MODES:-proto raw raw-noverify client}
+BENCH_MODES=${BENCH_MODES:-proto raw-grpc raw raw-grpc-noverify raw-noverify client}
 
 start_daemon() {  # a fresh kilnd with its own data dir; sets SERVER
   [ -n "$pid" ] && { kill "$pid"; wait "$pid" 2>/dev/null || true; }
@@ -45,6 +46,8 @@ for mode in $BENCH_MODES; do
   case $mode in
     old) flags=(--verify=true) ;;
     raw-noverify) flags=(--mode=raw --verify=false) ;;
+    raw-grpc) flags=(--mode=raw --hit_socket=false) ;;
+    raw-grpc-noverify) flags=(--mode=raw --verify=false --hit_socket=false) ;;
     *) flags=(--mode=$mode) ;;
   esac
   for c in 1 16; do
