@@ -450,83 +450,10 @@ class CudaKernelEmitter : public KernelEmitterBase {
 
   void EmitPointwise() {
     Value* n = Product(outer_dims_);
-    const int groups = std::max(1, plan_.groups_per_thread);
-    // The block's first element; group g of this thread starts at
-    // block_first + (g * block_threads + tid) * V (block-strided groups keep
-    // each group's accesses coalesced across the block).
-    Value* block_first =
-        b_.CreateMul(bid_, b_.getInt64(plan_.items_per_block), "block_first");
-    auto group_first = [&](Value* g) {
-      return b_.CreateAdd(
-          block_first,
-          b_.CreateMul(
-              b_.CreateAdd(b_.CreateMul(g, b_.getInt64(plan_.block_threads)),
-                           tid_),
-              b_.getInt64(V_)),
-          "f0");
-    };
-    if (groups == 1) {
-      EmitPointwiseGroup(n, group_first(b_.getInt64(0)));
-      return;
-    }
-    // A whole block with groups of V along the last dim: every group's
-    // loads first, then the lanes (more loads in flight per thread). Any
-    // other block takes the groups one at a time, in a loop.
-    Value* whole = b_.CreateICmpULE(
-        b_.CreateAdd(block_first, b_.getInt64(plan_.items_per_block)), n);
-    if (!outer_dims_.empty() && V_ > 1) {
-      whole = b_.CreateAnd(
-          whole, b_.CreateICmpEQ(b_.CreateURem(dim_size_[outer_dims_.back()],
-                                               b_.getInt64(V_)),
-                                 b_.getInt64(0)));
-    } else {
-      whole = b_.getFalse();
-    }
-    EmitIfElse(
-        whole, [&] { EmitPointwiseGroupsPreloaded(groups, group_first); },
-        [&] {
-          EmitLoop(
-              b_.getInt64(0), b_.getInt64(groups), "group",
-              [&](Value* g) { EmitPointwiseGroup(n, group_first(g)); },
-              /*unroll=*/false);
-        });
-  }
-
-  // `groups` whole groups (in range, along the last dim): loads of all,
-  // then each group's lanes.
-  void EmitPointwiseGroupsPreloaded(
-      int groups, const std::function<Value*(Value*)>& group_first) {
-    const int last = outer_dims_.back();
-    std::vector<std::vector<Value*>> group_vars(groups);
-    group_loads_.assign(groups, {});
-    for (int g = 0; g < groups; ++g) {
-      memo_.emplace_back();
-      Decompose(group_first(b_.getInt64(g)), outer_dims_);
-      group_vars[g] = vars_;
-      lane_ = 0;
-      group_ = g;
-      for (const Expr& e : vector_load_order_)
-        group_loads_[g].emplace(e.get(), LoadGroupVector(e));
-      memo_.pop_back();
-    }
-    for (int g = 0; g < groups; ++g) {
-      vars_ = group_vars[g];
-      group_ = g;
-      Value* first = vars_[last];
-      for (int k = 0; k < V_; ++k) {
-        memo_.emplace_back();
-        lane_ = k;
-        vars_[last] = b_.CreateAdd(first, b_.getInt64(k));
-        EmitPointwiseStages(nullptr);
-        memo_.pop_back();
-      }
-    }
-    lane_ = -1;
-    group_ = 0;
-  }
-
-  // One group of V elements starting at flat element f0, bounds-checked.
-  void EmitPointwiseGroup(Value* n, Value* f0) {
+    Value* f0 = b_.CreateMul(
+        b_.CreateAdd(b_.CreateMul(bid_, b_.getInt64(plan_.block_threads)),
+                     tid_),
+        b_.getInt64(V_), "f0");
     auto scalar_element = [&](Value* f) {
       EmitIf(b_.CreateICmpULT(f, n), [&] {
         Decompose(f, outer_dims_);

@@ -42,9 +42,6 @@ struct CompileEnv {
   // CUDA pointwise kernels with their lanes in a loop
   // (GpuPlanOptions::lane_loop). For benchmarks.
   bool gpu_lane_loop = false;
-  // CUDA pointwise kernels: groups per thread (GpuPlanOptions::
-  // pointwise_groups; 0: the default). For benchmarks.
-  int gpu_pointwise_groups = 0;
   // CUDA: split reductions over few long rows (split_reductions.h). Off
   // only to measure what the split gains.
   bool gpu_split_reductions = true;

@@ -38,9 +38,7 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
     plan.form = GpuKernelPlan::Form::kPointwise;
     plan.block_threads = 256;
     plan.vector_width = 4;
-    plan.groups_per_thread = std::max(1, options.pointwise_groups);
-    plan.items_per_block =
-        plan.block_threads * plan.vector_width * plan.groups_per_thread;
+    plan.items_per_block = plan.block_threads * plan.vector_width;
     plan.lane_loop = options.lane_loop;
     return plan;
   }

@@ -7,10 +7,7 @@
 //                   range: one 128-bit load/store per buffer when the
 //                   accesses are contiguous along the last dim and aligned,
 //                   else scalar accesses. 256 threads per block (8 warps),
-//                   grid = ceil(range / (256 * vector_width)).
-//                   (`pointwise_groups` > 1, a benchmark variant: each
-//                   thread handles that many groups, block-strided, and
-//                   loads all of them before computing.) With
+//                   grid = ceil(range / (256 * vector_width)). With
 //                   `lane_loop` (benchmarks only) a group's lanes run in a
 //                   loop instead of being unrolled: the body is compiled
 //                   once instead of vector_width times. Measured on an
@@ -55,7 +52,7 @@ struct GpuKernelPlan {
   int64_t items_per_block = 1024;  // elements (pointwise) or rows
   int vector_width = 4;            // consecutive elements per group
   int threads_per_row = 0;         // row forms
-  int groups_per_thread = 0;       // kPersistentRow; kPointwise (>= 1)
+  int groups_per_thread = 0;       // kPersistentRow
   int64_t row_size = 0;            // kPersistentRow: elements per row
   bool lane_loop = false;          // kPointwise: lanes in a loop
 
@@ -87,9 +84,6 @@ int64_t ChooseReductionSplits(int64_t rows, int64_t row);
 // What benchmarks may change (neither is part of the guard key).
 struct GpuPlanOptions {
   int groups_per_thread = kDefaultGroupsPerThread;
-  // kPointwise: groups of vector_width elements per thread; with more than
-  // one, a block whose range is whole loads every group before computing.
-  int pointwise_groups = 1;
   bool lane_loop = false;  // kPointwise: lanes in a loop
 };
 

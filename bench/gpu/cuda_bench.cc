@@ -14,8 +14,7 @@
 // uploaded beforehand), as a dynamic-shape workload does.
 //
 // Variants (bench/gpu/experiments.sh): --fast_math (CompileOptions),
-// --groups_per_thread=N, --pointwise_groups=N and --lane_loop=1
-// (GpuPlanOptions),
+// --groups_per_thread=N and --lane_loop=1 (GpuPlanOptions),
 // --split_reductions=0 (CompileEnv).
 //
 // Output: one line per figure, `<name> <value> <unit>`, for run.sh.
@@ -54,7 +53,6 @@ struct Args {
   bool fast_math = false;
   int groups_per_thread = 0;
   int lane_loop = 0;
-  int pointwise_groups = 0;
   int split_reductions = 1;
 };
 
@@ -142,8 +140,6 @@ int Main(int argc, char** argv) {
       a.fast_math = true;
     } else if (absl::ConsumePrefix(&arg, "--groups_per_thread=")) {
       (void)absl::SimpleAtoi(arg, &a.groups_per_thread);
-    } else if (absl::ConsumePrefix(&arg, "--pointwise_groups=")) {
-      (void)absl::SimpleAtoi(arg, &a.pointwise_groups);
     } else if (absl::ConsumePrefix(&arg, "--lane_loop=")) {
       (void)absl::SimpleAtoi(arg, &a.lane_loop);
     } else if (absl::ConsumePrefix(&arg, "--split_reductions=")) {
@@ -169,7 +165,6 @@ int Main(int argc, char** argv) {
   CompileEnv env;
   env.gpu_groups_per_thread = a.groups_per_thread;
   env.gpu_lane_loop = a.lane_loop != 0;
-  env.gpu_pointwise_groups = a.pointwise_groups;
   env.gpu_split_reductions = a.split_reductions != 0;
   auto graph = ImportGraph(req.graph());
   if (!graph.ok()) return Fail(graph.status(), "import");

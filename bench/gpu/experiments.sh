@@ -4,7 +4,7 @@
 # per thread for persistent rows, and which instructions Inductor's Triton
 # kernels use for sin/exp/division (from the PTX in Triton's cache).
 #
-#   KILN=/tmp/k/kiln bench/gpu/experiments.sh [lanes] [pwgroups] [groups] [triton]
+#   KILN=/tmp/k/kiln bench/gpu/experiments.sh [lanes] [groups] [triton]
 #
 # lanes: chain-N on 2^26 float32 (N = 5..30, accurate and fast_math) with
 # the pointwise lanes unrolled (--lane_loop=0) and in a loop (=1), compile
@@ -30,21 +30,7 @@ if run_section lanes; then
     $py "$here/torch_bench.py" chain chain$n $n 67108864 | grep inductor_us
   done
 fi
-if run_section pwgroups; then
-  # Pointwise groups per thread (--pointwise_groups): 1 (the default) against
-  # 2 and 4, chains on 2^26 float32, interleaved, next to Inductor.
-  for n in 1 10 30; do
-    $py "$root/examples/graphs/gen_chain.py" $n --rows 65536 --cols 1024 >"$g/c$n.json"
-    for fm in "" --fast_math; do
-      for pg in 1 2 4 1 2 4; do
-        "$bench" bandwidth "$g/c$n.json" --name=chain${n}${fm:+_fastmath}_pwg$pg $fm \
-          --pointwise_groups=$pg --calls=20 --batches=10 | grep -E "kiln_us|copy_us|compile_ms|kiln_err"
-      done
-    done
-    $py "$here/torch_bench.py" chain chain$n $n 67108864 | grep inductor_us
-  done
-fi
-if run_section groups; then
+run_section groups || exit 0
 for n in 10 30; do
   $py "$root/examples/graphs/gen_chain.py" $n --rows 65536 --cols 1024 >"$g/c$n.json"
   "$bench" bandwidth "$g/c$n.json" --name=chain${n} --calls=20 --batches=10
@@ -58,7 +44,6 @@ for op in layernorm softmax; do
     done
   done
 done
-fi
 run_section triton || exit 0
 export TRITON_CACHE_DIR=$g/triton
 $py "$here/torch_bench.py" chain chain10 10 67108864

@@ -201,19 +201,6 @@ TEST(CudaGpu, RandomGraphsLaneLoopMatchReference) {
       0);
 }
 
-// Pointwise kernels with two groups per thread (GpuPlanOptions::
-// pointwise_groups): whole blocks preload, the rest loop over groups.
-TEST(CudaGpu, RandomGraphsTwoPointwiseGroupsMatchReference) {
-  REQUIRE_GPU(gpu);
-  CompileEnv env;
-  env.gpu_pointwise_groups = 2;
-  EXPECT_EQ(CheckRandomGraphs(
-                *gpu, "pointwise-groups-2",
-                random_graphs::EnvInt("KILN_GPU_POINTWISE_GROUP_GRAPHS", 300),
-                random_graphs::Options(), /*fast_math=*/false, env),
-            0);
-}
-
 // A graph of one reduction node over input x.
 struct ReductionCase {
   const char* op;

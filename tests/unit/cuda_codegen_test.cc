@@ -193,36 +193,6 @@ TEST(CudaCodegen, RandomGraphsCompileWithLaneLoops) {
                       /*fast_math=*/false, &ops, env);
 }
 
-// Two groups per thread in pointwise kernels (GpuPlanOptions::
-// pointwise_groups, a benchmark variant): every random graph still
-// assembles, and chain-10's whole blocks issue both groups' 128-bit loads
-// before the first store.
-TEST(CudaCodegen, RandomGraphsCompileWithTwoPointwiseGroups) {
-  CompileEnv env;
-  env.gpu_pointwise_groups = 2;
-  std::map<std::string, int> ops;
-  CompileRandomGraphs(random_graphs::Options(),
-                      random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600) / 3,
-                      /*fast_math=*/false, &ops, env);
-  // Large enough for whole blocks (8x16 folds to the looped groups).
-  v1::CompileRequest big = ForGpu(Request("chain10.json"));
-  big.mutable_graph()
-      ->mutable_inputs(0)
-      ->mutable_meta()
-      ->mutable_sizes(0)
-      ->set_value(4096);
-  auto two = Compile(big, env);
-  ASSERT_TRUE(two.ok()) << two.status();
-  const std::string kernel = FirstKernelBody(two->cuda().ptx());
-  const size_t first_store = kernel.find("st.global.v4.f32");
-  ASSERT_NE(first_store, std::string::npos) << kernel;
-  const size_t first_load = kernel.find("ld.global.nc.v4.f32");
-  ASSERT_NE(first_load, std::string::npos) << kernel;
-  const size_t second_load = kernel.find("ld.global.nc.v4.f32", first_load + 1);
-  EXPECT_LT(second_load, first_store) << kernel;
-  EXPECT_FALSE(absl::StrContains(kernel, ".local")) << kernel;
-}
-
 // With lane_loop, chain-30 runs its lanes in a loop that PTX keeps rolled,
 // with the group's 128-bit accesses before and after it; by default it is
 // unrolled. fast_math divides with div.full, as Triton does.
