@@ -5,10 +5,12 @@
 //   kilnctl compile GRAPH.json [--target=cpu|sm_XX] [--fast_math] [--run]
 //                              [--sizes=s0=8,..]
 //   kilnctl explain GRAPH.json [--target=...]
+//   kilnctl info
 //   kilnctl ls [--limit=N]
 //   kilnctl evict KEY|--all
 //   kilnctl bench GRAPH.json [--seconds=5] [--concurrency=4] [--requests=N]
 //                            [--mode=raw|proto|client] [--verify=true]
+//                            [--hit_socket=true]
 //
 // The server is --server, else $KILN_SERVER, else 127.0.0.1:7733 (kilnd's
 // default). Errors print the server's status and message and exit 1; usage
@@ -59,9 +61,9 @@
 #include "kiln/v1/service.grpc.pb.h"
 #include "support/sha256.h"
 
-ABSL_FLAG(std::string, server, "",
-          "kilnd address HOST:PORT (default: $KILN_SERVER, else "
-          "127.0.0.1:7733)");
+    ABSL_FLAG(std::string, server, "",
+              "kilnd address HOST:PORT (default: $KILN_SERVER, else "
+              "127.0.0.1:7733)");
 ABSL_FLAG(double, timeout, 300,
           "deadline of each request, in seconds (health: at most 10)");
 ABSL_FLAG(bool, json, false, "stats: print one JSON object");
@@ -280,6 +282,27 @@ int Health() {
 
 // ---------------------------------------------------------------------------
 // stats
+
+// info: kilnd's version and its hit socket (GetServerInfo).
+int Info(v1::Kiln::Stub& stub) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::ServerInfo info;
+  if (grpc::Status st =
+          stub.GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
+      !st.ok())
+    return Fail("info", st);
+  const v1::HitSocket& hit = info.hit_socket();
+  std::cout << "version     " << info.version() << "\n"
+            << "hit socket  "
+            << (!hit.unix_path().empty()
+                    ? absl::StrCat("unix:", hit.unix_path())
+                : hit.tcp_port() != 0
+                    ? absl::StrCat("TCP port ", hit.tcp_port())
+                    : std::string("none (Lookups go through gRPC)"))
+            << "\n";
+  return 0;
+}
 
 int Stats(v1::Kiln::Stub& stub) {
   grpc::ClientContext ctx;
@@ -848,6 +871,7 @@ usage: kilnctl [--server=HOST:PORT] SUBCOMMAND [ARGS] [FLAGS]
 
   health                 grpc.health.v1 check; prints SERVING, exit 0
   stats [--json]         cache and compile counters (--json: one object)
+  info                   kilnd's version and where its hit socket listens
   compile GRAPH.json [--target=cpu|sm_XX] [--fast_math] [--run]
                      [--sizes=s0=8] [--seed=N]
                          key and outcome (hit, compiled, joined); --run runs
@@ -858,12 +882,14 @@ usage: kilnctl [--server=HOST:PORT] SUBCOMMAND [ARGS] [FLAGS]
   evict KEY|--all        drop one entry (KEY or a unique prefix) or all
   bench GRAPH.json [--seconds=5] [--concurrency=4] [--requests=1000000]
                          [--mode=raw|proto|client] [--verify=true]
+                         [--hit_socket=true]
                          compile once, then Lookup latency and requests/s,
                          with the median of each phase. raw: kiln::Client's
                          zero-copy receive; proto: the generated stub's
                          parse; client: kiln::Client's whole hit (key,
                          Lookup, SHA-256 check, load). --verify=false (raw,
-                         proto): skip the SHA-256 check
+                         proto): skip the SHA-256 check. --hit_socket=false
+                         (raw, client): gRPC's Lookup, not the hit socket
 
 The server is --server, else $KILN_SERVER, else 127.0.0.1:7733. Errors print
 the server's status and message and exit 1; usage errors exit 2.)";
@@ -890,9 +916,10 @@ int Main(int argc, char** argv) {
     return Health();
   }
   auto stub = v1::Kiln::NewStub(MakeChannel());
-  if (command == "stats" || command == "ls") {
+  if (command == "stats" || command == "ls" || command == "info") {
     if (!args.empty())
       return Usage(absl::StrCat(command, " takes no arguments"));
+    if (command == "info") return Info(*stub);
     return command == "stats" ? Stats(*stub) : Ls(*stub);
   }
   if (command == "evict") return Evict(*stub, args);

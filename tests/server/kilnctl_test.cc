@@ -122,6 +122,22 @@ TEST_F(KilnctlTest, Health) {
   EXPECT_TRUE(absl::StrContains(r.output, "SERVING")) << r;
 }
 
+// info names the hit socket; bench takes it by default and gRPC with
+// --hit_socket=false, and says which road it took.
+TEST_F(KilnctlTest, InfoAndBenchRoads) {
+  const Result info = Run({"info"});
+  ASSERT_EQ(info.exit_code, 0) << info;
+  EXPECT_TRUE(absl::StrContains(info.output, "hit socket  TCP port ")) << info;
+  const Result hit = Run({"bench", Example("chain10.json"), "--requests=20"});
+  ASSERT_EQ(hit.exit_code, 0) << hit;
+  EXPECT_TRUE(absl::StrContains(hit.output, "road     hit socket 127.0.0.1:"))
+      << hit;
+  const Result grpc = Run({"bench", Example("chain10.json"), "--requests=20",
+                           "--hit_socket=false"});
+  ASSERT_EQ(grpc.exit_code, 0) << grpc;
+  EXPECT_TRUE(absl::StrContains(grpc.output, "road     gRPC Lookup")) << grpc;
+}
+
 TEST_F(KilnctlTest, CompileRunHitStatsExplainLsEvict) {
   const Result compiled = Run({"compile", Example("chain10.json"), "--run"});
   ASSERT_EQ(compiled.exit_code, 0) << compiled;
