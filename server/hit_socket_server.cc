@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <system_error>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -97,7 +98,14 @@ void HitSocketServer::AcceptLoop() {
       absl::MutexLock lock(&mu_);
       Connection& c = connections_.emplace_back();
       c.fd = std::move(fd);
-      c.thread = std::thread([this, conn = &c] { Serve(conn); });
+      try {
+        c.thread = std::thread([this, conn = &c] { Serve(conn); });
+      } catch (const std::system_error& e) {
+        // No thread to be had (a process limit): this client uses gRPC.
+        spdlog::warn("event=hit_socket_thread_failed error=\"{}\"", e.what());
+        connections_.pop_back();
+        open_connections_.fetch_sub(1);
+      }
     }
   }
 }
