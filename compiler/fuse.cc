@@ -12,86 +12,6 @@
 namespace kiln {
 namespace {
 
-// Rewrites an expression bottom-up; `leaf` may replace any node (returning
-// nullopt keeps the rebuilt node). Memoised structurally so that shared
-// subexpressions stay shared (inlining would otherwise blow up).
-class Rewriter {
- public:
-  using Fn = std::function<std::optional<Expr>(const Expr& rebuilt)>;
-  explicit Rewriter(Fn fn) : fn_(std::move(fn)) {}
-
-  Expr Run(const Expr& e) {
-    if (auto hit = Find(e)) return *hit;
-    std::vector<Expr> args;
-    bool changed = false;
-    for (const Expr& a : e->args) {
-      args.push_back(Run(a));
-      changed |= args.back() != a;
-    }
-    Expr rebuilt = e;
-    if (changed) {
-      auto n = std::make_shared<ExprNode>(*e);
-      n->args = std::move(args);
-      // Recompute the hash over the new args through a rebuild by
-      // substitution of nothing: SubstituteVars with identity keeps folding.
-      rebuilt = Recons(n);
-    }
-    std::optional<Expr> replaced = fn_(rebuilt);
-    Expr result = replaced ? *replaced : rebuilt;
-    memo_[e->hash].push_back({e, result});
-    return result;
-  }
-
- private:
-  static Expr Recons(const std::shared_ptr<ExprNode>& n) {
-    switch (n->op) {
-      case ExprOp::kConst:
-      case ExprOp::kVar:
-      case ExprOp::kSym:
-      case ExprOp::kAcc:
-        return n;
-      case ExprOp::kLoad:
-        return ir::Load(n->index, n->args, n->dtype);
-      case ExprOp::kLoadBuffer:
-        return ir::LoadBuffer(n->index, n->args[0], n->dtype);
-      case ExprOp::kSelect:
-        return ir::Select(n->args[0], n->args[1], n->args[2]);
-      case ExprOp::kCast:
-        return ir::Cast(n->args[0], n->dtype);
-      default:
-        break;
-    }
-    if (n->args.size() == 1) return ir::Unary(n->op, n->args[0], n->dtype);
-    if (n->dtype == DType::kInt64) {
-      switch (n->op) {
-        case ExprOp::kAdd:
-          return ir::Add(n->args[0], n->args[1]);
-        case ExprOp::kMul:
-          return ir::Mul(n->args[0], n->args[1]);
-        case ExprOp::kFloorDiv:
-          return ir::FloorDiv(n->args[0], n->args[1]);
-        case ExprOp::kRemainder:
-          return ir::Mod(n->args[0], n->args[1]);
-        default:
-          break;
-      }
-    }
-    return ir::Binary(n->op, n->args[0], n->args[1], n->dtype);
-  }
-
-  std::optional<Expr> Find(const Expr& e) {
-    auto it = memo_.find(e->hash);
-    if (it == memo_.end()) return std::nullopt;
-    for (const auto& [k, v] : it->second) {
-      if (ir::Equal(k, e)) return v;
-    }
-    return std::nullopt;
-  }
-
-  Fn fn_;
-  absl::flat_hash_map<uint64_t, std::vector<std::pair<Expr, Expr>>> memo_;
-};
-
 void CollectLoads(const Expr& e, absl::flat_hash_set<int>& nodes,
                   absl::flat_hash_set<const ExprNode*>& seen) {
   if (!seen.insert(e.get()).second) return;
@@ -168,7 +88,7 @@ class Fuser {
 
   Expr Inline(const Expr& e) { return inliner_.Run(e); }
 
-  Rewriter inliner_{[this](const Expr& x) -> std::optional<Expr> {
+  ir::Rewriter inliner_{[this](const Expr& x) -> std::optional<Expr> {
     if (x->op != ExprOp::kLoad || realized_[x->index]) return std::nullopt;
     const LoopNode& node = g_.nodes[x->index];
     return Inline(ir::SubstituteVars(node.body, x->args));
@@ -178,7 +98,7 @@ class Fuser {
   // rewritten expression, or nullopt when a read of the kernel's own
   // results remains (then the node cannot join this kernel).
   std::optional<Expr> ResolveInKernel(const Expr& e, const KernelBuild& k) {
-    Rewriter rw([&k](const Expr& x) -> std::optional<Expr> {
+    ir::Rewriter rw([&k](const Expr& x) -> std::optional<Expr> {
       if (x->op != ExprOp::kLoad) return std::nullopt;
       auto it = k.values.find(x->index);
       if (it == k.values.end() || it->second.index.size() != x->args.size())
@@ -258,7 +178,7 @@ class Fuser {
     st.acc_dtype = node.acc_dtype;
     const int slot = k.num_acc++;
     if (node.finalize) {
-      st.finalize = Rewriter([slot](const Expr& x) -> std::optional<Expr> {
+      st.finalize = ir::Rewriter([slot](const Expr& x) -> std::optional<Expr> {
                       if (x->op == ExprOp::kAcc) return ir::Acc(slot, x->dtype);
                       return std::nullopt;
                     }).Run(node.finalize);
@@ -432,7 +352,7 @@ class Fuser {
         return it->second;
       };
       for (Stage& st : kernel.stages) {
-        Rewriter to_buffers([&](const Expr& x) -> std::optional<Expr> {
+        ir::Rewriter to_buffers([&](const Expr& x) -> std::optional<Expr> {
           if (x->op != ExprOp::kLoad) return std::nullopt;
           const int b = buffer_of.at(x->index);
           return ir::LoadBuffer(

@@ -349,6 +349,74 @@ std::string ToString(const Expr& e, const std::vector<std::string>& names) {
       e->op == ExprOp::kLoad || e->op == ExprOp::kLoadBuffer ? "]" : ")");
 }
 
+Expr Rewriter::Run(const Expr& e) {
+  if (!e) return e;
+  if (auto hit = Find(e)) return *hit;
+  std::vector<Expr> args;
+  bool changed = false;
+  for (const Expr& a : e->args) {
+    args.push_back(Run(a));
+    changed |= args.back() != a;
+  }
+  Expr rebuilt = e;
+  if (changed) {
+    auto n = std::make_shared<ExprNode>(*e);
+    n->args = std::move(args);
+    // Recompute the hash over the new args through a rebuild by
+    // substitution of nothing: SubstituteVars with identity keeps folding.
+    rebuilt = Recons(n);
+  }
+  std::optional<Expr> replaced = fn_(rebuilt);
+  Expr result = replaced ? *replaced : rebuilt;
+  memo_[e->hash].push_back({e, result});
+  return result;
+}
+
+Expr Rewriter::Recons(const std::shared_ptr<ExprNode>& n) {
+  switch (n->op) {
+    case ExprOp::kConst:
+    case ExprOp::kVar:
+    case ExprOp::kSym:
+    case ExprOp::kAcc:
+      return n;
+    case ExprOp::kLoad:
+      return ir::Load(n->index, n->args, n->dtype);
+    case ExprOp::kLoadBuffer:
+      return ir::LoadBuffer(n->index, n->args[0], n->dtype);
+    case ExprOp::kSelect:
+      return ir::Select(n->args[0], n->args[1], n->args[2]);
+    case ExprOp::kCast:
+      return ir::Cast(n->args[0], n->dtype);
+    default:
+      break;
+  }
+  if (n->args.size() == 1) return ir::Unary(n->op, n->args[0], n->dtype);
+  if (n->dtype == DType::kInt64) {
+    switch (n->op) {
+      case ExprOp::kAdd:
+        return ir::Add(n->args[0], n->args[1]);
+      case ExprOp::kMul:
+        return ir::Mul(n->args[0], n->args[1]);
+      case ExprOp::kFloorDiv:
+        return ir::FloorDiv(n->args[0], n->args[1]);
+      case ExprOp::kRemainder:
+        return ir::Mod(n->args[0], n->args[1]);
+      default:
+        break;
+    }
+  }
+  return ir::Binary(n->op, n->args[0], n->args[1], n->dtype);
+}
+
+std::optional<Expr> Rewriter::Find(const Expr& e) {
+  auto it = memo_.find(e->hash);
+  if (it == memo_.end()) return std::nullopt;
+  for (const auto& [k, v] : it->second) {
+    if (ir::Equal(k, e)) return v;
+  }
+  return std::nullopt;
+}
+
 }  // namespace ir
 
 namespace {

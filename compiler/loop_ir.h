@@ -22,10 +22,14 @@
 #define KILN_COMPILER_LOOP_IR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "compiler/dtype.h"
 #include "compiler/sym_expr.h"
 
@@ -135,6 +139,25 @@ bool ContainsOp(const Expr& e, ExprOp op);
 Expr SubstituteVars(const Expr& e, const std::vector<Expr>& vars);
 std::string ToString(const Expr& e,
                      const std::vector<std::string>& symbol_names = {});
+
+// Rewrites an expression bottom-up; `fn` may replace any node (returning
+// nullopt keeps the rebuilt node). Memoised structurally so that shared
+// subexpressions stay shared (inlining would otherwise blow up). One
+// Rewriter may run over several expressions, sharing its memo.
+class Rewriter {
+ public:
+  using Fn = std::function<std::optional<Expr>(const Expr& rebuilt)>;
+  explicit Rewriter(Fn fn) : fn_(std::move(fn)) {}
+  // Null stays null.
+  Expr Run(const Expr& e);
+
+ private:
+  static Expr Recons(const std::shared_ptr<ExprNode>& n);
+  std::optional<Expr> Find(const Expr& e);
+
+  Fn fn_;
+  absl::flat_hash_map<uint64_t, std::vector<std::pair<Expr, Expr>>> memo_;
+};
 }  // namespace ir
 
 enum class ReduceKind : uint8_t {

@@ -1,5 +1,6 @@
 #include "compiler/split_reductions.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -62,6 +63,168 @@ std::optional<SplitShape> Splittable(const Kernel& k) {
   }
   if (s.reductions == 0) return std::nullopt;
   return s;
+}
+
+// The stage numbers of the kAcc nodes in `e`.
+void CollectAccs(const Expr& e, std::vector<int>& out) {
+  if (!e) return;
+  if (e->op == ExprOp::kAcc) out.push_back(e->index);
+  for (const Expr& a : e->args) CollectAccs(a, out);
+}
+
+// A row kernel the split cannot take as it is, with few long rows: a
+// reduction of another's result (var's second pass, softmax's sum) or
+// element stores of row results (softmax, layer norm). It becomes one
+// kernel per level of reductions (a level reduces what earlier levels
+// finalized), each storing its finalized results, one per row, to temp
+// buffers that later kernels load instead of the accumulator; then a
+// pointwise kernel for the element stores. Each reads the row again, but
+// each can be split (or is pointwise) and so fills the GPU, where the
+// kernel as it was runs one block per row. Returns nothing when `k` is not
+// such a kernel.
+std::optional<std::vector<Kernel>> Fission(const Kernel& k, FusedProgram& p) {
+  std::vector<int64_t> outer_sizes;
+  std::vector<Expr> outer_vars;
+  int64_t rows = 1, row = 1;
+  for (size_t d = 0; d < k.dims.size(); ++d) {
+    const std::optional<int64_t> size = k.dims[d].AsConstant();
+    if (!size) return std::nullopt;
+    if (k.inner[d]) {
+      row *= *size;
+    } else {
+      rows *= *size;
+      outer_sizes.push_back(*size);
+      outer_vars.push_back(ir::Var(static_cast<int>(d)));
+    }
+  }
+  if (ChooseReductionSplits(rows, row) < 2) return std::nullopt;
+  const int n = static_cast<int>(k.stages.size());
+  // kAcc(i) names the i-th reduction (its accumulator slot), not stage i.
+  std::vector<int> stage_of_slot;
+  for (int s = 0; s < n; ++s) {
+    if (k.stages[s].kind == Stage::Kind::kReduce) stage_of_slot.push_back(s);
+  }
+  std::vector<int> level(n, -1);
+  int max_level = -1;
+  bool needs_fission = false;
+  bool inner_stores = false;
+  for (int s = 0; s < n; ++s) {
+    const Stage& st = k.stages[s];
+    if (st.kind == Stage::Kind::kStoreInner) {
+      inner_stores = needs_fission = true;
+      continue;
+    }
+    if (st.kind != Stage::Kind::kReduce) continue;
+    if (st.reduce == ReduceKind::kArgMax || st.reduce == ReduceKind::kArgMin)
+      return std::nullopt;
+    std::vector<int> accs;
+    CollectAccs(st.value, accs);
+    level[s] = 0;
+    for (int slot : accs) {
+      if (slot >= static_cast<int>(stage_of_slot.size()) ||
+          level[stage_of_slot[slot]] < 0)
+        return std::nullopt;  // not a reduction before this one
+      level[s] = std::max(level[s], level[stage_of_slot[slot]] + 1);
+      needs_fission = true;
+    }
+    max_level = std::max(max_level, level[s]);
+  }
+  if (!needs_fission || max_level < 0) return std::nullopt;
+
+  // A temp of `rows` finalized values for every reduction a later kernel
+  // may read.
+  const Expr row_offset =
+      PartialOffset(outer_vars, outer_sizes, 1, ir::IntConst(0));
+  std::vector<int> temp_slot(n, -1);
+  std::vector<DType> finalized(n, DType::kFloat32);
+  std::vector<int> buffers = k.buffers;
+  for (int s = 0; s < n; ++s) {
+    if (level[s] < 0 || (level[s] == max_level && !inner_stores)) continue;
+    const Stage& st = k.stages[s];
+    finalized[s] = st.finalize ? st.finalize->dtype : st.acc_dtype;
+    ProgramBuffer b;
+    b.kind = ProgramBuffer::Kind::kTemp;
+    b.dtype = finalized[s];
+    b.elements = SymExpr(rows);
+    b.strides = ContiguousStrides({b.elements});
+    temp_slot[s] = static_cast<int>(buffers.size());
+    buffers.push_back(static_cast<int>(p.buffers.size()));
+    p.buffers.push_back(std::move(b));
+  }
+  // kAcc of a reduction in an earlier kernel: its temp's value; of one in
+  // this kernel: its new slot (renumber is indexed by stage).
+  auto loads_before = [&](int kernel_level, std::vector<int> renumber) {
+    return ir::Rewriter([&, kernel_level, renumber = std::move(renumber)](
+                            const Expr& x) -> std::optional<Expr> {
+      if (x->op != ExprOp::kAcc) return std::nullopt;
+      const int stage = stage_of_slot[x->index];
+      if (level[stage] < kernel_level) {
+        return ir::Cast(
+            ir::LoadBuffer(temp_slot[stage], row_offset, finalized[stage]),
+            x->dtype);
+      }
+      return ir::Acc(renumber[stage], x->dtype);
+    });
+  };
+
+  std::vector<Kernel> out;
+  for (int l = 0; l <= max_level; ++l) {
+    Kernel f;
+    f.name = absl::StrCat(k.name, "_f", l);
+    f.buffers = buffers;
+    f.dims = k.dims;
+    f.inner = k.inner;
+    // This kernel's reductions, numbered from 0 in their order.
+    std::vector<int> renumber(n, -1);
+    int next = 0;
+    for (int s = 0; s < n; ++s) {
+      if (level[s] == l) renumber[s] = next++;
+    }
+    ir::Rewriter rewrite = loads_before(l, renumber);
+    for (int s = 0; s < n; ++s) {
+      if (level[s] != l) continue;
+      Stage st = k.stages[s];
+      st.value = rewrite.Run(st.value);
+      st.finalize = rewrite.Run(st.finalize);  // its own acc, renumbered
+      f.stages.push_back(std::move(st));
+    }
+    for (int s = 0; s < n; ++s) {
+      if (level[s] != l || temp_slot[s] < 0) continue;
+      Stage st;
+      st.kind = Stage::Kind::kStoreOuter;
+      st.value = ir::Acc(renumber[s], finalized[s]);
+      st.buffer_slot = temp_slot[s];
+      st.offset = row_offset;
+      st.store_dtype = finalized[s];
+      f.stages.push_back(std::move(st));
+    }
+    if (l == max_level) {
+      for (const Stage& orig : k.stages) {
+        if (orig.kind != Stage::Kind::kStoreOuter) continue;
+        Stage st = orig;
+        st.value = rewrite.Run(st.value);
+        f.stages.push_back(std::move(st));
+      }
+    }
+    out.push_back(std::move(f));
+  }
+  if (inner_stores) {
+    Kernel f;
+    f.name = absl::StrCat(k.name, "_fp");
+    f.buffers = buffers;
+    f.dims = k.dims;
+    f.inner.assign(k.dims.size(), false);
+    ir::Rewriter rewrite = loads_before(max_level + 1, std::vector<int>(n, -1));
+    for (const Stage& orig : k.stages) {
+      if (orig.kind != Stage::Kind::kStoreInner) continue;
+      Stage st = orig;
+      st.kind = Stage::Kind::kStoreOuter;  // once per element
+      st.value = rewrite.Run(st.value);
+      f.stages.push_back(std::move(st));
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
 }
 
 // Appends the partial kernel and the combining kernel that replace `k`.
@@ -151,15 +314,22 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
 FusedProgram SplitLongReductions(FusedProgram program) {
   std::vector<Kernel> kernels = std::move(program.kernels);
   program.kernels.clear();
-  for (Kernel& k : kernels) {
+  auto split_or_keep = [&program](Kernel k) {
     std::optional<SplitShape> shape = Splittable(k);
     const int64_t splits =
         shape ? ChooseReductionSplits(shape->rows, shape->row) : 1;
     if (splits < 2) {
       program.kernels.push_back(std::move(k));
-      continue;
+      return;
     }
     Split(k, *shape, splits, program);
+  };
+  for (Kernel& k : kernels) {
+    if (std::optional<std::vector<Kernel>> parts = Fission(k, program)) {
+      for (Kernel& part : *parts) split_or_keep(std::move(part));
+    } else {
+      split_or_keep(std::move(k));
+    }
   }
   return program;
 }

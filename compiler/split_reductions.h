@@ -14,9 +14,23 @@
 // reductions (sum, prod, max, min, any, all; not argmax/argmin, not a
 // reduction of another's result) followed by row stores only, and
 // ChooseReductionSplits (gpu_launch.h) picks S >= 2 for its rows and row
-// length. Everything else is left as it is. The result computes the same
-// values up to the reassociation of the reduction (as a multi-threaded row
-// already does).
+// length.
+//
+// A multi-pass row kernel with such rows (var: a sum of squares around the
+// mean; softmax, log-softmax, layer norm: element stores of row results) is
+// first fissioned, then each part split:
+//
+//   kiln_kN_fL   the reductions of level L (L = 0: over the inputs; L > 0:
+//                over what earlier levels finalized, read back from temp
+//                buffers of one value per row), storing their finalized
+//                results per row; the last level also does the row stores
+//   kiln_kN_fp   the element stores, as a pointwise kernel
+//
+// Each part re-reads the row (3 passes for softmax instead of the one a
+// row kept in registers takes), but fills the GPU where the kernel as it
+// was runs one block per row. argmax/argmin kernels are left as they are.
+// The result computes the same values up to the reassociation of the
+// reduction (as a multi-threaded row already does).
 //
 // Thread-safety: a pure function.
 #ifndef KILN_COMPILER_SPLIT_REDUCTIONS_H_

@@ -3,6 +3,7 @@
 
   gen_graphs.py softmax ROWS COLS     aten._softmax over the last dim
   gen_graphs.py layernorm ROWS COLS   aten.native_layer_norm over the last dim
+  gen_graphs.py var ROWS COLS         aten.var.correction over the last dim
   gen_graphs.py sum ROWS COLS         aten.sum over the last dim
 """
 import json
@@ -49,7 +50,19 @@ def row_sum(rows, cols):
     }
 
 
-GRAPHS = {"softmax": softmax, "layernorm": layernorm, "sum": row_sum}
+def row_var(rows, cols):
+    return {
+        "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
+                                         "sizes": dims(rows, cols)}}],
+        "nodes": [{"op": "aten.var.correction",
+                   "args": [{"ref": "x"}, {"ints": {"values": ["1"]}}],
+                   "outputs": ["y"]}],
+        "outputs": ["y"],
+    }
+
+
+GRAPHS = {"softmax": softmax, "layernorm": layernorm, "sum": row_sum,
+          "var": row_var}
 
 
 def main():

@@ -5,7 +5,8 @@
 #     and on (4..13)x16 (dynamic), per call;
 #   - bandwidth: chain-1/10/30 on 2^26 float32 against a device copy;
 #     softmax and layer norm on 16384x1024, 16384x4096, 4096x32768;
-#     row sums over few long rows (1x2^26, 64x2^20, 16x2^22).
+#     row sums over few long rows (1x2^26, 64x2^20, 16x2^22); var, softmax
+#     and layer norm over few long rows (fissioned and split).
 # Needs a GPU, python3 with torch, and cuda_bench (built with the CUDA
 # backend; on a machine without the build, from the relocatable bundle).
 #
@@ -65,6 +66,18 @@ if [[ $only == all || $only == bandwidth || $only == sum ]]; then
     "$bench" bandwidth "$g/sum$shape.json" --name=sum${shape}_unsplit --split_reductions=0 \
       --calls=5 --batches=5 >>"$results"
     $py "$here/torch_bench.py" sum sum$shape $r $c >>"$results"
+  done
+  # Few long rows of multi-pass row kernels: fissioned, then split.
+  for case in var:1x67108864 var:16x4194304 softmax:16x4194304 layernorm:16x4194304; do
+    op=${case%%:*}
+    shape=${case#*:}
+    r=${shape%x*}
+    c=${shape#*x}
+    $py "$here/gen_graphs.py" $op $r $c >"$g/$op$shape.json"
+    "$bench" bandwidth "$g/$op$shape.json" --name=$op$shape --calls=20 --batches=10 >>"$results"
+    "$bench" bandwidth "$g/$op$shape.json" --name=$op${shape}_unsplit --split_reductions=0 \
+      --calls=3 --batches=3 >>"$results"
+    $py "$here/torch_bench.py" $op $op$shape $r $c >>"$results"
   done
 fi
 $py "$here/table.py" "$results"

@@ -10,6 +10,7 @@ divided by `calls`, median over `batches` timings.
   torch_bench.py softmax NAME ROWS COLS
   torch_bench.py layernorm NAME ROWS COLS
   torch_bench.py sum NAME ROWS COLS          x.sum(-1)
+  torch_bench.py var NAME ROWS COLS          x.var(-1)
 
 Output: `<name> eager_us <t>` and `<name> inductor_us <t>` lines.
 """
@@ -102,6 +103,10 @@ def main():
     elif mode == "sum":
         r, c = int(sys.argv[3]), int(sys.argv[4])
         report(name, lambda x: x.sum(-1),
+               [(torch.randn(r, c, device=dev),)])
+    elif mode == "var":
+        r, c = int(sys.argv[3]), int(sys.argv[4])
+        report(name, lambda x: x.var(-1),
                [(torch.randn(r, c, device=dev),)])
     elif mode == "layernorm":
         r, c = int(sys.argv[3]), int(sys.argv[4])

@@ -277,5 +277,58 @@ TEST(CudaGpu, SplitReductionsMatchReference) {
   }
 }
 
+// Multi-pass row kernels over few long rows, fissioned into a split kernel
+// per pass and a pointwise kernel (compiler/split_reductions.h): variance
+// (of the whole tensor and per row), softmax and log-softmax in float32 and
+// float16, and layer norm with its mean and rstd outputs.
+TEST(CudaGpu, FissionedMultiPassRowsMatchReference) {
+  REQUIRE_GPU(gpu);
+  const ReductionCase vars[] = {
+      {"aten.var.correction", {1 << 22}, {}, v1::FLOAT32},
+      {"aten.var.correction", {8, 1 << 20}, {1}, v1::FLOAT32},
+  };
+  for (const ReductionCase& c : vars) {
+    EXPECT_EQ(CheckOnGpu(*gpu, 7, ReductionRequest(c), true), "")
+        << c.op << " over " << absl::StrJoin(c.sizes, "x");
+  }
+  const struct {
+    const char* op;
+    int64_t rows, row;
+    v1::DType dtype;
+  } softmaxes[] = {
+      {"aten._softmax.default", 4, 1 << 18, v1::FLOAT32},
+      {"aten._log_softmax.default", 2, 1 << 20, v1::FLOAT32},
+      {"aten._softmax.default", 4, 1 << 18, v1::FLOAT16},
+  };
+  for (const auto& c : softmaxes) {
+    v1::CompileRequest req = Request("softmax.json");
+    v1::TensorMeta* meta =
+        req.mutable_graph()->mutable_inputs(0)->mutable_meta();
+    meta->set_dtype(c.dtype);
+    meta->mutable_sizes(0)->set_value(c.rows);
+    meta->mutable_sizes(1)->set_value(c.row);
+    req.mutable_graph()->mutable_nodes(0)->set_op(c.op);
+    EXPECT_EQ(CheckOnGpu(*gpu, 11, req, true), "") << c.op << " " << c.row;
+  }
+  v1::CompileRequest ln = Request("layer_norm.json");
+  const int64_t row = 1 << 18;
+  ln.mutable_graph()
+      ->mutable_inputs(0)
+      ->mutable_meta()
+      ->mutable_sizes(0)
+      ->set_value(4);
+  for (int i = 0; i < 3; ++i) {
+    v1::TensorMeta* meta =
+        ln.mutable_graph()->mutable_inputs(i)->mutable_meta();
+    meta->mutable_sizes(meta->sizes_size() - 1)->set_value(row);
+  }
+  ln.mutable_graph()
+      ->mutable_nodes(0)
+      ->mutable_args(1)
+      ->mutable_ints()
+      ->set_values(0, row);
+  EXPECT_EQ(CheckOnGpu(*gpu, 13, ln, true), "") << "layer norm";
+}
+
 }  // namespace
 }  // namespace kiln::testing

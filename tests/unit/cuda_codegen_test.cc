@@ -280,6 +280,48 @@ TEST(CudaCodegen, FewLongRowsAreSplit) {
   EXPECT_EQ(cpu->program().steps_size(), 1) << "the CPU program is not split";
 }
 
+// Few long rows of a multi-pass row kernel (var's second pass reads the
+// mean; softmax and layer norm store elements of row results) are fissioned
+// into a kernel per pass, each split, and a pointwise kernel for the element
+// stores; short rows stay one kernel.
+TEST(CudaCodegen, FewLongRowsOfMultiPassKernelsAreFissioned) {
+  auto launches = [](const v1::CompileRequest& req) {
+    std::vector<std::string> names;
+    auto a = Compile(req);
+    EXPECT_TRUE(a.ok()) << a.status();
+    if (!a.ok()) return names;
+    EXPECT_EQ(CheckStructure(*a), "");
+    for (const v1::Step& step : a->program().steps())
+      if (step.has_launch()) names.push_back(step.launch().kernel());
+    return names;
+  };
+  v1::CompileRequest var;
+  v1::Input* in = var.mutable_graph()->add_inputs();
+  in->set_name("x");
+  in->mutable_meta()->set_dtype(v1::FLOAT32);
+  in->mutable_meta()->add_sizes()->set_value(1 << 20);
+  v1::Node* node = var.mutable_graph()->add_nodes();
+  node->set_op("aten.var.correction");
+  node->add_args()->set_ref("x");
+  node->add_outputs("y");
+  var.mutable_graph()->add_outputs("y");
+  EXPECT_EQ(launches(ForGpu(var)),
+            (std::vector<std::string>{"kiln_k0_f0_partial", "kiln_k0_f0",
+                                      "kiln_k0_f1_partial", "kiln_k0_f1"}));
+
+  v1::CompileRequest softmax = ForGpu(Request("softmax.json"));
+  v1::TensorMeta* meta =
+      softmax.mutable_graph()->mutable_inputs(0)->mutable_meta();
+  meta->mutable_sizes(0)->set_value(4);
+  meta->mutable_sizes(1)->set_value(1 << 18);
+  EXPECT_EQ(launches(softmax),
+            (std::vector<std::string>{"kiln_k0_f0_partial", "kiln_k0_f0",
+                                      "kiln_k0_f1_partial", "kiln_k0_f1",
+                                      "kiln_k0_fp"}));
+  EXPECT_EQ(launches(ForGpu(Request("softmax.json"))),
+            std::vector<std::string>{"kiln_k0"});
+}
+
 TEST(CudaCodegen, ChooseReductionSplits) {
   EXPECT_EQ(ChooseReductionSplits(1, 1 << 26), 2048);  // chunk 32768
   EXPECT_EQ(ChooseReductionSplits(64, 1 << 20), 32);
