@@ -185,7 +185,10 @@ std::optional<std::vector<Kernel>> Fission(const Kernel& k, FusedProgram& p) {
       if (level[s] != l) continue;
       Stage st = k.stages[s];
       st.value = rewrite.Run(st.value);
-      st.finalize = rewrite.Run(st.finalize);  // its own acc, renumbered
+      // Its own acc, renumbered, by a rewriter of its own: in a finalize
+      // kAcc means the raw accumulator, elsewhere the finalized value, and
+      // emitters memoise per node, so the two must not share nodes.
+      st.finalize = loads_before(l, renumber).Run(st.finalize);
       f.stages.push_back(std::move(st));
     }
     for (int s = 0; s < n; ++s) {

@@ -308,6 +308,19 @@ TEST(CudaCodegen, FewLongRowsOfMultiPassKernelsAreFissioned) {
   EXPECT_EQ(launches(ForGpu(var)),
             (std::vector<std::string>{"kiln_k0_f0_partial", "kiln_k0_f0",
                                       "kiln_k0_f1_partial", "kiln_k0_f1"}));
+  // The combining kernel stores the finalized variance: its division by
+  // n - 1 is there (a finalize's raw accumulator once shared an IR node with
+  // the finalized value and replaced it). (The mean's division by 2^20 is a
+  // multiplication.)
+  auto compiled = Compile(ForGpu(var));
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  for (const char* kernel : {"kiln_k0_f1"}) {
+    const std::string& ptx = compiled->cuda().ptx();
+    const size_t at = ptx.find(absl::StrCat(".entry ", kernel, "("));
+    ASSERT_NE(at, std::string::npos) << kernel;
+    const std::string body = ptx.substr(at, ptx.find(".entry", at + 1) - at);
+    EXPECT_TRUE(absl::StrContains(body, "div.rn.f32")) << kernel << body;
+  }
 
   v1::CompileRequest softmax = ForGpu(Request("softmax.json"));
   v1::TensorMeta* meta =
