@@ -7,7 +7,8 @@
 //   build/bench/compiler/cuda_stage_profile [--reps=N] [--ab] [--ptx_dir=D]
 //       chain10.json ...
 //
-// Graph files are looked up in examples/graphs; inputs are 16-byte aligned,
+// Graph files are looked up in examples/graphs (a path relative to it
+// works too); inputs are 16-byte aligned,
 // the target sm_90. --ab compares compiles with the trig functions compiled
 // in each compile ("each") and precompiled ("pre"), interleaved. The first
 // compile of each variant is a warm-up (nvJitLink's start-up, the
@@ -156,9 +157,10 @@ int Run(int argc, char** argv) {
       lap("nvJitLink");
       ptx_bytes = ptx->size();
       if (!ptx_dir.empty() && r == reps - 1) {
-        std::ofstream(ptx_dir + "/" + variant.first + "." + file + ".ptx")
+        const std::string base = file.substr(file.rfind('/') + 1);
+        std::ofstream(ptx_dir + "/" + variant.first + "." + base + ".ptx")
             << *ptx;
-        std::ofstream(ptx_dir + "/" + variant.first + "." + file + ".log")
+        std::ofstream(ptx_dir + "/" + variant.first + "." + base + ".log")
             << cubin->log;
       }
       if (r >= 0) {
