@@ -198,7 +198,10 @@ absl::Status BuildCudaBinary(const Graph& graph, const FusedProgram& fused,
   }
   if (absl::Status s = LinkLibdevice(module, fast_math); !s.ok()) return s;
   lap("libdevice");
-  if (absl::Status s = OptimizeNvptxModule(module, **tm); !s.ok()) return s;
+  if (absl::Status s = OptimizeNvptxModule(
+          module, **tm, NvptxOptimizeOptions{env.cuda_precompiled_trig});
+      !s.ok())
+    return s;
   lap("O3");
   dump.Write("05-llvm-opt.ll", ModuleText(module));
   auto ptx = EmitPtx(module, **tm);

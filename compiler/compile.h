@@ -45,6 +45,10 @@ struct CompileEnv {
   // CUDA: split reductions over few long rows (split_reductions.h). Off
   // only to measure what the split gains.
   bool gpu_split_reductions = true;
+  // CUDA: libdevice's out-of-line trig functions compiled once per process
+  // (NvptxOptimizeOptions::precompiled_trig). Off only to measure what that
+  // saves; the PTX is the same.
+  bool cuda_precompiled_trig = true;
 };
 
 absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,

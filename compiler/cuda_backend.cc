@@ -4,21 +4,28 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "compiler/cpu_backend.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/Bitcode/BitcodeWriter.h"
+#include "llvm/IR/Constants.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/InlineAsm.h"
-#include "llvm/IR/IntrinsicsNVPTX.h"
 #include "llvm/IR/Instructions.h"
+#include "llvm/IR/IntrinsicsNVPTX.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/Linker/Linker.h"
 #include "llvm/MC/TargetRegistry.h"
@@ -341,6 +348,146 @@ void OutlineTrigSlowPath(llvm::Function& f) {
   for (llvm::CallInst* call : calls) call->setCalledFunction(fast);
 }
 
+// The functions OutlineTrigSlowPath keeps out of line.
+constexpr const char* kTrigFunctions[] = {"__nv_sinf", "__nv_cosf",
+                                          "__nv_tanf"};
+
+// O3 with the NVPTX pipeline callbacks (NVVMReflect, the NVPTX IR passes).
+void RunO3(llvm::Module& module, llvm::TargetMachine& tm) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder builder(&tm);
+  tm.registerPassBuilderCallbacks(builder);
+  builder.registerModuleAnalyses(mam);
+  builder.registerCGSCCAnalyses(cgam);
+  builder.registerFunctionAnalyses(fam);
+  builder.registerLoopAnalyses(lam);
+  builder.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm =
+      builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  mpm.run(module, mam);
+}
+
+// libdevice's out-of-line trigonometric functions (OutlineTrigSlowPath:
+// the whole of sinf, cosf and tanf, Payne-Hanek reduction included), compiled
+// once per process per (target CPU, features, FTZ). They are the same in
+// every compile, yet O3 on them took ~45% of chain-30's optimisation time
+// and their code generation ~1/3 of its PTX emission. Each compile instead
+// declares them (with the attributes O3 gives their bodies, so the code
+// around the calls optimises as before) and EmitPtx splices their PTX in:
+// the PTX is the same as when each compile built them.
+struct PrecompiledTrig {
+  // The optimised module: the functions external, their helpers internal.
+  // Compiles read the functions' attributes from it.
+  std::string bitcode;
+  // PTX: the module's global variables (the Payne-Hanek table), one per
+  // line, and each function's definition (as a .func, not .visible).
+  std::string globals;
+  std::map<std::string, std::string> functions;
+};
+
+// The marker on the declarations that EmitPtx fills in.
+constexpr char kPrecompiledAttr[] = "kiln-precompiled-trig";
+
+absl::StatusOr<PrecompiledTrig> BuildPrecompiledTrig(llvm::TargetMachine& tm,
+                                                     bool ftz) {
+  llvm::LLVMContext context;
+  llvm::Module module("kiln_trig", context);
+  module.setTargetTriple(tm.getTargetTriple().str());
+  module.setDataLayout(tm.createDataLayout());
+  module.addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz", ftz ? 1 : 0);
+  llvm::Type* f32 = llvm::Type::getFloatTy(context);
+  llvm::FunctionType* type = llvm::FunctionType::get(f32, {f32}, false);
+  for (const char* name : kTrigFunctions)
+    module.getOrInsertFunction(name, type);
+  const LibdeviceFile& file = Libdevice();
+  if (!file.buffer) return absl::FailedPreconditionError("no libdevice");
+  auto lib =
+      llvm::getLazyBitcodeModule(file.buffer->getMemBufferRef(), context);
+  if (!lib) {
+    return absl::InternalError(
+        absl::StrCat("libdevice: ", llvm::toString(lib.takeError())));
+  }
+  (*lib)->setTargetTriple(module.getTargetTriple());
+  (*lib)->setDataLayout(module.getDataLayout());
+  if (llvm::Linker::linkModules(
+          module, std::move(*lib), llvm::Linker::Flags::LinkOnlyNeeded,
+          [](llvm::Module& m, const llvm::StringSet<>&) {
+            llvm::internalizeModule(m, [](const llvm::GlobalValue& gv) {
+              for (const char* name : kTrigFunctions)
+                if (gv.getName() == name) return true;
+              return false;
+            });
+          })) {
+    return absl::InternalError("linking libdevice's trig functions failed");
+  }
+  for (const char* name : kTrigFunctions) {
+    llvm::Function* f = module.getFunction(name);
+    if (!f || f->isDeclaration())
+      return absl::InternalError(absl::StrCat("libdevice lacks ", name));
+    // As OutlineTrigSlowPath leaves them.
+    f->removeFnAttr(llvm::Attribute::AlwaysInline);
+    f->addFnAttr(llvm::Attribute::NoInline);
+  }
+  RunO3(module, tm);
+  PrecompiledTrig result;
+  {
+    llvm::raw_string_ostream os(result.bitcode);
+    llvm::WriteBitcodeToFile(module, os);
+  }
+  auto ptx = EmitAssembly(module, tm);
+  if (!ptx.ok()) return ptx.status();
+  for (absl::string_view line : absl::StrSplit(*ptx, '\n')) {
+    if (absl::StartsWith(line, ".global ") || absl::StartsWith(line, ".const "))
+      absl::StrAppend(&result.globals, line, "\n");
+  }
+  for (const char* name : kTrigFunctions) {
+    // ".visible .func  (.param .b32 func_retval0) __nv_sinf(" ... "\n}\n"
+    const std::string head = absl::StrCat(") ", name, "(\n");
+    const size_t at = ptx->find(head);
+    const size_t begin = at == std::string::npos
+                             ? std::string::npos
+                             : ptx->rfind("\n.visible .func", at);
+    const size_t end =
+        begin == std::string::npos ? begin : ptx->find("\n}\n", begin);
+    if (end == std::string::npos) {
+      return absl::InternalError(
+          absl::StrCat("no definition of ", name, " in the trig PTX"));
+    }
+    std::string text = ptx->substr(begin + 1, end + 3 - (begin + 1));
+    text.erase(0, std::string(".visible ").size());
+    result.functions[name] = std::move(text);
+  }
+  return result;
+}
+
+// BuildPrecompiledTrig's result, built on first use per key. Never freed.
+absl::StatusOr<const PrecompiledTrig*> Precompiled(llvm::TargetMachine& tm,
+                                                   bool ftz) {
+  using Key = std::tuple<std::string, std::string, bool>;
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* cache =
+      new std::map<Key, std::unique_ptr<absl::StatusOr<PrecompiledTrig>>>();
+  const Key key(tm.getTargetCPU().str(), tm.getTargetFeatureString().str(),
+                ftz);
+  absl::MutexLock lock(&mu);
+  auto& entry = (*cache)[key];
+  if (!entry) {
+    entry = std::make_unique<absl::StatusOr<PrecompiledTrig>>(
+        BuildPrecompiledTrig(tm, ftz));
+  }
+  if (!entry->ok()) return entry->status();
+  return &**entry;
+}
+
+bool ModuleFtz(const llvm::Module& module) {
+  auto* ftz = llvm::mdconst::extract_or_null<llvm::ConstantInt>(
+      module.getModuleFlag("nvvm-reflect-ftz"));
+  return ftz && !ftz->isZero();
+}
+
 }  // namespace
 
 // Sum of "N bytes spill stores, M bytes spill loads" over the log's lines.
@@ -418,14 +565,14 @@ absl::Status LinkLibdevice(llvm::Module& module, bool fast_math) {
         });
       });
   if (failed) return absl::InternalError("linking libdevice failed");
-  for (const char* name : {"__nv_sinf", "__nv_cosf", "__nv_tanf"}) {
+  for (const char* name : kTrigFunctions) {
     if (llvm::Function* f = module.getFunction(name)) OutlineTrigSlowPath(*f);
   }
   return absl::OkStatus();
 }
 
-absl::Status OptimizeNvptxModule(llvm::Module& module,
-                                 llvm::TargetMachine& tm) {
+absl::Status OptimizeNvptxModule(llvm::Module& module, llvm::TargetMachine& tm,
+                                 const NvptxOptimizeOptions& options) {
   module.setTargetTriple(tm.getTargetTriple().str());
   module.setDataLayout(tm.createDataLayout());
   std::string err;
@@ -434,28 +581,96 @@ absl::Status OptimizeNvptxModule(llvm::Module& module,
     return absl::InvalidArgumentError(
         absl::StrCat("invalid NVPTX module: ", os.str()));
   }
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder builder(&tm);
-  // NVVMReflect and the NVPTX-specific IR passes come from the target.
-  tm.registerPassBuilderCallbacks(builder);
-  builder.registerModuleAnalyses(mam);
-  builder.registerCGSCCAnalyses(cgam);
-  builder.registerFunctionAnalyses(fam);
-  builder.registerLoopAnalyses(lam);
-  builder.crossRegisterProxies(lam, fam, cgam, mam);
-  llvm::ModulePassManager mpm =
-      builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
-  mpm.run(module, mam);
+  // The out-of-line trig functions come precompiled (PrecompiledTrig).
+  if (options.precompiled_trig) {
+    std::vector<llvm::Function*> trig;
+    for (const char* name : kTrigFunctions) {
+      llvm::Function* f = module.getFunction(name);
+      if (f && !f->isDeclaration() &&
+          f->hasFnAttribute(llvm::Attribute::NoInline))
+        trig.push_back(f);
+    }
+    if (!trig.empty()) {
+      auto pre = Precompiled(tm, ModuleFtz(module));
+      if (!pre.ok()) return pre.status();
+      auto lazy = llvm::getLazyBitcodeModule(
+          llvm::MemoryBufferRef((*pre)->bitcode, "kiln_trig"),
+          module.getContext());
+      if (!lazy) {
+        return absl::InternalError(absl::StrCat(
+            "precompiled trig functions: ", llvm::toString(lazy.takeError())));
+      }
+      for (llvm::Function* f : trig) {
+        f->deleteBody();  // an external declaration
+        f->setAttributes((*lazy)->getFunction(f->getName())->getAttributes());
+        f->addFnAttr(kPrecompiledAttr);
+      }
+    }
+  }
+  RunO3(module, tm);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> EmitPtx(llvm::Module& module,
                                     llvm::TargetMachine& tm) {
   // For NVPTX the target's assembly is PTX.
-  return EmitAssembly(module, tm);
+  auto ptx = EmitAssembly(module, tm);
+  if (!ptx.ok()) return ptx;
+  std::vector<std::string> spliced;
+  for (const llvm::Function& f : module) {
+    if (f.isDeclaration() && f.hasFnAttribute(kPrecompiledAttr))
+      spliced.push_back(f.getName().str());
+  }
+  if (spliced.empty()) return ptx;
+  auto pre = Precompiled(tm, ModuleFtz(module));
+  if (!pre.ok()) return pre.status();
+  // Where LLVM would have put the functions' prototypes, the table and
+  // the definitions, as when the module held the bodies.
+  for (const std::string& name : spliced) {
+    const std::string decl =
+        absl::StrCat(".extern .func  (.param .b32 func_retval0) ", name, "\n");
+    const size_t at = ptx->find(absl::StrCat("\n", decl));
+    if (at == std::string::npos) {
+      return absl::InternalError(
+          absl::StrCat("no declaration of ", name, " in the PTX"));
+    }
+    ptx->erase(at + 1, std::string(".extern ").size());
+  }
+  const size_t entry = ptx->find("\n.visible .entry");
+  if (entry == std::string::npos)
+    return absl::InternalError("no kernel in the PTX");
+  // (A table this module defines itself is not defined twice.)
+  std::string globals;
+  for (absl::string_view line :
+       absl::StrSplit((*pre)->globals, '\n', absl::SkipEmpty())) {
+    if (!absl::StrContains(*ptx, line)) absl::StrAppend(&globals, line, "\n");
+  }
+  ptx->insert(entry, globals);
+  // Labels and local depots carry the function's number in its module
+  // (the AsmPrinter's count of defined functions); renumber them as this
+  // module would have.
+  int number = 0;
+  for (const llvm::Function& f : module) number += !f.isDeclaration();
+  for (const std::string& name : spliced) {
+    std::string text = (*pre)->functions.at(name);
+    const size_t label = text.find("$L__BB");
+    if (label != std::string::npos) {
+      const size_t digits = label + std::string("$L__BB").size();
+      const std::string from =
+          text.substr(digits, text.find('_', digits) - digits);
+      const std::string to = absl::StrCat(number);
+      text = absl::StrReplaceAll(
+          text,
+          {{absl::StrCat("$L__BB", from, "_"), absl::StrCat("$L__BB", to, "_")},
+           {absl::StrCat("__local_depot", from, "["),
+            absl::StrCat("__local_depot", to, "[")},
+           {absl::StrCat("__local_depot", from, ";"),
+            absl::StrCat("__local_depot", to, ";")}});
+    }
+    ptx->append(text);
+    ++number;
+  }
+  return ptx;
 }
 
 absl::StatusOr<CubinResult> LinkCubin(const std::string& ptx,

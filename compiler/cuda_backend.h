@@ -6,8 +6,9 @@
 //                           with LinkOnlyNeeded and internalized
 //   OptimizeNvptxModule     O3 with the NVPTX passes (NVVMReflect folds
 //                           __nvvm_reflect("__CUDA_FTZ") from the module's
-//                           nvvm-reflect-ftz flag)
-//   EmitPtx                 -> PTX text
+//                           nvvm-reflect-ftz flag); the out-of-line trig
+//                           functions become declarations of precompiled ones
+//   EmitPtx                 -> PTX text, the precompiled functions spliced in
 //   LinkCubin               PTX -> cubin for sm_XX with nvJitLink
 //
 // LLVM 16 knows PTX ISA 7.8 and sm_90 at most: newer architectures get
@@ -18,7 +19,9 @@
 // $KILN_LIBDEVICE, <dir of this executable>/../share/kiln/libdevice.10.bc
 // (the relocatable bundle), and the CUDA toolkit found at build time. Each
 // compile parses it lazily in its own LLVMContext, so only the functions a
-// kernel calls are materialised.
+// kernel calls are materialised. The out-of-line sinf/cosf/tanf (their
+// Payne-Hanek path) are optimised and compiled to PTX once per process, per
+// PTX target and FTZ setting, on first use (NvptxOptimizeOptions).
 //
 // nvJitLink is loaded with dlopen on first use (libnvJitLink.so.13 from the
 // library path, $KILN_NVJITLINK, or the toolkit found at build time), so
@@ -61,11 +64,24 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> MakeNvptxTargetMachine(
 // linking fails.
 absl::Status LinkLibdevice(llvm::Module& module, bool fast_math);
 
-// Sets the module's triple and data layout from `tm` and runs O3 with the
-// NVPTX pipeline callbacks. Errors: INVALID_ARGUMENT for invalid IR.
-absl::Status OptimizeNvptxModule(llvm::Module& module, llvm::TargetMachine& tm);
+struct NvptxOptimizeOptions {
+  // libdevice's out-of-line trig functions (the huge-argument path of
+  // sinf/cosf/tanf, see LinkLibdevice) optimised and compiled to PTX once
+  // per process (per target CPU and FTZ) instead of in every compile: the
+  // module keeps declarations of them and EmitPtx splices their PTX in. The
+  // PTX is the same either way; false only to measure that or to check it.
+  bool precompiled_trig = true;
+};
 
-// PTX text of `module`. Errors: INTERNAL when code generation fails.
+// Sets the module's triple and data layout from `tm` and runs O3 with the
+// NVPTX pipeline callbacks. Errors: INVALID_ARGUMENT for invalid IR;
+// INTERNAL when the precompiled trig functions cannot be built.
+absl::Status OptimizeNvptxModule(llvm::Module& module, llvm::TargetMachine& tm,
+                                 const NvptxOptimizeOptions& options = {});
+
+// PTX text of `module`, with the precompiled trig functions its
+// declarations stand for (NvptxOptimizeOptions::precompiled_trig) spliced
+// in. Errors: INTERNAL when code generation fails.
 absl::StatusOr<std::string> EmitPtx(llvm::Module& module,
                                     llvm::TargetMachine& tm);
 

@@ -2,9 +2,14 @@
 // LLVM O3, object, lld link) and of the CUDA pipeline for sm_90 (NVPTX O3,
 // libdevice, PTX, nvJitLink; no GPU needed) on the standard graphs. Goal:
 // <= 50 ms. The first CUDA compile of a process also pays nvJitLink's
-// start-up; the benchmark's warm-up iteration absorbs it.
+// start-up and builds the precompiled trig functions
+// (CompileEnv::cuda_precompiled_trig); the benchmark's warm-up compile
+// absorbs both. The *_trig_each_compile rows compile them in every compile
+// (the way before); compare them interleaved:
 //
 //   build/bench/compiler/compile_bench --benchmark_repetitions=5
+//   build/bench/compiler/compile_bench --benchmark_filter='chain.*sm90'
+//       --benchmark_repetitions=9 --benchmark_enable_random_interleaving
 #include <fstream>
 #include <sstream>
 
@@ -29,7 +34,8 @@ v1::CompileRequest Request(const std::string& file) {
   return req;
 }
 
-void Run(benchmark::State& state, const v1::CompileRequest& req);
+void Run(benchmark::State& state, const v1::CompileRequest& req,
+         const CompileEnv& env = {});
 
 void BM_Compile(benchmark::State& state, const std::string& file) {
   const v1::CompileRequest req = Request(file);
@@ -37,21 +43,32 @@ void BM_Compile(benchmark::State& state, const std::string& file) {
 }
 
 // sm_90 with 16-byte aligned inputs (what PyTorch's allocator gives).
-void BM_CompileCuda(benchmark::State& state, const std::string& file) {
+// `env`: the _trig_each_compile rows turn CompileEnv::cuda_precompiled_trig
+// off, the "before" of that change, in the same binary.
+void BM_CompileCuda(benchmark::State& state, const std::string& file,
+                    const CompileEnv& env = {}) {
   v1::CompileRequest req = Request(file);
   req.mutable_target()->mutable_cuda()->set_arch("sm_90");
   for (v1::Input& in : *req.mutable_graph()->mutable_inputs())
     in.mutable_meta()->set_alignment(16);
-  if (auto warm = Compile(req); !warm.ok()) {
+  if (auto warm = Compile(req, env); !warm.ok()) {
     state.SkipWithError(std::string(warm.status().message()).c_str());
     return;
   }
-  Run(state, req);
+  Run(state, req, env);
 }
 
-void Run(benchmark::State& state, const v1::CompileRequest& req) {
+void BM_CompileCudaTrigEachCompile(benchmark::State& state,
+                                   const std::string& file) {
+  CompileEnv env;
+  env.cuda_precompiled_trig = false;
+  BM_CompileCuda(state, file, env);
+}
+
+void Run(benchmark::State& state, const v1::CompileRequest& req,
+         const CompileEnv& env) {
   for (auto _ : state) {
-    auto a = Compile(req);
+    auto a = Compile(req, env);
     if (!a.ok()) {
       state.SkipWithError(std::string(a.status().message()).c_str());
       return;
@@ -92,6 +109,14 @@ KILN_CUDA_BENCH(chain30_sm90, "chain30.json");
 KILN_CUDA_BENCH(chain30_sum_sm90, "chain30_sum.json");
 KILN_CUDA_BENCH(softmax_sm90, "softmax.json");
 KILN_CUDA_BENCH(layer_norm_sm90, "layer_norm.json");
+#define KILN_CUDA_TRIG_BENCH(name, file)                                    \
+  BENCHMARK_CAPTURE(BM_CompileCudaTrigEachCompile, name, std::string(file)) \
+      ->Unit(benchmark::kMillisecond)                                       \
+      ->MeasureProcessCPUTime()                                             \
+      ->UseRealTime()
+KILN_CUDA_TRIG_BENCH(chain10_sm90_trig_each_compile, "chain10.json");
+KILN_CUDA_TRIG_BENCH(chain30_sm90_trig_each_compile, "chain30.json");
+KILN_CUDA_TRIG_BENCH(chain30_sum_sm90_trig_each_compile, "chain30_sum.json");
 #endif
 
 }  // namespace

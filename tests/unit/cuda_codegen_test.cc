@@ -345,6 +345,54 @@ TEST(CudaCodegen, ChooseReductionSplits) {
   EXPECT_EQ(ChooseReductionSplits(8, 4096), 1);       // short rows
 }
 
+// The PTX without its callseq comments (numbered by a counter that runs
+// across the compiles of a process).
+std::string WithoutCallseqNumbers(const std::string& ptx) {
+  std::string out;
+  for (absl::string_view line : absl::StrSplit(ptx, '\n')) {
+    if (!absl::StrContains(line, "// callseq")) absl::StrAppend(&out, line);
+    out += '\n';
+  }
+  return out;
+}
+
+// The precompiled trig functions (CompileEnv::cuda_precompiled_trig) leave
+// the PTX and the cubin as they were when each compile built them.
+TEST(CudaCodegen, PrecompiledTrigFunctionsChangeNothing) {
+  std::vector<v1::CompileRequest> requests;
+  for (const char* file : {"chain10.json", "chain30.json", "chain30_sum.json",
+                           "softmax.json", "dynamic_batch.json"})
+    requests.push_back(ForGpu(Request(file)));
+  graph_gen::GraphGenOptions o = random_graphs::Options();
+  o.dtypes = {v1::FLOAT32};
+  const int count = random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600) / 6;
+  for (int seed = 0; seed < count; ++seed) {
+    v1::CompileRequest req;
+    *req.mutable_graph() = graph_gen::RandomGraph(seed, o);
+    requests.push_back(ForGpu(req, "sm_90", seed % 2 ? 16 : 0));
+  }
+  CompileEnv each_compile;
+  each_compile.cuda_precompiled_trig = false;
+  int with_trig = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    for (bool fast_math : {false, true}) {
+      v1::CompileRequest req = requests[i];
+      req.mutable_options()->set_fast_math(fast_math);
+      auto a = Compile(req);
+      auto b = Compile(req, each_compile);
+      ASSERT_TRUE(a.ok()) << i << ": " << a.status();
+      ASSERT_TRUE(b.ok()) << i << ": " << b.status();
+      with_trig += absl::StrContains(a->cuda().ptx(), ".func");
+      EXPECT_EQ(WithoutCallseqNumbers(a->cuda().ptx()),
+                WithoutCallseqNumbers(b->cuda().ptx()))
+          << "request " << i << " fast_math " << fast_math;
+      EXPECT_TRUE(a->cuda().cubin() == b->cuda().cubin())
+          << "request " << i << " fast_math " << fast_math;
+    }
+  }
+  EXPECT_GE(with_trig, 6);
+}
+
 TEST(CudaCodegen, RandomGraphsOverTheWholeOpSetCompile) {
   const int count = random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600);
   std::map<std::string, int> ops;
