@@ -143,7 +143,8 @@ done
 # Abseil and Protobuf trees they include (the versions the libraries in
 # kiln/lib were built with; a user's own would not match them).
 mkdir -p "$K/include/client" "$K/include/compiler" "$K/include/kiln/v1" "$K/include/google"
-install -m 0644 "$ROOT/client/kiln_client.h" "$K/include/client/"
+install -m 0644 "$ROOT/client/kiln_client.h" "$ROOT/client/cuda_executable.h" \
+  "$ROOT/client/cuda_driver.h" "$ROOT/client/device_allocator.h" "$K/include/client/"
 install -m 0644 "$ROOT/compiler/host_tensor.h" "$ROOT/compiler/dtype.h" "$K/include/compiler/"
 for p in graph artifact service; do
   install -m 0644 "$BUILD/proto/kiln/v1/$p.pb.h" "$K/include/kiln/v1/"
