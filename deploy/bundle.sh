@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the relocatable bundle: kilnd, kilnctl, libkiln_client.so and
-# libkiln_c.so (the C API) with their headers, every
+# libkiln_c.so (the C API) with their headers, the Python package, every
 # shared library they need except glibc, libstdc++/libgcc_s and NVIDIA's,
 # libdevice and glibc's link inputs, in one .tar.xz that runs from any
 # directory on a machine without the Debian -dev packages.
@@ -13,8 +13,10 @@
 #   kiln/lib            libkiln_client.so, libkiln_c.so and the private shared libraries (RPATH $ORIGIN)
 #   kiln/lib/pkgconfig  kiln_client.pc
 #   kiln/include        the client's public headers, Abseil's and Protobuf's
+#   kiln/python/kiln    the Python binding (ctypes over ../lib/libkiln_c.so)
 #   kiln/share/kiln     libdevice.10.bc, link/ (glibc's libc.so, libm.so,
-#                       libmvec.so for lld), examples/graphs/*.json
+#                       libmvec.so for lld), examples/graphs/*.json,
+#                       tests/python_binding_test.py (GPU + PyTorch)
 #   kiln/README, kiln/VERSION
 #
 # Quiet on success but for one line naming the tarball and its size.
@@ -186,6 +188,9 @@ for lib in libc.so.6 libm.so.6 libmvec.so.1; do
 done
 install -m 0644 "$LIBDEVICE" "$K/share/kiln/libdevice.10.bc"
 install -m 0644 "$ROOT"/examples/graphs/*.json "$K/share/kiln/examples/graphs/"
+mkdir -p "$K/python/kiln" "$K/share/kiln/tests"
+install -m 0644 "$ROOT/python/kiln/__init__.py" "$K/python/kiln/"
+install -m 0644 "$ROOT/tests/gpu/python_binding_test.py" "$K/share/kiln/tests/"
 install -m 0644 "$ROOT/deploy/bundle-README.txt" "$K/README"
 {
   echo "kiln $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
