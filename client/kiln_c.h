@@ -149,17 +149,16 @@ void kiln_allocator_destroy(kiln_allocator* allocator);
 /* ---- CUDA executables -------------------------------------------------- */
 
 /* kiln::Client::GetCudaExecutable for the graph `graph_json` (kiln.v1.Graph
- * in the protobuf JSON mapping, as examples/graphs/*.json; `graph_json_len`
- * bytes, need not be NUL-terminated) compiled for `target` ("sm_90", ...)
- * with CompileOptions.fast_math = `fast_math` != 0, loaded on device
- * `device_ordinal` with outputs and intermediates from `allocator` (NULL: a
- * CachingDeviceAllocator of the executable's own). The request is the one
- * `kilnctl compile GRAPH.json --target=...` sends (same guard key).
- * Errors: INVALID_ARGUMENT for JSON that is not a graph, a target that is
- * not sm_XX, a malformed graph; UNIMPLEMENTED naming an unknown op;
- * UNAVAILABLE when kilnd cannot be reached; FAILED_PRECONDITION when there
- * is no CUDA driver or device, or it cannot run `target`; see
- * kiln::Client::GetCudaExecutable. */
+ * in the protobuf JSON mapping, as the files in examples/graphs;
+ * `graph_json_len` bytes, need not be NUL-terminated) compiled for `target`
+ * ("sm_90", ...) with CompileOptions.fast_math = `fast_math` != 0, loaded on
+ * device `device_ordinal` with outputs and intermediates from `allocator`
+ * (NULL: a CachingDeviceAllocator of the executable's own). The request is the
+ * one `kilnctl compile GRAPH.json --target=...` sends (same guard key). Errors:
+ * INVALID_ARGUMENT for JSON that is not a graph, a target that is not sm_XX, a
+ * malformed graph; UNIMPLEMENTED naming an unknown op; UNAVAILABLE when kilnd
+ * cannot be reached; FAILED_PRECONDITION when there is no CUDA driver or
+ * device, or it cannot run `target`; see kiln::Client::GetCudaExecutable. */
 kiln_status* kiln_client_get_cuda_executable(
     kiln_client* client, const char* graph_json, size_t graph_json_len,
     const char* target, int fast_math, int device_ordinal,
