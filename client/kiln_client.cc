@@ -63,17 +63,107 @@ class ClientImpl final : public Client {
     }
     const v1::CompileRequest& request =
         with_target ? *with_target : request_as_given;
-    if (!request.target().has_cpu()) {
-      return absl::UnimplementedError(
-          "this client runs CPU artifacts only; the CUDA runtime is not built "
-          "yet");
+    if (request.target().has_cuda()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "GetExecutable runs CPU artifacts; the request names CUDA target '",
+          request.target().cuda().arch(), "': use GetCudaExecutable"));
     }
-    // The key, computed here exactly as the server does (same compiler
-    // identity); a client of another build simply misses and compiles.
-    // Importing the graph dominates a repeated call (17 ms for a 4 800-node
-    // graph), so keys are remembered by the SHA-256 of the request's bytes:
-    // equal bytes are an equal request, hence an equal key; a request that
-    // serializes differently is only a miss here, never a wrong key.
+    absl::StatusOr<std::string> key = KeyOf(request);
+    if (!key.ok()) return key.status();
+    if (auto local = FindLocal(loaded_, *key)) return local;
+
+    // A hit arrives as the transport's slices; the binary is hashed and
+    // written to the memfd from them (no copy), and CpuExecutable verifies
+    // its SHA-256 before loading, whichever way the artifact came.
+    absl::StatusOr<Fetched> fetched = Fetch(request, *key);
+    if (!fetched.ok()) return fetched.status();
+    absl::StatusOr<std::unique_ptr<CpuExecutable>> exe =
+        fetched->received
+            ? CpuExecutable::LoadFromPieces(fetched->received->TakeArtifact(),
+                                            fetched->received->binary())
+            : CpuExecutable::Load(std::move(fetched->compiled));
+    if (!exe.ok()) return exe.status();
+    auto handle = std::make_shared<const CpuExecutableHandle>(*std::move(exe),
+                                                              *key, pool_);
+    std::lock_guard<std::mutex> lock(mu_);
+    loaded_[*key] = handle;
+    return handle;
+  }
+
+  absl::StatusOr<std::shared_ptr<const CudaExecutable>> GetCudaExecutable(
+      const v1::CompileRequest& request,
+      const CudaLoadOptions& options) override {
+    if (!request.target().has_cuda()) {
+      return absl::InvalidArgumentError(
+          "GetCudaExecutable needs a request with a CUDA target "
+          "(target.cuda.arch, e.g. \"sm_90\"); use GetExecutable for CPU "
+          "targets");
+    }
+    if (request.target().cuda().arch().empty()) {
+      return absl::InvalidArgumentError(
+          "the request's CUDA target names no arch (e.g. \"sm_90\")");
+    }
+    absl::StatusOr<std::string> key = KeyOf(request);
+    if (!key.ok()) return key.status();
+    const CudaCacheKey cache_key{*key, options.device_ordinal,
+                                 options.allocator.get()};
+    if (auto local = FindLocal(loaded_cuda_, cache_key)) return local;
+
+    absl::StatusOr<Fetched> fetched = Fetch(request, *key);
+    if (!fetched.ok()) return fetched.status();
+    // A CUDA Lookup response is parsed whole (ReceivedArtifact), so both
+    // ways give a complete artifact; Load verifies the cubin's SHA-256.
+    const v1::Artifact& artifact =
+        fetched->received ? fetched->received->artifact() : fetched->compiled;
+    absl::StatusOr<std::unique_ptr<CudaExecutable>> exe =
+        CudaExecutable::Load(artifact, options);
+    if (!exe.ok()) return exe.status();
+    std::shared_ptr<const CudaExecutable> loaded = *std::move(exe);
+    std::lock_guard<std::mutex> lock(mu_);
+    // Two threads that raced here both loaded; the first one stored wins so
+    // that every later call sees one executable.
+    return loaded_cuda_.emplace(cache_key, std::move(loaded)).first->second;
+  }
+
+  Counters counters() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return counters_;
+  }
+
+ private:
+  // Where a CUDA executable is loaded: a module belongs to one device's
+  // context, and the executable allocates through (and keeps alive) one
+  // allocator, so the pointer cannot be reused while the entry exists.
+  struct CudaCacheKey {
+    std::string guard_key;
+    int device_ordinal = 0;
+    const DeviceAllocator* allocator = nullptr;  // null: the executable's own
+    template <typename H>
+    friend H AbslHashValue(H h, const CudaCacheKey& k) {
+      return H::combine(std::move(h), k.guard_key, k.device_ordinal,
+                        k.allocator);
+    }
+    friend bool operator==(const CudaCacheKey& a, const CudaCacheKey& b) {
+      return a.guard_key == b.guard_key &&
+             a.device_ordinal == b.device_ordinal && a.allocator == b.allocator;
+    }
+  };
+
+  // An artifact as the daemon gave it: a Lookup hit still in the received
+  // slices (`received`), or a Compile's artifact (`compiled`). Not verified.
+  struct Fetched {
+    std::optional<ReceivedArtifact> received;
+    v1::Artifact compiled;
+  };
+
+  // The guard key of `request`, computed here exactly as the server does
+  // (same compiler identity); a client of another build simply misses and
+  // compiles. Importing the graph dominates a repeated call (17 ms for a
+  // 4 800-node graph), so keys are remembered by the SHA-256 of the
+  // request's bytes: equal bytes are an equal request, hence an equal key; a
+  // request that serializes differently is only a miss here, never a wrong
+  // key. Errors: the graph's import errors (INVALID_ARGUMENT/UNIMPLEMENTED).
+  absl::StatusOr<std::string> KeyOf(const v1::CompileRequest& request) {
     std::string request_bytes;
     {
       google::protobuf::io::StringOutputStream stream(&request_bytes);
@@ -91,52 +181,43 @@ class ClientImpl final : public Client {
       key.assign(reinterpret_cast<const char*>(digest.data()), digest.size());
       RememberKey(fingerprint, key);
     }
-    if (auto local = FindLocal(key)) return local;
+    return key;
+  }
 
-    // A hit arrives as the transport's slices; the binary is hashed and
-    // written to the memfd from them (no copy), and CpuExecutable verifies
-    // its SHA-256 before loading, whichever way the artifact came.
+  // The artifact for `key`: Lookup (the 32-byte key only), and on NOT_FOUND
+  // Compile with the whole request; both with retries. Counts lookup_hits
+  // and compiles.
+  absl::StatusOr<Fetched> Fetch(const v1::CompileRequest& request,
+                                const std::string& key) {
     std::vector<grpc::Slice> response;
     grpc::Status s = CallWithRetries([&](grpc::ClientContext* ctx) {
       return lookup_.Lookup(ctx, key, &response);
     });
-    absl::StatusOr<std::unique_ptr<CpuExecutable>> exe;
+    Fetched fetched;
     if (s.ok()) {
       Count(&Counters::lookup_hits);
       absl::StatusOr<ReceivedArtifact> found =
           ParseLookupResponse(std::move(response));
       if (!found.ok()) return found.status();
-      exe =
-          CpuExecutable::LoadFromPieces(found->TakeArtifact(), found->binary());
-    } else if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
-      v1::CompileResponse compiled;
-      s = CallWithRetries([&](grpc::ClientContext* ctx) {
-        return stub_->Compile(ctx, request, &compiled);
-      });
-      Count(&Counters::compiles);
-      if (!s.ok()) return FromGrpc(s);
-      exe = CpuExecutable::Load(std::move(*compiled.mutable_artifact()));
-    } else {
-      return FromGrpc(s);
+      fetched.received.emplace(*std::move(found));
+      return fetched;
     }
-    if (!exe.ok()) return exe.status();
-    auto handle = std::make_shared<const CpuExecutableHandle>(*std::move(exe),
-                                                              key, pool_);
-    std::lock_guard<std::mutex> lock(mu_);
-    loaded_[key] = handle;
-    return handle;
+    if (s.error_code() != grpc::StatusCode::NOT_FOUND) return FromGrpc(s);
+    v1::CompileResponse compiled;
+    s = CallWithRetries([&](grpc::ClientContext* ctx) {
+      return stub_->Compile(ctx, request, &compiled);
+    });
+    Count(&Counters::compiles);
+    if (!s.ok()) return FromGrpc(s);
+    fetched.compiled = std::move(*compiled.mutable_artifact());
+    return fetched;
   }
 
-  Counters counters() const override {
+  template <typename Map, typename Key>
+  typename Map::mapped_type FindLocal(const Map& map, const Key& key) {
     std::lock_guard<std::mutex> lock(mu_);
-    return counters_;
-  }
-
- private:
-  std::shared_ptr<const Executable> FindLocal(const std::string& key) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = loaded_.find(key);
-    if (it == loaded_.end()) return nullptr;
+    auto it = map.find(key);
+    if (it == map.end()) return nullptr;
     ++counters_.local_hits;
     return it->second;
   }
@@ -181,6 +262,8 @@ class ClientImpl final : public Client {
   std::shared_ptr<ThreadPool> pool_;
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const Executable>> loaded_;
+  absl::flat_hash_map<CudaCacheKey, std::shared_ptr<const CudaExecutable>>
+      loaded_cuda_;
   // Request fingerprint (SHA-256 of its deterministic serialization) -> key.
   static constexpr size_t kMaxRememberedKeys = 4096;
   absl::flat_hash_map<Sha256Digest, std::string> keys_;

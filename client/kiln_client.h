@@ -34,6 +34,16 @@
 // Errors: the daemon's status (INVALID_ARGUMENT/UNIMPLEMENTED name node,
 // op and reason); UNAVAILABLE after the retries are spent; DATA_LOSS for an
 // artifact whose binary does not match its hash.
+//
+// CUDA: GetCudaExecutable is the same flow for a request that names a CUDA
+// target (`sm_XX`); the artifact (a cubin the daemon cross-compiled, no GPU
+// needed there) is loaded with CudaExecutable::Load into the primary context
+// of CudaLoadOptions::device_ordinal. Loading needs the NVIDIA driver and a
+// device (client/cuda_driver.h loads the driver with dlopen, so this library
+// builds, links and runs without one); without them GetCudaExecutable
+// returns FAILED_PRECONDITION after the artifact was fetched (the daemon's
+// cache is warm for the next process that has a GPU).
+//
 // Thread-safety: a Client and the Executables it returns are thread-safe.
 #ifndef KILN_CLIENT_KILN_CLIENT_H_
 #define KILN_CLIENT_KILN_CLIENT_H_
@@ -45,6 +55,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/cuda_executable.h"
 #include "compiler/host_tensor.h"
 #include "kiln/v1/graph.pb.h"
 
@@ -79,6 +90,7 @@ class Executable {
 class Client {
  public:
   // How requests were served so far, for logs and tests.
+  // Counted for CPU and CUDA requests alike.
   struct Counters {
     uint64_t local_hits = 0;   // served from the in-process cache
     uint64_t lookup_hits = 0;  // served by Lookup (no graph sent)
@@ -93,8 +105,39 @@ class Client {
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
       const ClientOptions& options);
 
+  // A CPU executable for `request` (no target: DefaultTarget()). Errors:
+  // see the file comment; UNIMPLEMENTED for a CUDA target (use
+  // GetCudaExecutable).
   virtual absl::StatusOr<std::shared_ptr<const Executable>> GetExecutable(
       const v1::CompileRequest& request) = 0;
+
+  // A CUDA executable for `request`, which must name a CUDA target
+  // (`target.cuda.arch`, e.g. "sm_90"): the guard key is computed locally,
+  // then served from the in-process cache, by Lookup, or by Compile (as
+  // GetExecutable), and the cubin is verified (SHA-256) and loaded into
+  // device `options.device_ordinal`'s primary context, with outputs and
+  // intermediates from `options.allocator` (null: a CachingDeviceAllocator
+  // owned by the executable).
+  //
+  // The in-process cache holds one loaded executable per (guard key, device
+  // ordinal, allocator): a module belongs to one device's context, and the
+  // executable keeps its allocator alive. Requests that differ only in the
+  // allocator therefore load the cubin once each; pass the same allocator
+  // (or none) to share. The cache keeps the allocator alive as long as the
+  // Client lives.
+  //
+  // Errors: INVALID_ARGUMENT when the request names no CUDA target or its
+  // graph is malformed (node, op and reason); the daemon's status;
+  // UNAVAILABLE after the retries are spent; DATA_LOSS for a cubin whose
+  // hash does not match; FAILED_PRECONDITION when there is no CUDA driver or
+  // device ("CUDA driver not available: ..."), the device cannot run the
+  // artifact's arch, and CudaExecutable::Load's other errors.
+  // Thread-safety: as GetExecutable; the executable's Run may be called from
+  // many threads (CudaExecutable's contract).
+  virtual absl::StatusOr<std::shared_ptr<const CudaExecutable>>
+  GetCudaExecutable(const v1::CompileRequest& request,
+                    const CudaLoadOptions& options = {}) = 0;
+
   virtual Counters counters() const = 0;
 };
 

@@ -50,6 +50,7 @@
 #include "client/hit_socket_client.h"
 #include "client/kiln_client.h"
 #include "client/raw_lookup.h"
+#include "client/request_json.h"
 #include "compiler/guard_key.h"
 #include "compiler/import.h"
 #include "compiler/numerics.h"
@@ -186,27 +187,18 @@ std::string HumanBytes(uint64_t bytes) {
 // Requests from graph files.
 
 absl::StatusOr<v1::Target> TargetFromFlags() {
-  const std::string name = absl::GetFlag(FLAGS_target);
-  v1::Target target;
-  if (name == "cpu") {
-    v1::CpuTarget cpu = Client::DefaultTarget().cpu();
-    if (!absl::GetFlag(FLAGS_cpu).empty())
-      cpu.set_cpu(absl::GetFlag(FLAGS_cpu));
-    if (!absl::GetFlag(FLAGS_features).empty())
-      cpu.set_features(absl::GetFlag(FLAGS_features));
-    *target.mutable_cpu() = cpu;
-    return target;
+  absl::StatusOr<v1::Target> target =
+      TargetFromName(absl::GetFlag(FLAGS_target), absl::GetFlag(FLAGS_cpu),
+                     absl::GetFlag(FLAGS_features));
+  if (!target.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", target.status().message()));
   }
-  int arch = 0;
-  if (absl::StartsWith(name, "sm_") && name.size() > 3 &&
-      absl::SimpleAtoi(name.substr(3), &arch) && arch > 0) {
-    target.mutable_cuda()->set_arch(name);
-    return target;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--target=", name, ": expected cpu or sm_XX (e.g. sm_90)"));
+  return target;
 }
 
+// The same request as the C API and the Python binding build from a graph
+// in JSON (client/request_json.h).
 absl::StatusOr<v1::CompileRequest> RequestFromFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
@@ -215,18 +207,14 @@ absl::StatusOr<v1::CompileRequest> RequestFromFile(const std::string& path) {
   }
   std::stringstream text;
   text << in.rdbuf();
-  v1::CompileRequest req;
-  const auto parsed = google::protobuf::util::JsonStringToMessage(
-      text.str(), req.mutable_graph());
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path,
-        " is not a kiln.v1.Graph in JSON: ", std::string(parsed.message())));
-  }
   absl::StatusOr<v1::Target> target = TargetFromFlags();
   if (!target.ok()) return target.status();
-  *req.mutable_target() = *std::move(target);
-  req.mutable_options()->set_fast_math(absl::GetFlag(FLAGS_fast_math));
+  absl::StatusOr<v1::CompileRequest> req =
+      RequestFromGraphJson(text.str(), *target, absl::GetFlag(FLAGS_fast_math));
+  if (!req.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is ", req.status().message()));
+  }
   return req;
 }
 

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Builds the relocatable bundle: kilnd, kilnctl, libkiln_client.so with its
-# headers, every shared library they need except glibc, libstdc++/libgcc_s
-# and NVIDIA's, libdevice and glibc's link inputs, in one .tar.xz that runs
-# from any directory on a machine without the Debian -dev packages.
+# Builds the relocatable bundle: kilnd, kilnctl, libkiln_client.so and
+# libkiln_c.so (the C API) with their headers, the Python package, every
+# shared library they need except glibc, libstdc++/libgcc_s and NVIDIA's,
+# libdevice and glibc's link inputs, in one .tar.xz that runs from any
+# directory on a machine without the Debian -dev packages.
 #
 #   deploy/bundle.sh [--build-dir DIR] [--out FILE] [--jobs N]
 #                    [--extra BINARY]...   # more executables for kiln/bin
 #
 # Layout of the tarball (README.md, "Relocatable bundle"):
 #   kiln/bin            kilnd, kilnctl, the --extra binaries (RPATH $ORIGIN/../lib)
-#   kiln/lib            libkiln_client.so and the private shared libraries (RPATH $ORIGIN)
+#   kiln/lib            libkiln_client.so, libkiln_c.so and the private shared libraries (RPATH $ORIGIN)
 #   kiln/lib/pkgconfig  kiln_client.pc
 #   kiln/include        the client's public headers, Abseil's and Protobuf's
+#   kiln/python/kiln    the Python binding (ctypes over ../lib/libkiln_c.so)
 #   kiln/share/kiln     libdevice.10.bc, link/ (glibc's libc.so, libm.so,
-#                       libmvec.so for lld), examples/graphs/*.json
+#                       libmvec.so for lld), examples/graphs/*.json,
+#                       tests/python_binding_test.py (GPU + PyTorch)
 #   kiln/README, kiln/VERSION
 #
 # Quiet on success but for one line naming the tarball and its size.
@@ -27,7 +30,7 @@ EXTRAS=()
 MAX_BYTES=$((64 * 1024 * 1024))
 
 die() { echo "bundle.sh: $*" >&2; exit 1; }
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,/^#   kiln\/README/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -66,7 +69,7 @@ mkdir -p "$BUILD"
 if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
          -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_FUZZERS=OFF \
          -DKILN_BUILD_SHARED_CLIENT=ON &&
-       cmake --build "$BUILD" -j "$JOBS" --target kilnd kilnctl kiln_client_shared; } >"$LOG" 2>&1; then
+       cmake --build "$BUILD" -j "$JOBS" --target kilnd kilnctl kiln_client_shared kiln_c; } >"$LOG" 2>&1; then
   tail -n 40 "$LOG" >&2
   die "release build failed (full log: $LOG)"
 fi
@@ -86,6 +89,10 @@ CLIENT_SO=$(readlink -f "$BUILD/client/libkiln_client.so")
 CLIENT_SONAME=$(patchelf --print-soname "$CLIENT_SO")
 install -m 0644 "$CLIENT_SO" "$K/lib/$CLIENT_SONAME"
 ln -s "$CLIENT_SONAME" "$K/lib/libkiln_client.so"
+C_SO=$(readlink -f "$BUILD/client/libkiln_c.so")
+C_SONAME=$(patchelf --print-soname "$C_SO")
+install -m 0644 "$C_SO" "$K/lib/$C_SONAME"
+ln -s "$C_SONAME" "$K/lib/libkiln_c.so"
 
 # Not bundled, and why:
 #  - glibc (the loader, libc, libm, libmvec, libpthread, libdl, librt,
@@ -109,7 +116,7 @@ is_system_lib() {
 # Every non-system dependency of the staged ELF files, by soname: ldd gives
 # the transitive closure, resolved the way this machine resolves it.
 declare -A DEPS=()
-for elf in "$K"/bin/* "$K/lib/$CLIENT_SONAME"; do
+for elf in "$K"/bin/* "$K/lib/$CLIENT_SONAME" "$K/lib/$C_SONAME"; do
   ldd_out=$(ldd "$elf") || die "ldd $elf failed"
   while read -r name arrow path _; do
     [ "$arrow" = "=>" ] || continue
@@ -119,7 +126,7 @@ for elf in "$K"/bin/* "$K/lib/$CLIENT_SONAME"; do
   done <<<"$ldd_out"
 done
 for name in "${!DEPS[@]}"; do
-  [ "$name" = "$CLIENT_SONAME" ] && continue
+  [ "$name" = "$CLIENT_SONAME" ] || [ "$name" = "$C_SONAME" ] && continue
   install -m 0644 "$(readlink -f "${DEPS[$name]}")" "$K/lib/$name"
 done
 
@@ -143,7 +150,9 @@ done
 # Abseil and Protobuf trees they include (the versions the libraries in
 # kiln/lib were built with; a user's own would not match them).
 mkdir -p "$K/include/client" "$K/include/compiler" "$K/include/kiln/v1" "$K/include/google"
-install -m 0644 "$ROOT/client/kiln_client.h" "$K/include/client/"
+install -m 0644 "$ROOT/client/kiln_client.h" "$ROOT/client/kiln_c.h" \
+  "$ROOT/client/cuda_executable.h" "$ROOT/client/cuda_driver.h" \
+  "$ROOT/client/device_allocator.h" "$K/include/client/"
 install -m 0644 "$ROOT/compiler/host_tensor.h" "$ROOT/compiler/dtype.h" "$K/include/compiler/"
 for p in graph artifact service; do
   install -m 0644 "$BUILD/proto/kiln/v1/$p.pb.h" "$K/include/kiln/v1/"
@@ -179,6 +188,9 @@ for lib in libc.so.6 libm.so.6 libmvec.so.1; do
 done
 install -m 0644 "$LIBDEVICE" "$K/share/kiln/libdevice.10.bc"
 install -m 0644 "$ROOT"/examples/graphs/*.json "$K/share/kiln/examples/graphs/"
+mkdir -p "$K/python/kiln" "$K/share/kiln/tests"
+install -m 0644 "$ROOT/python/kiln/__init__.py" "$K/python/kiln/"
+install -m 0644 "$ROOT/tests/gpu/python_binding_test.py" "$K/share/kiln/tests/"
 install -m 0644 "$ROOT/deploy/bundle-README.txt" "$K/README"
 {
   echo "kiln $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"

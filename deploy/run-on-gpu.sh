@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Runs Kiln's GPU tests and benchmarks from the relocatable bundle on a GPU
 # machine that has none of the build's dependencies (an NVIDIA driver,
-# glibc >= 2.36 and, for bench, python3 with torch):
+# glibc >= 2.36 and, for bench and python, python3 with torch):
 #
 #   make bundle BUNDLE_EXTRA="build/tests/gpu/cuda_gpu_test build/bench/gpu/cuda_bench build/tests/unit/cuda_runtime_test"
-#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|bench|all [OUT_DIR]
+#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|bench|all [OUT_DIR]
+#
+# tests: cuda_runtime_test and cuda_gpu_test (its Client test starts the
+# bundle's kilnd); python: the Python binding with PyTorch
+# (kiln/share/kiln/tests/python_binding_test.py, both allocators); all: the
+# three. $PYTHON names the interpreter (default python3).
 #
 # kilnd's CUDA compiles need nvJitLink 13: $KILN_NVJITLINK, else ldconfig's,
 # else the CUDA toolkit's, else one from a pip wheel (nvidia-nvjitlink) in
 # python3's site-packages.
 set -euo pipefail
-bundle=${1:?usage: run-on-gpu.sh BUNDLE.tar.xz tests|bench|all [OUT_DIR]}
+bundle=${1:?usage: run-on-gpu.sh BUNDLE.tar.xz tests|python|bench|all [OUT_DIR]}
 what=${2:-all}
 out=${3:-${OUT:-$(mktemp -d)}}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,6 +40,7 @@ fi
 echo "nvJitLink: ${KILN_NVJITLINK:-not found}"
 export KILN_EXAMPLES_DIR=$K/share/kiln/examples/graphs
 export KILN_LIBDEVICE=$K/share/kiln/libdevice.10.bc
+export KILN_KILND=$K/bin/kilnd  # the daemon the Client tests start
 # cuda_runtime_test's real-cubin case, when the build's cubin came along.
 if [[ -z ${KILN_TEST_CUBIN:-} && -e $here/build/tests/unit/pointwise_sm90.cubin ]]; then
   export KILN_TEST_CUBIN=$here/build/tests/unit/pointwise_sm90.cubin
@@ -44,6 +50,9 @@ status=0
 if [[ $what == tests || $what == all ]]; then
   "$K/bin/cuda_runtime_test" || status=1
   "$K/bin/cuda_gpu_test" || status=1
+fi
+if [[ $what == python || $what == all ]]; then
+  "${PYTHON:-python3}" "$K/share/kiln/tests/python_binding_test.py" || status=1
 fi
 if [[ $what == bench || $what == all ]]; then
   KILN_CUDA_BENCH=$K/bin/cuda_bench "$here/bench/gpu/run.sh" "$out" || status=1

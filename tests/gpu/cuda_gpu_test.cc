@@ -14,6 +14,10 @@
 //   KILN_GPU_RANDOM_GRAPH_SEED=<s>   just this seed, printing its graph
 //   KILN_GPU_FAST_MATH_GRAPHS, KILN_GPU_LANE_LOOP_GRAPHS  (default 300 each)
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,12 +25,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cuda_executable.h"
+#include "client/kiln_client.h"
 #include "compiler/compile.h"
 #include "compiler/import.h"
 #include "compiler/reference.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_util.h"
+#include "tests/server/daemon.h"
 #include "tests/unit/example_graphs.h"
 #include "tests/unit/numerics.h"
 #include "tests/unit/random_graphs.h"
@@ -48,9 +54,16 @@ Gpu* GpuOrSkip() {
     GTEST_SKIP() << "no CUDA device: " << gpu_testing::OpenGpu().status(); \
   }
 
-// Empty when the graph matches the reference on the GPU.
-std::string CheckOnGpu(Gpu& gpu, uint64_t seed, v1::CompileRequest req,
-                       bool aligned, const CompileEnv& env = {}) {
+// Compiles (or fetches) and loads a request for the GPU.
+using Loader =
+    std::function<absl::StatusOr<std::shared_ptr<const CudaExecutable>>(
+        const v1::CompileRequest&)>;
+
+// Empty when the graph matches the reference on the GPU, with the
+// executable `load` gives for the request (its arch set to the GPU's, its
+// inputs' alignment to what the random inputs keep).
+std::string CheckOnGpuWith(Gpu& gpu, uint64_t seed, v1::CompileRequest req,
+                           bool aligned, const Loader& load) {
   req.mutable_target()->mutable_cuda()->set_arch(gpu.arch);
   auto graph = ImportGraph(req.graph());
   if (!graph.ok()) return absl::StrCat("import: ", graph.status().ToString());
@@ -70,11 +83,8 @@ std::string CheckOnGpu(Gpu& gpu, uint64_t seed, v1::CompileRequest req,
     req.mutable_graph()->mutable_inputs(i)->mutable_meta()->set_alignment(
         ok ? 16 : 0);
   }
-  auto artifact = Compile(req, env);
-  if (!artifact.ok())
-    return absl::StrCat("Compile: ", artifact.status().ToString());
-  auto exe = CudaExecutable::Load(*artifact);
-  if (!exe.ok()) return absl::StrCat("Load: ", exe.status().ToString());
+  auto exe = load(req);
+  if (!exe.ok()) return exe.status().ToString();
   for (size_t b = 0; b < bindings.size(); ++b) {
     auto want = EvaluateReference(*graph, inputs[b]);
     if (!want.ok())
@@ -105,6 +115,28 @@ std::string CheckOnGpu(Gpu& gpu, uint64_t seed, v1::CompileRequest req,
     }
   }
   return "";
+}
+
+// Compiled in-process, then CudaExecutable::Load.
+std::string CheckOnGpu(Gpu& gpu, uint64_t seed, v1::CompileRequest req,
+                       bool aligned, const CompileEnv& env = {}) {
+  return CheckOnGpuWith(
+      gpu, seed, std::move(req), aligned,
+      [&](const v1::CompileRequest& r)
+          -> absl::StatusOr<std::shared_ptr<const CudaExecutable>> {
+        auto artifact = Compile(r, env);
+        if (!artifact.ok()) {
+          return absl::Status(
+              artifact.status().code(),
+              absl::StrCat("Compile: ", artifact.status().message()));
+        }
+        auto exe = CudaExecutable::Load(*artifact);
+        if (!exe.ok()) {
+          return absl::Status(exe.status().code(),
+                              absl::StrCat("Load: ", exe.status().message()));
+        }
+        return std::shared_ptr<const CudaExecutable>(*std::move(exe));
+      });
 }
 
 std::string GraphJson(const v1::Graph& g) {
@@ -328,6 +360,105 @@ TEST(CudaGpu, FissionedMultiPassRowsMatchReference) {
       ->mutable_ints()
       ->set_values(0, row);
   EXPECT_EQ(CheckOnGpu(*gpu, 13, ln, true), "") << "layer norm";
+}
+
+// kiln::Client::GetCudaExecutable end to end: kilnd cross-compiles the
+// example graphs for this GPU, the client loads them and they match the
+// reference; repeats come from the in-process cache, a second client gets
+// them by Lookup, and the in-process cache keys on the allocator. The daemon
+// is $KILN_SERVER when set, else one started here from $KILN_KILND (the
+// bundle's kiln/bin/kilnd; deploy/run-on-gpu.sh sets it) or the build's.
+TEST(CudaGpu, ClientGetCudaExecutableMatchesReference) {
+  REQUIRE_GPU(gpu);
+  const char* server_env = std::getenv("KILN_SERVER");
+  std::string server = server_env && *server_env ? server_env : "";
+  std::unique_ptr<Daemon> daemon;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      absl::StrCat("kiln_cuda_gpu_client_", getpid());
+  if (server.empty()) {
+    std::filesystem::create_directories(dir);
+    daemon = std::make_unique<Daemon>((dir / "data").string(),
+                                      (dir / "port").string());
+    ASSERT_GT(daemon->port(), 0) << "kilnd did not start";
+    server = daemon->address();
+  }
+  auto connect = [&]() {
+    ClientOptions o;
+    o.server = server;
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *std::move(c);
+  };
+  std::unique_ptr<Client> client = connect();
+  const Loader via_client = [&](const v1::CompileRequest& r) {
+    return client->GetCudaExecutable(r);
+  };
+  const char* files[] = {"chain10.json",         "chain30_sum.json",
+                         "softmax.json",         "layer_norm.json",
+                         "reduce_two_dims.json", "dynamic_batch.json"};
+  int requests = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (const char* file : files) {
+      for (bool aligned : {true, false}) {
+        EXPECT_EQ(CheckOnGpuWith(*gpu, 1, Request(file), aligned, via_client),
+                  "")
+            << file << (aligned ? " (aligned)" : "") << " round " << round;
+        if (round == 0) ++requests;
+      }
+    }
+    const Client::Counters c = client->counters();
+    if (round == 0) {
+      EXPECT_EQ(c.compiles + c.lookup_hits, requests);
+      EXPECT_EQ(c.local_hits, 0u);
+      if (daemon) {
+        EXPECT_EQ(c.compiles, requests);  // a fresh daemon
+      }
+    } else {
+      EXPECT_EQ(c.local_hits, requests);  // the second round: all local
+    }
+  }
+
+  // Another client (another process would look the same): Lookup only.
+  std::unique_ptr<Client> second = connect();
+  EXPECT_EQ(CheckOnGpuWith(*gpu, 2, Request("softmax.json"), true,
+                           [&](const v1::CompileRequest& r) {
+                             return second->GetCudaExecutable(r);
+                           }),
+            "");
+  EXPECT_EQ(second->counters().lookup_hits, 1u);
+  EXPECT_EQ(second->counters().compiles, 0u);
+
+  // The in-process cache keys on the allocator: the same request with an
+  // allocator of its own loads another executable, which allocates its
+  // outputs from that allocator, and is itself served locally next time.
+  auto allocator = CachingDeviceAllocator::Create(0);
+  ASSERT_TRUE(allocator.ok()) << allocator.status();
+  CudaLoadOptions with_allocator;
+  with_allocator.allocator = *allocator;
+  v1::CompileRequest req = Request("chain10.json");
+  req.mutable_target()->mutable_cuda()->set_arch(gpu->arch);
+  auto own = second->GetCudaExecutable(req);
+  auto shared = second->GetCudaExecutable(req, with_allocator);
+  auto shared_again = second->GetCudaExecutable(req, with_allocator);
+  ASSERT_TRUE(own.ok() && shared.ok() && shared_again.ok())
+      << own.status() << shared.status() << shared_again.status();
+  EXPECT_NE(own->get(), shared->get());
+  EXPECT_EQ(shared->get(), shared_again->get());
+  EXPECT_EQ((*shared)->allocator().get(), allocator->get());
+  EXPECT_EQ(CheckOnGpuWith(*gpu, 3, Request("chain10.json"), false,
+                           [&](const v1::CompileRequest& r) {
+                             return second->GetCudaExecutable(r,
+                                                              with_allocator);
+                           }),
+            "");
+  EXPECT_GT((*allocator)->stats().allocations, 0);
+  if (daemon) {
+    client.reset();
+    second.reset();
+    daemon.reset();
+    std::filesystem::remove_all(dir);
+  }
 }
 
 }  // namespace

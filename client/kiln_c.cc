@@ -1,0 +1,426 @@
+// The C API (kiln_c.h) over kiln::Client and the CUDA runtime. Each handle
+// is a struct that holds the C++ object (by value, unique_ptr or
+// shared_ptr); the C ABI hands out raw pointers to them, so handles are
+// created with std::make_unique and released to the caller, and taken back
+// into a unique_ptr by the matching *_destroy.
+#include "client/kiln_c.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/cuda_executable.h"
+#include "client/device_allocator.h"
+#include "client/kiln_client.h"
+#include "client/request_json.h"
+#include "support/sha256.h"
+
+struct kiln_status {
+  int code = 0;
+  std::string message;
+};
+
+struct kiln_client {
+  std::unique_ptr<kiln::Client> client;
+};
+
+struct kiln_allocator {
+  std::shared_ptr<kiln::DeviceAllocator> allocator;
+};
+
+struct kiln_cuda_executable {
+  std::shared_ptr<const kiln::CudaExecutable> exe;
+};
+
+struct kiln_cuda_tensor {
+  explicit kiln_cuda_tensor(kiln::DeviceTensor t) : tensor(std::move(t)) {}
+  kiln::DeviceTensor tensor;
+};
+
+namespace kiln {
+namespace {
+
+// NULL for OK, else a new status the caller owns.
+kiln_status* ToC(const absl::Status& status) {
+  if (status.ok()) return nullptr;
+  auto s = std::make_unique<kiln_status>();
+  s->code = static_cast<int>(status.code());
+  s->message = std::string(status.message());
+  return s.release();
+}
+
+kiln_status* NullArgument(const char* function, const char* argument) {
+  return ToC(absl::InvalidArgumentError(
+      absl::StrCat(function, ": ", argument, " is NULL")));
+}
+
+bool ValidDType(int32_t dtype) {
+  return dtype >= static_cast<int>(DType::kFloat32) &&
+         dtype <= static_cast<int>(DType::kBool);
+}
+
+// DLPack's unversioned ABI (dlpack.h v0.8), declared here so that no header
+// is needed: the structs a "dltensor" capsule holds.
+struct DLDevice {
+  int32_t device_type;  // kDLCUDA = 2
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;  // kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;  // in elements
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor* self);
+};
+
+DLDataType ToDlpack(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return {2, 32, 1};
+    case DType::kFloat16:
+      return {2, 16, 1};
+    case DType::kBFloat16:
+      return {4, 16, 1};
+    case DType::kInt32:
+      return {0, 32, 1};
+    case DType::kInt64:
+      return {0, 64, 1};
+    case DType::kBool:
+      return {6, 8, 1};
+  }
+  return {0, 0, 0};
+}
+
+// What a DLManagedTensor from kiln_cuda_tensor_to_dlpack owns; its
+// manager_ctx, deleted by its deleter.
+struct DlpackOwner {
+  DLManagedTensor managed{};
+  std::unique_ptr<kiln_cuda_tensor> tensor;
+  std::vector<int64_t> shape, strides;
+};
+
+void DeleteDlpack(DLManagedTensor* self) {
+  std::unique_ptr<DlpackOwner> owner(
+      static_cast<DlpackOwner*>(self->manager_ctx));
+}
+
+// DeviceAllocator over two C callbacks (kiln_allocator_create).
+class CallbackDeviceAllocator final : public DeviceAllocator {
+ public:
+  CallbackDeviceAllocator(kiln_alloc_fn alloc, kiln_free_fn free,
+                          void* user_data)
+      : alloc_(alloc), free_(free), user_data_(user_data) {}
+
+  absl::StatusOr<cuda::DevicePtr> Allocate(size_t bytes,
+                                           cuda::Stream stream) override {
+    if (bytes == 0) return cuda::DevicePtr{0};
+    const uint64_t ptr = alloc_(bytes, stream, user_data_);
+    if (ptr == 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the allocator callback gave no memory for ", bytes, " bytes"));
+    }
+    if (ptr % 256 != 0) {
+      // The runtime relies on it (vector stores); give it back at once.
+      free_(ptr, bytes, stream, user_data_);
+      return absl::InternalError(
+          absl::StrCat("the allocator callback returned 0x", absl::Hex(ptr),
+                       ", not 256-byte aligned"));
+    }
+    return cuda::DevicePtr{ptr};
+  }
+
+  void Free(cuda::DevicePtr ptr, size_t bytes,
+            cuda::Stream last_use_stream) override {
+    if (ptr == 0) return;
+    free_(ptr, bytes, last_use_stream, user_data_);
+  }
+
+ private:
+  const kiln_alloc_fn alloc_;
+  const kiln_free_fn free_;
+  void* const user_data_;
+};
+
+}  // namespace
+}  // namespace kiln
+
+extern "C" {
+
+int kiln_c_api_version(void) { return KILN_C_API_VERSION; }
+
+int kiln_status_code(const kiln_status* status) {
+  return status ? status->code : KILN_OK;
+}
+
+const char* kiln_status_message(const kiln_status* status) {
+  return status ? status->message.c_str() : "";
+}
+
+void kiln_status_free(kiln_status* status) {
+  std::unique_ptr<kiln_status> owned(status);
+}
+
+kiln_status* kiln_client_create(const char* server, double rpc_deadline_seconds,
+                                int max_retries, kiln_client** out) {
+  if (!out) return kiln::NullArgument("kiln_client_create", "out");
+  *out = nullptr;
+  kiln::ClientOptions options;
+  if (server) options.server = server;
+  if (rpc_deadline_seconds > 0) {
+    options.rpc_deadline = absl::Seconds(rpc_deadline_seconds);
+  }
+  if (max_retries >= 0) options.max_retries = max_retries;
+  absl::StatusOr<std::unique_ptr<kiln::Client>> client =
+      kiln::Client::Connect(options);
+  if (!client.ok()) return kiln::ToC(client.status());
+  auto handle = std::make_unique<kiln_client>();
+  handle->client = *std::move(client);
+  *out = handle.release();
+  return nullptr;
+}
+
+void kiln_client_destroy(kiln_client* client) {
+  std::unique_ptr<kiln_client> owned(client);
+}
+
+void kiln_client_counters(const kiln_client* client, uint64_t* local_hits,
+                          uint64_t* lookup_hits, uint64_t* compiles) {
+  kiln::Client::Counters c;
+  if (client) c = client->client->counters();
+  if (local_hits) *local_hits = c.local_hits;
+  if (lookup_hits) *lookup_hits = c.lookup_hits;
+  if (compiles) *compiles = c.compiles;
+}
+
+kiln_status* kiln_allocator_create(kiln_alloc_fn alloc, kiln_free_fn free,
+                                   void* user_data, kiln_allocator** out) {
+  if (!out) return kiln::NullArgument("kiln_allocator_create", "out");
+  *out = nullptr;
+  if (!alloc) return kiln::NullArgument("kiln_allocator_create", "alloc");
+  if (!free) return kiln::NullArgument("kiln_allocator_create", "free");
+  auto handle = std::make_unique<kiln_allocator>();
+  handle->allocator =
+      std::make_shared<kiln::CallbackDeviceAllocator>(alloc, free, user_data);
+  *out = handle.release();
+  return nullptr;
+}
+
+kiln_status* kiln_allocator_create_caching(int device_ordinal,
+                                           kiln_allocator** out) {
+  if (!out) return kiln::NullArgument("kiln_allocator_create_caching", "out");
+  *out = nullptr;
+  auto allocator = kiln::CachingDeviceAllocator::Create(device_ordinal);
+  if (!allocator.ok()) return kiln::ToC(allocator.status());
+  auto handle = std::make_unique<kiln_allocator>();
+  handle->allocator = *std::move(allocator);
+  *out = handle.release();
+  return nullptr;
+}
+
+void kiln_allocator_destroy(kiln_allocator* allocator) {
+  std::unique_ptr<kiln_allocator> owned(allocator);
+}
+
+kiln_status* kiln_client_get_cuda_executable(
+    kiln_client* client, const char* graph_json, size_t graph_json_len,
+    const char* target, int fast_math, int device_ordinal,
+    kiln_allocator* allocator, kiln_cuda_executable** out) {
+  constexpr char kFn[] = "kiln_client_get_cuda_executable";
+  if (!out) return kiln::NullArgument(kFn, "out");
+  *out = nullptr;
+  if (!client) return kiln::NullArgument(kFn, "client");
+  if (!graph_json) return kiln::NullArgument(kFn, "graph_json");
+  if (!target) return kiln::NullArgument(kFn, "target");
+  absl::StatusOr<kiln::v1::Target> parsed_target = kiln::TargetFromName(target);
+  if (!parsed_target.ok()) return kiln::ToC(parsed_target.status());
+  if (!parsed_target->has_cuda()) {
+    return kiln::ToC(absl::InvalidArgumentError(absl::StrCat(
+        "target '", target, "' is not a CUDA target (sm_XX, e.g. sm_90)")));
+  }
+  absl::StatusOr<kiln::v1::CompileRequest> request =
+      kiln::RequestFromGraphJson(absl::string_view(graph_json, graph_json_len),
+                                 *parsed_target, fast_math != 0);
+  if (!request.ok()) return kiln::ToC(request.status());
+  kiln::CudaLoadOptions options;
+  options.device_ordinal = device_ordinal;
+  if (allocator) options.allocator = allocator->allocator;
+  absl::StatusOr<std::shared_ptr<const kiln::CudaExecutable>> exe =
+      client->client->GetCudaExecutable(*request, options);
+  if (!exe.ok()) return kiln::ToC(exe.status());
+  auto handle = std::make_unique<kiln_cuda_executable>();
+  handle->exe = *std::move(exe);
+  *out = handle.release();
+  return nullptr;
+}
+
+void kiln_cuda_executable_destroy(kiln_cuda_executable* exe) {
+  std::unique_ptr<kiln_cuda_executable> owned(exe);
+}
+
+size_t kiln_cuda_executable_num_inputs(const kiln_cuda_executable* exe) {
+  return exe ? exe->exe->artifact().inputs_size() : 0;
+}
+
+size_t kiln_cuda_executable_num_outputs(const kiln_cuda_executable* exe) {
+  return exe ? exe->exe->artifact().outputs_size() : 0;
+}
+
+int kiln_cuda_executable_output_dtype(const kiln_cuda_executable* exe,
+                                      size_t index) {
+  if (!exe || index >= kiln_cuda_executable_num_outputs(exe)) return -1;
+  return exe->exe->artifact().outputs(static_cast<int>(index)).dtype();
+}
+
+int kiln_cuda_executable_output_rank(const kiln_cuda_executable* exe,
+                                     size_t index) {
+  if (!exe || index >= kiln_cuda_executable_num_outputs(exe)) return -1;
+  return exe->exe->artifact().outputs(static_cast<int>(index)).sizes_size();
+}
+
+void kiln_cuda_executable_guard_key(const kiln_cuda_executable* exe,
+                                    char hex[65]) {
+  if (!hex) return;
+  hex[0] = '\0';
+  if (!exe) return;
+  const std::string& key = exe->exe->artifact().guard_key();
+  kiln::Sha256Digest digest{};
+  if (key.size() != digest.size()) return;
+  std::memcpy(digest.data(), key.data(), digest.size());
+  const std::string text = kiln::DigestToHex(digest);
+  std::memcpy(hex, text.c_str(), std::min<size_t>(text.size(), 64) + 1);
+  hex[64] = '\0';
+}
+
+int kiln_cuda_executable_device_ordinal(const kiln_cuda_executable* exe) {
+  return exe ? exe->exe->device_ordinal() : -1;
+}
+
+kiln_status* kiln_cuda_executable_run(const kiln_cuda_executable* exe,
+                                      const kiln_tensor_view* inputs,
+                                      size_t num_inputs, void* stream,
+                                      kiln_cuda_tensor** outputs,
+                                      size_t num_outputs) {
+  constexpr char kFn[] = "kiln_cuda_executable_run";
+  if (!exe) return kiln::NullArgument(kFn, "exe");
+  if (num_inputs > 0 && !inputs) return kiln::NullArgument(kFn, "inputs");
+  if (num_outputs > 0 && !outputs) return kiln::NullArgument(kFn, "outputs");
+  const size_t expected_outputs = kiln_cuda_executable_num_outputs(exe);
+  if (num_outputs != expected_outputs) {
+    return kiln::ToC(absl::InvalidArgumentError(
+        absl::StrCat(kFn, ": room for ", num_outputs,
+                     " outputs, the graph has ", expected_outputs)));
+  }
+  std::vector<kiln::DeviceTensorView> views(num_inputs);
+  for (size_t i = 0; i < num_inputs; ++i) {
+    const kiln_tensor_view& in = inputs[i];
+    if (!kiln::ValidDType(in.dtype)) {
+      return kiln::ToC(absl::InvalidArgumentError(
+          absl::StrCat("input ", i, ": dtype ", in.dtype, " is not a KILN_*")));
+    }
+    if (in.rank < 0 || (in.rank > 0 && (!in.sizes || !in.strides))) {
+      return kiln::ToC(absl::InvalidArgumentError(absl::StrCat(
+          "input ", i, ": rank ", in.rank, " with ",
+          in.sizes ? "" : "no sizes ", in.strides ? "" : "no strides")));
+    }
+    views[i].data = in.data;
+    views[i].dtype = static_cast<kiln::DType>(in.dtype);
+    views[i].sizes = absl::MakeConstSpan(in.sizes, in.rank);
+    views[i].strides = absl::MakeConstSpan(in.strides, in.rank);
+  }
+  absl::StatusOr<std::vector<kiln::DeviceTensor>> result =
+      exe->exe->Run(views, static_cast<kiln::cuda::Stream>(stream));
+  if (!result.ok()) return kiln::ToC(result.status());
+  if (result->size() != num_outputs) {
+    return kiln::ToC(
+        absl::InternalError(absl::StrCat(kFn, ": the run gave ", result->size(),
+                                         " outputs, expected ", num_outputs)));
+  }
+  for (size_t o = 0; o < num_outputs; ++o) {
+    outputs[o] =
+        std::make_unique<kiln_cuda_tensor>(std::move((*result)[o])).release();
+  }
+  return nullptr;
+}
+
+uint64_t kiln_cuda_tensor_data(const kiln_cuda_tensor* tensor) {
+  return tensor ? tensor->tensor.data() : 0;
+}
+
+int kiln_cuda_tensor_dtype(const kiln_cuda_tensor* tensor) {
+  return tensor ? static_cast<int>(tensor->tensor.dtype()) : -1;
+}
+
+int kiln_cuda_tensor_rank(const kiln_cuda_tensor* tensor) {
+  return tensor ? static_cast<int>(tensor->tensor.sizes().size()) : -1;
+}
+
+const int64_t* kiln_cuda_tensor_sizes(const kiln_cuda_tensor* tensor) {
+  return tensor ? tensor->tensor.sizes().data() : nullptr;
+}
+
+const int64_t* kiln_cuda_tensor_strides(const kiln_cuda_tensor* tensor) {
+  return tensor ? tensor->tensor.strides().data() : nullptr;
+}
+
+size_t kiln_cuda_tensor_nbytes(const kiln_cuda_tensor* tensor) {
+  return tensor ? tensor->tensor.nbytes() : 0;
+}
+
+void kiln_cuda_tensor_set_last_use_stream(kiln_cuda_tensor* tensor,
+                                          void* stream) {
+  if (tensor) {
+    tensor->tensor.storage().set_last_use_stream(
+        static_cast<kiln::cuda::Stream>(stream));
+  }
+}
+
+void kiln_cuda_tensor_destroy(kiln_cuda_tensor* tensor) {
+  std::unique_ptr<kiln_cuda_tensor> owned(tensor);
+}
+
+void* kiln_cuda_tensor_to_dlpack(kiln_cuda_tensor* tensor, int device_ordinal) {
+  if (!tensor) return nullptr;
+  auto owner = std::make_unique<kiln::DlpackOwner>();
+  owner->tensor.reset(tensor);
+  const kiln::DeviceTensor& t = owner->tensor->tensor;
+  owner->shape.assign(t.sizes().begin(), t.sizes().end());
+  owner->strides.assign(t.strides().begin(), t.strides().end());
+  kiln::DLTensor& dl = owner->managed.dl_tensor;
+  dl.data = reinterpret_cast<void*>(static_cast<uintptr_t>(t.data()));
+  dl.device = {/*kDLCUDA=*/2, device_ordinal};
+  dl.ndim = static_cast<int32_t>(owner->shape.size());
+  dl.dtype = kiln::ToDlpack(t.dtype());
+  dl.shape = owner->shape.data();
+  dl.strides = owner->strides.data();
+  dl.byte_offset = 0;
+  owner->managed.deleter = kiln::DeleteDlpack;
+  owner->managed.manager_ctx = owner.get();
+  return &owner.release()->managed;
+}
+
+void kiln_dlpack_delete(void* managed_tensor) {
+  if (!managed_tensor) return;
+  auto* managed = static_cast<kiln::DLManagedTensor*>(managed_tensor);
+  if (managed->deleter) managed->deleter(managed);
+}
+
+}  // extern "C"

@@ -1,0 +1,239 @@
+/* Kiln's C API: kiln::Client's CUDA path (client/kiln_client.h) for
+ * languages that call C, such as Python through ctypes (python/kiln). Built
+ * into libkiln_c.so, which exports the kiln_* functions below and nothing
+ * else (the C++ code inside, gRPC/Protobuf/Abseil aside, is private to it).
+ *
+ *   kiln_client* client = NULL;
+ *   kiln_status* s = kiln_client_create(NULL, 0, -1, &client);  // KILN_SERVER
+ *   kiln_cuda_executable* exe = NULL;
+ *   s = kiln_client_get_cuda_executable(client, json, strlen(json), "sm_90",
+ *                                       0, 0, NULL, &exe);
+ *   if (s) { fprintf(stderr, "%s\n", kiln_status_message(s));
+ *            kiln_status_free(s); }
+ *   kiln_tensor_view x = {x_ptr, KILN_FLOAT32, 2, sizes, strides};
+ *   kiln_cuda_tensor* y[1];
+ *   s = kiln_cuda_executable_run(exe, &x, 1, stream, y, 1);   // enqueued
+ *   ... kiln_cuda_tensor_data(y[0]) is ready when `stream` gets there ...
+ *   kiln_cuda_tensor_destroy(y[0]);     // memory back, stream-ordered
+ *   kiln_cuda_executable_destroy(exe);
+ *   kiln_client_destroy(client);
+ *
+ * Errors: every function that can fail returns a kiln_status*: NULL on
+ * success, else a status the caller owns and frees with kiln_status_free,
+ * holding the code (the gRPC/absl canonical codes, KILN_* below) and the
+ * message (the same text kiln::Client returns: "node 3
+ * (aten.frobnicate.default): ...", "CUDA driver not available: ..."). There
+ * is no global "last error": errors go to the caller that got them.
+ *
+ * Ownership: each *_create / get / run output is a handle the caller owns
+ * and releases with the matching *_destroy (NULL is accepted and ignored).
+ * Handles are reference-counted inside where they share objects: an
+ * executable keeps its allocator alive, an output keeps its allocator alive,
+ * a client's in-process cache keeps what it loaded; so handles may be
+ * destroyed in any order (an output may outlive its executable and client).
+ *
+ * Thread-safety: a kiln_client and a kiln_cuda_executable may be used from
+ * many threads at once (kiln::Client's and CudaExecutable's contracts); a
+ * kiln_cuda_tensor and a kiln_status by one thread at a time. The allocator
+ * callbacks are called from whichever thread runs an executable (alloc,
+ * free of temporaries) or destroys an output (free), and must be
+ * thread-safe.
+ *
+ * Only one Kiln library per process: libkiln_c.so and libkiln_client.so
+ * both register the kiln.v1 protobuf messages with the shared libprotobuf,
+ * which refuses the second registration.
+ */
+#ifndef KILN_CLIENT_KILN_C_H_
+#define KILN_CLIENT_KILN_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped when a declaration here changes. */
+#define KILN_C_API_VERSION 1
+int kiln_c_api_version(void);
+
+/* Status codes (= absl::StatusCode = grpc::StatusCode). */
+enum {
+  KILN_OK = 0,
+  KILN_CANCELLED = 1,
+  KILN_UNKNOWN = 2,
+  KILN_INVALID_ARGUMENT = 3,
+  KILN_DEADLINE_EXCEEDED = 4,
+  KILN_NOT_FOUND = 5,
+  KILN_ALREADY_EXISTS = 6,
+  KILN_PERMISSION_DENIED = 7,
+  KILN_RESOURCE_EXHAUSTED = 8,
+  KILN_FAILED_PRECONDITION = 9,
+  KILN_ABORTED = 10,
+  KILN_OUT_OF_RANGE = 11,
+  KILN_UNIMPLEMENTED = 12,
+  KILN_INTERNAL = 13,
+  KILN_UNAVAILABLE = 14,
+  KILN_DATA_LOSS = 15,
+  KILN_UNAUTHENTICATED = 16
+};
+
+/* Element types (= kiln::DType = kiln.v1.DType). */
+enum {
+  KILN_FLOAT32 = 1,
+  KILN_FLOAT16 = 2,
+  KILN_BFLOAT16 = 3,
+  KILN_INT32 = 4,
+  KILN_INT64 = 5,
+  KILN_BOOL = 6
+};
+
+typedef struct kiln_status kiln_status;
+typedef struct kiln_client kiln_client;
+typedef struct kiln_allocator kiln_allocator;
+typedef struct kiln_cuda_executable kiln_cuda_executable;
+typedef struct kiln_cuda_tensor kiln_cuda_tensor;
+
+/* ---- status ------------------------------------------------------------ */
+
+/* KILN_OK for NULL. */
+int kiln_status_code(const kiln_status* status);
+/* "" for NULL; valid until the status is freed. */
+const char* kiln_status_message(const kiln_status* status);
+void kiln_status_free(kiln_status* status);
+
+/* ---- client ------------------------------------------------------------ */
+
+/* A client of kilnd at `server` ("HOST:PORT" or "unix:PATH"; NULL or "":
+ * $KILN_SERVER, else 127.0.0.1:7733). `rpc_deadline_seconds` <= 0 and
+ * `max_retries` < 0 keep kiln::ClientOptions' defaults (5 minutes, 5
+ * retries on UNAVAILABLE). Does not contact the server yet. */
+kiln_status* kiln_client_create(const char* server, double rpc_deadline_seconds,
+                                int max_retries, kiln_client** out);
+void kiln_client_destroy(kiln_client* client);
+/* kiln::Client::Counters; any pointer may be NULL. */
+void kiln_client_counters(const kiln_client* client, uint64_t* local_hits,
+                          uint64_t* lookup_hits, uint64_t* compiles);
+
+/* ---- device memory ----------------------------------------------------- */
+
+/* Device memory of at least `bytes` (> 0) bytes, 256-byte aligned, usable by
+ * work enqueued on `stream` (a CUstream / cudaStream_t) after this call, or
+ * 0 when none can be had (the run then fails with RESOURCE_EXHAUSTED). */
+typedef uint64_t (*kiln_alloc_fn)(size_t bytes, void* stream, void* user_data);
+/* Gives back `ptr` (from alloc with this `bytes`). Work already enqueued on
+ * `last_use_stream` may still use it: the callee must not let work on any
+ * other stream reuse it before that work finished (e.g. make the allocation
+ * stream wait for an event recorded on `last_use_stream` when they
+ * differ). Must not block on the device. */
+typedef void (*kiln_free_fn)(uint64_t ptr, size_t bytes, void* last_use_stream,
+                             void* user_data);
+
+/* A kiln::DeviceAllocator that calls `alloc` and `free` with `user_data`:
+ * the adapter for an external caching allocator such as PyTorch's
+ * (python/kiln wraps torch.cuda.caching_allocator_alloc/_delete). The
+ * callbacks and `user_data` must stay valid while any executable or output
+ * that uses the allocator lives (a client's in-process cache keeps
+ * executables until the client is destroyed). Errors: INVALID_ARGUMENT for
+ * a NULL callback. */
+kiln_status* kiln_allocator_create(kiln_alloc_fn alloc, kiln_free_fn free,
+                                   void* user_data, kiln_allocator** out);
+/* Kiln's own CachingDeviceAllocator over device `device_ordinal`, to share
+ * between executables. Errors: FAILED_PRECONDITION without a driver or
+ * device. */
+kiln_status* kiln_allocator_create_caching(int device_ordinal,
+                                           kiln_allocator** out);
+/* Drops this handle's reference; executables and outputs keep theirs. */
+void kiln_allocator_destroy(kiln_allocator* allocator);
+
+/* ---- CUDA executables -------------------------------------------------- */
+
+/* kiln::Client::GetCudaExecutable for the graph `graph_json` (kiln.v1.Graph
+ * in the protobuf JSON mapping, as the files in examples/graphs;
+ * `graph_json_len` bytes, need not be NUL-terminated) compiled for `target`
+ * ("sm_90", ...) with CompileOptions.fast_math = `fast_math` != 0, loaded on
+ * device `device_ordinal` with outputs and intermediates from `allocator`
+ * (NULL: a CachingDeviceAllocator of the executable's own). The request is the
+ * one `kilnctl compile GRAPH.json --target=...` sends (same guard key). Errors:
+ * INVALID_ARGUMENT for JSON that is not a graph, a target that is not sm_XX, a
+ * malformed graph; UNIMPLEMENTED naming an unknown op; UNAVAILABLE when kilnd
+ * cannot be reached; FAILED_PRECONDITION when there is no CUDA driver or
+ * device, or it cannot run `target`; see kiln::Client::GetCudaExecutable. */
+kiln_status* kiln_client_get_cuda_executable(
+    kiln_client* client, const char* graph_json, size_t graph_json_len,
+    const char* target, int fast_math, int device_ordinal,
+    kiln_allocator* allocator, kiln_cuda_executable** out);
+void kiln_cuda_executable_destroy(kiln_cuda_executable* exe);
+
+size_t kiln_cuda_executable_num_inputs(const kiln_cuda_executable* exe);
+size_t kiln_cuda_executable_num_outputs(const kiln_cuda_executable* exe);
+/* The dtype (KILN_*) and rank of output `index`; -1 when out of range. Its
+ * sizes depend on the inputs' (symbolic sizes): they come with each run. */
+int kiln_cuda_executable_output_dtype(const kiln_cuda_executable* exe,
+                                      size_t index);
+int kiln_cuda_executable_output_rank(const kiln_cuda_executable* exe,
+                                     size_t index);
+/* The guard key as 64 lowercase hex digits and a NUL, into `hex`. */
+void kiln_cuda_executable_guard_key(const kiln_cuda_executable* exe,
+                                    char hex[65]);
+int kiln_cuda_executable_device_ordinal(const kiln_cuda_executable* exe);
+
+/* An input: device memory the caller owns, read by the enqueued work (keep
+ * it alive until `stream` has passed it). */
+typedef struct kiln_tensor_view {
+  uint64_t data; /* the first element (storage offset applied) */
+  int32_t dtype; /* KILN_* */
+  int32_t rank;
+  const int64_t* sizes;   /* rank entries */
+  const int64_t* strides; /* rank entries, in elements */
+} kiln_tensor_view;
+
+/* kiln::CudaExecutable::Run: checks the guards, allocates the outputs from
+ * the executable's allocator for `stream`, enqueues the program on `stream`
+ * (a CUstream / cudaStream_t of the executable's device; NULL: the legacy
+ * default stream) and returns without synchronising. On success
+ * outputs[0 .. num_outputs) are new handles (num_outputs must equal
+ * kiln_cuda_executable_num_outputs), whose memory is ready when `stream`
+ * reaches this point. Errors: INVALID_ARGUMENT naming the input, dim and
+ * guard, a bad dtype/rank or a wrong count; RESOURCE_EXHAUSTED when the
+ * allocator gives nothing; the driver's status. On error no handle is
+ * written. */
+kiln_status* kiln_cuda_executable_run(const kiln_cuda_executable* exe,
+                                      const kiln_tensor_view* inputs,
+                                      size_t num_inputs, void* stream,
+                                      kiln_cuda_tensor** outputs,
+                                      size_t num_outputs);
+
+/* ---- outputs ----------------------------------------------------------- */
+
+uint64_t kiln_cuda_tensor_data(const kiln_cuda_tensor* tensor);
+int kiln_cuda_tensor_dtype(const kiln_cuda_tensor* tensor);
+int kiln_cuda_tensor_rank(const kiln_cuda_tensor* tensor);
+/* rank entries each, contiguous layout; valid while the handle lives. */
+const int64_t* kiln_cuda_tensor_sizes(const kiln_cuda_tensor* tensor);
+const int64_t* kiln_cuda_tensor_strides(const kiln_cuda_tensor* tensor);
+size_t kiln_cuda_tensor_nbytes(const kiln_cuda_tensor* tensor);
+/* The stream whose work uses the memory last (default: the run's stream):
+ * destroying the handle frees it after the work enqueued there so far.
+ * Work on any other stream must be finished or ordered before it. */
+void kiln_cuda_tensor_set_last_use_stream(kiln_cuda_tensor* tensor,
+                                          void* stream);
+/* Gives the memory back to the allocator (stream-ordered; no sync). */
+void kiln_cuda_tensor_destroy(kiln_cuda_tensor* tensor);
+
+/* Hands `tensor` over to a DLPack DLManagedTensor (dlpack.h's unversioned
+ * ABI, what a "dltensor" PyCapsule holds for torch.from_dlpack, CuPy or
+ * JAX) describing it on CUDA device `device_ordinal`; the consumer's call
+ * of its deleter frees the memory as kiln_cuda_tensor_destroy does. Takes
+ * ownership of `tensor` (do not destroy it). NULL for NULL. A
+ * DLManagedTensor never handed to a consumer is freed with
+ * kiln_dlpack_delete. */
+void* kiln_cuda_tensor_to_dlpack(kiln_cuda_tensor* tensor, int device_ordinal);
+/* Calls the DLManagedTensor's deleter; NULL is ignored. */
+void kiln_dlpack_delete(void* managed_tensor);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* KILN_CLIENT_KILN_C_H_ */
