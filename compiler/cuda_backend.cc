@@ -611,11 +611,28 @@ absl::Status OptimizeNvptxModule(llvm::Module& module, llvm::TargetMachine& tm,
   return absl::OkStatus();
 }
 
+namespace {
+
+// The NVPTX printer numbers call sequences ("{ // callseq 12, 0") with a
+// counter that runs across every compile of the process, so the same
+// request would give other PTX text in a warm kilnd than in a fresh one.
+// The comments are dropped: an artifact is a function of its request.
+void DropCallseqComments(std::string& ptx) {
+  size_t at = 0;
+  while ((at = ptx.find(" // callseq", at)) != std::string::npos) {
+    const size_t end = ptx.find('\n', at);
+    ptx.erase(at, (end == std::string::npos ? ptx.size() : end) - at);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> EmitPtx(llvm::Module& module,
                                     llvm::TargetMachine& tm) {
   // For NVPTX the target's assembly is PTX.
   auto ptx = EmitAssembly(module, tm);
   if (!ptx.ok()) return ptx;
+  DropCallseqComments(*ptx);
   std::vector<std::string> spliced;
   for (const llvm::Function& f : module) {
     if (f.isDeclaration() && f.hasFnAttribute(kPrecompiledAttr))
@@ -670,6 +687,7 @@ absl::StatusOr<std::string> EmitPtx(llvm::Module& module,
     ptx->append(text);
     ++number;
   }
+  DropCallseqComments(*ptx);
   return ptx;
 }
 
