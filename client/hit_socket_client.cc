@@ -155,9 +155,8 @@ std::shared_ptr<HitSocketClient> LookupChannel::HitSocket(absl::Time deadline) {
     }
   } else if (socket.tcp_port() != 0 &&
              hit_wire::SplitHostPort(target_, &host, &port)) {
-    if (absl::StrContains(host, ':')) host = absl::StrCat("[", host, "]");
     hit_socket_ = std::make_shared<HitSocketClient>(
-        absl::StrCat(host, ":", socket.tcp_port()));
+        hit_wire::JoinHostPort(host, static_cast<int>(socket.tcp_port())));
   }
   if (!hit_socket_) next_discovery_ = absl::Now() + kAskAgainAfterNone;
   return hit_socket_;

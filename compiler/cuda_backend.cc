@@ -388,6 +388,18 @@ struct PrecompiledTrig {
   std::map<std::string, std::string> functions;
 };
 
+// The NVPTX printer numbers call sequences ("{ // callseq 12, 0") with a
+// counter that runs across every compile of the process, so the same
+// request would give other PTX text in a warm kilnd than in a fresh one.
+// The comments are dropped: an artifact is a function of its request.
+void DropCallseqComments(std::string& ptx) {
+  size_t at = 0;
+  while ((at = ptx.find(" // callseq", at)) != std::string::npos) {
+    const size_t end = ptx.find('\n', at);
+    ptx.erase(at, (end == std::string::npos ? ptx.size() : end) - at);
+  }
+}
+
 // The marker on the declarations that EmitPtx fills in.
 constexpr char kPrecompiledAttr[] = "kiln-precompiled-trig";
 
@@ -439,6 +451,7 @@ absl::StatusOr<PrecompiledTrig> BuildPrecompiledTrig(llvm::TargetMachine& tm,
   }
   auto ptx = EmitAssembly(module, tm);
   if (!ptx.ok()) return ptx.status();
+  DropCallseqComments(*ptx);
   for (absl::string_view line : absl::StrSplit(*ptx, '\n')) {
     if (absl::StartsWith(line, ".global ") || absl::StartsWith(line, ".const "))
       absl::StrAppend(&result.globals, line, "\n");
@@ -611,22 +624,6 @@ absl::Status OptimizeNvptxModule(llvm::Module& module, llvm::TargetMachine& tm,
   return absl::OkStatus();
 }
 
-namespace {
-
-// The NVPTX printer numbers call sequences ("{ // callseq 12, 0") with a
-// counter that runs across every compile of the process, so the same
-// request would give other PTX text in a warm kilnd than in a fresh one.
-// The comments are dropped: an artifact is a function of its request.
-void DropCallseqComments(std::string& ptx) {
-  size_t at = 0;
-  while ((at = ptx.find(" // callseq", at)) != std::string::npos) {
-    const size_t end = ptx.find('\n', at);
-    ptx.erase(at, (end == std::string::npos ? ptx.size() : end) - at);
-  }
-}
-
-}  // namespace
-
 absl::StatusOr<std::string> EmitPtx(llvm::Module& module,
                                     llvm::TargetMachine& tm) {
   // For NVPTX the target's assembly is PTX.
@@ -687,7 +684,6 @@ absl::StatusOr<std::string> EmitPtx(llvm::Module& module,
     ptx->append(text);
     ++number;
   }
-  DropCallseqComments(*ptx);
   return ptx;
 }
 

@@ -31,7 +31,9 @@ struct SplitShape {
   int reductions = 0;  // leading kReduce stages
 };
 
-std::optional<SplitShape> Splittable(const Kernel& k) {
+// The dims, rows and row length of a kernel whose dims are all static
+// (`reductions` left 0); nothing for dynamic dims or no inner dim.
+std::optional<SplitShape> StaticRows(const Kernel& k) {
   SplitShape s;
   for (size_t d = 0; d < k.dims.size(); ++d) {
     const std::optional<int64_t> size = k.dims[d].AsConstant();
@@ -47,6 +49,13 @@ std::optional<SplitShape> Splittable(const Kernel& k) {
     }
   }
   if (s.inner.empty()) return std::nullopt;
+  return s;
+}
+
+std::optional<SplitShape> Splittable(const Kernel& k) {
+  std::optional<SplitShape> shape = StaticRows(k);
+  if (!shape) return std::nullopt;
+  SplitShape& s = *shape;
   bool stores = false;
   for (const Stage& st : k.stages) {
     if (st.kind == Stage::Kind::kStoreInner) return std::nullopt;
@@ -62,7 +71,7 @@ std::optional<SplitShape> Splittable(const Kernel& k) {
     ++s.reductions;
   }
   if (s.reductions == 0) return std::nullopt;
-  return s;
+  return shape;
 }
 
 // The stage numbers of the kAcc nodes in `e`.
@@ -83,21 +92,12 @@ void CollectAccs(const Expr& e, std::vector<int>& out) {
 // kernel as it was runs one block per row. Returns nothing when `k` is not
 // such a kernel.
 std::optional<std::vector<Kernel>> Fission(const Kernel& k, FusedProgram& p) {
-  std::vector<int64_t> outer_sizes;
+  const std::optional<SplitShape> shape = StaticRows(k);
+  if (!shape || ChooseReductionSplits(shape->rows, shape->row) < 2)
+    return std::nullopt;
+  const int64_t rows = shape->rows;
   std::vector<Expr> outer_vars;
-  int64_t rows = 1, row = 1;
-  for (size_t d = 0; d < k.dims.size(); ++d) {
-    const std::optional<int64_t> size = k.dims[d].AsConstant();
-    if (!size) return std::nullopt;
-    if (k.inner[d]) {
-      row *= *size;
-    } else {
-      rows *= *size;
-      outer_sizes.push_back(*size);
-      outer_vars.push_back(ir::Var(static_cast<int>(d)));
-    }
-  }
-  if (ChooseReductionSplits(rows, row) < 2) return std::nullopt;
+  for (int d : shape->outer) outer_vars.push_back(ir::Var(d));
   const int n = static_cast<int>(k.stages.size());
   // kAcc(i) names the i-th reduction (its accumulator slot), not stage i.
   std::vector<int> stage_of_slot;
@@ -134,7 +134,7 @@ std::optional<std::vector<Kernel>> Fission(const Kernel& k, FusedProgram& p) {
   // A temp of `rows` finalized values for every reduction a later kernel
   // may read.
   const Expr row_offset =
-      PartialOffset(outer_vars, outer_sizes, 1, ir::IntConst(0));
+      PartialOffset(outer_vars, shape->outer_sizes, 1, ir::IntConst(0));
   std::vector<int> temp_slot(n, -1);
   std::vector<DType> finalized(n, DType::kFloat32);
   std::vector<int> buffers = k.buffers;

@@ -73,8 +73,7 @@ std::string AutoHitListen(absl::string_view listen) {
   if (!hit_wire::SplitHostPort(listen, &host, &port) ||
       !absl::SimpleAtoi(port, &port_number) || port_number >= 65535)
     return "";
-  if (absl::StrContains(host, ':')) host = absl::StrCat("[", host, "]");
-  return absl::StrCat(host, ":", port_number == 0 ? 0 : port_number + 1);
+  return hit_wire::JoinHostPort(host, port_number == 0 ? 0 : port_number + 1);
 }
 
 std::string DefaultDataDir() {

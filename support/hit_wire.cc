@@ -206,6 +206,11 @@ bool SplitHostPort(absl::string_view target, std::string* host,
   return true;
 }
 
+std::string JoinHostPort(absl::string_view host, int port) {
+  if (absl::StrContains(host, ':')) return absl::StrCat("[", host, "]:", port);
+  return absl::StrCat(host, ":", port);
+}
+
 namespace {
 
 // The socket addresses `address` names, as getaddrinfo (or the Unix path)

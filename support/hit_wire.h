@@ -93,6 +93,9 @@ absl::StatusOr<UniqueFd> Connect(absl::string_view address,
 bool SplitHostPort(absl::string_view target, std::string* host,
                    std::string* port);
 
+// "HOST:PORT", with IPv6 hosts in brackets: what SplitHostPort splits.
+std::string JoinHostPort(absl::string_view host, int port);
+
 // Reads exactly `bytes` bytes into `buffer` from a non-blocking socket,
 // waiting at most until `deadline`; if `stop_fd` >= 0, gives up as soon as
 // it becomes readable. Errors: UNAVAILABLE when the peer closed the
