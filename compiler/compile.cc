@@ -175,6 +175,8 @@ absl::Status BuildCudaBinary(const Graph& graph, const FusedProgram& fused,
   if (env.gpu_groups_per_thread > 0)
     options.plan.groups_per_thread = env.gpu_groups_per_thread;
   options.plan.lane_loop = env.gpu_lane_loop;
+  if (env.gpu_pointwise_vector_width > 0)
+    options.plan.pointwise_vector_width = env.gpu_pointwise_vector_width;
   for (const GraphInput& in : graph.inputs)
     options.input_alignment.push_back(in.alignment);
   auto tm = MakeNvptxTargetMachine(request.target().cuda());

@@ -42,6 +42,10 @@ struct CompileEnv {
   // CUDA pointwise kernels with their lanes in a loop
   // (GpuPlanOptions::lane_loop). For benchmarks.
   bool gpu_lane_loop = false;
+  // CUDA pointwise kernels: elements per thread, 4, 2 or 1
+  // (GpuPlanOptions::pointwise_vector_width; 0: the default). For
+  // benchmarks.
+  int gpu_pointwise_vector_width = 0;
   // CUDA: split reductions over few long rows (split_reductions.h). Off
   // only to measure what the split gains.
   bool gpu_split_reductions = true;

@@ -37,7 +37,7 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
   if (!has_inner) {
     plan.form = GpuKernelPlan::Form::kPointwise;
     plan.block_threads = 256;
-    plan.vector_width = 4;
+    plan.vector_width = options.pointwise_vector_width;
     plan.items_per_block = plan.block_threads * plan.vector_width;
     plan.lane_loop = options.lane_loop;
     return plan;

@@ -7,7 +7,13 @@
 //                   range: one 128-bit load/store per buffer when the
 //                   accesses are contiguous along the last dim and aligned,
 //                   else scalar accesses. 256 threads per block (8 warps),
-//                   grid = ceil(range / (256 * vector_width)). With
+//                   grid = ceil(range / (256 * vector_width)). Four, even
+//                   for long bodies whose four unrolled copies make ptxas
+//                   slow: measured on an H100 (bench/README.md, "Elements
+//                   per thread"), 2 or 1 per thread compile chain-30 in
+//                   ~30% less time but run 3-15% (2) and 8-40% (1) slower
+//                   on every chain, as the four independent elements are
+//                   the ILP and the bytes in flight these kernels need. With
 //                   `lane_loop` (benchmarks only) a group's lanes run in a
 //                   loop instead of being unrolled: the body is compiled
 //                   once instead of vector_width times. Measured on an
@@ -81,10 +87,11 @@ inline constexpr int64_t kSplitMinChunk = 4096;
 // chunk divisible by 4, for 128-bit loads); 1 for no split.
 int64_t ChooseReductionSplits(int64_t rows, int64_t row);
 
-// What benchmarks may change (neither is part of the guard key).
+// What benchmarks may change (none is part of the guard key).
 struct GpuPlanOptions {
   int groups_per_thread = kDefaultGroupsPerThread;
-  bool lane_loop = false;  // kPointwise: lanes in a loop
+  bool lane_loop = false;          // kPointwise: lanes in a loop
+  int pointwise_vector_width = 4;  // kPointwise: 4, 2 or 1
 };
 
 // The plan for `kernel`; a pure function of the kernel's structure and of

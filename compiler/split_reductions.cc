@@ -63,11 +63,9 @@ std::optional<SplitShape> Splittable(const Kernel& k) {
       stores = true;
       continue;
     }
-    // A reduction after a store, of another reduction's result, or one
-    // whose partial result is a position: not split.
-    if (stores || ir::ContainsOp(st.value, ExprOp::kAcc) ||
-        st.reduce == ReduceKind::kArgMax || st.reduce == ReduceKind::kArgMin)
-      return std::nullopt;
+    // A reduction after a store or of another reduction's result: not
+    // split.
+    if (stores || ir::ContainsOp(st.value, ExprOp::kAcc)) return std::nullopt;
     ++s.reductions;
   }
   if (s.reductions == 0) return std::nullopt;
@@ -230,22 +228,51 @@ std::optional<std::vector<Kernel>> Fission(const Kernel& k, FusedProgram& p) {
   return out;
 }
 
+bool IsArgReduce(ReduceKind r) {
+  return r == ReduceKind::kArgMax || r == ReduceKind::kArgMin;
+}
+
 // Appends the partial kernel and the combining kernel that replace `k`.
+//
+// An argmax/argmin's partial result is a pair: the chunk's extreme value (a
+// max/min reduction of the same values, added to the partial kernel) and
+// its position in the row (the chunk's argmax plus the chunk's start). The
+// combining kernel takes the argmax of the S values, which is the first
+// chunk holding the row's extreme (max/min propagate NaN as argmax/argmin
+// count it extreme, and ties go to the lower chunk), and its finalize loads
+// that chunk's position: the first extreme of the row, as unsplit.
 void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
            FusedProgram& p) {
   const int64_t chunk = shape.row / splits;
   const int nouter = static_cast<int>(shape.outer.size());
-  std::vector<int> partial_buffers;
-  for (int r = 0; r < shape.reductions; ++r) {
+  auto add_partial_buffer = [&](DType dtype) {
     ProgramBuffer b;
     b.kind = ProgramBuffer::Kind::kTemp;
-    b.dtype = k.stages[r].acc_dtype;
+    b.dtype = dtype;
     b.elements = SymExpr(shape.rows * splits);
     b.strides = ContiguousStrides({b.elements});
-    partial_buffers.push_back(static_cast<int>(p.buffers.size()));
     p.buffers.push_back(std::move(b));
+    return static_cast<int>(p.buffers.size()) - 1;
+  };
+  // Per reduction: its partial values (the accumulator dtype; an arg
+  // reduction's extreme values), then the positions of the arg reductions.
+  std::vector<int> partial_buffers;
+  for (int r = 0; r < shape.reductions; ++r)
+    partial_buffers.push_back(add_partial_buffer(k.stages[r].acc_dtype));
+  std::vector<int> arg_reductions;
+  for (int r = 0; r < shape.reductions; ++r) {
+    if (!IsArgReduce(k.stages[r].reduce)) continue;
+    arg_reductions.push_back(r);
+    partial_buffers.push_back(add_partial_buffer(DType::kInt64));
   }
   const int first_partial_slot = static_cast<int>(k.buffers.size());
+  // The slot of reduction r's positions (r an arg reduction).
+  auto position_slot = [&](int r) {
+    const int j = static_cast<int>(
+        std::find(arg_reductions.begin(), arg_reductions.end(), r) -
+        arg_reductions.begin());
+    return first_partial_slot + shape.reductions + j;
+  };
 
   // Partial: dims = the outer dims, the split, the chunk (inner).
   Kernel a;
@@ -283,14 +310,33 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
     st.finalize = nullptr;
     a.stages.push_back(std::move(st));
   }
-  for (int r = 0; r < shape.reductions; ++r) {
+  // Accumulator slots shape.reductions + j: arg reduction j's extreme.
+  for (int r : arg_reductions) {
+    Stage st = a.stages[r];
+    st.reduce =
+        st.reduce == ReduceKind::kArgMax ? ReduceKind::kMax : ReduceKind::kMin;
+    a.stages.push_back(std::move(st));
+  }
+  auto store = [&](Expr value, int slot, DType dtype) {
     Stage st;
     st.kind = Stage::Kind::kStoreOuter;
-    st.value = ir::Acc(r, k.stages[r].acc_dtype);
-    st.buffer_slot = first_partial_slot + r;
+    st.value = std::move(value);
+    st.buffer_slot = slot;
     st.offset = partial_offset;
-    st.store_dtype = k.stages[r].acc_dtype;
+    st.store_dtype = dtype;
     a.stages.push_back(std::move(st));
+  };
+  for (int r = 0; r < shape.reductions; ++r) {
+    const DType acc = k.stages[r].acc_dtype;
+    if (!IsArgReduce(k.stages[r].reduce)) {
+      store(ir::Acc(r, acc), first_partial_slot + r, acc);
+      continue;
+    }
+    const int j = position_slot(r) - first_partial_slot - shape.reductions;
+    store(ir::Acc(shape.reductions + j, acc), first_partial_slot + r, acc);
+    store(ir::Add(ir::Mul(split_var, ir::IntConst(chunk)),
+                  ir::Acc(r, DType::kInt64)),
+          position_slot(r), DType::kInt64);
   }
 
   // Combine: the original kernel with its row replaced by the S partials
@@ -307,6 +353,23 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
     Stage& st = b.stages[r];
     st.value =
         ir::LoadBuffer(first_partial_slot + r, combine_offset, st.acc_dtype);
+    if (!IsArgReduce(st.reduce)) continue;
+    // The winning chunk's position. A fresh kAcc node: the emitters memoise
+    // per node, and later stages' kAcc(r) must read the finalized position.
+    const Expr position =
+        ir::LoadBuffer(position_slot(r),
+                       PartialOffset(b_outer_vars, shape.outer_sizes, splits,
+                                     ir::Acc(r, DType::kInt64)),
+                       DType::kInt64);
+    if (!st.finalize) {
+      st.finalize = position;
+      continue;
+    }
+    ir::Rewriter to_position([&](const Expr& e) -> std::optional<Expr> {
+      if (e->op == ExprOp::kAcc && e->index == r) return position;
+      return std::nullopt;
+    });
+    st.finalize = to_position.Run(st.finalize);
   }
   p.kernels.push_back(std::move(a));
   p.kernels.push_back(std::move(b));

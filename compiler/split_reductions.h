@@ -11,10 +11,13 @@
 //                    kernel's finalize and row stores
 //
 // A kernel is split when its dims are static, its stages are independent
-// reductions (sum, prod, max, min, any, all; not argmax/argmin, not a
-// reduction of another's result) followed by row stores only, and
+// reductions (not a reduction of another's result) followed by row stores
+// only, and
 // ChooseReductionSplits (gpu_launch.h) picks S >= 2 for its rows and row
-// length.
+// length. An argmax/argmin's partial is a pair, the chunk's extreme and its
+// position in the row (two temp buffers); the combining kernel's argmax
+// over the S extremes picks the first chunk holding the row's extreme, and
+// loads its position.
 //
 // A multi-pass row kernel with such rows (var: a sum of squares around the
 // mean; softmax, log-softmax, layer norm: element stores of row results) is
@@ -28,7 +31,8 @@
 //
 // Each part re-reads the row (3 passes for softmax instead of the one a
 // row kept in registers takes), but fills the GPU where the kernel as it
-// was runs one block per row. argmax/argmin kernels are left as they are.
+// was runs one block per row. Multi-pass kernels with argmax/argmin are left
+// as they are.
 // The result computes the same values up to the reassociation of the
 // reduction (as a multi-threaded row already does).
 //

@@ -5,7 +5,7 @@
 // printed. Stage boundaries are the ones Compile() uses (compile.cc).
 //
 //   build/bench/compiler/cuda_stage_profile [--reps=N] [--ab] [--ptx_dir=D]
-//       chain10.json ...
+//       [--vector_width=4|2|1] chain10.json ...
 //
 // Graph files are looked up in examples/graphs (a path relative to it
 // works too); inputs are 16-byte aligned,
@@ -66,6 +66,9 @@ double Median(std::vector<double> v) {
 int Run(int argc, char** argv) {
   int reps = 11;
   std::string ptx_dir;  // --ptx_dir=D: writes D/<graph>.ptx and .log
+  // --vector_width=4|2|1: GpuPlanOptions::pointwise_vector_width (0: the
+  // default).
+  int vector_width = 0;
   // --ab: NvptxOptimizeOptions::precompiled_trig off ("each") and on
   // ("pre"), one rep of each in turn.
   std::vector<std::pair<std::string, bool>> variants;
@@ -76,6 +79,8 @@ int Run(int argc, char** argv) {
       if (!absl::SimpleAtoi(a, &reps)) return 2;
     } else if (a == "--ab") {
       variants = {{"each", false}, {"pre", true}};
+    } else if (absl::ConsumePrefix(&a, "--vector_width=")) {
+      if (!absl::SimpleAtoi(a, &vector_width)) return 2;
     } else if (absl::ConsumePrefix(&a, "--ptx_dir=")) {
       ptx_dir = std::string(a);
     } else {
@@ -131,6 +136,7 @@ int Run(int argc, char** argv) {
       lap("target machine");
       llvm::LLVMContext context;
       CudaCodegenOptions options;
+      if (vector_width > 0) options.plan.pointwise_vector_width = vector_width;
       for (const GraphInput& gi : graph->inputs)
         options.input_alignment.push_back(gi.alignment);
       auto cuda = EmitCudaModule(*fused, context, options);

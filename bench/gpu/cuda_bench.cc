@@ -14,7 +14,8 @@
 // uploaded beforehand), as a dynamic-shape workload does.
 //
 // Variants (bench/gpu/experiments.sh): --fast_math (CompileOptions),
-// --groups_per_thread=N and --lane_loop=1 (GpuPlanOptions),
+// --groups_per_thread=N, --lane_loop=1 and --pointwise_vector_width=4|2|1
+// (GpuPlanOptions),
 // --split_reductions=0 (CompileEnv).
 //
 // Output: one line per figure, `<name> <value> <unit>`, for run.sh.
@@ -53,6 +54,7 @@ struct Args {
   bool fast_math = false;
   int groups_per_thread = 0;
   int lane_loop = 0;
+  int pointwise_vector_width = 0;
   int split_reductions = 1;
 };
 
@@ -142,6 +144,8 @@ int Main(int argc, char** argv) {
       (void)absl::SimpleAtoi(arg, &a.groups_per_thread);
     } else if (absl::ConsumePrefix(&arg, "--lane_loop=")) {
       (void)absl::SimpleAtoi(arg, &a.lane_loop);
+    } else if (absl::ConsumePrefix(&arg, "--pointwise_vector_width=")) {
+      (void)absl::SimpleAtoi(arg, &a.pointwise_vector_width);
     } else if (absl::ConsumePrefix(&arg, "--split_reductions=")) {
       (void)absl::SimpleAtoi(arg, &a.split_reductions);
     }
@@ -165,6 +169,7 @@ int Main(int argc, char** argv) {
   CompileEnv env;
   env.gpu_groups_per_thread = a.groups_per_thread;
   env.gpu_lane_loop = a.lane_loop != 0;
+  env.gpu_pointwise_vector_width = a.pointwise_vector_width;
   env.gpu_split_reductions = a.split_reductions != 0;
   auto graph = ImportGraph(req.graph());
   if (!graph.ok()) return Fail(graph.status(), "import");

@@ -4,7 +4,13 @@
 # per thread for persistent rows, and which instructions Inductor's Triton
 # kernels use for sin/exp/division (from the PTX in Triton's cache).
 #
-#   KILN=/tmp/k/kiln bench/gpu/experiments.sh [lanes] [groups] [triton]
+#   KILN=/tmp/k/kiln bench/gpu/experiments.sh [vecwidth] [lanes] [groups] [triton]
+#
+# vecwidth: chain-N on 2^26 float32 (N = 1..30, accurate and fast_math)
+# with 4 elements per thread (--pointwise_vector_width=4, 128-bit accesses,
+# the body unrolled 4 times), 2 (64-bit, twice) and 1 (scalar, once), each
+# twice in turn, compile time and run time, next to Inductor in the same run
+# (why gpu_launch.h keeps 4).
 #
 # lanes: chain-N on 2^26 float32 (N = 5..30, accurate and fast_math) with
 # the pointwise lanes unrolled (--lane_loop=0) and in a loop (=1), compile
@@ -18,6 +24,20 @@ g=$(mktemp -d)
 sections=("$@")
 run_section() { [[ ${#sections[@]} -eq 0 || " ${sections[*]} " == *" $1 "* ]]; }
 
+if run_section vecwidth; then
+  for n in 1 5 10 15 20 30; do
+    $py "$root/examples/graphs/gen_chain.py" $n --rows 65536 --cols 1024 >"$g/c$n.json"
+    for fm in "" --fast_math; do
+      for rep in 1 2; do
+        for vw in 4 2 1; do
+          "$bench" bandwidth "$g/c$n.json" --name=chain${n}${fm:+_fastmath}_vec$vw $fm \
+            --pointwise_vector_width=$vw --calls=20 --batches=10 | grep -E "kiln_us|compile_ms|kiln_err"
+        done
+      done
+    done
+    $py "$here/torch_bench.py" chain chain$n $n 67108864 | grep -E "inductor_us|copy_us"
+  done
+fi
 if run_section lanes; then
   for n in 5 10 15 20 30; do
     $py "$root/examples/graphs/gen_chain.py" $n --rows 65536 --cols 1024 >"$g/c$n.json"

@@ -287,7 +287,9 @@ TEST(CudaGpu, RowFormsAtTheirEdges) {
 
 // Few long rows are split in a partial and a combining kernel
 // (compiler/split_reductions.h): sums, means and maxima over one or several
-// trailing or leading dims, float16 accumulated in float32.
+// trailing or leading dims, float16 accumulated in float32; argmax/argmin
+// of whole tensors and of rows, with ties (int32 and float16 values repeat
+// across chunks: the first extreme of the row must win).
 TEST(CudaGpu, SplitReductionsMatchReference) {
   REQUIRE_GPU(gpu);
   const ReductionCase cases[] = {
@@ -305,6 +307,20 @@ TEST(CudaGpu, SplitReductionsMatchReference) {
   for (const ReductionCase& c : cases) {
     v1::CompileRequest req = ReductionRequest(c);
     EXPECT_EQ(CheckOnGpu(*gpu, 5, req, true), "")
+        << c.op << " over " << absl::StrJoin(c.sizes, "x");
+  }
+  const ReductionCase args[] = {
+      {"aten.argmax.default", {1 << 22}, {}, v1::FLOAT32},
+      {"aten.argmin.default", {1 << 20}, {}, v1::FLOAT16},
+      {"aten.argmax.default", {1 << 20}, {}, v1::INT32},
+      {"aten.argmax.default", {8, 1 << 20}, {}, v1::FLOAT32},
+      {"aten.argmin.default", {4, 1 << 18}, {}, v1::INT32},
+  };
+  for (const ReductionCase& c : args) {
+    v1::CompileRequest req = ReductionRequest(c);
+    if (c.sizes.size() > 1)  // per row: dim=1
+      req.mutable_graph()->mutable_nodes(0)->add_args()->set_i(1);
+    EXPECT_EQ(CheckOnGpu(*gpu, 17, req, true), "")
         << c.op << " over " << absl::StrJoin(c.sizes, "x");
   }
 }

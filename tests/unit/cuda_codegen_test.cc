@@ -246,14 +246,15 @@ TEST(CudaCodegen, LaneLoopsAndFastMathDivision) {
 // rows x S blocks and a combining kernel through a temp buffer; a short row
 // and the CPU target keep one kernel.
 TEST(CudaCodegen, FewLongRowsAreSplit) {
-  auto sum = [](int64_t n, const char* arch) {
+  auto sum = [](int64_t n, const char* arch,
+                const char* op = "aten.sum.default") {
     v1::CompileRequest req;
     v1::Input* in = req.mutable_graph()->add_inputs();
     in->set_name("x");
     in->mutable_meta()->set_dtype(v1::FLOAT32);
     in->mutable_meta()->add_sizes()->set_value(n);
     v1::Node* node = req.mutable_graph()->add_nodes();
-    node->set_op("aten.sum.default");
+    node->set_op(op);
     node->add_args()->set_ref("x");
     node->add_outputs("y");
     req.mutable_graph()->add_outputs("y");
@@ -278,6 +279,21 @@ TEST(CudaCodegen, FewLongRowsAreSplit) {
   auto cpu = Compile(sum(1 << 20, nullptr));
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   EXPECT_EQ(cpu->program().steps_size(), 1) << "the CPU program is not split";
+  // argmax: the partial kernel stores each chunk's max and its position in
+  // the row; the combining kernel loads the winning chunk's position (a
+  // 64-bit load from the positions' temp buffer after its reduction).
+  auto argmax = Compile(sum(1 << 20, "sm_90", "aten.argmax.default"));
+  ASSERT_TRUE(argmax.ok()) << argmax.status();
+  EXPECT_EQ(CheckStructure(*argmax), "");
+  EXPECT_EQ(launches(*argmax),
+            (std::vector<std::string>{"kiln_k0_partial", "kiln_k0"}));
+  const std::string& ptx = argmax->cuda().ptx();
+  const size_t combine = ptx.find(".entry kiln_k0(");
+  ASSERT_NE(combine, std::string::npos);
+  EXPECT_TRUE(absl::StrContains(ptx.substr(combine), "ld.global.u64") ||
+              absl::StrContains(ptx.substr(combine), "ld.global.nc.u64") ||
+              absl::StrContains(ptx.substr(combine), "ld.global.b64"))
+      << ptx.substr(combine);
 }
 
 // Few long rows of a multi-pass row kernel (var's second pass reads the
