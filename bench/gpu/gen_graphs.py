@@ -5,6 +5,7 @@
   gen_graphs.py layernorm ROWS COLS   aten.native_layer_norm over the last dim
   gen_graphs.py var ROWS COLS         aten.var.correction over the last dim
   gen_graphs.py sum ROWS COLS         aten.sum over the last dim
+  gen_graphs.py argmax ROWS COLS      aten.argmax over the last dim
 """
 import json
 import sys
@@ -61,8 +62,19 @@ def row_var(rows, cols):
     }
 
 
+def row_argmax(rows, cols):
+    return {
+        "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
+                                         "sizes": dims(rows, cols)}}],
+        "nodes": [{"op": "aten.argmax.default",
+                   "args": [{"ref": "x"}, {"i": "1"}],
+                   "outputs": ["y"]}],
+        "outputs": ["y"],
+    }
+
+
 GRAPHS = {"softmax": softmax, "layernorm": layernorm, "sum": row_sum,
-          "var": row_var}
+          "var": row_var, "argmax": row_argmax}
 
 
 def main():

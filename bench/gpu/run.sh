@@ -6,7 +6,8 @@
 #   - bandwidth: chain-1/10/30 on 2^26 float32 against a device copy;
 #     softmax and layer norm on 16384x1024, 16384x4096, 4096x32768;
 #     row sums over few long rows (1x2^26, 64x2^20, 16x2^22); var, softmax
-#     and layer norm over few long rows (fissioned and split).
+#     and layer norm over few long rows (fissioned and split); argmax over
+#     few long rows (split).
 # Needs a GPU, python3 with torch, and cuda_bench (built with the CUDA
 # backend; on a machine without the build, from the relocatable bundle).
 #
@@ -68,7 +69,9 @@ if [[ $only == all || $only == bandwidth || $only == sum ]]; then
     $py "$here/torch_bench.py" sum sum$shape $r $c >>"$results"
   done
   # Few long rows of multi-pass row kernels: fissioned, then split.
-  for case in var:1x67108864 var:16x4194304 softmax:16x4194304 layernorm:16x4194304; do
+  # (argmax: one pass, split as a pair of the chunk's max and its position.)
+  for case in var:1x67108864 var:16x4194304 softmax:16x4194304 layernorm:16x4194304 \
+    argmax:1x67108864 argmax:16x131072; do
     op=${case%%:*}
     shape=${case#*:}
     r=${shape%x*}

@@ -108,6 +108,10 @@ def main():
         r, c = int(sys.argv[3]), int(sys.argv[4])
         report(name, lambda x: x.var(-1),
                [(torch.randn(r, c, device=dev),)])
+    elif mode == "argmax":
+        r, c = int(sys.argv[3]), int(sys.argv[4])
+        report(name, lambda x: x.argmax(-1),
+               [(torch.randn(r, c, device=dev),)])
     elif mode == "layernorm":
         r, c = int(sys.argv[3]), int(sys.argv[4])
         x = torch.randn(r, c, device=dev)
