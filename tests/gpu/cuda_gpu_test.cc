@@ -309,19 +309,71 @@ TEST(CudaGpu, SplitReductionsMatchReference) {
   }
 }
 
-// Multi-pass row kernels over few long rows, fissioned into a split kernel
-// per pass and a pointwise kernel (compiler/split_reductions.h): variance
-// (of the whole tensor and per row), softmax and log-softmax in float32 and
-// float16, and layer norm with its mean and rstd outputs.
+// `req` with its input x shifted by `offset` first (x + offset, an
+// aten.add.Scalar node that fuses into the kernels reading x): inputs with a
+// large mean and a small spread, which E[x^2] - E[x]^2 gets wrong in
+// float32.
+v1::CompileRequest WithOffset(v1::CompileRequest req, double offset) {
+  v1::Graph* g = req.mutable_graph();
+  for (v1::Node& n : *g->mutable_nodes()) {
+    for (v1::Argument& a : *n.mutable_args())
+      if (a.has_ref() && a.ref() == "x") a.set_ref("x_shifted");
+  }
+  v1::Node* add = g->add_nodes();
+  add->set_op("aten.add.Scalar");
+  add->add_args()->set_ref("x");
+  add->add_args()->set_f(offset);
+  add->add_outputs("x_shifted");
+  for (int i = g->nodes_size() - 1; i > 0; --i)
+    g->mutable_nodes()->SwapElements(i, i - 1);
+  return req;
+}
+
+// layer_norm.json with `rows` rows of `row` elements.
+v1::CompileRequest LayerNormRequest(int64_t rows, int64_t row) {
+  v1::CompileRequest ln = Request("layer_norm.json");
+  ln.mutable_graph()
+      ->mutable_inputs(0)
+      ->mutable_meta()
+      ->mutable_sizes(0)
+      ->set_value(rows);
+  for (int i = 0; i < 3; ++i) {
+    v1::TensorMeta* meta =
+        ln.mutable_graph()->mutable_inputs(i)->mutable_meta();
+    meta->mutable_sizes(meta->sizes_size() - 1)->set_value(row);
+  }
+  ln.mutable_graph()
+      ->mutable_nodes(0)
+      ->mutable_args(1)
+      ->mutable_ints()
+      ->set_values(0, row);
+  return ln;
+}
+
+// Multi-pass row kernels over few long rows (compiler/split_reductions.h):
+// variance (of the whole tensor and per row) and layer norm with its mean
+// and rstd outputs take the one-pass split (chunk means and second moments
+// merged per row), also for inputs around 1000 with a spread of about 1;
+// softmax and log-softmax in float32 and float16 are fissioned into a split
+// kernel per pass and a pointwise kernel.
 TEST(CudaGpu, FissionedMultiPassRowsMatchReference) {
   REQUIRE_GPU(gpu);
   const ReductionCase vars[] = {
       {"aten.var.correction", {1 << 22}, {}, v1::FLOAT32},
       {"aten.var.correction", {8, 1 << 20}, {1}, v1::FLOAT32},
+      {"aten.var.correction", {4, 1 << 20}, {1}, v1::FLOAT16},
+      {"aten.var.correction", {1 << 16, 4}, {0}, v1::FLOAT32},
+      // 2048 chunks of 32768: the largest persistent chunk, S the combine's
+      // row.
+      {"aten.var.correction", {1, 1 << 26}, {1}, v1::FLOAT32},
   };
   for (const ReductionCase& c : vars) {
-    EXPECT_EQ(CheckOnGpu(*gpu, 7, ReductionRequest(c), true), "")
-        << c.op << " over " << absl::StrJoin(c.sizes, "x");
+    for (double offset : {0.0, 1000.0}) {
+      v1::CompileRequest req = ReductionRequest(c);
+      if (offset != 0) req = WithOffset(std::move(req), offset);
+      EXPECT_EQ(CheckOnGpu(*gpu, 7, req, true), "")
+          << c.op << " over " << absl::StrJoin(c.sizes, "x") << " + " << offset;
+    }
   }
   const struct {
     const char* op;
@@ -342,24 +394,15 @@ TEST(CudaGpu, FissionedMultiPassRowsMatchReference) {
     req.mutable_graph()->mutable_nodes(0)->set_op(c.op);
     EXPECT_EQ(CheckOnGpu(*gpu, 11, req, true), "") << c.op << " " << c.row;
   }
-  v1::CompileRequest ln = Request("layer_norm.json");
-  const int64_t row = 1 << 18;
-  ln.mutable_graph()
-      ->mutable_inputs(0)
-      ->mutable_meta()
-      ->mutable_sizes(0)
-      ->set_value(4);
-  for (int i = 0; i < 3; ++i) {
-    v1::TensorMeta* meta =
-        ln.mutable_graph()->mutable_inputs(i)->mutable_meta();
-    meta->mutable_sizes(meta->sizes_size() - 1)->set_value(row);
+  for (const auto& [rows, row] : {std::pair<int64_t, int64_t>{4, 1 << 18},
+                                  std::pair<int64_t, int64_t>{16, 1 << 22}}) {
+    for (double offset : {0.0, 1000.0}) {
+      v1::CompileRequest ln = LayerNormRequest(rows, row);
+      if (offset != 0) ln = WithOffset(std::move(ln), offset);
+      EXPECT_EQ(CheckOnGpu(*gpu, 13, ln, true), "")
+          << "layer norm " << rows << "x" << row << " + " << offset;
+    }
   }
-  ln.mutable_graph()
-      ->mutable_nodes(0)
-      ->mutable_args(1)
-      ->mutable_ints()
-      ->set_values(0, row);
-  EXPECT_EQ(CheckOnGpu(*gpu, 13, ln, true), "") << "layer norm";
 }
 
 // kiln::Client::GetCudaExecutable end to end: kilnd cross-compiles the

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/cpu_executable.h"
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
@@ -265,6 +267,163 @@ TEST(CpuRegression, HalfPrecisionOpRoundsOnce) {
                "args": [{"ref": "c"}, {"ref": "b"}, {"name": "alpha", "i": 3}],
                "outputs": ["r"]}],
     "outputs": ["r"]})");
+}
+
+// The split of few long rows (compiler/split_reductions.h) run on the CPU
+// (CompileEnv::split_reductions_on_cpu): the programs a GPU runs, with
+// their partial, combining and pointwise kernels, checked for their values
+// on this machine. `json` is compiled with the split, its kernels must be
+// `kernels`, and it is run on random inputs, input 0 in [lo, hi] (the
+// others in [-2, 2]), against the reference evaluator (in double).
+void ExpectSplitMatchesReference(const std::string& json,
+                                 const std::vector<std::string>& kernels,
+                                 double lo, double hi) {
+  v1::CompileRequest req;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(json, req.mutable_graph())
+          .ok())
+      << json;
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  CompileEnv env;
+  env.split_reductions_on_cpu = true;
+  auto artifact = Compile(req, env);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  std::vector<std::string> names;
+  for (const v1::Step& step : artifact->program().steps())
+    if (step.has_launch()) names.push_back(step.launch().kernel());
+  EXPECT_EQ(names, kernels);
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937_64 rng(17);
+  ThreadPool pool(2);
+  std::vector<HostTensor> inputs = RandomInputs(*graph, {}, rng);
+  FillRandom(inputs[0], rng, lo, hi);
+  auto want = EvaluateReference(*graph, inputs);
+  ASSERT_TRUE(want.ok()) << want.status();
+  auto got = (*exe)->Run(inputs, &pool);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t o = 0; o < want->size(); ++o) {
+    EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
+  }
+}
+
+// A graph of one reduction `op` over an input of `sizes` and `dtype`, with
+// `args` after the input (JSON, each with its leading comma), and `more`
+// nodes after it (each with its leading comma) computing `outputs`.
+std::string OneInputGraph(const std::string& dtype,
+                          const std::vector<int64_t>& sizes,
+                          const std::string& op, const std::string& args,
+                          const std::string& more = "",
+                          const std::string& outputs = R"("y")") {
+  std::vector<std::string> dims;
+  for (int64_t s : sizes) dims.push_back(absl::StrCat(R"({"value": )", s, "}"));
+  return absl::StrCat(
+      R"({"inputs": [{"name": "x", "meta": {"dtype": ")", dtype,
+      R"(", "sizes": [)", absl::StrJoin(dims, ", "),
+      R"(]}}], "nodes": [{"op": ")", op, R"(", "args": [{"ref": "x"})", args,
+      R"(], "outputs": ["y"]})", more, R"(], "outputs": [)", outputs, "]}");
+}
+
+// var, std and layer norm over few long rows read each row once for their
+// statistics: chunk means and second moments merged with Chan et al.'s
+// formula. Inputs around 1000 with a spread of about 1 (variance 4/3):
+// E[x^2] - E[x]^2 would lose all of it to cancellation in float32 (see
+// below), the merge keeps it. Inputs around 0 too.
+TEST(CpuSplitReductions, OnePassMomentsMatchReference) {
+  const std::vector<std::string> two = {"kiln_k0_partial", "kiln_k0"};
+  for (double mid : {0.0, 1000.0}) {
+    SCOPED_TRACE(absl::StrCat("inputs around ", mid));
+    const double lo = mid - 2, hi = mid + 2;
+    // The whole tensor: one row of 2^20, 256 chunks of 4096.
+    ExpectSplitMatchesReference(
+        OneInputGraph("FLOAT32", {1 << 20}, "aten.var.correction", ""), two, lo,
+        hi);
+    // Per row, correction 0, keepdim.
+    ExpectSplitMatchesReference(
+        OneInputGraph("FLOAT32", {8, 1 << 17}, "aten.var.correction",
+                      R"(, {"ints": {"values": ["1"]}},
+                         {"name": "correction", "i": 0},
+                         {"name": "keepdim", "b": true})"),
+        two, lo, hi);
+    // A row along the first dim: its chunks are strided.
+    ExpectSplitMatchesReference(
+        OneInputGraph("FLOAT32", {1 << 16, 4}, "aten.var.correction",
+                      R"(, {"ints": {"values": ["0"]}})"),
+        two, lo, hi);
+    // std in float16 (float32 accumulators and temps): a row store of the
+    // variance's square root.
+    ExpectSplitMatchesReference(
+        OneInputGraph("FLOAT16", {4, 1 << 16}, "aten.var.correction",
+                      R"(, {"ints": {"values": ["1"]}})",
+                      R"(, {"op": "aten.sqrt.default", "args": [{"ref": "y"}],
+                           "outputs": ["s"]})",
+                      R"("s")"),
+        two, lo, hi);
+    // The variance and the maximum of the same rows in one kernel: the
+    // maximum's partials combine by max, as in a plain split.
+    ExpectSplitMatchesReference(
+        OneInputGraph("FLOAT32", {2, 1 << 18}, "aten.var.correction",
+                      R"(, {"ints": {"values": ["1"]}})",
+                      R"(, {"op": "aten.amax.default",
+                           "args": [{"ref": "x"}, {"ints": {"values": ["1"]}}],
+                           "outputs": ["m"]})",
+                      R"("y", "m")"),
+        two, lo, hi);
+    // Layer norm: statistics in one read, then a pointwise kernel for the
+    // normalised elements; mean and rstd as outputs.
+    ExpectSplitMatchesReference(R"({
+      "inputs": [
+        {"name": "x", "meta": {"dtype": "FLOAT32",
+          "sizes": [{"value": "4"}, {"value": "262144"}]}},
+        {"name": "weight", "meta": {"dtype": "FLOAT32",
+          "sizes": [{"value": "262144"}]}},
+        {"name": "bias", "meta": {"dtype": "FLOAT32",
+          "sizes": [{"value": "262144"}]}}],
+      "nodes": [{"op": "aten.native_layer_norm.default",
+        "args": [{"ref": "x"}, {"ints": {"values": ["262144"]}},
+                 {"ref": "weight"}, {"ref": "bias"}, {"f": 1e-05}],
+        "outputs": ["y", "mean", "rstd"]}],
+      "outputs": ["y", "mean", "rstd"]})",
+                                {"kiln_k0_partial", "kiln_k0", "kiln_k0_fp"},
+                                lo, hi);
+  }
+  // The same tolerance rejects E[x^2] - E[x]^2 with the two moments exact
+  // but rounded to float32, for inputs around 1000: the check above would
+  // catch the naive formula.
+  std::mt19937_64 rng(3);
+  HostTensor x = HostTensor::Empty(DType::kFloat32, {1 << 20});
+  FillRandom(x, rng, 998, 1002);
+  double sum = 0, sum_sq = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    sum += x.GetDoubleAt(i);
+    sum_sq += x.GetDoubleAt(i) * x.GetDoubleAt(i);
+  }
+  const double n = static_cast<double>(x.numel());
+  const double mean = sum / n;
+  const float naive = static_cast<float>(sum_sq / n) -
+                      static_cast<float>(mean) * static_cast<float>(mean);
+  const double exact = (sum_sq - n * mean * mean) / (n - 1);
+  const Tolerance tol = ToleranceFor(DType::kFloat32);
+  EXPECT_GT(std::fabs(naive - exact), tol.atol + tol.rtol * exact)
+      << naive << " vs " << exact;
+}
+
+// Multi-pass rows that are not centered moments (softmax, log-softmax:
+// the sum of exp(x - max)) are fissioned, a split kernel per level and a
+// pointwise kernel for the element stores.
+TEST(CpuSplitReductions, FissionedRowsMatchReference) {
+  for (const char* op :
+       {"aten._softmax.default", "aten._log_softmax.default"}) {
+    ExpectSplitMatchesReference(
+        OneInputGraph("FLOAT32", {4, 1 << 16}, op,
+                      R"(, {"i": 1}, {"b": false})"),
+        {"kiln_k0_f0_partial", "kiln_k0_f0", "kiln_k0_f1_partial", "kiln_k0_f1",
+         "kiln_k0_fp"},
+        -8, 8);
+  }
 }
 
 }  // namespace
