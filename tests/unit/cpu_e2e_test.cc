@@ -274,10 +274,13 @@ TEST(CpuRegression, HalfPrecisionOpRoundsOnce) {
 // their partial, combining and pointwise kernels, checked for their values
 // on this machine. `json` is compiled with the split, its kernels must be
 // `kernels`, and it is run on random inputs, input 0 in [lo, hi] (the
-// others in [-2, 2]), against the reference evaluator (in double).
+// others in [-2, 2]) plus a ramp from 0 up to `ramp` along its elements in
+// memory order (so that chunks of a row differ in mean, which the merge of
+// the chunks must account for), against the reference evaluator (in
+// double).
 void ExpectSplitMatchesReference(const std::string& json,
                                  const std::vector<std::string>& kernels,
-                                 double lo, double hi) {
+                                 double lo, double hi, double ramp = 0) {
   v1::CompileRequest req;
   ASSERT_TRUE(
       google::protobuf::util::JsonStringToMessage(json, req.mutable_graph())
@@ -300,6 +303,11 @@ void ExpectSplitMatchesReference(const std::string& json,
   ThreadPool pool(2);
   std::vector<HostTensor> inputs = RandomInputs(*graph, {}, rng);
   FillRandom(inputs[0], rng, lo, hi);
+  HostTensor& x = inputs[0];
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    x.SetDoubleAt(i, x.GetDoubleAt(i) + ramp * static_cast<double>(i) /
+                                            static_cast<double>(x.numel()));
+  }
   auto want = EvaluateReference(*graph, inputs);
   ASSERT_TRUE(want.ok()) << want.status();
   auto got = (*exe)->Run(inputs, &pool);
@@ -331,11 +339,14 @@ std::string OneInputGraph(const std::string& dtype,
 // statistics: chunk means and second moments merged with Chan et al.'s
 // formula. Inputs around 1000 with a spread of about 1 (variance 4/3):
 // E[x^2] - E[x]^2 would lose all of it to cancellation in float32 (see
-// below), the merge keeps it. Inputs around 0 too.
+// below), the merge keeps it. Inputs around 0 too, and both with a ramp
+// along the row: without it the chunks' means agree to within 1/C of the
+// variance, and a merge that dropped C * sum (m_c - mean)^2 would pass.
 TEST(CpuSplitReductions, OnePassMomentsMatchReference) {
   const std::vector<std::string> two = {"kiln_k0_partial", "kiln_k0"};
-  for (double mid : {0.0, 1000.0}) {
-    SCOPED_TRACE(absl::StrCat("inputs around ", mid));
+  for (const auto& [mid, ramp] : {std::pair{0.0, 0.0}, std::pair{1000.0, 0.0},
+                                   std::pair{0.0, 8.0}, std::pair{1000.0, 8.0}}) {
+    SCOPED_TRACE(absl::StrCat("inputs around ", mid, ", ramp ", ramp));
     const double lo = mid - 2, hi = mid + 2;
     // The whole tensor: one row of 2^20, 256 chunks of 4096.
     ExpectSplitMatchesReference(
@@ -347,12 +358,12 @@ TEST(CpuSplitReductions, OnePassMomentsMatchReference) {
                       R"(, {"ints": {"values": ["1"]}},
                          {"name": "correction", "i": 0},
                          {"name": "keepdim", "b": true})"),
-        two, lo, hi);
+        two, lo, hi, ramp);
     // A row along the first dim: its chunks are strided.
     ExpectSplitMatchesReference(
         OneInputGraph("FLOAT32", {1 << 16, 4}, "aten.var.correction",
                       R"(, {"ints": {"values": ["0"]}})"),
-        two, lo, hi);
+        two, lo, hi, ramp);
     // std in float16 (float32 accumulators and temps): a row store of the
     // variance's square root.
     ExpectSplitMatchesReference(
@@ -361,7 +372,7 @@ TEST(CpuSplitReductions, OnePassMomentsMatchReference) {
                       R"(, {"op": "aten.sqrt.default", "args": [{"ref": "y"}],
                            "outputs": ["s"]})",
                       R"("s")"),
-        two, lo, hi);
+        two, lo, hi, ramp);
     // The variance and the maximum of the same rows in one kernel: the
     // maximum's partials combine by max, as in a plain split.
     ExpectSplitMatchesReference(
@@ -371,7 +382,7 @@ TEST(CpuSplitReductions, OnePassMomentsMatchReference) {
                            "args": [{"ref": "x"}, {"ints": {"values": ["1"]}}],
                            "outputs": ["m"]})",
                       R"("y", "m")"),
-        two, lo, hi);
+        two, lo, hi, ramp);
     // Layer norm: statistics in one read, then a pointwise kernel for the
     // normalised elements; mean and rstd as outputs.
     ExpectSplitMatchesReference(R"({
@@ -388,7 +399,7 @@ TEST(CpuSplitReductions, OnePassMomentsMatchReference) {
         "outputs": ["y", "mean", "rstd"]}],
       "outputs": ["y", "mean", "rstd"]})",
                                 {"kiln_k0_partial", "kiln_k0", "kiln_k0_fp"},
-                                lo, hi);
+                                lo, hi, ramp);
   }
   // The same tolerance rejects E[x^2] - E[x]^2 with the two moments exact
   // but rounded to float32, for inputs around 1000: the check above would
