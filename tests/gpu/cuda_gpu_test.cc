@@ -309,23 +309,45 @@ TEST(CudaGpu, SplitReductionsMatchReference) {
   }
 }
 
-// `req` with its input x shifted by `offset` first (x + offset, an
-// aten.add.Scalar node that fuses into the kernels reading x): inputs with a
-// large mean and a small spread, which E[x^2] - E[x]^2 gets wrong in
-// float32.
-v1::CompileRequest WithOffset(v1::CompileRequest req, double offset) {
+// `req` with its input x shifted first: x + ramp * arange(n) / n + offset,
+// n the size of x's last dim (aten.arange, aten.mul.Scalar, aten.add nodes
+// that fuse into the kernels reading x). A large offset with a small spread
+// is what E[x^2] - E[x]^2 gets wrong in float32; the ramp makes the chunks
+// of a long row differ in mean, which the one-pass split's merge must
+// account for (with i.i.d. inputs they agree to within 1/C of the
+// variance).
+v1::CompileRequest Shifted(v1::CompileRequest req, double offset, double ramp) {
   v1::Graph* g = req.mutable_graph();
-  for (v1::Node& n : *g->mutable_nodes()) {
-    for (v1::Argument& a : *n.mutable_args())
+  const v1::TensorMeta& meta = g->inputs(0).meta();
+  const int64_t n = meta.sizes(meta.sizes_size() - 1).value();
+  for (v1::Node& node : *g->mutable_nodes()) {
+    for (v1::Argument& a : *node.mutable_args())
       if (a.has_ref() && a.ref() == "x") a.set_ref("x_shifted");
   }
-  v1::Node* add = g->add_nodes();
-  add->set_op("aten.add.Scalar");
-  add->add_args()->set_ref("x");
-  add->add_args()->set_f(offset);
-  add->add_outputs("x_shifted");
-  for (int i = g->nodes_size() - 1; i > 0; --i)
-    g->mutable_nodes()->SwapElements(i, i - 1);
+  const int before = g->nodes_size();
+  auto add_node = [&](const char* op, const char* out) {
+    v1::Node* node = g->add_nodes();
+    node->set_op(op);
+    node->add_outputs(out);
+    return node;
+  };
+  add_node("aten.arange.default", "steps")
+      ->add_args()
+      ->set_f(static_cast<double>(n));
+  v1::Node* scale = add_node("aten.mul.Scalar", "ramp");
+  scale->add_args()->set_ref("steps");
+  scale->add_args()->set_f(ramp / static_cast<double>(n));
+  v1::Node* add_ramp = add_node("aten.add.Tensor", "x_ramp");
+  add_ramp->add_args()->set_ref("x");
+  add_ramp->add_args()->set_ref("ramp");
+  v1::Node* add_offset = add_node("aten.add.Scalar", "x_shifted");
+  add_offset->add_args()->set_ref("x_ramp");
+  add_offset->add_args()->set_f(offset);
+  // The new nodes first.
+  for (int moved = 0; moved < g->nodes_size() - before; ++moved) {
+    for (int i = before + moved; i > moved; --i)
+      g->mutable_nodes()->SwapElements(i, i - 1);
+  }
   return req;
 }
 
@@ -353,11 +375,14 @@ v1::CompileRequest LayerNormRequest(int64_t rows, int64_t row) {
 // Multi-pass row kernels over few long rows (compiler/split_reductions.h):
 // variance (of the whole tensor and per row) and layer norm with its mean
 // and rstd outputs take the one-pass split (chunk means and second moments
-// merged per row), also for inputs around 1000 with a spread of about 1;
+// merged per row), also for inputs around 1000 with a spread of about 1,
+// with and without a ramp along the row (Shifted);
 // softmax and log-softmax in float32 and float16 are fissioned into a split
 // kernel per pass and a pointwise kernel.
 TEST(CudaGpu, FissionedMultiPassRowsMatchReference) {
   REQUIRE_GPU(gpu);
+  // (offset, ramp) pairs for Shifted; (0, 0): x as it is.
+  const std::pair<double, double> kShifts[] = {{0, 0}, {1000, 0}, {1000, 8}};
   const ReductionCase vars[] = {
       {"aten.var.correction", {1 << 22}, {}, v1::FLOAT32},
       {"aten.var.correction", {8, 1 << 20}, {1}, v1::FLOAT32},
@@ -368,11 +393,12 @@ TEST(CudaGpu, FissionedMultiPassRowsMatchReference) {
       {"aten.var.correction", {1, 1 << 26}, {1}, v1::FLOAT32},
   };
   for (const ReductionCase& c : vars) {
-    for (double offset : {0.0, 1000.0}) {
+    for (const auto& [offset, ramp] : kShifts) {
       v1::CompileRequest req = ReductionRequest(c);
-      if (offset != 0) req = WithOffset(std::move(req), offset);
+      if (offset != 0 || ramp != 0) req = Shifted(std::move(req), offset, ramp);
       EXPECT_EQ(CheckOnGpu(*gpu, 7, req, true), "")
-          << c.op << " over " << absl::StrJoin(c.sizes, "x") << " + " << offset;
+          << c.op << " over " << absl::StrJoin(c.sizes, "x") << " + " << offset
+          << " + ramp " << ramp;
     }
   }
   const struct {
@@ -396,11 +422,12 @@ TEST(CudaGpu, FissionedMultiPassRowsMatchReference) {
   }
   for (const auto& [rows, row] : {std::pair<int64_t, int64_t>{4, 1 << 18},
                                   std::pair<int64_t, int64_t>{16, 1 << 22}}) {
-    for (double offset : {0.0, 1000.0}) {
+    for (const auto& [offset, ramp] : kShifts) {
       v1::CompileRequest ln = LayerNormRequest(rows, row);
-      if (offset != 0) ln = WithOffset(std::move(ln), offset);
+      if (offset != 0 || ramp != 0) ln = Shifted(std::move(ln), offset, ramp);
       EXPECT_EQ(CheckOnGpu(*gpu, 13, ln, true), "")
-          << "layer norm " << rows << "x" << row << " + " << offset;
+          << "layer norm " << rows << "x" << row << " + " << offset
+          << " + ramp " << ramp;
     }
   }
 }

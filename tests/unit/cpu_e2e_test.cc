@@ -344,8 +344,9 @@ std::string OneInputGraph(const std::string& dtype,
 // variance, and a merge that dropped C * sum (m_c - mean)^2 would pass.
 TEST(CpuSplitReductions, OnePassMomentsMatchReference) {
   const std::vector<std::string> two = {"kiln_k0_partial", "kiln_k0"};
-  for (const auto& [mid, ramp] : {std::pair{0.0, 0.0}, std::pair{1000.0, 0.0},
-                                   std::pair{0.0, 8.0}, std::pair{1000.0, 8.0}}) {
+  for (const auto& [mid, ramp] :
+       {std::pair{0.0, 0.0}, std::pair{1000.0, 0.0}, std::pair{0.0, 8.0},
+        std::pair{1000.0, 8.0}}) {
     SCOPED_TRACE(absl::StrCat("inputs around ", mid, ", ramp ", ramp));
     const double lo = mid - 2, hi = mid + 2;
     // The whole tensor: one row of 2^20, 256 chunks of 4096.
@@ -401,6 +402,27 @@ TEST(CpuSplitReductions, OnePassMomentsMatchReference) {
                                 {"kiln_k0_partial", "kiln_k0", "kiln_k0_fp"},
                                 lo, hi, ramp);
   }
+  // A prologue that depends on the position in the row (a ramp from
+  // aten.arange, as tests/gpu/cuda_gpu_test.cc's Shifted builds) fuses into
+  // the moments and still takes the one-pass split: the chunk's index
+  // mapping reaches it.
+  ExpectSplitMatchesReference(R"({
+    "inputs": [{"name": "x", "meta": {"dtype": "FLOAT16",
+      "sizes": [{"value": "4"}, {"value": "1048576"}]}}],
+    "nodes": [
+      {"op": "aten.arange.default", "args": [{"f": 1048576}],
+       "outputs": ["steps"]},
+      {"op": "aten.mul.Scalar", "args": [{"ref": "steps"},
+       {"f": 7.62939453125e-06}], "outputs": ["ramp"]},
+      {"op": "aten.add.Tensor", "args": [{"ref": "x"}, {"ref": "ramp"}],
+       "outputs": ["x_ramp"]},
+      {"op": "aten.add.Scalar", "args": [{"ref": "x_ramp"}, {"f": 1000}],
+       "outputs": ["x_shifted"]},
+      {"op": "aten.var.correction", "args": [{"ref": "x_shifted"},
+       {"ints": {"values": ["1"]}}], "outputs": ["y"]}],
+    "outputs": ["y"]})",
+                              two, -2, 2);
+
   // The same tolerance rejects E[x^2] - E[x]^2 with the two moments exact
   // but rounded to float32, for inputs around 1000: the check above would
   // catch the naive formula.
