@@ -81,9 +81,10 @@ void CollectAccs(const Expr& e, std::vector<int>& out) {
   for (const Expr& a : e->args) CollectAccs(a, out);
 }
 
-// A row kernel the split cannot take as it is, with few long rows: a
-// reduction of another's result (var's second pass, softmax's sum) or
-// element stores of row results (softmax, layer norm). It becomes one
+// A row kernel the split cannot take as it is, with few long rows, and
+// that OnePassMoments did not take: a reduction of another's result
+// (softmax's sum; var's second pass where no chunk fits a persistent row)
+// or element stores of row results (softmax). It becomes one
 // kernel per level of reductions (a level reduces what earlier levels
 // finalized), each storing its finalized results, one per row, to temp
 // buffers that later kernels load instead of the accumulator; then a

@@ -445,9 +445,16 @@ TEST(CpuSplitReductions, OnePassMomentsMatchReference) {
 }
 
 // Multi-pass rows that are not centered moments (softmax, log-softmax:
-// the sum of exp(x - max)) are fissioned, a split kernel per level and a
+// the sum of exp(x - max)), or moments whose rows do not cut into
+// persistent chunks, are fissioned: a split kernel per level and a
 // pointwise kernel for the element stores.
 TEST(CpuSplitReductions, FissionedRowsMatchReference) {
+  // A variance whose rows cut only into chunks over kMaxPersistentRow
+  // (2 x 40009, a prime) keeps the two-pass fission.
+  ExpectSplitMatchesReference(
+      OneInputGraph("FLOAT32", {2 * 40009}, "aten.var.correction", ""),
+      {"kiln_k0_f0_partial", "kiln_k0_f0", "kiln_k0_f1_partial", "kiln_k0_f1"},
+      998, 1002, 8);
   for (const char* op :
        {"aten._softmax.default", "aten._log_softmax.default"}) {
     ExpectSplitMatchesReference(

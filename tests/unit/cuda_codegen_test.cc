@@ -364,6 +364,17 @@ TEST(CudaCodegen, FewLongRowsOfMultiPassKernelsAreFissioned) {
     EXPECT_TRUE(absl::StrContains(body, "div.rn.f32")) << kernel << body;
   }
 
+  // Rows that cut only into chunks over kMaxPersistentRow (2 x 40009, a
+  // prime) are fissioned: a chunk's moments would not come from registers.
+  var.mutable_graph()
+      ->mutable_inputs(0)
+      ->mutable_meta()
+      ->mutable_sizes(0)
+      ->set_value(2 * 40009);
+  EXPECT_EQ(launches(ForGpu(var)),
+            (std::vector<std::string>{"kiln_k0_f0_partial", "kiln_k0_f0",
+                                      "kiln_k0_f1_partial", "kiln_k0_f1"}));
+
   v1::CompileRequest softmax = ForGpu(Request("softmax.json"));
   v1::TensorMeta* meta =
       softmax.mutable_graph()->mutable_inputs(0)->mutable_meta();
