@@ -246,7 +246,8 @@ absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,
   auto fused = Fuse(*loops, FuseOptions{env.fuse});
   if (!fused.ok()) return fused.status();
   dump.Write("03-fused.txt", fused->ToString());
-  if (request.target().has_cuda() && env.gpu_split_reductions) {
+  if ((request.target().has_cuda() && env.gpu_split_reductions) ||
+      (!request.target().has_cuda() && env.split_reductions_on_cpu)) {
     *fused = SplitLongReductions(*std::move(fused));
     dump.Write("03-split.txt", fused->ToString());
   }

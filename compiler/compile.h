@@ -49,6 +49,10 @@ struct CompileEnv {
   // CUDA: split reductions over few long rows (split_reductions.h). Off
   // only to measure what the split gains.
   bool gpu_split_reductions = true;
+  // Tests only: apply the same split to CPU targets, so that the split
+  // programs (whose numerics otherwise only a GPU checks) run on the CPU
+  // against the reference evaluator. Not part of the guard key.
+  bool split_reductions_on_cpu = false;
   // CUDA: libdevice's out-of-line trig functions compiled once per process
   // (NvptxOptimizeOptions::precompiled_trig). Off only to measure what that
   // saves; the PTX is the same.

@@ -78,6 +78,10 @@ inline constexpr int kDefaultGroupsPerThread = 4;
 // about kSplitTargetBlocks (several waves on 132 SMs), and each chunk to at
 // most kMaxPersistentRow (the persistent form, with its 128-bit loads),
 // while each partial block still reduces kSplitMinChunk elements or more.
+// The one-pass split of centered second moments (var, layer norm) relies on
+// the latter: its partial block runs the two-level reduction over a chunk
+// kept in registers, so it reads the chunk once only in the persistent form
+// (a chunk over kMaxPersistentRow, where no S fits, is fissioned instead).
 inline constexpr int64_t kSplitMaxRows = 256;
 inline constexpr int64_t kSplitTargetBlocks = 1024;
 inline constexpr int64_t kSplitMinChunk = 4096;

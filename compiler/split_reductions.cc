@@ -79,9 +79,10 @@ void CollectAccs(const Expr& e, std::vector<int>& out) {
   for (const Expr& a : e->args) CollectAccs(a, out);
 }
 
-// A row kernel the split cannot take as it is, with few long rows: a
-// reduction of another's result (var's second pass, softmax's sum) or
-// element stores of row results (softmax, layer norm). It becomes one
+// A row kernel the split cannot take as it is, with few long rows, and
+// that OnePassMoments did not take: a reduction of another's result
+// (softmax's sum; var's second pass where no chunk fits a persistent row)
+// or element stores of row results (softmax). It becomes one
 // kernel per level of reductions (a level reduces what earlier levels
 // finalized), each storing its finalized results, one per row, to temp
 // buffers that later kernels load instead of the accumulator; then a
@@ -228,6 +229,72 @@ std::optional<std::vector<Kernel>> Fission(const Kernel& k, FusedProgram& p) {
   return out;
 }
 
+// A temp buffer of `elements` values of `dtype`, appended to the program;
+// returns its program buffer number.
+int AddTemp(FusedProgram& p, DType dtype, int64_t elements) {
+  ProgramBuffer b;
+  b.kind = ProgramBuffer::Kind::kTemp;
+  b.dtype = dtype;
+  b.elements = SymExpr(elements);
+  b.strides = ContiguousStrides({b.elements});
+  p.buffers.push_back(std::move(b));
+  return static_cast<int>(p.buffers.size()) - 1;
+}
+
+// The rows of a kernel cut in chunks: the partial kernel's dims (the outer
+// dims, the split, the chunk: inner) and the original kernel's vars in its
+// terms.
+struct ChunkedRows {
+  std::vector<SymExpr> dims;
+  std::vector<bool> inner;
+  std::vector<Expr> vars;        // the original kernel's var d
+  std::vector<Expr> outer_vars;  // the partial kernel's outer vars
+  Expr split_var;
+};
+
+ChunkedRows ChunkRows(const Kernel& k, const SplitShape& shape,
+                      int64_t splits) {
+  const int64_t chunk = shape.row / splits;
+  const int nouter = static_cast<int>(shape.outer.size());
+  ChunkedRows c;
+  for (int d : shape.outer) c.dims.push_back(k.dims[d]);
+  c.dims.push_back(SymExpr(splits));
+  c.dims.push_back(SymExpr(chunk));
+  c.inner.assign(c.dims.size(), false);
+  c.inner.back() = true;
+  c.vars.resize(k.dims.size());
+  for (int o = 0; o < nouter; ++o) {
+    c.vars[shape.outer[o]] = ir::Var(o);
+    c.outer_vars.push_back(ir::Var(o));
+  }
+  c.split_var = ir::Var(nouter);
+  const Expr flat =
+      ir::Add(ir::Mul(c.split_var, ir::IntConst(chunk)), ir::Var(nouter + 1));
+  int64_t stride = shape.row;
+  for (size_t m = 0; m < shape.inner.size(); ++m) {
+    stride /= shape.inner_sizes[m];
+    Expr v = ir::FloorDiv(flat, ir::IntConst(stride));
+    if (m > 0) v = ir::Mod(v, ir::IntConst(shape.inner_sizes[m]));
+    c.vars[shape.inner[m]] = v;
+  }
+  return c;
+}
+
+// The combining kernel's start: `k` with its row replaced by the S partials
+// (the first inner dim takes the split, the others size 1), and the offset
+// of its element in a buffer of rows * S partials.
+Kernel CombineKernel(const Kernel& k, const SplitShape& shape, int64_t splits,
+                     Expr* combine_offset) {
+  Kernel b = k;
+  for (size_t m = 0; m < shape.inner.size(); ++m)
+    b.dims[shape.inner[m]] = SymExpr(m == 0 ? splits : 1);
+  std::vector<Expr> outer_vars;
+  for (int d : shape.outer) outer_vars.push_back(ir::Var(d));
+  *combine_offset = PartialOffset(outer_vars, shape.outer_sizes, splits,
+                                  ir::Var(shape.inner[0]));
+  return b;
+}
+
 bool IsArgReduce(ReduceKind r) {
   return r == ReduceKind::kArgMax || r == ReduceKind::kArgMin;
 }
@@ -244,73 +311,46 @@ bool IsArgReduce(ReduceKind r) {
 void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
            FusedProgram& p) {
   const int64_t chunk = shape.row / splits;
-  const int nouter = static_cast<int>(shape.outer.size());
-  auto add_partial_buffer = [&](DType dtype) {
-    ProgramBuffer b;
-    b.kind = ProgramBuffer::Kind::kTemp;
-    b.dtype = dtype;
-    b.elements = SymExpr(shape.rows * splits);
-    b.strides = ContiguousStrides({b.elements});
-    p.buffers.push_back(std::move(b));
-    return static_cast<int>(p.buffers.size()) - 1;
-  };
   // Per reduction: its partial values (the accumulator dtype; an arg
   // reduction's extreme values), then the positions of the arg reductions.
   std::vector<int> partial_buffers;
-  for (int r = 0; r < shape.reductions; ++r)
-    partial_buffers.push_back(add_partial_buffer(k.stages[r].acc_dtype));
+  for (int r = 0; r < shape.reductions; ++r) {
+    partial_buffers.push_back(
+        AddTemp(p, k.stages[r].acc_dtype, shape.rows * splits));
+  }
   std::vector<int> arg_reductions;
   for (int r = 0; r < shape.reductions; ++r) {
     if (!IsArgReduce(k.stages[r].reduce)) continue;
     arg_reductions.push_back(r);
-    partial_buffers.push_back(add_partial_buffer(DType::kInt64));
+    partial_buffers.push_back(AddTemp(p, DType::kInt64, shape.rows * splits));
   }
   const int first_partial_slot = static_cast<int>(k.buffers.size());
-  // The slot of reduction r's positions (r an arg reduction).
-  auto position_slot = [&](int r) {
-    const int j = static_cast<int>(
+  // Arg reduction r's number among the arg reductions: its extreme is the
+  // partial kernel's accumulator shape.reductions + j, its positions are
+  // in slot first_partial_slot + shape.reductions + j.
+  auto arg_number = [&](int r) {
+    return static_cast<int>(
         std::find(arg_reductions.begin(), arg_reductions.end(), r) -
         arg_reductions.begin());
-    return first_partial_slot + shape.reductions + j;
   };
 
   // Partial: dims = the outer dims, the split, the chunk (inner).
+  const ChunkedRows c = ChunkRows(k, shape, splits);
   Kernel a;
   a.name = absl::StrCat(k.name, "_partial");
   a.buffers = k.buffers;
   a.buffers.insert(a.buffers.end(), partial_buffers.begin(),
                    partial_buffers.end());
-  for (int d : shape.outer) a.dims.push_back(k.dims[d]);
-  a.dims.push_back(SymExpr(splits));
-  a.dims.push_back(SymExpr(chunk));
-  a.inner.assign(a.dims.size(), false);
-  a.inner.back() = true;
-  // The original kernel's vars in terms of the partial kernel's.
-  std::vector<Expr> vars(k.dims.size());
-  std::vector<Expr> outer_vars;
-  for (int o = 0; o < nouter; ++o) {
-    vars[shape.outer[o]] = ir::Var(o);
-    outer_vars.push_back(ir::Var(o));
-  }
-  const Expr split_var = ir::Var(nouter);
-  const Expr flat =
-      ir::Add(ir::Mul(split_var, ir::IntConst(chunk)), ir::Var(nouter + 1));
-  int64_t stride = shape.row;
-  for (size_t m = 0; m < shape.inner.size(); ++m) {
-    stride /= shape.inner_sizes[m];
-    Expr v = ir::FloorDiv(flat, ir::IntConst(stride));
-    if (m > 0) v = ir::Mod(v, ir::IntConst(shape.inner_sizes[m]));
-    vars[shape.inner[m]] = v;
-  }
+  a.dims = c.dims;
+  a.inner = c.inner;
   const Expr partial_offset =
-      PartialOffset(outer_vars, shape.outer_sizes, splits, split_var);
+      PartialOffset(c.outer_vars, shape.outer_sizes, splits, c.split_var);
   for (int r = 0; r < shape.reductions; ++r) {
     Stage st = k.stages[r];
-    st.value = ir::SubstituteVars(st.value, vars);
+    st.value = ir::SubstituteVars(st.value, c.vars);
     st.finalize = nullptr;
     a.stages.push_back(std::move(st));
   }
-  // Accumulator slots shape.reductions + j: arg reduction j's extreme.
   for (int r : arg_reductions) {
     Stage st = a.stages[r];
     st.reduce =
@@ -332,23 +372,19 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
       store(ir::Acc(r, acc), first_partial_slot + r, acc);
       continue;
     }
-    const int j = position_slot(r) - first_partial_slot - shape.reductions;
+    const int j = arg_number(r);
     store(ir::Acc(shape.reductions + j, acc), first_partial_slot + r, acc);
-    store(ir::Add(ir::Mul(split_var, ir::IntConst(chunk)),
+    store(ir::Add(ir::Mul(c.split_var, ir::IntConst(chunk)),
                   ir::Acc(r, DType::kInt64)),
-          position_slot(r), DType::kInt64);
+          first_partial_slot + shape.reductions + j, DType::kInt64);
   }
 
-  // Combine: the original kernel with its row replaced by the S partials
-  // (the first inner dim takes the split, the others size 1).
-  Kernel b = k;
+  // Combine: the original kernel reducing the S partials of each row.
+  Expr combine_offset;
+  Kernel b = CombineKernel(k, shape, splits, &combine_offset);
   b.buffers = a.buffers;
-  for (size_t m = 0; m < shape.inner.size(); ++m)
-    b.dims[shape.inner[m]] = SymExpr(m == 0 ? splits : 1);
-  std::vector<Expr> b_outer_vars;
-  for (int d : shape.outer) b_outer_vars.push_back(ir::Var(d));
-  const Expr combine_offset = PartialOffset(b_outer_vars, shape.outer_sizes,
-                                            splits, ir::Var(shape.inner[0]));
+  std::vector<Expr> outer_vars;
+  for (int d : shape.outer) outer_vars.push_back(ir::Var(d));
   for (int r = 0; r < shape.reductions; ++r) {
     Stage& st = b.stages[r];
     st.value =
@@ -357,8 +393,8 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
     // The winning chunk's position. A fresh kAcc node: the emitters memoise
     // per node, and later stages' kAcc(r) must read the finalized position.
     const Expr position =
-        ir::LoadBuffer(position_slot(r),
-                       PartialOffset(b_outer_vars, shape.outer_sizes, splits,
+        ir::LoadBuffer(first_partial_slot + shape.reductions + arg_number(r),
+                       PartialOffset(outer_vars, shape.outer_sizes, splits,
                                      ir::Acc(r, DType::kInt64)),
                        DType::kInt64);
     if (!st.finalize) {
@@ -373,6 +409,252 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
   }
   p.kernels.push_back(std::move(a));
   p.kernels.push_back(std::move(b));
+}
+
+// The value of a constant, or of a cast of one (a reduction's count is an
+// int64 constant cast to the accumulator's dtype).
+std::optional<double> ConstantValue(const Expr& e) {
+  const Expr& c = e->op == ExprOp::kCast ? e->args[0] : e;
+  if (c->op != ExprOp::kConst) return std::nullopt;
+  return IsFloating(c->dtype) ? c->f : static_cast<double>(c->i);
+}
+
+// Whether `finalize` of reduction slot `slot` is acc / n: a mean over a row
+// of n elements.
+bool IsMeanOver(const Expr& finalize, int slot, int64_t n) {
+  if (!finalize || finalize->op != ExprOp::kDiv) return false;
+  const Expr& acc = finalize->args[0];
+  const std::optional<double> count = ConstantValue(finalize->args[1]);
+  return acc->op == ExprOp::kAcc && acc->index == slot && count &&
+         *count == static_cast<double>(n);
+}
+
+// If `value` is (e - A)^2, as (e - A) * (e - A) or pow(e - A, 2), with A a
+// kAcc: the deviation e - A.
+Expr SquaredDeviation(const Expr& value) {
+  Expr d;
+  if (value->op == ExprOp::kMul && ir::Equal(value->args[0], value->args[1])) {
+    d = value->args[0];
+  } else if (value->op == ExprOp::kPow) {
+    const std::optional<double> p = ConstantValue(value->args[1]);
+    if (p && *p == 2) d = value->args[0];
+  }
+  if (!d || d->op != ExprOp::kSub || d->args[1]->op != ExprOp::kAcc)
+    return nullptr;
+  return d;
+}
+
+// A row kernel whose only multi-pass reductions are centered second moments
+// (var, std, layer norm's variance): sum((e - mean)^2) where mean is an
+// earlier kSum of the same e finalized as sum / row length. Per reduction
+// slot: the slot of the mean of each second moment, and which slots are
+// such means. Nothing when `k` has other multi-pass reductions (softmax's
+// sum of exp(x - max)), argmax/argmin, or no second moment.
+struct Moments {
+  std::vector<int> mean_of;   // per slot: the mean's slot for a moment, or -1
+  std::vector<bool> is_mean;  // per slot
+};
+
+std::optional<Moments> CenteredMoments(const Kernel& k, int64_t row) {
+  std::vector<const Stage*> reductions;
+  for (const Stage& st : k.stages) {
+    if (st.kind == Stage::Kind::kReduce) reductions.push_back(&st);
+  }
+  const int n = static_cast<int>(reductions.size());
+  Moments m;
+  m.mean_of.assign(n, -1);
+  m.is_mean.assign(n, false);
+  bool any = false;
+  for (int r = 0; r < n; ++r) {
+    const Stage& st = *reductions[r];
+    if (st.reduce == ReduceKind::kArgMax || st.reduce == ReduceKind::kArgMin)
+      return std::nullopt;
+    if (!ir::ContainsOp(st.value, ExprOp::kAcc)) continue;
+    // The combine below is float32 algebra, as the accumulators are.
+    const Expr d = SquaredDeviation(st.value);
+    if (!d || st.reduce != ReduceKind::kSum || st.acc_dtype != DType::kFloat32)
+      return std::nullopt;
+    const int j = d->args[1]->index;
+    if (j >= r) return std::nullopt;
+    const Stage& mean = *reductions[j];
+    if (mean.reduce != ReduceKind::kSum || mean.acc_dtype != DType::kFloat32 ||
+        ir::ContainsOp(mean.value, ExprOp::kAcc) ||
+        !ir::Equal(mean.value, d->args[0]) ||
+        !IsMeanOver(mean.finalize, j, row) ||
+        mean.finalize->dtype != DType::kFloat32 ||
+        d->args[1]->dtype != DType::kFloat32)
+      return std::nullopt;
+    m.mean_of[r] = j;
+    m.is_mean[j] = true;
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  return m;
+}
+
+// The centered second moments of few long rows in one read of the row
+// (header: "One-pass moments"): a partial kernel runs the kernel's
+// reductions, two-level as they are, over each chunk of C elements kept in
+// registers, storing per (row, chunk) the chunk's mean m_c = sum_c / C and
+// its M2_c = sum over the chunk of (e - m_c)^2 (and the raw partial
+// accumulator of any other reduction); a combining kernel per row merges
+// the S chunks with Chan et al.'s formula for equal counts,
+//   mean = (sum_c m_c) / S,   M2 = sum_c (M2_c + C * (m_c - mean)^2),
+// which is exact algebra: no E[x^2] - E[x]^2 cancellation. It then runs the
+// original finalizes (var's M2 / max(0, n - correction), ...) and row
+// stores; element stores (layer norm's output) become a pointwise kernel
+// reading the finalized row results from temps, as in Fission. Nothing when
+// `k` is not such a kernel, or its rows do not cut into chunks that fit a
+// persistent row (then it is fissioned, reading the row once per level).
+std::optional<std::vector<Kernel>> OnePassMoments(const Kernel& k,
+                                                  FusedProgram& p) {
+  const std::optional<SplitShape> shape = StaticRows(k);
+  if (!shape) return std::nullopt;
+  const int64_t splits = ChooseReductionSplits(shape->rows, shape->row);
+  if (splits < 2 || shape->row / splits > kMaxPersistentRow)
+    return std::nullopt;
+  const std::optional<Moments> moments = CenteredMoments(k, shape->row);
+  if (!moments) return std::nullopt;
+  const int64_t chunk = shape->row / splits;
+  std::vector<const Stage*> reductions;
+  bool inner_stores = false;
+  for (const Stage& st : k.stages) {
+    if (st.kind == Stage::Kind::kReduce) reductions.push_back(&st);
+    inner_stores |= st.kind == Stage::Kind::kStoreInner;
+  }
+  const int n = static_cast<int>(reductions.size());
+  const DType f32 = DType::kFloat32;
+
+  // Per reduction, a temp of rows * S partials: m_c for a mean, M2_c for a
+  // moment, the raw accumulator for any other.
+  std::vector<int> buffers = k.buffers;
+  std::vector<int> partial_slot(n);
+  for (int r = 0; r < n; ++r) {
+    partial_slot[r] = static_cast<int>(buffers.size());
+    buffers.push_back(
+        AddTemp(p, reductions[r]->acc_dtype, shape->rows * splits));
+  }
+  // With element stores: a temp of `rows` finalized values per reduction,
+  // for the pointwise kernel.
+  std::vector<int> row_slot(n, -1);
+  std::vector<DType> finalized(n);
+  for (int r = 0; r < n; ++r) {
+    finalized[r] = reductions[r]->finalize ? reductions[r]->finalize->dtype
+                                           : reductions[r]->acc_dtype;
+    if (!inner_stores) continue;
+    row_slot[r] = static_cast<int>(buffers.size());
+    buffers.push_back(AddTemp(p, finalized[r], shape->rows));
+  }
+
+  // Partial: each chunk a row of the original reductions, the mean's
+  // finalize dividing by the chunk's length, so that the moment's value
+  // (e - A)^2 reads the chunk's mean from the accumulator.
+  const ChunkedRows c = ChunkRows(k, *shape, splits);
+  Kernel a;
+  a.name = absl::StrCat(k.name, "_partial");
+  a.buffers = buffers;
+  a.dims = c.dims;
+  a.inner = c.inner;
+  const Expr partial_offset =
+      PartialOffset(c.outer_vars, shape->outer_sizes, splits, c.split_var);
+  for (int r = 0; r < n; ++r) {
+    Stage st = *reductions[r];
+    st.value = ir::SubstituteVars(st.value, c.vars);
+    st.finalize =
+        moments->is_mean[r]
+            ? ir::Binary(ExprOp::kDiv, ir::Acc(r, f32),
+                         ir::Const(static_cast<double>(chunk), f32), f32)
+            : nullptr;
+    a.stages.push_back(std::move(st));
+  }
+  for (int r = 0; r < n; ++r) {
+    Stage st;
+    st.kind = Stage::Kind::kStoreOuter;
+    st.value = ir::Acc(r, reductions[r]->acc_dtype);
+    st.buffer_slot = partial_slot[r];
+    st.offset = partial_offset;
+    st.store_dtype = reductions[r]->acc_dtype;
+    a.stages.push_back(std::move(st));
+  }
+
+  // Combine: the original kernel over the S partials of each row, less its
+  // element stores.
+  Expr combine_offset;
+  Kernel b = CombineKernel(k, *shape, splits, &combine_offset);
+  b.buffers = buffers;
+  b.stages.clear();
+  const Expr s_f = ir::Const(static_cast<double>(splits), f32);
+  const Expr c_f = ir::Const(static_cast<double>(chunk), f32);
+  int r = 0;
+  for (const Stage& orig : k.stages) {
+    if (orig.kind == Stage::Kind::kStoreInner) continue;
+    Stage st = orig;
+    if (st.kind == Stage::Kind::kReduce) {
+      const Expr partial = ir::LoadBuffer(partial_slot[r], combine_offset,
+                                          reductions[r]->acc_dtype);
+      if (moments->is_mean[r]) {
+        // The mean of the chunk means: the row's mean, the chunks being of
+        // equal length (the original finalize divided the sum by S * C).
+        st.value = partial;
+        st.finalize = ir::Binary(ExprOp::kDiv, ir::Acc(r, f32), s_f, f32);
+      } else if (const int j = moments->mean_of[r]; j >= 0) {
+        // Fresh nodes: the mean's finalize holds its raw kAcc, this value
+        // its finalized one (emitters memoise per node).
+        const Expr m_c = ir::LoadBuffer(partial_slot[j], combine_offset, f32);
+        const Expr dev = ir::Binary(ExprOp::kSub, m_c, ir::Acc(j, f32), f32);
+        st.value =
+            ir::Binary(ExprOp::kAdd, partial,
+                       ir::Binary(ExprOp::kMul, c_f,
+                                  ir::Binary(ExprOp::kMul, dev, dev, f32), f32),
+                       f32);
+      } else {
+        st.value = partial;  // combined by the same reduction, as in Split
+      }
+      ++r;
+    }
+    b.stages.push_back(std::move(st));
+  }
+  std::vector<Kernel> out;
+  out.push_back(std::move(a));
+  if (!inner_stores) {
+    out.push_back(std::move(b));
+    return out;
+  }
+  std::vector<Expr> outer_vars;
+  for (int d : shape->outer) outer_vars.push_back(ir::Var(d));
+  const Expr row_offset =
+      PartialOffset(outer_vars, shape->outer_sizes, 1, ir::IntConst(0));
+  for (int q = 0; q < n; ++q) {
+    Stage st;
+    st.kind = Stage::Kind::kStoreOuter;
+    st.value = ir::Acc(q, finalized[q]);
+    st.buffer_slot = row_slot[q];
+    st.offset = row_offset;
+    st.store_dtype = finalized[q];
+    b.stages.push_back(std::move(st));
+  }
+  out.push_back(std::move(b));
+  // The element stores, once per element, reading the row results.
+  Kernel f;
+  f.name = absl::StrCat(k.name, "_fp");
+  f.buffers = buffers;
+  f.dims = k.dims;
+  f.inner.assign(k.dims.size(), false);
+  ir::Rewriter loads([&](const Expr& x) -> std::optional<Expr> {
+    if (x->op != ExprOp::kAcc) return std::nullopt;
+    return ir::Cast(
+        ir::LoadBuffer(row_slot[x->index], row_offset, finalized[x->index]),
+        x->dtype);
+  });
+  for (const Stage& orig : k.stages) {
+    if (orig.kind != Stage::Kind::kStoreInner) continue;
+    Stage st = orig;
+    st.kind = Stage::Kind::kStoreOuter;
+    st.value = loads.Run(st.value);
+    f.stages.push_back(std::move(st));
+  }
+  out.push_back(std::move(f));
+  return out;
 }
 
 }  // namespace
@@ -391,7 +673,9 @@ FusedProgram SplitLongReductions(FusedProgram program) {
     Split(k, *shape, splits, program);
   };
   for (Kernel& k : kernels) {
-    if (std::optional<std::vector<Kernel>> parts = Fission(k, program)) {
+    if (std::optional<std::vector<Kernel>> parts = OnePassMoments(k, program)) {
+      for (Kernel& part : *parts) program.kernels.push_back(std::move(part));
+    } else if (std::optional<std::vector<Kernel>> parts = Fission(k, program)) {
       for (Kernel& part : *parts) split_or_keep(std::move(part));
     } else {
       split_or_keep(std::move(k));

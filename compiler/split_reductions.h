@@ -1,5 +1,6 @@
-// Compiler stage (CUDA only), between fusion and code generation: a row
-// kernel with few, long rows is split in two kernels, so the GPU is not left
+// Compiler stage (CUDA targets; CPU targets only in tests, see CompileEnv),
+// between fusion and code generation: a row kernel with few, long rows is
+// split in two kernels, so the GPU is not left
 // with a handful of blocks (a full `x.sum()` over 2^26 elements is one row:
 // one block of the looped-row form would run on one SM of 132).
 //
@@ -19,9 +20,35 @@
 // over the S extremes picks the first chunk holding the row's extreme, and
 // loads its position.
 //
-// A multi-pass row kernel with such rows (var: a sum of squares around the
-// mean; softmax, log-softmax, layer norm: element stores of row results) is
-// first fissioned, then each part split:
+// One-pass moments. A row kernel whose only multi-pass reductions are
+// centered second moments -- a kSum of (e - A)^2 (as (e - A) * (e - A) or
+// pow(e - A, 2)) where A is an earlier kSum of the same e finalized as
+// sum / row length: var, std, layer norm's variance -- is split so that the
+// row is read once for its statistics, when its rows cut into S chunks of
+// C <= kMaxPersistentRow elements (the persistent form keeps a chunk in
+// registers):
+//
+//   kiln_kN_partial  rows x S blocks; block (row, c) runs the kernel's
+//                    reductions, two-level as they are, over chunk c: the
+//                    chunk's mean m_c = sum_c / C, then M2_c = the sum of
+//                    (e - m_c)^2 from registers; stores m_c and M2_c (and
+//                    the raw partial accumulator of any other reduction)
+//                    to temps of rows * S values (float32)
+//   kiln_kN          one row of S partials per row: mean = (sum m_c) / S,
+//                    M2 = sum (M2_c + C * (m_c - mean)^2) (Chan et al.'s
+//                    pairwise update for equal counts, which is exact
+//                    algebra, robust like Welford: no E[x^2] - E[x]^2
+//                    cancellation), then the original finalizes
+//                    (var = M2 / max(0, n - correction), ...) and row
+//                    stores; with element stores, also the finalized row
+//                    results to temps of one value per row
+//   kiln_kN_fp       element stores (layer norm's output) as a pointwise
+//                    kernel, reading the row results: layer norm reads x
+//                    twice in all (statistics, then the normalisation)
+//
+// Any other multi-pass row kernel with such rows (softmax, log-softmax: the
+// sum of exp(x - max); element stores of row results), or a moment whose
+// rows do not cut into such chunks, is fissioned, then each part split:
 //
 //   kiln_kN_fL   the reductions of level L (L = 0: over the inputs; L > 0:
 //                over what earlier levels finalized, read back from temp

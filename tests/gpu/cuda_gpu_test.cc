@@ -325,19 +325,97 @@ TEST(CudaGpu, SplitReductionsMatchReference) {
   }
 }
 
-// Multi-pass row kernels over few long rows, fissioned into a split kernel
-// per pass and a pointwise kernel (compiler/split_reductions.h): variance
-// (of the whole tensor and per row), softmax and log-softmax in float32 and
-// float16, and layer norm with its mean and rstd outputs.
+// `req` with its input x shifted first: x + ramp * arange(n) / n + offset,
+// n the size of x's last dim (aten.arange, aten.mul.Scalar, aten.add nodes
+// that fuse into the kernels reading x). A large offset with a small spread
+// is what E[x^2] - E[x]^2 gets wrong in float32; the ramp makes the chunks
+// of a long row differ in mean, which the one-pass split's merge must
+// account for (with i.i.d. inputs they agree to within 1/C of the
+// variance).
+v1::CompileRequest Shifted(v1::CompileRequest req, double offset, double ramp) {
+  v1::Graph* g = req.mutable_graph();
+  const v1::TensorMeta& meta = g->inputs(0).meta();
+  const int64_t n = meta.sizes(meta.sizes_size() - 1).value();
+  for (v1::Node& node : *g->mutable_nodes()) {
+    for (v1::Argument& a : *node.mutable_args())
+      if (a.has_ref() && a.ref() == "x") a.set_ref("x_shifted");
+  }
+  const int before = g->nodes_size();
+  auto add_node = [&](const char* op, const char* out) {
+    v1::Node* node = g->add_nodes();
+    node->set_op(op);
+    node->add_outputs(out);
+    return node;
+  };
+  add_node("aten.arange.default", "steps")
+      ->add_args()
+      ->set_f(static_cast<double>(n));
+  v1::Node* scale = add_node("aten.mul.Scalar", "ramp");
+  scale->add_args()->set_ref("steps");
+  scale->add_args()->set_f(ramp / static_cast<double>(n));
+  v1::Node* add_ramp = add_node("aten.add.Tensor", "x_ramp");
+  add_ramp->add_args()->set_ref("x");
+  add_ramp->add_args()->set_ref("ramp");
+  v1::Node* add_offset = add_node("aten.add.Scalar", "x_shifted");
+  add_offset->add_args()->set_ref("x_ramp");
+  add_offset->add_args()->set_f(offset);
+  // The new nodes first.
+  for (int moved = 0; moved < g->nodes_size() - before; ++moved) {
+    for (int i = before + moved; i > moved; --i)
+      g->mutable_nodes()->SwapElements(i, i - 1);
+  }
+  return req;
+}
+
+// layer_norm.json with `rows` rows of `row` elements.
+v1::CompileRequest LayerNormRequest(int64_t rows, int64_t row) {
+  v1::CompileRequest ln = Request("layer_norm.json");
+  ln.mutable_graph()
+      ->mutable_inputs(0)
+      ->mutable_meta()
+      ->mutable_sizes(0)
+      ->set_value(rows);
+  for (int i = 0; i < 3; ++i) {
+    v1::TensorMeta* meta =
+        ln.mutable_graph()->mutable_inputs(i)->mutable_meta();
+    meta->mutable_sizes(meta->sizes_size() - 1)->set_value(row);
+  }
+  ln.mutable_graph()
+      ->mutable_nodes(0)
+      ->mutable_args(1)
+      ->mutable_ints()
+      ->set_values(0, row);
+  return ln;
+}
+
+// Multi-pass row kernels over few long rows (compiler/split_reductions.h):
+// variance (of the whole tensor and per row) and layer norm with its mean
+// and rstd outputs take the one-pass split (chunk means and second moments
+// merged per row), also for inputs around 1000 with a spread of about 1,
+// with and without a ramp along the row (Shifted);
+// softmax and log-softmax in float32 and float16 are fissioned into a split
+// kernel per pass and a pointwise kernel.
 TEST(CudaGpu, FissionedMultiPassRowsMatchReference) {
   REQUIRE_GPU(gpu);
+  // (offset, ramp) pairs for Shifted; (0, 0): x as it is.
+  const std::pair<double, double> kShifts[] = {{0, 0}, {1000, 0}, {1000, 8}};
   const ReductionCase vars[] = {
       {"aten.var.correction", {1 << 22}, {}, v1::FLOAT32},
       {"aten.var.correction", {8, 1 << 20}, {1}, v1::FLOAT32},
+      {"aten.var.correction", {4, 1 << 20}, {1}, v1::FLOAT16},
+      {"aten.var.correction", {1 << 16, 4}, {0}, v1::FLOAT32},
+      // 2048 chunks of 32768: the largest persistent chunk, S the combine's
+      // row.
+      {"aten.var.correction", {1, 1 << 26}, {1}, v1::FLOAT32},
   };
   for (const ReductionCase& c : vars) {
-    EXPECT_EQ(CheckOnGpu(*gpu, 7, ReductionRequest(c), true), "")
-        << c.op << " over " << absl::StrJoin(c.sizes, "x");
+    for (const auto& [offset, ramp] : kShifts) {
+      v1::CompileRequest req = ReductionRequest(c);
+      if (offset != 0 || ramp != 0) req = Shifted(std::move(req), offset, ramp);
+      EXPECT_EQ(CheckOnGpu(*gpu, 7, req, true), "")
+          << c.op << " over " << absl::StrJoin(c.sizes, "x") << " + " << offset
+          << " + ramp " << ramp;
+    }
   }
   const struct {
     const char* op;
@@ -358,24 +436,16 @@ TEST(CudaGpu, FissionedMultiPassRowsMatchReference) {
     req.mutable_graph()->mutable_nodes(0)->set_op(c.op);
     EXPECT_EQ(CheckOnGpu(*gpu, 11, req, true), "") << c.op << " " << c.row;
   }
-  v1::CompileRequest ln = Request("layer_norm.json");
-  const int64_t row = 1 << 18;
-  ln.mutable_graph()
-      ->mutable_inputs(0)
-      ->mutable_meta()
-      ->mutable_sizes(0)
-      ->set_value(4);
-  for (int i = 0; i < 3; ++i) {
-    v1::TensorMeta* meta =
-        ln.mutable_graph()->mutable_inputs(i)->mutable_meta();
-    meta->mutable_sizes(meta->sizes_size() - 1)->set_value(row);
+  for (const auto& [rows, row] : {std::pair<int64_t, int64_t>{4, 1 << 18},
+                                  std::pair<int64_t, int64_t>{16, 1 << 22}}) {
+    for (const auto& [offset, ramp] : kShifts) {
+      v1::CompileRequest ln = LayerNormRequest(rows, row);
+      if (offset != 0 || ramp != 0) ln = Shifted(std::move(ln), offset, ramp);
+      EXPECT_EQ(CheckOnGpu(*gpu, 13, ln, true), "")
+          << "layer norm " << rows << "x" << row << " + " << offset
+          << " + ramp " << ramp;
+    }
   }
-  ln.mutable_graph()
-      ->mutable_nodes(0)
-      ->mutable_args(1)
-      ->mutable_ints()
-      ->set_values(0, row);
-  EXPECT_EQ(CheckOnGpu(*gpu, 13, ln, true), "") << "layer norm";
 }
 
 // kiln::Client::GetCudaExecutable end to end: kilnd cross-compiles the

@@ -2,8 +2,11 @@
 // against the reference evaluator.
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/cpu_executable.h"
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
@@ -265,6 +268,239 @@ TEST(CpuRegression, HalfPrecisionOpRoundsOnce) {
                "args": [{"ref": "c"}, {"ref": "b"}, {"name": "alpha", "i": 3}],
                "outputs": ["r"]}],
     "outputs": ["r"]})");
+}
+
+// The split of few long rows (compiler/split_reductions.h) run on the CPU
+// (CompileEnv::split_reductions_on_cpu): the programs a GPU runs, with
+// their partial, combining and pointwise kernels, checked for their values
+// on this machine. `json` is compiled with the split, its kernels must be
+// `kernels`, and it is run on random inputs, input 0 in [lo, hi] (the
+// others in [-2, 2]) plus a ramp from 0 up to `ramp` along its elements in
+// memory order (so that chunks of a row differ in mean, which the merge of
+// the chunks must account for), against the reference evaluator (in
+// double).
+void ExpectSplitMatchesReference(
+    const std::string& json, const std::vector<std::string>& kernels, double lo,
+    double hi, double ramp = 0,
+    const std::function<void(HostTensor&)>& edit_input = nullptr) {
+  v1::CompileRequest req;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(json, req.mutable_graph())
+          .ok())
+      << json;
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  CompileEnv env;
+  env.split_reductions_on_cpu = true;
+  auto artifact = Compile(req, env);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  std::vector<std::string> names;
+  for (const v1::Step& step : artifact->program().steps())
+    if (step.has_launch()) names.push_back(step.launch().kernel());
+  EXPECT_EQ(names, kernels);
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937_64 rng(17);
+  ThreadPool pool(2);
+  std::vector<HostTensor> inputs = RandomInputs(*graph, {}, rng);
+  FillRandom(inputs[0], rng, lo, hi);
+  HostTensor& x = inputs[0];
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    x.SetDoubleAt(i, x.GetDoubleAt(i) + ramp * static_cast<double>(i) /
+                                            static_cast<double>(x.numel()));
+  }
+  if (edit_input) edit_input(x);
+  auto want = EvaluateReference(*graph, inputs);
+  ASSERT_TRUE(want.ok()) << want.status();
+  auto got = (*exe)->Run(inputs, &pool);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t o = 0; o < want->size(); ++o) {
+    EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
+  }
+}
+
+// A graph of one reduction `op` over an input of `sizes` and `dtype`, with
+// `args` after the input (JSON, each with its leading comma), and `more`
+// nodes after it (each with its leading comma) computing `outputs`.
+std::string OneInputGraph(const std::string& dtype,
+                          const std::vector<int64_t>& sizes,
+                          const std::string& op, const std::string& args,
+                          const std::string& more = "",
+                          const std::string& outputs = R"("y")") {
+  std::vector<std::string> dims;
+  for (int64_t s : sizes) dims.push_back(absl::StrCat(R"({"value": )", s, "}"));
+  return absl::StrCat(
+      R"({"inputs": [{"name": "x", "meta": {"dtype": ")", dtype,
+      R"(", "sizes": [)", absl::StrJoin(dims, ", "),
+      R"(]}}], "nodes": [{"op": ")", op, R"(", "args": [{"ref": "x"})", args,
+      R"(], "outputs": ["y"]})", more, R"(], "outputs": [)", outputs, "]}");
+}
+
+// var, std and layer norm over few long rows read each row once for their
+// statistics: chunk means and second moments merged with Chan et al.'s
+// formula. Inputs around 1000 with a spread of about 1 (variance 4/3):
+// E[x^2] - E[x]^2 would lose all of it to cancellation in float32 (see
+// below), the merge keeps it. Inputs around 0 too, and both with a ramp
+// along the row: without it the chunks' means agree to within 1/C of the
+// variance, and a merge that dropped C * sum (m_c - mean)^2 would pass.
+TEST(CpuSplitReductions, OnePassMomentsMatchReference) {
+  const std::vector<std::string> two = {"kiln_k0_partial", "kiln_k0"};
+  for (const auto& [mid, ramp] :
+       {std::pair{0.0, 0.0}, std::pair{1000.0, 0.0}, std::pair{0.0, 8.0},
+        std::pair{1000.0, 8.0}}) {
+    SCOPED_TRACE(absl::StrCat("inputs around ", mid, ", ramp ", ramp));
+    const double lo = mid - 2, hi = mid + 2;
+    // The whole tensor: one row of 2^20, 256 chunks of 4096.
+    ExpectSplitMatchesReference(
+        OneInputGraph("FLOAT32", {1 << 20}, "aten.var.correction", ""), two, lo,
+        hi);
+    // Per row, correction 0, keepdim.
+    ExpectSplitMatchesReference(
+        OneInputGraph("FLOAT32", {8, 1 << 17}, "aten.var.correction",
+                      R"(, {"ints": {"values": ["1"]}},
+                         {"name": "correction", "i": 0},
+                         {"name": "keepdim", "b": true})"),
+        two, lo, hi, ramp);
+    // A row along the first dim: its chunks are strided.
+    ExpectSplitMatchesReference(
+        OneInputGraph("FLOAT32", {1 << 16, 4}, "aten.var.correction",
+                      R"(, {"ints": {"values": ["0"]}})"),
+        two, lo, hi, ramp);
+    // std in float16 (float32 accumulators and temps): a row store of the
+    // variance's square root.
+    ExpectSplitMatchesReference(
+        OneInputGraph("FLOAT16", {4, 1 << 16}, "aten.var.correction",
+                      R"(, {"ints": {"values": ["1"]}})",
+                      R"(, {"op": "aten.sqrt.default", "args": [{"ref": "y"}],
+                           "outputs": ["s"]})",
+                      R"("s")"),
+        two, lo, hi, ramp);
+    // The variance and the maximum of the same rows in one kernel: the
+    // maximum's partials combine by max, as in a plain split.
+    ExpectSplitMatchesReference(
+        OneInputGraph("FLOAT32", {2, 1 << 18}, "aten.var.correction",
+                      R"(, {"ints": {"values": ["1"]}})",
+                      R"(, {"op": "aten.amax.default",
+                           "args": [{"ref": "x"}, {"ints": {"values": ["1"]}}],
+                           "outputs": ["m"]})",
+                      R"("y", "m")"),
+        two, lo, hi, ramp);
+    // Layer norm: statistics in one read, then a pointwise kernel for the
+    // normalised elements; mean and rstd as outputs.
+    ExpectSplitMatchesReference(R"({
+      "inputs": [
+        {"name": "x", "meta": {"dtype": "FLOAT32",
+          "sizes": [{"value": "4"}, {"value": "262144"}]}},
+        {"name": "weight", "meta": {"dtype": "FLOAT32",
+          "sizes": [{"value": "262144"}]}},
+        {"name": "bias", "meta": {"dtype": "FLOAT32",
+          "sizes": [{"value": "262144"}]}}],
+      "nodes": [{"op": "aten.native_layer_norm.default",
+        "args": [{"ref": "x"}, {"ints": {"values": ["262144"]}},
+                 {"ref": "weight"}, {"ref": "bias"}, {"f": 1e-05}],
+        "outputs": ["y", "mean", "rstd"]}],
+      "outputs": ["y", "mean", "rstd"]})",
+                                {"kiln_k0_partial", "kiln_k0", "kiln_k0_fp"},
+                                lo, hi, ramp);
+  }
+  // A prologue that depends on the position in the row (a ramp from
+  // aten.arange, as tests/gpu/cuda_gpu_test.cc's Shifted builds) fuses into
+  // the moments and still takes the one-pass split: the chunk's index
+  // mapping reaches it.
+  ExpectSplitMatchesReference(R"({
+    "inputs": [{"name": "x", "meta": {"dtype": "FLOAT16",
+      "sizes": [{"value": "4"}, {"value": "1048576"}]}}],
+    "nodes": [
+      {"op": "aten.arange.default", "args": [{"f": 1048576}],
+       "outputs": ["steps"]},
+      {"op": "aten.mul.Scalar", "args": [{"ref": "steps"},
+       {"f": 7.62939453125e-06}], "outputs": ["ramp"]},
+      {"op": "aten.add.Tensor", "args": [{"ref": "x"}, {"ref": "ramp"}],
+       "outputs": ["x_ramp"]},
+      {"op": "aten.add.Scalar", "args": [{"ref": "x_ramp"}, {"f": 1000}],
+       "outputs": ["x_shifted"]},
+      {"op": "aten.var.correction", "args": [{"ref": "x_shifted"},
+       {"ints": {"values": ["1"]}}], "outputs": ["y"]}],
+    "outputs": ["y"]})",
+                              two, -2, 2);
+
+  // The same tolerance rejects E[x^2] - E[x]^2 with the two moments exact
+  // but rounded to float32, for inputs around 1000: the check above would
+  // catch the naive formula.
+  std::mt19937_64 rng(3);
+  HostTensor x = HostTensor::Empty(DType::kFloat32, {1 << 20});
+  FillRandom(x, rng, 998, 1002);
+  double sum = 0, sum_sq = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    sum += x.GetDoubleAt(i);
+    sum_sq += x.GetDoubleAt(i) * x.GetDoubleAt(i);
+  }
+  const double n = static_cast<double>(x.numel());
+  const double mean = sum / n;
+  const float naive = static_cast<float>(sum_sq / n) -
+                      static_cast<float>(mean) * static_cast<float>(mean);
+  const double exact = (sum_sq - n * mean * mean) / (n - 1);
+  const Tolerance tol = ToleranceFor(DType::kFloat32);
+  EXPECT_GT(std::fabs(naive - exact), tol.atol + tol.rtol * exact)
+      << naive << " vs " << exact;
+}
+
+// Multi-pass rows that are not centered moments (softmax, log-softmax:
+// the sum of exp(x - max)), or moments whose rows do not cut into
+// persistent chunks, are fissioned: a split kernel per level and a
+// pointwise kernel for the element stores.
+// argmax/argmin over few long rows: each chunk's extreme and its position,
+// then the first chunk holding the row's extreme. The first extreme of the
+// row must win: int32 values in [-3, 3] tie in every chunk; a float row
+// whose maximum sits in several chunks; NaN (the extreme for both) in a
+// later chunk than a larger value, twice in a row.
+TEST(CpuSplitReductions, ArgExtremesMatchReference) {
+  const std::vector<std::string> two = {"kiln_k0_partial", "kiln_k0"};
+  for (const char* op : {"aten.argmax.default", "aten.argmin.default"}) {
+    SCOPED_TRACE(op);
+    ExpectSplitMatchesReference(OneInputGraph("INT32", {1 << 20}, op, ""), two,
+                                -3, 3);
+    ExpectSplitMatchesReference(
+        OneInputGraph("FLOAT32", {4, 1 << 18}, op, R"(, {"i": 1})"), two, -2, 2,
+        0, [](HostTensor& x) {
+          // Row 1: its extremes at 5 positions across chunks; row 2: NaN at
+          // two positions after a larger value; row 3: a NaN at the end.
+          const int64_t row = 1 << 18;
+          for (int64_t at : {int64_t{7000}, int64_t{9000}, int64_t{100000},
+                             int64_t{200000}, row - 2}) {
+            x.SetDoubleAt(row + at, 50);
+            x.SetDoubleAt(row + at + 1, -50);
+          }
+          x.SetDoubleAt(2 * row + 10, 1e30);
+          x.SetDoubleAt(2 * row + 150000, std::nan(""));
+          x.SetDoubleAt(2 * row + 250000, std::nan(""));
+          x.SetDoubleAt(4 * row - 1, std::nan(""));
+        });
+    // Keepdim, and a row along the first dim (strided chunks).
+    ExpectSplitMatchesReference(OneInputGraph("FLOAT16", {1 << 16, 4}, op,
+                                              R"(, {"i": 0}, {"b": true})"),
+                                two, -1, 1);
+  }
+}
+
+TEST(CpuSplitReductions, FissionedRowsMatchReference) {
+  // A variance whose rows cut only into chunks over kMaxPersistentRow
+  // (2 x 40009, a prime) keeps the two-pass fission.
+  ExpectSplitMatchesReference(
+      OneInputGraph("FLOAT32", {2 * 40009}, "aten.var.correction", ""),
+      {"kiln_k0_f0_partial", "kiln_k0_f0", "kiln_k0_f1_partial", "kiln_k0_f1"},
+      998, 1002, 8);
+  for (const char* op :
+       {"aten._softmax.default", "aten._log_softmax.default"}) {
+    ExpectSplitMatchesReference(
+        OneInputGraph("FLOAT32", {4, 1 << 16}, op,
+                      R"(, {"i": 1}, {"b": false})"),
+        {"kiln_k0_f0_partial", "kiln_k0_f0", "kiln_k0_f1_partial", "kiln_k0_f1",
+         "kiln_k0_fp"},
+        -8, 8);
+  }
 }
 
 }  // namespace

@@ -19,8 +19,12 @@
 #include "absl/strings/str_split.h"
 #include "compiler/compile.h"
 #include "compiler/cuda_backend.h"
+#include "compiler/fuse.h"
 #include "compiler/gpu_launch.h"
+#include "compiler/import.h"
+#include "compiler/lower.h"
 #include "compiler/op_registry.h"
+#include "compiler/split_reductions.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/unit/example_graphs.h"
@@ -48,6 +52,42 @@ int EntryParams(const std::string& ptx, const std::string& name) {
        p = ptx.find(".param", p + 1))
     ++params;
   return params;
+}
+
+// Whether `e` loads from the program buffer of `kind` and `index` (through
+// a kernel's slots `slots`).
+bool ReadsBuffer(const Expr& e, const std::vector<int>& slots,
+                 const std::vector<ProgramBuffer>& buffers,
+                 ProgramBuffer::Kind kind, int index) {
+  if (!e) return false;
+  if (e->op == ExprOp::kLoadBuffer) {
+    const ProgramBuffer& b = buffers[slots[e->index]];
+    if (b.kind == kind && b.index == index) return true;
+  }
+  for (const Expr& a : e->args)
+    if (ReadsBuffer(a, slots, buffers, kind, index)) return true;
+  return false;
+}
+
+// layer_norm.json with `rows` rows of `row` elements.
+v1::CompileRequest LayerNormRequest(int64_t rows, int64_t row) {
+  v1::CompileRequest ln = Request("layer_norm.json");
+  ln.mutable_graph()
+      ->mutable_inputs(0)
+      ->mutable_meta()
+      ->mutable_sizes(0)
+      ->set_value(rows);
+  for (int i = 0; i < 3; ++i) {
+    v1::TensorMeta* meta =
+        ln.mutable_graph()->mutable_inputs(i)->mutable_meta();
+    meta->mutable_sizes(meta->sizes_size() - 1)->set_value(row);
+  }
+  ln.mutable_graph()
+      ->mutable_nodes(0)
+      ->mutable_args(1)
+      ->mutable_ints()
+      ->set_values(0, row);
+  return ln;
 }
 
 // The text of the first kernel (`.entry`) in `ptx`, up to the next
@@ -296,10 +336,13 @@ TEST(CudaCodegen, FewLongRowsAreSplit) {
       << ptx.substr(combine);
 }
 
-// Few long rows of a multi-pass row kernel (var's second pass reads the
-// mean; softmax and layer norm store elements of row results) are fissioned
-// into a kernel per pass, each split, and a pointwise kernel for the element
-// stores; short rows stay one kernel.
+// Few long rows of a multi-pass row kernel: var's centered second moment
+// is split so that the row is read once (a chunk's mean and M2 per partial
+// block, merged per row); softmax's passes (the sum of exp(x - max); element
+// stores of row results) are fissioned into a kernel per pass, each split,
+// and a pointwise kernel for the element stores; layer norm's statistics
+// take the one-pass split, its element stores the pointwise kernel; short
+// rows stay one kernel.
 TEST(CudaCodegen, FewLongRowsOfMultiPassKernelsAreFissioned) {
   auto launches = [](const v1::CompileRequest& req) {
     std::vector<std::string> names;
@@ -322,21 +365,31 @@ TEST(CudaCodegen, FewLongRowsOfMultiPassKernelsAreFissioned) {
   node->add_outputs("y");
   var.mutable_graph()->add_outputs("y");
   EXPECT_EQ(launches(ForGpu(var)),
-            (std::vector<std::string>{"kiln_k0_f0_partial", "kiln_k0_f0",
-                                      "kiln_k0_f1_partial", "kiln_k0_f1"}));
+            (std::vector<std::string>{"kiln_k0_partial", "kiln_k0"}));
   // The combining kernel stores the finalized variance: its division by
   // n - 1 is there (a finalize's raw accumulator once shared an IR node with
-  // the finalized value and replaced it). (The mean's division by 2^20 is a
-  // multiplication.)
+  // the finalized value and replaced it). (The means' divisions by powers of
+  // two are multiplications.)
   auto compiled = Compile(ForGpu(var));
   ASSERT_TRUE(compiled.ok()) << compiled.status();
-  for (const char* kernel : {"kiln_k0_f1"}) {
+  for (const char* kernel : {"kiln_k0"}) {
     const std::string& ptx = compiled->cuda().ptx();
     const size_t at = ptx.find(absl::StrCat(".entry ", kernel, "("));
     ASSERT_NE(at, std::string::npos) << kernel;
     const std::string body = ptx.substr(at, ptx.find(".entry", at + 1) - at);
     EXPECT_TRUE(absl::StrContains(body, "div.rn.f32")) << kernel << body;
   }
+
+  // Rows that cut only into chunks over kMaxPersistentRow (2 x 40009, a
+  // prime) are fissioned: a chunk's moments would not come from registers.
+  var.mutable_graph()
+      ->mutable_inputs(0)
+      ->mutable_meta()
+      ->mutable_sizes(0)
+      ->set_value(2 * 40009);
+  EXPECT_EQ(launches(ForGpu(var)),
+            (std::vector<std::string>{"kiln_k0_f0_partial", "kiln_k0_f0",
+                                      "kiln_k0_f1_partial", "kiln_k0_f1"}));
 
   v1::CompileRequest softmax = ForGpu(Request("softmax.json"));
   v1::TensorMeta* meta =
@@ -349,6 +402,88 @@ TEST(CudaCodegen, FewLongRowsOfMultiPassKernelsAreFissioned) {
                                       "kiln_k0_fp"}));
   EXPECT_EQ(launches(ForGpu(Request("softmax.json"))),
             std::vector<std::string>{"kiln_k0"});
+
+  EXPECT_EQ(
+      launches(ForGpu(LayerNormRequest(16, 1 << 22))),
+      (std::vector<std::string>{"kiln_k0_partial", "kiln_k0", "kiln_k0_fp"}));
+  EXPECT_EQ(launches(ForGpu(Request("layer_norm.json"))),
+            std::vector<std::string>{"kiln_k0"});
+}
+
+// The one-pass split of var and layer norm over few long rows
+// (split_reductions.h, "One-pass moments"), stage by stage: only the
+// partial kernel reads x for the statistics, as a persistent row (the
+// chunk in registers: one read), and only the pointwise kernel reads it
+// again for layer norm's output.
+TEST(CudaCodegen, LongRowMomentsReadTheRowOnce) {
+  auto var = [](std::vector<int64_t> sizes) {
+    v1::CompileRequest req;
+    v1::Input* in = req.mutable_graph()->add_inputs();
+    in->set_name("x");
+    in->mutable_meta()->set_dtype(v1::FLOAT32);
+    for (int64_t s : sizes) in->mutable_meta()->add_sizes()->set_value(s);
+    v1::Node* node = req.mutable_graph()->add_nodes();
+    node->set_op("aten.var.correction");
+    node->add_args()->set_ref("x");
+    node->add_args()->mutable_ints()->add_values(
+        static_cast<int64_t>(sizes.size()) - 1);
+    node->add_outputs("y");
+    req.mutable_graph()->add_outputs("y");
+    return req;
+  };
+  const struct {
+    const char* name;
+    v1::CompileRequest req;
+    std::vector<std::string> kernels;  // those reading x first
+    int64_t splits;
+  } cases[] = {
+      {"var 1x2^26", var({1, 1 << 26}), {"kiln_k0_partial"}, 2048},
+      {"var 16x2^22", var({16, 1 << 22}), {"kiln_k0_partial"}, 128},
+      {"layer norm 16x2^22",
+       LayerNormRequest(16, 1 << 22),
+       {"kiln_k0_partial", "kiln_k0_fp"},
+       128},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto graph = ImportGraph(c.req.graph());
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    auto loops = Lower(*graph);
+    ASSERT_TRUE(loops.ok()) << loops.status();
+    auto fused = Fuse(*loops);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    ASSERT_EQ(fused->kernels.size(), 1u);
+    const FusedProgram split = SplitLongReductions(*fused);
+    std::vector<std::string> reading_x;
+    for (const Kernel& k : split.kernels) {
+      bool reads = false;
+      for (const Stage& st : k.stages) {
+        for (const Expr& e : {st.value, st.finalize}) {
+          reads |= ReadsBuffer(e, k.buffers, split.buffers,
+                               ProgramBuffer::Kind::kInput, 0);
+        }
+      }
+      if (reads) reading_x.push_back(k.name);
+    }
+    EXPECT_EQ(reading_x, c.kernels);
+    ASSERT_GE(split.kernels.size(), 2u);
+    const Kernel& partial = split.kernels[0];
+    ASSERT_EQ(partial.name, "kiln_k0_partial");
+    const GpuKernelPlan plan = PlanGpuKernel(partial);
+    EXPECT_EQ(plan.form, GpuKernelPlan::Form::kPersistentRow)
+        << plan.ToString();
+    EXPECT_EQ(plan.row_size, kMaxPersistentRow);
+    // Two reductions (the chunk's sum, then its squared deviations from its
+    // mean) over the chunk; the combine's row is the S partials.
+    int reductions = 0;
+    for (const Stage& st : partial.stages)
+      reductions += st.kind == Stage::Kind::kReduce;
+    EXPECT_EQ(reductions, 2);
+    const Kernel& combine = split.kernels[1];
+    EXPECT_EQ(combine.name, "kiln_k0");
+    EXPECT_EQ(PlanGpuKernel(combine).row_size, c.splits);
+    ASSERT_TRUE(Compile(ForGpu(c.req)).ok());
+  }
 }
 
 TEST(CudaCodegen, ChooseReductionSplits) {
