@@ -626,8 +626,27 @@ class CudaKernelEmitter : public KernelEmitterBase {
         Value* acc = nullptr;
         Value* pos = nullptr;
         const DType vdtype = BeginReduce(st, &acc, &pos);
-        ForEachElement(
-            [&](int j) { Accumulate(st, vdtype, valid_[j], &acc, &pos); });
+        if (!IsArg(st.reduce)) {
+          ForEachElement(
+              [&](int j) { Accumulate(st, vdtype, valid_[j], &acc, &pos); });
+          FinishReduce(st, acc_slot++, vdtype, acc, pos);
+          continue;
+        }
+        // argmax/argmin: the selects keep the winning element's number
+        // e = j * V + k, a constant, and it becomes the row position once,
+        // after the loop. Keeping the 64-bit positions of every element
+        // live instead took 64 registers for a row of 32 per thread: a
+        // 1024-thread block then spilled and ran one block per SM.
+        pos = b_.getInt32(0);
+        ForEachElement([&](int j) {
+          const int e = j * V_ + std::max(lane_, 0);
+          Accumulate(st, vdtype, valid_[j], &acc, &pos, b_.getInt32(e));
+        });
+        Value* e = b_.CreateZExt(pos, b_.getInt64Ty());
+        Value* v = b_.getInt64(V_);
+        Value* group = b_.CreateAdd(
+            lt_, b_.CreateMul(b_.CreateUDiv(e, v), b_.getInt64(t)));
+        pos = b_.CreateAdd(b_.CreateMul(group, v), b_.CreateURem(e, v));
         FinishReduce(st, acc_slot++, vdtype, acc, pos);
       } else if (st.kind == Stage::Kind::kStoreInner) {
         ForEachElement([&](int j) { EmitGroupStore(st, s, valid_[j]); });
@@ -744,14 +763,17 @@ class CudaKernelEmitter : public KernelEmitterBase {
     return vdtype;
   }
 
+  // `position`: what an argmax/argmin records for this element; null: its
+  // row position (InnerPosition).
   void Accumulate(const Stage& st, DType vdtype, Value* valid, Value** acc,
-                  Value** pos) {
+                  Value** pos, Value* position = nullptr) {
     Value* v = ConvertValue(EmitExpr(st.value), st.value->dtype, vdtype);
     Value* take = nullptr;
     Value* next = CombineStep(st.reduce, vdtype, *acc, v, &take);
     Value* next_pos = *pos;
     if (IsArg(st.reduce))
-      next_pos = b_.CreateSelect(take, InnerPosition(), *pos);
+      next_pos =
+          b_.CreateSelect(take, position ? position : InnerPosition(), *pos);
     if (valid) {
       next = b_.CreateSelect(valid, next, *acc);
       next_pos = b_.CreateSelect(valid, next_pos, *pos);

@@ -322,11 +322,16 @@ TEST(CudaCodegen, FewLongRowsAreSplit) {
   // argmax: the partial kernel stores each chunk's max and its position in
   // the row; the combining kernel loads the winning chunk's position (a
   // 64-bit load from the positions' temp buffer after its reduction).
-  auto argmax = Compile(sum(1 << 20, "sm_90", "aten.argmax.default"));
+  auto argmax = Compile(sum(1 << 26, "sm_90", "aten.argmax.default"));
   ASSERT_TRUE(argmax.ok()) << argmax.status();
   EXPECT_EQ(CheckStructure(*argmax), "");
   EXPECT_EQ(launches(*argmax),
             (std::vector<std::string>{"kiln_k0_partial", "kiln_k0"}));
+  // The partial's persistent row (32 elements per thread, 1024 threads)
+  // keeps argmax's candidate as an element number, not 32 live 64-bit
+  // positions, which spilled.
+  EXPECT_EQ(SpillBytes(argmax->cuda().jit_log()), 0)
+      << argmax->cuda().jit_log();
   const std::string& ptx = argmax->cuda().ptx();
   const size_t combine = ptx.find(".entry kiln_k0(");
   ASSERT_NE(combine, std::string::npos);
