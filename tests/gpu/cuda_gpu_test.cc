@@ -367,27 +367,6 @@ v1::CompileRequest Shifted(v1::CompileRequest req, double offset, double ramp) {
   return req;
 }
 
-// layer_norm.json with `rows` rows of `row` elements.
-v1::CompileRequest LayerNormRequest(int64_t rows, int64_t row) {
-  v1::CompileRequest ln = Request("layer_norm.json");
-  ln.mutable_graph()
-      ->mutable_inputs(0)
-      ->mutable_meta()
-      ->mutable_sizes(0)
-      ->set_value(rows);
-  for (int i = 0; i < 3; ++i) {
-    v1::TensorMeta* meta =
-        ln.mutable_graph()->mutable_inputs(i)->mutable_meta();
-    meta->mutable_sizes(meta->sizes_size() - 1)->set_value(row);
-  }
-  ln.mutable_graph()
-      ->mutable_nodes(0)
-      ->mutable_args(1)
-      ->mutable_ints()
-      ->set_values(0, row);
-  return ln;
-}
-
 // Multi-pass row kernels over few long rows (compiler/split_reductions.h):
 // variance (of the whole tensor and per row) and layer norm with its mean
 // and rstd outputs take the one-pass split (chunk means and second moments

@@ -20,6 +20,21 @@
 namespace kiln::testing {
 namespace {
 
+// Runs `exe` on `inputs` and expects every output to match the reference
+// evaluator's for `graph`.
+void ExpectOutputsMatchReference(const CpuExecutable& exe, const Graph& graph,
+                                 const std::vector<HostTensor>& inputs,
+                                 ThreadPool& pool) {
+  auto want = EvaluateReference(graph, inputs);
+  ASSERT_TRUE(want.ok()) << want.status();
+  auto got = exe.Run(inputs, &pool);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t o = 0; o < want->size(); ++o) {
+    EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
+  }
+}
+
 class ExampleGraphs : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ExampleGraphs, CompiledMatchesReference) {
@@ -35,16 +50,9 @@ TEST_P(ExampleGraphs, CompiledMatchesReference) {
   for (int64_t batch : {2, 5, 33}) {
     std::vector<int64_t> symbols(graph->symbols.size(), batch);
     if (symbols.empty() && batch != 2) break;
-    auto inputs = RandomInputs(*graph, symbols, rng);
-    auto want = EvaluateReference(*graph, inputs);
-    ASSERT_TRUE(want.ok()) << want.status();
-    auto got = (*exe)->Run(inputs, &pool);
-    ASSERT_TRUE(got.ok()) << got.status();
-    ASSERT_EQ(got->size(), want->size());
-    for (size_t o = 0; o < want->size(); ++o) {
-      EXPECT_EQ(Compare((*got)[o], (*want)[o]), "")
-          << GetParam() << " output " << o << " batch " << batch;
-    }
+    SCOPED_TRACE(absl::StrCat(GetParam(), " batch ", batch));
+    ExpectOutputsMatchReference(**exe, *graph,
+                                RandomInputs(*graph, symbols, rng), pool);
   }
 }
 
@@ -119,15 +127,8 @@ void ExpectMatchesReference(const std::string& json,
   std::mt19937_64 rng(7);
   ThreadPool pool(2);
   for (const std::vector<int64_t>& symbols : bindings) {
-    auto inputs = RandomInputs(*graph, symbols, rng);
-    auto want = EvaluateReference(*graph, inputs);
-    ASSERT_TRUE(want.ok()) << want.status();
-    auto got = (*exe)->Run(inputs, &pool);
-    ASSERT_TRUE(got.ok()) << got.status();
-    ASSERT_EQ(got->size(), want->size());
-    for (size_t o = 0; o < want->size(); ++o) {
-      EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
-    }
+    ExpectOutputsMatchReference(**exe, *graph,
+                                RandomInputs(*graph, symbols, rng), pool);
   }
 }
 
@@ -311,14 +312,7 @@ void ExpectSplitMatchesReference(
                                             static_cast<double>(x.numel()));
   }
   if (edit_input) edit_input(x);
-  auto want = EvaluateReference(*graph, inputs);
-  ASSERT_TRUE(want.ok()) << want.status();
-  auto got = (*exe)->Run(inputs, &pool);
-  ASSERT_TRUE(got.ok()) << got.status();
-  ASSERT_EQ(got->size(), want->size());
-  for (size_t o = 0; o < want->size(); ++o) {
-    EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
-  }
+  ExpectOutputsMatchReference(**exe, *graph, inputs, pool);
 }
 
 // A graph of one reduction `op` over an input of `sizes` and `dtype`, with

@@ -69,27 +69,6 @@ bool ReadsBuffer(const Expr& e, const std::vector<int>& slots,
   return false;
 }
 
-// layer_norm.json with `rows` rows of `row` elements.
-v1::CompileRequest LayerNormRequest(int64_t rows, int64_t row) {
-  v1::CompileRequest ln = Request("layer_norm.json");
-  ln.mutable_graph()
-      ->mutable_inputs(0)
-      ->mutable_meta()
-      ->mutable_sizes(0)
-      ->set_value(rows);
-  for (int i = 0; i < 3; ++i) {
-    v1::TensorMeta* meta =
-        ln.mutable_graph()->mutable_inputs(i)->mutable_meta();
-    meta->mutable_sizes(meta->sizes_size() - 1)->set_value(row);
-  }
-  ln.mutable_graph()
-      ->mutable_nodes(0)
-      ->mutable_args(1)
-      ->mutable_ints()
-      ->set_values(0, row);
-  return ln;
-}
-
 // The text of the first kernel (`.entry`) in `ptx`, up to the next
 // function.
 std::string FirstKernelBody(const std::string& ptx) {

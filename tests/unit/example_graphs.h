@@ -35,6 +35,27 @@ inline v1::CompileRequest Request(const std::string& file) {
   return req;
 }
 
+// layer_norm.json with `rows` rows of `row` elements.
+inline v1::CompileRequest LayerNormRequest(int64_t rows, int64_t row) {
+  v1::CompileRequest ln = Request("layer_norm.json");
+  ln.mutable_graph()
+      ->mutable_inputs(0)
+      ->mutable_meta()
+      ->mutable_sizes(0)
+      ->set_value(rows);
+  for (int i = 0; i < 3; ++i) {
+    v1::TensorMeta* meta =
+        ln.mutable_graph()->mutable_inputs(i)->mutable_meta();
+    meta->mutable_sizes(meta->sizes_size() - 1)->set_value(row);
+  }
+  ln.mutable_graph()
+      ->mutable_nodes(0)
+      ->mutable_args(1)
+      ->mutable_ints()
+      ->set_values(0, row);
+  return ln;
+}
+
 }  // namespace kiln::testing
 
 #endif  // KILN_TESTS_UNIT_EXAMPLE_GRAPHS_H_
