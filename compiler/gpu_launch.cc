@@ -73,7 +73,7 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
 }
 
 int64_t ChooseReductionSplits(int64_t rows, int64_t row) {
-  if (rows <= 0 || rows >= kSplitMaxRows || row < 2 * kSplitMinChunk) return 1;
+  if (rows <= 0 || rows >= kSplitMaxRows || row <= kMaxPersistentRow) return 1;
   // Enough blocks, and chunks that fit the persistent (vectorised) form.
   const int64_t wanted =
       std::max((kSplitTargetBlocks + rows - 1) / rows,

@@ -73,8 +73,12 @@ struct GpuKernelPlan {
 inline constexpr int kDefaultGroupsPerThread = 4;
 
 // Reductions over few, long rows are split in two kernels
-// (split_reductions.h): fewer than kSplitMaxRows rows of at least
-// 2 * kSplitMinChunk elements. S partial blocks per row bring rows * S to
+// (split_reductions.h): fewer than kSplitMaxRows rows of more than
+// kMaxPersistentRow elements. Rows the persistent form takes whole stay one
+// kernel: measured on an H100 (bench/README.md, "When to split"), sum,
+// argmax and var over 8-128 rows of 8192 or 32768 run in 5-6 µs as one
+// kernel and 8-13 µs split (the second launch costs more than the blocks it
+// adds). S partial blocks per row bring rows * S to
 // about kSplitTargetBlocks (several waves on 132 SMs), and each chunk to at
 // most kMaxPersistentRow (the persistent form, with its 128-bit loads),
 // while each partial block still reduces kSplitMinChunk elements or more.

@@ -478,6 +478,9 @@ TEST(CudaCodegen, ChooseReductionSplits) {
   EXPECT_EQ(ChooseReductionSplits(2, 99991), 1);      // prime
   EXPECT_EQ(ChooseReductionSplits(4096, 32768), 1);   // enough rows
   EXPECT_EQ(ChooseReductionSplits(8, 4096), 1);       // short rows
+  EXPECT_EQ(ChooseReductionSplits(8, 32768), 1);      // one persistent row each
+  EXPECT_EQ(ChooseReductionSplits(1, 32768), 1);
+  EXPECT_EQ(ChooseReductionSplits(8, 65536), 16);  // looped otherwise
 }
 
 // An artifact is a function of its request: the same request compiled
