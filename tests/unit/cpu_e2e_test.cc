@@ -472,6 +472,12 @@ TEST(CpuSplitReductions, ArgExtremesMatchReference) {
           x.SetDoubleAt(2 * row + 250000, std::nan(""));
           x.SetDoubleAt(4 * row - 1, std::nan(""));
         });
+    // No dim: the position is row-major over both dims of the tensor.
+    ExpectSplitMatchesReference(OneInputGraph("FLOAT32", {64, 16384}, op, ""),
+                                two, -2, 2);
+    // int64 values.
+    ExpectSplitMatchesReference(
+        OneInputGraph("INT64", {3, 1 << 16}, op, R"(, {"i": 1})"), two, -5, 5);
     // Keepdim, and a row along the first dim (strided chunks).
     ExpectSplitMatchesReference(OneInputGraph("FLOAT16", {1 << 16, 4}, op,
                                               R"(, {"i": 0}, {"b": true})"),
