@@ -52,6 +52,23 @@ std::optional<SplitShape> StaticRows(const Kernel& k) {
   return s;
 }
 
+// `k` with its reductions ahead of its row stores, when those are its only
+// stages: fusion interleaves them (sum, store, amax, store for two outputs
+// of the same rows), and Splittable wants the reductions first. A row store
+// reads finalized results only and no reduction reads what a store of the
+// same kernel writes, so the order does not matter; kAcc names a reduction
+// by its rank among the reductions, which is kept.
+Kernel ReductionsFirst(const Kernel& k) {
+  Kernel out = k;
+  for (const Stage& st : k.stages) {
+    if (st.kind == Stage::Kind::kStoreInner) return out;
+  }
+  std::stable_partition(
+      out.stages.begin(), out.stages.end(),
+      [](const Stage& st) { return st.kind == Stage::Kind::kReduce; });
+  return out;
+}
+
 std::optional<SplitShape> Splittable(const Kernel& k) {
   std::optional<SplitShape> shape = StaticRows(k);
   if (!shape) return std::nullopt;
@@ -663,14 +680,15 @@ FusedProgram SplitLongReductions(FusedProgram program) {
   std::vector<Kernel> kernels = std::move(program.kernels);
   program.kernels.clear();
   auto split_or_keep = [&program](Kernel k) {
-    std::optional<SplitShape> shape = Splittable(k);
+    const Kernel ordered = ReductionsFirst(k);
+    std::optional<SplitShape> shape = Splittable(ordered);
     const int64_t splits =
         shape ? ChooseReductionSplits(shape->rows, shape->row) : 1;
     if (splits < 2) {
       program.kernels.push_back(std::move(k));
       return;
     }
-    Split(k, *shape, splits, program);
+    Split(ordered, *shape, splits, program);
   };
   for (Kernel& k : kernels) {
     if (std::optional<std::vector<Kernel>> parts = OnePassMoments(k, program)) {

@@ -475,6 +475,15 @@ TEST(CpuSplitReductions, ArgExtremesMatchReference) {
     // No dim: the position is row-major over both dims of the tensor.
     ExpectSplitMatchesReference(OneInputGraph("FLOAT32", {64, 16384}, op, ""),
                                 two, -2, 2);
+    // Next to a max of the same rows, each with its own output: fusion
+    // interleaves the reductions and their row stores.
+    ExpectSplitMatchesReference(
+        OneInputGraph("FLOAT32", {2, 1 << 18}, op, R"(, {"i": 1})",
+                      R"(, {"op": "aten.amax.default",
+                           "args": [{"ref": "x"}, {"ints": {"values": ["1"]}}],
+                           "outputs": ["m"]})",
+                      R"("y", "m")"),
+        two, -2, 2);
     // int64 values.
     ExpectSplitMatchesReference(
         OneInputGraph("INT64", {3, 1 << 16}, op, R"(, {"i": 1})"), two, -5, 5);
@@ -483,6 +492,18 @@ TEST(CpuSplitReductions, ArgExtremesMatchReference) {
                                               R"(, {"i": 0}, {"b": true})"),
                                 two, -1, 1);
   }
+}
+
+// A sum and a max of the same rows, two outputs: one split, both combined.
+TEST(CpuSplitReductions, TwoReductionsOfTheSameRowsMatchReference) {
+  ExpectSplitMatchesReference(
+      OneInputGraph("FLOAT32", {2, 1 << 18}, "aten.sum.dim_IntList",
+                    R"(, {"ints": {"values": ["1"]}})",
+                    R"(, {"op": "aten.amax.default",
+                         "args": [{"ref": "x"}, {"ints": {"values": ["1"]}}],
+                         "outputs": ["m"]})",
+                    R"("y", "m")"),
+      {"kiln_k0_partial", "kiln_k0"}, -2, 2);
 }
 
 TEST(CpuSplitReductions, FissionedRowsMatchReference) {
