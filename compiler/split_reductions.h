@@ -12,13 +12,13 @@
 //                    kernel's finalize and row stores
 //
 // A kernel is split when its dims are static, its stages are independent
-// reductions (not a reduction of another's result) followed by row stores
-// only, and
-// ChooseReductionSplits (gpu_launch.h) picks S >= 2 for its rows and row
-// length. An argmax/argmin's partial is a pair, the chunk's extreme and its
-// position in the row (two temp buffers); the combining kernel's argmax
-// over the S extremes picks the first chunk holding the row's extreme, and
-// loads its position.
+// reductions (not a reduction of another's result) and row stores only (the
+// reductions are moved ahead of the stores, which fusion interleaves for
+// several outputs of the same rows), and ChooseReductionSplits
+// (gpu_launch.h) picks S >= 2 for its rows and row length. An argmax/argmin's
+// partial is a pair, the chunk's extreme and its position in the row (two temp
+// buffers); the combining kernel's argmax over the S extremes picks the first
+// chunk holding the row's extreme, and loads its position.
 //
 // One-pass moments. A row kernel whose only multi-pass reductions are
 // centered second moments -- a kSum of (e - A)^2 (as (e - A) * (e - A) or
