@@ -96,6 +96,38 @@ void CollectAccs(const Expr& e, std::vector<int>& out) {
   for (const Expr& a : e->args) CollectAccs(a, out);
 }
 
+// A temp buffer of `elements` values of `dtype`, appended to the program;
+// returns its program buffer number.
+int AddTemp(FusedProgram& p, DType dtype, int64_t elements) {
+  ProgramBuffer b;
+  b.kind = ProgramBuffer::Kind::kTemp;
+  b.dtype = dtype;
+  b.elements = SymExpr(elements);
+  b.strides = ContiguousStrides({b.elements});
+  p.buffers.push_back(std::move(b));
+  return static_cast<int>(p.buffers.size()) - 1;
+}
+
+// The element stores (kStoreInner) of `k` as the pointwise kernel
+// `<name>_fp` over `buffers`, each once per element, `acc_to_row_temp`
+// turning each kAcc into a load of its row's finalized value.
+Kernel ElementStoresKernel(const Kernel& k, std::vector<int> buffers,
+                           ir::Rewriter& acc_to_row_temp) {
+  Kernel f;
+  f.name = absl::StrCat(k.name, "_fp");
+  f.buffers = std::move(buffers);
+  f.dims = k.dims;
+  f.inner.assign(k.dims.size(), false);
+  for (const Stage& orig : k.stages) {
+    if (orig.kind != Stage::Kind::kStoreInner) continue;
+    Stage st = orig;
+    st.kind = Stage::Kind::kStoreOuter;  // once per element
+    st.value = acc_to_row_temp.Run(st.value);
+    f.stages.push_back(std::move(st));
+  }
+  return f;
+}
+
 // A row kernel the split cannot take as it is, with few long rows, and
 // that OnePassMoments did not take: a reduction of another's result
 // (softmax's sum; var's second pass where no chunk fits a persistent row)
@@ -158,14 +190,8 @@ std::optional<std::vector<Kernel>> Fission(const Kernel& k, FusedProgram& p) {
     if (level[s] < 0 || (level[s] == max_level && !inner_stores)) continue;
     const Stage& st = k.stages[s];
     finalized[s] = st.finalize ? st.finalize->dtype : st.acc_dtype;
-    ProgramBuffer b;
-    b.kind = ProgramBuffer::Kind::kTemp;
-    b.dtype = finalized[s];
-    b.elements = SymExpr(rows);
-    b.strides = ContiguousStrides({b.elements});
     temp_slot[s] = static_cast<int>(buffers.size());
-    buffers.push_back(static_cast<int>(p.buffers.size()));
-    p.buffers.push_back(std::move(b));
+    buffers.push_back(AddTemp(p, finalized[s], rows));
   }
   // kAcc of a reduction in an earlier kernel: its temp's value; of one in
   // this kernel: its new slot (renumber is indexed by stage).
@@ -228,34 +254,10 @@ std::optional<std::vector<Kernel>> Fission(const Kernel& k, FusedProgram& p) {
     out.push_back(std::move(f));
   }
   if (inner_stores) {
-    Kernel f;
-    f.name = absl::StrCat(k.name, "_fp");
-    f.buffers = buffers;
-    f.dims = k.dims;
-    f.inner.assign(k.dims.size(), false);
     ir::Rewriter rewrite = loads_before(max_level + 1, std::vector<int>(n, -1));
-    for (const Stage& orig : k.stages) {
-      if (orig.kind != Stage::Kind::kStoreInner) continue;
-      Stage st = orig;
-      st.kind = Stage::Kind::kStoreOuter;  // once per element
-      st.value = rewrite.Run(st.value);
-      f.stages.push_back(std::move(st));
-    }
-    out.push_back(std::move(f));
+    out.push_back(ElementStoresKernel(k, buffers, rewrite));
   }
   return out;
-}
-
-// A temp buffer of `elements` values of `dtype`, appended to the program;
-// returns its program buffer number.
-int AddTemp(FusedProgram& p, DType dtype, int64_t elements) {
-  ProgramBuffer b;
-  b.kind = ProgramBuffer::Kind::kTemp;
-  b.dtype = dtype;
-  b.elements = SymExpr(elements);
-  b.strides = ContiguousStrides({b.elements});
-  p.buffers.push_back(std::move(b));
-  return static_cast<int>(p.buffers.size()) - 1;
 }
 
 // The rows of a kernel cut in chunks: the partial kernel's dims (the outer
@@ -652,25 +654,13 @@ std::optional<std::vector<Kernel>> OnePassMoments(const Kernel& k,
   }
   out.push_back(std::move(b));
   // The element stores, once per element, reading the row results.
-  Kernel f;
-  f.name = absl::StrCat(k.name, "_fp");
-  f.buffers = buffers;
-  f.dims = k.dims;
-  f.inner.assign(k.dims.size(), false);
   ir::Rewriter loads([&](const Expr& x) -> std::optional<Expr> {
     if (x->op != ExprOp::kAcc) return std::nullopt;
     return ir::Cast(
         ir::LoadBuffer(row_slot[x->index], row_offset, finalized[x->index]),
         x->dtype);
   });
-  for (const Stage& orig : k.stages) {
-    if (orig.kind != Stage::Kind::kStoreInner) continue;
-    Stage st = orig;
-    st.kind = Stage::Kind::kStoreOuter;
-    st.value = loads.Run(st.value);
-    f.stages.push_back(std::move(st));
-  }
-  out.push_back(std::move(f));
+  out.push_back(ElementStoresKernel(k, buffers, loads));
   return out;
 }
 

@@ -40,41 +40,24 @@ def layernorm(rows, cols):
     }
 
 
-def row_sum(rows, cols):
-    return {
-        "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
-                                         "sizes": dims(rows, cols)}}],
-        "nodes": [{"op": "aten.sum.dim_IntList",
-                   "args": [{"ref": "x"}, {"ints": {"values": ["1"]}}],
-                   "outputs": ["y"]}],
-        "outputs": ["y"],
-    }
+def row_reduction(op, dim_arg):
+    """A graph of `op` over the last dim of an x[rows, cols] float32."""
+    def graph(rows, cols):
+        return {
+            "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
+                                             "sizes": dims(rows, cols)}}],
+            "nodes": [{"op": op, "args": [{"ref": "x"}, dim_arg],
+                       "outputs": ["y"]}],
+            "outputs": ["y"],
+        }
+    return graph
 
 
-def row_var(rows, cols):
-    return {
-        "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
-                                         "sizes": dims(rows, cols)}}],
-        "nodes": [{"op": "aten.var.correction",
-                   "args": [{"ref": "x"}, {"ints": {"values": ["1"]}}],
-                   "outputs": ["y"]}],
-        "outputs": ["y"],
-    }
-
-
-def row_argmax(rows, cols):
-    return {
-        "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
-                                         "sizes": dims(rows, cols)}}],
-        "nodes": [{"op": "aten.argmax.default",
-                   "args": [{"ref": "x"}, {"i": "1"}],
-                   "outputs": ["y"]}],
-        "outputs": ["y"],
-    }
-
-
-GRAPHS = {"softmax": softmax, "layernorm": layernorm, "sum": row_sum,
-          "var": row_var, "argmax": row_argmax}
+LAST_DIM = {"ints": {"values": ["1"]}}
+GRAPHS = {"softmax": softmax, "layernorm": layernorm,
+          "sum": row_reduction("aten.sum.dim_IntList", LAST_DIM),
+          "var": row_reduction("aten.var.correction", LAST_DIM),
+          "argmax": row_reduction("aten.argmax.default", {"i": "1"})}
 
 
 def main():

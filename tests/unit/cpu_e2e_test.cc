@@ -315,6 +315,10 @@ void ExpectSplitMatchesReference(
   ExpectOutputsMatchReference(**exe, *graph, inputs, pool);
 }
 
+// A node `m` = amax of input x over dim 1, for OneInputGraph's `more`.
+constexpr char kRowMaxNode[] = R"(, {"op": "aten.amax.default",
+    "args": [{"ref": "x"}, {"ints": {"values": ["1"]}}], "outputs": ["m"]})";
+
 // A graph of one reduction `op` over an input of `sizes` and `dtype`, with
 // `args` after the input (JSON, each with its leading comma), and `more`
 // nodes after it (each with its leading comma) computing `outputs`.
@@ -375,10 +379,7 @@ TEST(CpuSplitReductions, OnePassMomentsMatchReference) {
     // maximum's partials combine by max, as in a plain split.
     ExpectSplitMatchesReference(
         OneInputGraph("FLOAT32", {2, 1 << 18}, "aten.var.correction",
-                      R"(, {"ints": {"values": ["1"]}})",
-                      R"(, {"op": "aten.amax.default",
-                           "args": [{"ref": "x"}, {"ints": {"values": ["1"]}}],
-                           "outputs": ["m"]})",
+                      R"(, {"ints": {"values": ["1"]}})", kRowMaxNode,
                       R"("y", "m")"),
         two, lo, hi, ramp);
     // Layer norm: statistics in one read, then a pointwise kernel for the
@@ -478,10 +479,7 @@ TEST(CpuSplitReductions, ArgExtremesMatchReference) {
     // Next to a max of the same rows, each with its own output: fusion
     // interleaves the reductions and their row stores.
     ExpectSplitMatchesReference(
-        OneInputGraph("FLOAT32", {2, 1 << 18}, op, R"(, {"i": 1})",
-                      R"(, {"op": "aten.amax.default",
-                           "args": [{"ref": "x"}, {"ints": {"values": ["1"]}}],
-                           "outputs": ["m"]})",
+        OneInputGraph("FLOAT32", {2, 1 << 18}, op, R"(, {"i": 1})", kRowMaxNode,
                       R"("y", "m")"),
         two, -2, 2);
     // int64 values.
@@ -498,10 +496,7 @@ TEST(CpuSplitReductions, ArgExtremesMatchReference) {
 TEST(CpuSplitReductions, TwoReductionsOfTheSameRowsMatchReference) {
   ExpectSplitMatchesReference(
       OneInputGraph("FLOAT32", {2, 1 << 18}, "aten.sum.dim_IntList",
-                    R"(, {"ints": {"values": ["1"]}})",
-                    R"(, {"op": "aten.amax.default",
-                         "args": [{"ref": "x"}, {"ints": {"values": ["1"]}}],
-                         "outputs": ["m"]})",
+                    R"(, {"ints": {"values": ["1"]}})", kRowMaxNode,
                     R"("y", "m")"),
       {"kiln_k0_partial", "kiln_k0"}, -2, 2);
 }
