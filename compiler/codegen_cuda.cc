@@ -448,12 +448,97 @@ class CudaKernelEmitter : public KernelEmitterBase {
 
   // ---- pointwise ----
 
+  // Each thread takes G = plan_.groups_per_thread groups of V elements, the
+  // block's groups strided by block_threads * V (coalesced per group). In a
+  // whole tile of grouped elements every group's vectors are loaded before
+  // any is computed (G loads in flight per thread). Any other tile (the
+  // last one) takes its elements one at a time in a loop: the body is
+  // emitted once more, not G * V times.
   void EmitPointwise() {
     Value* n = Product(outer_dims_);
-    Value* f0 = b_.CreateMul(
-        b_.CreateAdd(b_.CreateMul(bid_, b_.getInt64(plan_.block_threads)),
-                     tid_),
-        b_.getInt64(V_), "f0");
+    const int groups = std::max(plan_.groups_per_thread, 1);
+    Value* tile = b_.CreateMul(bid_, b_.getInt64(plan_.items_per_block));
+    auto group_start = [&](Value* g) {
+      return b_.CreateAdd(
+          tile,
+          b_.CreateMul(
+              b_.CreateAdd(b_.CreateMul(g, b_.getInt64(plan_.block_threads)),
+                           tid_),
+              b_.getInt64(V_)),
+          "f0");
+    };
+    if (groups == 1) {
+      EmitPointwiseGroup(n, group_start(b_.getInt64(0)));
+      return;
+    }
+    auto elements = [&] {
+      EmitLoop(
+          b_.getInt64(0), b_.getInt64(groups * V_), "element",
+          [&](Value* k) {
+            Value* v = b_.getInt64(V_);
+            Value* f = b_.CreateAdd(group_start(b_.CreateUDiv(k, v)),
+                                    b_.CreateURem(k, v));
+            EmitIf(b_.CreateICmpULT(f, n), [&] {
+              Decompose(f, outer_dims_);
+              EmitPointwiseStages(nullptr);
+            });
+          },
+          /*unroll=*/false);
+    };
+    if (outer_dims_.empty() || V_ == 1) {
+      elements();
+      return;
+    }
+    Value* whole = b_.CreateAnd(
+        b_.CreateICmpULE(b_.CreateAdd(tile, b_.getInt64(plan_.items_per_block)),
+                         n),
+        Grouped());
+    EmitIfElse(
+        whole, [&] { EmitWholeTile(groups, group_start); }, elements);
+  }
+
+  // Groups stay within one row of the last dim when it splits evenly.
+  Value* Grouped() {
+    return b_.CreateICmpEQ(
+        b_.CreateURem(dim_size_[outer_dims_.back()], b_.getInt64(V_)),
+        b_.getInt64(0));
+  }
+
+  // `groups` groups, all within the range and grouped: their vector loads
+  // first, then their lanes.
+  void EmitWholeTile(int groups, const std::function<Value*(Value*)>& start) {
+    const int last = outer_dims_.back();
+    std::vector<std::vector<Value*>> group_vars;
+    group_loads_.assign(groups, {});
+    for (int g = 0; g < groups; ++g) {
+      Decompose(start(b_.getInt64(g)), outer_dims_);
+      group_vars.push_back(vars_);
+      group_ = g;
+      lane_ = 0;
+      memo_.emplace_back();
+      for (const Expr& e : vector_load_order_)
+        group_loads_[g].emplace(e.get(), LoadGroupVector(e));
+      memo_.pop_back();
+    }
+    for (int g = 0; g < groups; ++g) {
+      vars_ = group_vars[g];
+      group_ = g;
+      Value* first = vars_[last];
+      for (int k = 0; k < V_; ++k) {
+        memo_.emplace_back();
+        lane_ = k;
+        vars_[last] = b_.CreateAdd(first, b_.getInt64(k));
+        EmitPointwiseStages(nullptr);
+        memo_.pop_back();
+      }
+    }
+    lane_ = -1;
+    group_ = 0;
+  }
+
+  // The V elements from f0 on: one group when in range and grouped, else
+  // each element checked on its own.
+  void EmitPointwiseGroup(Value* n, Value* f0) {
     auto scalar_element = [&](Value* f) {
       EmitIf(b_.CreateICmpULT(f, n), [&] {
         Decompose(f, outer_dims_);
@@ -475,10 +560,7 @@ class CudaKernelEmitter : public KernelEmitterBase {
       scalar_elements();
       return;
     }
-    // Groups stay within one row of the last dim when it splits evenly.
     const int last = outer_dims_.back();
-    Value* grouped = b_.CreateICmpEQ(
-        b_.CreateURem(dim_size_[last], b_.getInt64(V_)), b_.getInt64(0));
     auto group = [&] {
       EmitIf(b_.CreateICmpULT(f0, n), [&] {
         Decompose(f0, outer_dims_);
@@ -499,7 +581,7 @@ class CudaKernelEmitter : public KernelEmitterBase {
         lane_ = -1;
       });
     };
-    EmitIfElse(grouped, group, scalar_elements);
+    EmitIfElse(Grouped(), group, scalar_elements);
   }
 
   // A group whose lanes run in a loop (plan_.lane_loop): the vector loads

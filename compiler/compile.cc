@@ -171,12 +171,17 @@ absl::Status BuildCudaBinary(const Graph& graph, const FusedProgram& fused,
                     " ms\n");
     t = now;
   };
-  CudaCodegenOptions options{fast_math, {}};
+  CudaCodegenOptions options;
+  options.fast_math = fast_math;
   if (env.gpu_groups_per_thread > 0)
     options.plan.groups_per_thread = env.gpu_groups_per_thread;
   options.plan.lane_loop = env.gpu_lane_loop;
   if (env.gpu_pointwise_vector_width > 0)
     options.plan.pointwise_vector_width = env.gpu_pointwise_vector_width;
+  if (env.gpu_pointwise_groups_per_thread > 0) {
+    options.plan.pointwise_groups_per_thread =
+        env.gpu_pointwise_groups_per_thread;
+  }
   for (const GraphInput& in : graph.inputs)
     options.input_alignment.push_back(in.alignment);
   auto tm = MakeNvptxTargetMachine(request.target().cuda());

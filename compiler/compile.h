@@ -46,6 +46,10 @@ struct CompileEnv {
   // (GpuPlanOptions::pointwise_vector_width; 0: the default). For
   // benchmarks.
   int gpu_pointwise_vector_width = 0;
+  // CUDA pointwise kernels: groups of vector_width elements per thread
+  // (GpuPlanOptions::pointwise_groups_per_thread; 0: the default). For
+  // benchmarks.
+  int gpu_pointwise_groups_per_thread = 0;
   // CUDA: split reductions over few long rows (split_reductions.h). Off
   // only to measure what the split gains.
   bool gpu_split_reductions = true;

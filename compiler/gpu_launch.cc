@@ -1,7 +1,10 @@
 #include "compiler/gpu_launch.h"
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace kiln {
@@ -11,6 +14,41 @@ int64_t NextPow2(int64_t v) {
   int64_t p = 1;
   while (p < v) p <<= 1;
   return p;
+}
+
+// Distinct nodes of `kernel`'s stage values that become calls of a math
+// library routine (libdevice, or a polynomial of a dozen instructions or
+// more under fast-math): the part of a pointwise body that makes ptxas slow
+// and each element costly.
+int64_t MathCalls(const Kernel& kernel) {
+  absl::flat_hash_set<const ExprNode*> seen;
+  int64_t calls = 0;
+  std::function<void(const Expr&)> visit = [&](const Expr& e) {
+    if (!e || !seen.insert(e.get()).second) return;
+    switch (e->op) {
+      case ExprOp::kExp:
+      case ExprOp::kExp2:
+      case ExprOp::kExpm1:
+      case ExprOp::kLog:
+      case ExprOp::kLog2:
+      case ExprOp::kLog1p:
+      case ExprOp::kSin:
+      case ExprOp::kCos:
+      case ExprOp::kTan:
+      case ExprOp::kTanh:
+      case ExprOp::kSigmoid:
+      case ExprOp::kErf:
+      case ExprOp::kPow:
+      case ExprOp::kAtan2:
+        ++calls;
+        break;
+      default:
+        break;
+    }
+    for (const Expr& a : e->args) visit(a);
+  };
+  for (const Stage& st : kernel.stages) visit(st.value);
+  return calls;
 }
 
 }  // namespace
@@ -38,7 +76,24 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
     plan.form = GpuKernelPlan::Form::kPointwise;
     plan.block_threads = 256;
     plan.vector_width = options.pointwise_vector_width;
-    plan.items_per_block = plan.block_threads * plan.vector_width;
+    plan.groups_per_thread = options.pointwise_groups_per_thread;
+    if (plan.groups_per_thread <= 0) {
+      // Two groups where nearly every tile is whole and grouped (a static
+      // range of kMinPointwiseGroupsRange or more, the last dim a multiple
+      // of the group) and the body is light enough that emitting it twice
+      // more costs little compile time.
+      const std::optional<int64_t> last =
+          kernel.dims.empty() ? std::nullopt : kernel.dims.back().AsConstant();
+      const std::optional<int64_t> range = kernel.OuterRange().AsConstant();
+      const bool whole_tiles = last && *last % plan.vector_width == 0 &&
+                               range && *range >= kMinPointwiseGroupsRange;
+      plan.groups_per_thread =
+          whole_tiles && MathCalls(kernel) <= kMaxMathCallsForPointwiseGroups
+              ? 2
+              : 1;
+    }
+    plan.items_per_block =
+        plan.block_threads * plan.vector_width * plan.groups_per_thread;
     plan.lane_loop = options.lane_loop;
     return plan;
   }

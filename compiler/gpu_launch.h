@@ -7,7 +7,8 @@
 //                   range: one 128-bit load/store per buffer when the
 //                   accesses are contiguous along the last dim and aligned,
 //                   else scalar accesses. 256 threads per block (8 warps),
-//                   grid = ceil(range / (256 * vector_width)). Four, even
+//                   grid = ceil(range / (256 * vector_width *
+//                   groups_per_thread)). Four elements per group, even
 //                   for long bodies whose four unrolled copies make ptxas
 //                   slow: measured on an H100 (bench/README.md, "Elements
 //                   per thread"), 2 or 1 per thread compile chain-30 in
@@ -21,6 +22,19 @@
 //                   instead of 103 but runs 12% slower (issue-bound: the
 //                   lane selects add instructions; 34 registers instead of
 //                   28 cut occupancy to 75%), so it is off.
+//                   Each thread takes `groups_per_thread` such groups, the
+//                   block's groups strided by 256 * vector_width (so each
+//                   group's accesses stay coalesced), and in a whole tile
+//                   loads every group's vectors before computing any: two
+//                   groups (8 elements, as Triton's kernels for these
+//                   chains) where the range is static and at least
+//                   kMinPointwiseGroupsRange, the last dim a multiple of
+//                   vector_width, and the body makes at most
+//                   kMaxMathCallsForPointwiseGroups math-library calls,
+//                   else one. Measured on an H100 (bench/README.md,
+//                   "Pointwise groups per thread"): two groups run chain-5
+//                   and chain-10 5-9% faster, chain-20/30 about 1% faster at
+//                   twice the compile time, chain-1 0.5% slower.
 //   kPersistentRow  a row kernel whose row (the product of the inner dims)
 //                   is static and at most kMaxPersistentRow elements. The
 //                   row stays in registers across the stages of the kernel
@@ -50,6 +64,14 @@
 namespace kiln {
 
 inline constexpr int64_t kMaxPersistentRow = 32768;
+// Pointwise bodies with more math-library calls (exp, log, sin, cos, tan,
+// tanh, sigmoid, erf, pow, atan2, ...) keep one group per thread: the
+// second group's copy of the body would double ptxas's time for ~1%.
+inline constexpr int64_t kMaxMathCallsForPointwiseGroups = 4;
+// Nor do smaller or dynamic ranges take two: a tile that is not whole runs
+// its elements one at a time (so the body is emitted once more, not twice),
+// which only the last of many tiles may.
+inline constexpr int64_t kMinPointwiseGroupsRange = 1 << 16;
 
 struct GpuKernelPlan {
   enum class Form : uint8_t { kPointwise, kPersistentRow, kLoopedRow };
@@ -58,7 +80,7 @@ struct GpuKernelPlan {
   int64_t items_per_block = 1024;  // elements (pointwise) or rows
   int vector_width = 4;            // consecutive elements per group
   int threads_per_row = 0;         // row forms
-  int groups_per_thread = 0;       // kPersistentRow
+  int groups_per_thread = 0;       // kPersistentRow; kPointwise (>= 1)
   int64_t row_size = 0;            // kPersistentRow: elements per row
   bool lane_loop = false;          // kPointwise: lanes in a loop
 
@@ -100,6 +122,8 @@ struct GpuPlanOptions {
   int groups_per_thread = kDefaultGroupsPerThread;
   bool lane_loop = false;          // kPointwise: lanes in a loop
   int pointwise_vector_width = 4;  // kPointwise: 4, 2 or 1
+  // kPointwise: groups per thread (0: two or one, as described above).
+  int pointwise_groups_per_thread = 0;
 };
 
 // The plan for `kernel`; a pure function of the kernel's structure and of

@@ -5,7 +5,7 @@
 // printed. Stage boundaries are the ones Compile() uses (compile.cc).
 //
 //   build/bench/compiler/cuda_stage_profile [--reps=N] [--ab] [--ptx_dir=D]
-//       [--vector_width=4|2|1] chain10.json ...
+//       [--vector_width=4|2|1] [--groups=G] chain10.json ...
 //
 // Graph files are looked up in examples/graphs (a path relative to it
 // works too); inputs are 16-byte aligned,
@@ -69,6 +69,8 @@ int Run(int argc, char** argv) {
   // --vector_width=4|2|1: GpuPlanOptions::pointwise_vector_width (0: the
   // default).
   int vector_width = 0;
+  // --groups=G: GpuPlanOptions::pointwise_groups_per_thread (0: the default).
+  int groups = 0;
   // --ab: NvptxOptimizeOptions::precompiled_trig off ("each") and on
   // ("pre"), one rep of each in turn.
   std::vector<std::pair<std::string, bool>> variants;
@@ -81,6 +83,8 @@ int Run(int argc, char** argv) {
       variants = {{"each", false}, {"pre", true}};
     } else if (absl::ConsumePrefix(&a, "--vector_width=")) {
       if (!absl::SimpleAtoi(a, &vector_width)) return 2;
+    } else if (absl::ConsumePrefix(&a, "--groups=")) {
+      if (!absl::SimpleAtoi(a, &groups)) return 2;
     } else if (absl::ConsumePrefix(&a, "--ptx_dir=")) {
       ptx_dir = std::string(a);
     } else {
@@ -137,6 +141,7 @@ int Run(int argc, char** argv) {
       llvm::LLVMContext context;
       CudaCodegenOptions options;
       if (vector_width > 0) options.plan.pointwise_vector_width = vector_width;
+      if (groups > 0) options.plan.pointwise_groups_per_thread = groups;
       for (const GraphInput& gi : graph->inputs)
         options.input_alignment.push_back(gi.alignment);
       auto cuda = EmitCudaModule(*fused, context, options);

@@ -14,7 +14,8 @@
 // uploaded beforehand), as a dynamic-shape workload does.
 //
 // Variants (bench/gpu/experiments.sh): --fast_math (CompileOptions),
-// --groups_per_thread=N, --lane_loop=1 and --pointwise_vector_width=4|2|1
+// --groups_per_thread=N, --lane_loop=1, --pointwise_vector_width=4|2|1 and
+// --pointwise_groups=G
 // (GpuPlanOptions),
 // --split_reductions=0 (CompileEnv).
 //
@@ -55,6 +56,7 @@ struct Args {
   int groups_per_thread = 0;
   int lane_loop = 0;
   int pointwise_vector_width = 0;
+  int pointwise_groups = 0;
   int split_reductions = 1;
 };
 
@@ -146,6 +148,8 @@ int Main(int argc, char** argv) {
       (void)absl::SimpleAtoi(arg, &a.lane_loop);
     } else if (absl::ConsumePrefix(&arg, "--pointwise_vector_width=")) {
       (void)absl::SimpleAtoi(arg, &a.pointwise_vector_width);
+    } else if (absl::ConsumePrefix(&arg, "--pointwise_groups=")) {
+      (void)absl::SimpleAtoi(arg, &a.pointwise_groups);
     } else if (absl::ConsumePrefix(&arg, "--split_reductions=")) {
       (void)absl::SimpleAtoi(arg, &a.split_reductions);
     }
@@ -170,6 +174,7 @@ int Main(int argc, char** argv) {
   env.gpu_groups_per_thread = a.groups_per_thread;
   env.gpu_lane_loop = a.lane_loop != 0;
   env.gpu_pointwise_vector_width = a.pointwise_vector_width;
+  env.gpu_pointwise_groups_per_thread = a.pointwise_groups;
   env.gpu_split_reductions = a.split_reductions != 0;
   auto graph = ImportGraph(req.graph());
   if (!graph.ok()) return Fail(graph.status(), "import");

@@ -4,13 +4,20 @@
 # per thread for persistent rows, and which instructions Inductor's Triton
 # kernels use for sin/exp/division (from the PTX in Triton's cache).
 #
-#   KILN=/tmp/k/kiln bench/gpu/experiments.sh [vecwidth] [lanes] [groups] [triton]
+#   KILN=/tmp/k/kiln bench/gpu/experiments.sh [vecwidth] [pwgroups] [lanes] [groups] [triton]
 #
 # vecwidth: chain-N on 2^26 float32 (N = 1..30, accurate and fast_math)
 # with 4 elements per thread (--pointwise_vector_width=4, 128-bit accesses,
 # the body unrolled 4 times), 2 (64-bit, twice) and 1 (scalar, once), each
 # twice in turn, compile time and run time, next to Inductor in the same run
 # (why gpu_launch.h keeps 4).
+#
+# pwgroups: chain-N on 2^26 float32 (N = 1..30, accurate and fast_math)
+# with 1, 2 and 4 groups of 4 elements per thread (--pointwise_groups=G:
+# every group's 128-bit load issued before any is computed), each twice in
+# turn, next to Inductor (whose Triton kernels take 8 elements per thread
+# as two 128-bit loads) in the same run (why gpu_launch.h takes 2 for light
+# bodies).
 #
 # lanes: chain-N on 2^26 float32 (N = 5..30, accurate and fast_math) with
 # the pointwise lanes unrolled (--lane_loop=0) and in a loop (=1), compile
@@ -38,8 +45,22 @@ if run_section vecwidth; then
     $py "$here/torch_bench.py" chain chain$n $n 67108864 | grep -E "inductor_us|copy_us"
   done
 fi
+if run_section pwgroups; then
+  for n in 1 5 10 15 20 30; do
+    $py "$root/examples/graphs/gen_chain.py" $n --rows 65536 --cols 1024 >"$g/c$n.json"
+    for fm in "" --fast_math; do
+      for rep in 1 2; do
+        for pg in 1 2 4; do
+          "$bench" bandwidth "$g/c$n.json" --name=chain${n}${fm:+_fastmath}_groups$pg $fm \
+            --pointwise_groups=$pg --calls=20 --batches=10 | grep -E "kiln_us|compile_ms"
+        done
+      done
+    done
+    $py "$here/torch_bench.py" chain chain$n $n 67108864 | grep -E "inductor_us|copy_us"
+  done
+fi
 if run_section lanes; then
-  for n in 5 10 15 20 30; do
+  for n in 1 5 10 15 20 30; do
     $py "$root/examples/graphs/gen_chain.py" $n --rows 65536 --cols 1024 >"$g/c$n.json"
     for fm in "" --fast_math; do
       for ll in 0 1; do

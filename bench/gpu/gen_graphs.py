@@ -54,7 +54,19 @@ def row_reduction(op, dim_arg):
 
 
 LAST_DIM = {"ints": {"values": ["1"]}}
-GRAPHS = {"softmax": softmax, "layernorm": layernorm,
+
+
+def sum_amax(rows, cols):
+    """Two reductions of the same rows, two outputs (one fused kernel)."""
+    graph = row_reduction("aten.sum.dim_IntList", LAST_DIM)(rows, cols)
+    graph["nodes"].append({"op": "aten.amax.default",
+                           "args": [{"ref": "x"}, LAST_DIM],
+                           "outputs": ["m"]})
+    graph["outputs"].append("m")
+    return graph
+
+
+GRAPHS = {"sum_amax": sum_amax, "softmax": softmax, "layernorm": layernorm,
           "sum": row_reduction("aten.sum.dim_IntList", LAST_DIM),
           "var": row_reduction("aten.var.correction", LAST_DIM),
           "argmax": row_reduction("aten.argmax.default", {"i": "1"})}

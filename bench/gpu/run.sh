@@ -7,7 +7,7 @@
 #     softmax and layer norm on 16384x1024, 16384x4096, 4096x32768;
 #     row sums over few long rows (1x2^26, 64x2^20, 16x2^22); var, softmax
 #     and layer norm over few long rows (fissioned and split); argmax over
-#     few long rows (split).
+#     few long rows (split); sum + amax of the same rows (two outputs, split).
 # Needs a GPU, python3 with torch, and cuda_bench (built with the CUDA
 # backend; on a machine without the build, from the relocatable bundle).
 #
@@ -71,7 +71,7 @@ if [[ $only == all || $only == bandwidth || $only == sum ]]; then
   # Few long rows of multi-pass row kernels: fissioned, then split.
   # (argmax: one pass, split as a pair of the chunk's max and its position.)
   for case in var:1x67108864 var:16x4194304 softmax:16x4194304 layernorm:16x4194304 \
-    argmax:1x67108864 argmax:16x131072; do
+    argmax:1x67108864 argmax:16x131072 sum_amax:16x4194304 sum_amax:64x1048576; do
     op=${case%%:*}
     shape=${case#*:}
     r=${shape%x*}

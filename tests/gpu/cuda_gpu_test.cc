@@ -233,6 +233,43 @@ TEST(CudaGpu, RandomGraphsLaneLoopMatchReference) {
       0);
 }
 
+// Pointwise kernels with several groups per thread, forced for every body
+// (GpuPlanOptions::pointwise_groups_per_thread; by default only light
+// bodies over a static last dim take two, which the other suites cover):
+// whole tiles (every group's vectors loaded first), the tile at the end of
+// the range, rows whose last dim does not split into groups; then the
+// random-graph suite, whose small tensors mostly take the end-of-range
+// path.
+TEST(CudaGpu, PointwiseGroupsMatchReference) {
+  REQUIRE_GPU(gpu);
+  const std::vector<std::vector<int64_t>> shapes = {
+      {3, 8192}, {3, 5000}, {7, 1001}, {1, 2052}, {2, 3}};
+  for (int groups : {2, 3}) {
+    CompileEnv env;
+    env.gpu_pointwise_groups_per_thread = groups;
+    for (const char* file : {"chain10.json", "chain30.json"}) {
+      for (const std::vector<int64_t>& shape : shapes) {
+        v1::CompileRequest req = Request(file);
+        v1::TensorMeta* meta =
+            req.mutable_graph()->mutable_inputs(0)->mutable_meta();
+        meta->clear_sizes();
+        for (int64_t size : shape) meta->add_sizes()->set_value(size);
+        for (bool aligned : {true, false}) {
+          EXPECT_EQ(CheckOnGpu(*gpu, 5, req, aligned, env), "")
+              << file << " on " << absl::StrJoin(shape, "x") << ", " << groups
+              << " groups" << (aligned ? " (aligned)" : "");
+        }
+      }
+    }
+    EXPECT_EQ(CheckRandomGraphs(
+                  *gpu, "pointwise-groups",
+                  random_graphs::EnvInt("KILN_GPU_LANE_LOOP_GRAPHS", 300),
+                  random_graphs::Options(),
+                  /*fast_math=*/false, env),
+              0);
+  }
+}
+
 // A graph of one reduction node over input x.
 struct ReductionCase {
   const char* op;
@@ -322,6 +359,25 @@ TEST(CudaGpu, SplitReductionsMatchReference) {
       req.mutable_graph()->mutable_nodes(0)->add_args()->set_i(1);
     EXPECT_EQ(CheckOnGpu(*gpu, 17, req, true), "")
         << c.op << " over " << absl::StrJoin(c.sizes, "x");
+  }
+  // Two reductions of the same rows, two outputs: fusion interleaves their
+  // row stores, and the split must still cut the kernel (ReductionsFirst).
+  const ReductionCase pairs[] = {
+      {"aten.sum.dim_IntList", {4, 1 << 20}, {1}, v1::FLOAT32},
+      {"aten.argmax.default", {2, 1 << 20}, {}, v1::INT32},
+  };
+  for (const ReductionCase& c : pairs) {
+    v1::CompileRequest req = ReductionRequest(c);
+    if (c.dims.empty())
+      req.mutable_graph()->mutable_nodes(0)->add_args()->set_i(1);
+    v1::Node* amax = req.mutable_graph()->add_nodes();
+    amax->set_op("aten.amax.default");
+    amax->add_args()->set_ref("x");
+    amax->add_args()->mutable_ints()->add_values(1);
+    amax->add_outputs("m");
+    req.mutable_graph()->add_outputs("m");
+    EXPECT_EQ(CheckOnGpu(*gpu, 23, req, true), "")
+        << c.op << " and amax over " << absl::StrJoin(c.sizes, "x");
   }
 }
 
