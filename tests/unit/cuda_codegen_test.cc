@@ -154,6 +154,47 @@ TEST(CudaCodegen, AlignedContiguousChainsUse128BitAccesses) {
   EXPECT_TRUE(absl::StrContains(softmax->cuda().ptx(), "shfl.sync.bfly"));
 }
 
+// Pointwise groups per thread (gpu_launch.h): light bodies over large
+// static ranges take two groups, both loaded before either is computed;
+// heavy bodies, small or dynamic ranges and last dims that do not split
+// into groups take one.
+TEST(CudaCodegen, LightChainsOverLargeRangesTakeTwoGroups) {
+  auto resized = [](const char* file, std::vector<int64_t> sizes) {
+    v1::CompileRequest req = ForGpu(Request(file));
+    v1::TensorMeta* meta =
+        req.mutable_graph()->mutable_inputs(0)->mutable_meta();
+    meta->clear_sizes();
+    for (int64_t size : sizes) meta->add_sizes()->set_value(size);
+    return req;
+  };
+  struct Case {
+    const char* name;
+    v1::CompileRequest req;
+    int64_t items_per_block;
+  };
+  const Case cases[] = {
+      {"chain-10 on 256x1024", resized("chain10.json", {256, 1024}), 2048},
+      {"chain-30 on 256x1024", resized("chain30.json", {256, 1024}), 1024},
+      {"chain-10 on 8x16", resized("chain10.json", {8, 16}), 1024},
+      {"chain-10 on 256x1001", resized("chain10.json", {256, 1001}), 1024},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto a = Compile(c.req);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_EQ(a->program().steps_size(), 1);
+    EXPECT_EQ(a->program().steps(0).launch().items_per_block(),
+              c.items_per_block);
+    if (c.items_per_block != 2048) continue;
+    const std::string body = FirstKernelBody(a->cuda().ptx());
+    const size_t first_load = body.find("ld.global.nc.v4.f32");
+    const size_t second_load = body.find("ld.global.nc.v4.f32", first_load + 1);
+    ASSERT_NE(second_load, std::string::npos) << body;
+    EXPECT_LT(second_load, body.find("st.global.v4.f32")) << body;
+    EXPECT_EQ(SpillBytes(a->cuda().jit_log()), 0) << a->cuda().jit_log();
+  }
+}
+
 TEST(CudaCodegen, ArchitecturesAndErrors) {
   for (const char* arch : {"sm_80", "sm_90", "sm_100"}) {
     auto a = Compile(ForGpu(Request("softmax.json"), arch));
