@@ -80,15 +80,18 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
     if (plan.groups_per_thread <= 0) {
       // Two groups where nearly every tile is whole and grouped (a static
       // range of kMinPointwiseGroupsRange or more, the last dim a multiple
-      // of the group) and the body is light enough that emitting it twice
-      // more costs little compile time.
+      // of the group) and the body has some math-library calls (without
+      // any it is bound by memory alone, and a second group only costs)
+      // but few enough that emitting it twice more costs little compile
+      // time.
       const std::optional<int64_t> last =
           kernel.dims.empty() ? std::nullopt : kernel.dims.back().AsConstant();
       const std::optional<int64_t> range = kernel.OuterRange().AsConstant();
       const bool whole_tiles = last && *last % plan.vector_width == 0 &&
                                range && *range >= kMinPointwiseGroupsRange;
+      const int64_t calls = MathCalls(kernel);
       plan.groups_per_thread =
-          whole_tiles && MathCalls(kernel) <= kMaxMathCallsForPointwiseGroups
+          whole_tiles && calls >= 1 && calls <= kMaxMathCallsForPointwiseGroups
               ? 2
               : 1;
     }

@@ -29,12 +29,13 @@
 //                   groups (8 elements, as Triton's kernels for these
 //                   chains) where the range is static and at least
 //                   kMinPointwiseGroupsRange, the last dim a multiple of
-//                   vector_width, and the body makes at most
+//                   vector_width, and the body makes 1 to
 //                   kMaxMathCallsForPointwiseGroups math-library calls,
 //                   else one. Measured on an H100 (bench/README.md,
 //                   "Pointwise groups per thread"): two groups run chain-5
-//                   and chain-10 5-9% faster, chain-20/30 about 1% faster at
-//                   twice the compile time, chain-1 0.5% slower.
+//                   and chain-10 4-9% faster, chain-15/20/30 under 1%
+//                   faster at about twice the compile time, chain-1 (no
+//                   math call, bound by memory) 0.5% slower.
 //   kPersistentRow  a row kernel whose row (the product of the inner dims)
 //                   is static and at most kMaxPersistentRow elements. The
 //                   row stays in registers across the stages of the kernel

@@ -3,7 +3,7 @@
 # in the same run on the same GPU:
 #   - launch overhead: chain-N + sum() for N = 1, 5, ..., 30 on 8x16 float32
 #     and on (4..13)x16 (dynamic), per call;
-#   - bandwidth: chain-1/10/30 on 2^26 float32 against a device copy;
+#   - bandwidth: chain-1/5/10/30 on 2^26 float32 against a device copy;
 #     softmax and layer norm on 16384x1024, 16384x4096, 4096x32768;
 #     row sums over few long rows (1x2^26, 64x2^20, 16x2^22); var, softmax
 #     and layer norm over few long rows (fissioned and split); argmax over
@@ -38,7 +38,7 @@ if [[ $only == all || $only == launch ]]; then
   done
 fi
 if [[ $only == all || $only == bandwidth ]]; then
-  for n in 1 10 30; do
+  for n in 1 5 10 30; do
     $py "$root/examples/graphs/gen_chain.py" $n --rows 65536 --cols 1024 >"$g/chain$n.json"
     "$bench" bandwidth "$g/chain$n.json" --name=chain${n}_2e26 --calls=20 --batches=10 >>"$results"
     # Kiln with fast_math (part of the key): approximate exp/log/division,

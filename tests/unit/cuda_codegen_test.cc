@@ -156,8 +156,8 @@ TEST(CudaCodegen, AlignedContiguousChainsUse128BitAccesses) {
 
 // Pointwise groups per thread (gpu_launch.h): light bodies over large
 // static ranges take two groups, both loaded before either is computed;
-// heavy bodies, small or dynamic ranges and last dims that do not split
-// into groups take one.
+// heavy bodies, bodies without math calls, small or dynamic ranges and last
+// dims that do not split into groups take one.
 TEST(CudaCodegen, LightChainsOverLargeRangesTakeTwoGroups) {
   auto resized = [](const char* file, std::vector<int64_t> sizes) {
     v1::CompileRequest req = ForGpu(Request(file));
@@ -167,6 +167,12 @@ TEST(CudaCodegen, LightChainsOverLargeRangesTakeTwoGroups) {
     for (int64_t size : sizes) meta->add_sizes()->set_value(size);
     return req;
   };
+  // x + 0.1: no math call.
+  v1::CompileRequest chain1 = resized("chain10.json", {256, 1024});
+  chain1.mutable_graph()->mutable_nodes()->DeleteSubrange(
+      1, chain1.graph().nodes_size() - 1);
+  chain1.mutable_graph()->clear_outputs();
+  chain1.mutable_graph()->add_outputs(chain1.graph().nodes(0).outputs(0));
   struct Case {
     const char* name;
     v1::CompileRequest req;
@@ -175,6 +181,7 @@ TEST(CudaCodegen, LightChainsOverLargeRangesTakeTwoGroups) {
   const Case cases[] = {
       {"chain-10 on 256x1024", resized("chain10.json", {256, 1024}), 2048},
       {"chain-30 on 256x1024", resized("chain30.json", {256, 1024}), 1024},
+      {"chain-1 on 256x1024", chain1, 1024},
       {"chain-10 on 8x16", resized("chain10.json", {8, 16}), 1024},
       {"chain-10 on 256x1001", resized("chain10.json", {256, 1001}), 1024},
   };
