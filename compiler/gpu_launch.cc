@@ -75,7 +75,14 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
   if (!has_inner) {
     plan.form = GpuKernelPlan::Form::kPointwise;
     plan.block_threads = 256;
+    const std::optional<int64_t> range = kernel.OuterRange().AsConstant();
     plan.vector_width = options.pointwise_vector_width;
+    if (plan.vector_width <= 0) {
+      // A small static range is one partial wave whatever the width: one
+      // element per thread emits the body once instead of four times.
+      plan.vector_width =
+          range && *range <= kMaxPointwiseRangeOfOneElement ? 1 : 4;
+    }
     plan.groups_per_thread = options.pointwise_groups_per_thread;
     if (plan.groups_per_thread <= 0) {
       // Two groups where nearly every tile is whole and grouped (a static
@@ -86,7 +93,6 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
       // time.
       const std::optional<int64_t> last =
           kernel.dims.empty() ? std::nullopt : kernel.dims.back().AsConstant();
-      const std::optional<int64_t> range = kernel.OuterRange().AsConstant();
       const bool whole_tiles = last && *last % plan.vector_width == 0 &&
                                range && *range >= kMinPointwiseGroupsRange;
       const int64_t calls = MathCalls(kernel);

@@ -8,12 +8,15 @@
 //                   accesses are contiguous along the last dim and aligned,
 //                   else scalar accesses. 256 threads per block (8 warps),
 //                   grid = ceil(range / (256 * vector_width *
-//                   groups_per_thread)). Four elements per group, even
+//                   groups_per_thread)). One element per thread for a
+//                   static range of at most kMaxPointwiseRangeOfOneElement
+//                   (the launch-overhead graphs: fewer blocks than SMs
+//                   either way), else four elements per group, even
 //                   for long bodies whose four unrolled copies make ptxas
 //                   slow: measured on an H100 (bench/README.md, "Elements
 //                   per thread"), 2 or 1 per thread compile chain-30 in
 //                   ~30% less time but run 3-15% (2) and 8-40% (1) slower
-//                   on every chain, as the four independent elements are
+//                   on every chain over 2^26 elements, as the four independent elements are
 //                   the ILP and the bytes in flight these kernels need. With
 //                   `lane_loop` (benchmarks only) a group's lanes run in a
 //                   loop instead of being unrolled: the body is compiled
@@ -69,6 +72,12 @@ inline constexpr int64_t kMaxPersistentRow = 32768;
 // tanh, sigmoid, erf, pow, atan2, ...) keep one group per thread: the
 // second group's copy of the body would double ptxas's time for ~1%.
 inline constexpr int64_t kMaxMathCallsForPointwiseGroups = 4;
+// Static pointwise ranges this small take one element per thread: at most
+// 128 blocks of 256 threads, one partial wave on an H100's 132 SMs, so
+// wider groups only lengthen each thread's work (latency), while emitting
+// the body 4 times makes ptxas ~2x slower (chain-30 on 8x16: 51 KB of PTX
+// instead of 18).
+inline constexpr int64_t kMaxPointwiseRangeOfOneElement = 32768;
 // Nor do smaller or dynamic ranges take two: a tile that is not whole runs
 // its elements one at a time (so the body is emitted once more, not twice),
 // which only the last of many tiles may.
@@ -121,8 +130,10 @@ int64_t ChooseReductionSplits(int64_t rows, int64_t row);
 // What benchmarks may change (none is part of the guard key).
 struct GpuPlanOptions {
   int groups_per_thread = kDefaultGroupsPerThread;
-  bool lane_loop = false;          // kPointwise: lanes in a loop
-  int pointwise_vector_width = 4;  // kPointwise: 4, 2 or 1
+  bool lane_loop = false;  // kPointwise: lanes in a loop
+  // kPointwise: elements per group, 4, 2 or 1 (0: 4, or 1 for a small
+  // static range, as described above).
+  int pointwise_vector_width = 0;
   // kPointwise: groups per thread (0: two or one, as described above).
   int pointwise_groups_per_thread = 0;
 };

@@ -4,7 +4,8 @@
 // architecture, run through CudaExecutable on seeded random inputs and
 // compared with the reference evaluator under compiler/numerics.h's
 // per-dtype tolerances. Half of the graphs promise 16-byte aligned inputs
-// (vector loads), half do not.
+// (vector loads), half do not; half take 4 elements per group where their
+// small static ranges would take one.
 //
 // Without a GPU every test is skipped with the reason (no driver, no
 // device), which ctest shows.
@@ -172,7 +173,12 @@ TEST(CudaGpu, RandomGraphsMatchReference) {
     *req.mutable_graph() =
         graph_gen::RandomGraph(seed, random_graphs::Options());
     if (only >= 0) std::printf("%s\n", GraphJson(req.graph()).c_str());
-    const std::string error = CheckOnGpu(*gpu, seed, req, seed % 2 == 0);
+    // The suite's tensors are small: static ones take one element per
+    // thread (kMaxPointwiseRangeOfOneElement). Half the seeds force groups
+    // of 4, aligned or not.
+    CompileEnv env;
+    if (seed / 2 % 2 == 1) env.gpu_pointwise_vector_width = 4;
+    const std::string error = CheckOnGpu(*gpu, seed, req, seed % 2 == 0, env);
     if (!error.empty()) {
       if (++failures <= 20) {
         ADD_FAILURE() << "seed " << seed << ": " << error
@@ -226,6 +232,7 @@ TEST(CudaGpu, RandomGraphsLaneLoopMatchReference) {
   REQUIRE_GPU(gpu);
   CompileEnv env;
   env.gpu_lane_loop = true;
+  env.gpu_pointwise_vector_width = 4;  // lanes even where the range is small
   EXPECT_EQ(
       CheckRandomGraphs(*gpu, "lane-loop",
                         random_graphs::EnvInt("KILN_GPU_LANE_LOOP_GRAPHS", 300),
@@ -243,10 +250,11 @@ TEST(CudaGpu, RandomGraphsLaneLoopMatchReference) {
 TEST(CudaGpu, PointwiseGroupsMatchReference) {
   REQUIRE_GPU(gpu);
   const std::vector<std::vector<int64_t>> shapes = {
-      {3, 8192}, {3, 5000}, {7, 1001}, {1, 2052}, {2, 3}};
+      {3, 8192}, {3, 5000}, {7, 1001}, {1, 2052}, {2, 3}, {72, 1024}};
   for (int groups : {2, 3}) {
     CompileEnv env;
     env.gpu_pointwise_groups_per_thread = groups;
+    env.gpu_pointwise_vector_width = 4;
     for (const char* file : {"chain10.json", "chain30.json"}) {
       for (const std::vector<int64_t>& shape : shapes) {
         v1::CompileRequest req = Request(file);

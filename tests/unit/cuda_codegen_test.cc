@@ -42,6 +42,16 @@ v1::CompileRequest ForGpu(v1::CompileRequest req, const char* arch = "sm_90",
   return req;
 }
 
+// Example graph `file` for sm_90 with its first input's sizes replaced.
+v1::CompileRequest Resized(const char* file, std::vector<int64_t> sizes,
+                           int64_t alignment = 16) {
+  v1::CompileRequest req = ForGpu(Request(file), "sm_90", alignment);
+  v1::TensorMeta* meta = req.mutable_graph()->mutable_inputs(0)->mutable_meta();
+  meta->clear_sizes();
+  for (int64_t size : sizes) meta->add_sizes()->set_value(size);
+  return req;
+}
+
 // The `.param` lines of `.entry name(...)` in the PTX; -1 if absent.
 int EntryParams(const std::string& ptx, const std::string& name) {
   const size_t at = ptx.find(absl::StrCat(".entry ", name, "("));
@@ -135,14 +145,16 @@ TEST(CudaCodegen, ExampleGraphsCompileWithoutSpills) {
 }
 
 TEST(CudaCodegen, AlignedContiguousChainsUse128BitAccesses) {
-  auto aligned = Compile(ForGpu(Request("chain10.json")));
+  // (Over a range too small for vectors, kMaxPointwiseRangeOfOneElement,
+  // there are none: the other test above.)
+  auto aligned = Compile(Resized("chain10.json", {64, 1024}));
   ASSERT_TRUE(aligned.ok()) << aligned.status();
   const std::string& ptx = aligned->cuda().ptx();
   EXPECT_TRUE(absl::StrContains(ptx, ".v4.f32")) << ptx;
   EXPECT_TRUE(absl::StrContains(ptx, "st.global.v4.f32")) << ptx;
   // Without the alignment promise the loads stay scalar; the output (256
   // byte aligned by the runtime) may still be stored as vectors.
-  auto unaligned = Compile(ForGpu(Request("chain10.json"), "sm_90", 0));
+  auto unaligned = Compile(Resized("chain10.json", {64, 1024}, 0));
   ASSERT_TRUE(unaligned.ok()) << unaligned.status();
   EXPECT_FALSE(absl::StrContains(unaligned->cuda().ptx(), "ld.global.v4.f32"));
   EXPECT_FALSE(
@@ -157,18 +169,11 @@ TEST(CudaCodegen, AlignedContiguousChainsUse128BitAccesses) {
 // Pointwise groups per thread (gpu_launch.h): light bodies over large
 // static ranges take two groups, both loaded before either is computed;
 // heavy bodies, bodies without math calls, small or dynamic ranges and last
-// dims that do not split into groups take one.
-TEST(CudaCodegen, LightChainsOverLargeRangesTakeTwoGroups) {
-  auto resized = [](const char* file, std::vector<int64_t> sizes) {
-    v1::CompileRequest req = ForGpu(Request(file));
-    v1::TensorMeta* meta =
-        req.mutable_graph()->mutable_inputs(0)->mutable_meta();
-    meta->clear_sizes();
-    for (int64_t size : sizes) meta->add_sizes()->set_value(size);
-    return req;
-  };
+// dims that do not split into groups take one; small static ranges take
+// one element per thread.
+TEST(CudaCodegen, PointwiseElementsPerThread) {
   // x + 0.1: no math call.
-  v1::CompileRequest chain1 = resized("chain10.json", {256, 1024});
+  v1::CompileRequest chain1 = Resized("chain10.json", {256, 1024});
   chain1.mutable_graph()->mutable_nodes()->DeleteSubrange(
       1, chain1.graph().nodes_size() - 1);
   chain1.mutable_graph()->clear_outputs();
@@ -179,11 +184,14 @@ TEST(CudaCodegen, LightChainsOverLargeRangesTakeTwoGroups) {
     int64_t items_per_block;
   };
   const Case cases[] = {
-      {"chain-10 on 256x1024", resized("chain10.json", {256, 1024}), 2048},
-      {"chain-30 on 256x1024", resized("chain30.json", {256, 1024}), 1024},
+      {"chain-10 on 256x1024", Resized("chain10.json", {256, 1024}), 2048},
+      {"chain-30 on 256x1024", Resized("chain30.json", {256, 1024}), 1024},
       {"chain-1 on 256x1024", chain1, 1024},
-      {"chain-10 on 8x16", resized("chain10.json", {8, 16}), 1024},
-      {"chain-10 on 256x1001", resized("chain10.json", {256, 1001}), 1024},
+      // One element per thread (kMaxPointwiseRangeOfOneElement).
+      {"chain-10 on 8x16", Resized("chain10.json", {8, 16}), 256},
+      {"chain-10 on 128x256", Resized("chain10.json", {128, 256}), 256},
+      {"chain-10 on 129x256", Resized("chain10.json", {129, 256}), 1024},
+      {"chain-10 on 256x1001", Resized("chain10.json", {256, 1001}), 1024},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -254,6 +262,7 @@ TEST(CudaCodegen, RandomGraphsCompileWithFastMath) {
 TEST(CudaCodegen, RandomGraphsCompileWithLaneLoops) {
   CompileEnv env;
   env.gpu_lane_loop = true;
+  env.gpu_pointwise_vector_width = 4;  // lanes even where the range is small
   std::map<std::string, int> ops;
   CompileRandomGraphs(random_graphs::Options(),
                       random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600) / 3,
@@ -266,14 +275,14 @@ TEST(CudaCodegen, RandomGraphsCompileWithLaneLoops) {
 TEST(CudaCodegen, LaneLoopsAndFastMathDivision) {
   CompileEnv env;
   env.gpu_lane_loop = true;
-  auto looped = Compile(ForGpu(Request("chain30.json")), env);
+  auto looped = Compile(Resized("chain30.json", {64, 1024}), env);
   ASSERT_TRUE(looped.ok()) << looped.status();
   const std::string kernel = FirstKernelBody(looped->cuda().ptx());
   EXPECT_TRUE(absl::StrContains(kernel, ".pragma \"nounroll\"")) << kernel;
   EXPECT_TRUE(absl::StrContains(kernel, "ld.global.nc.v4.f32")) << kernel;
   EXPECT_TRUE(absl::StrContains(kernel, "st.global.v4.f32")) << kernel;
   EXPECT_FALSE(absl::StrContains(kernel, ".local")) << kernel;
-  auto unrolled = Compile(ForGpu(Request("chain30.json")));
+  auto unrolled = Compile(Resized("chain30.json", {64, 1024}));
   ASSERT_TRUE(unrolled.ok()) << unrolled.status();
   EXPECT_FALSE(absl::StrContains(FirstKernelBody(unrolled->cuda().ptx()),
                                  ".pragma \"nounroll\""));
