@@ -476,12 +476,8 @@ class CudaKernelEmitter : public KernelEmitterBase {
           b_.getInt64(0), b_.getInt64(groups * V_), "element",
           [&](Value* k) {
             Value* v = b_.getInt64(V_);
-            Value* f = b_.CreateAdd(group_start(b_.CreateUDiv(k, v)),
-                                    b_.CreateURem(k, v));
-            EmitIf(b_.CreateICmpULT(f, n), [&] {
-              Decompose(f, outer_dims_);
-              EmitPointwiseStages(nullptr);
-            });
+            EmitElementInRange(n, b_.CreateAdd(group_start(b_.CreateUDiv(k, v)),
+                                               b_.CreateURem(k, v)));
           },
           /*unroll=*/false);
     };
@@ -523,38 +519,46 @@ class CudaKernelEmitter : public KernelEmitterBase {
     for (int g = 0; g < groups; ++g) {
       vars_ = group_vars[g];
       group_ = g;
-      Value* first = vars_[last];
-      for (int k = 0; k < V_; ++k) {
-        memo_.emplace_back();
-        lane_ = k;
-        vars_[last] = b_.CreateAdd(first, b_.getInt64(k));
-        EmitPointwiseStages(nullptr);
-        memo_.pop_back();
-      }
+      EmitGroupLanes(last);
+    }
+    group_ = 0;
+  }
+
+  // The current group's lanes, unrolled: the vars are lane 0's, and the
+  // last dim's var steps along the group.
+  void EmitGroupLanes(int last) {
+    Value* first = vars_[last];
+    for (int k = 0; k < V_; ++k) {
+      memo_.emplace_back();
+      lane_ = k;
+      vars_[last] = b_.CreateAdd(first, b_.getInt64(k));
+      EmitPointwiseStages(nullptr);
+      memo_.pop_back();
     }
     lane_ = -1;
-    group_ = 0;
+  }
+
+  // Flat element f, when below n.
+  void EmitElementInRange(Value* n, Value* f) {
+    EmitIf(b_.CreateICmpULT(f, n), [&] {
+      Decompose(f, outer_dims_);
+      EmitPointwiseStages(nullptr);
+    });
   }
 
   // The V elements from f0 on: one group when in range and grouped, else
   // each element checked on its own.
   void EmitPointwiseGroup(Value* n, Value* f0) {
-    auto scalar_element = [&](Value* f) {
-      EmitIf(b_.CreateICmpULT(f, n), [&] {
-        Decompose(f, outer_dims_);
-        EmitPointwiseStages(nullptr);
-      });
-    };
     auto scalar_elements = [&] {
       if (plan_.lane_loop) {
         EmitLoop(
             b_.getInt64(0), b_.getInt64(V_), "lane",
-            [&](Value* k) { scalar_element(b_.CreateAdd(f0, k)); },
+            [&](Value* k) { EmitElementInRange(n, b_.CreateAdd(f0, k)); },
             /*unroll=*/false);
         return;
       }
       for (int k = 0; k < V_; ++k)
-        scalar_element(b_.CreateAdd(f0, b_.getInt64(k)));
+        EmitElementInRange(n, b_.CreateAdd(f0, b_.getInt64(k)));
     };
     if (outer_dims_.empty() || V_ == 1) {
       scalar_elements();
@@ -564,21 +568,13 @@ class CudaKernelEmitter : public KernelEmitterBase {
     auto group = [&] {
       EmitIf(b_.CreateICmpULT(f0, n), [&] {
         Decompose(f0, outer_dims_);
-        Value* first = vars_[last];
         group_ = 0;
         group_loads_.assign(1, {});
         if (plan_.lane_loop) {
-          EmitGroupLaneLoop(last, first);
+          EmitGroupLaneLoop(last, vars_[last]);
           return;
         }
-        for (int k = 0; k < V_; ++k) {
-          memo_.emplace_back();
-          lane_ = k;
-          vars_[last] = b_.CreateAdd(first, b_.getInt64(k));
-          EmitPointwiseStages(nullptr);
-          memo_.pop_back();
-        }
-        lane_ = -1;
+        EmitGroupLanes(last);
       });
     };
     EmitIfElse(Grouped(), group, scalar_elements);
