@@ -10,7 +10,7 @@
 # with 4 elements per thread (--pointwise_vector_width=4, 128-bit accesses,
 # the body unrolled 4 times), 2 (64-bit, twice) and 1 (scalar, once), each
 # twice in turn, compile time and run time, next to Inductor in the same run
-# (why gpu_launch.h keeps 4).
+# (why gpu_launch.h keeps 4 over large ranges).
 #
 # pwgroups: chain-N on 2^26 float32 (N = 1..30, accurate and fast_math)
 # with 1, 2 and 4 groups of 4 elements per thread (--pointwise_groups=G:
@@ -31,34 +31,27 @@ g=$(mktemp -d)
 sections=("$@")
 run_section() { [[ ${#sections[@]} -eq 0 || " ${sections[*]} " == *" $1 "* ]]; }
 
-if run_section vecwidth; then
+# chain-N on 2^26 float32 (N = 1..30, accurate and fast_math) with each
+# value of cuda_bench's --FLAG, every value twice in turn, then Inductor.
+#   sweep FLAG NAME_TAG VALUE...
+sweep() {
+  local flag=$1 tag=$2
+  shift 2
   for n in 1 5 10 15 20 30; do
     $py "$root/examples/graphs/gen_chain.py" $n --rows 65536 --cols 1024 >"$g/c$n.json"
     for fm in "" --fast_math; do
       for rep in 1 2; do
-        for vw in 4 2 1; do
-          "$bench" bandwidth "$g/c$n.json" --name=chain${n}${fm:+_fastmath}_vec$vw $fm \
-            --pointwise_vector_width=$vw --calls=20 --batches=10 | grep -E "kiln_us|compile_ms|kiln_err"
+        for v in "$@"; do
+          "$bench" bandwidth "$g/c$n.json" --name=chain${n}${fm:+_fastmath}_$tag$v $fm \
+            --$flag=$v --calls=20 --batches=10 | grep -E "kiln_us|compile_ms|kiln_err"
         done
       done
     done
     $py "$here/torch_bench.py" chain chain$n $n 67108864 | grep -E "inductor_us|copy_us"
   done
-fi
-if run_section pwgroups; then
-  for n in 1 5 10 15 20 30; do
-    $py "$root/examples/graphs/gen_chain.py" $n --rows 65536 --cols 1024 >"$g/c$n.json"
-    for fm in "" --fast_math; do
-      for rep in 1 2; do
-        for pg in 1 2 4; do
-          "$bench" bandwidth "$g/c$n.json" --name=chain${n}${fm:+_fastmath}_groups$pg $fm \
-            --pointwise_groups=$pg --calls=20 --batches=10 | grep -E "kiln_us|compile_ms"
-        done
-      done
-    done
-    $py "$here/torch_bench.py" chain chain$n $n 67108864 | grep -E "inductor_us|copy_us"
-  done
-fi
+}
+if run_section vecwidth; then sweep pointwise_vector_width vec 4 2 1; fi
+if run_section pwgroups; then sweep pointwise_groups groups 1 2 4; fi
 if run_section lanes; then
   for n in 1 5 10 15 20 30; do
     $py "$root/examples/graphs/gen_chain.py" $n --rows 65536 --cols 1024 >"$g/c$n.json"
