@@ -178,6 +178,10 @@ absl::Status BuildCudaBinary(const Graph& graph, const FusedProgram& fused,
   options.plan.lane_loop = env.gpu_lane_loop;
   if (env.gpu_pointwise_vector_width > 0)
     options.plan.pointwise_vector_width = env.gpu_pointwise_vector_width;
+  if (env.gpu_one_element_per_thread_max >= 0) {
+    options.plan.one_element_per_thread_max =
+        env.gpu_one_element_per_thread_max;
+  }
   if (env.gpu_pointwise_groups_per_thread > 0) {
     options.plan.pointwise_groups_per_thread =
         env.gpu_pointwise_groups_per_thread;

@@ -50,6 +50,9 @@ struct CompileEnv {
   // (GpuPlanOptions::pointwise_groups_per_thread; 0: the default). For
   // benchmarks.
   int gpu_pointwise_groups_per_thread = 0;
+  // CUDA: GpuPlanOptions::one_element_per_thread_max (-1: the default). For
+  // benchmarks.
+  int64_t gpu_one_element_per_thread_max = -1;
   // CUDA: split reductions over few long rows (split_reductions.h). Off
   // only to measure what the split gains.
   bool gpu_split_reductions = true;

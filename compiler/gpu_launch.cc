@@ -81,7 +81,7 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
       // A small static range is one partial wave whatever the width: one
       // element per thread emits the body once instead of four times.
       plan.vector_width =
-          range && *range <= kMaxPointwiseRangeOfOneElement ? 1 : 4;
+          range && *range <= options.one_element_per_thread_max ? 1 : 4;
     }
     plan.groups_per_thread = options.pointwise_groups_per_thread;
     if (plan.groups_per_thread <= 0) {
@@ -109,11 +109,18 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
   if (static_row && row <= kMaxPersistentRow) {
     plan.form = GpuKernelPlan::Form::kPersistentRow;
     plan.row_size = row;
-    // Groups of 4 need the last inner dim (and so the row) to split evenly.
-    plan.vector_width = (last_inner && *last_inner % 4 == 0) ? 4 : 1;
+    // A kernel of at most options.one_element_per_thread_max
+    // (kMaxOneElementPerThread) elements in all takes
+    // groups of one, one per thread where the row allows (the body emitted
+    // once). Otherwise groups of 4 where the last inner dim (and so the
+    // row) splits evenly.
+    const std::optional<int64_t> rows = kernel.OuterRange().AsConstant();
+    const bool small =
+        rows && *rows * row <= options.one_element_per_thread_max;
+    plan.vector_width = !small && last_inner && *last_inner % 4 == 0 ? 4 : 1;
     const int64_t groups = (row + plan.vector_width - 1) / plan.vector_width;
-    int64_t threads =
-        NextPow2((groups + groups_per_thread - 1) / groups_per_thread);
+    const int64_t aim = small ? 1 : groups_per_thread;
+    int64_t threads = NextPow2((groups + aim - 1) / aim);
     if (threads <= 32) {
       plan.threads_per_row = 32;
       plan.block_threads = 128;

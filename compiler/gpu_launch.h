@@ -9,18 +9,18 @@
 //                   else scalar accesses. 256 threads per block (8 warps),
 //                   grid = ceil(range / (256 * vector_width *
 //                   groups_per_thread)). One element per thread for a
-//                   static range of at most kMaxPointwiseRangeOfOneElement
+//                   static range of at most kMaxOneElementPerThread
 //                   (the launch-overhead graphs: fewer blocks than SMs
 //                   either way), else four elements per group, even
 //                   for long bodies whose four unrolled copies make ptxas
 //                   slow: measured on an H100 (bench/README.md, "Elements
 //                   per thread"), 2 or 1 per thread compile chain-30 in
 //                   ~30% less time but run 3-15% (2) and 8-40% (1) slower
-//                   on every chain over 2^26 elements, as the four independent elements are
-//                   the ILP and the bytes in flight these kernels need. With
-//                   `lane_loop` (benchmarks only) a group's lanes run in a
-//                   loop instead of being unrolled: the body is compiled
-//                   once instead of vector_width times. Measured on an
+//                   on every chain over 2^26 elements, as the four independent
+//                   elements are the ILP and the bytes in flight these kernels
+//                   need. With `lane_loop` (benchmarks only) a group's lanes
+//                   run in a loop instead of being unrolled: the body is
+//                   compiled once instead of vector_width times. Measured on an
 //                   H200 (bench/README.md): chain-30 compiles in 63 ms
 //                   instead of 103 but runs 12% slower (issue-bound: the
 //                   lane selects add instructions; 34 registers instead of
@@ -45,7 +45,9 @@
 //                   (softmax reads its input once): each of the row's
 //                   `threads_per_row` threads holds `groups_per_thread`
 //                   (about kDefaultGroupsPerThread) groups of
-//                   `vector_width` consecutive elements. Short rows take
+//                   `vector_width` consecutive elements (groups of one,
+//                   about one per thread, in a kernel of at most
+//                   kMaxOneElementPerThread elements). Short rows take
 //                   one warp each, four rows per
 //                   block, reduced with warp shuffles only; longer rows take
 //                   a block of 128..1024 threads, reduced with shuffles and
@@ -72,12 +74,14 @@ inline constexpr int64_t kMaxPersistentRow = 32768;
 // tanh, sigmoid, erf, pow, atan2, ...) keep one group per thread: the
 // second group's copy of the body would double ptxas's time for ~1%.
 inline constexpr int64_t kMaxMathCallsForPointwiseGroups = 4;
-// Static pointwise ranges this small take one element per thread: at most
-// 128 blocks of 256 threads, one partial wave on an H100's 132 SMs, so
-// wider groups only lengthen each thread's work (latency), while emitting
-// the body 4 times makes ptxas ~2x slower (chain-30 on 8x16: 51 KB of PTX
-// instead of 18).
-inline constexpr int64_t kMaxPointwiseRangeOfOneElement = 32768;
+// Kernels over a static range of at most this many elements in all take
+// one element per thread (pointwise), or groups of one, one per thread
+// where the row allows (persistent rows of up to 1024): a pointwise kernel
+// is at most 128 blocks of 256 threads, one partial wave on an H100's 132
+// SMs, so wider groups only lengthen each thread's work (latency), while
+// emitting the body 4 times makes ptxas ~2x slower (chain-30 on 8x16:
+// 51 KB of PTX instead of 18).
+inline constexpr int64_t kMaxOneElementPerThread = 32768;
 // Nor do smaller or dynamic ranges take two: a tile that is not whole runs
 // its elements one at a time (so the body is emitted once more, not twice),
 // which only the last of many tiles may.
@@ -134,6 +138,9 @@ struct GpuPlanOptions {
   // kPointwise: elements per group, 4, 2 or 1 (0: 4, or 1 for a small
   // static range, as described above).
   int pointwise_vector_width = 0;
+  // Static ranges of at most this many elements take one element per
+  // thread (kMaxOneElementPerThread; 0: none does).
+  int64_t one_element_per_thread_max = kMaxOneElementPerThread;
   // kPointwise: groups per thread (0: two or one, as described above).
   int pointwise_groups_per_thread = 0;
 };

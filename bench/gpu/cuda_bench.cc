@@ -15,7 +15,7 @@
 //
 // Variants (bench/gpu/experiments.sh): --fast_math (CompileOptions),
 // --groups_per_thread=N, --lane_loop=1, --pointwise_vector_width=4|2|1 and
-// --pointwise_groups=G
+// --pointwise_groups=G, --one_element_max=N (0: small kernels as large ones)
 // (GpuPlanOptions),
 // --split_reductions=0 (CompileEnv).
 //
@@ -57,6 +57,7 @@ struct Args {
   int lane_loop = 0;
   int pointwise_vector_width = 0;
   int pointwise_groups = 0;
+  int64_t one_element_max = -1;
   int split_reductions = 1;
 };
 
@@ -148,6 +149,8 @@ int Main(int argc, char** argv) {
       (void)absl::SimpleAtoi(arg, &a.lane_loop);
     } else if (absl::ConsumePrefix(&arg, "--pointwise_vector_width=")) {
       (void)absl::SimpleAtoi(arg, &a.pointwise_vector_width);
+    } else if (absl::ConsumePrefix(&arg, "--one_element_max=")) {
+      (void)absl::SimpleAtoi(arg, &a.one_element_max);
     } else if (absl::ConsumePrefix(&arg, "--pointwise_groups=")) {
       (void)absl::SimpleAtoi(arg, &a.pointwise_groups);
     } else if (absl::ConsumePrefix(&arg, "--split_reductions=")) {
@@ -175,6 +178,7 @@ int Main(int argc, char** argv) {
   env.gpu_lane_loop = a.lane_loop != 0;
   env.gpu_pointwise_vector_width = a.pointwise_vector_width;
   env.gpu_pointwise_groups_per_thread = a.pointwise_groups;
+  env.gpu_one_element_per_thread_max = a.one_element_max;
   env.gpu_split_reductions = a.split_reductions != 0;
   auto graph = ImportGraph(req.graph());
   if (!graph.ok()) return Fail(graph.status(), "import");

@@ -174,7 +174,7 @@ TEST(CudaGpu, RandomGraphsMatchReference) {
         graph_gen::RandomGraph(seed, random_graphs::Options());
     if (only >= 0) std::printf("%s\n", GraphJson(req.graph()).c_str());
     // The suite's tensors are small: static ones take one element per
-    // thread (kMaxPointwiseRangeOfOneElement). Half the seeds force groups
+    // thread (kMaxOneElementPerThread). Half the seeds force groups
     // of 4, aligned or not.
     CompileEnv env;
     if (seed / 2 % 2 == 1) env.gpu_pointwise_vector_width = 4;

@@ -145,7 +145,7 @@ TEST(CudaCodegen, ExampleGraphsCompileWithoutSpills) {
 }
 
 TEST(CudaCodegen, AlignedContiguousChainsUse128BitAccesses) {
-  // (Over a range too small for vectors, kMaxPointwiseRangeOfOneElement,
+  // (Over a range too small for vectors, kMaxOneElementPerThread,
   // there are none: the other test above.)
   auto aligned = Compile(Resized("chain10.json", {64, 1024}));
   ASSERT_TRUE(aligned.ok()) << aligned.status();
@@ -170,7 +170,7 @@ TEST(CudaCodegen, AlignedContiguousChainsUse128BitAccesses) {
 // static ranges take two groups, both loaded before either is computed;
 // heavy bodies, bodies without math calls, small or dynamic ranges and last
 // dims that do not split into groups take one; small static ranges take
-// one element per thread.
+// one element per thread, in pointwise kernels and in persistent rows.
 TEST(CudaCodegen, PointwiseElementsPerThread) {
   // x + 0.1: no math call.
   v1::CompileRequest chain1 = Resized("chain10.json", {256, 1024});
@@ -187,7 +187,7 @@ TEST(CudaCodegen, PointwiseElementsPerThread) {
       {"chain-10 on 256x1024", Resized("chain10.json", {256, 1024}), 2048},
       {"chain-30 on 256x1024", Resized("chain30.json", {256, 1024}), 1024},
       {"chain-1 on 256x1024", chain1, 1024},
-      // One element per thread (kMaxPointwiseRangeOfOneElement).
+      // One element per thread (kMaxOneElementPerThread).
       {"chain-10 on 8x16", Resized("chain10.json", {8, 16}), 256},
       {"chain-10 on 128x256", Resized("chain10.json", {128, 256}), 256},
       {"chain-10 on 129x256", Resized("chain10.json", {129, 256}), 1024},
@@ -207,6 +207,28 @@ TEST(CudaCodegen, PointwiseElementsPerThread) {
     ASSERT_NE(second_load, std::string::npos) << body;
     EXPECT_LT(second_load, body.find("st.global.v4.f32")) << body;
     EXPECT_EQ(SpillBytes(a->cuda().jit_log()), 0) << a->cuda().jit_log();
+  }
+  // chain-30 + sum on 8x16 (128 elements in all): one row of 128 threads,
+  // one element each, so the chain is emitted once (6 libdevice
+  // trigonometric calls: 3 sin, 3 cos); with the knob off, groups of 4.
+  for (int64_t one_element_max : {int64_t{-1}, int64_t{0}}) {
+    CompileEnv env;
+    env.gpu_one_element_per_thread_max = one_element_max;
+    auto summed = Compile(ForGpu(Request("chain30_sum.json")), env);
+    ASSERT_TRUE(summed.ok()) << summed.status();
+    const v1::Launch& l = summed->program().steps(0).launch();
+    const std::string body = FirstKernelBody(summed->cuda().ptx());
+    size_t calls = 0;
+    for (size_t at = body.find("call.uni"); at != std::string::npos;
+         at = body.find("call.uni", at + 1))
+      ++calls;
+    if (one_element_max < 0) {
+      EXPECT_EQ(l.block_threads(), 128);
+      EXPECT_EQ(calls, 6u) << body;
+    } else {
+      EXPECT_EQ(l.block_threads(), 128);  // four warps of one row each
+      EXPECT_EQ(calls, 24u) << body;
+    }
   }
 }
 
