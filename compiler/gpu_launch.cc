@@ -110,13 +110,13 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
     plan.form = GpuKernelPlan::Form::kPersistentRow;
     plan.row_size = row;
     // A kernel of at most options.one_element_per_thread_max
-    // (kMaxOneElementPerThread) elements in all takes
-    // groups of one, one per thread where the row allows (the body emitted
-    // once). Otherwise groups of 4 where the last inner dim (and so the
-    // row) splits evenly.
+    // (kMaxOneElementPerThread) elements in all, of rows a block can take
+    // one element per thread, takes groups of one, one per thread (the body
+    // emitted once). Otherwise groups of 4 where the last inner dim (and so
+    // the row) splits evenly.
     const std::optional<int64_t> rows = kernel.OuterRange().AsConstant();
-    const bool small =
-        rows && *rows * row <= options.one_element_per_thread_max;
+    const bool small = row <= 1024 && rows &&
+                       *rows * row <= options.one_element_per_thread_max;
     plan.vector_width = !small && last_inner && *last_inner % 4 == 0 ? 4 : 1;
     const int64_t groups = (row + plan.vector_width - 1) / plan.vector_width;
     const int64_t aim = small ? 1 : groups_per_thread;

@@ -76,7 +76,7 @@ inline constexpr int64_t kMaxPersistentRow = 32768;
 inline constexpr int64_t kMaxMathCallsForPointwiseGroups = 4;
 // Kernels over a static range of at most this many elements in all take
 // one element per thread (pointwise), or groups of one, one per thread
-// where the row allows (persistent rows of up to 1024): a pointwise kernel
+// (persistent rows of up to 1024 elements): a pointwise kernel
 // is at most 128 blocks of 256 threads, one partial wave on an H100's 132
 // SMs, so wider groups only lengthen each thread's work (latency), while
 // emitting the body 4 times makes ptxas ~2x slower (chain-30 on 8x16:
