@@ -150,8 +150,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
   }
 
   void EmitReduce(const Stage& st, int slot) {
-    const bool is_arg =
-        st.reduce == ReduceKind::kArgMax || st.reduce == ReduceKind::kArgMin;
+    const bool is_arg = IsArgReduce(st.reduce);
     const DType vdtype = is_arg ? st.value->dtype : st.acc_dtype;
     llvm::Type* ty = TypeOf(vdtype);
     // Accumulators live in allocas in the entry block; SROA makes them SSA.

@@ -704,7 +704,7 @@ class CudaKernelEmitter : public KernelEmitterBase {
         Value* acc = nullptr;
         Value* pos = nullptr;
         const DType vdtype = BeginReduce(st, &acc, &pos);
-        if (!IsArg(st.reduce)) {
+        if (!IsArgReduce(st.reduce)) {
           ForEachElement(
               [&](int j) { Accumulate(st, vdtype, valid_[j], &acc, &pos); });
           FinishReduce(st, acc_slot++, vdtype, acc, pos);
@@ -830,12 +830,9 @@ class CudaKernelEmitter : public KernelEmitterBase {
 
   // ---- reductions ----
 
-  bool IsArg(ReduceKind k) const {
-    return k == ReduceKind::kArgMax || k == ReduceKind::kArgMin;
-  }
-
   DType BeginReduce(const Stage& st, Value** acc, Value** pos) {
-    const DType vdtype = IsArg(st.reduce) ? st.value->dtype : st.acc_dtype;
+    const DType vdtype =
+        IsArgReduce(st.reduce) ? st.value->dtype : st.acc_dtype;
     *acc = InitValue(st.reduce, vdtype);
     *pos = b_.getInt64(0);
     return vdtype;
@@ -849,7 +846,7 @@ class CudaKernelEmitter : public KernelEmitterBase {
     Value* take = nullptr;
     Value* next = CombineStep(st.reduce, vdtype, *acc, v, &take);
     Value* next_pos = *pos;
-    if (IsArg(st.reduce))
+    if (IsArgReduce(st.reduce))
       next_pos =
           b_.CreateSelect(take, position ? position : InnerPosition(), *pos);
     if (valid) {
@@ -866,7 +863,7 @@ class CudaKernelEmitter : public KernelEmitterBase {
                    Value* pb) {
     Value* take = nullptr;
     Value* v = CombineStep(k, d, *a, b, &take);
-    if (!IsArg(k)) {
+    if (!IsArgReduce(k)) {
       *a = v;
       return;
     }
@@ -926,7 +923,7 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // Reduces (acc, pos) across the row's threads; every thread gets the
   // result.
   void CrossThreadReduce(ReduceKind k, DType d, Value** acc, Value** pos) {
-    const bool arg = IsArg(k);
+    const bool arg = IsArgReduce(k);
     auto warp_reduce = [&] {
       for (int m = 16; m >= 1; m /= 2) {
         Value* other = ShuffleXor(*acc, m);
@@ -975,7 +972,7 @@ class CudaKernelEmitter : public KernelEmitterBase {
   }
 
   void SetReduceResult(const Stage& st, int slot, Value* acc, Value* pos) {
-    const bool arg = IsArg(st.reduce);
+    const bool arg = IsArgReduce(st.reduce);
     acc_value_[slot] = arg ? pos : acc;
     acc_dtype_[slot] = arg ? DType::kInt64 : st.acc_dtype;
     if (st.finalize) {

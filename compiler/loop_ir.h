@@ -171,6 +171,11 @@ enum class ReduceKind : uint8_t {
   kAll
 };
 
+// argmax/argmin: the result is a position, kept next to the extreme value.
+inline bool IsArgReduce(ReduceKind k) {
+  return k == ReduceKind::kArgMax || k == ReduceKind::kArgMin;
+}
+
 struct LoopNode {
   enum class Kind : uint8_t { kInput, kPointwise, kReduction };
   Kind kind = Kind::kPointwise;

@@ -244,7 +244,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerReductionOver(
                             : ir::Cast(LowerContext::ReadBroadcast(in, space), compute);
   node.acc_dtype = IsFloating(compute) ? DType::kFloat32
                    : (kind == ReduceKind::kAny || kind == ReduceKind::kAll) ? DType::kBool
-                   : (kind == ReduceKind::kArgMax || kind == ReduceKind::kArgMin) ? compute
+                   : IsArgReduce(kind) ? compute
                                                                                    : DType::kInt64;
   if (finalize) {
     SymExpr count(1);

@@ -108,6 +108,18 @@ int AddTemp(FusedProgram& p, DType dtype, int64_t elements) {
   return static_cast<int>(p.buffers.size()) - 1;
 }
 
+// A stage storing `value` (of `dtype`) once per row, at `offset` of the
+// buffer in `slot`.
+Stage RowStore(Expr value, int slot, Expr offset, DType dtype) {
+  Stage st;
+  st.kind = Stage::Kind::kStoreOuter;
+  st.value = std::move(value);
+  st.buffer_slot = slot;
+  st.offset = std::move(offset);
+  st.store_dtype = dtype;
+  return st;
+}
+
 // The element stores (kStoreInner) of `k` as the pointwise kernel
 // `<name>_fp` over `buffers`, each once per element, `acc_to_row_temp`
 // turning each kAcc into a load of its row's finalized value.
@@ -163,8 +175,7 @@ std::optional<std::vector<Kernel>> Fission(const Kernel& k, FusedProgram& p) {
       continue;
     }
     if (st.kind != Stage::Kind::kReduce) continue;
-    if (st.reduce == ReduceKind::kArgMax || st.reduce == ReduceKind::kArgMin)
-      return std::nullopt;
+    if (IsArgReduce(st.reduce)) return std::nullopt;
     std::vector<int> accs;
     CollectAccs(st.value, accs);
     level[s] = 0;
@@ -235,13 +246,8 @@ std::optional<std::vector<Kernel>> Fission(const Kernel& k, FusedProgram& p) {
     }
     for (int s = 0; s < n; ++s) {
       if (level[s] != l || temp_slot[s] < 0) continue;
-      Stage st;
-      st.kind = Stage::Kind::kStoreOuter;
-      st.value = ir::Acc(renumber[s], finalized[s]);
-      st.buffer_slot = temp_slot[s];
-      st.offset = row_offset;
-      st.store_dtype = finalized[s];
-      f.stages.push_back(std::move(st));
+      f.stages.push_back(RowStore(ir::Acc(renumber[s], finalized[s]),
+                                  temp_slot[s], row_offset, finalized[s]));
     }
     if (l == max_level) {
       for (const Stage& orig : k.stages) {
@@ -314,10 +320,6 @@ Kernel CombineKernel(const Kernel& k, const SplitShape& shape, int64_t splits,
   return b;
 }
 
-bool IsArgReduce(ReduceKind r) {
-  return r == ReduceKind::kArgMax || r == ReduceKind::kArgMin;
-}
-
 // Appends the partial kernel and the combining kernel that replace `k`.
 //
 // An argmax/argmin's partial result is a pair: the chunk's extreme value (a
@@ -377,13 +379,7 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
     a.stages.push_back(std::move(st));
   }
   auto store = [&](Expr value, int slot, DType dtype) {
-    Stage st;
-    st.kind = Stage::Kind::kStoreOuter;
-    st.value = std::move(value);
-    st.buffer_slot = slot;
-    st.offset = partial_offset;
-    st.store_dtype = dtype;
-    a.stages.push_back(std::move(st));
+    a.stages.push_back(RowStore(std::move(value), slot, partial_offset, dtype));
   };
   for (int r = 0; r < shape.reductions; ++r) {
     const DType acc = k.stages[r].acc_dtype;
@@ -486,8 +482,7 @@ std::optional<Moments> CenteredMoments(const Kernel& k, int64_t row) {
   bool any = false;
   for (int r = 0; r < n; ++r) {
     const Stage& st = *reductions[r];
-    if (st.reduce == ReduceKind::kArgMax || st.reduce == ReduceKind::kArgMin)
-      return std::nullopt;
+    if (IsArgReduce(st.reduce)) return std::nullopt;
     if (!ir::ContainsOp(st.value, ExprOp::kAcc)) continue;
     // The combine below is float32 algebra, as the accumulators are.
     const Expr d = SquaredDeviation(st.value);
@@ -587,13 +582,9 @@ std::optional<std::vector<Kernel>> OnePassMoments(const Kernel& k,
     a.stages.push_back(std::move(st));
   }
   for (int r = 0; r < n; ++r) {
-    Stage st;
-    st.kind = Stage::Kind::kStoreOuter;
-    st.value = ir::Acc(r, reductions[r]->acc_dtype);
-    st.buffer_slot = partial_slot[r];
-    st.offset = partial_offset;
-    st.store_dtype = reductions[r]->acc_dtype;
-    a.stages.push_back(std::move(st));
+    const DType acc = reductions[r]->acc_dtype;
+    a.stages.push_back(
+        RowStore(ir::Acc(r, acc), partial_slot[r], partial_offset, acc));
   }
 
   // Combine: the original kernel over the S partials of each row, less its
@@ -644,13 +635,8 @@ std::optional<std::vector<Kernel>> OnePassMoments(const Kernel& k,
   const Expr row_offset =
       PartialOffset(outer_vars, shape->outer_sizes, 1, ir::IntConst(0));
   for (int q = 0; q < n; ++q) {
-    Stage st;
-    st.kind = Stage::Kind::kStoreOuter;
-    st.value = ir::Acc(q, finalized[q]);
-    st.buffer_slot = row_slot[q];
-    st.offset = row_offset;
-    st.store_dtype = finalized[q];
-    b.stages.push_back(std::move(st));
+    b.stages.push_back(RowStore(ir::Acc(q, finalized[q]), row_slot[q],
+                                row_offset, finalized[q]));
   }
   out.push_back(std::move(b));
   // The element stores, once per element, reading the row results.

@@ -55,6 +55,16 @@ def chain(n, with_sum):
     return f
 
 
+# Row-wise graphs over an x[rows, cols] float32, as gen_graphs.py's.
+ROW_OPS = {
+    "softmax": lambda x: torch.softmax(x, -1),
+    "sum": lambda x: x.sum(-1),
+    "var": lambda x: x.var(-1),
+    "argmax": lambda x: x.argmax(-1),
+    "sum_amax": lambda x: (x.sum(-1), x.amax(-1)),
+}
+
+
 def timed(fn, inputs, calls=100, batches=20):
     for i in range(3):
         fn(*inputs[i % len(inputs)])
@@ -100,26 +110,9 @@ def main():
         n, elements = int(sys.argv[3]), int(sys.argv[4])
         report(name, chain(n, False),
                [(torch.randn(elements, device=dev),)])
-    elif mode == "softmax":
+    elif mode in ROW_OPS:
         r, c = int(sys.argv[3]), int(sys.argv[4])
-        report(name, lambda x: torch.softmax(x, -1),
-               [(torch.randn(r, c, device=dev),)])
-    elif mode == "sum":
-        r, c = int(sys.argv[3]), int(sys.argv[4])
-        report(name, lambda x: x.sum(-1),
-               [(torch.randn(r, c, device=dev),)])
-    elif mode == "var":
-        r, c = int(sys.argv[3]), int(sys.argv[4])
-        report(name, lambda x: x.var(-1),
-               [(torch.randn(r, c, device=dev),)])
-    elif mode == "argmax":
-        r, c = int(sys.argv[3]), int(sys.argv[4])
-        report(name, lambda x: x.argmax(-1),
-               [(torch.randn(r, c, device=dev),)])
-    elif mode == "sum_amax":
-        r, c = int(sys.argv[3]), int(sys.argv[4])
-        report(name, lambda x: (x.sum(-1), x.amax(-1)),
-               [(torch.randn(r, c, device=dev),)])
+        report(name, ROW_OPS[mode], [(torch.randn(r, c, device=dev),)])
     elif mode == "layernorm":
         r, c = int(sys.argv[3]), int(sys.argv[4])
         x = torch.randn(r, c, device=dev)
