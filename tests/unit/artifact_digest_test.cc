@@ -6,12 +6,13 @@
 // every digest; a change that is meant to change generated code re-records
 // them and says so in its commit:
 //
-//   KILN_RECORD_DIGESTS=tests/unit/testdata/artifact_digests.txt \
-//     build/tests/unit/artifact_digest_test
+//   KILN_RECORD_DIGESTS=$PWD/tests/unit/testdata/artifact_digests.txt
+//   build/tests/unit/artifact_digest_test
 //
 // The digest covers the serialized artifact (deterministic serialization)
-// without the two fields that legitimately vary: guard_key (it hashes the
-// compiler's own sources) and compile_seconds (wall time).
+// without the fields that legitimately vary: guard_key (it hashed the
+// compiler's own sources before issue 14), compile_seconds (wall time) and
+// CUDA's jit_log (it reports ptxas's time).
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -58,6 +59,8 @@ std::string ArtifactDigest(v1::CompileRequest request) {
     return absl::StrCat("error:", static_cast<int>(artifact.status().code()));
   artifact->clear_guard_key();
   artifact->clear_compile_seconds();
+  // nvJitLink's info log reports its own compile time.
+  if (artifact->has_cuda()) artifact->mutable_cuda()->clear_jit_log();
   std::string bytes;
   {
     google::protobuf::io::StringOutputStream stream(&bytes);
