@@ -112,18 +112,26 @@ absl::Status DecodeValue(const Sha256Digest& key, absl::string_view value,
 
 std::string EncodeIndexRecord(const IndexRecord& record) {
   std::string out;
-  out.reserve(40);
+  out.reserve(40 + kKeySize);
   PutFixed64(&out, record.access_seq);
   PutFixed64(&out, static_cast<uint64_t>(record.access_unix_micros));
   PutFixed64(&out, record.bytes);
   PutFixed64(&out, DoubleBits(record.compile_seconds));
   PutFixed64(&out, static_cast<uint64_t>(record.created_unix_micros));
+  if (record.label) {
+    out.append(reinterpret_cast<const char*>(record.label->data()),
+               record.label->size());
+  }
   return out;
 }
 
 std::optional<IndexRecord> DecodeIndexRecord(absl::string_view bytes) {
-  if (bytes.size() != 40) return std::nullopt;
+  if (bytes.size() != 40 && bytes.size() != 40 + kKeySize) return std::nullopt;
   IndexRecord record;
+  if (bytes.size() == 40 + kKeySize) {
+    record.label.emplace();
+    std::memcpy(record.label->data(), bytes.data() + 40, kKeySize);
+  }
   record.access_seq = GetFixed64(bytes.data());
   record.access_unix_micros =
       static_cast<int64_t>(GetFixed64(bytes.data() + 8));

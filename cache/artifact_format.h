@@ -70,16 +70,17 @@ struct DecodedValue {
 absl::Status DecodeValue(const Sha256Digest& key, absl::string_view value,
                          DecodedValue* decoded);
 
-// "access" column family value, 40 bytes:
+// "access" column family value, 40 bytes, or 72 with a label:
 //   0 fixed64 access sequence (LRU clock)  8 fixed64 last access, unix micros
 //  16 fixed64 entry bytes                 24 fixed64 compile seconds (double)
-//  32 fixed64 created, unix micros
+//  32 fixed64 created, unix micros        40 label (32 bytes, optional)
 struct IndexRecord {
   uint64_t access_seq = 0;
   int64_t access_unix_micros = 0;
   uint64_t bytes = 0;
   double compile_seconds = 0;
   int64_t created_unix_micros = 0;
+  std::optional<Sha256Digest> label;  // PutMetadata::label
 };
 std::string EncodeIndexRecord(const IndexRecord& record);
 std::optional<IndexRecord> DecodeIndexRecord(absl::string_view bytes);

@@ -697,6 +697,7 @@ absl::Status ArtifactStore::Impl::Put(const Sha256Digest& key,
   IndexRecord record;
   record.bytes = entry_bytes;
   record.compile_seconds = metadata.compile_seconds;
+  record.label = metadata.label;
   record.access_unix_micros = absl::ToUnixMicros(now);
   record.created_unix_micros = record.access_unix_micros;
   rocksdb::WriteBatch batch;
@@ -974,6 +975,7 @@ std::vector<EntryInfo> ArtifactStore::Impl::List() const {
     info.access_seq = record.access_seq;
     info.last_access = absl::FromUnixMicros(record.access_unix_micros);
     info.compile_seconds = record.compile_seconds;
+    info.label = record.label;
     entries.push_back(info);
   }
   return entries;

@@ -133,6 +133,10 @@ struct PutMetadata {
   // How long the compile that produced the payload took. Each hit adds it to
   // CacheStats::compile_seconds_saved.
   double compile_seconds = 0;
+  // An optional 32-byte label kept in the entry's index record and returned
+  // by List() (kilnd: the request key the entry was compiled for, where the
+  // entry's own key also covers the compiler's identity).
+  std::optional<Sha256Digest> label;
 };
 
 // A verified entry returned by Get.
@@ -149,6 +153,7 @@ struct EntryInfo {
   uint64_t access_seq = 0;  // logical clock of the last Put or hit
   absl::Time last_access;   // wall time of the last Put or hit
   double compile_seconds = 0;
+  std::optional<Sha256Digest> label;  // PutMetadata::label
 };
 
 // Counters, as the server publishes them. A plain value: a snapshot.

@@ -156,9 +156,9 @@ class ClientImpl final : public Client {
     v1::Artifact compiled;
   };
 
-  // The guard key of `request`, computed here exactly as the server does
-  // (same compiler identity); a client of another build simply misses and
-  // compiles. Importing the graph dominates a repeated call (17 ms for a
+  // The request key of `request`, computed here exactly as the server does;
+  // it does not depend on this client's build (kilnd adds its compiler
+  // identity when it stores and looks up). Importing the graph dominates a repeated call (17 ms for a
   // 4 800-node graph), so keys are remembered by the SHA-256 of the
   // request's bytes: equal bytes are an equal request, hence an equal key; a
   // request that serializes differently is only a miss here, never a wrong

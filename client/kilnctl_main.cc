@@ -493,7 +493,10 @@ int Explain(v1::Kiln::Stub& stub, const std::string& path) {
   v1::ExplainKeyResponse resp;
   if (grpc::Status s = stub.ExplainKey(&ctx, *req, &resp); !s.ok())
     return Fail(absl::StrCat("explain ", path), s);
-  std::cout << "key " << Hex(resp.guard_key()) << "\n";
+  // The request key (what any client computes), then what kilnd adds.
+  std::cout << "key " << Hex(resp.guard_key()) << "\n"
+            << "compiler " << resp.compiler_identity() << "\n"
+            << "store key " << Hex(resp.store_key()) << "\n";
   for (const auto& c : resp.components()) {
     std::cout << "\n"
               << c.name() << "  " << Hex(c.hash()).substr(0, 16) << "\n";
@@ -524,11 +527,12 @@ int Ls(v1::Kiln::Stub& stub) {
   for (const auto& e : resp.entries()) {
     total += e.bytes();
     std::cout << absl::StrFormat(
-        "%-64s %10d %11.1f  %s\n", Hex(e.guard_key()), e.bytes(),
+        "%-64s %10d %11.1f  %s%s\n", Hex(e.guard_key()), e.bytes(),
         e.compile_seconds() * 1e3,
         absl::FormatTime("%Y-%m-%d %H:%M:%S",
                          absl::FromUnixMillis(e.last_access_unix_ms()),
-                         absl::UTCTimeZone()));
+                         absl::UTCTimeZone()),
+        e.other_compiler() ? "  (another compiler build: not served)" : "");
   }
   std::cout << resp.entries_size()
             << (resp.entries_size() == 1 ? " entry, " : " entries, ")

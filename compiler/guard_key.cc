@@ -17,14 +17,13 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "compiler/op_registry.h"
-#include "kiln/compiler_identity.inc"
 
 namespace kiln {
 namespace {
 
 // Bumped whenever the canonical encoding below changes meaning, so keys of
 // an older encoding can never collide with keys of a newer one.
-constexpr absl::string_view kFormat = "kiln-guard-key-v1";
+constexpr absl::string_view kFormat = "kiln-request-key-v1";
 
 // Symbols whose canonical number is not known yet.
 constexpr int kUnnumbered = -1;
@@ -571,8 +570,6 @@ KeyComponent MakeComponent(std::string name, std::string canonical) {
 
 }  // namespace
 
-const char* CompilerIdentity() { return KILN_COMPILER_IDENTITY; }
-
 std::vector<KeyComponent> ExplainKey(const Graph& graph,
                                      const v1::Target& target,
                                      const v1::CompileOptions& options) {
@@ -580,7 +577,6 @@ std::vector<KeyComponent> ExplainKey(const Graph& graph,
   canon.Run();
   std::vector<KeyComponent> components;
   components.push_back(MakeComponent("format", std::string(kFormat)));
-  components.push_back(MakeComponent("compiler", CompilerIdentity()));
   components.push_back(MakeComponent("graph", canon.GraphText()));
   for (int i = 0; i < static_cast<int>(graph.inputs.size()); ++i) {
     components.push_back(

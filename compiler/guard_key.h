@@ -1,12 +1,15 @@
-// The guard key: SHA-256 over a canonical encoding of everything that
-// decides the generated code (DESIGN.md, decision 2), and nothing about the
-// calling process (no names, device ordinals, storage offsets, paths, time).
+// The guard key, also called the request key: SHA-256 over a canonical
+// encoding of everything in a request that decides the generated code
+// (DESIGN.md, decisions 2 and 11), and nothing about the calling process (no
+// names, device ordinals, storage offsets, paths, time) nor about the build
+// that computes it: clients of any build compute the same key. kilnd stores
+// an artifact under the request key combined with its compiler's identity
+// (compiler/compiler_identity.h, StoreKey), so a changed compiler never
+// serves an older one's artifact.
 //
 // Components, each a readable canonical text hashed on its own so two keys
 // can be diffed part by part (`kilnctl explain`):
-//   format      the key format version ("kiln-guard-key-v1")
-//   compiler    the compiler's identity (hash of its sources + LLVM/CUDA
-//               versions, fixed at build time)
+//   format      the key format version ("kiln-request-key-v1")
 //   graph       the canonical graph. Each node gets a structural (Merkle)
 //               hash of its op and arguments, a tensor argument standing for
 //               "input i" or (producer's hash, output index); and a use hash
@@ -53,7 +56,7 @@ namespace kiln {
 using GuardKey = Sha256Digest;
 
 struct KeyComponent {
-  std::string name;       // "format", "compiler", "graph", "input.0", ...
+  std::string name;       // "format", "graph", "input.0", ...
   std::string canonical;  // readable canonical encoding of the part
   Sha256Digest hash;      // SHA-256 of `canonical`
 };
@@ -68,9 +71,6 @@ GuardKey ComputeGuardKey(const Graph& graph, const v1::Target& target,
 
 // The key from its components (what ComputeGuardKey does after ExplainKey).
 GuardKey CombineKeyComponents(const std::vector<KeyComponent>& components);
-
-// The compiler identity baked in at build time (64 hex characters).
-const char* CompilerIdentity();
 
 }  // namespace kiln
 

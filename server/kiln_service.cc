@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/compile.h"
+#include "compiler/compiler_identity.h"
 #include "compiler/guard_key.h"
 #include "compiler/import.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -61,6 +62,8 @@ KilnService::KilnService(ArtifactStore* store,
                          const KilnServiceOptions& options)
     : store_(store),
       options_(options),
+      identity_(options.compiler_identity.empty() ? CompilerIdentity()
+                                                  : options.compiler_identity),
       pool_(std::make_unique<CompilePool>(options.compile_threads,
                                           options.max_queued_compiles)),
       hot_(options.hot_cache_bytes) {}
@@ -68,6 +71,10 @@ KilnService::KilnService(ArtifactStore* store,
 KilnService::~KilnService() { Drain(); }
 
 void KilnService::Drain() { pool_.reset(); }
+
+Sha256Digest KilnService::StoreKeyOf(const Sha256Digest& request_key) const {
+  return StoreKey(request_key, identity_);
+}
 
 std::shared_ptr<const HotArtifact> KilnService::FindHot(const Sha256Digest& key,
                                                         bool* from_memory) {
@@ -112,6 +119,7 @@ std::shared_ptr<const v1::Artifact> KilnService::FromCache(
 }
 
 void KilnService::RunCompile(const v1::CompileRequest& request,
+                             const Sha256Digest& request_key,
                              const Sha256Digest& key) {
   // Another leader may have finished between our cache miss and Join.
   if (auto cached = FromCache(key)) {
@@ -131,6 +139,7 @@ void KilnService::RunCompile(const v1::CompileRequest& request,
   artifact->SerializeToString(&payload);
   PutMetadata meta;
   meta.compile_seconds = artifact->compile_seconds();
+  meta.label = request_key;
   if (absl::Status s = store_->Put(key, payload, meta); !s.ok()) {
     // Serve the artifact anyway; the next request compiles again.
     spdlog::error("event=cache_put_failed key={} status=\"{}\"",
@@ -152,9 +161,11 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
                  graph.status().ToString());
     return Done("Compile", ToGrpc(graph.status()));
   }
-  const GuardKey key = ComputeGuardKey(*graph, req->target(), req->options());
-  const std::string key_hex = DigestToHex(key).substr(0, 16);
-  resp->set_guard_key(KeyBytes(key));
+  const GuardKey request_key =
+      ComputeGuardKey(*graph, req->target(), req->options());
+  const Sha256Digest key = StoreKeyOf(request_key);
+  const std::string key_hex = DigestToHex(request_key).substr(0, 16);
+  resp->set_guard_key(KeyBytes(request_key));
 
   v1::CompileResponse::Outcome outcome = v1::CompileResponse::HIT;
   bool from_memory = false;
@@ -178,7 +189,9 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
       // caller that gives up does not cancel it for the others.
       auto request = std::make_shared<v1::CompileRequest>(*req);
       if (!pool_ ||
-          !pool_->Submit([this, request, key] { RunCompile(*request, key); })) {
+          !pool_->Submit([this, request, request_key, key] {
+            RunCompile(*request, request_key, key);
+          })) {
         inflight_.Finish(key, absl::ResourceExhaustedError(
                                   "the compile queue is full; retry with "
                                   "backoff (a few seconds)"));
@@ -269,12 +282,13 @@ absl::StatusOr<std::shared_ptr<const HotArtifact>> KilnService::LookupKey(
                           static_cast<int>(request_bytes.size()))) {
     return absl::InvalidArgumentError("the request is not a LookupRequest");
   }
-  Sha256Digest key{};
-  if (req.guard_key().size() != key.size()) {
+  Sha256Digest request_key{};
+  if (req.guard_key().size() != request_key.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "guard_key must be 32 bytes, got ", req.guard_key().size()));
   }
-  std::memcpy(key.data(), req.guard_key().data(), key.size());
+  std::memcpy(request_key.data(), req.guard_key().data(), request_key.size());
+  const Sha256Digest key = StoreKeyOf(request_key);
   bool from_memory = false;
   std::shared_ptr<const HotArtifact> hot = FindHot(key, &from_memory);
   if (!hot) {
@@ -289,7 +303,7 @@ absl::StatusOr<std::shared_ptr<const HotArtifact>> KilnService::LookupKey(
 grpc::Status KilnService::GetServerInfo(grpc::ServerContext*,
                                         const v1::GetServerInfoRequest*,
                                         v1::ServerInfo* resp) {
-  resp->set_version(CompilerIdentity());
+  resp->set_version(identity_);
   if (hit_socket_.tcp_port() != 0 || !hit_socket_.unix_path().empty())
     *resp->mutable_hit_socket() = hit_socket_;
   return Done("GetServerInfo", grpc::Status::OK);
@@ -336,7 +350,12 @@ grpc::Status KilnService::ListEntries(grpc::ServerContext*,
   for (const EntryInfo& e : store_->List()) {
     if (req->limit() > 0 && resp->entries_size() >= req->limit()) break;
     auto* out = resp->add_entries();
-    out->set_guard_key(KeyBytes(e.key));
+    // This compiler's entries are listed by request key (what Compile
+    // returns and Lookup takes); entries another build compiled (same data
+    // dir, another identity) by their store key, marked as such.
+    const bool ours = e.label && StoreKeyOf(*e.label) == e.key;
+    out->set_guard_key(KeyBytes(ours ? *e.label : e.key));
+    out->set_other_compiler(!ours);
     out->set_bytes(e.bytes);
     out->set_compile_seconds(e.compile_seconds);
     out->set_last_access_unix_ms(absl::ToUnixMillis(e.last_access));
@@ -364,6 +383,10 @@ grpc::Status KilnService::Evict(grpc::ServerContext*,
                              "guard_key must be 32 bytes (or set all)"));
   }
   std::memcpy(key.data(), req->guard_key().data(), key.size());
+  // A request key names this compiler's entry; a key ListEntries marked
+  // other_compiler is a store key already.
+  if (const Sha256Digest ours = StoreKeyOf(key); store_->Contains(ours))
+    key = ours;
   const bool present = store_->Contains(key);
   absl::Status s = store_->Delete(key);
   hot_.Erase(key);
@@ -385,7 +408,10 @@ grpc::Status KilnService::ExplainKey(grpc::ServerContext*,
     out->set_canonical(c.canonical);
     out->set_hash(KeyBytes(c.hash));
   }
-  resp->set_guard_key(KeyBytes(CombineKeyComponents(parts)));
+  const GuardKey request_key = CombineKeyComponents(parts);
+  resp->set_guard_key(KeyBytes(request_key));
+  resp->set_compiler_identity(identity_);
+  resp->set_store_key(KeyBytes(StoreKeyOf(request_key)));
   return Done("ExplainKey", grpc::Status::OK);
 }
 

@@ -37,6 +37,10 @@ struct KilnServiceOptions {
   // Budget of HotArtifacts (artifact bytes plus a small per-entry charge);
   // 0 serves every hit from the store.
   uint64_t hot_cache_bytes = uint64_t{256} << 20;
+  // The identity artifacts are stored under, with the request key
+  // (compiler/compiler_identity.h). Empty: this build's CompilerIdentity().
+  // Tests set another to stand for a kilnd of another build.
+  std::string compiler_identity;
 };
 
 class KilnService final
@@ -87,6 +91,8 @@ class KilnService final
   void set_metrics(ServerMetrics* metrics) { metrics_ = metrics; }
 
  private:
+  // Keys here are store keys: (request key, compiler identity) as
+  // StoreKeyOf makes them.
   // The cached artifact for key, if any (a corrupt entry reads as none),
   // from HotArtifacts when the store still holds that entry (then sets
   // *from_memory), else read from the store and kept in HotArtifacts. Counts
@@ -100,13 +106,18 @@ class KilnService final
   absl::StatusOr<std::shared_ptr<const HotArtifact>> LookupKey(
       absl::string_view request_bytes);
   // Runs on a compile thread: compile, store, publish to the flight.
-  void RunCompile(const v1::CompileRequest& request, const Sha256Digest& key);
+  void RunCompile(const v1::CompileRequest& request,
+                  const Sha256Digest& request_key,
+                  const Sha256Digest& store_key);
+  // Where this kilnd stores the artifact for a request key.
+  Sha256Digest StoreKeyOf(const Sha256Digest& request_key) const;
 
   grpc::Status Done(const char* method, grpc::Status status);
 
   ArtifactStore* const store_;
   ServerMetrics* metrics_ = nullptr;
   const KilnServiceOptions options_;
+  const std::string identity_;  // options_.compiler_identity or the build's
   InflightCompiles inflight_;
   std::unique_ptr<CompilePool> pool_;
   HotArtifacts hot_;

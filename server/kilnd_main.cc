@@ -59,6 +59,9 @@ ABSL_FLAG(int32_t, hit_max_connections, 256,
           "and those clients use gRPC");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound port here once serving (for tests and scripts)");
+ABSL_FLAG(std::string, compiler_identity, "",
+          "for tests: store artifacts under this compiler identity instead "
+          "of this build's (stands for a kilnd of another build)");
 
 namespace kiln {
 namespace {
@@ -122,6 +125,7 @@ int Main(int argc, char** argv) {
       absl::Seconds(absl::GetFlag(FLAGS_max_deadline_seconds));
   options.hot_cache_bytes = static_cast<uint64_t>(
       std::max<int64_t>(0, absl::GetFlag(FLAGS_hot_cache_bytes)));
+  options.compiler_identity = absl::GetFlag(FLAGS_compiler_identity);
   KilnService service(store->get(), options);
   // The exposer holds collectables weakly: this shared_ptr keeps it alive.
   auto metrics = std::make_shared<ServerMetrics>(

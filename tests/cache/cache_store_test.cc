@@ -106,6 +106,44 @@ TEST(ArtifactStoreTest, EntriesSurviveCloseAndReopen) {
   }
 }
 
+// A Put's label comes back from List(), across hits (which rewrite the
+// index record) and reopening; entries put without one list none.
+TEST(ArtifactStoreTest, LabelsSurviveHitsAndReopen) {
+  TempDir dir;
+  const ArtifactStoreOptions options = TestOptions(dir.Sub("db"), kLarge);
+  const Sha256Digest labelled = KeyFor("labelled"), plain = KeyFor("plain");
+  const Sha256Digest label = KeyFor("the request key");
+  {
+    auto store = OpenOrDie(options);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store
+                    ->Put(labelled, PayloadFor(labelled, 100),
+                          {.compile_seconds = 1, .label = label})
+                    .ok());
+    ASSERT_TRUE(store->Put(plain, PayloadFor(plain, 100), {}).ok());
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->Get(labelled).ok());
+    ASSERT_TRUE(store->Flush().ok());
+  }
+  for (int reopen = 0; reopen < 2; ++reopen) {
+    auto store = OpenOrDie(options);
+    ASSERT_NE(store, nullptr);
+    int seen = 0;
+    for (const EntryInfo& info : store->List()) {
+      if (info.key == labelled) {
+        ASSERT_TRUE(info.label.has_value());
+        EXPECT_EQ(*info.label, label);
+        ++seen;
+      } else {
+        EXPECT_EQ(info.key, plain);
+        EXPECT_FALSE(info.label.has_value());
+        ++seen;
+      }
+    }
+    EXPECT_EQ(seen, 2);
+    ASSERT_TRUE(store->Get(labelled).ok());
+  }
+}
+
 TEST(ArtifactStoreTest, ListReportsEntriesLeastRecentlyUsedFirst) {
   TempDir dir;
   auto store = OpenOrDie(TestOptions(dir.Sub("db"), kLarge));

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "client/cpu_executable.h"
 #include "compiler/cpu_backend.h"
+#include "compiler/guard_key.h"
 #include "compiler/import.h"
 #include "compiler/reference.h"
 #include "google/protobuf/util/json_util.h"
@@ -205,6 +206,98 @@ TEST_F(KilndTest, LookupListEvictExplain) {
   EXPECT_EQ(Stats(*stub).entries(), 0u);
   ASSERT_TRUE(Call(*stub, req, &resp).ok());
   EXPECT_EQ(resp.outcome(), v1::CompileResponse::COMPILED);
+}
+
+// The request key is the client's; the compiler identity is the server's
+// (issue 14, DESIGN.md decision 11). This test binary computes request keys
+// with its own build while kilnd runs as another build (--compiler_identity):
+// the keys agree and Lookup hits. A kilnd of yet another build on the same
+// data dir never serves the first build's artifact: it compiles its own, and
+// lists the other as another compiler's entry.
+TEST_F(KilndTest, RequestKeyIsTheClientsCompilerIdentityTheServers) {
+  const v1::CompileRequest req = Request("softmax.json");
+  absl::StatusOr<Graph> graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok());
+  const GuardKey local = ComputeGuardKey(*graph, req.target(), req.options());
+  const std::string key(reinterpret_cast<const char*>(local.data()),
+                        local.size());
+  auto lookup = [&](v1::Kiln::Stub& stub) {
+    grpc::ClientContext ctx;
+    v1::LookupRequest lookup;
+    lookup.set_guard_key(key);
+    v1::LookupResponse found;
+    return stub.Lookup(&ctx, lookup, &found).error_code();
+  };
+  auto list = [&](v1::Kiln::Stub& stub) {
+    grpc::ClientContext ctx;
+    v1::ListEntriesResponse list;
+    EXPECT_TRUE(stub.ListEntries(&ctx, v1::ListEntriesRequest(), &list).ok());
+    return list;
+  };
+  std::string a_store_key;
+  {
+    Daemon a(data_dir(), port_file(), {"--compiler_identity=build-a"});
+    auto stub = a.Stub();
+    EXPECT_EQ(lookup(*stub), grpc::StatusCode::NOT_FOUND);
+    v1::CompileResponse resp;
+    ASSERT_TRUE(Call(*stub, req, &resp).ok());
+    EXPECT_EQ(resp.guard_key(), key);
+    EXPECT_EQ(lookup(*stub), grpc::StatusCode::OK);
+    grpc::ClientContext ctx;
+    v1::ExplainKeyResponse explain;
+    ASSERT_TRUE(stub->ExplainKey(&ctx, req, &explain).ok());
+    EXPECT_EQ(explain.guard_key(), key);
+    EXPECT_EQ(explain.compiler_identity(), "build-a");
+    EXPECT_EQ(explain.store_key().size(), 32u);
+    EXPECT_NE(explain.store_key(), key);
+    a_store_key = explain.store_key();
+  }
+  {
+    Daemon b(data_dir(), port_file(), {"--compiler_identity=build-b"});
+    auto stub = b.Stub();
+    EXPECT_EQ(lookup(*stub), grpc::StatusCode::NOT_FOUND);
+    v1::CompileResponse resp;
+    ASSERT_TRUE(Call(*stub, req, &resp).ok());
+    EXPECT_EQ(resp.outcome(), v1::CompileResponse::COMPILED);
+    EXPECT_EQ(resp.guard_key(), key);
+    const v1::ListEntriesResponse entries = list(*stub);
+    ASSERT_EQ(entries.entries_size(), 2);
+    int ours = 0, others = 0;
+    for (const auto& e : entries.entries()) {
+      if (e.other_compiler()) {
+        ++others;
+        EXPECT_EQ(e.guard_key(), a_store_key);
+      } else {
+        ++ours;
+        EXPECT_EQ(e.guard_key(), key);
+      }
+    }
+    EXPECT_EQ(ours, 1);
+    EXPECT_EQ(others, 1);
+  }
+  {
+    Daemon a(data_dir(), port_file(), {"--compiler_identity=build-a"});
+    auto stub = a.Stub();
+    EXPECT_EQ(lookup(*stub), grpc::StatusCode::OK);
+    // Evict by request key removes this build's entry only.
+    grpc::ClientContext ctx;
+    v1::EvictRequest evict;
+    evict.set_guard_key(key);
+    v1::EvictResponse evicted;
+    ASSERT_TRUE(stub->Evict(&ctx, evict, &evicted).ok());
+    EXPECT_EQ(evicted.evicted(), 1u);
+    EXPECT_EQ(lookup(*stub), grpc::StatusCode::NOT_FOUND);
+    const v1::ListEntriesResponse entries = list(*stub);
+    ASSERT_EQ(entries.entries_size(), 1);
+    EXPECT_TRUE(entries.entries(0).other_compiler());
+    // ... and another build's entry goes by the key ListEntries gives.
+    grpc::ClientContext ctx2;
+    v1::EvictRequest evict_other;
+    evict_other.set_guard_key(entries.entries(0).guard_key());
+    ASSERT_TRUE(stub->Evict(&ctx2, evict_other, &evicted).ok());
+    EXPECT_EQ(evicted.evicted(), 1u);
+    EXPECT_EQ(list(*stub).entries_size(), 0);
+  }
 }
 
 }  // namespace

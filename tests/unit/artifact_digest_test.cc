@@ -79,10 +79,9 @@ std::map<std::string, std::string> ComputeDigests() {
   targets.push_back({"sm_90", Sm90Target()});
 #endif
   std::map<std::string, std::string> digests;
-  for (const char* file :
-       {"chain10.json", "chain30.json", "chain30_sum.json",
-        "dynamic_batch.json", "layer_norm.json", "reduce_two_dims.json",
-        "softmax.json"}) {
+  for (const char* file : {"chain10.json", "chain30.json", "chain30_sum.json",
+                           "dynamic_batch.json", "layer_norm.json",
+                           "reduce_two_dims.json", "softmax.json"}) {
     for (const auto& [target_name, target] : targets) {
       v1::CompileRequest req = Request(file);
       *req.mutable_target() = target;

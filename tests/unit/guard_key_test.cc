@@ -2,6 +2,7 @@
 // rewrite that keeps the meaning of a request (renaming values or symbols,
 // reordering independent nodes, storage offsets, devices), different for
 // every change of a guarded property, and the same in every process.
+#include "compiler/compiler_identity.h"
 #include "compiler/guard_key.h"
 
 #include <dirent.h>
@@ -578,27 +579,45 @@ TEST(GuardKeyTest, ExplainMatchesKey) {
     names.push_back(c.name);
     EXPECT_EQ(c.hash, Sha256(c.canonical)) << c.name;
   }
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"format", "compiler", "graph", "input.0",
-                                      "symbols", "target", "options"}));
+  // No "compiler" component: the request key does not depend on the build
+  // that computes it (kilnd adds its identity in the store key).
+  EXPECT_EQ(names, (std::vector<std::string>{"format", "graph", "input.0",
+                                             "symbols", "target", "options"}));
   EXPECT_EQ(CombineKeyComponents(components),
             ComputeGuardKey(*graph, CpuTarget(), {}));
-  EXPECT_EQ(components[3].canonical,
+  EXPECT_EQ(components[2].canonical,
             "input 0: float32 rank 2 sizes [s0, 16] strides [16, 1] align<16");
   EXPECT_TRUE(absl::StrContains(
-      components[2].canonical, "= aten.sin.default(self=%1) : float32[s0, 16]"))
-      << components[2].canonical;
-  EXPECT_EQ(components[4].canonical,
+      components[1].canonical, "= aten.sin.default(self=%1) : float32[s0, 16]"))
+      << components[1].canonical;
+  EXPECT_EQ(components[3].canonical,
             "symbols 1\ns0: min 2 max inf multiple_of 1\n");
-  EXPECT_EQ(components[5].canonical,
+  EXPECT_EQ(components[4].canonical,
             "cpu triple=\"x86_64-unknown-linux-gnu\" cpu=\"x86-64-v3\" "
             "features=\"+avx2,+fma\"");
-  EXPECT_EQ(components[1].canonical, CompilerIdentity());
 }
 
 TEST(GuardKeyTest, CompilerIdentityIsAHash) {
   Sha256Digest d;
   EXPECT_TRUE(HexToDigest(CompilerIdentity(), &d)) << CompilerIdentity();
+}
+
+// The store key covers the request key and the compiler identity, each of
+// which changes it; the request key itself has no identity in it.
+TEST(GuardKeyTest, StoreKeyCoversRequestKeyAndIdentity) {
+  absl::StatusOr<Graph> graph = ImportGraph(ParseGraph(kDynamic));
+  ASSERT_TRUE(graph.ok());
+  const GuardKey key = ComputeGuardKey(*graph, CpuTarget(), {});
+  GuardKey other = key;
+  other[0] ^= 1;
+  EXPECT_EQ(StoreKey(key, CompilerIdentity()),
+            StoreKey(key, CompilerIdentity()));
+  EXPECT_NE(StoreKey(key, CompilerIdentity()), StoreKey(key, "another build"));
+  EXPECT_NE(StoreKey(key, CompilerIdentity()),
+            StoreKey(other, CompilerIdentity()));
+  EXPECT_NE(StoreKey(key, CompilerIdentity()), key);
+  for (const KeyComponent& c : ExplainKey(*graph, CpuTarget(), {}))
+    EXPECT_FALSE(absl::StrContains(c.canonical, CompilerIdentity())) << c.name;
 }
 
 TEST(GuardKeyTest, DifferentGraphsDifferentKeys) {
