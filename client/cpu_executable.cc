@@ -42,15 +42,23 @@ absl::StatusOr<std::unique_ptr<CpuExecutable>> CpuExecutable::LoadFromPieces(
   }
   std::memcpy(expected.data(), artifact.binary_sha256().data(),
               expected.size());
+  // The program is checked before any of the artifact's code is loaded.
+  if (absl::StatusOr<ProgramPlan> plan = PlanProgram(artifact, LaunchLimits{});
+      !plan.ok()) {
+    return plan.status();
+  }
   // LoadedLibrary::Load verifies the SHA-256 before the bytes are used.
   auto library = LoadedLibrary::Load(shared_object, expected);
   if (!library.ok()) return library.status();
   artifact.mutable_cpu()->clear_shared_object();  // kept without the binary
   std::unique_ptr<CpuExecutable> exe(
       new CpuExecutable(std::move(artifact), *std::move(library)));
-  for (const v1::Step& step : exe->artifact_.program().steps()) {
-    if (!step.has_launch()) continue;
-    auto sym = exe->library_.Symbol(step.launch().kernel());
+  // Planned again where the artifact now lives (the plan points into it).
+  absl::StatusOr<ProgramPlan> plan = PlanProgram(exe->artifact_, {});
+  if (!plan.ok()) return plan.status();
+  exe->plan_ = *std::move(plan);
+  for (const ProgramPlan::Launch& launch : exe->plan_.launches) {
+    auto sym = exe->library_.Symbol(*launch.kernel);
     if (!sym.ok()) return sym.status();
     exe->kernels_.push_back(reinterpret_cast<KernelFn>(*sym));
   }
@@ -82,74 +90,77 @@ absl::StatusOr<std::vector<HostTensor>> CpuExecutable::Run(
     absl::Span<const HostTensor> inputs, ThreadPool* pool) const {
   auto symbols = CheckGuards(inputs);
   if (!symbols.ok()) return symbols.status();
-  const v1::Program& program = artifact_.program();
-  std::vector<void*> buffers(program.buffers_size(), nullptr);
-  std::vector<HostTensor> outputs(artifact_.outputs_size());
-  for (int o = 0; o < artifact_.outputs_size(); ++o) {
-    const v1::OutputSpec& spec = artifact_.outputs(o);
+  std::vector<void*> buffers(plan_.element_size.size(), nullptr);
+  std::vector<HostTensor> outputs;
+  outputs.reserve(plan_.outputs.size());
+  for (const ProgramPlan::Output& out : plan_.outputs) {
     std::vector<int64_t> sizes;
-    for (const v1::SymPoly& s : spec.sizes())
+    for (const v1::SymPoly& s : out.spec->sizes())
       sizes.push_back(EvaluateSymPoly(s, *symbols));
-    outputs[o] =
-        HostTensor::Uninitialized(static_cast<DType>(spec.dtype()), sizes);
-    buffers[spec.buffer()] = outputs[o].data();
+    outputs.push_back(HostTensor::Uninitialized(out.dtype, sizes));
+    buffers[out.buffer] = outputs.back().data();
   }
-  for (int b = 0; b < program.buffers_size(); ++b) {
-    const v1::BufferSpec& spec = program.buffers(b);
-    if (spec.kind() == v1::BufferSpec::INPUT) {
-      buffers[b] = const_cast<uint8_t*>(inputs[spec.index()].data());
-    }
-  }
+  for (const auto& [buffer, input] : plan_.input_buffers)
+    buffers[buffer] = const_cast<uint8_t*>(inputs[input].data());
   // Temps: a freed block is reused by a later allocation of a size it can
   // hold (unfused programs free and allocate one temp per op).
-  std::vector<std::unique_ptr<void, FreeDeleter>> temps(program.buffers_size());
-  std::vector<size_t> temp_bytes(program.buffers_size(), 0);
+  std::vector<std::unique_ptr<void, FreeDeleter>> temps(plan_.num_temps);
+  std::vector<size_t> temp_bytes(plan_.num_temps, 0);
   std::multimap<size_t, std::unique_ptr<void, FreeDeleter>> free_blocks;
-  size_t launch = 0;
-  for (const v1::Step& step : program.steps()) {
-    if (step.has_alloc()) {
-      const v1::BufferSpec& spec = program.buffers(step.alloc());
-      const int64_t bytes = EvaluateSymPoly(spec.elements(), *symbols) *
-                            DTypeSize(static_cast<DType>(spec.dtype()));
-      const size_t rounded =
-          static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
-      auto reuse = free_blocks.lower_bound(rounded);
-      if (reuse != free_blocks.end() && reuse->first <= 2 * rounded) {
-        temp_bytes[step.alloc()] = reuse->first;
-        temps[step.alloc()] = std::move(reuse->second);
-        free_blocks.erase(reuse);
-      } else {
-        temp_bytes[step.alloc()] = rounded;
-        temps[step.alloc()].reset(std::aligned_alloc(64, rounded));
+  const v1::Program& program = artifact_.program();
+  for (const ProgramPlan::Step& step : plan_.steps) {
+    switch (step.kind) {
+      case ProgramPlan::Step::Kind::kAlloc: {
+        const int slot = plan_.temp_slot[step.index];
+        const int64_t bytes =
+            EvaluateSymPoly(program.buffers(step.index).elements(), *symbols) *
+            plan_.element_size[step.index];
+        const size_t rounded =
+            static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
+        auto reuse = free_blocks.lower_bound(rounded);
+        if (reuse != free_blocks.end() && reuse->first <= 2 * rounded) {
+          temp_bytes[slot] = reuse->first;
+          temps[slot] = std::move(reuse->second);
+          free_blocks.erase(reuse);
+        } else {
+          temp_bytes[slot] = rounded;
+          temps[slot].reset(std::aligned_alloc(64, rounded));
+        }
+        if (!temps[slot])
+          return absl::ResourceExhaustedError(
+              absl::StrCat("cannot allocate ", bytes, " bytes"));
+        buffers[step.index] = temps[slot].get();
+        break;
       }
-      if (!temps[step.alloc()])
-        return absl::ResourceExhaustedError(
-            absl::StrCat("cannot allocate ", bytes, " bytes"));
-      buffers[step.alloc()] = temps[step.alloc()].get();
-    } else if (step.has_free()) {
-      free_blocks.emplace(temp_bytes[step.free()],
-                          std::move(temps[step.free()]));
-    } else if (step.has_launch()) {
-      const v1::Launch& l = step.launch();
-      KernelFn fn = kernels_[launch++];
-      std::vector<void*> slots;
-      for (int b : l.buffers()) slots.push_back(buffers[b]);
-      const int64_t range = EvaluateSymPoly(l.range(), *symbols);
-      if (range <= 0) continue;
-      const int64_t grain = std::max<int64_t>(l.grain(), 1);
-      const int64_t max_chunks = pool ? pool->size() : 1;
-      const int64_t chunks =
-          std::min<int64_t>(max_chunks, (range + grain - 1) / grain);
-      const int64_t per = (range + chunks - 1) / chunks;
-      auto run_chunk = [&](int64_t c) {
-        const int64_t lo = c * per, hi = std::min(range, lo + per);
-        if (lo < hi) fn(slots.data(), symbols->data(), lo, hi);
-      };
-      if (chunks <= 1 || pool == nullptr) {
-        run_chunk(0);
-        for (int64_t c = 1; c < chunks; ++c) run_chunk(c);
-      } else {
-        pool->ParallelFor(chunks, run_chunk);
+      case ProgramPlan::Step::Kind::kFree: {
+        const int slot = plan_.temp_slot[step.index];
+        free_blocks.emplace(temp_bytes[slot], std::move(temps[slot]));
+        break;
+      }
+      case ProgramPlan::Step::Kind::kLaunch: {
+        const ProgramPlan::Launch& l = plan_.launches[step.index];
+        KernelFn fn = kernels_[step.index];
+        std::vector<void*> slots;
+        slots.reserve(l.num_slots);
+        for (int k = 0; k < l.num_slots; ++k)
+          slots.push_back(buffers[plan_.launch_slots[l.first_slot + k]]);
+        const int64_t range = EvaluateSymPoly(*l.range, *symbols);
+        if (range <= 0) break;
+        const int64_t max_chunks = pool ? pool->size() : 1;
+        const int64_t chunks =
+            std::min<int64_t>(max_chunks, (range + l.grain - 1) / l.grain);
+        const int64_t per = (range + chunks - 1) / chunks;
+        auto run_chunk = [&](int64_t c) {
+          const int64_t lo = c * per, hi = std::min(range, lo + per);
+          if (lo < hi) fn(slots.data(), symbols->data(), lo, hi);
+        };
+        if (chunks <= 1 || pool == nullptr) {
+          run_chunk(0);
+          for (int64_t c = 1; c < chunks; ++c) run_chunk(c);
+        } else {
+          pool->ParallelFor(chunks, run_chunk);
+        }
+        break;
       }
     }
   }

@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "client/cpu_loader.h"
 #include "client/guards.h"  // EvaluateSymPoly
+#include "client/program_plan.h"
 #include "client/thread_pool.h"
 #include "compiler/host_tensor.h"
 #include "kiln/v1/artifact.pb.h"
@@ -25,7 +26,9 @@ class CpuExecutable {
  public:
   // Errors: DATA_LOSS when the binary's hash does not match (nothing is
   // loaded), FAILED_PRECONDITION for an artifact of another format version
-  // or target, NOT_FOUND for a kernel symbol missing from the binary.
+  // or target, INVALID_ARGUMENT for a program that fails the check shared
+  // with the CUDA runtime (program_plan.h; checked before the binary is
+  // loaded), NOT_FOUND for a kernel symbol missing from the binary.
   static absl::StatusOr<std::unique_ptr<CpuExecutable>> Load(
       const v1::Artifact& artifact);
   // The same without copying the artifact (its binary is moved out).
@@ -61,7 +64,8 @@ class CpuExecutable {
 
   v1::Artifact artifact_;
   LoadedLibrary library_;
-  std::vector<KernelFn> kernels_;  // per launch step, in step order
+  ProgramPlan plan_;               // the checked program; points into artifact_
+  std::vector<KernelFn> kernels_;  // per launch, in plan_ order
 };
 
 }  // namespace kiln

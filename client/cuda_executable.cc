@@ -48,19 +48,6 @@ bool IsElf(absl::string_view image) {
                                   "ELF";
 }
 
-absl::Status CheckPoly(const v1::SymPoly& poly, int num_symbols,
-                       absl::string_view what) {
-  for (const v1::SymPoly::Term& term : poly.terms()) {
-    for (int s : term.symbols()) {
-      if (s < 0 || s >= num_symbols) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "artifact: ", what, " uses symbol #", s, " of ", num_symbols));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 DeviceTensor::DeviceTensor(DeviceAllocation storage, DType dtype,
@@ -112,177 +99,12 @@ absl::StatusOr<std::unique_ptr<CudaExecutable>> CudaExecutable::Load(
                      DigestToHex(expected), ", got ", DigestToHex(actual), " (",
                      cubin.size(), " bytes); not loaded"));
   }
-  if (absl::Status s = exe->Plan(); !s.ok()) return s;
+  absl::StatusOr<ProgramPlan> plan = PlanProgram(
+      exe->artifact_, LaunchLimits{kMaxBlockThreads, kMaxKernelParams});
+  if (!plan.ok()) return plan.status();
+  exe->plan_ = *std::move(plan);
   if (absl::Status s = exe->LoadModule(options); !s.ok()) return s;
   return exe;
-}
-
-absl::Status CudaExecutable::Plan() {
-  const v1::Program& program = artifact_.program();
-  const int num_symbols = artifact_.symbols_size();
-  const int num_buffers = program.buffers_size();
-  element_size_.assign(num_buffers, 0);
-  temp_slot_.assign(num_buffers, -1);
-  outputs_.assign(artifact_.outputs_size(), OutputPlan{});
-  std::vector<bool> output_seen(artifact_.outputs_size(), false);
-
-  for (int i = 0; i < artifact_.inputs_size(); ++i) {
-    const v1::InputGuard& g = artifact_.inputs(i);
-    for (const v1::SymPoly& p : g.sizes()) {
-      if (absl::Status s = CheckPoly(p, num_symbols, "an input size");
-          !s.ok()) {
-        return s;
-      }
-    }
-    for (const v1::SymPoly& p : g.strides()) {
-      if (absl::Status s = CheckPoly(p, num_symbols, "an input stride");
-          !s.ok()) {
-        return s;
-      }
-    }
-    if (g.strides_size() != g.sizes_size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("artifact: input ", i, " guards ", g.sizes_size(),
-                       " sizes and ", g.strides_size(), " strides"));
-    }
-  }
-
-  for (int b = 0; b < num_buffers; ++b) {
-    const v1::BufferSpec& spec = program.buffers(b);
-    const std::optional<DType> dtype = DTypeFromWire(spec.dtype());
-    if (!dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "artifact: buffer ", b, " has unknown dtype #", spec.dtype()));
-    }
-    element_size_[b] = DTypeSize(*dtype);
-    if (absl::Status s = CheckPoly(spec.elements(), num_symbols,
-                                   absl::StrCat("buffer ", b, "'s size"));
-        !s.ok()) {
-      return s;
-    }
-    switch (spec.kind()) {
-      case v1::BufferSpec::INPUT:
-        if (spec.index() < 0 || spec.index() >= artifact_.inputs_size()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("artifact: buffer ", b, " is input ", spec.index(),
-                           " of ", artifact_.inputs_size()));
-        }
-        input_buffers_.emplace_back(b, spec.index());
-        break;
-      case v1::BufferSpec::OUTPUT: {
-        const int o = spec.index();
-        if (o < 0 || o >= artifact_.outputs_size() ||
-            artifact_.outputs(o).buffer() != b || output_seen[o]) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("artifact: buffer ", b, " claims to be output ", o,
-                           ", which the output specs do not give that buffer"));
-        }
-        output_seen[o] = true;
-        const v1::OutputSpec& out = artifact_.outputs(o);
-        const std::optional<DType> out_dtype = DTypeFromWire(out.dtype());
-        if (!out_dtype || *out_dtype != *dtype) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "artifact: output ", o, "'s dtype differs from its buffer's"));
-        }
-        for (const v1::SymPoly& p : out.sizes()) {
-          if (absl::Status s = CheckPoly(p, num_symbols, "an output size");
-              !s.ok()) {
-            return s;
-          }
-        }
-        outputs_[o] = OutputPlan{b, *dtype, &out, &spec.elements()};
-        break;
-      }
-      case v1::BufferSpec::TEMP:
-        temp_slot_[b] = num_temps_++;
-        break;
-      default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("artifact: buffer ", b, " has no kind"));
-    }
-  }
-  for (int o = 0; o < artifact_.outputs_size(); ++o) {
-    if (!output_seen[o]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("artifact: no buffer holds output ", o));
-    }
-  }
-
-  // Walk the steps as Run will, so that a launch never sees a temp that is
-  // not allocated.
-  std::vector<bool> allocated(num_buffers, false);
-  for (int i = 0; i < program.steps_size(); ++i) {
-    const v1::Step& step = program.steps(i);
-    if (step.has_alloc() || step.has_free()) {
-      const int b = step.has_alloc() ? step.alloc() : step.free();
-      if (b < 0 || b >= num_buffers || temp_slot_[b] < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("artifact: step ", i, " allocates or frees buffer ", b,
-                         ", which is not a temp"));
-      }
-      if (allocated[b] == step.has_alloc()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "artifact: step ", i, (step.has_alloc() ? " allocates" : " frees"),
-            " buffer ", b,
-            step.has_alloc() ? " twice" : " before allocating it"));
-      }
-      allocated[b] = step.has_alloc();
-      steps_.push_back(StepPlan{
-          step.has_alloc() ? StepPlan::Kind::kAlloc : StepPlan::Kind::kFree,
-          b});
-      continue;
-    }
-    if (!step.has_launch()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("artifact: step ", i, " is empty"));
-    }
-    const v1::Launch& l = step.launch();
-    const std::string where =
-        absl::StrCat("step ", i, " (kernel '", l.kernel(), "')");
-    if (l.kernel().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("artifact: step ", i, " launches no kernel"));
-    }
-    if (l.block_threads() < 1 || l.block_threads() > kMaxBlockThreads ||
-        l.items_per_block() < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "artifact: ", where, " has block_threads ", l.block_threads(),
-          " and items_per_block ", l.items_per_block()));
-    }
-    if (l.buffers_size() + num_symbols > kMaxKernelParams) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "artifact: ", where, " takes ", l.buffers_size() + num_symbols,
-          " parameters, more than a launch can pass"));
-    }
-    if (absl::Status s = CheckPoly(l.range(), num_symbols, where + "'s range");
-        !s.ok()) {
-      return s;
-    }
-    LaunchPlan plan;
-    plan.kernel = &l.kernel();
-    plan.range = &l.range();
-    plan.items_per_block = l.items_per_block();
-    plan.block_threads = static_cast<unsigned>(l.block_threads());
-    plan.first_slot = static_cast<int>(launch_slots_.size());
-    plan.num_slots = l.buffers_size();
-    for (int b : l.buffers()) {
-      if (b < 0 || b >= num_buffers) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "artifact: ", where, " passes buffer ", b, " of ", num_buffers));
-      }
-      if (temp_slot_[b] >= 0 && !allocated[b]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("artifact: ", where, " uses temp buffer ", b,
-                         " while it is not allocated"));
-      }
-      launch_slots_.push_back(b);
-    }
-    max_params_ = std::max(max_params_, l.buffers_size() + num_symbols);
-    steps_.push_back(
-        StepPlan{StepPlan::Kind::kLaunch, static_cast<int>(launches_.size())});
-    launches_.push_back(plan);
-  }
-  return absl::OkStatus();
 }
 
 absl::Status CudaExecutable::LoadModule(const CudaLoadOptions& options) {
@@ -349,29 +171,26 @@ absl::Status CudaExecutable::LoadModule(const CudaLoadOptions& options) {
   if (!module.ok()) return module.status();
   module_.emplace(*std::move(module));
 
-  const v1::Program& program = artifact_.program();
-  int launch = 0;
-  for (const v1::Step& step : program.steps()) {
-    if (!step.has_launch()) continue;
-    LaunchPlan& plan = launches_[launch++];
+  functions_.clear();
+  for (const ProgramPlan::Launch& plan : plan_.launches) {
     absl::StatusOr<cuda::Function> function =
-        module_->GetFunction(step.launch().kernel());
+        module_->GetFunction(*plan.kernel);
     if (!function.ok()) return function.status();
-    plan.function = *function;
+    functions_.push_back(*function);
     int max_threads = 0;
     if (absl::Status s = driver_->Check(
             api.cuFuncGetAttribute(&max_threads,
                                    cuda::kFuncAttributeMaxThreadsPerBlock,
-                                   plan.function),
+                                   *function),
             "cuFuncGetAttribute");
         !s.ok()) {
       return s;
     }
     if (static_cast<int>(plan.block_threads) > max_threads) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "kernel '", step.launch().kernel(), "' is launched with ",
-          plan.block_threads, " threads per block, it allows ", max_threads,
-          " on device ", device_ordinal_));
+      return absl::FailedPreconditionError(
+          absl::StrCat("kernel '", *plan.kernel, "' is launched with ",
+                       plan.block_threads, " threads per block, it allows ",
+                       max_threads, " on device ", device_ordinal_));
     }
   }
 
@@ -401,14 +220,15 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
       cuda::ScopedContext::Enter(*driver_, context_->get());
   if (!scope.ok()) return scope.status();
 
-  absl::InlinedVector<cuda::DevicePtr, 16> buffers(element_size_.size(), 0);
-  for (const auto& [buffer, input] : input_buffers_)
+  absl::InlinedVector<cuda::DevicePtr, 16> buffers(plan_.element_size.size(),
+                                                   0);
+  for (const auto& [buffer, input] : plan_.input_buffers)
     buffers[buffer] = inputs[input].data;
 
   std::vector<DeviceTensor> outputs;
-  outputs.reserve(outputs_.size());
+  outputs.reserve(plan_.outputs.size());
   absl::InlinedVector<int64_t, 6> sizes;
-  for (const OutputPlan& out : outputs_) {
+  for (const ProgramPlan::Output& out : plan_.outputs) {
     sizes.clear();
     int64_t numel = 1;
     for (const v1::SymPoly& p : out.spec->sizes()) {
@@ -423,8 +243,8 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
                        " elements for these inputs"));
     }
     absl::StatusOr<DeviceAllocation> storage = DeviceAllocation::Allocate(
-        allocator_, static_cast<size_t>(elements * element_size_[out.buffer]),
-        stream);
+        allocator_,
+        static_cast<size_t>(elements * plan_.element_size[out.buffer]), stream);
     if (!storage.ok()) return storage.status();
     buffers[out.buffer] = storage->get();
     outputs.emplace_back(*std::move(storage), out.dtype, sizes);
@@ -432,12 +252,12 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
 
   // Temps go back to the allocator in stream order: a later allocation on
   // this stream may reuse them at once, its work runs after these launches.
-  absl::InlinedVector<DeviceAllocation, 4> temps(num_temps_);
-  absl::InlinedVector<void*, 32> params(max_params_, nullptr);
+  absl::InlinedVector<DeviceAllocation, 4> temps(plan_.num_temps);
+  absl::InlinedVector<void*, 32> params(plan_.max_params, nullptr);
   const v1::Program& program = artifact_.program();
-  for (const StepPlan& step : steps_) {
+  for (const ProgramPlan::Step& step : plan_.steps) {
     switch (step.kind) {
-      case StepPlan::Kind::kAlloc: {
+      case ProgramPlan::Step::Kind::kAlloc: {
         const int64_t elements =
             EvaluateSymPoly(program.buffers(step.index).elements(), symbols);
         if (elements < 0) {
@@ -447,18 +267,19 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
         }
         absl::StatusOr<DeviceAllocation> temp = DeviceAllocation::Allocate(
             allocator_,
-            static_cast<size_t>(elements * element_size_[step.index]), stream);
+            static_cast<size_t>(elements * plan_.element_size[step.index]),
+            stream);
         if (!temp.ok()) return temp.status();
         buffers[step.index] = temp->get();
-        temps[temp_slot_[step.index]] = *std::move(temp);
+        temps[plan_.temp_slot[step.index]] = *std::move(temp);
         break;
       }
-      case StepPlan::Kind::kFree:
-        temps[temp_slot_[step.index]].Reset();
+      case ProgramPlan::Step::Kind::kFree:
+        temps[plan_.temp_slot[step.index]].Reset();
         buffers[step.index] = 0;
         break;
-      case StepPlan::Kind::kLaunch: {
-        const LaunchPlan& launch = launches_[step.index];
+      case ProgramPlan::Step::Kind::kLaunch: {
+        const ProgramPlan::Launch& launch = plan_.launches[step.index];
         const int64_t range = EvaluateSymPoly(*launch.range, symbols);
         if (range <= 0) break;
         const int64_t blocks = std::max<int64_t>(
@@ -471,10 +292,10 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
         }
         int p = 0;
         for (int k = 0; k < launch.num_slots; ++k)
-          params[p++] = &buffers[launch_slots_[launch.first_slot + k]];
+          params[p++] = &buffers[plan_.launch_slots[launch.first_slot + k]];
         for (int64_t& value : symbols) params[p++] = &value;
         const cuda::Result result = driver_->api().cuLaunchKernel(
-            launch.function, static_cast<unsigned>(blocks), 1, 1,
+            functions_[step.index], static_cast<unsigned>(blocks), 1, 1,
             launch.block_threads, 1, 1, /*shared_bytes=*/0, stream,
             params.data(), /*extra=*/nullptr);
         if (result != cuda::kSuccess) {

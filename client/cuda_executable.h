@@ -34,6 +34,7 @@
 #include "absl/types/span.h"
 #include "client/cuda_driver.h"
 #include "client/device_allocator.h"
+#include "client/program_plan.h"
 #include "compiler/dtype.h"
 #include "kiln/v1/artifact.pb.h"
 
@@ -139,30 +140,7 @@ class CudaExecutable {
   int device_ordinal() const { return device_ordinal_; }
 
  private:
-  struct LaunchPlan {
-    cuda::Function function = nullptr;
-    const std::string* kernel = nullptr;  // points into artifact_
-    const v1::SymPoly* range = nullptr;   // points into artifact_
-    int64_t items_per_block = 1;
-    unsigned block_threads = 1;
-    int first_slot = 0;  // into launch_slots_
-    int num_slots = 0;
-  };
-  struct StepPlan {
-    enum class Kind : uint8_t { kAlloc, kFree, kLaunch };
-    Kind kind;
-    int index;  // buffer id (alloc/free) or launch index
-  };
-  struct OutputPlan {
-    int buffer = 0;
-    DType dtype = DType::kFloat32;
-    const v1::OutputSpec* spec = nullptr;
-    const v1::SymPoly* elements = nullptr;  // the buffer's element count
-  };
-
   CudaExecutable() = default;
-  // Checks the program and fills the plans (no driver calls).
-  absl::Status Plan();
   // Loads the module and resolves the launches' functions.
   absl::Status LoadModule(const CudaLoadOptions& options);
 
@@ -174,16 +152,10 @@ class CudaExecutable {
   std::shared_ptr<DeviceAllocator> allocator_;
   int64_t max_grid_x_ = 0;
 
-  // Precomputed from the program so that Run only evaluates sizes.
-  std::vector<StepPlan> steps_;
-  std::vector<LaunchPlan> launches_;
-  std::vector<int> launch_slots_;  // buffer ids, per launch in slot order
-  std::vector<std::pair<int, int>> input_buffers_;  // (buffer id, input)
-  std::vector<OutputPlan> outputs_;
-  std::vector<int> temp_slot_;         // per buffer: index among temps, or -1
-  std::vector<int64_t> element_size_;  // per buffer, bytes
-  int num_temps_ = 0;
-  int max_params_ = 0;
+  // The checked program (client/program_plan.h), so that Run only
+  // evaluates sizes; pointers into artifact_.
+  ProgramPlan plan_;
+  std::vector<cuda::Function> functions_;  // per launch, in plan_ order
 };
 
 }  // namespace kiln

@@ -5,6 +5,7 @@
 #include <functional>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cpu_executable.h"
@@ -135,6 +136,86 @@ void ExpectMatchesReference(const std::string& json,
 // fast_math allows reassociation and approximate functions but keeps NaN
 // semantics: isnan and NaN-propagating maximum still see NaNs (they were
 // folded away when fast_math set LLVM's nnan flag).
+// The CPU runtime checks a program with the CUDA runtime's code
+// (client/program_plan.h) before loading any of its code: each malformed
+// program is INVALID_ARGUMENT with the same message CudaExecutable gives.
+TEST(CpuRuntime, MalformedProgramIsInvalidArgument) {
+  CompileEnv unfused;
+  unfused.fuse = false;  // one kernel per op: temps between them
+  auto compiled = Compile(Request("chain10.json"), unfused);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  ASSERT_TRUE(CpuExecutable::Load(*compiled).ok());
+  int input_buffer = -1, first_alloc = -1, first_launch = -1;
+  for (int b = 0; b < compiled->program().buffers_size(); ++b) {
+    if (compiled->program().buffers(b).kind() == v1::BufferSpec::INPUT)
+      input_buffer = b;
+  }
+  for (int i = 0; i < compiled->program().steps_size(); ++i) {
+    const v1::Step& step = compiled->program().steps(i);
+    if (step.has_alloc() && first_alloc < 0) first_alloc = i;
+    if (step.has_launch() && first_launch < 0) first_launch = i;
+  }
+  ASSERT_GE(input_buffer, 0);
+  ASSERT_GE(first_alloc, 0);
+  ASSERT_GE(first_launch, 0);
+  struct Case {
+    const char* what;
+    std::function<void(v1::Artifact*)> mutate;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"launch of a buffer out of range",
+       [&](v1::Artifact* a) {
+         a->mutable_program()
+             ->mutable_steps(first_launch)
+             ->mutable_launch()
+             ->set_buffers(0, 99);
+       },
+       "passes buffer 99 of"},
+      {"range over an unknown symbol",
+       [&](v1::Artifact* a) {
+         v1::SymPoly::Term* t = a->mutable_program()
+                                    ->mutable_steps(first_launch)
+                                    ->mutable_launch()
+                                    ->mutable_range()
+                                    ->add_terms();
+         t->set_coeff(1);
+         t->add_symbols(3);
+       },
+       "uses symbol #3 of 0"},
+      {"free of an input",
+       [&](v1::Artifact* a) {
+         a->mutable_program()->add_steps()->set_free(input_buffer);
+       },
+       "which is not a temp"},
+      {"output spec pointing at the input",
+       [&](v1::Artifact* a) {
+         a->mutable_outputs(0)->set_buffer(input_buffer);
+       },
+       "claims to be output 0"},
+      {"input buffer of a missing input",
+       [&](v1::Artifact* a) {
+         a->mutable_program()->mutable_buffers(input_buffer)->set_index(4);
+       },
+       "is input 4 of 1"},
+      {"a temp used before it is allocated",
+       [&](v1::Artifact* a) {
+         a->mutable_program()->mutable_steps()->DeleteSubrange(first_alloc, 1);
+       },
+       "while it is not allocated"},
+  };
+  for (const Case& c : cases) {
+    v1::Artifact a = *compiled;
+    c.mutate(&a);
+    auto exe = CpuExecutable::Load(a);
+    ASSERT_FALSE(exe.ok()) << c.what;
+    EXPECT_EQ(exe.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.what << ": " << exe.status();
+    EXPECT_TRUE(absl::StrContains(exe.status().message(), c.message))
+        << c.what << ": " << exe.status();
+  }
+}
+
 TEST(CpuRegression, FastMathKeepsNaNs) {
   v1::CompileRequest req;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(R"({

@@ -1,0 +1,77 @@
+// The checked form of an artifact's program, shared by the CPU and CUDA
+// runtimes: every buffer, step and launch is validated once, at load time,
+// before any code of the artifact runs, so Run only evaluates sizes and
+// never indexes out of range. A program that fails the check is refused with
+// a precise error; the runtimes never trust the server's bytes beyond it.
+//
+// Thread-safety: pure functions; a ProgramPlan is a plain value.
+#ifndef KILN_CLIENT_PROGRAM_PLAN_H_
+#define KILN_CLIENT_PROGRAM_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/dtype.h"
+#include "kiln/v1/artifact.pb.h"
+
+namespace kiln {
+
+// Pointers point into the artifact the plan was made from, which must
+// outlive the plan and not move.
+struct ProgramPlan {
+  struct Launch {
+    const std::string* kernel = nullptr;
+    const v1::SymPoly* range = nullptr;
+    int64_t grain = 1;            // CPU: elements per chunk at least
+    int64_t items_per_block = 1;  // CUDA
+    unsigned block_threads = 1;   // CUDA
+    int first_slot = 0;           // into launch_slots
+    int num_slots = 0;
+  };
+  struct Step {
+    enum class Kind : uint8_t { kAlloc, kFree, kLaunch };
+    Kind kind;
+    int index;  // buffer id (alloc/free) or launch index
+  };
+  struct Output {
+    int buffer = 0;
+    DType dtype = DType::kFloat32;
+    const v1::OutputSpec* spec = nullptr;
+    const v1::SymPoly* elements = nullptr;  // the buffer's element count
+  };
+
+  std::vector<Step> steps;
+  std::vector<Launch> launches;
+  std::vector<int> launch_slots;  // buffer ids, per launch in slot order
+  std::vector<std::pair<int, int>> input_buffers;  // (buffer id, input)
+  std::vector<Output> outputs;
+  std::vector<int> temp_slot;         // per buffer: index among temps, or -1
+  std::vector<int64_t> element_size;  // per buffer, bytes
+  int num_temps = 0;
+  int max_params = 0;  // buffers + symbols of the widest launch
+};
+
+// What a runtime's launches can take.
+struct LaunchLimits {
+  // Launches must name a block of 1..max_block_threads threads and at least
+  // one item per block; 0: launches have no block geometry (CPU).
+  int max_block_threads = 0;
+  // Buffers + symbols one launch may pass; 0: no limit.
+  int max_kernel_params = 0;
+};
+
+// Checks `artifact`'s input guards, buffers, output specs and steps: every
+// symbol a polynomial uses exists, every dtype is known, each output has
+// exactly one buffer of its dtype, temps are allocated before use and freed
+// once, launches name a kernel and pass existing buffers.
+// Errors: INVALID_ARGUMENT "artifact: ..." naming the buffer, step or
+// kernel at fault.
+absl::StatusOr<ProgramPlan> PlanProgram(const v1::Artifact& artifact,
+                                        const LaunchLimits& limits);
+
+}  // namespace kiln
+
+#endif  // KILN_CLIENT_PROGRAM_PLAN_H_
