@@ -7,11 +7,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "client/cpu_executable.h"
+#include "runtime/cpu_executable.h"
 #include "client/hit_socket_client.h"
 #include "client/host_target.h"
 #include "client/raw_lookup.h"
-#include "client/thread_pool.h"
+#include "runtime/thread_pool.h"
 #include "compiler/guard_key.h"
 #include "compiler/import.h"
 #include "google/protobuf/io/coded_stream.h"

@@ -39,7 +39,7 @@
 // target (`sm_XX`); the artifact (a cubin the daemon cross-compiled, no GPU
 // needed there) is loaded with CudaExecutable::Load into the primary context
 // of CudaLoadOptions::device_ordinal. Loading needs the NVIDIA driver and a
-// device (client/cuda_driver.h loads the driver with dlopen, so this library
+// device (runtime/cuda_driver.h loads the driver with dlopen, so this library
 // builds, links and runs without one); without them GetCudaExecutable
 // returns FAILED_PRECONDITION after the artifact was fetched (the daemon's
 // cache is warm for the next process that has a GPU).
@@ -55,7 +55,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "client/cuda_executable.h"
+#include "runtime/cuda_executable.h"
 #include "compiler/host_tensor.h"
 #include "kiln/v1/graph.pb.h"
 

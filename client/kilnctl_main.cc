@@ -46,7 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/cpu_executable.h"
+#include "runtime/cpu_executable.h"
 #include "client/hit_socket_client.h"
 #include "client/kiln_client.h"
 #include "client/raw_lookup.h"

@@ -9,7 +9,7 @@
 //   LinkSharedObject    objects -> ELF shared object bytes, linked in-process
 //                       with lld
 //
-// The result is loaded by client/cpu_loader.h (LoadedLibrary).
+// The result is loaded by runtime/cpu_loader.h (LoadedLibrary).
 //
 // Thread-safety: every function may be called from several threads at once as
 // long as each thread uses its own llvm::LLVMContext, llvm::Module and

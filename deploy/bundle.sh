@@ -149,10 +149,10 @@ done
 # Headers: the client's public ones, the generated kiln.v1 messages, and the
 # Abseil and Protobuf trees they include (the versions the libraries in
 # kiln/lib were built with; a user's own would not match them).
-mkdir -p "$K/include/client" "$K/include/compiler" "$K/include/kiln/v1" "$K/include/google"
-install -m 0644 "$ROOT/client/kiln_client.h" "$ROOT/client/kiln_c.h" \
-  "$ROOT/client/cuda_executable.h" "$ROOT/client/cuda_driver.h" \
-  "$ROOT/client/device_allocator.h" "$K/include/client/"
+mkdir -p "$K/include/client" "$K/include/runtime" "$K/include/compiler" "$K/include/kiln/v1" "$K/include/google"
+install -m 0644 "$ROOT/client/kiln_client.h" "$ROOT/client/kiln_c.h" "$K/include/client/"
+install -m 0644 "$ROOT/runtime/cuda_executable.h" "$ROOT/runtime/cuda_driver.h" \
+  "$ROOT/runtime/device_allocator.h" "$ROOT/runtime/program_plan.h" "$K/include/runtime/"
 install -m 0644 "$ROOT/compiler/host_tensor.h" "$ROOT/compiler/dtype.h" "$K/include/compiler/"
 for p in graph artifact service; do
   install -m 0644 "$BUILD/proto/kiln/v1/$p.pb.h" "$K/include/kiln/v1/"

@@ -16,7 +16,7 @@
 #include <random>
 #include <sstream>
 
-#include "client/cpu_executable.h"
+#include "runtime/cpu_executable.h"
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
 #include "compiler/import.h"

@@ -33,7 +33,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "client/cuda_executable.h"
+#include "runtime/cuda_executable.h"
 #include "compiler/compile.h"
 #include "compiler/import.h"
 #include "compiler/numerics.h"

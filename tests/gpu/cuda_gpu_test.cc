@@ -25,7 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/cuda_executable.h"
+#include "runtime/cuda_executable.h"
 #include "client/kiln_client.h"
 #include "compiler/compile.h"
 #include "compiler/import.h"

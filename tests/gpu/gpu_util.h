@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "client/cuda_driver.h"
-#include "client/cuda_executable.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/cuda_executable.h"
 #include "compiler/host_tensor.h"
 
 namespace kiln::gpu_testing {

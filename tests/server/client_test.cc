@@ -3,7 +3,7 @@
 #include <random>
 
 #include "absl/strings/match.h"
-#include "client/cuda_driver.h"
+#include "runtime/cuda_driver.h"
 #include "client/kiln_client.h"
 #include "compiler/import.h"
 #include "compiler/reference.h"

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/cpu_executable.h"
+#include "runtime/cpu_executable.h"
 #include "compiler/cpu_backend.h"
 #include "compiler/guard_key.h"
 #include "compiler/import.h"

@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/cpu_loader.h"
+#include "runtime/cpu_loader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "llvm/IR/IRBuilder.h"

@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/cpu_executable.h"
+#include "runtime/cpu_executable.h"
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
 #include "compiler/import.h"
@@ -137,7 +137,7 @@ void ExpectMatchesReference(const std::string& json,
 // semantics: isnan and NaN-propagating maximum still see NaNs (they were
 // folded away when fast_math set LLVM's nnan flag).
 // The CPU runtime checks a program with the CUDA runtime's code
-// (client/program_plan.h) before loading any of its code: each malformed
+// (runtime/program_plan.h) before loading any of its code: each malformed
 // program is INVALID_ARGUMENT with the same message CudaExecutable gives.
 TEST(CpuRuntime, MalformedProgramIsInvalidArgument) {
   CompileEnv unfused;

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
-#include "client/cuda_executable.h"
+#include "runtime/cuda_executable.h"
 #include "compiler/compile.h"
 #include "gtest/gtest.h"
 #include "tests/unit/example_graphs.h"

@@ -2,7 +2,7 @@
 // entry points' types against cuda.h (where the toolkit's headers are
 // installed: a compile-time check), and the RAII wrappers on a real device
 // (skipped without one).
-#include "client/cuda_driver.h"
+#include "runtime/cuda_driver.h"
 
 #include <string>
 #include <type_traits>

@@ -3,7 +3,7 @@
 // device runs everywhere (artifact checks, hash, guards, the no-driver
 // status); the rest skips without a CUDA device and, with one, runs the
 // kernels and checks the values.
-#include "client/cuda_executable.h"
+#include "runtime/cuda_executable.h"
 
 #include <algorithm>
 #include <atomic>
@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "client/guards.h"
+#include "runtime/guards.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/cuda_test_util.h"

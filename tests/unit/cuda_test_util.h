@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "client/cuda_driver.h"
+#include "runtime/cuda_driver.h"
 #include "gtest/gtest.h"
 #include "kiln/v1/artifact.pb.h"
 #include "support/sha256.h"

@@ -1,7 +1,7 @@
 // CachingDeviceAllocator: size classes, stream-aware reuse, cross-stream
 // frees, EmptyCache, out-of-memory retry, threads; over a fake device
 // (every machine) and over a real one (skipped without a device).
-#include "client/device_allocator.h"
+#include "runtime/device_allocator.h"
 
 #include <cstdint>
 #include <map>

@@ -28,8 +28,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/cpu_executable.h"
-#include "client/thread_pool.h"
+#include "runtime/cpu_executable.h"
+#include "runtime/thread_pool.h"
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
 #include "compiler/import.h"

@@ -1,4 +1,4 @@
-#include "client/guards.h"
+#include "runtime/guards.h"
 
 #include "absl/strings/str_cat.h"
 

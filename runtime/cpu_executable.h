@@ -4,8 +4,8 @@
 //
 // Thread-safety: a loaded CpuExecutable is immutable; Run may be called
 // from many threads at once (each call has its own buffers).
-#ifndef KILN_CLIENT_CPU_EXECUTABLE_H_
-#define KILN_CLIENT_CPU_EXECUTABLE_H_
+#ifndef KILN_RUNTIME_CPU_EXECUTABLE_H_
+#define KILN_RUNTIME_CPU_EXECUTABLE_H_
 
 #include <memory>
 #include <vector>
@@ -13,10 +13,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "client/cpu_loader.h"
-#include "client/guards.h"  // EvaluateSymPoly
-#include "client/program_plan.h"
-#include "client/thread_pool.h"
+#include "runtime/cpu_loader.h"
+#include "runtime/guards.h"  // EvaluateSymPoly
+#include "runtime/program_plan.h"
+#include "runtime/thread_pool.h"
 #include "compiler/host_tensor.h"
 #include "kiln/v1/artifact.pb.h"
 
@@ -70,4 +70,4 @@ class CpuExecutable {
 
 }  // namespace kiln
 
-#endif  // KILN_CLIENT_CPU_EXECUTABLE_H_
+#endif  // KILN_RUNTIME_CPU_EXECUTABLE_H_

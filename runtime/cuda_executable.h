@@ -19,8 +19,8 @@
 // Thread-safety: a loaded CudaExecutable is immutable; Run may be called
 // from many threads at once, on the same or different streams (the
 // allocator must be thread-safe, as DeviceAllocator requires).
-#ifndef KILN_CLIENT_CUDA_EXECUTABLE_H_
-#define KILN_CLIENT_CUDA_EXECUTABLE_H_
+#ifndef KILN_RUNTIME_CUDA_EXECUTABLE_H_
+#define KILN_RUNTIME_CUDA_EXECUTABLE_H_
 
 #include <cstdint>
 #include <memory>
@@ -32,9 +32,9 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "client/cuda_driver.h"
-#include "client/device_allocator.h"
-#include "client/program_plan.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/device_allocator.h"
+#include "runtime/program_plan.h"
 #include "compiler/dtype.h"
 #include "kiln/v1/artifact.pb.h"
 
@@ -152,7 +152,7 @@ class CudaExecutable {
   std::shared_ptr<DeviceAllocator> allocator_;
   int64_t max_grid_x_ = 0;
 
-  // The checked program (client/program_plan.h), so that Run only
+  // The checked program (runtime/program_plan.h), so that Run only
   // evaluates sizes; pointers into artifact_.
   ProgramPlan plan_;
   std::vector<cuda::Function> functions_;  // per launch, in plan_ order
@@ -160,4 +160,4 @@ class CudaExecutable {
 
 }  // namespace kiln
 
-#endif  // KILN_CLIENT_CUDA_EXECUTABLE_H_
+#endif  // KILN_RUNTIME_CUDA_EXECUTABLE_H_

@@ -3,8 +3,8 @@
 // Thread-safety: ParallelFor may be called from several threads at once;
 // calls are serialised (one parallel region at a time), which is what a
 // runtime that saturates the cores wants anyway.
-#ifndef KILN_CLIENT_THREAD_POOL_H_
-#define KILN_CLIENT_THREAD_POOL_H_
+#ifndef KILN_RUNTIME_THREAD_POOL_H_
+#define KILN_RUNTIME_THREAD_POOL_H_
 
 #include <condition_variable>
 #include <cstdint>
@@ -46,4 +46,4 @@ class ThreadPool {
 
 }  // namespace kiln
 
-#endif  // KILN_CLIENT_THREAD_POOL_H_
+#endif  // KILN_RUNTIME_THREAD_POOL_H_

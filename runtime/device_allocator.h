@@ -16,8 +16,8 @@
 // Thread-safety: DeviceAllocator implementations must be safe to call from
 // many threads at once; CachingDeviceAllocator is (one mutex). A
 // DeviceAllocation is owned by one thread at a time.
-#ifndef KILN_CLIENT_DEVICE_ALLOCATOR_H_
-#define KILN_CLIENT_DEVICE_ALLOCATOR_H_
+#ifndef KILN_RUNTIME_DEVICE_ALLOCATOR_H_
+#define KILN_RUNTIME_DEVICE_ALLOCATOR_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -29,7 +29,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "client/cuda_driver.h"
+#include "runtime/cuda_driver.h"
 
 namespace kiln {
 
@@ -219,4 +219,4 @@ class CachingDeviceAllocator final : public DeviceAllocator {
 
 }  // namespace kiln
 
-#endif  // KILN_CLIENT_DEVICE_ALLOCATOR_H_
+#endif  // KILN_RUNTIME_DEVICE_ALLOCATOR_H_

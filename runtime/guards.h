@@ -3,8 +3,8 @@
 // the symbols, the symbols' bounds, and the data pointer's alignment.
 //
 // Thread-safety: pure functions.
-#ifndef KILN_CLIENT_GUARDS_H_
-#define KILN_CLIENT_GUARDS_H_
+#ifndef KILN_RUNTIME_GUARDS_H_
+#define KILN_RUNTIME_GUARDS_H_
 
 #include <cstdint>
 
@@ -44,4 +44,4 @@ absl::Status CheckInputGuards(const v1::Artifact& artifact, int num_inputs,
 
 }  // namespace kiln
 
-#endif  // KILN_CLIENT_GUARDS_H_
+#endif  // KILN_RUNTIME_GUARDS_H_

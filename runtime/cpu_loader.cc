@@ -1,4 +1,4 @@
-#include "client/cpu_loader.h"
+#include "runtime/cpu_loader.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>

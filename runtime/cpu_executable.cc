@@ -1,4 +1,4 @@
-#include "client/cpu_executable.h"
+#include "runtime/cpu_executable.h"
 
 #include <cstdlib>
 #include <cstring>

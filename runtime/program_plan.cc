@@ -1,4 +1,4 @@
-#include "client/program_plan.h"
+#include "runtime/program_plan.h"
 
 #include <algorithm>
 #include <optional>

@@ -1,4 +1,4 @@
-#include "client/device_allocator.h"
+#include "runtime/device_allocator.h"
 
 #include <algorithm>
 

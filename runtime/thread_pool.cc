@@ -1,4 +1,4 @@
-#include "client/thread_pool.h"
+#include "runtime/thread_pool.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "client/cuda_executable.h"
+#include "runtime/cuda_executable.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "client/guards.h"
+#include "runtime/guards.h"
 #include "support/sha256.h"
 
 namespace kiln {

@@ -1,4 +1,4 @@
-#include "client/cuda_driver.h"
+#include "runtime/cuda_driver.h"
 
 #include <dlfcn.h>
 

@@ -5,8 +5,8 @@
 // a precise error; the runtimes never trust the server's bytes beyond it.
 //
 // Thread-safety: pure functions; a ProgramPlan is a plain value.
-#ifndef KILN_CLIENT_PROGRAM_PLAN_H_
-#define KILN_CLIENT_PROGRAM_PLAN_H_
+#ifndef KILN_RUNTIME_PROGRAM_PLAN_H_
+#define KILN_RUNTIME_PROGRAM_PLAN_H_
 
 #include <cstdint>
 #include <string>
@@ -74,4 +74,4 @@ absl::StatusOr<ProgramPlan> PlanProgram(const v1::Artifact& artifact,
 
 }  // namespace kiln
 
-#endif  // KILN_CLIENT_PROGRAM_PLAN_H_
+#endif  // KILN_RUNTIME_PROGRAM_PLAN_H_

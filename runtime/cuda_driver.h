@@ -17,8 +17,8 @@
 // afterwards; the driver's entry points are thread-safe. The RAII wrappers
 // are movable, not copyable; one object must not be moved or destroyed while
 // another thread uses it.
-#ifndef KILN_CLIENT_CUDA_DRIVER_H_
-#define KILN_CLIENT_CUDA_DRIVER_H_
+#ifndef KILN_RUNTIME_CUDA_DRIVER_H_
+#define KILN_RUNTIME_CUDA_DRIVER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -289,4 +289,4 @@ class DeviceMemory {
 }  // namespace cuda
 }  // namespace kiln
 
-#endif  // KILN_CLIENT_CUDA_DRIVER_H_
+#endif  // KILN_RUNTIME_CUDA_DRIVER_H_

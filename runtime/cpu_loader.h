@@ -8,8 +8,8 @@
 // dlopen and dlsym are thread-safe). Symbol is const and may be called
 // concurrently on one LoadedLibrary; moving or destroying it must not race
 // with other calls on the same object.
-#ifndef KILN_CLIENT_CPU_LOADER_H_
-#define KILN_CLIENT_CPU_LOADER_H_
+#ifndef KILN_RUNTIME_CPU_LOADER_H_
+#define KILN_RUNTIME_CPU_LOADER_H_
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -70,4 +70,4 @@ class LoadedLibrary {
 
 }  // namespace kiln
 
-#endif  // KILN_CLIENT_CPU_LOADER_H_
+#endif  // KILN_RUNTIME_CPU_LOADER_H_
