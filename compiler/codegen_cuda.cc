@@ -1012,26 +1012,27 @@ class CudaKernelEmitter : public KernelEmitterBase {
 
 }  // namespace
 
-absl::StatusOr<CudaModule> EmitCudaModule(const FusedProgram& program,
-                                          llvm::LLVMContext& context,
-                                          const CudaCodegenOptions& options) {
-  CudaModule out;
-  out.module = std::make_unique<llvm::Module>("kiln_kernels", context);
-  for (const Kernel& kernel : program.kernels) {
-    out.plans.push_back(PlanGpuKernel(kernel, options.plan));
+absl::StatusOr<std::unique_ptr<llvm::Module>> EmitCudaModule(
+    const FusedProgram& program, const std::vector<GpuKernelPlan>& plans,
+    llvm::LLVMContext& context, const CudaCodegenOptions& options) {
+  if (plans.size() != program.kernels.size()) {
+    return absl::InternalError(absl::StrCat("EmitCudaModule: ", plans.size(),
+                                            " plans for ",
+                                            program.kernels.size(), " kernels"));
   }
+  auto module = std::make_unique<llvm::Module>("kiln_kernels", context);
   for (size_t k = 0; k < program.kernels.size(); ++k) {
-    CudaKernelEmitter emitter(*out.module, program, program.kernels[k], options,
-                              out.plans[k]);
+    CudaKernelEmitter emitter(*module, program, program.kernels[k], options,
+                              plans[k]);
     if (absl::Status s = emitter.Emit(); !s.ok()) return s;
   }
   std::string err;
   llvm::raw_string_ostream os(err);
-  if (llvm::verifyModule(*out.module, &os)) {
+  if (llvm::verifyModule(*module, &os)) {
     return absl::InternalError(
         absl::StrCat("LLVM module verification failed: ", os.str()));
   }
-  return out;
+  return module;
 }
 
 }  // namespace kiln

@@ -51,18 +51,14 @@ struct CudaCodegenOptions {
   // Guaranteed alignment in bytes of each graph input's data pointer (the
   // request's TensorMeta.alignment; 0 = element-aligned).
   std::vector<int64_t> input_alignment;
-  // PlanGpuKernel's options (benchmarks try others).
-  GpuPlanOptions plan;
 };
 
-struct CudaModule {
-  std::unique_ptr<llvm::Module> module;
-  std::vector<GpuKernelPlan> plans;  // per FusedProgram kernel
-};
-
-absl::StatusOr<CudaModule> EmitCudaModule(const FusedProgram& program,
-                                          llvm::LLVMContext& context,
-                                          const CudaCodegenOptions& options);
+// Emits each kernel of `program` in the form of its plan (`plans`, from
+// PlanGpuLaunches: one per kernel). Errors: INTERNAL when the module does
+// not verify (a compiler bug).
+absl::StatusOr<std::unique_ptr<llvm::Module>> EmitCudaModule(
+    const FusedProgram& program, const std::vector<GpuKernelPlan>& plans,
+    llvm::LLVMContext& context, const CudaCodegenOptions& options);
 
 }  // namespace kiln
 

@@ -1,15 +1,25 @@
-// Compile(request) -> Artifact: the whole pipeline, top to bottom.
+// Compile(request) -> Artifact: the whole pipeline, top to bottom, one
+// stage per line, each a function from one IR to the next (compile.cc reads
+// the same way):
 //
-//   ImportGraph       kiln.v1.Graph -> Graph          (import.h)
-//   ComputeGuardKey   Graph + target + options -> key (guard_key.h)
-//   Lower             Graph -> LoopGraph              (lower.h)
-//   Fuse              LoopGraph -> FusedProgram       (fuse.h)
-//   EmitCpuModule     FusedProgram -> LLVM IR         (codegen_cpu.h)
-//   OptimizeModule, EmitObject, LinkSharedObject      (cpu_backend.h)
-//   BuildArtifact     program, guards, outputs, binary, SHA-256
+//   ImportRequest     kiln.v1.CompileRequest -> ImportedRequest: target
+//                     checked, graph imported, request key (imported_request.h)
+//   Lower             Graph -> LoopGraph                        (lower.h)
+//   Fuse              LoopGraph -> FusedProgram                 (fuse.h)
+//   SplitLongReductions  FusedProgram -> FusedProgram (CUDA)    (split_reductions.h)
+//   PlanGpuLaunches   FusedProgram -> a GpuKernelPlan per kernel (CUDA; gpu_launch.h)
+//   CPU:  EmitCpuModule  FusedProgram -> LLVM IR                (codegen_cpu.h)
+//         OptimizeModule, EmitObject, LinkSharedObject -> .so   (cpu_backend.h)
+//   CUDA: EmitCudaModule FusedProgram + plans -> NVPTX IR       (codegen_cuda.h)
+//         LinkLibdevice, OptimizeNvptxModule, EmitPtx, LinkCubin -> cubin
+//                                                               (cuda_backend.h)
+//   BuildArtifact     program, guards, outputs, binary, SHA-256 (build_artifact.h)
 //
 // With KILN_DUMP_DIR set, each stage writes its IR to
-// $KILN_DUMP_DIR/<first 16 hex digits of the key>/NN-stage.txt.
+// $KILN_DUMP_DIR/<first 16 hex digits of the request key>/NN-stage.txt:
+// 01-graph.txt, 02-loops.txt, 03-fused.txt, 03-split.txt (CUDA),
+// 04-gpu-plan.txt (CUDA), 04-llvm.ll, 05-llvm-opt.ll, 06-asm.s (CPU) or
+// 06-kernels.ptx, 07-nvjitlink.txt and 08-timings.txt (CUDA).
 //
 // Errors: INVALID_ARGUMENT / UNIMPLEMENTED from validation (naming node, op
 // and reason), UNIMPLEMENTED for CUDA targets in this build, INTERNAL for a
@@ -22,13 +32,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "compiler/build_artifact.h"  // kArtifactFormatVersion
+#include "compiler/imported_request.h"
 #include "kiln/v1/artifact.pb.h"
 #include "kiln/v1/graph.pb.h"
 
 namespace kiln {
-
-// Version of the artifact format (Artifact.format_version).
-inline constexpr int kArtifactFormatVersion = 1;
 
 struct CompileEnv {
   // Where stage dumps go; empty: $KILN_DUMP_DIR if set, else no dumps.
@@ -66,12 +75,14 @@ struct CompileEnv {
   bool cuda_precompiled_trig = true;
 };
 
-absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,
+// Compiles a request imported once (kilnd imports and keys each request
+// when it arrives, then compiles from that).
+absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
                                      const CompileEnv& env = {});
 
-// Serialises a SymExpr-shaped polynomial (see artifact.proto's SymPoly).
-class SymExpr;
-v1::SymPoly ToSymPoly(const SymExpr& e);
+// ImportRequest, then the above.
+absl::StatusOr<v1::Artifact> Compile(const v1::CompileRequest& request,
+                                     const CompileEnv& env = {});
 
 }  // namespace kiln
 

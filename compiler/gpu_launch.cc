@@ -169,4 +169,22 @@ std::string GpuKernelPlan::ToString() const {
                       lane_loop ? " lane-loop" : "");
 }
 
+std::vector<GpuKernelPlan> PlanGpuLaunches(const FusedProgram& program,
+                                           const GpuPlanOptions& options) {
+  std::vector<GpuKernelPlan> plans;
+  plans.reserve(program.kernels.size());
+  for (const Kernel& kernel : program.kernels)
+    plans.push_back(PlanGpuKernel(kernel, options));
+  return plans;
+}
+
+std::string GpuPlansToString(const FusedProgram& program,
+                             const std::vector<GpuKernelPlan>& plans) {
+  std::string text;
+  for (size_t k = 0; k < program.kernels.size() && k < plans.size(); ++k)
+    absl::StrAppend(&text, program.kernels[k].name, ": ", plans[k].ToString(),
+                    "\n");
+  return text;
+}
+
 }  // namespace kiln

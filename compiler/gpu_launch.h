@@ -150,6 +150,16 @@ struct GpuPlanOptions {
 GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
                             const GpuPlanOptions& options = {});
 
+// The pipeline stage (compile.h): FusedProgram -> one plan per kernel, in
+// kernel order. The CUDA emitter emits each kernel in its plan's form and
+// the artifact's launches take their block and grid from it.
+std::vector<GpuKernelPlan> PlanGpuLaunches(const FusedProgram& program,
+                                           const GpuPlanOptions& options = {});
+
+// The dump of that stage: one line per kernel, "name: plan".
+std::string GpuPlansToString(const FusedProgram& program,
+                             const std::vector<GpuKernelPlan>& plans);
+
 }  // namespace kiln
 
 #endif  // KILN_COMPILER_GPU_LAUNCH_H_

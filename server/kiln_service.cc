@@ -118,8 +118,7 @@ std::shared_ptr<const v1::Artifact> KilnService::FromCache(
   return artifact;
 }
 
-void KilnService::RunCompile(const v1::CompileRequest& request,
-                             const Sha256Digest& request_key,
+void KilnService::RunCompile(const ImportedRequest& request,
                              const Sha256Digest& key) {
   // Another leader may have finished between our cache miss and Join.
   if (auto cached = FromCache(key)) {
@@ -139,7 +138,7 @@ void KilnService::RunCompile(const v1::CompileRequest& request,
   artifact->SerializeToString(&payload);
   PutMetadata meta;
   meta.compile_seconds = artifact->compile_seconds();
-  meta.label = request_key;
+  meta.label = request.key;
   if (absl::Status s = store_->Put(key, payload, meta); !s.ok()) {
     // Serve the artifact anyway; the next request compiles again.
     spdlog::error("event=cache_put_failed key={} status=\"{}\"",
@@ -153,16 +152,14 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
                                   const v1::CompileRequest* req,
                                   v1::CompileResponse* resp) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (absl::Status s = ValidateTarget(req->target()); !s.ok())
-    return Done("Compile", ToGrpc(s));
-  auto graph = ImportGraph(req->graph());
-  if (!graph.ok()) {
+  // Validated, imported and keyed once: the compile pool takes this.
+  absl::StatusOr<ImportedRequest> imported = ImportRequest(*req);
+  if (!imported.ok()) {
     spdlog::info("rpc=Compile outcome=rejected status=\"{}\"",
-                 graph.status().ToString());
-    return Done("Compile", ToGrpc(graph.status()));
+                 imported.status().ToString());
+    return Done("Compile", ToGrpc(imported.status()));
   }
-  const GuardKey request_key =
-      ComputeGuardKey(*graph, req->target(), req->options());
+  const GuardKey request_key = imported->key;
   const Sha256Digest key = StoreKeyOf(request_key);
   const std::string key_hex = DigestToHex(request_key).substr(0, 16);
   resp->set_guard_key(KeyBytes(request_key));
@@ -185,13 +182,12 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
     outcome = ticket.leader ? v1::CompileResponse::COMPILED
                             : v1::CompileResponse::JOINED;
     if (ticket.leader) {
-      // The compile runs on the pool with its own copy of the request, so a
-      // caller that gives up does not cancel it for the others.
-      auto request = std::make_shared<v1::CompileRequest>(*req);
+      // The compile runs on the pool with its own copy of the imported
+      // request, so a caller that gives up does not cancel it for the others.
+      auto request =
+          std::make_shared<const ImportedRequest>(*std::move(imported));
       if (!pool_ ||
-          !pool_->Submit([this, request, request_key, key] {
-            RunCompile(*request, request_key, key);
-          })) {
+          !pool_->Submit([this, request, key] { RunCompile(*request, key); })) {
         inflight_.Finish(key, absl::ResourceExhaustedError(
                                   "the compile queue is full; retry with "
                                   "backoff (a few seconds)"));

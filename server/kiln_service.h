@@ -20,6 +20,7 @@
 
 #include "absl/time/time.h"
 #include "cache/artifact_store.h"
+#include "compiler/imported_request.h"
 #include "kiln/v1/service.grpc.pb.h"
 #include "server/compile_pool.h"
 #include "server/hit_socket_server.h"
@@ -106,8 +107,7 @@ class KilnService final
   absl::StatusOr<std::shared_ptr<const HotArtifact>> LookupKey(
       absl::string_view request_bytes);
   // Runs on a compile thread: compile, store, publish to the flight.
-  void RunCompile(const v1::CompileRequest& request,
-                  const Sha256Digest& request_key,
+  void RunCompile(const ImportedRequest& request,
                   const Sha256Digest& store_key);
   // Where this kilnd stores the artifact for a request key.
   Sha256Digest StoreKeyOf(const Sha256Digest& request_key) const;

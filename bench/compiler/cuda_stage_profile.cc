@@ -139,14 +139,17 @@ int Run(int argc, char** argv) {
       if (!tm.ok()) return 1;
       lap("target machine");
       llvm::LLVMContext context;
+      GpuPlanOptions plan_options;
+      if (vector_width > 0) plan_options.pointwise_vector_width = vector_width;
+      if (groups > 0) plan_options.pointwise_groups_per_thread = groups;
+      const std::vector<GpuKernelPlan> plans =
+          PlanGpuLaunches(*fused, plan_options);
       CudaCodegenOptions options;
-      if (vector_width > 0) options.plan.pointwise_vector_width = vector_width;
-      if (groups > 0) options.plan.pointwise_groups_per_thread = groups;
       for (const GraphInput& gi : graph->inputs)
         options.input_alignment.push_back(gi.alignment);
-      auto cuda = EmitCudaModule(*fused, context, options);
+      auto cuda = EmitCudaModule(*fused, plans, context, options);
       if (!cuda.ok()) return 1;
-      llvm::Module& module = *cuda->module;
+      llvm::Module& module = **cuda;
       module.setTargetTriple((*tm)->getTargetTriple().str());
       module.setDataLayout((*tm)->createDataLayout());
       lap("LLVM IR emission");

@@ -1,0 +1,148 @@
+#include "compiler/build_artifact.h"
+
+#include <utility>
+
+#include "support/sha256.h"
+
+namespace kiln {
+
+v1::SymPoly ToSymPoly(const SymExpr& e) {
+  v1::SymPoly p;
+  for (const SymExpr::Term& t : e.terms()) {
+    v1::SymPoly::Term* term = p.add_terms();
+    term->set_coeff(t.coeff);
+    for (int s : t.symbols) term->add_symbols(s);
+  }
+  return p;
+}
+
+namespace {
+
+v1::DType WireDType(DType d) {
+  return static_cast<v1::DType>(static_cast<int>(d));
+}
+
+// The program: buffers, then per kernel: allocate the temps it writes first,
+// launch, and free temps after their last reader.
+// `gpu_plans`: per kernel, for CUDA targets; empty for CPU targets.
+v1::Program BuildProgram(const FusedProgram& fused,
+                         const std::vector<GpuKernelPlan>& gpu_plans) {
+  v1::Program program;
+  for (const ProgramBuffer& b : fused.buffers) {
+    v1::BufferSpec* spec = program.add_buffers();
+    spec->set_kind(b.kind == ProgramBuffer::Kind::kInput ? v1::BufferSpec::INPUT
+                   : b.kind == ProgramBuffer::Kind::kOutput
+                       ? v1::BufferSpec::OUTPUT
+                       : v1::BufferSpec::TEMP);
+    spec->set_index(b.index);
+    spec->set_dtype(WireDType(b.dtype));
+    *spec->mutable_elements() = ToSymPoly(b.elements);
+  }
+  std::vector<int> last_use(fused.buffers.size(), -1);
+  for (size_t k = 0; k < fused.kernels.size(); ++k) {
+    for (int b : fused.kernels[k].buffers) last_use[b] = static_cast<int>(k);
+  }
+  std::vector<bool> allocated(fused.buffers.size(), false);
+  for (size_t k = 0; k < fused.kernels.size(); ++k) {
+    const Kernel& kernel = fused.kernels[k];
+    for (int b : kernel.buffers) {
+      if (fused.buffers[b].kind == ProgramBuffer::Kind::kTemp &&
+          !allocated[b]) {
+        program.add_steps()->set_alloc(b);
+        allocated[b] = true;
+      }
+    }
+    v1::Launch* launch = program.add_steps()->mutable_launch();
+    launch->set_kernel(kernel.name);
+    for (int b : kernel.buffers) launch->add_buffers(b);
+    *launch->mutable_range() = ToSymPoly(kernel.OuterRange());
+    // Rows of a row kernel are heavy; pointwise elements are light.
+    bool has_inner = false;
+    for (bool i : kernel.inner) has_inner |= i;
+    launch->set_grain(has_inner ? 16 : 16384);
+    if (!gpu_plans.empty()) {
+      launch->set_block_threads(gpu_plans[k].block_threads);
+      launch->set_items_per_block(gpu_plans[k].items_per_block);
+    }
+    for (int b : kernel.buffers) {
+      if (fused.buffers[b].kind == ProgramBuffer::Kind::kTemp &&
+          last_use[b] == static_cast<int>(k)) {
+        program.add_steps()->set_free(b);
+      }
+    }
+  }
+  return program;
+}
+
+}  // namespace
+
+v1::Artifact BuildArtifact(const ImportedRequest& request,
+                           const FusedProgram& fused,
+                           const std::vector<GpuKernelPlan>& gpu_plans,
+                           KernelBinary binary) {
+  const Graph& graph = request.graph;
+  v1::Artifact a;
+  const Sha256Digest binary_hash =
+      Sha256(request.target.has_cuda() ? binary.cuda.cubin()
+                                       : binary.cpu_shared_object);
+  if (request.target.has_cuda()) {
+    *a.mutable_cuda() = std::move(binary.cuda);
+  } else {
+    a.mutable_cpu()->set_shared_object(std::move(binary.cpu_shared_object));
+  }
+  a.set_format_version(kArtifactFormatVersion);
+  a.set_guard_key(std::string(reinterpret_cast<const char*>(request.key.data()),
+                              request.key.size()));
+  *a.mutable_target() = request.target;
+  // Symbols: where the runtime reads each one (its first appearance).
+  for (size_t s = 0; s < graph.symbols.size(); ++s) {
+    v1::SymbolGuard* g = a.add_symbols();
+    g->set_name(graph.symbols[s].name);
+    g->set_min_value(kMinSymbolValue);
+    g->set_max_value(graph.symbols[s].max_value);
+    g->set_multiple_of(graph.symbols[s].multiple_of);
+    g->set_input(-1);
+    g->set_dim(-1);
+    for (size_t i = 0; i < graph.inputs.size() && g->input() < 0; ++i) {
+      const TensorType& t = graph.type(graph.inputs[i].value);
+      for (int d = 0; d < t.rank(); ++d) {
+        if (t.sizes[d].AsSymbol() == static_cast<int>(s)) {
+          g->set_input(static_cast<int>(i));
+          g->set_dim(d);
+          break;
+        }
+      }
+    }
+  }
+  for (const GraphInput& in : graph.inputs) {
+    const TensorType& t = graph.type(in.value);
+    v1::InputGuard* g = a.add_inputs();
+    g->set_dtype(WireDType(t.dtype));
+    for (const SymExpr& s : t.sizes) *g->add_sizes() = ToSymPoly(s);
+    for (const SymExpr& s : in.strides) *g->add_strides() = ToSymPoly(s);
+    // CPU code uses unaligned vector loads; CUDA code uses aligned vector
+    // loads of 16 bytes where the request promises that alignment (which is
+    // part of the guard key).
+    g->set_alignment(request.target.has_cuda() && in.alignment >= 16
+                         ? 16
+                         : DTypeSize(t.dtype));
+  }
+  *a.mutable_program() = BuildProgram(fused, gpu_plans);
+  for (size_t o = 0; o < graph.outputs.size(); ++o) {
+    const TensorType& t = graph.type(graph.outputs[o]);
+    v1::OutputSpec* out = a.add_outputs();
+    out->set_dtype(WireDType(t.dtype));
+    for (const SymExpr& s : t.sizes) *out->add_sizes() = ToSymPoly(s);
+    for (size_t b = 0; b < fused.buffers.size(); ++b) {
+      if (fused.buffers[b].kind == ProgramBuffer::Kind::kOutput &&
+          fused.buffers[b].index == static_cast<int>(o)) {
+        out->set_buffer(static_cast<int>(b));
+      }
+    }
+  }
+  a.set_binary_sha256(std::string(
+      reinterpret_cast<const char*>(binary_hash.data()), binary_hash.size()));
+  return a;
+}
+
+}  // namespace kiln
