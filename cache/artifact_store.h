@@ -86,7 +86,7 @@ class Env;
 namespace kiln {
 
 // Keys are guard keys: SHA-256 digests of a compile request's canonical
-// encoding (compiler/guard_key.h's GuardKey, an alias of Sha256Digest). The
+// encoding (graph/guard_key.h's GuardKey, an alias of Sha256Digest). The
 // store takes the digest type itself so as not to depend on the compiler.
 
 struct ArtifactStoreOptions {

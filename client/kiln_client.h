@@ -56,7 +56,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "runtime/cuda_executable.h"
-#include "compiler/host_tensor.h"
+#include "graph/host_tensor.h"
 #include "kiln/v1/graph.pb.h"
 
 namespace kiln {

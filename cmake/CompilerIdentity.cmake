@@ -1,10 +1,11 @@
 # The compiler's identity: a SHA-256 over the sources that decide what code
-# Kiln generates (compiler/ and proto/) and the versions of the toolchains it
+# Kiln generates (compiler/, graph/ and proto/) and the versions of the toolchains it
 # links. It is part of every guard key (DESIGN.md, decision 2), so a changed
 # compiler never serves an artifact built by an older one.
 set(KILN_IDENTITY_OUT ${CMAKE_BINARY_DIR}/generated/kiln/compiler_identity.inc)
 file(GLOB_RECURSE KILN_IDENTITY_INPUTS CONFIGURE_DEPENDS
      ${CMAKE_SOURCE_DIR}/compiler/*.cc ${CMAKE_SOURCE_DIR}/compiler/*.h
+     ${CMAKE_SOURCE_DIR}/graph/*.cc ${CMAKE_SOURCE_DIR}/graph/*.h
      ${CMAKE_SOURCE_DIR}/proto/*.proto)
 add_custom_command(
   OUTPUT ${KILN_IDENTITY_OUT}

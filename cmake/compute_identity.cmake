@@ -1,6 +1,7 @@
 # cmake -DSRC_DIR=... -DOUT=... -DEXTRA=... -P compute_identity.cmake
 file(GLOB_RECURSE files RELATIVE ${SRC_DIR}
-     ${SRC_DIR}/compiler/*.cc ${SRC_DIR}/compiler/*.h ${SRC_DIR}/proto/*.proto)
+     ${SRC_DIR}/compiler/*.cc ${SRC_DIR}/compiler/*.h
+     ${SRC_DIR}/graph/*.cc ${SRC_DIR}/graph/*.h ${SRC_DIR}/proto/*.proto)
 list(SORT files)
 set(acc "kiln-identity-v1;${EXTRA}")
 foreach(f ${files})

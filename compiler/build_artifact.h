@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "compiler/gpu_launch.h"
-#include "compiler/imported_request.h"
+#include "graph/imported_request.h"
 #include "compiler/loop_ir.h"
 #include "kiln/v1/artifact.pb.h"
 

@@ -4,7 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "compiler/dtype.h"
+#include "graph/dtype.h"
 #include "compiler/kernel_emitter.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/IntrinsicsNVPTX.h"

@@ -33,7 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/build_artifact.h"  // kArtifactFormatVersion
-#include "compiler/imported_request.h"
+#include "graph/imported_request.h"
 #include "kiln/v1/artifact.pb.h"
 #include "kiln/v1/graph.pb.h"
 

@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "compiler/dtype.h"
-#include "compiler/sym_expr.h"
+#include "graph/dtype.h"
+#include "graph/sym_expr.h"
 
 namespace kiln {
 

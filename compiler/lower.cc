@@ -1,7 +1,9 @@
 #include "compiler/lower.h"
 
 #include "absl/strings/str_cat.h"
-#include "compiler/op_registry.h"
+#include "compiler/op_lowering.h"
+#include "graph/host_tensor.h"
+#include "graph/op_signature.h"
 
 namespace kiln {
 
@@ -96,10 +98,11 @@ absl::StatusOr<LoopGraph> Lower(const Graph& graph) {
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
     LowerContext ctx(graph, node, static_cast<int>(n), loops, values);
-    if (!node.op->lower) {
+    const LowerFn* lower = OpLowerings::Get().Find(node.op->name);
+    if (lower == nullptr) {
       return ctx.Unimplemented("no loop-IR lowering for this op yet");
     }
-    auto outs = node.op->lower(ctx);
+    auto outs = (*lower)(ctx);
     if (!outs.ok()) return outs.status();
     if (outs->size() != node.outputs.size()) {
       return absl::InternalError(

@@ -3,7 +3,8 @@
 // Each graph value becomes a LoweredValue: a loop node read through an index
 // map. Pointwise ops and reductions create nodes; views only compose index
 // maps (never copies); composites expand into reductions and pointwise
-// nodes. The rules live in the op registry: OpDef::lower.
+// nodes. The rules live in the compiler's lowering table
+// (op_lowering.h).
 //
 // Errors: UNIMPLEMENTED for an op without a lowering, naming node and op.
 // Thread-safety: pure function.
@@ -13,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "compiler/graph.h"
+#include "graph/graph.h"
 #include "compiler/loop_ir.h"
 
 namespace kiln {

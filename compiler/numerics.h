@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/graph.h"
-#include "compiler/host_tensor.h"
+#include "graph/graph.h"
+#include "graph/host_tensor.h"
 
 namespace kiln::numerics {
 

@@ -1,7 +1,8 @@
 #include "compiler/reference.h"
 
 #include "absl/strings/str_cat.h"
-#include "compiler/op_registry.h"
+#include "compiler/op_reference.h"
+#include "graph/op_signature.h"
 
 namespace kiln {
 
@@ -86,7 +87,13 @@ absl::StatusOr<std::vector<HostTensor>> EvaluateReference(
       for (const SymExpr& s : type.sizes) sizes.push_back(s.Evaluate(*symbols));
       ctx.out_sizes.push_back(std::move(sizes));
     }
-    auto outs = node.op->reference(ctx);
+    const ReferenceFn* reference = OpReferences::Get().Find(node.op->name);
+    if (reference == nullptr) {
+      return absl::UnimplementedError(
+          absl::StrCat("node ", n, " (", node.op->name,
+                       "): no reference semantics for this op"));
+    }
+    auto outs = (*reference)(ctx);
     if (!outs.ok()) return outs.status();
     if (outs->size() != node.outputs.size()) {
       return absl::InternalError(

@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "compiler/graph.h"
-#include "compiler/host_tensor.h"
+#include "graph/graph.h"
+#include "graph/host_tensor.h"
 
 namespace kiln {
 

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/gpu_launch.h"
-#include "compiler/graph.h"
+#include "graph/graph.h"
 
 namespace kiln {
 namespace {

@@ -149,11 +149,11 @@ done
 # Headers: the client's public ones, the generated kiln.v1 messages, and the
 # Abseil and Protobuf trees they include (the versions the libraries in
 # kiln/lib were built with; a user's own would not match them).
-mkdir -p "$K/include/client" "$K/include/runtime" "$K/include/compiler" "$K/include/kiln/v1" "$K/include/google"
+mkdir -p "$K/include/client" "$K/include/runtime" "$K/include/graph" "$K/include/kiln/v1" "$K/include/google"
 install -m 0644 "$ROOT/client/kiln_client.h" "$ROOT/client/kiln_c.h" "$K/include/client/"
 install -m 0644 "$ROOT/runtime/cuda_executable.h" "$ROOT/runtime/cuda_driver.h" \
   "$ROOT/runtime/device_allocator.h" "$ROOT/runtime/program_plan.h" "$K/include/runtime/"
-install -m 0644 "$ROOT/compiler/host_tensor.h" "$ROOT/compiler/dtype.h" "$K/include/compiler/"
+install -m 0644 "$ROOT/graph/host_tensor.h" "$ROOT/graph/dtype.h" "$K/include/graph/"
 for p in graph artifact service; do
   install -m 0644 "$BUILD/proto/kiln/v1/$p.pb.h" "$K/include/kiln/v1/"
   install -m 0644 "$ROOT/proto/kiln/v1/$p.proto" "$K/include/kiln/v1/"

@@ -17,7 +17,7 @@
 #include "runtime/guards.h"  // EvaluateSymPoly
 #include "runtime/program_plan.h"
 #include "runtime/thread_pool.h"
-#include "compiler/host_tensor.h"
+#include "graph/host_tensor.h"
 #include "kiln/v1/artifact.pb.h"
 
 namespace kiln {

@@ -35,7 +35,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/device_allocator.h"
 #include "runtime/program_plan.h"
-#include "compiler/dtype.h"
+#include "graph/dtype.h"
 #include "kiln/v1/artifact.pb.h"
 
 namespace kiln {

@@ -11,7 +11,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "compiler/dtype.h"
+#include "graph/dtype.h"
 #include "kiln/v1/artifact.pb.h"
 
 namespace kiln {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "compiler/dtype.h"
+#include "graph/dtype.h"
 #include "kiln/v1/artifact.pb.h"
 
 namespace kiln {

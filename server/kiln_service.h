@@ -20,7 +20,7 @@
 
 #include "absl/time/time.h"
 #include "cache/artifact_store.h"
-#include "compiler/imported_request.h"
+#include "graph/imported_request.h"
 #include "kiln/v1/service.grpc.pb.h"
 #include "server/compile_pool.h"
 #include "server/hit_socket_server.h"

@@ -31,7 +31,7 @@
 #include "compiler/codegen_cuda.h"
 #include "compiler/cuda_backend.h"
 #include "compiler/fuse.h"
-#include "compiler/import.h"
+#include "graph/import.h"
 #include "compiler/lower.h"
 #include "compiler/split_reductions.h"
 #include "google/protobuf/util/json_util.h"

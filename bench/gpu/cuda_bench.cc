@@ -35,7 +35,7 @@
 #include "absl/strings/strip.h"
 #include "runtime/cuda_executable.h"
 #include "compiler/compile.h"
-#include "compiler/import.h"
+#include "graph/import.h"
 #include "compiler/numerics.h"
 #include "compiler/reference.h"
 #include "google/protobuf/util/json_util.h"

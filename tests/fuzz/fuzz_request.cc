@@ -28,11 +28,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "compiler/graph.h"
-#include "compiler/guard_key.h"
-#include "compiler/host_tensor.h"
-#include "compiler/import.h"
-#include "compiler/op_registry.h"
+#include "graph/graph.h"
+#include "graph/guard_key.h"
+#include "graph/host_tensor.h"
+#include "graph/import.h"
+#include "graph/op_signature.h"
 #include "compiler/reference.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/json_util.h"
@@ -266,7 +266,7 @@ void Exercise(const v1::CompileRequest& request, uint64_t seed) {
 // stop at the first malformed field; this reaches shape inference, dtype
 // rules and the evaluator with graphs that are nearly valid.
 void MutateGenerated(FuzzedDataProvider& fdp, v1::Graph* g) {
-  static const std::vector<std::string> kOpNames = OpRegistry::Get().Names();
+  static const std::vector<std::string> kOpNames = OpSignatures::Get().Names();
   const std::vector<std::string>* const kOps = &kOpNames;
   const std::vector<std::string> kStrings = {"none", "tanh", "floor", "trunc",
                                              ""};
@@ -368,7 +368,7 @@ void MutateGenerated(FuzzedDataProvider& fdp, v1::Graph* g) {
         break;
       case 3: {  // an argument added, positional or by a schema name
         v1::Argument* a = node->add_args();
-        const OpDef* op = OpRegistry::Get().Find(node->op());
+        const OpSignature* op = OpSignatures::Get().Find(node->op());
         if (op != nullptr && !op->schema.empty() && fdp.ConsumeBool()) {
           a->set_name(op->schema[fdp.ConsumeIntegralInRange<size_t>(
                                      0, op->schema.size() - 1)]

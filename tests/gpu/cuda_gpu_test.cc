@@ -28,7 +28,7 @@
 #include "runtime/cuda_executable.h"
 #include "client/kiln_client.h"
 #include "compiler/compile.h"
-#include "compiler/import.h"
+#include "graph/import.h"
 #include "compiler/reference.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"

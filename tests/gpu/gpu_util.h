@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_executable.h"
-#include "compiler/host_tensor.h"
+#include "graph/host_tensor.h"
 
 namespace kiln::gpu_testing {
 

@@ -5,7 +5,7 @@
 #include "absl/strings/match.h"
 #include "runtime/cuda_driver.h"
 #include "client/kiln_client.h"
-#include "compiler/import.h"
+#include "graph/import.h"
 #include "compiler/reference.h"
 #include "gtest/gtest.h"
 #include "tests/server/daemon.h"

@@ -12,7 +12,7 @@
 
 #include "client/kiln_client.h"
 #include "compiler/cpu_backend.h"
-#include "compiler/import.h"
+#include "graph/import.h"
 #include "compiler/reference.h"
 #include "google/protobuf/util/json_util.h"
 #include "tests/unit/numerics.h"

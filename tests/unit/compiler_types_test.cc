@@ -2,8 +2,8 @@
 // conversions the reference evaluator rounds with.
 #include <cmath>
 
-#include "compiler/dtype.h"
-#include "compiler/sym_expr.h"
+#include "graph/dtype.h"
+#include "graph/sym_expr.h"
 #include "gtest/gtest.h"
 #include "support/half.h"
 

@@ -11,7 +11,7 @@
 #include "runtime/cpu_executable.h"
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
-#include "compiler/import.h"
+#include "graph/import.h"
 #include "compiler/reference.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"

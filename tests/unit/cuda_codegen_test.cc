@@ -21,9 +21,9 @@
 #include "compiler/cuda_backend.h"
 #include "compiler/fuse.h"
 #include "compiler/gpu_launch.h"
-#include "compiler/import.h"
+#include "graph/import.h"
 #include "compiler/lower.h"
-#include "compiler/op_registry.h"
+#include "graph/op_signature.h"
 #include "compiler/split_reductions.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -621,7 +621,7 @@ TEST(CudaCodegen, RandomGraphsOverTheWholeOpSetCompile) {
   CompileRandomGraphs(random_graphs::Options(), count, /*fast_math=*/false,
                       &ops);
   if (count >= 600) {
-    for (const std::string& op : OpRegistry::Get().Names())
+    for (const std::string& op : OpSignatures::Get().Names())
       EXPECT_TRUE(ops.count(op)) << op << " never generated";
   }
 }

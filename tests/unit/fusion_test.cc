@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "compiler/fuse.h"
-#include "compiler/import.h"
+#include "graph/import.h"
 #include "compiler/lower.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"

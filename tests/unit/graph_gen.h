@@ -227,7 +227,7 @@ inline bool IsFloatDType(v1::DType d) {
 }
 inline bool IsIntDType(v1::DType d) { return d == v1::INT32 || d == v1::INT64; }
 
-// torch.promote_types over Kiln's dtypes (mirrors compiler/dtype.cc).
+// torch.promote_types over Kiln's dtypes (mirrors graph/dtype.cc).
 inline v1::DType PromoteDTypes(v1::DType a, v1::DType b) {
   if (a == b) return a;
   if (a == v1::BOOL) return b;

@@ -3,7 +3,7 @@
 // reordering independent nodes, storage offsets, devices), different for
 // every change of a guarded property, and the same in every process.
 #include "compiler/compiler_identity.h"
-#include "compiler/guard_key.h"
+#include "graph/guard_key.h"
 
 #include <dirent.h>
 
@@ -19,7 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "compiler/import.h"
+#include "graph/import.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/unit/graph_gen.h"

@@ -14,10 +14,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "compiler/graph.h"
-#include "compiler/host_tensor.h"
-#include "compiler/import.h"
-#include "compiler/op_registry.h"
+#include "graph/graph.h"
+#include "graph/host_tensor.h"
+#include "graph/import.h"
+#include "graph/op_signature.h"
 #include "compiler/reference.h"
 #include "kiln/v1/graph.pb.h"
 
@@ -95,7 +95,7 @@ inline v1::Graph OneOpGraph(const std::string& op, const std::vector<HostTensor>
   v1::Node* node = g.add_nodes();
   node->set_op(op);
   for (const v1::Argument& a : args) *node->add_args() = a;
-  const OpDef* def = OpRegistry::Get().Find(op);
+  const OpSignature* def = OpSignatures::Get().Find(op);
   const int outputs = def ? def->num_outputs : 1;
   for (int o = 0; o < outputs; ++o) {
     node->add_outputs(absl::StrCat("y", o));

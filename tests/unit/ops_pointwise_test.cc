@@ -32,7 +32,7 @@ TEST(OpCoverage, EveryRegisteredOpIsCovered) {
       EXPECT_TRUE(covered.insert(op).second) << op << " is listed twice";
     }
   }
-  const std::vector<std::string> names = OpRegistry::Get().Names();
+  const std::vector<std::string> names = OpSignatures::Get().Names();
   for (const std::string& name : names) {
     EXPECT_TRUE(covered.count(name))
         << name << " is registered but no ops_*_test.cc suite lists it "

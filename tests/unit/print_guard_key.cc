@@ -21,8 +21,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
-#include "compiler/guard_key.h"
-#include "compiler/import.h"
+#include "graph/guard_key.h"
+#include "graph/import.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace {

@@ -32,8 +32,8 @@
 #include "runtime/thread_pool.h"
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
-#include "compiler/import.h"
-#include "compiler/op_registry.h"
+#include "graph/import.h"
+#include "graph/op_signature.h"
 #include "compiler/reference.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -175,7 +175,7 @@ TEST(RandomGraphs, CompiledMatchesReference) {
           .count();
 
   std::vector<std::string> missing;
-  for (const std::string& op : OpRegistry::Get().Names()) {
+  for (const std::string& op : OpSignatures::Get().Names()) {
     if (!op_counts.count(op)) missing.push_back(op);
   }
   std::printf(
@@ -205,7 +205,7 @@ TEST(RandomGraphs, GeneratorCoversTheRegistry) {
     for (const v1::Node& n : g.nodes()) ++seen[n.op()];
   }
   std::vector<std::string> missing;
-  for (const std::string& op : OpRegistry::Get().Names()) {
+  for (const std::string& op : OpSignatures::Get().Names()) {
     if (!seen.count(op)) missing.push_back(op);
   }
   EXPECT_TRUE(missing.empty()) << absl::StrJoin(missing, " ");

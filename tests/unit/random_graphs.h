@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "compiler/graph.h"
+#include "graph/graph.h"
 #include "tests/unit/graph_gen.h"
 
 namespace kiln::testing::random_graphs {

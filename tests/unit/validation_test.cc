@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "compiler/import.h"
+#include "graph/import.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "compiler/import.h"
+#include "graph/import.h"
 
 #include <limits>
 
@@ -6,7 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "compiler/op_registry.h"
+#include "graph/op_signature.h"
 
 namespace kiln {
 namespace {
@@ -435,7 +435,7 @@ class Importer {
   absl::Status ImportNode(int n) {
     const v1::Node& pn = proto_.nodes(n);
     const std::string where = absl::StrCat("node ", n, " (", pn.op(), ")");
-    const OpDef* op = OpRegistry::Get().Find(pn.op());
+    const OpSignature* op = OpSignatures::Get().Find(pn.op());
     if (op == nullptr) {
       return absl::UnimplementedError(
           absl::StrCat("node ", n, ": op '", pn.op(),

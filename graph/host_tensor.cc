@@ -1,4 +1,4 @@
-#include "compiler/host_tensor.h"
+#include "graph/host_tensor.h"
 
 #include <cmath>
 #include <cstdlib>

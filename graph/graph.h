@@ -5,21 +5,21 @@
 // Graphs are functional: no op mutates or aliases observably, so view ops are
 // value transformations here (the loop IR turns them into index maps).
 //
-// Built by ImportGraph (compiler/import.h); read-only afterwards.
+// Built by ImportGraph (graph/import.h); read-only afterwards.
 // Thread-safety: a const Graph may be read from many threads.
-#ifndef KILN_COMPILER_GRAPH_H_
-#define KILN_COMPILER_GRAPH_H_
+#ifndef KILN_GRAPH_GRAPH_H_
+#define KILN_GRAPH_GRAPH_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "compiler/dtype.h"
-#include "compiler/sym_expr.h"
+#include "graph/dtype.h"
+#include "graph/sym_expr.h"
 
 namespace kiln {
 
-struct OpDef;
+struct OpSignature;
 using ValueId = int;
 
 struct TensorType {
@@ -124,7 +124,7 @@ struct Value {
 };
 
 struct Node {
-  const OpDef* op = nullptr;
+  const OpSignature* op = nullptr;  // graph/op_signature.h
   std::vector<Attr> args;  // in schema order, defaults filled in
   std::vector<ValueId> outputs;
 };
@@ -169,4 +169,4 @@ SymExpr NumElements(const std::vector<SymExpr>& sizes);
 
 }  // namespace kiln
 
-#endif  // KILN_COMPILER_GRAPH_H_
+#endif  // KILN_GRAPH_GRAPH_H_

@@ -41,13 +41,13 @@
 // key; changing any guarded property changes it.
 //
 // Thread-safety: pure functions.
-#ifndef KILN_COMPILER_GUARD_KEY_H_
-#define KILN_COMPILER_GUARD_KEY_H_
+#ifndef KILN_GRAPH_GUARD_KEY_H_
+#define KILN_GRAPH_GUARD_KEY_H_
 
 #include <string>
 #include <vector>
 
-#include "compiler/graph.h"
+#include "graph/graph.h"
 #include "kiln/v1/graph.pb.h"
 #include "support/sha256.h"
 
@@ -74,4 +74,4 @@ GuardKey CombineKeyComponents(const std::vector<KeyComponent>& components);
 
 }  // namespace kiln
 
-#endif  // KILN_COMPILER_GUARD_KEY_H_
+#endif  // KILN_GRAPH_GUARD_KEY_H_

@@ -1,8 +1,8 @@
-#include "compiler/graph.h"
+#include "graph/graph.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "compiler/op_registry.h"
+#include "graph/op_signature.h"
 
 namespace kiln {
 

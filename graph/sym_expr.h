@@ -7,8 +7,8 @@
 // exact division, and evaluation under concrete symbol values.
 //
 // Thread-safety: values, freely copyable and shareable.
-#ifndef KILN_COMPILER_SYM_EXPR_H_
-#define KILN_COMPILER_SYM_EXPR_H_
+#ifndef KILN_GRAPH_SYM_EXPR_H_
+#define KILN_GRAPH_SYM_EXPR_H_
 
 #include <cstdint>
 #include <optional>
@@ -64,4 +64,4 @@ class SymExpr {
 
 }  // namespace kiln
 
-#endif  // KILN_COMPILER_SYM_EXPR_H_
+#endif  // KILN_GRAPH_SYM_EXPR_H_

@@ -5,12 +5,12 @@
 //
 // Thread-safety: ImportRequest is a pure function; an ImportedRequest is
 // immutable once built and may be shared between threads.
-#ifndef KILN_COMPILER_IMPORTED_REQUEST_H_
-#define KILN_COMPILER_IMPORTED_REQUEST_H_
+#ifndef KILN_GRAPH_IMPORTED_REQUEST_H_
+#define KILN_GRAPH_IMPORTED_REQUEST_H_
 
 #include "absl/status/statusor.h"
-#include "compiler/graph.h"
-#include "compiler/guard_key.h"
+#include "graph/graph.h"
+#include "graph/guard_key.h"
 #include "kiln/v1/graph.pb.h"
 
 namespace kiln {
@@ -30,4 +30,4 @@ absl::StatusOr<ImportedRequest> ImportRequest(
 
 }  // namespace kiln
 
-#endif  // KILN_COMPILER_IMPORTED_REQUEST_H_
+#endif  // KILN_GRAPH_IMPORTED_REQUEST_H_

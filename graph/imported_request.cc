@@ -1,6 +1,6 @@
-#include "compiler/imported_request.h"
+#include "graph/imported_request.h"
 
-#include "compiler/import.h"
+#include "graph/import.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "compiler/guard_key.h"
+#include "graph/guard_key.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -16,7 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "compiler/op_registry.h"
+#include "graph/op_signature.h"
 
 namespace kiln {
 namespace {

@@ -3,8 +3,8 @@
 //
 // Thread-safety: a HostTensor may be read concurrently; writes need external
 // synchronisation (storage is shared between views).
-#ifndef KILN_COMPILER_HOST_TENSOR_H_
-#define KILN_COMPILER_HOST_TENSOR_H_
+#ifndef KILN_GRAPH_HOST_TENSOR_H_
+#define KILN_GRAPH_HOST_TENSOR_H_
 
 #include <cstdint>
 #include <memory>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "compiler/dtype.h"
+#include "graph/dtype.h"
 
 namespace kiln {
 
@@ -105,4 +105,4 @@ int64_t WrapInt(int64_t v, DType to);
 
 }  // namespace kiln
 
-#endif  // KILN_COMPILER_HOST_TENSOR_H_
+#endif  // KILN_GRAPH_HOST_TENSOR_H_

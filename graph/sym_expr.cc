@@ -1,4 +1,4 @@
-#include "compiler/sym_expr.h"
+#include "graph/sym_expr.h"
 
 #include <algorithm>
 

@@ -1,25 +1,33 @@
-// The op registry: one entry per supported Core ATen overload, holding its
-// argument schema, shape rule, dtype rule and reference semantics (the
-// lowering joins the same entry with the code generators). Adding an op
-// means adding one entry in one of compiler/ops_*.cc.
+// Op signatures: what the graph layer knows of each supported Core ATen
+// overload — its argument schema, its class, and its shape and dtype rules.
+// ImportGraph (import.h) binds a node's arguments to the schema and types
+// its outputs with the rules; the guard key names arguments from the schema.
+// What an op computes (reference semantics) and how it is compiled (its
+// lowering) are the compiler's tables, keyed by the same name
+// (compiler/op_reference.h, compiler/op_lowering.h): clients link this file
+// and never the compiler.
 //
-// The registry is built once, on first use, and is immutable afterwards.
+// Adding an op: a named shape rule and dtype rule and one line in the table
+// of its family in graph/ops/*.cc (pointwise, reduction, views, indexing,
+// creation, composite), then its reference and lowering in the compiler's
+// tables of the same family (compiler/ops/).
+//
+// The table is built once, on first use, and is immutable afterwards.
 // Thread-safety: lookups are safe from any thread.
-#ifndef KILN_COMPILER_OP_REGISTRY_H_
-#define KILN_COMPILER_OP_REGISTRY_H_
+#ifndef KILN_GRAPH_OP_SIGNATURE_H_
+#define KILN_GRAPH_OP_SIGNATURE_H_
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "compiler/graph.h"
-#include "compiler/host_tensor.h"
-#include "compiler/lower.h"
+#include "graph/graph.h"
+#include "graph/op_table.h"
 
 namespace kiln {
 
@@ -87,27 +95,11 @@ class OpContext {
   int node_index_;
 };
 
-using ShapeRule =
-    std::function<absl::StatusOr<std::vector<std::vector<SymExpr>>>(
-        const OpContext&)>;
+// One sizes list per output.
+using Shapes = std::vector<std::vector<SymExpr>>;
+using ShapeRule = std::function<absl::StatusOr<Shapes>(const OpContext&)>;
 using DTypeRule =
     std::function<absl::StatusOr<std::vector<DType>>(const OpContext&)>;
-
-// What reference semantics see: arguments with tensors as HostTensors, the
-// output types (dtypes, and sizes already evaluated to concrete values).
-struct RefContext {
-  const Node& node;
-  std::vector<HostTensor> tensors;  // tensors[i] is argument i if a tensor
-  std::vector<std::vector<HostTensor>> tensor_lists;  // for Tensor[] args
-  std::vector<DType> out_dtypes;
-  std::vector<std::vector<int64_t>> out_sizes;
-  const Attr& arg(int i) const { return node.args[i]; }
-};
-using ReferenceFn =
-    std::function<absl::StatusOr<std::vector<HostTensor>>(const RefContext&)>;
-
-// Lowering to the loop IR: the op's values as loop nodes and index maps.
-using LowerFn = std::function<absl::StatusOr<std::vector<LoweredValue>>(LowerContext&)>;
 
 // The op's category, which later stages (fusion) use.
 enum class OpClass : uint8_t {
@@ -119,39 +111,36 @@ enum class OpClass : uint8_t {
   kData
 };
 
-struct OpDef {
+struct OpSignature {
   std::string name;  // ATen overload name, e.g. "aten.add.Tensor"
   OpClass op_class = OpClass::kPointwise;
   std::vector<ArgSpec> schema;
   int num_outputs = 1;
   ShapeRule shape;
   DTypeRule dtype;
-  ReferenceFn reference;
-  LowerFn lower;
 };
 
-class OpRegistry {
+// Find(name): nullptr when the op is not supported; Names(): sorted.
+class OpSignatures : public OpTable<OpSignature> {
  public:
-  // The process-wide registry, built on first call.
-  static const OpRegistry& Get();
+  // The process-wide table, built on first call.
+  static const OpSignatures& Get();
 
-  // nullptr when `name` is not supported.
-  const OpDef* Find(absl::string_view name) const;
-  std::vector<std::string> Names() const;  // sorted
-
-  // Registration, used only while building.
-  void Add(OpDef def);
-
- private:
-  absl::flat_hash_map<std::string, std::unique_ptr<OpDef>> ops_;
+  // Registration, used only while building; a name added twice aborts.
+  void Add(OpSignature signature) {
+    std::string name = signature.name;
+    OpTable::Add(std::move(name), std::move(signature));
+  }
 };
 
-// Per-family registration, one per compiler/ops_*.cc.
-void RegisterPointwiseOps(OpRegistry& registry);
-void RegisterReductionOps(OpRegistry& registry);
-void RegisterShapeOps(OpRegistry& registry);
-void RegisterCompositeOps(OpRegistry& registry);
+// Per-family tables, one per graph/ops/*.cc.
+void RegisterPointwiseSignatures(OpSignatures& table);
+void RegisterReductionSignatures(OpSignatures& table);
+void RegisterViewSignatures(OpSignatures& table);
+void RegisterIndexingSignatures(OpSignatures& table);
+void RegisterCreationSignatures(OpSignatures& table);
+void RegisterCompositeSignatures(OpSignatures& table);
 
 }  // namespace kiln
 
-#endif  // KILN_COMPILER_OP_REGISTRY_H_
+#endif  // KILN_GRAPH_OP_SIGNATURE_H_

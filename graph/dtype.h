@@ -1,8 +1,8 @@
 // Element types and PyTorch's type-promotion lattice over Kiln's dtypes.
 //
 // Thread-safety: pure functions.
-#ifndef KILN_COMPILER_DTYPE_H_
-#define KILN_COMPILER_DTYPE_H_
+#ifndef KILN_GRAPH_DTYPE_H_
+#define KILN_GRAPH_DTYPE_H_
 
 #include <cstdint>
 #include <optional>
@@ -68,4 +68,4 @@ class ResultTypeState {
 
 }  // namespace kiln
 
-#endif  // KILN_COMPILER_DTYPE_H_
+#endif  // KILN_GRAPH_DTYPE_H_

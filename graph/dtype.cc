@@ -1,4 +1,4 @@
-#include "compiler/dtype.h"
+#include "graph/dtype.h"
 
 namespace kiln {
 

@@ -8,13 +8,13 @@
 // reason ("node 4 (aten.add.Tensor): shapes [3, 4] and [5] do not broadcast").
 //
 // Thread-safety: pure function; safe to call concurrently.
-#ifndef KILN_COMPILER_IMPORT_H_
-#define KILN_COMPILER_IMPORT_H_
+#ifndef KILN_GRAPH_IMPORT_H_
+#define KILN_GRAPH_IMPORT_H_
 
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "compiler/graph.h"
+#include "graph/graph.h"
 #include "kiln/v1/graph.pb.h"
 
 namespace kiln {
@@ -37,4 +37,4 @@ absl::Status ValidateTarget(const v1::Target& target);
 
 }  // namespace kiln
 
-#endif  // KILN_COMPILER_IMPORT_H_
+#endif  // KILN_GRAPH_IMPORT_H_

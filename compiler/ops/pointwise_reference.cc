@@ -1,0 +1,8 @@
+// PLACEHOLDER: being converted from compiler/ops/*_old.cc.
+#include "compiler/ops/reference_util.h"
+
+namespace kiln {
+
+void RegisterPointwiseReferences(OpReferences& table) {}
+
+}  // namespace kiln
