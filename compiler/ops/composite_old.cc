@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/ops_common.h"
+#include "compiler/ops/legacy.h"
 
 namespace kiln {
 namespace {

@@ -2,8 +2,13 @@
 #include "compiler/ops/lowering_util.h"
 #include "compiler/op_lowering.h"
 
+#include "compiler/ops/legacy.h"  // TRANSITIONAL
+
 namespace kiln {
 
-void RegisterReductionLowerings(OpLowerings& table) {}
+void RegisterReductionLowerings(OpLowerings& table) {
+  OpRegistry legacy(nullptr, nullptr, &table);  // TRANSITIONAL
+  RegisterReductionOps(legacy);
+}
 
 }  // namespace kiln

@@ -1,8 +1,13 @@
 // PLACEHOLDER: being converted from compiler/ops/*_old.cc.
 #include "compiler/ops/reference_util.h"
 
+#include "compiler/ops/legacy.h"  // TRANSITIONAL
+
 namespace kiln {
 
-void RegisterReductionReferences(OpReferences& table) {}
+void RegisterReductionReferences(OpReferences& table) {
+  OpRegistry legacy(nullptr, &table, nullptr);  // TRANSITIONAL
+  RegisterReductionOps(legacy);
+}
 
 }  // namespace kiln

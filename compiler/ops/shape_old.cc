@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/ops_common.h"
+#include "compiler/ops/legacy.h"
 
 namespace kiln {
 namespace {
