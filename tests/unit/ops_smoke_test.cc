@@ -2,6 +2,9 @@
 // ops_*_test.cc.
 #include <cmath>
 
+#include "compiler/op_lowering.h"
+#include "compiler/op_reference.h"
+#include "graph/op_signature.h"
 #include "gtest/gtest.h"
 #include "tests/unit/op_harness.h"
 
@@ -30,6 +33,25 @@ TEST(OpsSmoke, UnknownOpIsUnimplemented) {
   auto r = RunOp("aten.foo.default", {F32({1}, {1})}, {In(0)});
   ASSERT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(r.status().message().find("aten.foo.default"), std::string::npos);
+}
+
+// The three tables (graph/op_signature.h, compiler/op_reference.h,
+// compiler/op_lowering.h) name the same ops: an op with a signature but no
+// reference or lowering would import and then fail late.
+TEST(OpsSmoke, SignatureReferenceAndLoweringTablesAgree) {
+  const std::vector<std::string> signatures = OpSignatures::Get().Names();
+  EXPECT_GT(signatures.size(), 100u);
+  EXPECT_EQ(OpReferences::Get().Names(), signatures);
+  EXPECT_EQ(OpLowerings::Get().Names(), signatures);
+  for (const std::string& op : signatures) {
+    const OpSignature* s = OpSignatures::Get().Find(op);
+    ASSERT_NE(s, nullptr) << op;
+    EXPECT_EQ(s->name, op);
+    EXPECT_TRUE(s->shape) << op << " has no shape rule";
+    EXPECT_TRUE(s->dtype) << op << " has no dtype rule";
+    EXPECT_TRUE(*OpReferences::Get().Find(op)) << op;
+    EXPECT_TRUE(*OpLowerings::Get().Find(op)) << op;
+  }
 }
 
 }  // namespace
