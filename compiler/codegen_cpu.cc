@@ -12,9 +12,7 @@
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/MDBuilder.h"
 #include "llvm/IR/Module.h"
-#include "llvm/IR/Verifier.h"
 #include "llvm/Support/ModRef.h"
-#include "llvm/Support/raw_ostream.h"
 
 namespace kiln {
 namespace {
@@ -84,34 +82,24 @@ class CpuKernelEmitter : public KernelEmitterBase {
     }
     const int last = outer_dims_.back();
     Value* last_size = dim_size_[last];
-    // while (f < end) { decompose f; n = min(size_last - i_last, end - f); ...
-    // }
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* header = llvm::BasicBlock::Create(ctx_, "run.header", fn_);
-    auto* run = llvm::BasicBlock::Create(ctx_, "run.body", fn_);
-    auto* exit = llvm::BasicBlock::Create(ctx_, "run.exit", fn_);
-    b_.CreateBr(header);
-    b_.SetInsertPoint(header);
-    llvm::PHINode* f = b_.CreatePHI(b_.getInt64Ty(), 2, "f");
-    f->addIncoming(start, pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(f, end), run, exit);
-    b_.SetInsertPoint(run);
-    memo_.emplace_back();
-    Value* first = b_.CreateSRem(f, last_size, "i_last");
-    DecomposeOuter(b_.CreateSDiv(f, last_size), 1);
-    // The rest of the decomposition used the quotient as the flat index of
-    // the dims before `last`.
-    Value* n = b_.CreateSub(last_size, first);
-    Value* left = b_.CreateSub(end, f);
-    n = b_.CreateSelect(b_.CreateICmpSLT(left, n), left, n, "run.len");
-    EmitLoop(b_.getInt64(0), n, "j", [&](Value* j) {
-      vars_[last] = b_.CreateAdd(first, j, "v_last", true, true);
-      EmitStages();
-    });
-    memo_.pop_back();
-    f->addIncoming(b_.CreateAdd(f, n), b_.GetInsertBlock());
-    b_.CreateBr(header);
-    b_.SetInsertPoint(exit);
+    // for (f = start; f < end; f += n) { decompose f;
+    //   n = min(size_last - i_last, end - f); ... }
+    EmitLoopSkeleton(
+        start, end, /*is_signed=*/true,
+        {"run.header", "run.body", "run.exit", "f"}, [&](Value* f) {
+          Value* first = b_.CreateSRem(f, last_size, "i_last");
+          DecomposeOuter(b_.CreateSDiv(f, last_size), 1);
+          // The rest of the decomposition used the quotient as the flat index
+          // of the dims before `last`.
+          Value* n = b_.CreateSub(last_size, first);
+          Value* left = b_.CreateSub(end, f);
+          n = b_.CreateSelect(b_.CreateICmpSLT(left, n), left, n, "run.len");
+          EmitLoop(b_.getInt64(0), n, "j", [&](Value* j) {
+            vars_[last] = b_.CreateAdd(first, j, "v_last", true, true);
+            EmitStages();
+          });
+          return b_.CreateAdd(f, n);
+        });
   }
 
   // Row kernels: for each row in [start, end), the stages in order.
@@ -123,21 +111,14 @@ class CpuKernelEmitter : public KernelEmitterBase {
   }
 
   void EmitStages() {
-    int acc_slot = 0;
-    for (const Stage& st : kernel_.stages) {
-      switch (st.kind) {
-        case Stage::Kind::kReduce:
-          EmitReduce(st, acc_slot++);
-          break;
-        case Stage::Kind::kStoreInner:
-          EmitInnerNest(0, [&] { EmitStore(st); });
-          break;
-        case Stage::Kind::kStoreOuter:
-          EmitStore(st);
-          break;
-      }
-      if (!status_.ok()) return;
-    }
+    ForEachStage([&](const Stage& st, int slot) { EmitReduce(st, slot); },
+                 [&](const Stage& st, size_t) {
+                   if (st.kind == Stage::Kind::kStoreInner) {
+                     EmitInnerNest(0, [&] { EmitStore(st); });
+                   } else {
+                     EmitStore(st);
+                   }
+                 });
   }
 
   // ---- stages ----
@@ -223,18 +204,11 @@ class CpuKernelEmitter : public KernelEmitterBase {
 absl::StatusOr<std::unique_ptr<llvm::Module>> EmitCpuModule(
     const FusedProgram& program, llvm::LLVMContext& context,
     const CpuCodegenOptions& options) {
-  auto module = std::make_unique<llvm::Module>("kiln_kernels", context);
-  for (const Kernel& kernel : program.kernels) {
-    CpuKernelEmitter emitter(*module, program, kernel, options);
-    if (absl::Status s = emitter.Emit(); !s.ok()) return s;
-  }
-  std::string err;
-  llvm::raw_string_ostream os(err);
-  if (llvm::verifyModule(*module, &os)) {
-    return absl::InternalError(
-        absl::StrCat("LLVM module verification failed: ", os.str()));
-  }
-  return module;
+  return EmitKernelModule(
+      context, program.kernels.size(), [&](llvm::Module& module, size_t k) {
+        return CpuKernelEmitter(module, program, program.kernels[k], options)
+            .Emit();
+      });
 }
 
 }  // namespace kiln

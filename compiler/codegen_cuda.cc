@@ -10,8 +10,6 @@
 #include "llvm/IR/IntrinsicsNVPTX.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
-#include "llvm/IR/Verifier.h"
-#include "llvm/Support/raw_ostream.h"
 
 namespace kiln {
 namespace {
@@ -625,22 +623,14 @@ class CudaKernelEmitter : public KernelEmitterBase {
   }
 
   void EmitPointwiseStages(Value* valid) {
-    int acc_slot = 0;
-    for (size_t s = 0; s < kernel_.stages.size(); ++s) {
-      const Stage& st = kernel_.stages[s];
-      if (st.kind == Stage::Kind::kReduce) {
-        // A reduction over no dims (every reduced dim was dropped): one
-        // element per output, no other thread involved.
-        Value* acc = nullptr;
-        Value* pos = nullptr;
-        const DType vdtype = BeginReduce(st, &acc, &pos);
-        Accumulate(st, vdtype, nullptr, &acc, &pos);
-        SetReduceResult(st, acc_slot++, acc, pos);
-      } else {
-        EmitGroupStore(st, s, valid);
-      }
-      if (!status_.ok()) return;
-    }
+    EmitStages(
+        [&](const Stage& st, int slot, DType vdtype, Value* acc, Value* pos) {
+          // A reduction over no dims (every reduced dim was dropped): one
+          // element per output, no other thread involved.
+          Accumulate(st, vdtype, nullptr, &acc, &pos);
+          SetReduceResult(st, slot, acc, pos);
+        },
+        [&](const Stage& st, size_t s) { EmitGroupStore(st, s, valid); });
   }
 
   // ---- rows ----
@@ -697,42 +687,38 @@ class CudaKernelEmitter : public KernelEmitterBase {
         if (k > 0) ev.back() = b_.CreateAdd(first, b_.getInt64(k));
       }
     }
-    int acc_slot = 0;
-    for (size_t s = 0; s < kernel_.stages.size(); ++s) {
-      const Stage& st = kernel_.stages[s];
-      if (st.kind == Stage::Kind::kReduce) {
-        Value* acc = nullptr;
-        Value* pos = nullptr;
-        const DType vdtype = BeginReduce(st, &acc, &pos);
-        if (!IsArgReduce(st.reduce)) {
-          ForEachElement(
-              [&](int j) { Accumulate(st, vdtype, valid_[j], &acc, &pos); });
-          FinishReduce(st, acc_slot++, vdtype, acc, pos);
-          continue;
-        }
-        // argmax/argmin: the selects keep the winning element's number
-        // e = j * V + k, a constant, and it becomes the row position once,
-        // after the loop. Keeping the 64-bit positions of every element
-        // live instead took 64 registers for a row of 32 per thread: a
-        // 1024-thread block then spilled and ran one block per SM.
-        pos = b_.getInt32(0);
-        ForEachElement([&](int j) {
-          const int e = j * V_ + std::max(lane_, 0);
-          Accumulate(st, vdtype, valid_[j], &acc, &pos, b_.getInt32(e));
+    EmitStages(
+        [&](const Stage& st, int slot, DType vdtype, Value* acc, Value* pos) {
+          if (!IsArgReduce(st.reduce)) {
+            ForEachElement(
+                [&](int j) { Accumulate(st, vdtype, valid_[j], &acc, &pos); });
+            FinishReduce(st, slot, vdtype, acc, pos);
+            return;
+          }
+          // argmax/argmin: the selects keep the winning element's number
+          // e = j * V + k, a constant, and it becomes the row position once,
+          // after the loop. Keeping the 64-bit positions of every element
+          // live instead took 64 registers for a row of 32 per thread: a
+          // 1024-thread block then spilled and ran one block per SM.
+          pos = b_.getInt32(0);
+          ForEachElement([&](int j) {
+            const int e = j * V_ + std::max(lane_, 0);
+            Accumulate(st, vdtype, valid_[j], &acc, &pos, b_.getInt32(e));
+          });
+          Value* e = b_.CreateZExt(pos, b_.getInt64Ty());
+          Value* v = b_.getInt64(V_);
+          Value* group = b_.CreateAdd(
+              lt_, b_.CreateMul(b_.CreateUDiv(e, v), b_.getInt64(t)));
+          pos = b_.CreateAdd(b_.CreateMul(group, v), b_.CreateURem(e, v));
+          FinishReduce(st, slot, vdtype, acc, pos);
+        },
+        [&](const Stage& st, size_t s) {
+          if (st.kind == Stage::Kind::kStoreInner) {
+            ForEachElement([&](int j) { EmitGroupStore(st, s, valid_[j]); });
+          } else {
+            StoreOuter(st);
+          }
         });
-        Value* e = b_.CreateZExt(pos, b_.getInt64Ty());
-        Value* v = b_.getInt64(V_);
-        Value* group = b_.CreateAdd(
-            lt_, b_.CreateMul(b_.CreateUDiv(e, v), b_.getInt64(t)));
-        pos = b_.CreateAdd(b_.CreateMul(group, v), b_.CreateURem(e, v));
-        FinishReduce(st, acc_slot++, vdtype, acc, pos);
-      } else if (st.kind == Stage::Kind::kStoreInner) {
-        ForEachElement([&](int j) { EmitGroupStore(st, s, valid_[j]); });
-      } else {
-        StoreOuter(st);
-      }
-      if (!status_.ok()) return;
-    }
   }
 
   void ForEachElement(const std::function<void(int)>& body) {
@@ -755,38 +741,33 @@ class CudaKernelEmitter : public KernelEmitterBase {
   void EmitLoopedRow() {
     const int t = plan_.threads_per_row;
     Value* row_size = Product(inner_dims_);
-    int acc_slot = 0;
-    for (size_t s = 0; s < kernel_.stages.size(); ++s) {
-      const Stage& st = kernel_.stages[s];
-      if (st.kind == Stage::Kind::kReduce) {
-        Value* acc0 = nullptr;
-        Value* pos0 = nullptr;
-        const DType vdtype = BeginReduce(st, &acc0, &pos0);
-        llvm::AllocaInst* acc = EntryAlloca(acc0->getType(), "acc");
-        llvm::AllocaInst* pos = EntryAlloca(b_.getInt64Ty(), "pos");
-        b_.CreateStore(acc0, acc);
-        b_.CreateStore(pos0, pos);
-        EmitStridedLoop(lt_, row_size, t, [&](Value* i) {
-          Decompose(i, inner_dims_);
-          Value* a = b_.CreateLoad(acc0->getType(), acc);
-          Value* p = b_.CreateLoad(b_.getInt64Ty(), pos);
-          Accumulate(st, vdtype, nullptr, &a, &p);
-          b_.CreateStore(a, acc);
-          b_.CreateStore(p, pos);
+    EmitStages(
+        [&](const Stage& st, int slot, DType vdtype, Value* acc0, Value* pos0) {
+          llvm::AllocaInst* acc = EntryAlloca(acc0->getType(), "acc");
+          llvm::AllocaInst* pos = EntryAlloca(b_.getInt64Ty(), "pos");
+          b_.CreateStore(acc0, acc);
+          b_.CreateStore(pos0, pos);
+          EmitStridedLoop(lt_, row_size, t, [&](Value* i) {
+            Decompose(i, inner_dims_);
+            Value* a = b_.CreateLoad(acc0->getType(), acc);
+            Value* p = b_.CreateLoad(b_.getInt64Ty(), pos);
+            Accumulate(st, vdtype, nullptr, &a, &p);
+            b_.CreateStore(a, acc);
+            b_.CreateStore(p, pos);
+          });
+          FinishReduce(st, slot, vdtype, b_.CreateLoad(acc0->getType(), acc),
+                       b_.CreateLoad(b_.getInt64Ty(), pos));
+        },
+        [&](const Stage& st, size_t s) {
+          if (st.kind == Stage::Kind::kStoreInner) {
+            EmitStridedLoop(lt_, row_size, t, [&](Value* i) {
+              Decompose(i, inner_dims_);
+              EmitGroupStore(st, s, nullptr);
+            });
+          } else {
+            StoreOuter(st);
+          }
         });
-        FinishReduce(st, acc_slot++, vdtype,
-                     b_.CreateLoad(acc0->getType(), acc),
-                     b_.CreateLoad(b_.getInt64Ty(), pos));
-      } else if (st.kind == Stage::Kind::kStoreInner) {
-        EmitStridedLoop(lt_, row_size, t, [&](Value* i) {
-          Decompose(i, inner_dims_);
-          EmitGroupStore(st, s, nullptr);
-        });
-      } else {
-        StoreOuter(st);
-      }
-      if (!status_.ok()) return;
-    }
   }
 
   llvm::AllocaInst* EntryAlloca(llvm::Type* ty, const char* name) {
@@ -797,25 +778,14 @@ class CudaKernelEmitter : public KernelEmitterBase {
     return a;
   }
 
-  // for (i = lo; i < hi; i += step) body(i)
+  // for (i = lo; i < hi; i += step) body(i), unsigned
   void EmitStridedLoop(Value* lo, Value* hi, int64_t step,
                        const std::function<void(Value*)>& body) {
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* header = llvm::BasicBlock::Create(ctx_, "loop", fn_);
-    auto* loop = llvm::BasicBlock::Create(ctx_, "loop.body", fn_);
-    auto* exit = llvm::BasicBlock::Create(ctx_, "loop.exit", fn_);
-    b_.CreateBr(header);
-    b_.SetInsertPoint(header);
-    llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, "i");
-    i->addIncoming(lo, pre);
-    b_.CreateCondBr(b_.CreateICmpULT(i, hi), loop, exit);
-    b_.SetInsertPoint(loop);
-    memo_.emplace_back();
-    body(i);
-    memo_.pop_back();
-    i->addIncoming(b_.CreateAdd(i, b_.getInt64(step)), b_.GetInsertBlock());
-    b_.CreateBr(header);
-    b_.SetInsertPoint(exit);
+    EmitLoopSkeleton(lo, hi, /*is_signed=*/false,
+                     {"loop", "loop.body", "loop.exit", "i"}, [&](Value* i) {
+                       body(i);
+                       return b_.CreateAdd(i, b_.getInt64(step));
+                     });
   }
 
   // Once per row: every thread computes the value (cheap), thread 0 stores.
@@ -830,12 +800,23 @@ class CudaKernelEmitter : public KernelEmitterBase {
 
   // ---- reductions ----
 
-  DType BeginReduce(const Stage& st, Value** acc, Value** pos) {
-    const DType vdtype =
-        IsArgReduce(st.reduce) ? st.value->dtype : st.acc_dtype;
-    *acc = InitValue(st.reduce, vdtype);
-    *pos = b_.getInt64(0);
-    return vdtype;
+  // A reduction stage's emitter: the stage, its accumulator slot, the dtype
+  // it reduces in, and the accumulator and position to start from (the
+  // reduction's identity, position 0).
+  using ReduceStageFn = std::function<void(
+      const Stage& st, int slot, DType vdtype, Value* acc, Value* pos)>;
+
+  // The stages in order (ForEachStage), each reduction started.
+  void EmitStages(const ReduceStageFn& reduce,
+                  const std::function<void(const Stage&, size_t)>& store) {
+    ForEachStage(
+        [&](const Stage& st, int slot) {
+          const DType vdtype =
+              IsArgReduce(st.reduce) ? st.value->dtype : st.acc_dtype;
+          reduce(st, slot, vdtype, InitValue(st.reduce, vdtype),
+                 b_.getInt64(0));
+        },
+        store);
   }
 
   // `position`: what an argmax/argmin records for this element; null: its
@@ -1020,19 +1001,12 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> EmitCudaModule(
                                             " plans for ",
                                             program.kernels.size(), " kernels"));
   }
-  auto module = std::make_unique<llvm::Module>("kiln_kernels", context);
-  for (size_t k = 0; k < program.kernels.size(); ++k) {
-    CudaKernelEmitter emitter(*module, program, program.kernels[k], options,
-                              plans[k]);
-    if (absl::Status s = emitter.Emit(); !s.ok()) return s;
-  }
-  std::string err;
-  llvm::raw_string_ostream os(err);
-  if (llvm::verifyModule(*module, &os)) {
-    return absl::InternalError(
-        absl::StrCat("LLVM module verification failed: ", os.str()));
-  }
-  return module;
+  return EmitKernelModule(
+      context, program.kernels.size(), [&](llvm::Module& module, size_t k) {
+        return CudaKernelEmitter(module, program, program.kernels[k], options,
+                                 plans[k])
+            .Emit();
+      });
 }
 
 }  // namespace kiln

@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "compiler/llvm_pipeline.h"
 #include "lld/Common/CommonLinkerContext.h"
 #include "lld/Common/Driver.h"
 #include "llvm/ADT/SmallVector.h"
@@ -35,7 +36,6 @@
 #include "llvm/IR/Verifier.h"
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
-#include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/CodeGen.h"
 #include "llvm/Support/CrashRecoveryContext.h"
 #include "llvm/Support/TargetSelect.h"
@@ -458,32 +458,18 @@ absl::Status OptimizeModule(llvm::Module& module, llvm::TargetMachine& tm,
         LibmvecMappings(LibmvecIsas(tm), vector_names));
   }
 
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PipelineTuningOptions tuning;
-  tuning.LoopVectorization = true;
-  tuning.SLPVectorization = true;
-  tuning.LoopInterleaving = true;
+  O3PipelineOptions o3;
+  o3.tuning.LoopVectorization = true;
+  o3.tuning.SLPVectorization = true;
+  o3.tuning.LoopInterleaving = true;
   // No loop unrolling: with row lengths known at compile time (1024 for a
   // layer norm) the unroller replicated whole vector loops, tripling compile
   // time (layer norm 66 -> 19 ms CPU, bench/compiler/compile_bench) for no
   // gain on memory-bound kernels. Interleaving stays: it gives reductions
   // several accumulators.
-  tuning.LoopUnrolling = false;
-  llvm::PassBuilder builder(&tm, tuning);
-  // Must precede registerFunctionAnalyses, which would register the default
-  // TargetLibraryAnalysis (no vector library) first.
-  fam.registerPass([&] { return llvm::TargetLibraryAnalysis(tlii); });
-  builder.registerModuleAnalyses(mam);
-  builder.registerCGSCCAnalyses(cgam);
-  builder.registerFunctionAnalyses(fam);
-  builder.registerLoopAnalyses(lam);
-  builder.crossRegisterProxies(lam, fam, cgam, mam);
-  llvm::ModulePassManager passes =
-      builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
-  passes.run(module, mam);
+  o3.tuning.LoopUnrolling = false;
+  o3.library_info = &tlii;
+  RunO3Pipeline(module, tm, o3);
   return absl::OkStatus();
 }
 

@@ -18,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "compiler/cpu_backend.h"
+#include "compiler/llvm_pipeline.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/Bitcode/BitcodeWriter.h"
@@ -29,7 +30,6 @@
 #include "llvm/IR/Verifier.h"
 #include "llvm/Linker/Linker.h"
 #include "llvm/MC/TargetRegistry.h"
-#include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Transforms/IPO/Internalize.h"
@@ -354,20 +354,9 @@ constexpr const char* kTrigFunctions[] = {"__nv_sinf", "__nv_cosf",
 
 // O3 with the NVPTX pipeline callbacks (NVVMReflect, the NVPTX IR passes).
 void RunO3(llvm::Module& module, llvm::TargetMachine& tm) {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder builder(&tm);
-  tm.registerPassBuilderCallbacks(builder);
-  builder.registerModuleAnalyses(mam);
-  builder.registerCGSCCAnalyses(cgam);
-  builder.registerFunctionAnalyses(fam);
-  builder.registerLoopAnalyses(lam);
-  builder.crossRegisterProxies(lam, fam, cgam, mam);
-  llvm::ModulePassManager mpm =
-      builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
-  mpm.run(module, mam);
+  O3PipelineOptions o3;
+  o3.target_callbacks = true;
+  RunO3Pipeline(module, tm, o3);
 }
 
 // libdevice's out-of-line trigonometric functions (OutlineTrigSlowPath:

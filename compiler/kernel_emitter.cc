@@ -15,6 +15,22 @@ namespace kiln {
 using llvm::IRBuilder;
 using llvm::Value;
 
+absl::StatusOr<std::unique_ptr<llvm::Module>> EmitKernelModule(
+    llvm::LLVMContext& context, size_t num_kernels,
+    const std::function<absl::Status(llvm::Module&, size_t)>& emit_kernel) {
+  auto module = std::make_unique<llvm::Module>("kiln_kernels", context);
+  for (size_t k = 0; k < num_kernels; ++k) {
+    if (absl::Status s = emit_kernel(*module, k); !s.ok()) return s;
+  }
+  std::string err;
+  llvm::raw_string_ostream os(err);
+  if (llvm::verifyModule(*module, &os)) {
+    return absl::InternalError(
+        absl::StrCat("LLVM module verification failed: ", os.str()));
+  }
+  return module;
+}
+
 KernelEmitterBase::KernelEmitterBase(llvm::Module& module,
                                      const FusedProgram& program,
                                      const Kernel& kernel, bool fast_math,
@@ -62,6 +78,21 @@ void KernelEmitterBase::SetUpKernelDims() {
       acc_value_.push_back(nullptr);
       acc_dtype_.push_back(DType::kFloat32);
     }
+  }
+}
+
+void KernelEmitterBase::ForEachStage(
+    const std::function<void(const Stage&, int)>& reduce,
+    const std::function<void(const Stage&, size_t)>& store) {
+  int slot = 0;
+  for (size_t s = 0; s < kernel_.stages.size(); ++s) {
+    const Stage& st = kernel_.stages[s];
+    if (st.kind == Stage::Kind::kReduce) {
+      reduce(st, slot++);
+    } else {
+      store(st, s);
+    }
+    if (!status_.ok()) return;
   }
 }
 
@@ -120,26 +151,40 @@ Value* KernelEmitterBase::CombineStep(ReduceKind k, DType vdtype, Value* a,
   return nullptr;
 }
 
+llvm::BranchInst* KernelEmitterBase::EmitLoopSkeleton(
+    Value* lo, Value* hi, bool is_signed, const LoopNames& names,
+    const std::function<Value*(Value*)>& body) {
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
+  auto* header = llvm::BasicBlock::Create(ctx_, names.header, fn_);
+  auto* loop = llvm::BasicBlock::Create(ctx_, names.body, fn_);
+  auto* exit = llvm::BasicBlock::Create(ctx_, names.exit, fn_);
+  b_.CreateBr(header);
+  b_.SetInsertPoint(header);
+  llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, names.var);
+  i->addIncoming(lo, pre);
+  b_.CreateCondBr(is_signed ? b_.CreateICmpSLT(i, hi) : b_.CreateICmpULT(i, hi),
+                  loop, exit);
+  b_.SetInsertPoint(loop);
+  memo_.emplace_back();
+  Value* next = body(i);
+  memo_.pop_back();
+  i->addIncoming(next, b_.GetInsertBlock());
+  llvm::BranchInst* latch = b_.CreateBr(header);
+  b_.SetInsertPoint(exit);
+  return latch;
+}
+
 void KernelEmitterBase::EmitLoop(Value* lo, Value* hi, const std::string& name,
                                  const std::function<void(Value*)>& body,
                                  bool unroll) {
-  llvm::BasicBlock* pre = b_.GetInsertBlock();
-  auto* header = llvm::BasicBlock::Create(ctx_, name + ".header", fn_);
-  auto* loop = llvm::BasicBlock::Create(ctx_, name + ".body", fn_);
-  auto* exit = llvm::BasicBlock::Create(ctx_, name + ".exit", fn_);
-  b_.CreateBr(header);
-  b_.SetInsertPoint(header);
-  llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, name);
-  i->addIncoming(lo, pre);
-  b_.CreateCondBr(b_.CreateICmpSLT(i, hi), loop, exit);
-  b_.SetInsertPoint(loop);
-  memo_.emplace_back();
-  body(i);
-  memo_.pop_back();
-  Value* next = b_.CreateAdd(i, b_.getInt64(1), name + ".next",
-                             /*HasNUW=*/true, /*HasNSW=*/true);
-  i->addIncoming(next, b_.GetInsertBlock());
-  llvm::BranchInst* latch = b_.CreateBr(header);
+  llvm::BranchInst* latch =
+      EmitLoopSkeleton(lo, hi, /*is_signed=*/true,
+                       {name + ".header", name + ".body", name + ".exit", name},
+                       [&](Value* i) -> Value* {
+                         body(i);
+                         return b_.CreateAdd(i, b_.getInt64(1), name + ".next",
+                                             /*HasNUW=*/true, /*HasNSW=*/true);
+                       });
   if (!unroll) {
     // A loop ID is a distinct node whose first operand is itself.
     llvm::Metadata* ops[] = {
@@ -150,7 +195,6 @@ void KernelEmitterBase::EmitLoop(Value* lo, Value* hi, const std::string& name,
     id->replaceOperandWith(0, id);
     latch->setMetadata(llvm::LLVMContext::MD_loop, id);
   }
-  b_.SetInsertPoint(exit);
 }
 
 void KernelEmitterBase::EmitInnerNest(size_t k,

@@ -1,7 +1,8 @@
 // What the CPU and GPU code generators share: LLVM IR for the loop IR's
 // scalar expressions (every ExprOp on every dtype, float16/bfloat16 storage,
 // PyTorch's integer division and NaN rules), reduction identities, loads and
-// stores of buffer elements, and simple counted loops.
+// stores of buffer elements, the loops of a kernel and the walk over its
+// stages.
 //
 // A code generator derives one emitter per kernel kind from
 // KernelEmitterBase and decides the iteration structure: it sets vars_ (the
@@ -19,16 +20,26 @@
 #define KILN_COMPILER_KERNEL_EMITTER_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "compiler/loop_ir.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Intrinsics.h"
 
 namespace kiln {
+
+// The module "kiln_kernels" that both code generators return: kernel k of
+// `num_kernels` emitted by emit_kernel(module, k), in order, then the whole
+// module verified (INTERNAL when LLVM rejects it). The first error of
+// emit_kernel is returned as is.
+absl::StatusOr<std::unique_ptr<llvm::Module>> EmitKernelModule(
+    llvm::LLVMContext& context, size_t num_kernels,
+    const std::function<absl::Status(llvm::Module&, size_t)>& emit_kernel);
 
 class KernelEmitterBase {
  public:
@@ -51,7 +62,20 @@ class KernelEmitterBase {
   // kernel when LLVM rejects it, else the first error met while emitting.
   absl::Status FinishFunction();
 
-  // ---- loops ----
+  // ---- loops and stages ----
+  // The blocks and induction variable of a loop, by name.
+  struct LoopNames {
+    std::string header, body, exit, var;
+  };
+  // The loop every loop of a kernel is built from, in SSA form:
+  //   header: var = phi(lo, next); var < hi (signed or unsigned) ? body : exit
+  //   body:   next = body(var), in its own memo scope; back to header
+  // The three blocks are created in that order, before any code; `next` is
+  // what body() returns, coming from the block the body ends in. Leaves the
+  // builder in the exit block and returns the back edge's branch.
+  llvm::BranchInst* EmitLoopSkeleton(Value* lo, Value* hi, bool is_signed,
+                                     const LoopNames& names,
+                                     const std::function<Value*(Value*)>& body);
   // for (i = lo; i < hi; ++i) body(i), in SSA form; the body gets its own
   // memo scope. With unroll = false the loop carries llvm.loop metadata
   // that keeps LLVM (and ptxas, through PTX's nounroll pragma) from
@@ -66,6 +90,12 @@ class KernelEmitterBase {
   // Fills dim_size_, vars_, outer_dims_, inner_dims_ and the accumulator
   // slots from the kernel (after base_ and syms_ are set).
   void SetUpKernelDims();
+  // The kernel's stages in order, stopping at the first error (status_):
+  // reduce(stage, slot) for a reduction, `slot` numbering the reductions in
+  // order (acc_value_), and store(stage, index in kernel_.stages) for a
+  // store.
+  void ForEachStage(const std::function<void(const Stage&, int)>& reduce,
+                    const std::function<void(const Stage&, size_t)>& store);
 
   // ---- reductions ----
   Value* Reassoc(Value* v);

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -19,6 +20,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "graph/import.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -478,6 +481,171 @@ TEST(GuardKeyTest, SensitiveToFastMath) {
   v1::CompileOptions fast;
   fast.set_fast_math(true);
   EXPECT_NE(Key(g, CpuTarget(), {}), Key(g, CpuTarget(), fast));
+}
+
+// Options of kiln.v1.CompileOptions that are deliberately not part of the
+// request key: path (as OptionChange::path) -> why the generated code does
+// not depend on it. None today: every option decides the generated code. A
+// new option either changes the key or is listed here with its reason.
+std::map<std::string, std::string> OptionsNotInKey() {
+  return {
+      // {"option.path", "reason"},
+  };
+}
+
+// One change of CompileOptions away from its defaults: the field at `path`
+// (nested messages joined by '.') given a value other than its default, or
+// one element for a repeated field.
+struct OptionChange {
+  std::string path;
+  std::function<void(google::protobuf::Message*)> apply;
+};
+
+// Sets non-message `field` of `m` to a value other than its default; for a
+// repeated field, adds one element. False when no such value exists (an
+// enum of one value).
+bool SetNonDefault(google::protobuf::Message* m,
+                   const google::protobuf::FieldDescriptor* field) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = m->GetReflection();
+  const bool rep = field->is_repeated();
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_BOOL:
+      rep ? r->AddBool(m, field, true)
+          : r->SetBool(m, field, !field->default_value_bool());
+      return true;
+    case FieldDescriptor::CPPTYPE_INT32:
+      rep ? r->AddInt32(m, field, 1)
+          : r->SetInt32(m, field, field->default_value_int32() + 1);
+      return true;
+    case FieldDescriptor::CPPTYPE_INT64:
+      rep ? r->AddInt64(m, field, 1)
+          : r->SetInt64(m, field, field->default_value_int64() + 1);
+      return true;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      rep ? r->AddUInt32(m, field, 1)
+          : r->SetUInt32(m, field, field->default_value_uint32() + 1);
+      return true;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      rep ? r->AddUInt64(m, field, 1)
+          : r->SetUInt64(m, field, field->default_value_uint64() + 1);
+      return true;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      rep ? r->AddFloat(m, field, 1.5f)
+          : r->SetFloat(m, field, field->default_value_float() + 1.5f);
+      return true;
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      rep ? r->AddDouble(m, field, 1.5)
+          : r->SetDouble(m, field, field->default_value_double() + 1.5);
+      return true;
+    case FieldDescriptor::CPPTYPE_STRING:
+      rep ? r->AddString(m, field, "x")
+          : r->SetString(m, field, field->default_value_string() + "x");
+      return true;
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const google::protobuf::EnumDescriptor* e = field->enum_type();
+      for (int i = 0; i < e->value_count(); ++i) {
+        const google::protobuf::EnumValueDescriptor* v = e->value(i);
+        if (v->number() == field->default_value_enum()->number()) continue;
+        rep ? r->AddEnum(m, field, v) : r->SetEnum(m, field, v);
+        return true;
+      }
+      return false;
+    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      break;
+  }
+  return false;
+}
+
+// Every change of a message of type `type` reached through `prefix`:
+// scalars set (SetNonDefault), repeated messages given one empty element,
+// and singular messages walked field by field (an empty one: present).
+void CollectOptionChanges(
+    const google::protobuf::Descriptor* type, const std::string& prefix,
+    const std::function<google::protobuf::Message*(google::protobuf::Message*)>&
+        reach,
+    int depth, std::vector<OptionChange>* changes) {
+  using google::protobuf::FieldDescriptor;
+  using google::protobuf::Message;
+  ASSERT_LT(depth, 8) << "CompileOptions nests too deeply at " << prefix;
+  for (int i = 0; i < type->field_count(); ++i) {
+    const FieldDescriptor* field = type->field(i);
+    const std::string path = absl::StrCat(prefix, field->name());
+    if (field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
+      changes->push_back({path, [reach, field](Message* m) {
+                            ASSERT_TRUE(SetNonDefault(reach(m), field))
+                                << field->full_name()
+                                << ": no value other than the default";
+                          }});
+    } else if (field->is_repeated()) {
+      changes->push_back({path, [reach, field](Message* m) {
+                            Message* sub = reach(m);
+                            sub->GetReflection()->AddMessage(sub, field);
+                          }});
+    } else if (field->message_type()->field_count() == 0) {
+      changes->push_back({path, [reach, field](Message* m) {
+                            Message* sub = reach(m);
+                            sub->GetReflection()->MutableMessage(sub, field);
+                          }});
+    } else {
+      CollectOptionChanges(
+          field->message_type(), absl::StrCat(path, "."),
+          [reach, field](Message* m) {
+            Message* sub = reach(m);
+            return sub->GetReflection()->MutableMessage(sub, field);
+          },
+          depth + 1, changes);
+    }
+  }
+}
+
+// Walks CompileOptions' descriptor, so no option can be left out of the key:
+// each field, set away from its default, changes the request key (on a CPU
+// and a CUDA target) unless OptionsNotInKey lists it, and then it must not.
+TEST(GuardKeyTest, EveryCompileOptionChangesTheKey) {
+  std::vector<OptionChange> changes;
+  CollectOptionChanges(
+      v1::CompileOptions::descriptor(), "",
+      [](google::protobuf::Message* m) { return m; }, 0, &changes);
+  ASSERT_GE(
+      changes.size(),
+      static_cast<size_t>(v1::CompileOptions::descriptor()->field_count()));
+  std::set<std::string> paths;
+  for (const OptionChange& c : changes) paths.insert(c.path);
+  const std::map<std::string, std::string> not_in_key = OptionsNotInKey();
+  for (const auto& [path, reason] : not_in_key) {
+    EXPECT_TRUE(paths.count(path)) << "OptionsNotInKey lists " << path
+                                   << ", which CompileOptions does not have";
+    EXPECT_FALSE(reason.empty()) << path << " needs a reason";
+  }
+
+  v1::Target sm90;
+  sm90.mutable_cuda()->set_arch("sm_90");
+  const v1::Graph g = ParseGraph(kBinary);
+  for (const v1::Target& target : {CpuTarget(), sm90}) {
+    const std::string base = Key(g, target, {});
+    for (const OptionChange& c : changes) {
+      v1::CompileOptions options;
+      c.apply(&options);
+      ASSERT_NE(options.SerializeAsString(), "") << c.path << " set nothing";
+      const std::string key = Key(g, target, options);
+      auto it = not_in_key.find(c.path);
+      if (it == not_in_key.end()) {
+        EXPECT_NE(key, base)
+            << "CompileOptions." << c.path << " = {"
+            << options.ShortDebugString()
+            << "} does not change the request key: add it to OptionsText "
+               "(compiler/guard_key.cc), or to OptionsNotInKey with the "
+               "reason it cannot change the generated code";
+      } else {
+        EXPECT_EQ(key, base) << "CompileOptions." << c.path
+                             << " changes the request key, yet "
+                                "OptionsNotInKey lists it: "
+                             << it->second;
+      }
+    }
+  }
 }
 
 TEST(GuardKeyTest, SensitiveToOpName) {
