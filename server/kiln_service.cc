@@ -7,8 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/compile.h"
 #include "compiler/compiler_identity.h"
+#include "compiler/op_lowering.h"
 #include "graph/guard_key.h"
 #include "graph/import.h"
+#include "graph/op_signature.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "spdlog/spdlog.h"
@@ -302,6 +304,9 @@ grpc::Status KilnService::GetServerInfo(grpc::ServerContext*,
   resp->set_version(identity_);
   if (hit_socket_.tcp_port() != 0 || !hit_socket_.unix_path().empty())
     *resp->mutable_hit_socket() = hit_socket_;
+  for (const std::string& op : OpSignatures::Get().Names()) {
+    if (OpLowerings::Get().Find(op) != nullptr) resp->add_supported_ops(op);
+  }
   return Done("GetServerInfo", grpc::Status::OK);
 }
 

@@ -1,6 +1,7 @@
 // kilnd end to end: a real daemon process on an ephemeral loopback port with
 // a temporary data dir; real compiles, real RocksDB, real execution of the
 // returned artifacts against the reference evaluator.
+#include <algorithm>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -214,6 +215,34 @@ TEST_F(KilndTest, LookupListEvictExplain) {
 // the keys agree and Lookup hits. A kilnd of yet another build on the same
 // data dir never serves the first build's artifact: it compiles its own, and
 // lists the other as another compiler's entry.
+// ServerInfo lists the ops this kilnd compiles, sorted: what front ends
+// partition by (issue 15). Every listed op compiles; an op outside it is
+// rejected as UNIMPLEMENTED naming it.
+TEST_F(KilndTest, ServerInfoListsTheOpsItCompiles) {
+  Daemon d(data_dir(), port_file());
+  auto stub = d.Stub();
+  grpc::ClientContext ctx;
+  v1::ServerInfo info;
+  ASSERT_TRUE(stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());
+  std::vector<std::string> ops(info.supported_ops().begin(),
+                               info.supported_ops().end());
+  EXPECT_GT(ops.size(), 100u);
+  EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
+  for (const char* op : {"aten.add.Tensor", "aten._softmax.default",
+                         "aten.native_layer_norm.default", "aten.sum.dim_IntList",
+                         "aten.view.default", "aten.cat.default"}) {
+    EXPECT_TRUE(std::binary_search(ops.begin(), ops.end(), op)) << op;
+  }
+  EXPECT_FALSE(std::binary_search(ops.begin(), ops.end(), "aten.mm.default"));
+  v1::CompileRequest req = Request("softmax.json");
+  req.mutable_graph()->mutable_nodes(0)->set_op("aten.mm.default");
+  v1::CompileResponse resp;
+  const grpc::Status s = Call(*stub, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_NE(s.error_message().find("aten.mm.default"), std::string::npos)
+      << s.error_message();
+}
+
 TEST_F(KilndTest, RequestKeyIsTheClientsCompilerIdentityTheServers) {
   const v1::CompileRequest req = Request("softmax.json");
   absl::StatusOr<Graph> graph = ImportGraph(req.graph());
