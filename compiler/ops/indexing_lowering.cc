@@ -1,9 +1,96 @@
-// PLACEHOLDER: being converted from compiler/ops/*_old.cc.
-#include "compiler/ops/lowering_util.h"
+// Lowerings of the indexing ops (signatures in graph/ops/indexing.cc):
+// slice and select are index maps over their input; cat is a pointwise node
+// selecting, along `dim`, the input each element comes from.
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "compiler/op_lowering.h"
+#include "compiler/ops/lowering_util.h"
+#include "graph/ops/indexing.h"
+#include "graph/ops/views.h"
 
 namespace kiln {
+namespace {
 
-void RegisterIndexingLowerings(OpLowerings& table) {}
+using ops::OptionalInt;
+using ops::WrapCheckedDim;
+
+// slice: start + i * step along `dim`; a symbolic dim starts at the given
+// start (the shape rule allows no end).
+absl::StatusOr<std::vector<LoweredValue>> LowerSlice(LowerContext& ctx) {
+  const LoweredValue& v = ctx.value(0);
+  const int rank = static_cast<int>(v.sizes.size());
+  const int d = WrapCheckedDim(ctx.arg(1).i, rank);
+  const int64_t step = ctx.arg(4).i;
+  int64_t start = OptionalInt(ctx.arg(2)).value_or(0);
+  if (auto n = v.sizes[d].AsConstant()) {
+    start = ops::ClampSlice(*n, OptionalInt(ctx.arg(2)),
+                            OptionalInt(ctx.arg(3)), step)
+                .start;
+  }
+  std::vector<Expr> j = IdentityIndex(rank);
+  j[d] = ir::Add(ir::IntConst(start), ir::Mul(ir::Var(d), ir::IntConst(step)));
+  return std::vector<LoweredValue>{
+      LowerContext::Remap(v, j, ctx.out_type().sizes)};
+}
+
+absl::StatusOr<std::vector<LoweredValue>> LowerSelect(LowerContext& ctx) {
+  const LoweredValue& v = ctx.value(0);
+  const int rank = static_cast<int>(v.sizes.size());
+  const int d = WrapCheckedDim(ctx.arg(1).i, rank);
+  const int64_t index = ctx.arg(2).i;
+  std::vector<Expr> j;
+  for (int k = 0, o = 0; k < rank; ++k) {
+    if (k != d) {
+      j.push_back(ir::Var(o++));
+    } else if (index >= 0) {
+      j.push_back(ir::IntConst(index));
+    } else {  // from the end; the size may be symbolic
+      j.push_back(ir::Add(ir::FromSym(v.sizes[d]), ir::IntConst(index)));
+    }
+  }
+  return std::vector<LoweredValue>{
+      LowerContext::Remap(v, j, ctx.out_type().sizes)};
+}
+
+// cat: a chain of selects on the concatenated dim, last piece innermost;
+// legacy empty 1-D inputs are skipped.
+absl::StatusOr<std::vector<LoweredValue>> LowerCat(LowerContext& ctx) {
+  const TensorType& out = ctx.out_type();
+  if (out.rank() == 1 && out.sizes[0] == SymExpr(0)) {
+    return std::vector<LoweredValue>{
+        ops::PointwiseOutput(ctx, ir::Const(0, out.dtype))};
+  }
+  const int d = WrapCheckedDim(ctx.arg(1).i, out.rank());
+  Expr body;
+  SymExpr offset(0);
+  std::vector<std::pair<SymExpr, Expr>> pieces;  // (end offset, value)
+  for (ValueId t : ctx.arg(0).tensors) {
+    const LoweredValue& v = ctx.value_of(t);
+    if (ops::SkippedByCat(v.sizes)) continue;
+    std::vector<Expr> idx = IdentityIndex(out.rank());
+    idx[d] =
+        ir::Add(ir::Var(d), ir::Mul(ir::IntConst(-1), ir::FromSym(offset)));
+    offset = offset + v.sizes[d];
+    pieces.emplace_back(offset,
+                        ir::Cast(LowerContext::Read(v, idx), out.dtype));
+  }
+  body = pieces.back().second;
+  for (size_t k = pieces.size() - 1; k-- > 0;) {
+    Expr in_piece = ir::Binary(ExprOp::kLt, ir::Var(d),
+                               ir::FromSym(pieces[k].first), DType::kBool);
+    body = ir::Select(in_piece, pieces[k].second, body);
+  }
+  return std::vector<LoweredValue>{ops::PointwiseOutput(ctx, body)};
+}
+
+}  // namespace
+
+void RegisterIndexingLowerings(OpLowerings& table) {
+  table.Add("aten.slice.Tensor", LowerSlice);
+  table.Add("aten.select.int", LowerSelect);
+  table.Add("aten.cat.default", LowerCat);
+}
 
 }  // namespace kiln

@@ -45,4 +45,13 @@ Expr ReadKept(const LoweredValue& r, const std::vector<bool>& reduced) {
   return LowerContext::Read(r, idx);
 }
 
+LoweredValue PointwiseOutput(LowerContext& ctx, Expr body) {
+  LoopNode node;
+  node.kind = LoopNode::Kind::kPointwise;
+  node.dtype = ctx.out_type().dtype;
+  node.sizes = ctx.out_type().sizes;
+  node.body = ir::Cast(std::move(body), node.dtype);
+  return ctx.AddNode(std::move(node));
+}
+
 }  // namespace kiln::ops

@@ -1,6 +1,6 @@
 // Building blocks of the compiler's lowering tables
-// (compiler/ops/*_lowering.cc): reductions over a lowered value and reading
-// a kept-dim reduction broadcast.
+// (compiler/ops/*_lowering.cc): reductions over a lowered value, reading
+// a kept-dim reduction broadcast, and a pointwise node over the output.
 #ifndef KILN_COMPILER_OPS_LOWERING_UTIL_H_
 #define KILN_COMPILER_OPS_LOWERING_UTIL_H_
 
@@ -21,6 +21,10 @@ absl::StatusOr<std::vector<LoweredValue>> LowerReductionOver(
     std::function<Expr(Expr acc, Expr count)> finalize);
 // A keepdim reduction result `r` read broadcast over its input space.
 Expr ReadKept(const LoweredValue& r, const std::vector<bool>& reduced);
+
+// A pointwise node over the op's output (its sizes and dtype) computing
+// `body`, cast to the output dtype: what a creation op or cat lowers to.
+LoweredValue PointwiseOutput(LowerContext& ctx, Expr body);
 
 }  // namespace kiln::ops
 

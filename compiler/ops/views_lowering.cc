@@ -1,14 +1,175 @@
-// PLACEHOLDER: being converted from compiler/ops/*_old.cc.
-#include "compiler/ops/lowering_util.h"
-#include "compiler/op_lowering.h"
+// Lowerings of the views and copies (signatures in graph/ops/views.cc):
+// each composes an index map over its input (LowerContext::Remap), never a
+// copy.
+#include <cstdint>
+#include <vector>
 
-#include "compiler/ops/legacy.h"  // TRANSITIONAL
+#include "compiler/op_lowering.h"
+#include "compiler/ops/lowering_util.h"
+#include "graph/ops/views.h"
 
 namespace kiln {
+namespace {
+
+using ops::WrapCheckedDim;
+
+// `v` with its dims in the order `perm`.
+LoweredValue PermuteValue(const LoweredValue& v, const std::vector<int>& perm) {
+  std::vector<Expr> j(perm.size());
+  std::vector<SymExpr> sizes(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) {
+    j[perm[k]] = ir::Var(static_cast<int>(k));
+    sizes[k] = v.sizes[perm[k]];
+  }
+  return LowerContext::Remap(v, j, sizes);
+}
+
+// view, reshape, _unsafe_view as an index map. Size-1 dims are dropped on
+// both sides; the rest are matched into groups with equal element counts (a
+// flatten or an unflatten is one group), and only within a group does the
+// map need a division or modulus. Groups that cannot be matched (symbolic
+// sizes that don't divide) fall back to one group over all dims.
+absl::StatusOr<std::vector<LoweredValue>> LowerView(LowerContext& ctx) {
+  const LoweredValue& v = ctx.value(0);
+  const std::vector<SymExpr>& out = ctx.out_type().sizes;
+  std::vector<int> in_dims, out_dims;  // non-1 dims
+  for (size_t d = 0; d < v.sizes.size(); ++d) {
+    if (v.sizes[d] != SymExpr(1)) in_dims.push_back(static_cast<int>(d));
+  }
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] != SymExpr(1)) out_dims.push_back(static_cast<int>(d));
+  }
+  std::vector<Expr> j(v.sizes.size(), ir::IntConst(0));
+  // Emits the map for one group: in_dims[a0, a1) <- out_dims[b0, b1).
+  auto emit = [&](size_t a0, size_t a1, size_t b0, size_t b1) {
+    Expr flat = ir::IntConst(0);
+    for (size_t b = b0; b < b1; ++b) {
+      flat = ir::Add(ir::Mul(flat, ir::FromSym(out[out_dims[b]])),
+                     ir::Var(out_dims[b]));
+    }
+    SymExpr stride(1);
+    for (size_t a = a1; a-- > a0;) {
+      Expr e = ir::FloorDiv(flat, ir::FromSym(stride));
+      if (a != a0) e = ir::Mod(e, ir::FromSym(v.sizes[in_dims[a]]));
+      if (a1 - a0 == 1 && b1 - b0 == 1) e = ir::Var(out_dims[b0]);
+      j[in_dims[a]] = e;
+      stride = stride * v.sizes[in_dims[a]];
+    }
+  };
+  size_t a = 0, b = 0;
+  bool grouped = true;
+  while (a < in_dims.size() && b < out_dims.size()) {
+    size_t a1 = a + 1, b1 = b + 1;
+    SymExpr pa = v.sizes[in_dims[a]], pb = out[out_dims[b]];
+    while (pa != pb) {
+      if (SymExpr::DivExact(pb, pa) && a1 < in_dims.size()) {
+        pa = pa * v.sizes[in_dims[a1++]];
+      } else if (SymExpr::DivExact(pa, pb) && b1 < out_dims.size()) {
+        pb = pb * out[out_dims[b1++]];
+      } else {
+        grouped = false;
+        break;
+      }
+    }
+    if (!grouped) break;
+    emit(a, a1, b, b1);
+    a = a1;
+    b = b1;
+  }
+  if (!grouped || a != in_dims.size() || b != out_dims.size()) {
+    emit(0, in_dims.size(), 0, out_dims.size());
+  }
+  return std::vector<LoweredValue>{LowerContext::Remap(v, j, out)};
+}
+
+absl::StatusOr<std::vector<LoweredValue>> LowerPermute(LowerContext& ctx) {
+  const int rank = static_cast<int>(ctx.value(0).sizes.size());
+  std::vector<int> perm;
+  for (const SymExpr& e : ctx.arg(1).ints)
+    perm.push_back(WrapCheckedDim(*e.AsConstant(), rank));
+  return std::vector<LoweredValue>{PermuteValue(ctx.value(0), perm)};
+}
+
+absl::StatusOr<std::vector<LoweredValue>> LowerTranspose(LowerContext& ctx) {
+  const int rank = static_cast<int>(ctx.value(0).sizes.size());
+  return std::vector<LoweredValue>{PermuteValue(
+      ctx.value(0),
+      ops::TransposePermutation(rank, WrapCheckedDim(ctx.arg(1).i, rank),
+                                WrapCheckedDim(ctx.arg(2).i, rank)))};
+}
+
+absl::StatusOr<std::vector<LoweredValue>> LowerT(LowerContext& ctx) {
+  const int rank = static_cast<int>(ctx.value(0).sizes.size());
+  return std::vector<LoweredValue>{PermuteValue(
+      ctx.value(0), rank == 2 ? std::vector<int>{1, 0}
+                              : ops::TransposePermutation(rank, 0, 0))};
+}
+
+// expand: new leading dims are not read; an expanded size-1 dim reads 0.
+absl::StatusOr<std::vector<LoweredValue>> LowerExpand(LowerContext& ctx) {
+  const LoweredValue& v = ctx.value(0);
+  const std::vector<SymExpr>& out = ctx.out_type().sizes;
+  const size_t lead = out.size() - v.sizes.size();
+  std::vector<Expr> j;
+  for (size_t d = 0; d < v.sizes.size(); ++d) {
+    const bool expanded =
+        v.sizes[d] == SymExpr(1) && out[lead + d] != SymExpr(1);
+    j.push_back(expanded ? ir::IntConst(0)
+                         : ir::Var(static_cast<int>(lead + d)));
+  }
+  return std::vector<LoweredValue>{LowerContext::Remap(v, j, out)};
+}
+
+absl::StatusOr<std::vector<LoweredValue>> LowerUnsqueeze(LowerContext& ctx) {
+  const LoweredValue& v = ctx.value(0);
+  const int rank = static_cast<int>(v.sizes.size());
+  const int d = WrapCheckedDim(ctx.arg(1).i, rank + 1);
+  std::vector<Expr> j;
+  for (int k = 0; k <= rank; ++k) {
+    if (k != d) j.push_back(ir::Var(k));
+  }
+  return std::vector<LoweredValue>{
+      LowerContext::Remap(v, j, ctx.out_type().sizes)};
+}
+
+// squeeze.default, .dim, .dims: a squeezed dim reads 0.
+absl::StatusOr<std::vector<LoweredValue>> LowerSqueeze(LowerContext& ctx) {
+  const LoweredValue& v = ctx.value(0);
+  const int rank = static_cast<int>(v.sizes.size());
+  std::vector<bool> sel = *ops::SqueezedDims(ctx.node(), rank, nullptr);
+  std::vector<Expr> j;
+  int k = 0;
+  for (int d = 0; d < rank; ++d) {
+    if (sel[d] && v.sizes[d] == SymExpr(1)) {
+      j.push_back(ir::IntConst(0));
+    } else {
+      j.push_back(ir::Var(k++));
+    }
+  }
+  return std::vector<LoweredValue>{
+      LowerContext::Remap(v, j, ctx.out_type().sizes)};
+}
+
+// Values are immutable: a clone is the value.
+absl::StatusOr<std::vector<LoweredValue>> LowerClone(LowerContext& ctx) {
+  return std::vector<LoweredValue>{ctx.value(0)};
+}
+
+}  // namespace
 
 void RegisterViewLowerings(OpLowerings& table) {
-  OpRegistry legacy(nullptr, nullptr, &table);  // TRANSITIONAL
-  RegisterShapeOps(legacy);
+  table.Add("aten.view.default", LowerView);
+  table.Add("aten.reshape.default", LowerView);
+  table.Add("aten._unsafe_view.default", LowerView);
+  table.Add("aten.permute.default", LowerPermute);
+  table.Add("aten.transpose.int", LowerTranspose);
+  table.Add("aten.t.default", LowerT);
+  table.Add("aten.expand.default", LowerExpand);
+  table.Add("aten.unsqueeze.default", LowerUnsqueeze);
+  table.Add("aten.squeeze.default", LowerSqueeze);
+  table.Add("aten.squeeze.dim", LowerSqueeze);
+  table.Add("aten.squeeze.dims", LowerSqueeze);
+  table.Add("aten.clone.default", LowerClone);
 }
 
 }  // namespace kiln

@@ -1,13 +1,125 @@
-// PLACEHOLDER: being converted from compiler/ops/*_old.cc.
-#include "compiler/ops/reference_util.h"
+// Reference semantics of the views and copies (signatures in
+// graph/ops/views.cc). They build real strided views over the input's
+// storage, so the evaluator exercises the same index arithmetic the loop IR
+// must get right; reshape of a non-contiguous value copies, as PyTorch's
+// does.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
 
-#include "compiler/ops/legacy.h"  // TRANSITIONAL
+#include "compiler/op_reference.h"
+#include "compiler/ops/reference_util.h"
+#include "graph/ops/views.h"
 
 namespace kiln {
+namespace {
+
+using ops::WrapCheckedDim;
+
+// `t` with its dims in the order `perm`.
+HostTensor Permuted(const HostTensor& t, const std::vector<int>& perm) {
+  std::vector<int64_t> sizes, strides;
+  for (int p : perm) {
+    sizes.push_back(t.sizes()[p]);
+    strides.push_back(t.strides()[p]);
+  }
+  return HostTensor::View(t, sizes, strides, t.offset());
+}
+
+// view, reshape, _unsafe_view: a contiguous view, of a copy when the input
+// is not contiguous.
+absl::StatusOr<std::vector<HostTensor>> ViewReference(const RefContext& ctx) {
+  HostTensor c = ctx.tensors[0].IsContiguous() ? ctx.tensors[0]
+                                               : ctx.tensors[0].Contiguous();
+  const std::vector<int64_t>& sizes = ctx.out_sizes[0];
+  std::vector<int64_t> strides(sizes.size());
+  int64_t acc = 1;
+  for (int i = static_cast<int>(sizes.size()) - 1; i >= 0; --i) {
+    strides[i] = acc;
+    acc *= std::max<int64_t>(sizes[i], 1);
+  }
+  return std::vector<HostTensor>{
+      HostTensor::View(c, sizes, strides, c.offset())};
+}
+
+absl::StatusOr<std::vector<HostTensor>> PermuteReference(
+    const RefContext& ctx) {
+  const int rank = ctx.tensors[0].rank();
+  std::vector<int> perm;
+  for (const SymExpr& e : ctx.arg(1).ints)
+    perm.push_back(WrapCheckedDim(*e.AsConstant(), rank));
+  return std::vector<HostTensor>{Permuted(ctx.tensors[0], perm)};
+}
+
+absl::StatusOr<std::vector<HostTensor>> TransposeReference(
+    const RefContext& ctx) {
+  const int rank = ctx.tensors[0].rank();
+  return std::vector<HostTensor>{Permuted(
+      ctx.tensors[0],
+      ops::TransposePermutation(rank, WrapCheckedDim(ctx.arg(1).i, rank),
+                                WrapCheckedDim(ctx.arg(2).i, rank)))};
+}
+
+absl::StatusOr<std::vector<HostTensor>> TReference(const RefContext& ctx) {
+  const int rank = ctx.tensors[0].rank();
+  return std::vector<HostTensor>{Permuted(
+      ctx.tensors[0], rank == 2 ? std::vector<int>{1, 0}
+                                : ops::TransposePermutation(rank, 0, 0))};
+}
+
+absl::StatusOr<std::vector<HostTensor>> ExpandReference(const RefContext& ctx) {
+  return std::vector<HostTensor>{
+      ops::BroadcastTo(ctx.tensors[0], ctx.out_sizes[0])};
+}
+
+absl::StatusOr<std::vector<HostTensor>> UnsqueezeReference(
+    const RefContext& ctx) {
+  const HostTensor& t = ctx.tensors[0];
+  const int d = WrapCheckedDim(ctx.arg(1).i, t.rank() + 1);
+  std::vector<int64_t> sizes = t.sizes(), strides = t.strides();
+  const int64_t stride = d < t.rank() ? sizes[d] * strides[d] : 1;
+  sizes.insert(sizes.begin() + d, 1);
+  strides.insert(strides.begin() + d, stride);
+  return std::vector<HostTensor>{
+      HostTensor::View(t, sizes, strides, t.offset())};
+}
+
+// squeeze.default, .dim, .dims. Concrete size 1 happens only where the
+// graph's size is a static 1 (symbols are >= 2), so this drops exactly what
+// the shape rule did.
+absl::StatusOr<std::vector<HostTensor>> SqueezeReference(
+    const RefContext& ctx) {
+  const HostTensor& t = ctx.tensors[0];
+  std::vector<bool> sel = *ops::SqueezedDims(ctx.node, t.rank(), nullptr);
+  std::vector<int64_t> sizes, strides;
+  for (int d = 0; d < t.rank(); ++d) {
+    if (sel[d] && t.sizes()[d] == 1) continue;
+    sizes.push_back(t.sizes()[d]);
+    strides.push_back(t.strides()[d]);
+  }
+  return std::vector<HostTensor>{
+      HostTensor::View(t, sizes, strides, t.offset())};
+}
+
+absl::StatusOr<std::vector<HostTensor>> CloneReference(const RefContext& ctx) {
+  return std::vector<HostTensor>{ctx.tensors[0].Contiguous()};
+}
+
+}  // namespace
 
 void RegisterViewReferences(OpReferences& table) {
-  OpRegistry legacy(nullptr, &table, nullptr);  // TRANSITIONAL
-  RegisterShapeOps(legacy);
+  table.Add("aten.view.default", ViewReference);
+  table.Add("aten.reshape.default", ViewReference);
+  table.Add("aten._unsafe_view.default", ViewReference);
+  table.Add("aten.permute.default", PermuteReference);
+  table.Add("aten.transpose.int", TransposeReference);
+  table.Add("aten.t.default", TReference);
+  table.Add("aten.expand.default", ExpandReference);
+  table.Add("aten.unsqueeze.default", UnsqueezeReference);
+  table.Add("aten.squeeze.default", SqueezeReference);
+  table.Add("aten.squeeze.dim", SqueezeReference);
+  table.Add("aten.squeeze.dims", SqueezeReference);
+  table.Add("aten.clone.default", CloneReference);
 }
 
 }  // namespace kiln

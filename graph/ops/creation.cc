@@ -1,8 +1,147 @@
-// PLACEHOLDER: being converted from compiler/ops/*_old.cc.
+// Signatures of the creation ops: full, scalar_tensor and arange (end;
+// start, end; start, end, step). Their reference semantics and lowerings
+// are compiler/ops/creation_reference.cc and creation_lowering.cc.
+#include "graph/ops/creation.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "graph/op_signature.h"
 #include "graph/ops/signature_util.h"
 
 namespace kiln {
+namespace ops {
 
-void RegisterCreationSignatures(OpSignatures& table) {}
+ArangePositions ArangePositionsOf(const Node& node) {
+  ArangePositions at;
+  const std::vector<ArgSpec>& schema = node.op->schema;
+  for (int i = 0; i < static_cast<int>(schema.size()); ++i) {
+    if (schema[i].name == "start") at.start = i;
+    if (schema[i].name == "end") at.end = i;
+    if (schema[i].name == "step") at.step = i;
+    if (schema[i].name == "dtype") at.dtype = i;
+  }
+  return at;
+}
+
+ArangeRange ArangeRangeOf(const Node& node) {
+  const ArangePositions at = ArangePositionsOf(node);
+  const double start = at.start >= 0 ? node.args[at.start].ScalarAsDouble() : 0;
+  const double end = node.args[at.end].ScalarAsDouble();
+  const double step = at.step >= 0 ? node.args[at.step].ScalarAsDouble() : 1;
+  return {start, end, step};
+}
+
+}  // namespace ops
+
+namespace {
+
+using ops::Arg;
+using ops::ArgDefault;
+using ops::KwArg;
+
+// A factory's schema: `head`, then dtype and the ignored factory keywords.
+std::vector<ArgSpec> Factory(std::vector<ArgSpec> head) {
+  head.push_back(KwArg("dtype", ArgKind::kOptionalDType, Attr::None()));
+  for (ArgSpec& a : ops::FactoryKwArgs()) head.push_back(a);
+  return head;
+}
+
+// The dtype of a tensor filled with scalar `s` when no dtype is given.
+DType ScalarDefaultDType(const Attr& s) {
+  return s.kind == Attr::Kind::kFloat ? kDefaultFloat : s.ScalarKind();
+}
+
+absl::StatusOr<Shapes> FullShape(const OpContext& ctx) {
+  for (const SymExpr& e : ctx.arg(0).ints) {
+    if (auto c = e.AsConstant(); c && *c < 0)
+      return ctx.Invalid(absl::StrCat("negative size ", *c));
+  }
+  return Shapes{ctx.arg(0).ints};
+}
+
+absl::StatusOr<std::vector<DType>> FullDType(const OpContext& ctx) {
+  return std::vector<DType>{
+      ctx.arg(2).is_none() ? ScalarDefaultDType(ctx.arg(1)) : ctx.arg(2).dtype};
+}
+
+absl::StatusOr<Shapes> ScalarTensorShape(const OpContext&) {
+  return Shapes{{}};
+}
+
+absl::StatusOr<std::vector<DType>> ScalarTensorDType(const OpContext& ctx) {
+  return std::vector<DType>{ctx.arg(1).is_none() ? kDefaultFloat
+                                                 : ctx.arg(1).dtype};
+}
+
+// arange: ceil((end - start) / step) elements.
+absl::StatusOr<Shapes> ArangeShape(const OpContext& ctx) {
+  auto [start, end, step] = ops::ArangeRangeOf(ctx.node());
+  if (step == 0 || !std::isfinite(start) || !std::isfinite(end) ||
+      !std::isfinite(step)) {
+    return ctx.Invalid("arange needs finite start/end and a nonzero step");
+  }
+  const double n = std::ceil((end - start) / step);
+  if (n < 0)
+    return ctx.Invalid(
+        "upper bound and lower bound are inconsistent with the step sign");
+  if (n > static_cast<double>(int64_t{1} << 40))
+    return ctx.Invalid("arange has too many elements");
+  return Shapes{{SymExpr(static_cast<int64_t>(n))}};
+}
+
+// arange: the given dtype, else the default float if start, end or step is
+// a float, else int64.
+absl::StatusOr<std::vector<DType>> ArangeDType(const OpContext& ctx) {
+  const ops::ArangePositions at = ops::ArangePositionsOf(ctx.node());
+  if (!ctx.arg(at.dtype).is_none())
+    return std::vector<DType>{ctx.arg(at.dtype).dtype};
+  bool any_float = false;
+  for (int i : {at.start, at.end, at.step}) {
+    if (i >= 0 && ctx.arg(i).kind == Attr::Kind::kFloat) any_float = true;
+  }
+  return std::vector<DType>{any_float ? kDefaultFloat : DType::kInt64};
+}
+
+}  // namespace
+
+void RegisterCreationSignatures(OpSignatures& table) {
+  table.Add({.name = "aten.full.default",
+             .op_class = OpClass::kCreation,
+             .schema = Factory({Arg("size", ArgKind::kIntList),
+                                Arg("fill_value", ArgKind::kScalar)}),
+             .num_outputs = 1,
+             .shape = FullShape,
+             .dtype = FullDType});
+  table.Add({.name = "aten.scalar_tensor.default",
+             .op_class = OpClass::kCreation,
+             .schema = Factory({Arg("s", ArgKind::kScalar)}),
+             .num_outputs = 1,
+             .shape = ScalarTensorShape,
+             .dtype = ScalarTensorDType});
+  table.Add({.name = "aten.arange.default",
+             .op_class = OpClass::kCreation,
+             .schema = Factory({Arg("end", ArgKind::kScalar)}),
+             .num_outputs = 1,
+             .shape = ArangeShape,
+             .dtype = ArangeDType});
+  table.Add({.name = "aten.arange.start",
+             .op_class = OpClass::kCreation,
+             .schema = Factory({Arg("start", ArgKind::kScalar),
+                                Arg("end", ArgKind::kScalar)}),
+             .num_outputs = 1,
+             .shape = ArangeShape,
+             .dtype = ArangeDType});
+  table.Add({.name = "aten.arange.start_step",
+             .op_class = OpClass::kCreation,
+             .schema = Factory(
+                 {Arg("start", ArgKind::kScalar), Arg("end", ArgKind::kScalar),
+                  ArgDefault("step", ArgKind::kScalar, Attr::Int(1))}),
+             .num_outputs = 1,
+             .shape = ArangeShape,
+             .dtype = ArangeDType});
+}
 
 }  // namespace kiln

@@ -1,8 +1,171 @@
-// PLACEHOLDER: being converted from compiler/ops/*_old.cc.
+// Signatures of the indexing ops (data movement by index): slice, select
+// and cat. Their reference semantics and lowerings are
+// compiler/ops/indexing_reference.cc and indexing_lowering.cc.
+#include "graph/ops/indexing.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
 #include "graph/ops/signature_util.h"
+#include "graph/ops/views.h"
 
 namespace kiln {
+namespace ops {
 
-void RegisterIndexingSignatures(OpSignatures& table) {}
+SliceBounds ClampSlice(int64_t n, std::optional<int64_t> start,
+                       std::optional<int64_t> end, int64_t step) {
+  int64_t s = start.value_or(0),
+          e = end.value_or(std::numeric_limits<int64_t>::max());
+  if (s < 0) s += n;
+  if (e < 0) e += n;
+  s = std::clamp<int64_t>(s, 0, n);
+  e = std::clamp<int64_t>(e, s, n);
+  return {s, (e - s + step - 1) / step};
+}
+
+std::optional<int64_t> OptionalInt(const Attr& a) {
+  if (a.is_none()) return std::nullopt;
+  return a.i;
+}
+
+bool SkippedByCat(const std::vector<SymExpr>& sizes) {
+  return sizes.size() == 1 && sizes[0] == SymExpr(0);
+}
+
+}  // namespace ops
+
+namespace {
+
+using ops::Arg;
+using ops::ArgDefault;
+using ops::OptionalInt;
+using ops::SameDTypeAsSelf;
+
+// slice: static dims clamp as PyTorch's; a symbolic dim takes only a start
+// in [0, kMinSymbolValue] to the end, step 1.
+absl::StatusOr<Shapes> SliceShape(const OpContext& ctx) {
+  std::vector<SymExpr> out = ctx.type(0).sizes;
+  auto d = ctx.WrapDim(ctx.arg(1).i, static_cast<int>(out.size()));
+  if (!d.ok()) return d.status();
+  if (out.empty())
+    return ctx.Invalid("slice() cannot be applied to a 0-dim tensor");
+  const int64_t step = ctx.arg(4).i;
+  if (step <= 0)
+    return ctx.Invalid(absl::StrCat("slice step must be positive, got ", step));
+  const std::optional<int64_t> start = OptionalInt(ctx.arg(2)),
+                               end = OptionalInt(ctx.arg(3));
+  if (auto n = out[*d].AsConstant()) {
+    out[*d] = SymExpr(ops::ClampSlice(*n, start, end, step).length);
+    return Shapes{out};
+  }
+  // A symbolic size s >= 2: `start` in [0, 2] to the end, step 1.
+  const int64_t s = start.value_or(0);
+  const bool to_end = !end || *end >= (int64_t{1} << 62);
+  if (step != 1 || !to_end || s < 0 || s > kMinSymbolValue) {
+    return ctx.Invalid(absl::StrCat("slice of symbolic dim ", *d, " (",
+                                    out[*d].ToString(ctx.graph().SymbolNames()),
+                                    ") supports only start in [0, ",
+                                    kMinSymbolValue, "], no end and step 1"));
+  }
+  out[*d] = out[*d] - SymExpr(s);
+  return Shapes{out};
+}
+
+absl::StatusOr<Shapes> SelectShape(const OpContext& ctx) {
+  std::vector<SymExpr> out = ctx.type(0).sizes;
+  if (out.empty())
+    return ctx.Invalid("select() cannot be applied to a 0-dim tensor");
+  auto d = ctx.WrapDim(ctx.arg(1).i, static_cast<int>(out.size()));
+  if (!d.ok()) return d.status();
+  const int64_t index = ctx.arg(2).i;
+  // A symbolic size is at least 2, so [-2, 1] is always in range.
+  const int64_t n = out[*d].AsConstant().value_or(kMinSymbolValue);
+  if (index < -n || index >= n) {
+    return ctx.Invalid(
+        absl::StrCat("index ", index, " is out of range for dim ", *d,
+                     " of size ", out[*d].ToString(ctx.graph().SymbolNames())));
+  }
+  out.erase(out.begin() + *d);
+  return Shapes{out};
+}
+
+// cat: the inputs other than skipped ones have one rank and agree on every
+// dim but `dim`, which adds up.
+absl::StatusOr<Shapes> CatShape(const OpContext& ctx) {
+  const std::vector<ValueId>& ts = ctx.arg(0).tensors;
+  if (ts.empty()) return ctx.Invalid("cat expects a non-empty list of tensors");
+  const TensorType* first = nullptr;
+  for (ValueId v : ts) {
+    if (!ops::SkippedByCat(ctx.value_type(v).sizes)) {
+      first = &ctx.value_type(v);
+      break;
+    }
+  }
+  if (!first) return Shapes{{SymExpr(0)}};
+  if (first->rank() == 0)
+    return ctx.Invalid("zero-dimensional tensors cannot be concatenated");
+  auto d = ctx.WrapDim(ctx.arg(1).i, first->rank());
+  if (!d.ok()) return d.status();
+  std::vector<SymExpr> out = first->sizes;
+  out[*d] = SymExpr(0);
+  for (size_t k = 0; k < ts.size(); ++k) {
+    const TensorType& t = ctx.value_type(ts[k]);
+    if (ops::SkippedByCat(t.sizes)) continue;
+    if (t.rank() != first->rank()) {
+      return ctx.Invalid(absl::StrCat("tensor ", k, " has rank ", t.rank(),
+                                      ", expected ", first->rank()));
+    }
+    for (int i = 0; i < t.rank(); ++i) {
+      if (i != *d && t.sizes[i] != first->sizes[i]) {
+        return ctx.Invalid(
+            absl::StrCat("tensor ", k, " has size ",
+                         t.sizes[i].ToString(ctx.graph().SymbolNames()),
+                         " in dim ", i, ", expected ",
+                         first->sizes[i].ToString(ctx.graph().SymbolNames())));
+      }
+    }
+    out[*d] = out[*d] + t.sizes[*d];
+  }
+  return Shapes{out};
+}
+
+// cat: result_type of the inputs, all as dimensioned tensors.
+absl::StatusOr<std::vector<DType>> CatDType(const OpContext& ctx) {
+  ResultTypeState state;
+  for (ValueId v : ctx.arg(0).tensors)
+    state.AddTensor(ctx.value_type(v).dtype, false);
+  return std::vector<DType>{state.Result()};
+}
+
+}  // namespace
+
+void RegisterIndexingSignatures(OpSignatures& table) {
+  table.Add(
+      {.name = "aten.slice.Tensor",
+       .op_class = OpClass::kView,
+       .schema = {Arg("self", ArgKind::kTensor),
+                  ArgDefault("dim", ArgKind::kInt, Attr::Int(0)),
+                  ArgDefault("start", ArgKind::kOptionalInt, Attr::None()),
+                  ArgDefault("end", ArgKind::kOptionalInt, Attr::None()),
+                  ArgDefault("step", ArgKind::kInt, Attr::Int(1))},
+       .num_outputs = 1,
+       .shape = SliceShape,
+       .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.select.int",
+             .op_class = OpClass::kView,
+             .schema = {Arg("self", ArgKind::kTensor),
+                        Arg("dim", ArgKind::kInt), Arg("index", ArgKind::kInt)},
+             .num_outputs = 1,
+             .shape = SelectShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.cat.default",
+             .op_class = OpClass::kData,
+             .schema = {Arg("tensors", ArgKind::kTensorList),
+                        ArgDefault("dim", ArgKind::kInt, Attr::Int(0))},
+             .num_outputs = 1,
+             .shape = CatShape,
+             .dtype = CatDType});
+}
 
 }  // namespace kiln

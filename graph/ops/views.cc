@@ -1,13 +1,309 @@
-// PLACEHOLDER: being converted from compiler/ops/*_old.cc.
+// Signatures of the views and copies: view, reshape, _unsafe_view, permute,
+// transpose, t, expand, unsqueeze, squeeze and clone. In the graph these are
+// value transformations (graphs are functional); their reference semantics
+// and lowerings are compiler/ops/views_reference.cc and views_lowering.cc.
+#include "graph/ops/views.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 #include "graph/ops/signature_util.h"
 
-#include "compiler/ops/legacy.h"  // TRANSITIONAL
-
 namespace kiln {
+namespace ops {
+
+absl::StatusOr<std::vector<DType>> SameDTypeAsSelf(const OpContext& ctx) {
+  return std::vector<DType>{ctx.type(0).dtype};
+}
+
+int WrapCheckedDim(int64_t dim, int rank) {
+  return static_cast<int>(dim < 0 ? dim + std::max(rank, 1) : dim);
+}
+
+std::vector<int> TransposePermutation(int rank, int a, int b) {
+  std::vector<int> perm(rank);
+  for (int i = 0; i < rank; ++i) perm[i] = i;
+  if (rank > 0) std::swap(perm[a], perm[b]);
+  return perm;
+}
+
+absl::StatusOr<std::vector<bool>> SqueezedDims(const Node& node, int rank,
+                                               const OpContext* ctx) {
+  std::vector<bool> sel(rank, node.args.size() == 1);
+  if (node.args.size() == 1) return sel;
+  std::vector<SymExpr> dims =
+      node.args[1].kind == Attr::Kind::kInt
+          ? std::vector<SymExpr>{SymExpr(node.args[1].i)}
+          : node.args[1].ints;
+  for (const SymExpr& e : dims) {
+    int64_t d = e.AsConstant().value_or(0);
+    if (ctx) {
+      auto w = ctx->WrapDim(d, rank);
+      if (!w.ok()) return w.status();
+      d = *w;
+      // As PyTorch's dim_list_to_bitset (squeeze.dims).
+      if (rank > 0 && sel[d]) {
+        return ctx->Invalid(absl::StrCat(
+            "dim ", d, " appears multiple times in the list of dims"));
+      }
+    } else {
+      d = WrapCheckedDim(d, rank);
+    }
+    if (rank > 0) sel[d] = true;
+  }
+  return sel;
+}
+
+}  // namespace ops
+
+namespace {
+
+using ops::Arg;
+using ops::KwArg;
+using ops::SameDTypeAsSelf;
+
+// view, reshape, _unsafe_view: one -1 is inferred; the element count must
+// match.
+absl::StatusOr<Shapes> ViewShape(const OpContext& ctx) {
+  const TensorType& in = ctx.type(0);
+  const std::vector<SymExpr>& requested = ctx.arg(1).ints;
+  const SymExpr numel = NumElements(in.sizes);
+  int infer = -1;
+  SymExpr known(1);
+  for (size_t i = 0; i < requested.size(); ++i) {
+    if (requested[i] == SymExpr(-1)) {
+      if (infer >= 0)
+        return ctx.Invalid("only one dimension can be inferred (-1)");
+      infer = static_cast<int>(i);
+      continue;
+    }
+    if (auto c = requested[i].AsConstant(); c && *c < 0) {
+      return ctx.Invalid(absl::StrCat("invalid size ", *c, " at position ", i));
+    }
+    known = known * requested[i];
+  }
+  std::vector<SymExpr> out = requested;
+  if (infer >= 0) {
+    std::optional<SymExpr> q;
+    if (known != SymExpr(0)) q = SymExpr::DivExact(numel, known);
+    if (!q) {
+      return ctx.Invalid(
+          absl::StrCat("cannot infer the -1 size: ",
+                       numel.ToString(ctx.graph().SymbolNames()),
+                       " elements are not a multiple of ",
+                       known.ToString(ctx.graph().SymbolNames())));
+    }
+    out[infer] = *q;
+  }
+  if (NumElements(out) != numel) {
+    return ctx.Invalid(absl::StrCat(
+        "shape with ", NumElements(out).ToString(ctx.graph().SymbolNames()),
+        " elements is invalid for an input of ",
+        numel.ToString(ctx.graph().SymbolNames()), " elements"));
+  }
+  return Shapes{out};
+}
+
+// permute's dims checked: static, in range, each dim once.
+absl::StatusOr<std::vector<int>> PermutationOf(const OpContext& ctx,
+                                               const std::vector<SymExpr>& dims,
+                                               int rank) {
+  if (static_cast<int>(dims.size()) != rank) {
+    return ctx.Invalid(absl::StrCat("permutation has ", dims.size(),
+                                    " dims, tensor has rank ", rank));
+  }
+  std::vector<int> perm;
+  std::vector<bool> seen(rank, false);
+  for (const SymExpr& e : dims) {
+    auto d = ops::StaticInt(ctx, e, "dim");
+    if (!d.ok()) return d.status();
+    auto w = ctx.WrapDim(*d, rank);
+    if (!w.ok()) return w.status();
+    if (seen[*w])
+      return ctx.Invalid(
+          absl::StrCat("dim ", *w, " repeats in the permutation"));
+    seen[*w] = true;
+    perm.push_back(*w);
+  }
+  return perm;
+}
+
+absl::StatusOr<Shapes> PermuteShape(const OpContext& ctx) {
+  auto perm = PermutationOf(ctx, ctx.arg(1).ints, ctx.type(0).rank());
+  if (!perm.ok()) return perm.status();
+  std::vector<SymExpr> out;
+  for (int p : *perm) out.push_back(ctx.type(0).sizes[p]);
+  return Shapes{out};
+}
+
+absl::StatusOr<Shapes> TransposeShape(const OpContext& ctx) {
+  const int rank = ctx.type(0).rank();
+  auto a = ctx.WrapDim(ctx.arg(1).i, rank);
+  if (!a.ok()) return a.status();
+  auto b = ctx.WrapDim(ctx.arg(2).i, rank);
+  if (!b.ok()) return b.status();
+  std::vector<SymExpr> out = ctx.type(0).sizes;
+  if (rank > 0) std::swap(out[*a], out[*b]);
+  return Shapes{out};
+}
+
+// t: rank <= 2, the dims reversed.
+absl::StatusOr<Shapes> TShape(const OpContext& ctx) {
+  std::vector<SymExpr> out = ctx.type(0).sizes;
+  if (out.size() > 2) {
+    return ctx.Invalid(absl::StrCat(
+        "t() expects a tensor of rank <= 2, got rank ", out.size()));
+  }
+  std::reverse(out.begin(), out.end());
+  return Shapes{out};
+}
+
+// expand: new leading dims, -1 keeps a dim, only size-1 dims expand.
+absl::StatusOr<Shapes> ExpandShape(const OpContext& ctx) {
+  const std::vector<SymExpr>& in = ctx.type(0).sizes;
+  const std::vector<SymExpr>& req = ctx.arg(1).ints;
+  if (req.size() < in.size()) {
+    return ctx.Invalid(absl::StrCat("the number of sizes (", req.size(),
+                                    ") must be at least the tensor's rank (",
+                                    in.size(), ")"));
+  }
+  const size_t lead = req.size() - in.size();
+  std::vector<SymExpr> out(req.size());
+  for (size_t i = 0; i < req.size(); ++i) {
+    if (i < lead) {
+      if (auto c = req[i].AsConstant(); c && *c < 0) {
+        return ctx.Invalid(absl::StrCat(
+            "size ", *c, " is not allowed for new leading dim ", i));
+      }
+      out[i] = req[i];
+      continue;
+    }
+    const SymExpr& have = in[i - lead];
+    if (req[i] == SymExpr(-1) || req[i] == have) {
+      out[i] = have;
+    } else if (have == SymExpr(1)) {
+      if (auto c = req[i].AsConstant(); c && *c < 0) {
+        return ctx.Invalid(absl::StrCat("invalid size ", *c, " at dim ", i));
+      }
+      out[i] = req[i];
+    } else {
+      return ctx.Invalid(
+          absl::StrCat("cannot expand dim ", i, " of size ",
+                       have.ToString(ctx.graph().SymbolNames()), " to ",
+                       req[i].ToString(ctx.graph().SymbolNames()),
+                       " (only size-1 dims expand)"));
+    }
+  }
+  return Shapes{out};
+}
+
+absl::StatusOr<Shapes> UnsqueezeShape(const OpContext& ctx) {
+  std::vector<SymExpr> out = ctx.type(0).sizes;
+  auto d = ctx.WrapDim(ctx.arg(1).i, static_cast<int>(out.size()) + 1);
+  if (!d.ok()) return d.status();
+  out.insert(out.begin() + *d, SymExpr(1));
+  return Shapes{out};
+}
+
+// squeeze.default, .dim, .dims: only static size-1 dims go; a symbolic
+// size is >= 2.
+absl::StatusOr<Shapes> SqueezeShape(const OpContext& ctx) {
+  const std::vector<SymExpr>& in = ctx.type(0).sizes;
+  auto sel = ops::SqueezedDims(ctx.node(), static_cast<int>(in.size()), &ctx);
+  if (!sel.ok()) return sel.status();
+  std::vector<SymExpr> out;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (!((*sel)[d] && in[d] == SymExpr(1))) out.push_back(in[d]);
+  }
+  return Shapes{out};
+}
+
+absl::StatusOr<Shapes> CloneShape(const OpContext& ctx) {
+  return Shapes{ctx.type(0).sizes};
+}
+
+ArgSpec Self() { return Arg("self", ArgKind::kTensor); }
+
+}  // namespace
 
 void RegisterViewSignatures(OpSignatures& table) {
-  OpRegistry legacy(&table, nullptr, nullptr);  // TRANSITIONAL
-  RegisterShapeOps(legacy);
+  table.Add({.name = "aten.view.default",
+             .op_class = OpClass::kView,
+             .schema = {Self(), Arg("size", ArgKind::kIntList)},
+             .num_outputs = 1,
+             .shape = ViewShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.reshape.default",
+             .op_class = OpClass::kView,
+             .schema = {Self(), Arg("size", ArgKind::kIntList)},
+             .num_outputs = 1,
+             .shape = ViewShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten._unsafe_view.default",
+             .op_class = OpClass::kView,
+             .schema = {Self(), Arg("size", ArgKind::kIntList)},
+             .num_outputs = 1,
+             .shape = ViewShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.permute.default",
+             .op_class = OpClass::kView,
+             .schema = {Self(), Arg("dims", ArgKind::kIntList)},
+             .num_outputs = 1,
+             .shape = PermuteShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.transpose.int",
+             .op_class = OpClass::kView,
+             .schema = {Self(), Arg("dim0", ArgKind::kInt),
+                        Arg("dim1", ArgKind::kInt)},
+             .num_outputs = 1,
+             .shape = TransposeShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.t.default",
+             .op_class = OpClass::kView,
+             .schema = {Self()},
+             .num_outputs = 1,
+             .shape = TShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.expand.default",
+             .op_class = OpClass::kView,
+             .schema = {Self(), Arg("size", ArgKind::kIntList),
+                        KwArg("implicit", ArgKind::kBool, Attr::Bool(false))},
+             .num_outputs = 1,
+             .shape = ExpandShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.unsqueeze.default",
+             .op_class = OpClass::kView,
+             .schema = {Self(), Arg("dim", ArgKind::kInt)},
+             .num_outputs = 1,
+             .shape = UnsqueezeShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.squeeze.default",
+             .op_class = OpClass::kView,
+             .schema = {Self()},
+             .num_outputs = 1,
+             .shape = SqueezeShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.squeeze.dim",
+             .op_class = OpClass::kView,
+             .schema = {Self(), Arg("dim", ArgKind::kInt)},
+             .num_outputs = 1,
+             .shape = SqueezeShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.squeeze.dims",
+             .op_class = OpClass::kView,
+             .schema = {Self(), Arg("dim", ArgKind::kIntList)},
+             .num_outputs = 1,
+             .shape = SqueezeShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.clone.default",
+             .op_class = OpClass::kData,
+             .schema = {Self(), KwArg("memory_format", ArgKind::kIgnored,
+                                      Attr::None())},
+             .num_outputs = 1,
+             .shape = CloneShape,
+             .dtype = SameDTypeAsSelf});
 }
 
 }  // namespace kiln

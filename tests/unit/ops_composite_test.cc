@@ -1,4 +1,4 @@
-// Per-op tests of the composite ops (compiler/ops_composite.cc): _softmax,
+// Per-op tests of the composite ops (graph/ops/composite.cc, compiler/ops/composite_*.cc): _softmax,
 // _log_softmax and native_layer_norm, against numbers worked out by hand:
 // output dtypes (half_to_float, float32 statistics), shapes (mean/rstd are
 // input.shape[:axis] + [1] * len(normalized_shape)) and values.

@@ -1,4 +1,4 @@
-// Per-op tests of the pointwise ops (compiler/ops_pointwise.cc): output
+// Per-op tests of the pointwise ops (graph/ops/pointwise.cc, compiler/ops/pointwise_*.cc): output
 // dtype (PyTorch type promotion, incl. Scalar overloads and 0-d tensors),
 // output shape (broadcasting) and reference values against numbers worked
 // out by hand. Also home of the registry coverage check.

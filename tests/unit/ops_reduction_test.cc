@@ -1,4 +1,4 @@
-// Per-op tests of the reductions (compiler/ops_reduction.cc): output dtype
+// Per-op tests of the reductions (graph/ops/reduction.cc, compiler/ops/reduction_*.cc): output dtype
 // (sum of ints/bool -> int64, mean needs floating, arg* -> int64, any/all ->
 // bool), output shape (dims incl. negative and several, keepdim, empty
 // tensors) and reference values against numbers worked out by hand.

@@ -1,5 +1,5 @@
 // Per-op tests of views, data movement and creation ops
-// (compiler/ops_shape.cc): output dtype and shape (-1 inference, negative
+// (graph/ops/{views,indexing,creation}.cc and their compiler tables): output dtype and shape (-1 inference, negative
 // dims, legacy empty tensors in cat, dtype inference of creation ops) and
 // reference values against numbers worked out by hand, over contiguous and
 // non-contiguous inputs.
