@@ -1,6 +1,7 @@
 // Lowerings of the creation ops (signatures in graph/ops/creation.cc): a
 // pointwise node over the output computing the fill value or the arange
-// element.
+// element. The *_like ops read only their input's sizes; the empty ops give
+// zeros.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -25,6 +26,22 @@ Expr FillConstant(const Attr& value, DType out) {
 absl::StatusOr<std::vector<LoweredValue>> LowerFull(LowerContext& ctx) {
   return std::vector<LoweredValue>{ops::PointwiseOutput(
       ctx, FillConstant(ctx.arg(1), ctx.out_type().dtype))};
+}
+
+absl::StatusOr<std::vector<LoweredValue>> LowerFullLike(LowerContext& ctx) {
+  return std::vector<LoweredValue>{ops::PointwiseOutput(
+      ctx, FillConstant(ctx.arg(1), ctx.out_type().dtype))};
+}
+
+// zeros_like, empty_like, empty.memory_format, empty_strided.
+absl::StatusOr<std::vector<LoweredValue>> LowerZeros(LowerContext& ctx) {
+  return std::vector<LoweredValue>{ops::PointwiseOutput(
+      ctx, FillConstant(Attr::Int(0), ctx.out_type().dtype))};
+}
+
+absl::StatusOr<std::vector<LoweredValue>> LowerOnesLike(LowerContext& ctx) {
+  return std::vector<LoweredValue>{ops::PointwiseOutput(
+      ctx, FillConstant(Attr::Int(1), ctx.out_type().dtype))};
 }
 
 absl::StatusOr<std::vector<LoweredValue>> LowerScalarTensor(LowerContext& ctx) {
@@ -60,6 +77,12 @@ void RegisterCreationLowerings(OpLowerings& table) {
   table.Add("aten.arange.default", LowerArange);
   table.Add("aten.arange.start", LowerArange);
   table.Add("aten.arange.start_step", LowerArange);
+  table.Add("aten.full_like.default", LowerFullLike);
+  table.Add("aten.zeros_like.default", LowerZeros);
+  table.Add("aten.ones_like.default", LowerOnesLike);
+  table.Add("aten.empty_like.default", LowerZeros);
+  table.Add("aten.empty.memory_format", LowerZeros);
+  table.Add("aten.empty_strided.default", LowerZeros);
 }
 
 }  // namespace kiln

@@ -155,6 +155,24 @@ absl::StatusOr<std::vector<LoweredValue>> LowerClone(LowerContext& ctx) {
   return std::vector<LoweredValue>{ctx.value(0)};
 }
 
+// alias: the value itself.
+absl::StatusOr<std::vector<LoweredValue>> LowerAlias(LowerContext& ctx) {
+  return std::vector<LoweredValue>{ctx.value(0)};
+}
+
+// copy: a pointwise node reading src broadcast to self's sizes, cast to
+// self's dtype; self is not read.
+absl::StatusOr<std::vector<LoweredValue>> LowerCopy(LowerContext& ctx) {
+  const TensorType& out = ctx.out_type();
+  LoopNode node;
+  node.kind = LoopNode::Kind::kPointwise;
+  node.dtype = out.dtype;
+  node.sizes = out.sizes;
+  node.body =
+      ir::Cast(LowerContext::ReadBroadcast(ctx.value(1), out.sizes), out.dtype);
+  return std::vector<LoweredValue>{ctx.AddNode(std::move(node))};
+}
+
 }  // namespace
 
 void RegisterViewLowerings(OpLowerings& table) {
@@ -170,6 +188,8 @@ void RegisterViewLowerings(OpLowerings& table) {
   table.Add("aten.squeeze.dim", LowerSqueeze);
   table.Add("aten.squeeze.dims", LowerSqueeze);
   table.Add("aten.clone.default", LowerClone);
+  table.Add("aten.alias.default", LowerAlias);
+  table.Add("aten.copy.default", LowerCopy);
 }
 
 }  // namespace kiln

@@ -105,6 +105,26 @@ absl::StatusOr<std::vector<HostTensor>> CloneReference(const RefContext& ctx) {
   return std::vector<HostTensor>{ctx.tensors[0].Contiguous()};
 }
 
+// alias: the value itself, a view of the same storage.
+absl::StatusOr<std::vector<HostTensor>> AliasReference(const RefContext& ctx) {
+  return std::vector<HostTensor>{ctx.tensors[0]};
+}
+
+// copy: src broadcast to self's sizes and converted to self's dtype
+// (HostTensor's load and store conversions are the cast, as _to_copy's).
+absl::StatusOr<std::vector<HostTensor>> CopyReference(const RefContext& ctx) {
+  HostTensor out = HostTensor::Empty(ctx.out_dtypes[0], ctx.out_sizes[0]);
+  const HostTensor src = ops::BroadcastTo(ctx.tensors[1], ctx.out_sizes[0]);
+  for (int64_t l = 0; l < out.numel(); ++l) {
+    if (IsFloating(src.dtype())) {
+      out.SetDoubleAt(l, src.GetDoubleAt(l));
+    } else {
+      out.SetIntAt(l, src.GetIntAt(l));
+    }
+  }
+  return std::vector<HostTensor>{std::move(out)};
+}
+
 }  // namespace
 
 void RegisterViewReferences(OpReferences& table) {
@@ -120,6 +140,8 @@ void RegisterViewReferences(OpReferences& table) {
   table.Add("aten.squeeze.dim", SqueezeReference);
   table.Add("aten.squeeze.dims", SqueezeReference);
   table.Add("aten.clone.default", CloneReference);
+  table.Add("aten.alias.default", AliasReference);
+  table.Add("aten.copy.default", CopyReference);
 }
 
 }  // namespace kiln

@@ -1,6 +1,8 @@
-// Signatures of the creation ops: full, scalar_tensor and arange (end;
-// start, end; start, end, step). Their reference semantics and lowerings
-// are compiler/ops/creation_reference.cc and creation_lowering.cc.
+// Signatures of the creation ops: full, scalar_tensor, arange (end; start,
+// end; start, end, step), full_like, zeros_like, ones_like, empty_like,
+// empty.memory_format and empty_strided. Kiln gives the empty ops' contents,
+// which PyTorch leaves unspecified, as zeros. Their reference semantics and
+// lowerings are compiler/ops/creation_reference.cc and creation_lowering.cc.
 #include "graph/ops/creation.h"
 
 #include <cmath>
@@ -65,6 +67,57 @@ absl::StatusOr<Shapes> FullShape(const OpContext& ctx) {
 absl::StatusOr<std::vector<DType>> FullDType(const OpContext& ctx) {
   return std::vector<DType>{
       ctx.arg(2).is_none() ? ScalarDefaultDType(ctx.arg(1)) : ctx.arg(2).dtype};
+}
+
+// The position of the argument `name` in the node's schema (it must exist).
+int ArgPosition(const OpContext& ctx, absl::string_view name) {
+  const std::vector<ArgSpec>& schema = ctx.node().op->schema;
+  for (int i = 0; i < static_cast<int>(schema.size()); ++i) {
+    if (schema[i].name == name) return i;
+  }
+  return -1;
+}
+
+// A *_like factory's schema: self, `head`, then dtype, the ignored factory
+// keywords and memory_format.
+std::vector<ArgSpec> LikeFactory(std::vector<ArgSpec> head) {
+  head.insert(head.begin(), Arg("self", ArgKind::kTensor));
+  std::vector<ArgSpec> schema = Factory(std::move(head));
+  schema.push_back(KwArg("memory_format", ArgKind::kIgnored, Attr::None()));
+  return schema;
+}
+
+// full_like, zeros_like, ones_like, empty_like: self's sizes.
+absl::StatusOr<Shapes> LikeShape(const OpContext& ctx) {
+  return Shapes{ctx.type(0).sizes};
+}
+
+// *_like: the dtype argument, else self's dtype (not the fill value's).
+absl::StatusOr<std::vector<DType>> LikeDType(const OpContext& ctx) {
+  const Attr& dtype = ctx.arg(ArgPosition(ctx, "dtype"));
+  return std::vector<DType>{dtype.is_none() ? ctx.type(0).dtype : dtype.dtype};
+}
+
+// empty.memory_format, empty_strided: the dtype argument, else the default
+// float.
+absl::StatusOr<std::vector<DType>> EmptyDType(const OpContext& ctx) {
+  const Attr& dtype = ctx.arg(ArgPosition(ctx, "dtype"));
+  return std::vector<DType>{dtype.is_none() ? kDefaultFloat : dtype.dtype};
+}
+
+// empty_strided: the sizes; the strides (one per size, non-negative) only
+// say how PyTorch would lay the result out, and Kiln picks layouts.
+absl::StatusOr<Shapes> EmptyStridedShape(const OpContext& ctx) {
+  if (ctx.arg(1).ints.size() != ctx.arg(0).ints.size()) {
+    return ctx.Invalid(absl::StrCat("mismatch in length of strides (",
+                                    ctx.arg(1).ints.size(), ") and shape (",
+                                    ctx.arg(0).ints.size(), ")"));
+  }
+  for (const SymExpr& e : ctx.arg(1).ints) {
+    if (auto c = e.AsConstant(); c && *c < 0)
+      return ctx.Invalid(absl::StrCat("negative stride ", *c));
+  }
+  return FullShape(ctx);
 }
 
 absl::StatusOr<Shapes> ScalarTensorShape(const OpContext&) {
@@ -142,6 +195,36 @@ void RegisterCreationSignatures(OpSignatures& table) {
              .num_outputs = 1,
              .shape = ArangeShape,
              .dtype = ArangeDType});
+  table.Add({.name = "aten.full_like.default",
+             .op_class = OpClass::kCreation,
+             .schema = LikeFactory({Arg("fill_value", ArgKind::kScalar)}),
+             .num_outputs = 1,
+             .shape = LikeShape,
+             .dtype = LikeDType});
+  for (const char* name : {"aten.zeros_like.default", "aten.ones_like.default",
+                           "aten.empty_like.default"}) {
+    table.Add({.name = name,
+               .op_class = OpClass::kCreation,
+               .schema = LikeFactory({}),
+               .num_outputs = 1,
+               .shape = LikeShape,
+               .dtype = LikeDType});
+  }
+  std::vector<ArgSpec> empty = Factory({Arg("size", ArgKind::kIntList)});
+  empty.push_back(KwArg("memory_format", ArgKind::kIgnored, Attr::None()));
+  table.Add({.name = "aten.empty.memory_format",
+             .op_class = OpClass::kCreation,
+             .schema = std::move(empty),
+             .num_outputs = 1,
+             .shape = FullShape,
+             .dtype = EmptyDType});
+  table.Add({.name = "aten.empty_strided.default",
+             .op_class = OpClass::kCreation,
+             .schema = Factory({Arg("size", ArgKind::kIntList),
+                                Arg("stride", ArgKind::kIntList)}),
+             .num_outputs = 1,
+             .shape = EmptyStridedShape,
+             .dtype = EmptyDType});
 }
 
 }  // namespace kiln

@@ -1,7 +1,9 @@
 // Signatures of the views and copies: view, reshape, _unsafe_view, permute,
-// transpose, t, expand, unsqueeze, squeeze and clone. In the graph these are
-// value transformations (graphs are functional); their reference semantics
-// and lowerings are compiler/ops/views_reference.cc and views_lowering.cc.
+// transpose, t, expand, unsqueeze, squeeze, alias, clone and copy (the
+// functional copy_: src broadcast to self's shape, in self's dtype). In the
+// graph these are value transformations (graphs are functional); their
+// reference semantics and lowerings are compiler/ops/views_reference.cc and
+// views_lowering.cc.
 #include "graph/ops/views.h"
 
 #include <algorithm>
@@ -220,8 +222,21 @@ absl::StatusOr<Shapes> SqueezeShape(const OpContext& ctx) {
   return Shapes{out};
 }
 
+// clone, alias: self's sizes.
 absl::StatusOr<Shapes> CloneShape(const OpContext& ctx) {
   return Shapes{ctx.type(0).sizes};
+}
+
+// copy(self, src): src must broadcast to self's sizes, which the result has.
+absl::StatusOr<Shapes> CopyShape(const OpContext& ctx) {
+  const std::vector<SymExpr>& self = ctx.type(0).sizes;
+  auto b = ops::Broadcast(ctx, self, ctx.type(1).sizes);
+  if (!b.ok()) return b.status();
+  if (*b != self) {
+    return ctx.Invalid(
+        "src does not broadcast to self's shape (copy writes self's shape)");
+  }
+  return Shapes{self};
 }
 
 ArgSpec Self() { return Arg("self", ArgKind::kTensor); }
@@ -296,6 +311,21 @@ void RegisterViewSignatures(OpSignatures& table) {
              .schema = {Self(), Arg("dim", ArgKind::kIntList)},
              .num_outputs = 1,
              .shape = SqueezeShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.alias.default",
+             .op_class = OpClass::kView,
+             .schema = {Self()},
+             .num_outputs = 1,
+             .shape = CloneShape,
+             .dtype = SameDTypeAsSelf});
+  // Functional copy_: src broadcast to self's shape, in self's dtype.
+  table.Add({.name = "aten.copy.default",
+             .op_class = OpClass::kData,
+             .schema = {Self(), Arg("src", ArgKind::kTensor),
+                        ops::ArgDefault("non_blocking", ArgKind::kBool,
+                                        Attr::Bool(false))},
+             .num_outputs = 1,
+             .shape = CopyShape,
              .dtype = SameDTypeAsSelf});
   table.Add({.name = "aten.clone.default",
              .op_class = OpClass::kData,

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <random>
@@ -58,6 +59,11 @@ struct GraphGenOptions {
   // full_op_set: the share of inputs (percent) declared with
   // non-contiguous strides (permuted, padded, stride 0).
   int noncontiguous_percent = 35;
+  // full_op_set: seeds below this draw only the ops Kiln had before issue
+  // 17 (alias, copy, the *_like and empty ops), with the same graphs as
+  // then: artifact_digest_test records the artifacts of seeds 0..199. Seeds
+  // from here on draw those ops too.
+  uint64_t first_issue17_seed = 200;
 };
 
 namespace internal {
@@ -346,7 +352,8 @@ struct Operand {
 
 class OpSetGen {
  public:
-  OpSetGen(uint64_t seed, const GraphGenOptions& o) : rng_(seed), o_(o) {}
+  OpSetGen(uint64_t seed, const GraphGenOptions& o)
+      : rng_(seed), o_(o), issue17_(seed >= o.first_issue17_seed) {}
 
   v1::Graph Build();
 
@@ -486,9 +493,13 @@ class OpSetGen {
   bool View(const OpValue& a);
   bool Cat(const OpValue& a);
   bool Creation();
+  // alias, copy, full_like, zeros_like, ones_like, empty_like,
+  // empty.memory_format, empty_strided (issue 17).
+  bool AliasCopyOrLike(const OpValue& a);
 
   Rng rng_;
   const GraphGenOptions& o_;
+  bool issue17_;  // draw AliasCopyOrLike too
   v1::Graph g_;
   std::deque<OpValue> values_;  // stable addresses
   GenShape base_;
@@ -2170,6 +2181,119 @@ inline bool OpSetGen::Creation() {
   return true;
 }
 
+inline bool OpSetGen::AliasCopyOrLike(const OpValue& a) {
+  const int k = rng_.Below(8);
+  OpValue v = a;
+  v.name = Fresh();
+  if (k == 0) {
+    v1::Node* n = Node("aten.alias.default", v.name);
+    Ref(n, a.name);
+    Keep(std::move(v));
+    return true;
+  }
+  if (k == 1) {
+    // copy(self=a, src=b): b broadcasts to a's shape; the result is b's
+    // values in a's dtype (Cast's conditions).
+    std::vector<const OpValue*> srcs;
+    for (const OpValue& b : values_) {
+      if (b.shape.size() > a.shape.size()) continue;
+      const size_t lead = a.shape.size() - b.shape.size();
+      bool fits = true;
+      for (size_t d = 0; d < b.shape.size(); ++d) {
+        fits &= b.shape[d].IsOne() || b.shape[d] == a.shape[lead + d];
+      }
+      if (fits) srcs.push_back(&b);
+    }
+    const OpValue& b = *srcs[rng_.Below(srcs.size())];
+    const v1::DType to = a.dtype;
+    v = b;
+    v.name = Fresh();
+    v.shape = a.shape;
+    v.dtype = to;
+    if (IsFloatDType(b.dtype) && !IsFloatDType(to)) {
+      if (!b.exact() || b.mag > MagLimit(to)) return false;
+      v.mag = to == v1::BOOL ? 1 : std::floor(b.mag);
+      v.integral = true;
+      v.lo = to == v1::BOOL ? 0 : std::floor(b.lo);
+      if (to == v1::BOOL) v.nonneg = true;
+    } else if (IsFloatDType(to)) {
+      if (!IsFloatDType(b.dtype) && b.mag > ExactIntLimit(to)) return false;
+      if (!ErrOk(b.err, to) || !MagOk(b.mag, to)) return false;
+      if (b.err > 0) v.err = Inexact(b.err, b.mag, to);
+      if (to != v1::FLOAT32 && b.mag > ExactIntLimit(to)) v.integral = false;
+    } else {
+      if (to != v1::BOOL && b.mag > MagLimit(to)) return false;
+      if (to == v1::BOOL) {
+        v.mag = 1;
+        v.nonneg = true;
+        v.lo = 0;
+      }
+    }
+    v1::Node* n = Node("aten.copy.default", v.name);
+    Ref(n, a.name);
+    Ref(n, b.name);
+    if (rng_.Chance(20)) Bool(n, false, "non_blocking");
+    Keep(std::move(v));
+    return true;
+  }
+  // Factories: a's shape (the *_like ops) or a sub-shape of the base shape
+  // (empty, empty_strided); zeros for the empty ops.
+  double value = k == 4 ? 1 : 0;
+  Operand fill;
+  if (k == 2) {
+    fill = RandomScalar(rng_.Chance(50) ? 'f' : (rng_.Chance(70) ? 'i' : 'b'));
+    value = fill.scalar;
+  }
+  v1::DType dtype = k >= 6 ? v1::FLOAT32 : a.dtype;
+  const bool explicit_dtype = rng_.Chance(50);
+  if (explicit_dtype) dtype = rng_.Pick(o_.dtypes);
+  v.dtype = dtype;
+  if (!IsFloatDType(dtype))
+    value = dtype == v1::BOOL ? (value != 0) : std::trunc(value);
+  v.mag = std::fabs(value);
+  v.lo = std::fabs(value);
+  v.err = 0;
+  v.integral = value == std::floor(value);
+  v.nonneg = value >= 0;
+  static const char* kNames[] = {
+      "aten.full_like.default",   "aten.zeros_like.default",
+      "aten.ones_like.default",   "aten.empty_like.default",
+      "aten.empty.memory_format", "aten.empty_strided.default"};
+  v1::Node* n;
+  if (k < 6) {
+    n = Node(kNames[k - 2], v.name);
+    Ref(n, a.name);
+    if (k == 2) Scalar(n, fill);
+  } else {
+    v.shape.clear();
+    for (const GenDim& g : base_) {
+      if (rng_.Chance(70))
+        v.shape.push_back(rng_.Chance(20) ? GenDim{"", 1} : g);
+    }
+    for (const GenDim& g : v.shape) {
+      if (IsCompound(g)) return false;
+    }
+    n = Node(kNames[k - 2], v.name);
+    Sizes(n, v.shape);
+    if (k == 7) {
+      std::vector<int64_t> strides(v.shape.size());
+      int64_t stride = 1;
+      for (size_t d = v.shape.size(); d-- > 0;) {
+        strides[d] = stride;
+        stride *= MaxSize(v.shape[d]);
+      }
+      Ints(n, strides);
+    }
+  }
+  if (explicit_dtype) DTypeArg(n, dtype, "dtype");
+  if (k != 7 && rng_.Chance(20)) {
+    n->add_args()->set_name("memory_format");
+    n->mutable_args(n->args_size() - 1)->mutable_none();
+  }
+  Keep(std::move(v));
+  return true;
+}
+
 inline v1::Graph OpSetGen::Build() {
   // The shape inputs broadcast to: small, so that the reference evaluator
   // stays fast; now and then one long dim for vector loops and their tails.
@@ -2232,9 +2356,11 @@ inline v1::Graph OpSetGen::Build() {
 
   const int target = 1 + rng_.Below(std::max(1, o_.max_nodes));
   static const int kWeights[] = {12, 7, 4,  20, 6,  5, 5, 5,
-                                 7,  7, 12, 4,  14, 3, 3};
+                                 7,  7, 12, 4,  14, 3, 3, 6};
+  // The last family (AliasCopyOrLike) only where issue17_.
+  const int families = static_cast<int>(std::size(kWeights)) - !issue17_;
   int total_weight = 0;
-  for (int w : kWeights) total_weight += w;
+  for (int f = 0; f < families; ++f) total_weight += kWeights[f];
   std::vector<std::string> produced;
   for (int attempt = 0; attempt < 40 * target && op_count_ < target;
        ++attempt) {
@@ -2289,6 +2415,9 @@ inline v1::Graph OpSetGen::Build() {
         break;
       case 13:
         ok = Cat(a);
+        break;
+      case 15:
+        ok = AliasCopyOrLike(a);
         break;
       default:
         ok = Creation();

@@ -342,5 +342,102 @@ TEST(ShapeArange, AllOverloads) {
                 {"step sign"});
 }
 
+// ---- alias / copy ----
+
+TEST(ShapeAlias, IsTheValue) {
+  CheckOp("aten.alias.default", {M23()}, {In(0)}, kF32, {2, 3},
+          {1, 2, 3, 4, 5, 6});
+  CheckOp("aten.alias.default", {TransposedView(M23())}, {In(0)}, kF32, {3, 2},
+          {1, 4, 2, 5, 3, 6});
+  CheckOp("aten.alias.default", {Bool({}, {1})}, {In(0)}, kBool, {}, {1});
+  CheckOp("aten.alias.default", {I64({0, 2}, {})}, {In(0)}, kI64, {0, 2}, {});
+}
+
+TEST(ShapeCopy, BroadcastsSrcAndConvertsToSelfsDType) {
+  // src broadcast to self's shape; self's values are not read.
+  CheckOp("aten.copy.default", {M23(), F32({3}, {7, 8, 9})}, {In(0), In(1)},
+          kF32, {2, 3}, {7, 8, 9, 7, 8, 9});
+  CheckOp("aten.copy.default", {M23(), F32({2, 1}, {-1, 5})}, {In(0), In(1)},
+          kF32, {2, 3}, {-1, -1, -1, 5, 5, 5});
+  // Self's dtype: floats truncate toward zero into int32.
+  CheckOp("aten.copy.default", {I32({2}, {0, 0}), F32({2}, {1.75, -2.5})},
+          {In(0), In(1), B(false)}, kI32, {2}, {1, -2});
+  // Into bool (nonzero is true), non_blocking by keyword.
+  CheckOp("aten.copy.default", {Bool({3}, {}), F32({3}, {0, 0.5, -2})},
+          {In(0), In(1), Kw("non_blocking", B(true))}, kBool, {3}, {0, 1, 1});
+  // int64 into bfloat16 rounds; a non-contiguous src in logical order.
+  CheckOp("aten.copy.default", {BF16({2}, {}), I64({2}, {257, -3})},
+          {In(0), In(1)}, kBF16, {2}, {256, -3});
+  CheckOp("aten.copy.default", {F16({3, 2}, {}), TransposedView(M23())},
+          {In(0), In(1)}, kF16, {3, 2}, {1, 4, 2, 5, 3, 6});
+  CheckOp("aten.copy.default", {F32({0, 3}, {}), F32({3}, {1, 2, 3})},
+          {In(0), In(1)}, kF32, {0, 3}, {});
+  // src must broadcast to self's shape, not the other way.
+  ExpectInvalid("aten.copy.default", {F32({3}, {}), M23()}, {In(0), In(1)},
+                {"aten.copy.default", "broadcast"});
+  ExpectInvalid("aten.copy.default", {F32({2}, {}), F32({3}, {})},
+                {In(0), In(1)});
+}
+
+// ---- full_like / zeros_like / ones_like / empty_like ----
+
+TEST(ShapeLike, SelfsSizesAndDType) {
+  // full_like takes self's dtype, not the fill value's.
+  CheckOp("aten.full_like.default", {I32({2, 2}, {})}, {In(0), F(2.5)}, kI32,
+          {2, 2}, {2, 2, 2, 2});
+  CheckOp("aten.full_like.default", {I32({2}, {})},
+          {In(0), F(2.5), Kw("dtype", DT(v1::FLOAT32))}, kF32, {2}, {2.5, 2.5});
+  CheckOp(
+      "aten.full_like.default", {TransposedView(M23())},
+      {In(0), I(-1), Kw("device", NoneArg()), Kw("memory_format", NoneArg())},
+      kF32, {3, 2}, {-1, -1, -1, -1, -1, -1});
+  CheckOp("aten.full_like.default", {M23()},
+          {In(0), B(true), Kw("dtype", DT(v1::BOOL))}, kBool, {2, 3},
+          {1, 1, 1, 1, 1, 1});
+  CheckOp("aten.zeros_like.default", {M23()}, {In(0)}, kF32, {2, 3},
+          {0, 0, 0, 0, 0, 0});
+  CheckOp("aten.zeros_like.default", {M23()},
+          {In(0), Kw("dtype", DT(v1::INT64))}, kI64, {2, 3},
+          {0, 0, 0, 0, 0, 0});
+  CheckOp("aten.ones_like.default", {BF16({3}, {})}, {In(0)}, kBF16, {3},
+          {1, 1, 1});
+  CheckOp("aten.ones_like.default", {I32({}, {4})},
+          {In(0), Kw("dtype", DT(v1::FLOAT16)), Kw("pin_memory", B(false))},
+          kF16, {}, {1});
+  CheckOp("aten.ones_like.default", {F32({0, 2}, {})},
+          {In(0), Kw("dtype", DT(v1::BOOL))}, kBool, {0, 2}, {});
+  // empty_like's contents are unspecified; Kiln gives zeros.
+  CheckOp("aten.empty_like.default", {I64({2}, {5, 6})}, {In(0)}, kI64, {2},
+          {0, 0});
+  CheckOp("aten.empty_like.default", {M23()},
+          {In(0), Kw("dtype", DT(v1::BFLOAT16))}, kBF16, {2, 3},
+          {0, 0, 0, 0, 0, 0});
+  // dtype is keyword-only.
+  ExpectInvalid("aten.zeros_like.default", {M23()}, {In(0), DT(v1::INT64)});
+}
+
+// ---- empty.memory_format / empty_strided ----
+
+TEST(ShapeEmpty, ZerosOfTheDefaultFloat) {
+  CheckOp("aten.empty.memory_format", {}, {Ints({2, 3})}, kF32, {2, 3},
+          {0, 0, 0, 0, 0, 0});
+  CheckOp(
+      "aten.empty.memory_format", {},
+      {Ints({2}), Kw("dtype", DT(v1::INT32)), Kw("memory_format", NoneArg())},
+      kI32, {2}, {0, 0});
+  CheckOp("aten.empty.memory_format", {}, {Ints({0, 4})}, kF32, {0, 4}, {});
+  CheckOp("aten.empty_strided.default", {}, {Ints({2, 3}), Ints({1, 2})}, kF32,
+          {2, 3}, {0, 0, 0, 0, 0, 0});
+  CheckOp("aten.empty_strided.default", {},
+          {Ints({3}), Ints({1}), Kw("dtype", DT(v1::FLOAT16)),
+           Kw("pin_memory", B(false))},
+          kF16, {3}, {0, 0, 0});
+  CheckOp("aten.empty_strided.default", {},
+          {Ints({}), Ints({}), Kw("dtype", DT(v1::BOOL))}, kBool, {}, {0});
+  ExpectInvalid("aten.empty_strided.default", {}, {Ints({2, 3}), Ints({1})},
+                {"strides"});
+  ExpectInvalid("aten.empty.memory_format", {}, {Ints({-1})}, {"negative"});
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -109,12 +109,20 @@ inline const std::vector<std::string>& ShapeSuiteOps() {
                                    "aten.slice.Tensor",
                                    "aten.select.int",
                                    "aten.clone.default",
+                                   "aten.alias.default",
+                                   "aten.copy.default",
                                    "aten.cat.default",
                                    "aten.full.default",
                                    "aten.scalar_tensor.default",
                                    "aten.arange.default",
                                    "aten.arange.start",
-                                   "aten.arange.start_step"};
+                                   "aten.arange.start_step",
+                                   "aten.full_like.default",
+                                   "aten.zeros_like.default",
+                                   "aten.ones_like.default",
+                                   "aten.empty_like.default",
+                                   "aten.empty.memory_format",
+                                   "aten.empty_strided.default"};
   return *ops;
 }
 
