@@ -25,8 +25,10 @@ namespace {
 // ---- schemas ----
 
 std::vector<ArgSpec> UnarySchema() { return {Arg("self", ArgKind::kTensor)}; }
+// The Tensor overloads: FX passes a Python number in either position, as
+// a wrapped number (aten.sub.Tensor(1, x)); at least one is a tensor.
 std::vector<ArgSpec> BinarySchema() {
-  return {Arg("self", ArgKind::kTensor),
+  return {Arg("self", ArgKind::kTensorOrScalar),
           Arg("other", ArgKind::kTensorOrScalar)};
 }
 std::vector<ArgSpec> BinaryScalarSchema() {
@@ -442,6 +444,11 @@ const std::vector<PointwiseSignature>& PointwiseTable() {
 // The operands broadcast.
 absl::StatusOr<Shapes> PointwiseShape(const PointwiseSignature& op,
                                       const OpContext& ctx) {
+  bool any_tensor = false;
+  for (int i : op.operands) any_tensor |= ctx.is_tensor(i);
+  if (!any_tensor) {
+    return ctx.Invalid("needs at least one tensor argument, got only numbers");
+  }
   auto s = BroadcastArgs(ctx, op.operands);
   if (!s.ok()) return s.status();
   return Shapes{*std::move(s)};

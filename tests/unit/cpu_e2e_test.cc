@@ -600,5 +600,82 @@ TEST(CpuSplitReductions, FissionedRowsMatchReference) {
   }
 }
 
+// Issue 17: a Python number as self of a Tensor overload (1 - x, 2 / x,
+// 3 < x) and the views, copies and factories AOTAutograd emits, compiled
+// and fused with their neighbours, against the reference and by hand.
+TEST(CpuIssue17, NumberSelfViewsAndFactoriesMatchReference) {
+  v1::CompileRequest req;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(R"({
+    "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
+                "sizes": [{"value": 2}, {"value": 3}]}},
+               {"name": "b", "meta": {"dtype": "INT32",
+                "sizes": [{"value": 3}]}}],
+    "nodes": [{"op": "aten.sub.Tensor", "args": [{"i": 1}, {"ref": "x"}],
+               "outputs": ["s"]},
+              {"op": "aten.alias.default", "args": [{"ref": "s"}],
+               "outputs": ["a"]},
+              {"op": "aten.div.Tensor", "args": [{"f": 2.0}, {"ref": "b"}],
+               "outputs": ["d"]},
+              {"op": "aten.lt.Tensor", "args": [{"i": 3}, {"ref": "a"}],
+               "outputs": ["c"]},
+              {"op": "aten.copy.default", "args": [{"ref": "x"}, {"ref": "b"}],
+               "outputs": ["k"]},
+              {"op": "aten.full_like.default",
+               "args": [{"ref": "x"}, {"f": 2.5},
+                        {"name": "dtype", "dtype": "INT64"}],
+               "outputs": ["f"]},
+              {"op": "aten.ones_like.default", "args": [{"ref": "b"}],
+               "outputs": ["o"]},
+              {"op": "aten.add.Tensor", "args": [{"ref": "k"}, {"ref": "o"}],
+               "outputs": ["ko"]},
+              {"op": "aten.empty.memory_format", "args": [{"ints": {"values": [2, 3]}}],
+               "outputs": ["e"]},
+              {"op": "aten.empty_strided.default",
+               "args": [{"ints": {"values": [3]}}, {"ints": {"values": [1]}},
+                        {"name": "dtype", "dtype": "BFLOAT16"}],
+               "outputs": ["es"]},
+              {"op": "aten.zeros_like.default", "args": [{"ref": "x"}],
+               "outputs": ["z"]},
+              {"op": "aten.empty_like.default", "args": [{"ref": "b"}],
+               "outputs": ["el"]},
+              {"op": "aten.add.Tensor", "args": [{"ref": "e"}, {"ref": "z"}],
+               "outputs": ["ez"]}],
+    "outputs": ["a", "d", "c", "ko", "f", "es", "el", "ez"]})",
+                                                          req.mutable_graph())
+                  .ok());
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  HostTensor x = HostTensor::Empty(DType::kFloat32, {2, 3});
+  for (int i = 0; i < 6; ++i) x.SetDoubleAt(i, i - 4.5);  // -4.5 .. 0.5
+  HostTensor b = HostTensor::Empty(DType::kInt32, {3});
+  for (int i = 0; i < 3; ++i) b.SetIntAt(i, i + 1);  // 1, 2, 3
+  ThreadPool pool(2);
+  ExpectOutputsMatchReference(**exe, *graph, {x, b}, pool);
+  auto got = (*exe)->Run({x, b}, &pool);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const std::vector<HostTensor>& out = *got;
+  for (int i = 0; i < 6; ++i) {
+    const double s = 1 - (i - 4.5);
+    EXPECT_EQ(out[0].GetDoubleAt(i), s) << i;           // a = 1 - x
+    EXPECT_EQ(out[2].GetIntAt(i), 3 < s ? 1 : 0) << i;  // 3 < a
+    EXPECT_EQ(out[3].GetDoubleAt(i), i % 3 + 2) << i;   // b + 1
+    EXPECT_EQ(out[4].GetIntAt(i), 2) << i;              // int64 2.5
+    EXPECT_EQ(out[7].GetDoubleAt(i), 0) << i;           // zeros
+  }
+  EXPECT_EQ(DTypeName(out[1].dtype()), DTypeName(DType::kFloat32));
+  EXPECT_EQ(out[1].GetDoubleAt(1), 1.0);  // 2 / 2
+  EXPECT_EQ(DTypeName(out[5].dtype()), DTypeName(DType::kBFloat16));
+  EXPECT_EQ(DTypeName(out[6].dtype()), DTypeName(DType::kInt32));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[5].GetDoubleAt(i), 0) << i;
+    EXPECT_EQ(out[6].GetIntAt(i), 0) << i;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -726,5 +726,38 @@ TEST(PointwiseScalars, HalfOpsKeepScalarsInFloat32) {
   EXPECT_EQ(r->outputs[0].GetDoubleAt(0), 0.89990234375);
 }
 
+// A Python number in the first position of a Tensor overload is a wrapped
+// number, as FX passes it (aten.sub.Tensor(1, x)): it does not promote an
+// integral tensor of another kind, and a float number makes an integral
+// result the default float.
+TEST(PointwiseBinary, NumberAsSelfOfTensorOverloads) {
+  CheckOp("aten.sub.Tensor", {F32({3}, {1, 2, 0.5})}, {I(1), In(0)}, kF32, {3},
+          {0, -1, 0.5});
+  CheckOp("aten.sub.Tensor", {I32({2}, {5, -2})}, {I(1), In(0)}, kI32, {2},
+          {-4, 3});
+  CheckOp("aten.sub.Tensor", {I64({2}, {5, -2})},
+          {F(1.5), In(0), Kw("alpha", I(2))}, kF32, {2}, {-8.5, 5.5});
+  CheckOp("aten.add.Tensor", {BF16({2, 1}, {1, 2})},
+          {F(0.5), In(0), Kw("alpha", I(3))}, kBF16, {2, 1}, {3.5, 6.5});
+  CheckOp("aten.mul.Tensor", {TransposedView(M23())}, {I(2), In(0)}, kF32,
+          {3, 2}, {2, 8, 4, 10, 6, 12});
+  CheckOp("aten.div.Tensor", {I32({2}, {2, 4})}, {I(1), In(0)}, kF32, {2},
+          {0.5, 0.25});
+  CheckOp("aten.div.Tensor_mode", {I32({2}, {2, -4})},
+          {I(7), In(0), Kw("rounding_mode", S("floor"))}, kI32, {2}, {3, -2});
+  CheckOp("aten.remainder.Tensor", {I64({2}, {3, -3})}, {I(7), In(0)}, kI64,
+          {2}, {1, -2});
+  CheckOp("aten.lt.Tensor", {F32({3}, {0, 1, 2})}, {I(1), In(0)}, kBool, {3},
+          {0, 0, 1});
+  CheckOp("aten.bitwise_and.Tensor", {Bool({2}, {1, 0})}, {B(true), In(0)},
+          kBool, {2}, {1, 0});
+  CheckOp("aten.sub.Tensor", {F32({0, 2}, {})}, {I(1), In(0)}, kF32, {0, 2},
+          {});
+  // As for a tensor self: no bool subtraction.
+  ExpectInvalid("aten.sub.Tensor", {F32({1}, {1})}, {B(true), In(0)}, {"bool"});
+  // At least one tensor.
+  ExpectInvalid("aten.add.Tensor", {}, {I(1), I(2)}, {"tensor"});
+}
+
 }  // namespace
 }  // namespace kiln::testing
