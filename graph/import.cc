@@ -494,7 +494,8 @@ class Importer {
                                            op->schema[s].name, "'"));
       }
     }
-    if (pn.outputs_size() != op->num_outputs) {
+    if (op->num_outputs != kVariableOutputs &&
+        pn.outputs_size() != op->num_outputs) {
       return Invalid(where,
                      absl::StrCat("defines ", pn.outputs_size(),
                                   " outputs, the op has ", op->num_outputs));
@@ -514,12 +515,19 @@ class Importer {
     if (!shapes.ok()) return shapes.status();
     auto dtypes = op->dtype(ctx);
     if (!dtypes.ok()) return dtypes.status();
-    if (static_cast<int>(shapes->size()) != op->num_outputs ||
-        static_cast<int>(dtypes->size()) != op->num_outputs) {
+    const int num_outputs = op->num_outputs == kVariableOutputs
+                                ? static_cast<int>(shapes->size())
+                                : op->num_outputs;
+    if (pn.outputs_size() != num_outputs) {
+      return Invalid(where, absl::StrCat("defines ", pn.outputs_size(),
+                                         " outputs, the op has ", num_outputs));
+    }
+    if (static_cast<int>(shapes->size()) != num_outputs ||
+        static_cast<int>(dtypes->size()) != num_outputs) {
       return absl::InternalError(absl::StrCat(
           where, ": shape/dtype rule returned the wrong number of outputs"));
     }
-    for (int o = 0; o < op->num_outputs; ++o) {
+    for (int o = 0; o < num_outputs; ++o) {
       std::vector<SymExpr>& sizes = (*shapes)[o];
       if (static_cast<int>(sizes.size()) > limits_.max_rank) {
         return Invalid(

@@ -111,10 +111,14 @@ enum class OpClass : uint8_t {
   kData
 };
 
+inline constexpr int kVariableOutputs = -1;
+
 struct OpSignature {
   std::string name;  // ATen overload name, e.g. "aten.add.Tensor"
   OpClass op_class = OpClass::kPointwise;
   std::vector<ArgSpec> schema;
+  // kVariableOutputs: as many as the shape rule returns for the node's
+  // arguments (split, unbind); the node must define that many.
   int num_outputs = 1;
   ShapeRule shape;
   DTypeRule dtype;

@@ -173,6 +173,43 @@ absl::StatusOr<std::vector<LoweredValue>> LowerCopy(LowerContext& ctx) {
   return std::vector<LoweredValue>{ctx.AddNode(std::move(node))};
 }
 
+// split.Tensor, split_with_sizes: piece o reads the dim from the sum of
+// the sizes before it.
+absl::StatusOr<std::vector<LoweredValue>> LowerSplit(LowerContext& ctx) {
+  const LoweredValue& v = ctx.value(0);
+  const int rank = static_cast<int>(v.sizes.size());
+  const int d = WrapCheckedDim(ctx.arg(ops::SplitDimArg(ctx.node())).i, rank);
+  std::vector<LoweredValue> out;
+  SymExpr at(0);
+  for (size_t o = 0; o < ctx.node().outputs.size(); ++o) {
+    const std::vector<SymExpr>& sizes = ctx.out_type(static_cast<int>(o)).sizes;
+    std::vector<Expr> j;
+    for (int k = 0; k < rank; ++k) j.push_back(ir::Var(k));
+    j[d] = ir::Add(ir::FromSym(at), ir::Var(d));
+    out.push_back(LowerContext::Remap(v, j, sizes));
+    at = at + sizes[d];
+  }
+  return out;
+}
+
+// unbind.int: output o reads index o of the dim.
+absl::StatusOr<std::vector<LoweredValue>> LowerUnbind(LowerContext& ctx) {
+  const LoweredValue& v = ctx.value(0);
+  const int rank = static_cast<int>(v.sizes.size());
+  const int d = WrapCheckedDim(ctx.arg(1).i, rank);
+  std::vector<LoweredValue> out;
+  for (size_t o = 0; o < ctx.node().outputs.size(); ++o) {
+    std::vector<Expr> j;
+    for (int k = 0, x = 0; k < rank; ++k) {
+      j.push_back(k == d ? ir::IntConst(static_cast<int64_t>(o))
+                         : ir::Var(x++));
+    }
+    out.push_back(
+        LowerContext::Remap(v, j, ctx.out_type(static_cast<int>(o)).sizes));
+  }
+  return out;
+}
+
 }  // namespace
 
 void RegisterViewLowerings(OpLowerings& table) {
@@ -190,6 +227,9 @@ void RegisterViewLowerings(OpLowerings& table) {
   table.Add("aten.clone.default", LowerClone);
   table.Add("aten.alias.default", LowerAlias);
   table.Add("aten.copy.default", LowerCopy);
+  table.Add("aten.split.Tensor", LowerSplit);
+  table.Add("aten.split_with_sizes.default", LowerSplit);
+  table.Add("aten.unbind.int", LowerUnbind);
 }
 
 }  // namespace kiln

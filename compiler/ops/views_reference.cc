@@ -125,6 +125,35 @@ absl::StatusOr<std::vector<HostTensor>> CopyReference(const RefContext& ctx) {
   return std::vector<HostTensor>{std::move(out)};
 }
 
+// split.Tensor, split_with_sizes: consecutive views along the dim.
+absl::StatusOr<std::vector<HostTensor>> SplitReference(const RefContext& ctx) {
+  const HostTensor& t = ctx.tensors[0];
+  const int d = WrapCheckedDim(ctx.arg(ops::SplitDimArg(ctx.node)).i, t.rank());
+  std::vector<HostTensor> out;
+  int64_t at = 0;
+  for (const std::vector<int64_t>& sizes : ctx.out_sizes) {
+    out.push_back(HostTensor::View(t, sizes, t.strides(),
+                                   t.offset() + at * t.strides()[d]));
+    at += sizes[d];
+  }
+  return out;
+}
+
+// unbind.int: the selects of every index of the dim.
+absl::StatusOr<std::vector<HostTensor>> UnbindReference(const RefContext& ctx) {
+  const HostTensor& t = ctx.tensors[0];
+  const int d = WrapCheckedDim(ctx.arg(1).i, t.rank());
+  std::vector<int64_t> strides = t.strides();
+  strides.erase(strides.begin() + d);
+  std::vector<HostTensor> out;
+  for (size_t o = 0; o < ctx.out_sizes.size(); ++o) {
+    out.push_back(HostTensor::View(
+        t, ctx.out_sizes[o], strides,
+        t.offset() + static_cast<int64_t>(o) * t.strides()[d]));
+  }
+  return out;
+}
+
 }  // namespace
 
 void RegisterViewReferences(OpReferences& table) {
@@ -142,6 +171,9 @@ void RegisterViewReferences(OpReferences& table) {
   table.Add("aten.clone.default", CloneReference);
   table.Add("aten.alias.default", AliasReference);
   table.Add("aten.copy.default", CopyReference);
+  table.Add("aten.split.Tensor", SplitReference);
+  table.Add("aten.split_with_sizes.default", SplitReference);
+  table.Add("aten.unbind.int", UnbindReference);
 }
 
 }  // namespace kiln

@@ -58,6 +58,10 @@ absl::StatusOr<std::vector<bool>> SqueezedDims(const Node& node, int rank,
   return sel;
 }
 
+int SplitDimArg(const Node& node) {
+  return node.op->name == "aten.unbind.int" ? 1 : 2;
+}
+
 }  // namespace ops
 
 namespace {
@@ -239,6 +243,75 @@ absl::StatusOr<Shapes> CopyShape(const OpContext& ctx) {
   return Shapes{self};
 }
 
+// split.Tensor, split_with_sizes, unbind.int: the sizes of the pieces along
+// the dim. split and unbind need a static size there (the number of pieces
+// is the number of outputs); split_with_sizes' sizes must add up to it.
+absl::StatusOr<std::vector<SymExpr>> SplitPieces(const OpContext& ctx,
+                                                 int* dim) {
+  const TensorType& in = ctx.type(0);
+  if (in.rank() == 0) return ctx.Invalid("expects a tensor of rank >= 1");
+  const int rank = in.rank();
+  auto d = ctx.WrapDim(ctx.arg(ops::SplitDimArg(ctx.node())).i, rank);
+  if (!d.ok()) return d.status();
+  *dim = *d;
+  const SymExpr& size = in.sizes[*d];
+  const std::string& op = ctx.node().op->name;
+  if (op == "aten.split_with_sizes.default") {
+    SymExpr total(0);
+    for (const SymExpr& e : ctx.arg(1).ints) {
+      if (auto c = e.AsConstant(); c && *c < 0) {
+        return ctx.Invalid(absl::StrCat("split size ", *c, " is negative"));
+      }
+      total = total + e;
+    }
+    if (total != size) {
+      return ctx.Invalid(absl::StrCat(
+          "split sizes add up to ", total.ToString(ctx.graph().SymbolNames()),
+          ", the dim has size ", size.ToString(ctx.graph().SymbolNames())));
+    }
+    return ctx.arg(1).ints;
+  }
+  auto n = ops::StaticInt(ctx, size, "the split dim's size");
+  if (!n.ok()) return n.status();
+  if (op == "aten.unbind.int") return std::vector<SymExpr>(*n, SymExpr(1));
+  const int64_t split = ctx.arg(1).i;
+  if (split < 0 || (split == 0 && *n > 0)) {
+    return ctx.Invalid(absl::StrCat(
+        "split_size ", split, " must be positive for a dim of size ", *n));
+  }
+  if (*n == 0) return std::vector<SymExpr>{SymExpr(0)};
+  std::vector<SymExpr> pieces;
+  for (int64_t at = 0; at < *n; at += split) {
+    pieces.push_back(SymExpr(std::min(split, *n - at)));
+  }
+  return pieces;
+}
+
+absl::StatusOr<Shapes> SplitShape(const OpContext& ctx) {
+  int d = 0;
+  auto pieces = SplitPieces(ctx, &d);
+  if (!pieces.ok()) return pieces.status();
+  const bool unbind = ctx.node().op->name == "aten.unbind.int";
+  Shapes out;
+  for (const SymExpr& p : *pieces) {
+    std::vector<SymExpr> sizes = ctx.type(0).sizes;
+    if (unbind) {
+      sizes.erase(sizes.begin() + d);
+    } else {
+      sizes[d] = p;
+    }
+    out.push_back(std::move(sizes));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<DType>> SplitDType(const OpContext& ctx) {
+  int d = 0;
+  auto pieces = SplitPieces(ctx, &d);
+  if (!pieces.ok()) return pieces.status();
+  return std::vector<DType>(pieces->size(), ctx.type(0).dtype);
+}
+
 ArgSpec Self() { return Arg("self", ArgKind::kTensor); }
 
 }  // namespace
@@ -327,6 +400,28 @@ void RegisterViewSignatures(OpSignatures& table) {
              .num_outputs = 1,
              .shape = CopyShape,
              .dtype = SameDTypeAsSelf});
+  // Multi-output views: one output per piece.
+  table.Add({.name = "aten.split.Tensor",
+             .op_class = OpClass::kView,
+             .schema = {Self(), Arg("split_size", ArgKind::kInt),
+                        ops::ArgDefault("dim", ArgKind::kInt, Attr::Int(0))},
+             .num_outputs = kVariableOutputs,
+             .shape = SplitShape,
+             .dtype = SplitDType});
+  table.Add({.name = "aten.split_with_sizes.default",
+             .op_class = OpClass::kView,
+             .schema = {Self(), Arg("split_sizes", ArgKind::kIntList),
+                        ops::ArgDefault("dim", ArgKind::kInt, Attr::Int(0))},
+             .num_outputs = kVariableOutputs,
+             .shape = SplitShape,
+             .dtype = SplitDType});
+  table.Add(
+      {.name = "aten.unbind.int",
+       .op_class = OpClass::kView,
+       .schema = {Self(), ops::ArgDefault("dim", ArgKind::kInt, Attr::Int(0))},
+       .num_outputs = kVariableOutputs,
+       .shape = SplitShape,
+       .dtype = SplitDType});
   table.Add({.name = "aten.clone.default",
              .op_class = OpClass::kData,
              .schema = {Self(), KwArg("memory_format", ArgKind::kIgnored,

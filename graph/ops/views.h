@@ -33,6 +33,10 @@ std::vector<int> TransposePermutation(int rank, int a, int b);
 absl::StatusOr<std::vector<bool>> SqueezedDims(const Node& node, int rank,
                                                const OpContext* ctx);
 
+// The position of the dim argument of split.Tensor, split_with_sizes (2)
+// and unbind.int (1).
+int SplitDimArg(const Node& node);
+
 }  // namespace kiln::ops
 
 #endif  // KILN_GRAPH_OPS_VIEWS_H_

@@ -2182,7 +2182,55 @@ inline bool OpSetGen::Creation() {
 }
 
 inline bool OpSetGen::AliasCopyOrLike(const OpValue& a) {
-  const int k = rng_.Below(8);
+  const int k = rng_.Below(11);
+  if (k >= 8) {
+    // split.Tensor, split_with_sizes, unbind.int along a static dim: one
+    // output per piece, each a view of a (same stats).
+    const int r = static_cast<int>(a.shape.size());
+    if (r == 0) return false;
+    const int d = rng_.Below(r);
+    const GenDim& dim = a.shape[d];
+    if (!dim.symbol.empty() || IsCompound(dim)) return false;
+    const int64_t size = dim.value;
+    std::vector<int64_t> pieces;
+    v1::Node* n;
+    if (k == 8) {
+      const int64_t split = 1 + rng_.Below(size);
+      for (int64_t at = 0; at < size; at += split)
+        pieces.push_back(std::min(split, size - at));
+      n = Node("aten.split.Tensor", Fresh());
+      Ref(n, a.name);
+      Int(n, split);
+    } else if (k == 9) {
+      for (int64_t left = size; left > 0;) {
+        const int64_t p = 1 + rng_.Below(left);
+        pieces.push_back(p);
+        left -= p;
+      }
+      n = Node("aten.split_with_sizes.default", Fresh());
+      Ref(n, a.name);
+      Ints(n, pieces);
+    } else {
+      if (size > 8) return false;
+      pieces.assign(size, 1);
+      n = Node("aten.unbind.int", Fresh());
+      Ref(n, a.name);
+    }
+    if (d != 0 || rng_.Chance(50))
+      Int(n, Dim(d, r), rng_.Chance(30) ? "dim" : "");
+    for (size_t o = 0; o < pieces.size(); ++o) {
+      OpValue v = a;
+      v.name = o == 0 ? n->outputs(0) : Fresh();
+      if (o > 0) n->add_outputs(v.name);
+      if (k == 10) {
+        v.shape.erase(v.shape.begin() + d);
+      } else {
+        v.shape[d] = GenDim{"", pieces[o]};
+      }
+      Keep(std::move(v));
+    }
+    return true;
+  }
   OpValue v = a;
   v.name = Fresh();
   if (k == 0) {

@@ -83,9 +83,13 @@ inline v1::TensorMeta MetaOf(const HostTensor& t) {
 }
 
 // A graph with inputs x0..xn (static metadata of `inputs`), one node `op`
-// with outputs y0..yk, returning all outputs.
-inline v1::Graph OneOpGraph(const std::string& op, const std::vector<HostTensor>& inputs,
-                            const std::vector<v1::Argument>& args) {
+// with outputs y0..yk, returning all outputs: the op's number of outputs,
+// or `num_outputs` when given (needed for ops whose count depends on their
+// arguments, as split).
+inline v1::Graph OneOpGraph(const std::string& op,
+                            const std::vector<HostTensor>& inputs,
+                            const std::vector<v1::Argument>& args,
+                            int num_outputs = -1) {
   v1::Graph g;
   for (size_t i = 0; i < inputs.size(); ++i) {
     v1::Input* in = g.add_inputs();
@@ -96,7 +100,9 @@ inline v1::Graph OneOpGraph(const std::string& op, const std::vector<HostTensor>
   node->set_op(op);
   for (const v1::Argument& a : args) *node->add_args() = a;
   const OpSignature* def = OpSignatures::Get().Find(op);
-  const int outputs = def ? def->num_outputs : 1;
+  const int outputs = num_outputs >= 0 ? num_outputs
+                      : def            ? def->num_outputs
+                                       : 1;
   for (int o = 0; o < outputs; ++o) {
     node->add_outputs(absl::StrCat("y", o));
     g.add_outputs(absl::StrCat("y", o));
@@ -117,9 +123,11 @@ struct OpResult {
   }
 };
 
-inline absl::StatusOr<OpResult> RunOp(const std::string& op, const std::vector<HostTensor>& inputs,
-                                      const std::vector<v1::Argument>& args) {
-  auto graph = ImportGraph(OneOpGraph(op, inputs, args));
+inline absl::StatusOr<OpResult> RunOp(const std::string& op,
+                                      const std::vector<HostTensor>& inputs,
+                                      const std::vector<v1::Argument>& args,
+                                      int num_outputs = -1) {
+  auto graph = ImportGraph(OneOpGraph(op, inputs, args, num_outputs));
   if (!graph.ok()) return graph.status();
   auto outs = EvaluateReference(*graph, inputs);
   if (!outs.ok()) return outs.status();

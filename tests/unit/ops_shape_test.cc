@@ -439,5 +439,74 @@ TEST(ShapeEmpty, ZerosOfTheDefaultFloat) {
   ExpectInvalid("aten.empty.memory_format", {}, {Ints({-1})}, {"negative"});
 }
 
+// ---- split / split_with_sizes / unbind: one output per piece ----
+
+TEST(ShapeSplit, PiecesAlongTheDim) {
+  // Iota({5, 2}) split in pieces of 2 rows: [2, 2], [2, 2], [1, 2].
+  auto r = RunTracked("aten.split.Tensor", {Iota({5, 2})}, {In(0), I(2)}, 3);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kI64, {2, 2}, {0, 1, 2, 3});
+  ExpectOutput(*r, 1, kI64, {2, 2}, {4, 5, 6, 7});
+  ExpectOutput(*r, 2, kI64, {1, 2}, {8, 9});
+  // Negative dim, over a non-contiguous input ([[1, 4], [2, 5], [3, 6]]).
+  r = RunTracked("aten.split.Tensor", {TransposedView(M23())},
+                 {In(0), I(1), I(-1)}, 2);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kF32, {3, 1}, {1, 2, 3});
+  ExpectOutput(*r, 1, kF32, {3, 1}, {4, 5, 6});
+  // A split size above the dim's size: one piece; a size-0 dim: one empty.
+  r = RunTracked("aten.split.Tensor", {M23()}, {In(0), I(8), Kw("dim", I(1))},
+                 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kF32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  r = RunTracked("aten.split.Tensor", {F32({0, 2}, {})}, {In(0), I(3)}, 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kF32, {0, 2}, {});
+  // The node must define one output per piece.
+  ExpectInvalid("aten.split.Tensor", {Iota({5, 2})}, {In(0), I(2)},
+                {"outputs", "3"});
+  ExpectInvalid("aten.split.Tensor", {Iota({5, 2})}, {In(0), I(0)},
+                {"split_size"});
+  ExpectInvalid("aten.split.Tensor", {I64({}, {1})}, {In(0), I(1)}, {"rank"});
+}
+
+TEST(ShapeSplitWithSizes, SizesMustAddUp) {
+  auto r = RunTracked("aten.split_with_sizes.default", {Iota({2, 5})},
+                      {In(0), Ints({1, 0, 4}), I(-1)}, 3);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kI64, {2, 1}, {0, 5});
+  ExpectOutput(*r, 1, kI64, {2, 0}, {});
+  ExpectOutput(*r, 2, kI64, {2, 4}, {1, 2, 3, 4, 6, 7, 8, 9});
+  r = RunTracked("aten.split_with_sizes.default", {TransposedView(M23())},
+                 {In(0), Ints({2, 1})}, 2);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kF32, {2, 2}, {1, 4, 2, 5});
+  ExpectOutput(*r, 1, kF32, {1, 2}, {3, 6});
+  ExpectInvalid("aten.split_with_sizes.default", {Iota({2, 5})},
+                {In(0), Ints({1, 3}), I(1)}, {"add up"});
+  ExpectInvalid("aten.split_with_sizes.default", {Iota({2, 5})},
+                {In(0), Ints({-1, 3})}, {"negative"});
+}
+
+TEST(ShapeUnbind, OneSelectPerIndex) {
+  auto r = RunTracked("aten.unbind.int", {M23()}, {In(0)}, 2);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kF32, {3}, {1, 2, 3});
+  ExpectOutput(*r, 1, kF32, {3}, {4, 5, 6});
+  r = RunTracked("aten.unbind.int", {TransposedView(Iota({2, 3}))},
+                 {In(0), I(-1)}, 2);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kI64, {3}, {0, 1, 2});
+  ExpectOutput(*r, 1, kI64, {3}, {3, 4, 5});
+  r = RunTracked("aten.unbind.int", {Bool({1, 2}, {1, 0})},
+                 {In(0), Kw("dim", I(1))}, 2);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kBool, {1}, {1});
+  ExpectOutput(*r, 1, kBool, {1}, {0});
+  // Unbinding a size-0 dim gives no outputs (a graph needs one).
+  ExpectInvalid("aten.unbind.int", {F32({0, 2}, {})}, {In(0)}, {"no outputs"});
+  ExpectInvalid("aten.unbind.int", {M23()}, {In(0), I(2)});
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -94,35 +94,23 @@ inline const std::vector<std::string>& ReductionSuiteOps() {
 }
 
 inline const std::vector<std::string>& ShapeSuiteOps() {
-  static const auto* ops =
-      new std::vector<std::string>{"aten.view.default",
-                                   "aten.reshape.default",
-                                   "aten._unsafe_view.default",
-                                   "aten.permute.default",
-                                   "aten.transpose.int",
-                                   "aten.t.default",
-                                   "aten.expand.default",
-                                   "aten.unsqueeze.default",
-                                   "aten.squeeze.default",
-                                   "aten.squeeze.dim",
-                                   "aten.squeeze.dims",
-                                   "aten.slice.Tensor",
-                                   "aten.select.int",
-                                   "aten.clone.default",
-                                   "aten.alias.default",
-                                   "aten.copy.default",
-                                   "aten.cat.default",
-                                   "aten.full.default",
-                                   "aten.scalar_tensor.default",
-                                   "aten.arange.default",
-                                   "aten.arange.start",
-                                   "aten.arange.start_step",
-                                   "aten.full_like.default",
-                                   "aten.zeros_like.default",
-                                   "aten.ones_like.default",
-                                   "aten.empty_like.default",
-                                   "aten.empty.memory_format",
-                                   "aten.empty_strided.default"};
+  static const auto* ops = new std::vector<std::string>{
+      "aten.view.default",         "aten.reshape.default",
+      "aten._unsafe_view.default", "aten.permute.default",
+      "aten.transpose.int",        "aten.t.default",
+      "aten.expand.default",       "aten.unsqueeze.default",
+      "aten.squeeze.default",      "aten.squeeze.dim",
+      "aten.squeeze.dims",         "aten.slice.Tensor",
+      "aten.select.int",           "aten.clone.default",
+      "aten.alias.default",        "aten.copy.default",
+      "aten.split.Tensor",         "aten.split_with_sizes.default",
+      "aten.unbind.int",           "aten.cat.default",
+      "aten.full.default",         "aten.scalar_tensor.default",
+      "aten.arange.default",       "aten.arange.start",
+      "aten.arange.start_step",    "aten.full_like.default",
+      "aten.zeros_like.default",   "aten.ones_like.default",
+      "aten.empty_like.default",   "aten.empty.memory_format",
+      "aten.empty_strided.default"};
   return *ops;
 }
 
@@ -144,8 +132,8 @@ inline std::set<std::string>& ExercisedOps() {
 // RunOp, recording `op` when import and evaluation succeed.
 inline absl::StatusOr<OpResult> RunTracked(
     const std::string& op, const std::vector<HostTensor>& inputs,
-    const std::vector<v1::Argument>& args) {
-  auto r = RunOp(op, inputs, args);
+    const std::vector<v1::Argument>& args, int num_outputs = -1) {
+  auto r = RunOp(op, inputs, args, num_outputs);
   if (r.ok()) ExercisedOps().insert(op);
   return r;
 }
