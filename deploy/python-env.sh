@@ -20,7 +20,7 @@ VENV="${KILN_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/venv}"
 TORCH_SPEC="${KILN_TORCH_SPEC:-torch>=2.6,<3}"
 PYTEST_SPEC="pytest>=7"
 STAMP="$VENV/.kiln-stamp"
-WANT="1 $TORCH_SPEC $PYTEST_SPEC"
+WANT="2 $TORCH_SPEC $PYTEST_SPEC"
 
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   echo "$VENV/bin/python"
@@ -47,7 +47,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-  "$TORCH_SPEC" "$PYTEST_SPEC" >&2
+  "$TORCH_SPEC" "$PYTEST_SPEC" numpy >&2
 "$VENV/bin/python" -c "import torch, pytest; print('kiln: torch', torch.__version__, file=__import__('sys').stderr)" >&2
 echo "$WANT" >"$STAMP"
 echo "$VENV/bin/python"

@@ -63,12 +63,15 @@ class ExplainReport:
     ops: per Core ATen overload, nodes run in Kiln and fallbacks by reason.
     graphs: FX graphs compiled (forward and backward count apart).
     partitions: partitions sent to Kiln (compiled or not).
+    compiled_partitions: of those, compiled and run in Kiln.
+    dynamic_partitions: of those, with symbolic sizes (Graph.symbols).
     """
 
     ops: Dict[str, OpReport] = field(default_factory=dict)
     graphs: int = 0
     partitions: int = 0
     compiled_partitions: int = 0
+    dynamic_partitions: int = 0
 
     def op(self, name: str) -> OpReport:
         return self.ops.setdefault(name, OpReport())
@@ -91,6 +94,7 @@ class ExplainReport:
         self.graphs += other.graphs
         self.partitions += other.partitions
         self.compiled_partitions += other.compiled_partitions
+        self.dynamic_partitions += other.dynamic_partitions
         for name, r in other.ops.items():
             mine = self.op(name)
             mine.kiln += r.kiln
@@ -239,6 +243,7 @@ class KilnBackend:
             why = self._compile_partition(module, name, sub)
             if why is None:
                 report.compiled_partitions += 1
+                report.dynamic_partitions += int(getattr(module, name).graph.dynamic)
                 for op in ops:
                     report.op(op).kiln += 1
             else:

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.fx
 
-__all__ = ["KilnGraph", "Unsupported", "dtype_name", "to_kiln_graph",
+__all__ = ["IDENTITY_OPS", "KilnGraph", "Unsupported", "dtype_name", "to_kiln_graph",
            "check_node_args", "op_name"]
 
 _DTYPES = {
@@ -49,6 +49,13 @@ _NEUTRAL_KWARGS = {
     "device": (None, torch.device("cpu")),
     "non_blocking": (False,),
 }
+
+
+# Ops that are their input's value in a functional graph: the same ref.
+_IDENTITY_OPS = frozenset({"aten.alias.default"})
+
+
+IDENTITY_OPS = _IDENTITY_OPS
 
 
 class Unsupported(Exception):
@@ -153,6 +160,8 @@ def _float(v: float) -> Any:
 def _argument(value: Any, symbols: Optional[_Symbols],
               refs: Dict[torch.fx.Node, str]) -> Dict[str, Any]:
     """One FX argument as a kiln.v1.Argument (without its name)."""
+    if isinstance(value, _Const):
+        return {"ref": refs[value]}
     if isinstance(value, torch.fx.Node):
         v = value.meta.get("val")
         if isinstance(v, torch.Tensor):
@@ -199,6 +208,47 @@ def _argument(value: Any, symbols: Optional[_Symbols],
                 dims.append(symbols.arg_dim(v))
         return {"dims": {"values": dims}}
     raise Unsupported(f"an argument of type {type(value).__name__}")
+
+
+def _wants_tensor(schema_arg: Any) -> bool:
+    return isinstance(schema_arg.type, torch._C.TensorType)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (bool, int, float)) and not isinstance(v, torch.SymInt)
+
+
+class _Const:
+    """A Python number an op takes as a Tensor, made a graph value."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _scalar_tensor(node: torch.fx.Node, value: Any, nodes: List[Dict[str, Any]],
+                   refs: Dict[Any, str]) -> "_Const":
+    """Emits aten.scalar_tensor for a Python number passed where the op takes
+    a Tensor (PyTorch wraps it), with the dtype PyTorch's promotion gives
+    the wrapped number: the tensor operand's, or the default for its kind."""
+    other = next((a.meta["val"] for a in node.args
+                  if isinstance(a, torch.fx.Node) and
+                  isinstance(a.meta.get("val"), torch.Tensor)), None)
+    if isinstance(value, bool):
+        dtype = other.dtype if other is not None else torch.bool
+    elif isinstance(value, int):
+        dtype = other.dtype if other is not None and other.dtype != torch.bool \
+            else torch.int64
+    else:
+        dtype = other.dtype if other is not None and other.is_floating_point() \
+            else torch.float32
+    name = f"{node.name}_c{len(nodes)}"
+    const = _Const(name)
+    refs[const] = name
+    nodes.append({"op": "aten.scalar_tensor.default",
+                  "args": [{"f": _float(float(value))},
+                           {"name": "dtype", "dtype": dtype_name(dtype)}],
+                  "outputs": [name]})
+    return const
 
 
 def check_node_args(node: torch.fx.Node) -> None:
@@ -269,10 +319,12 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
     multi: Dict[torch.fx.Node, List[str]] = {}  # node -> its output names
     output_node: Optional[torch.fx.Node] = None
     dynamic = False
+    num_placeholders = 0
 
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            placeholders[node] = len(placeholders)
+            placeholders[node] = num_placeholders
+            num_placeholders += 1
             val = node.meta.get("val")
             if not isinstance(val, torch.Tensor):
                 continue  # SymInts and other scalars: bound from the sizes
@@ -298,6 +350,17 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             inputs.append({"name": name, "meta": meta})
             tensor_inputs.append(placeholders[node])
         elif node.op == "call_function":
+            if op_name(node.target) in _IDENTITY_OPS:
+                source = node.args[0]
+                if source in placeholders:
+                    placeholders[node] = placeholders[source]
+                    if source in refs:
+                        refs[node] = refs[source]
+                    continue
+                if source not in refs:
+                    raise Unsupported(f"{node.name}: alias of a non-tensor")
+                refs[node] = refs[source]
+                continue
             if node.target is operator.getitem:
                 source, index = node.args
                 if source not in multi:
@@ -308,10 +371,19 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             if not isinstance(node.target, torch._ops.OpOverload):
                 raise Unsupported(f"{op_name(node.target)} is not an ATen op")
             check_node_args(node)
-            args = [_argument(a, symbols, refs) for a in node.args]
+            schema = node.target._schema.arguments
+            args = []
+            for i, a in enumerate(node.args):
+                if i < len(schema) and _wants_tensor(schema[i]) and \
+                        _is_number(a):
+                    a = _scalar_tensor(node, a, nodes, refs)
+                args.append(_argument(a, symbols, refs))
             for k, v in node.kwargs.items():
                 if k in _NEUTRAL_KWARGS and v in _NEUTRAL_KWARGS[k]:
                     continue
+                if _is_number(v) and any(_wants_tensor(sa) for sa in schema
+                                         if sa.name == k):
+                    v = _scalar_tensor(node, v, nodes, refs)
                 arg = _argument(v, symbols, refs)
                 arg["name"] = k
                 args.append(arg)

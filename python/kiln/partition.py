@@ -25,7 +25,7 @@ from torch.fx.node import _get_qualified_name
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .fx_graph import Unsupported, check_node_args, op_name
+from .fx_graph import IDENTITY_OPS, Unsupported, check_node_args, op_name
 
 __all__ = ["KilnOperatorSupport", "PartitionResult", "partition", "VIEW_OPS"]
 
@@ -67,7 +67,7 @@ class KilnOperatorSupport(OperatorSupportBase):
         if not isinstance(node.target, torch._ops.OpOverload):
             return f"{op_name(node.target)} is not an ATen op"
         name = op_name(node.target)
-        if name not in self.ops:
+        if name not in self.ops and name not in IDENTITY_OPS:
             return "not in Kiln's op set"
         try:
             check_node_args(node)

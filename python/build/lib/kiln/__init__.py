@@ -1,0 +1,74 @@
+"""Kiln from Python: ``torch.compile(model, backend="kiln")`` and the binding
+over libkiln_c.so (client/kiln_c.h).
+
+The three lines a user writes::
+
+    import torch
+    model = torch.compile(model, backend="kiln")      # by name, once installed
+    model = torch.compile(model, backend=kiln.backend(fallback="error"))
+
+The Dynamo backend (kiln/dynamo.py) takes the graph through AOTAutograd with
+Core ATen decompositions (forward and backward), partitions it by what Kiln
+compiles (kiln/partition.py), sends each supported partition to kilnd once
+(kiln/fx_graph.py turns it into a kiln.v1.Graph) and runs it on the CPU
+runtime without copies; everything else runs eagerly. ``KILN_LOG=fallback``
+logs per op why it did not run in Kiln; ``kiln.explain(model, *inputs)``
+returns that report.
+
+This package imports without PyTorch and without a GPU: torch is imported
+when a backend is created or a tensor is run. The binding's names
+(Client, CpuExecutable, CudaExecutable, CudaOutput, KilnError,
+load_library, supported_ops) are documented in kiln/_binding.py.
+
+Environment: KILN_SERVER (kilnd's address, "HOST:PORT" or "unix:PATH";
+default 127.0.0.1:7733), KILN_LIB (libkiln_c.so), KILN_LOG=fallback.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from ._binding import (C_API_VERSION, Client, CpuExecutable, CudaExecutable,
+                       CudaOutput, KilnError, load_library, supported_ops)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .dynamo import ExplainReport
+
+__all__ = [
+    "C_API_VERSION", "Client", "CpuExecutable", "CudaExecutable", "CudaOutput",
+    "KilnError", "backend", "explain", "load_library", "supported_ops",
+]
+
+
+def backend(server: Optional[str] = None, fast_math: bool = False,
+            fallback: str = "eager") -> Callable[..., Any]:
+    """A configured Dynamo backend for ``torch.compile(backend=...)``.
+
+    server: kilnd's address ("HOST:PORT" or "unix:PATH"; None: $KILN_SERVER,
+    else 127.0.0.1:7733). fast_math: CompileOptions.fast_math.
+    fallback: "eager" (default: a partition Kiln cannot compile, or an
+    unreachable server, runs eagerly with one warning) or "error" (raise
+    KilnError instead). Ops Kiln does not have always run eagerly.
+    """
+    from .dynamo import KilnBackend  # noqa: PLC0415 (needs torch)
+
+    return KilnBackend(server=server, fast_math=fast_math, fallback=fallback)
+
+
+def explain(model: Callable[..., Any], *inputs: Any,
+            **kwargs: Any) -> "ExplainReport":
+    """Compiles ``model`` with the Kiln backend on ``inputs`` (forward, and
+    backward when an output requires grad) and returns the report: per op,
+    how many nodes ran in Kiln and how many fell back and why; the number of
+    partitions. kwargs go to kiln.backend (server, fast_math, fallback)."""
+    from .dynamo import explain as _explain  # noqa: PLC0415 (needs torch)
+
+    return _explain(model, *inputs, **kwargs)
+
+
+def _dynamo_backend(gm: Any, example_inputs: Any) -> Callable[..., Any]:
+    """The ``torch_dynamo_backends`` entry point ``kiln``: the default
+    backend (KILN_SERVER, accurate math, eager fallback)."""
+    from .dynamo import default_backend  # noqa: PLC0415 (needs torch)
+
+    return default_backend()(gm, example_inputs)

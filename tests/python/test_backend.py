@@ -1,0 +1,263 @@
+"""torch.compile(backend="kiln") on the CPU against a real kilnd: small
+models of pointwise ops, reductions, softmax, layer norm and GELU, forward
+and backward, compared with eager; ops Kiln lacks (mm, convolution) run
+eagerly and the fallback report names them; strided inputs; dynamic=True;
+a daemon that is down (eager with one warning; fallback="error" raises);
+KILN_LOG=fallback; the torch_dynamo_backends entry point; the package
+imports without torch. See conftest.py for how it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+from conftest import PYTHON_DIR, ROOT
+
+torch.manual_seed(0)
+
+
+def kiln_warnings(caught):
+    return [w for w in caught if str(w.message).startswith("kiln:")]
+
+
+def check_fwd_bwd(model, backend, *inputs, dynamic=False, atol=1e-5, rtol=1e-5):
+    """Runs model eagerly and compiled on the same inputs (leaf copies that
+    require grad), compares outputs and the inputs' and parameters' grads."""
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic)
+    eager_in = [x.detach().clone().requires_grad_(x.is_floating_point())
+                for x in inputs]
+    kiln_in = [x.detach().clone().requires_grad_(x.is_floating_point())
+               for x in inputs]
+    ref = model(*eager_in)
+    out = compiled(*kiln_in)
+    torch.testing.assert_close(out, ref, atol=atol, rtol=rtol)
+    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    ref_grads = torch.autograd.grad(ref.sum(), eager_in + params,
+                                    allow_unused=True)
+    kiln_grads = torch.autograd.grad(out.sum(), kiln_in + params,
+                                     allow_unused=True)
+    for r, k in zip(ref_grads, kiln_grads):
+        torch.testing.assert_close(k, r, atol=atol, rtol=rtol)
+    return out
+
+
+class PointwiseReductions(torch.nn.Module):
+    def forward(self, x, y):
+        a = torch.tanh(x * 1.5 + y) - torch.sigmoid(y) * x
+        b = a.exp().sum(dim=-1, keepdim=True)
+        c = (a / b).amax(dim=0) + a.mean(dim=1).sum()
+        return c * torch.rsqrt(x.pow(2).mean() + 1e-5)
+
+
+class SoftmaxLayerNorm(torch.nn.Module):
+    def __init__(self, d=64):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        h = F.gelu(self.ln(x))
+        return torch.softmax(h * 0.5, dim=-1) + F.log_softmax(h, dim=-1) * 0.1
+
+
+class MLP(torch.nn.Module):
+    """Linear layers: mm/addmm are not Kiln ops and run eagerly."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(d)
+        self.fc1 = torch.nn.Linear(d, 4 * d)
+        self.fc2 = torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.fc1(self.ln(x))))
+
+
+def test_pointwise_and_reductions_forward_backward(daemon):
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    check_fwd_bwd(PointwiseReductions(), backend, torch.randn(16, 33),
+                  torch.randn(16, 33))
+    report = backend.report
+    assert report.graphs == 2  # forward and backward
+    assert report.compiled_partitions == report.partitions >= 2
+    assert report.op("aten.tanh.default").kiln >= 1
+    assert report.op("aten.amax.default").kiln == 1
+    # Every compute node ran in Kiln: what fell back are views at edges.
+    for op, reasons in report.fallbacks.items():
+        assert all("view" in r for r in reasons), (op, reasons)
+
+
+def test_softmax_layer_norm_gelu_forward_backward(daemon):
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    check_fwd_bwd(SoftmaxLayerNorm(), backend, torch.randn(8, 5, 64))
+    report = backend.report
+    # The composites are lowered by Kiln, not decomposed.
+    assert report.op("aten.native_layer_norm.default").kiln == 1
+    assert report.op("aten._softmax.default").kiln == 1
+    assert report.op("aten.gelu.default").kiln == 1
+    assert report.kiln_nodes > report.fallback_nodes
+
+
+def test_unsupported_ops_fall_back_and_are_reported(daemon):
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    model = MLP()
+    check_fwd_bwd(model, backend, torch.randn(4, 7, 32), atol=1e-4, rtol=1e-4)
+    fallbacks = backend.report.fallbacks
+    assert any(op in fallbacks for op in ("aten.addmm.default", "aten.mm.default"))
+    assert "not in Kiln's op set" in next(iter(
+        fallbacks.get("aten.addmm.default") or fallbacks["aten.mm.default"]))
+    assert backend.report.op("aten.native_layer_norm.default").kiln == 1
+
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    report = kiln.explain(conv, torch.randn(2, 3, 8, 8), server=daemon.address)
+    assert "aten.convolution.default" in report.fallbacks, str(report)
+    assert report.op("aten.relu.default").kiln == 1
+    assert "aten.convolution.default" in str(report)
+
+
+def test_strided_inputs_and_expected_output_strides(daemon):
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    def f(x, y):
+        return x * 2 + y  # x transposed: eager keeps x's layout
+
+    base = torch.randn(40, 40)
+    x = base[3:27, 5:37].t()  # a storage offset and strides (1, 40)
+    y = torch.randn(32, 24)
+    out = torch.compile(f, backend=backend)(x, y)
+    ref = f(x, y)
+    torch.testing.assert_close(out, ref)
+    assert out.stride() == ref.stride()
+    assert backend.report.compiled_partitions == 1
+
+
+def test_dynamic_shapes(daemon):
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    model = SoftmaxLayerNorm(d=16)
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for batch in (3, 5, 9):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5,
+                                       rtol=1e-5)
+    assert backend.report.graphs == 1  # one graph for all batch sizes
+    assert backend.report.compiled_partitions >= 1
+    assert backend.report.dynamic_partitions == backend.report.compiled_partitions
+    assert backend.report.op("aten._softmax.default").kiln == 1
+    for rows in (6, 11):
+        check_fwd_bwd(PointwiseReductions(), backend, torch.randn(rows, 10),
+                      torch.randn(rows, 10), dynamic=True)
+    # A forward and a backward graph for both sizes (no recompile), with
+    # symbolic sizes in Kiln (a partition over 0-dim values has none).
+    assert backend.report.graphs == 3
+    assert backend.report.dynamic_partitions >= 3
+
+
+def test_daemon_down_runs_eagerly_with_one_warning():
+    backend = kiln.backend(server="127.0.0.1:1")
+    model = SoftmaxLayerNorm(d=16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_fwd_bwd(model, backend, torch.randn(4, 16))
+    ours = kiln_warnings(caught)
+    assert len(ours) == 1, [str(w.message) for w in ours]
+    assert "unreachable" in str(ours[0].message)
+    assert backend.report.compiled_partitions == 0
+    assert any("unreachable" in r for reasons in backend.report.fallbacks.values()
+               for r in reasons)
+
+
+def test_fallback_error_raises():
+    backend = kiln.backend(server="127.0.0.1:1", fallback="error")
+    compiled = torch.compile(SoftmaxLayerNorm(d=16), backend=backend)
+    with pytest.raises(Exception) as info:
+        compiled(torch.randn(4, 16))
+    assert "UNAVAILABLE" in str(info.value)
+    with pytest.raises(ValueError):
+        kiln.backend(fallback="sometimes")
+
+
+def test_kiln_log_fallback(daemon, monkeypatch, capsys):
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    backend = kiln.backend(server=daemon.address)
+
+    def f(x, w):
+        return torch.softmax(x @ w, dim=-1)
+
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    torch.testing.assert_close(torch.compile(f, backend=backend)(x, w), f(x, w))
+    err = capsys.readouterr().err
+    assert "fallback aten.mm.default x1: not in Kiln's op set" in err, err
+
+
+def test_entry_point_backend_by_name(daemon, tmp_path):
+    """pip installs the package (pyproject.toml) into a directory; a fresh
+    process finds backend="kiln" through its torch_dynamo_backends entry
+    point."""
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
+                    "--no-deps", "--no-build-isolation", "--target",
+                    str(target), str(ROOT / "python")], check=True)
+    code = (
+        "import torch, kiln, kiln.dynamo\n"
+        "f = lambda x: torch.softmax(x * 2, dim=-1)\n"
+        "x = torch.randn(4, 16)\n"
+        "torch.testing.assert_close(torch.compile(f, backend='kiln')(x), f(x))\n"
+        "r = kiln.dynamo.default_backend().report\n"
+        "assert r.compiled_partitions == 1, str(r)\n"
+        "print(kiln.__file__)\n")
+    env = dict(os.environ, PYTHONPATH=str(target), KILN_SERVER=daemon.address)
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                         capture_output=True, text=True)
+    assert out.stdout.strip().startswith(str(target)), out.stdout
+
+
+def test_imports_without_torch():
+    """With torch hidden from the interpreter, the package still imports,
+    loads libkiln_c.so and lists Kiln's ops; torch is never imported."""
+    code = (
+        "import sys\n"
+        "class Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch' or name.startswith('torch.'):\n"
+        "            raise ImportError('torch hidden')\n"
+        "sys.meta_path.insert(0, Hide())\n"
+        "import kiln\n"
+        "ops = kiln.supported_ops()\n"
+        "assert 'aten.add.Tensor' in ops and 'aten.mm.default' not in ops\n"
+        "kiln.Client('127.0.0.1:1')\n"
+        "assert 'torch' not in sys.modules\n"
+        "try:\n"
+        "    kiln.backend()\n"
+        "except ImportError:\n"
+        "    print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    out = subprocess.run([sys.executable, "-c", code], env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_cpu_executable_binding(daemon):
+    """The binding's CPU executable on strided tensors, without the
+    backend: output_sizes and run_into write into torch.empty tensors."""
+    client = kiln.Client(daemon.address)
+    graph = (ROOT / "examples" / "graphs" / "dynamic_batch.json").read_text()
+    exe = client.cpu_executable(graph)
+    x, scale = torch.randn(7, 16), torch.randn(16)
+    assert exe.output_sizes([x, scale]) == [(7,)]
+    (y,) = exe(x, scale)
+    torch.testing.assert_close(y, torch.tanh(x * scale + 1).mean(dim=1))
+    out = torch.empty(7)
+    exe.run_into([x, scale], [out])
+    torch.testing.assert_close(out, y)
+    with pytest.raises(kiln.KilnError) as info:
+        exe.run_into([x, scale], [torch.empty(6)])
+    assert info.value.code_name == "INVALID_ARGUMENT"
