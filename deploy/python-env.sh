@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's Python environment for the torch tests (tests/python/): a
-# venv with torch and pytest from PyPI, created on first use under
+# venv with torch, pytest and numpy (torch warns without it) from PyPI,
+# created on first use under
 #   ${KILN_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/venv}
 # and a quick no-op afterwards (a stamp file records what was installed).
 # Prints the venv's python on stdout (the last line), so callers can do
