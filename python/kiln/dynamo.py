@@ -16,10 +16,15 @@ itself; an output whose expected strides (the fake tensor's) are not
 contiguous is copied once into a tensor of those strides (Kiln writes
 contiguous outputs; the wire format has no output strides yet).
 
+Server: kiln.backend(server=...), else $KILN_SERVER, else 127.0.0.1:7733
+when it answers, else a per-user kilnd on a Unix socket started on first use
+(kiln/autostart.py; KILN_AUTOSTART=0 turns that off).
+
 Failures: an op Kiln lacks runs eagerly, always. A server that cannot be
 reached or a partition that fails to compile runs eagerly with one warning
 per backend (fallback="eager", the default), or raises KilnError
-(fallback="error"). KILN_LOG=fallback prints, per compiled graph, each op
+(fallback="error"). Graphs compiled within 10 s after kilnd was unreachable
+run eagerly without trying it; later ones try again. KILN_LOG=fallback prints, per compiled graph, each op
 that did not run in Kiln, why, and how often; explain() returns the same
 report for a model.
 
@@ -34,6 +39,7 @@ import copy
 import os
 import sys
 import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -42,6 +48,7 @@ import torch
 import torch.fx
 
 from . import _binding
+from .autostart import resolve_server
 from .fx_graph import KilnGraph, Unsupported, to_kiln_graph
 from .partition import KilnOperatorSupport, partition
 
@@ -111,18 +118,23 @@ class ExplainReport:
         return "\n".join(lines)
 
 
+# After kilnd was unreachable, graphs compiled within this many seconds run
+# eagerly without trying it again.
+_RETRY_SECONDS = 10.0
+
+
 def _log_enabled() -> bool:
     return "fallback" in os.environ.get("KILN_LOG", "").split(",")
 
 
-_CLIENTS: Dict[Tuple[Optional[str], int], "_binding.Client"] = {}
+_CLIENTS: Dict[Tuple[str, int], "_binding.Client"] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
-def _client(server: Optional[str], max_retries: int) -> "_binding.Client":
+def _client(server: str, max_retries: int) -> "_binding.Client":
     """One kiln Client per (server, retries) for the process, so that its
     in-process cache serves every graph of every backend."""
-    key = (server or os.environ.get("KILN_SERVER") or None, max_retries)
+    key = (server, max_retries)
     with _CLIENTS_LOCK:
         c = _CLIENTS.get(key)
         if c is None:
@@ -199,6 +211,8 @@ class KilnBackend:
         self.report = ExplainReport()
         self._warned = False
         self._server_down: Optional[str] = None
+        self._server_down_until = 0.0
+        self._address: Optional[str] = None
         self._lock = threading.Lock()
         self._ops: Optional[frozenset] = None
         from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
@@ -267,15 +281,20 @@ class KilnBackend:
         except Unsupported as e:
             return f"partition not expressible: {e}"
         if self._server_down is not None:
-            return self._server_down
+            if time.monotonic() < self._server_down_until:
+                return self._server_down
+            self._server_down, self._address = None, None  # try again
+        if self._address is None:
+            self._address = resolve_server(self.server)
         try:
-            exe = _client(self.server, 1).cpu_executable(
+            exe = _client(self._address, 1).cpu_executable(
                 graph.graph, fast_math=self.fast_math)
         except _binding.KilnError as e:
             if self.fallback == "error":
                 raise
             if e.code_name == "UNAVAILABLE":
                 self._server_down = f"kilnd unreachable ({e.message})"
+                self._server_down_until = time.monotonic() + _RETRY_SECONDS
                 self._warn_once(f"kiln: kilnd unreachable, running eagerly: {e}")
                 return self._server_down
             self._warn_once(f"kiln: a partition failed to compile, running it "

@@ -261,3 +261,52 @@ def test_cpu_executable_binding(daemon):
     with pytest.raises(kiln.KilnError) as info:
         exe.run_into([x, scale], [torch.empty(6)])
     assert info.value.code_name == "INVALID_ARGUMENT"
+
+
+def test_autostart_starts_one_per_user_daemon(tmp_path):
+    """With KILN_SERVER unset and nothing on 127.0.0.1:7733, two processes
+    one after the other use one kilnd they started on a Unix socket in
+    $XDG_RUNTIME_DIR; with KILN_AUTOSTART=0 none is started (eager)."""
+    from kiln import autostart
+
+    if autostart._answers_tcp("127.0.0.1", 7733):
+        pytest.skip("something serves 127.0.0.1:7733, the default server")
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR, XDG_RUNTIME_DIR=str(runtime),
+               XDG_CACHE_HOME=str(tmp_path / "cache"))
+    env.pop("KILN_SERVER", None)
+    code = (
+        "import torch, kiln\n"
+        "b = kiln.backend()\n"
+        "f = lambda x: torch.softmax(x + 1, dim=-1)\n"
+        "x = torch.randn(4, 16)\n"
+        "torch.testing.assert_close(torch.compile(f, backend=b)(x), f(x))\n"
+        "print(b.report.compiled_partitions, b._address)\n")
+    sock = runtime / "kiln" / "kilnd.sock"
+    try:
+        pids = []
+        for _ in range(2):
+            out = subprocess.run([sys.executable, "-c", code], env=env,
+                                 capture_output=True, text=True, timeout=300)
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.split() == ["1", f"unix:{sock}"], out.stdout
+            pids.append((runtime / "kiln" / "kilnd.pid").read_text())
+        assert pids[0] == pids[1]  # the second process found the first's
+        off = subprocess.run(
+            [sys.executable, "-W", "always", "-c", code.replace(
+                "kiln.backend()", "kiln.backend(fallback='eager')")],
+            env=dict(env, KILN_AUTOSTART="0",
+                     XDG_RUNTIME_DIR=str(tmp_path / "other")),
+            capture_output=True, text=True, timeout=300)
+        assert off.returncode == 0, off.stderr
+        assert off.stdout.split() == ["0", "127.0.0.1:7733"], off.stdout
+        assert "kiln: kilnd unreachable" in off.stderr
+        assert not (tmp_path / "other" / "kiln" / "kilnd.sock").exists()
+    finally:
+        pid_file = runtime / "kiln" / "kilnd.pid"
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text()), 9)
+            except ProcessLookupError:
+                pass
