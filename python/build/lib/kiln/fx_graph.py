@@ -251,11 +251,57 @@ def _scalar_tensor(node: torch.fx.Node, value: Any, nodes: List[Dict[str, Any]],
     return const
 
 
+_VIEW_SIZE_OPS = frozenset({"aten.view.default", "aten._unsafe_view.default",
+                            "aten.reshape.default"})
+
+
+def _node_args(node: torch.fx.Node) -> Tuple[Any, ...]:
+    """node.args, with the one size of a view/reshape that is neither a
+    constant nor a plain symbol (s0*16) given as -1 (Kiln infers it)."""
+    args = node.args
+    if op_name(node.target) in _VIEW_SIZE_OPS and len(args) >= 2 and \
+            isinstance(args[1], (list, tuple)):
+        sizes = list(args[1])
+        compound = []
+        for i, v in enumerate(sizes):
+            val = v.meta.get("val") if isinstance(v, torch.fx.Node) else v
+            expr = _sym_expr(val)
+            if expr is not None and not expr.is_Integer and not expr.is_Symbol:
+                compound.append(i)
+        if len(compound) == 1:
+            sizes[compound[0]] = -1
+            args = (args[0], sizes, *args[2:])
+    return args
+
+
+def _is_contiguous(t: torch.Tensor) -> bool:
+    """Whether t's strides are the row-major ones of its sizes, decided on
+    the expressions (no guard is added): Max(1, e) counts as e."""
+    import sympy  # noqa: PLC0415 (torch's dependency)
+
+    def expr(v: Any) -> Any:
+        e = _sym_expr(v)
+        e = sympy.Integer(int(v)) if e is None else e
+        # torch writes Max with a class of its own (torch.utils._sympy).
+        return e.replace(
+            lambda x: type(x).__name__ == "Max" and len(x.args) == 2 and
+            any(a == 1 for a in x.args),
+            lambda x: next(a for a in x.args if a != 1))
+
+    expected = sympy.Integer(1)
+    for size, stride in reversed(list(zip(t.shape, t.stride()))):
+        size_e = expr(size)
+        if size_e != 1 and sympy.expand(expr(stride) - expected) != 0:
+            return False
+        expected = expected * size_e
+    return True
+
+
 def check_node_args(node: torch.fx.Node) -> None:
     """Raises Unsupported when a call_function node's arguments or results
     cannot be said in Kiln's graph format (refs are not checked)."""
     refs = _AnyRefs()
-    for a in node.args:
+    for a in _node_args(node):
         _argument(a, None, refs)
     for k, v in node.kwargs.items():
         if k in _NEUTRAL_KWARGS and v in _NEUTRAL_KWARGS[k]:
@@ -331,7 +377,10 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             _check_tensor(val, f"input {node.name}")
             sizes = [symbols.dim(s) for s in val.shape]
             dynamic |= any("symbol" in d for d in sizes)
-            strides = [symbols.stride(s) for s in val.stride()]
+            # Empty strides say "contiguous" (also for strides torch writes
+            # with Max(1, ...), which Kiln's Stride cannot say).
+            strides = [] if _is_contiguous(val) else \
+                [symbols.stride(s) for s in val.stride()]
             offset = val.storage_offset()
             if _sym_expr(offset) is not None and not _sym_expr(offset).is_Integer:
                 raise Unsupported(f"input {node.name}: symbolic storage offset")
@@ -373,7 +422,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             check_node_args(node)
             schema = node.target._schema.arguments
             args = []
-            for i, a in enumerate(node.args):
+            for i, a in enumerate(_node_args(node)):
                 if i < len(schema) and _wants_tensor(schema[i]) and \
                         _is_number(a):
                     a = _scalar_tensor(node, a, nodes, refs)
