@@ -49,7 +49,7 @@ import torch.fx
 
 from . import _binding
 from .autostart import resolve_server
-from .fx_graph import KilnGraph, Unsupported, to_kiln_graph
+from .fx_graph import KilnGraph, Unsupported, is_contiguous, to_kiln_graph
 from .partition import KilnOperatorSupport, partition
 
 __all__ = ["ExplainReport", "KilnBackend", "default_backend", "explain"]
@@ -169,18 +169,32 @@ class KilnPartition(torch.nn.Module):
             self._static_sizes = [tuple(int(s) for s in m.shape)
                                   for m in graph.output_meta]
         self._dtypes = [m.dtype for m in graph.output_meta]
-        # Per Kiln output: the strides to return when not contiguous (static
-        # only), else None.
-        self._strides: List[Optional[Tuple[int, ...]]] = []
+        # Per Kiln output: None when PyTorch expects it contiguous (what Kiln
+        # writes), else its strides: ints, or sympy expressions over the
+        # symbols of the inputs' sizes (evaluated per call).
+        self._strides: List[Any] = []
+        self._symbol_dims: Dict[Any, Tuple[int, int]] = {}  # symbol -> (input, dim)
+        for k, m in enumerate(graph.input_meta):
+            for d, size in enumerate(m.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    self._symbol_dims.setdefault(size.node.expr, (k, d))
         for m in graph.output_meta:
-            want = None
-            try:
-                strides = tuple(int(s) for s in m.stride())
-                if not graph.dynamic and not m.is_contiguous():
-                    want = strides
-            except (TypeError, RuntimeError):  # symbolic strides
-                pass
-            self._strides.append(want)
+            if is_contiguous(m):
+                self._strides.append(None)
+            elif all(isinstance(s, int) for s in m.stride()):
+                self._strides.append(tuple(m.stride()))
+            else:
+                self._strides.append([s.node.expr if isinstance(s, torch.SymInt)
+                                      else s for s in m.stride()])
+
+    def _expected_strides(self, j: int, tensors: List[torch.Tensor]) -> Tuple[int, ...]:
+        want = self._strides[j]
+        if isinstance(want, tuple):
+            return want
+        values = {sym: tensors[k].shape[d]
+                  for sym, (k, d) in self._symbol_dims.items()}
+        return tuple(int(e.xreplace(values)) if hasattr(e, "xreplace") else int(e)
+                     for e in want)
 
     def forward(self, *args: Any) -> Any:
         tensors = [args[i] for i in self.graph.tensor_inputs]
@@ -195,7 +209,8 @@ class KilnPartition(torch.nn.Module):
             return self.eager(*args)
         for j, want in enumerate(self._strides):
             if want is not None:
-                outs[j] = torch.empty_strided(outs[j].shape, want,
+                strides = self._expected_strides(j, tensors)
+                outs[j] = torch.empty_strided(outs[j].shape, strides,
                                               dtype=outs[j].dtype).copy_(outs[j])
         result = tuple(outs[i] if kind == "kiln" else args[i]
                        for kind, i in self.graph.outputs)

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.fx
 
-__all__ = ["IDENTITY_OPS", "KilnGraph", "Unsupported", "dtype_name", "to_kiln_graph",
+__all__ = ["IDENTITY_OPS", "KilnGraph", "is_contiguous", "Unsupported", "dtype_name", "to_kiln_graph",
            "check_node_args", "op_name"]
 
 _DTYPES = {
@@ -274,7 +274,7 @@ def _node_args(node: torch.fx.Node) -> Tuple[Any, ...]:
     return args
 
 
-def _is_contiguous(t: torch.Tensor) -> bool:
+def is_contiguous(t: torch.Tensor) -> bool:
     """Whether t's strides are the row-major ones of its sizes, decided on
     the expressions (no guard is added): Max(1, e) counts as e."""
     import sympy  # noqa: PLC0415 (torch's dependency)
@@ -338,6 +338,7 @@ class KilnGraph:
     outputs: for each FX output, ("kiln", j) for Kiln output j, or
         ("input", i) for placeholder i returned as itself.
     output_meta: each Kiln output's fake tensor (sizes, strides, dtype).
+    input_meta: each Kiln input's fake tensor.
     dynamic: whether any size is symbolic.
     """
 
@@ -345,6 +346,7 @@ class KilnGraph:
     tensor_inputs: List[int]
     outputs: List[Tuple[str, int]]
     output_meta: List[torch.Tensor]
+    input_meta: List[torch.Tensor]
     dynamic: bool
     symbol_of: Dict[Any, str] = field(default_factory=dict)
 
@@ -360,6 +362,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
     refs: Dict[torch.fx.Node, str] = {}
     inputs: List[Dict[str, Any]] = []
     tensor_inputs: List[int] = []
+    input_meta: List[torch.Tensor] = []
     nodes: List[Dict[str, Any]] = []
     placeholders: Dict[torch.fx.Node, int] = {}
     multi: Dict[torch.fx.Node, List[str]] = {}  # node -> its output names
@@ -379,7 +382,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             dynamic |= any("symbol" in d for d in sizes)
             # Empty strides say "contiguous" (also for strides torch writes
             # with Max(1, ...), which Kiln's Stride cannot say).
-            strides = [] if _is_contiguous(val) else \
+            strides = [] if is_contiguous(val) else \
                 [symbols.stride(s) for s in val.stride()]
             offset = val.storage_offset()
             if _sym_expr(offset) is not None and not _sym_expr(offset).is_Integer:
@@ -397,6 +400,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             name = f"in{len(inputs)}"
             refs[node] = name
             inputs.append({"name": name, "meta": meta})
+            input_meta.append(val)
             tensor_inputs.append(placeholders[node])
         elif node.op == "call_function":
             if op_name(node.target) in _IDENTITY_OPS:
@@ -475,7 +479,8 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
     graph = {"inputs": inputs, "symbols": symbols.declared(), "nodes": nodes,
              "outputs": kiln_outputs}
     return KilnGraph(graph=graph, tensor_inputs=tensor_inputs, outputs=outputs,
-                     output_meta=output_meta, dynamic=dynamic,
+                     output_meta=output_meta, input_meta=input_meta,
+                     dynamic=dynamic,
                      symbol_of=dict(symbols.names))
 
 

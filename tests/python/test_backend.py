@@ -138,6 +138,24 @@ def test_strided_inputs_and_expected_output_strides(daemon):
     assert backend.report.compiled_partitions == 1
 
 
+def test_dynamic_non_contiguous_outputs(daemon):
+    """Eager keeps a transposed input's layout in x.t() * 2 + 1; with symbolic
+    sizes the expected strides are expressions evaluated per call."""
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    def f(x):
+        return x.t() * 2 + 1
+
+    compiled = torch.compile(f, backend=backend, dynamic=True)
+    for shape in ((5, 7), (6, 9)):
+        x = torch.randn(*shape)
+        out, ref = compiled(x), f(x)
+        torch.testing.assert_close(out, ref)
+        assert out.stride() == ref.stride() == (1, shape[1])
+    assert backend.report.compiled_partitions == 1
+    assert backend.report.dynamic_partitions == 1
+
+
 def test_dynamic_shapes(daemon):
     backend = kiln.backend(server=daemon.address, fallback="error")
     model = SoftmaxLayerNorm(d=16)
