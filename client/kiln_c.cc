@@ -1,5 +1,5 @@
-// The C API (kiln_c.h) over kiln::Client and the CPU and CUDA runtimes. Each handle
-// is a struct that holds the C++ object (by value, unique_ptr or
+// The C API (kiln_c.h) over kiln::Client and the CPU and CUDA runtimes. Each
+// handle is a struct that holds the C++ object (by value, unique_ptr or
 // shared_ptr); the C ABI hands out raw pointers to them, so handles are
 // created with std::make_unique and released to the caller, and taken back
 // into a unique_ptr by the matching *_destroy.
@@ -14,15 +14,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "absl/strings/str_join.h"
+#include "client/kiln_client.h"
+#include "client/request_json.h"
 #include "compiler/op_registry.h"
 #include "runtime/cpu_executable.h"
 #include "runtime/cuda_executable.h"
 #include "runtime/device_allocator.h"
-#include "client/kiln_client.h"
-#include "client/request_json.h"
 #include "support/sha256.h"
 
 struct kiln_status {
@@ -94,9 +94,8 @@ absl::Status ToHostViews(const kiln_tensor_view* views, size_t n,
           absl::StrCat(what, " ", i, ": dtype ", in.dtype, " is not a KILN_*"));
     }
     if (in.rank < 0 || (in.rank > 0 && !in.sizes)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " ", i, ": rank ", in.rank,
-                       in.sizes ? "" : " with no sizes"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " ", i, ": rank ", in.rank, in.sizes ? "" : " with no sizes"));
     }
     out[i].data = reinterpret_cast<void*>(static_cast<uintptr_t>(in.data));
     out[i].dtype = static_cast<DType>(in.dtype);
@@ -547,8 +546,7 @@ void kiln_cpu_executable_guard_key(const kiln_cpu_executable* exe,
 
 kiln_status* kiln_cpu_executable_output_sizes(const kiln_cpu_executable* exe,
                                               const kiln_tensor_view* inputs,
-                                              size_t num_inputs,
-                                              int64_t* sizes,
+                                              size_t num_inputs, int64_t* sizes,
                                               size_t num_sizes) {
   constexpr char kFn[] = "kiln_cpu_executable_output_sizes";
   if (!exe) return kiln::NullArgument(kFn, "exe");
@@ -566,9 +564,8 @@ kiln_status* kiln_cpu_executable_output_sizes(const kiln_cpu_executable* exe,
   size_t total = 0;
   for (const auto& v : *all) total += v.size();
   if (total != num_sizes) {
-    return kiln::ToC(absl::InvalidArgumentError(
-        absl::StrCat(kFn, ": room for ", num_sizes,
-                     " sizes, the outputs have ", total)));
+    return kiln::ToC(absl::InvalidArgumentError(absl::StrCat(
+        kFn, ": room for ", num_sizes, " sizes, the outputs have ", total)));
   }
   for (const auto& v : *all) sizes = std::copy(v.begin(), v.end(), sizes);
   return nullptr;
@@ -595,8 +592,8 @@ kiln_status* kiln_cpu_executable_run(const kiln_cpu_executable* exe,
       !s.ok()) {
     return kiln::ToC(s);
   }
-  return kiln::ToC(exe->exe->cpu_executable().RunInto(
-      in_views, out_views, exe->exe->thread_pool()));
+  return kiln::ToC(exe->exe->cpu_executable().RunInto(in_views, out_views,
+                                                      exe->exe->thread_pool()));
 }
 
 kiln_status* kiln_cpu_executable_run_alloc(const kiln_cpu_executable* exe,
@@ -610,8 +607,8 @@ kiln_status* kiln_cpu_executable_run_alloc(const kiln_cpu_executable* exe,
   if (num_outputs > 0 && !outputs) return kiln::NullArgument(kFn, "outputs");
   std::vector<std::vector<int64_t>> contiguous;
   std::vector<kiln::HostBufferView> in_views;
-  if (absl::Status s = kiln::ToHostViews(inputs, num_inputs, "input",
-                                         contiguous, in_views);
+  if (absl::Status s =
+          kiln::ToHostViews(inputs, num_inputs, "input", contiguous, in_views);
       !s.ok()) {
     return kiln::ToC(s);
   }
@@ -633,7 +630,8 @@ kiln_status* kiln_cpu_executable_run_alloc(const kiln_cpu_executable* exe,
     out_views[o] = {tensors.back().data(), dtype, tensors.back().sizes(),
                     tensors.back().strides()};
   }
-  if (absl::Status s = cpu.RunInto(in_views, out_views, exe->exe->thread_pool());
+  if (absl::Status s =
+          cpu.RunInto(in_views, out_views, exe->exe->thread_pool());
       !s.ok()) {
     return kiln::ToC(s);
   }
@@ -675,8 +673,8 @@ void kiln_cpu_tensor_destroy(kiln_cpu_tensor* tensor) {
 }
 
 const char* kiln_supported_ops(void) {
-  static const std::string* const ops = new std::string(
-      absl::StrJoin(kiln::OpRegistry::Get().Names(), "\n"));
+  static const std::string* const ops =
+      new std::string(absl::StrJoin(kiln::OpRegistry::Get().Names(), "\n"));
   return ops->c_str();
 }
 

@@ -291,8 +291,7 @@ void kiln_cpu_executable_guard_key(const kiln_cpu_executable* exe,
  * count. */
 kiln_status* kiln_cpu_executable_output_sizes(const kiln_cpu_executable* exe,
                                               const kiln_tensor_view* inputs,
-                                              size_t num_inputs,
-                                              int64_t* sizes,
+                                              size_t num_inputs, int64_t* sizes,
                                               size_t num_sizes);
 
 /* kiln::CpuExecutable::RunInto: checks the guards and runs the program on

@@ -158,8 +158,8 @@ absl::Status CpuExecutable::RunInto(absl::Span<const HostBufferView> inputs,
     const HostBufferView& out = outputs[o];
     if (out.dtype != plan_.outputs[o].dtype) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "output ", o, ": dtype ", DTypeName(out.dtype), ", the program writes ",
-          DTypeName(plan_.outputs[o].dtype)));
+          "output ", o, ": dtype ", DTypeName(out.dtype),
+          ", the program writes ", DTypeName(plan_.outputs[o].dtype)));
     }
     if (out.sizes != absl::MakeConstSpan(sizes[o]) ||
         out.strides.size() != sizes[o].size()) {
@@ -172,8 +172,7 @@ absl::Status CpuExecutable::RunInto(absl::Span<const HostBufferView> inputs,
       if (sizes[o][d] != 1 && out.strides[d] != expected) {
         return absl::InvalidArgumentError(absl::StrCat(
             "output ", o, ": stride ", out.strides[d], " of dim ", d,
-            ", the program writes contiguous outputs (stride ", expected,
-            ")"));
+            ", the program writes contiguous outputs (stride ", expected, ")"));
       }
       expected *= sizes[o][d];
       numel *= sizes[o][d];

@@ -15,12 +15,12 @@
 
 #include <cmath>
 #include <cstring>
-#include <vector>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -298,7 +298,8 @@ TEST_F(KilnCTest, CpuExecutableRunsIntoCallerMemory) {
     ASSERT_EQ(run, nullptr) << Message(run);
     for (int r = 0; r < 64; r += 9) {
       double max = -INFINITY, sum = 0;
-      for (int c = 0; c < 1024; ++c) max = std::max<double>(max, x[r * 1024 + c]);
+      for (int c = 0; c < 1024; ++c)
+        max = std::max<double>(max, x[r * 1024 + c]);
       for (int c = 0; c < 1024; ++c) sum += std::exp(x[r * 1024 + c] - max);
       for (int c = 0; c < 1024; c += 37) {
         EXPECT_NEAR(y[r * 1024 + c], std::exp(x[r * 1024 + c] - max) / sum,
@@ -344,13 +345,14 @@ TEST_F(KilnCTest, CpuStridedInputsAndSymbolicSizes) {
   const float* y = static_cast<const float*>(kiln_cpu_tensor_data(out.get()));
   for (int i = 0; i < 16; ++i) {
     for (int j = 0; j < 16; ++j) {
-      ASSERT_EQ(y[i * 16 + j], storage[1 + i + 20 * j] * 2 + 1) << i << "," << j;
+      ASSERT_EQ(y[i * 16 + j], storage[1 + i + 20 * j] * 2 + 1)
+          << i << "," << j;
     }
   }
   // Contiguous strides fail the guard, naming it.
   const kiln_tensor_view contiguous = View(storage.data(), 2, sizes, nullptr);
-  Status guard(kiln_cpu_executable_run_alloc(exe.get(), &contiguous, 1,
-                                             &out_raw, 1));
+  Status guard(
+      kiln_cpu_executable_run_alloc(exe.get(), &contiguous, 1, &out_raw, 1));
   EXPECT_EQ(Code(guard), KILN_INVALID_ARGUMENT);
   EXPECT_TRUE(absl::StrContains(Message(guard), "input 0")) << Message(guard);
 
@@ -370,14 +372,16 @@ TEST_F(KilnCTest, CpuStridedInputsAndSymbolicSizes) {
   Status os(kiln_cpu_executable_output_sizes(dyn.get(), ins, 2, out_sizes, 1));
   ASSERT_EQ(os, nullptr) << Message(os);
   EXPECT_EQ(out_sizes[0], 5);
-  Status room(kiln_cpu_executable_output_sizes(dyn.get(), ins, 2, out_sizes, 2));
+  Status room(
+      kiln_cpu_executable_output_sizes(dyn.get(), ins, 2, out_sizes, 2));
   EXPECT_EQ(Code(room), KILN_INVALID_ARGUMENT);
   const kiln_tensor_view out_view = View(means.data(), 1, out_sizes, nullptr);
   Status r(kiln_cpu_executable_run(dyn.get(), ins, 2, &out_view, 1));
   ASSERT_EQ(r, nullptr) << Message(r);
   for (int b = 0; b < 5; ++b) {
     double sum = 0;
-    for (int i = 0; i < 16; ++i) sum += std::tanh(xs[b * 16 + i] * scale[i] + 1);
+    for (int i = 0; i < 16; ++i)
+      sum += std::tanh(xs[b * 16 + i] * scale[i] + 1);
     EXPECT_NEAR(means[b], sum / 16, 1e-5) << b;
   }
   // Outputs that do not match what the program writes are refused.
