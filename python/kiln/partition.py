@@ -29,8 +29,9 @@ from .fx_graph import IDENTITY_OPS, Unsupported, check_node_args, op_name
 
 __all__ = ["KilnOperatorSupport", "PartitionResult", "partition", "VIEW_OPS"]
 
-# Ops that only re-index their input (no compute): not worth a partition of
-# their own, and left out at a partition's edge.
+# Ops that only re-index or copy their input (no compute): not worth a
+# partition of their own, and left out at a partition's edge (so that no
+# partition returns a view of its input).
 VIEW_OPS = frozenset({
     "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
     "aten.permute.default", "aten.expand.default", "aten.squeeze.dim",
@@ -110,7 +111,7 @@ def partition(gm: torch.fx.GraphModule,
             for n in p.nodes:
                 if n.target is not operator.getitem:
                     left_out.setdefault(op_name(n.target), []).append(
-                        "a view outside any computation Kiln runs")
+                        "a view or copy outside any computation Kiln runs")
     # Views removed from a partition's edge.
     in_kept = {n for p in kept for n in p.nodes}
     for node in gm.graph.nodes:
@@ -119,7 +120,7 @@ def partition(gm: torch.fx.GraphModule,
                 node.target is not operator.getitem and
                 not any(node in p.nodes for p in proposed if p not in kept)):
             left_out.setdefault(op_name(node.target), []).append(
-                "a view at a partition's edge (runs eagerly, no copy)")
+                "a view or copy at a partition's edge (runs eagerly)")
     result = PartitionResult(module=gm, left_out=left_out)
     for i, p in enumerate(kept):
         result.partitions[f"kiln_{i}"] = [

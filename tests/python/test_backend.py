@@ -10,6 +10,7 @@ imports without torch. See conftest.py for how it runs.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -220,9 +221,13 @@ def test_entry_point_backend_by_name(daemon, tmp_path):
     process finds backend="kiln" through its torch_dynamo_backends entry
     point."""
     target = tmp_path / "site"
+    source = tmp_path / "src"  # setuptools writes build/ next to the sources
+    shutil.copytree(ROOT / "python", source,
+                    ignore=shutil.ignore_patterns("__pycache__", "build",
+                                                  "*.egg-info"))
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
                     "--no-deps", "--no-build-isolation", "--target",
-                    str(target), str(ROOT / "python")], check=True)
+                    str(target), str(source)], check=True)
     code = (
         "import torch, kiln, kiln.dynamo\n"
         "f = lambda x: torch.softmax(x * 2, dim=-1)\n"
@@ -261,6 +266,12 @@ def test_imports_without_torch():
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+    # Where torch is installed, importing kiln does not import it either.
+    lazy = subprocess.run(
+        [sys.executable, "-c", "import sys, kiln, kiln.autostart; "
+         "print('torch' in sys.modules)"],
+        env=env, capture_output=True, text=True)
+    assert lazy.stdout.strip() == "False", lazy.stderr
 
 
 def test_cpu_executable_binding(daemon):
