@@ -123,6 +123,27 @@ def test_unsupported_ops_fall_back_and_are_reported(daemon):
     assert "aten.convolution.default" in str(report)
 
 
+def test_bfloat16(daemon):
+    """bfloat16 pointwise ops and reductions run in Kiln (computed in float32,
+    rounded per op as eager does); a partition whose outputs' dtypes differ
+    from PyTorch's (native_layer_norm's mean/rstd on the CPU are float32 in
+    PyTorch) runs eagerly instead of returning other dtypes."""
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    def f(x, y):
+        return (torch.tanh(x) * y + x.sigmoid()).sum(-1)
+
+    x, y = (torch.randn(8, 64, dtype=torch.bfloat16) for _ in range(2))
+    check_fwd_bwd(f, backend, x, y, atol=1e-2, rtol=1e-2)
+    assert backend.report.compiled_partitions == backend.report.partitions == 2
+
+    ln = torch.nn.LayerNorm(64).to(torch.bfloat16)
+    report = kiln.explain(ln, x.requires_grad_(), server=daemon.address)
+    reasons = [r for rs in report.fallbacks.values() for r in rs]
+    assert report.op("aten.native_layer_norm.default").kiln == 1 or \
+        "Kiln's output dtypes differ from PyTorch's" in reasons, str(report)
+
+
 def test_strided_inputs_and_expected_output_strides(daemon):
     backend = kiln.backend(server=daemon.address, fallback="error")
 
