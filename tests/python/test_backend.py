@@ -144,6 +144,21 @@ def test_bfloat16(daemon):
         "Kiln's output dtypes differ from PyTorch's" in reasons, str(report)
 
 
+def test_dtypes_kiln_lacks_fall_back(daemon):
+    """float64 is not a Kiln dtype: the ops run eagerly, the report says why."""
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    def f(x):
+        return torch.softmax(x * 2, dim=-1)
+
+    x = torch.randn(4, 8, dtype=torch.float64)
+    torch.testing.assert_close(torch.compile(f, backend=backend)(x), f(x))
+    assert backend.report.partitions == 0
+    assert any("float64" in r for r in
+               backend.report.fallbacks["aten._softmax.default"]), \
+        str(backend.report)
+
+
 def test_strided_inputs_and_expected_output_strides(daemon):
     backend = kiln.backend(server=daemon.address, fallback="error")
 
