@@ -151,6 +151,15 @@ def _client(server: str, max_retries: int) -> "_binding.Client":
         return c
 
 
+def _drop_client(server: str, max_retries: int) -> None:
+    """Forgets the client of a server that was unreachable: its gRPC channel
+    waits out a reconnect backoff (seconds) before it tries again, so the
+    next attempt gets a new channel. (Loaded executables stay alive in the
+    partitions that hold them.)"""
+    with _CLIENTS_LOCK:
+        _CLIENTS.pop((server, max_retries), None)
+
+
 class KilnPartition(torch.nn.Module):
     """A partition's submodule replaced by its Kiln executable (the eager
     submodule is kept for a call whose inputs the executable refuses)."""
@@ -250,6 +259,14 @@ class KilnBackend:
                  example_inputs: Sequence[Any]) -> Callable[..., Any]:
         return self._aot(gm, example_inputs)
 
+    def counters(self) -> Dict[str, int]:
+        """How this process's client for the backend's server was served so
+        far: {"local_hits", "lookup_hits", "compiles"} (kiln_client_counters;
+        zeros before the first compile)."""
+        if self._address is None:
+            return {"local_hits": 0, "lookup_hits": 0, "compiles": 0}
+        return _client(self._address, 1).counters()
+
     def ops(self) -> frozenset:
         if self._ops is None:
             self._ops = _binding.supported_ops()
@@ -319,6 +336,7 @@ class KilnBackend:
             if self.fallback == "error":
                 raise
             if e.code_name == "UNAVAILABLE":
+                _drop_client(self._address, 1)
                 self._server_down = f"kilnd unreachable ({e.message})"
                 self._server_down_until = time.monotonic() + _RETRY_SECONDS
                 self._warn_once(f"kiln: kilnd unreachable, running eagerly: {e}")

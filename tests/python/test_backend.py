@@ -229,6 +229,70 @@ def test_daemon_down_runs_eagerly_with_one_warning():
                for r in reasons)
 
 
+def test_daemon_killed_then_back(monkeypatch):
+    """Compiled partitions keep running without kilnd; a graph compiled
+    while it is down runs eagerly (one warning); once kilnd is back (same
+    address), the next graph compiles in Kiln again."""
+    from conftest import Daemon
+    from kiln import dynamo
+
+    monkeypatch.setattr(dynamo, "_RETRY_SECONDS", 0.0)
+    daemon = Daemon()
+    backend = kiln.backend(server=daemon.address)
+    def f0(x):
+        return torch.softmax(x * 2, dim=-1)
+
+    def f1(x):
+        return torch.tanh(x * 3).sum(-1)
+
+    def f2(x):
+        return torch.sigmoid(x + 4).amax(-1)
+
+    fns = [f0, f1, f2]  # three code objects: three Dynamo compiles
+    x = torch.randn(4, 16)
+    first = torch.compile(fns[0], backend=backend)
+    torch.testing.assert_close(first(x), fns[0](x))
+    assert backend.report.compiled_partitions == 1
+    port = daemon.address.rsplit(":", 1)[1]
+    daemon.stop()
+    torch.testing.assert_close(first(x * 2), fns[0](x * 2))  # no daemon needed
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(torch.compile(fns[1], backend=backend)(x),
+                                   fns[1](x))
+    assert len(kiln_warnings(caught)) == 1
+    assert backend.report.compiled_partitions == 1
+    back = Daemon(extra=[f"--listen=127.0.0.1:{port}"])
+    try:
+        torch.testing.assert_close(torch.compile(fns[2], backend=backend)(x),
+                                   fns[2](x))
+        assert backend.report.compiled_partitions == 2, str(backend.report)
+    finally:
+        back.stop()
+
+
+def test_two_processes_one_compile(daemon):
+    """Two processes compile the same model one after the other: the first
+    sends a Compile, the second gets the artifact by Lookup."""
+    code = (
+        "import sys, torch, kiln\n"
+        "b = kiln.backend(server=sys.argv[1], fallback='error')\n"
+        "f = lambda x: torch.nn.functional.gelu(x * 1.25).sum(-1)\n"
+        "x = torch.randn(3, 40)\n"
+        "torch.testing.assert_close(torch.compile(f, backend=b)(x), f(x))\n"
+        "c = b.counters()\n"
+        "print(c['compiles'], c['lookup_hits'])\n")
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    got = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", code, daemon.address],
+                             env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+        got.append(out.stdout.split())
+    assert got == [["1", "0"], ["0", "1"]], got
+
+
 def test_fallback_error_raises():
     backend = kiln.backend(server="127.0.0.1:1", fallback="error")
     compiled = torch.compile(SoftmaxLayerNorm(d=16), backend=backend)
