@@ -211,7 +211,7 @@ class KilnPartition(torch.nn.Module):
             sizes = self._static_sizes or self.exe.output_sizes(tensors)
             outs = [torch.empty(s, dtype=d) for s, d in zip(sizes, self._dtypes)]
             self.exe.run_into(tensors, outs)
-        except _binding.KilnError as e:
+        except Exception as e:  # noqa: BLE001 (KilnError: a guard, memory)
             if self.backend.fallback == "error":
                 raise
             self.backend._warn_once(f"kiln: {self.name}: {e}; running it eagerly")
@@ -285,9 +285,24 @@ class KilnBackend:
     # -- one AOTAutograd graph ---------------------------------------------
     def _compile_graph(self, gm: torch.fx.GraphModule,
                        example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        from torch._functorch.aot_autograd import make_boxed_func  # noqa: PLC0415
+
         report = ExplainReport(graphs=1)
         support = KilnOperatorSupport(self.ops())
-        result = partition(gm, support)
+        try:
+            result = partition(gm, support)
+        except Exception as e:  # noqa: BLE001 (never fail the user's graph)
+            if self.fallback == "error":
+                raise
+            self._warn_once(f"kiln: partitioning failed, running the graph "
+                            f"eagerly: {e!r}")
+            for node in gm.graph.nodes:
+                if node.op == "call_function" and _computes_tensors(node):
+                    report.op(_op_name(node)).fallback[
+                        f"partitioning failed: {e!r}"] += 1
+            with self._lock:
+                self.report.merge(report)
+            return make_boxed_func(gm)
         for node, reason in support.reasons.items():
             if _computes_tensors(node):  # not SymInt arithmetic
                 report.op(_op_name(node)).fallback[reason] += 1
@@ -311,8 +326,6 @@ class KilnBackend:
             self.report.merge(report)
         if _log_enabled():
             print(report, file=sys.stderr)
-        from torch._functorch.aot_autograd import make_boxed_func  # noqa: PLC0415
-
         return make_boxed_func(module)
 
     def _compile_partition(self, module: torch.fx.GraphModule, name: str,
@@ -323,6 +336,12 @@ class KilnBackend:
             graph = to_kiln_graph(sub)
         except Unsupported as e:
             return f"partition not expressible: {e}"
+        except Exception as e:  # noqa: BLE001 (a translator bug: stay eager)
+            if self.fallback == "error":
+                raise
+            self._warn_once(f"kiln: could not translate {name}, running it "
+                            f"eagerly: {e!r}")
+            return f"translation failed: {e!r}"
         if self._server_down is not None:
             if time.monotonic() < self._server_down_until:
                 return self._server_down

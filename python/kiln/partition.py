@@ -74,6 +74,8 @@ class KilnOperatorSupport(OperatorSupportBase):
             check_node_args(node)
         except Unsupported as e:
             return str(e)
+        except Exception as e:  # noqa: BLE001 (never fail the user's graph)
+            return f"cannot be checked: {e!r}"
         return None
 
 
