@@ -207,6 +207,8 @@ class KilnPartition(torch.nn.Module):
 
     def forward(self, *args: Any) -> Any:
         tensors = [args[i] for i in self.graph.tensor_inputs]
+        for k, dtype in self.graph.scalar_inputs.items():
+            tensors[k] = torch.tensor(tensors[k], dtype=dtype)
         try:
             sizes = self._static_sizes or self.exe.output_sizes(tensors)
             outs = [torch.empty(s, dtype=d) for s, d in zip(sizes, self._dtypes)]

@@ -160,7 +160,7 @@ def _float(v: float) -> Any:
 def _argument(value: Any, symbols: Optional[_Symbols],
               refs: Dict[torch.fx.Node, str]) -> Dict[str, Any]:
     """One FX argument as a kiln.v1.Argument (without its name)."""
-    if isinstance(value, _Const):
+    if isinstance(value, (_Const, _SymInput)):
         return {"ref": refs[value]}
     if isinstance(value, torch.fx.Node):
         v = value.meta.get("val")
@@ -218,6 +218,56 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (bool, int, float)) and not isinstance(v, torch.SymInt)
 
 
+# Overloads taking a Scalar `other` and their Tensor twins: a symbolic
+# scalar (SymInt/SymFloat, a graph input at run time) goes to the twin as a
+# 0-dim tensor.
+_SCALAR_TO_TENSOR = {
+    "aten.add.Scalar": "aten.add.Tensor", "aten.sub.Scalar": "aten.sub.Tensor",
+    "aten.mul.Scalar": "aten.mul.Tensor", "aten.div.Scalar": "aten.div.Tensor",
+    "aten.pow.Tensor_Scalar": "aten.pow.Tensor_Tensor",
+}
+
+
+def _is_sym_scalar(v: Any) -> bool:
+    return isinstance(v, torch.fx.Node) and \
+        isinstance(v.meta.get("val"), (torch.SymInt, torch.SymFloat))
+
+
+def _sym_scalar_ok(node: torch.fx.Node, position: Any) -> bool:
+    """Whether a symbolic scalar may be argument `position` (int or kwarg
+    name) of `node`: where the op takes a Tensor, or as `other` of an
+    overload with a Tensor twin."""
+    schema = node.target._schema.arguments
+    for i, sa in enumerate(schema):
+        if position in (i, sa.name):
+            if _wants_tensor(sa):
+                return True
+            return op_name(node.target) in _SCALAR_TO_TENSOR and i == 1
+    return False
+
+
+class _SymInput:
+    """A symbolic scalar placeholder passed to Kiln as a 0-dim tensor."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _wrapped_dtype(node: torch.fx.Node, value_type: type) -> torch.dtype:
+    """The dtype PyTorch gives a Python number of `value_type` next to the
+    node's tensor operand: the operand's, else the default for its kind."""
+    other = next((a.meta["val"] for a in node.args
+                  if isinstance(a, torch.fx.Node) and
+                  isinstance(a.meta.get("val"), torch.Tensor)), None)
+    if value_type is bool:
+        return other.dtype if other is not None else torch.bool
+    if value_type is int:
+        return other.dtype if other is not None and other.dtype != torch.bool \
+            else torch.int64
+    return other.dtype if other is not None and other.is_floating_point() \
+        else torch.float32
+
+
 class _Const:
     """A Python number an op takes as a Tensor, made a graph value."""
 
@@ -230,17 +280,7 @@ def _scalar_tensor(node: torch.fx.Node, value: Any, nodes: List[Dict[str, Any]],
     """Emits aten.scalar_tensor for a Python number passed where the op takes
     a Tensor (PyTorch wraps it), with the dtype PyTorch's promotion gives
     the wrapped number: the tensor operand's, or the default for its kind."""
-    other = next((a.meta["val"] for a in node.args
-                  if isinstance(a, torch.fx.Node) and
-                  isinstance(a.meta.get("val"), torch.Tensor)), None)
-    if isinstance(value, bool):
-        dtype = other.dtype if other is not None else torch.bool
-    elif isinstance(value, int):
-        dtype = other.dtype if other is not None and other.dtype != torch.bool \
-            else torch.int64
-    else:
-        dtype = other.dtype if other is not None and other.is_floating_point() \
-            else torch.float32
+    dtype = _wrapped_dtype(node, type(value))
     name = f"{node.name}_c{len(nodes)}"
     const = _Const(name)
     refs[const] = name
@@ -301,13 +341,17 @@ def check_node_args(node: torch.fx.Node) -> None:
     """Raises Unsupported when a call_function node's arguments or results
     cannot be said in Kiln's graph format (refs are not checked)."""
     refs = _AnyRefs()
-    for a in _node_args(node):
+    for i, a in enumerate(_node_args(node)):
+        if _is_sym_scalar(a) and _sym_scalar_ok(node, i):
+            continue
         _argument(a, None, refs)
     for k, v in node.kwargs.items():
         if k in _NEUTRAL_KWARGS and v in _NEUTRAL_KWARGS[k]:
             continue
         if k in _NEUTRAL_KWARGS:
             raise Unsupported(f"{k}={v}")
+        if _is_sym_scalar(v) and _sym_scalar_ok(node, k):
+            continue
         _argument(v, None, refs)
     val = _val(node)
     for i, t in enumerate(val if isinstance(val, (list, tuple)) else [val]):
@@ -339,6 +383,8 @@ class KilnGraph:
         ("input", i) for placeholder i returned as itself.
     output_meta: each Kiln output's fake tensor (sizes, strides, dtype).
     input_meta: each Kiln input's fake tensor.
+    scalar_inputs: Kiln inputs that are symbolic scalars (SymInt/SymFloat
+        placeholders), passed as 0-dim tensors of this dtype.
     dynamic: whether any size is symbolic.
     """
 
@@ -347,6 +393,7 @@ class KilnGraph:
     outputs: List[Tuple[str, int]]
     output_meta: List[torch.Tensor]
     input_meta: List[torch.Tensor]
+    scalar_inputs: Dict[int, torch.dtype]
     dynamic: bool
     symbol_of: Dict[Any, str] = field(default_factory=dict)
 
@@ -363,6 +410,8 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
     inputs: List[Dict[str, Any]] = []
     tensor_inputs: List[int] = []
     input_meta: List[torch.Tensor] = []
+    sym_inputs: Dict[torch.fx.Node, _SymInput] = {}
+    scalar_inputs: Dict[int, torch.dtype] = {}
     nodes: List[Dict[str, Any]] = []
     placeholders: Dict[torch.fx.Node, int] = {}
     multi: Dict[torch.fx.Node, List[str]] = {}  # node -> its output names
@@ -425,11 +474,35 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                 raise Unsupported(f"{op_name(node.target)} is not an ATen op")
             check_node_args(node)
             schema = node.target._schema.arguments
+            name = op_name(node.target)
+
+            def sym_input(a: torch.fx.Node) -> _SymInput:
+                """The Kiln input for a symbolic scalar placeholder."""
+                if a not in placeholders:
+                    raise Unsupported(f"symbolic scalar {a.name} is computed "
+                                      "inside the partition")
+                if a not in sym_inputs:
+                    dtype = _wrapped_dtype(node, float if isinstance(
+                        a.meta["val"], torch.SymFloat) else int)
+                    sym_inputs[a] = _SymInput(f"in{len(inputs)}")
+                    refs[sym_inputs[a]] = sym_inputs[a].name
+                    inputs.append({"name": sym_inputs[a].name, "meta": {
+                        "dtype": dtype_name(dtype), "sizes": [],
+                        "device": "CPU"}})
+                    tensor_inputs.append(placeholders[a])
+                    input_meta.append(torch.empty((), dtype=dtype))
+                    scalar_inputs[len(inputs) - 1] = dtype
+                return sym_inputs[a]
+
             args = []
             for i, a in enumerate(_node_args(node)):
                 if i < len(schema) and _wants_tensor(schema[i]) and \
                         _is_number(a):
                     a = _scalar_tensor(node, a, nodes, refs)
+                elif _is_sym_scalar(a):
+                    if not _wants_tensor(schema[i]):
+                        name = _SCALAR_TO_TENSOR[name]
+                    a = sym_input(a)
                 args.append(_argument(a, symbols, refs))
             for k, v in node.kwargs.items():
                 if k in _NEUTRAL_KWARGS and v in _NEUTRAL_KWARGS[k]:
@@ -437,6 +510,8 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                 if _is_number(v) and any(_wants_tensor(sa) for sa in schema
                                          if sa.name == k):
                     v = _scalar_tensor(node, v, nodes, refs)
+                elif _is_sym_scalar(v):
+                    v = sym_input(v)
                 arg = _argument(v, symbols, refs)
                 arg["name"] = k
                 args.append(arg)
@@ -447,8 +522,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             else:
                 names = [node.name]
                 refs[node] = node.name
-            nodes.append({"op": op_name(node.target), "args": args,
-                          "outputs": names})
+            nodes.append({"op": name, "args": args, "outputs": names})
         elif node.op == "output":
             output_node = node
         else:
@@ -480,7 +554,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
              "outputs": kiln_outputs}
     return KilnGraph(graph=graph, tensor_inputs=tensor_inputs, outputs=outputs,
                      output_meta=output_meta, input_meta=input_meta,
-                     dynamic=dynamic,
+                     scalar_inputs=scalar_inputs, dynamic=dynamic,
                      symbol_of=dict(symbols.names))
 
 
