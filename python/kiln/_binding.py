@@ -545,6 +545,7 @@ class CpuExecutable:
         key = ctypes.create_string_buffer(65)
         lib.kiln_cpu_executable_guard_key(handle, key)
         self.guard_key = key.value.decode()
+        self._local = threading.local()  # .prepared: layout -> views
 
     def __del__(self):
         handle, self._handle = self._handle, None
@@ -570,9 +571,26 @@ class CpuExecutable:
         """Runs on torch CPU tensors `inputs`, writing each output into the
         matching contiguous tensor of `outputs` (dtype and sizes as the
         program writes them). Returns when they are written."""
-        _torch_dtypes()
-        in_views, keep_in = _views(inputs, "input")
-        out_views, keep_out = _views(outputs, "output")
+        # The views' sizes/strides arrays are kept per layout (a few per
+        # executable and thread): a call with a known layout only sets the
+        # pointers.
+        cache = getattr(self._local, "prepared", None)
+        if cache is None:
+            cache = self._local.prepared = {}
+        key = tuple((t.dtype, t.shape, t.stride()) for t in inputs) + \
+            tuple((t.dtype, t.shape, t.stride()) for t in outputs)
+        prepared = cache.get(key)
+        if prepared is None:
+            _torch_dtypes()
+            prepared = (_views(inputs, "input"), _views(outputs, "output"))
+            if len(cache) >= 16:
+                cache.pop(next(iter(cache)))
+            cache[key] = prepared
+        (in_views, _), (out_views, _) = prepared
+        for i, t in enumerate(inputs):
+            in_views[i].data = t.data_ptr()
+        for i, t in enumerate(outputs):
+            out_views[i].data = t.data_ptr()
         _check(self._lib, self._lib.kiln_cpu_executable_run(
             self._handle, in_views, len(inputs), out_views, len(outputs)))
 

@@ -394,6 +394,30 @@ def test_cpu_executable_binding(daemon):
         exe.run_into([x, scale], [torch.empty(6)])
     assert info.value.code_name == "INVALID_ARGUMENT"
 
+    # Several threads on one executable, each with its own batch sizes
+    # (views cached per thread and layout).
+    import threading
+
+    errors = []
+
+    def work(rows):
+        try:
+            for _ in range(50):
+                a = torch.randn(rows, 16)
+                out = torch.empty(rows)
+                exe.run_into([a, scale], [out])
+                torch.testing.assert_close(
+                    out, torch.tanh(a * scale + 1).mean(dim=1))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in (3, 5, 9, 17)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
 
 def test_autostart_starts_one_per_user_daemon(tmp_path):
     """With KILN_SERVER unset and nothing on 127.0.0.1:7733, two processes
