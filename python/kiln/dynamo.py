@@ -262,11 +262,11 @@ class KilnBackend:
         return self._aot(gm, example_inputs)
 
     def counters(self) -> Dict[str, int]:
-        """How this process's client for the backend's server was served so
-        far: {"local_hits", "lookup_hits", "compiles"} (kiln_client_counters;
-        zeros before the first compile)."""
+        """How this process's client for the backend's server has served
+        requests so far (shared by every backend of that server):
+        {"local_hits", "lookup_hits", "compiles"} (kiln_client_counters)."""
         if self._address is None:
-            return {"local_hits": 0, "lookup_hits": 0, "compiles": 0}
+            self._address = resolve_server(self.server)
         return _client(self._address, 1).counters()
 
     def ops(self) -> frozenset:

@@ -106,6 +106,26 @@ def test_softmax_layer_norm_gelu_forward_backward(daemon):
     assert report.kiln_nodes > report.fallback_nodes
 
 
+def test_fast_math_is_another_compile(daemon):
+    """fast_math=True is part of the request: a second compile (another
+    guard key) whose results stay close to eager's."""
+    x = torch.randn(8, 5, 64)
+    compiles = []
+    for fast_math in (False, True):
+        torch._dynamo.reset()
+        backend = kiln.backend(server=daemon.address, fast_math=fast_math,
+                               fallback="error")
+        model = SoftmaxLayerNorm()
+        start = backend.counters()
+        check_fwd_bwd(model, backend, x, atol=1e-4, rtol=1e-4)
+        end = backend.counters()
+        served = {k: end[k] - start[k] for k in end}
+        assert sum(served.values()) == backend.report.compiled_partitions > 0
+        compiles.append(served["compiles"])
+    # The same graphs with fast_math are new keys: each one compiled.
+    assert compiles[1] == backend.report.compiled_partitions, compiles
+
+
 def test_unsupported_ops_fall_back_and_are_reported(daemon):
     backend = kiln.backend(server=daemon.address, fallback="error")
     model = MLP()
