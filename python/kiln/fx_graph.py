@@ -8,8 +8,13 @@ protobuf JSON mapping, the form client/request_json.h reads.
 Tensor placeholders become Graph.inputs with their dtype, sizes, strides and
 storage offset; SymInt sizes become Graph.symbols (a size that is a plain
 symbol keeps its name, "s0"; a compound size such as s0*16 gets a symbol of
-its own, which Kiln binds from the actual size). SymInt placeholders are not
-inputs: Kiln binds every symbol from the tensors' sizes. Outputs that are
+its own, which Kiln binds from the actual size); contiguous inputs are sent
+without strides. SymInt placeholders are not inputs (Kiln binds every symbol
+from the tensors' sizes), except where an op takes one as a scalar operand
+(mean's backward divides by a symbolic count): such a SymInt/SymFloat is a
+0-dim input (KilnGraph.scalar_inputs) and a Scalar overload becomes its
+Tensor twin. A Python number an op takes as a Tensor becomes
+aten.scalar_tensor; aten.alias is its input's value. Outputs that are
 placeholders are not sent: the caller returns those inputs as themselves.
 
 Everything here raises Unsupported (with the reason) for what Kiln's graph
@@ -28,8 +33,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.fx
 
-__all__ = ["IDENTITY_OPS", "KilnGraph", "is_contiguous", "Unsupported", "dtype_name", "to_kiln_graph",
-           "check_node_args", "op_name"]
+__all__ = ["IDENTITY_OPS", "KilnGraph", "Unsupported", "check_node_args",
+           "dtype_name", "is_contiguous", "op_name", "to_kiln_graph"]
 
 _DTYPES = {
     torch.float32: "FLOAT32",
@@ -52,10 +57,8 @@ _NEUTRAL_KWARGS = {
 
 
 # Ops that are their input's value in a functional graph: the same ref.
-_IDENTITY_OPS = frozenset({"aten.alias.default"})
-
-
-IDENTITY_OPS = _IDENTITY_OPS
+IDENTITY_OPS = frozenset({"aten.alias.default"})
+_IDENTITY_OPS = IDENTITY_OPS
 
 
 class Unsupported(Exception):
