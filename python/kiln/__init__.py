@@ -21,7 +21,13 @@ when a backend is created or a tensor is run. The binding's names
 load_library, supported_ops) are documented in kiln/_binding.py.
 
 Environment: KILN_SERVER (kilnd's address, "HOST:PORT" or "unix:PATH";
-default 127.0.0.1:7733), KILN_LIB (libkiln_c.so), KILN_LOG=fallback.
+default 127.0.0.1:7733 when it answers, else a per-user kilnd started on a
+Unix socket, kiln/autostart.py), KILN_AUTOSTART=0 (never start one),
+KILN_LIB (libkiln_c.so), KILN_KILND (the kilnd to start), KILN_LOG=fallback.
+
+Not yet (issue 15): CUDA tensors in the backend (they run eagerly; the
+binding's CudaExecutable works), `make wheel`, output strides and aliases
+in the wire format, a CPython extension for the call path.
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     """A configured Dynamo backend for ``torch.compile(backend=...)``.
 
     server: kilnd's address ("HOST:PORT" or "unix:PATH"; None: $KILN_SERVER,
-    else 127.0.0.1:7733). fast_math: CompileOptions.fast_math.
+    else 127.0.0.1:7733 when it answers, else the per-user kilnd, started if
+    needed: kiln/autostart.py). fast_math: CompileOptions.fast_math.
     fallback: "eager" (default: a partition Kiln cannot compile, or an
     unreachable server, runs eagerly with one warning) or "error" (raise
     KilnError instead). Ops Kiln does not have always run eagerly.
