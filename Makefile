@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test serve fuzz bench bundle check-bundle format clean
+.PHONY: all deps configure build python-env test serve fuzz bench bundle check-bundle format clean
 
 all: build
 
@@ -20,7 +20,12 @@ configure: deps $(BUILD)/build.ninja
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+# The venv the torch tests run in (torch and pytest from PyPI, under
+# $${KILN_VENV:-~/.cache/kiln/venv}); created once, then a no-op.
+python-env: deps
+	@bash deploy/python-env.sh >/dev/null
+
+test: build python-env
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # Starts kilnd in the foreground on 127.0.0.1:7733 with its cache under

@@ -1,5 +1,5 @@
-// The C API (kiln_c.h) over kiln::Client and the CUDA runtime. Each handle
-// is a struct that holds the C++ object (by value, unique_ptr or
+// The C API (kiln_c.h) over kiln::Client and the CPU and CUDA runtimes. Each
+// handle is a struct that holds the C++ object (by value, unique_ptr or
 // shared_ptr); the C ABI hands out raw pointers to them, so handles are
 // created with std::make_unique and released to the caller, and taken back
 // into a unique_ptr by the matching *_destroy.
@@ -14,12 +14,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "runtime/cuda_executable.h"
-#include "runtime/device_allocator.h"
 #include "client/kiln_client.h"
 #include "client/request_json.h"
+#include "graph/op_signature.h"
+#include "runtime/cpu_executable.h"
+#include "runtime/cuda_executable.h"
+#include "runtime/device_allocator.h"
 #include "support/sha256.h"
 
 struct kiln_status {
@@ -44,6 +47,15 @@ struct kiln_cuda_tensor {
   kiln::DeviceTensor tensor;
 };
 
+struct kiln_cpu_executable {
+  std::shared_ptr<const kiln::Executable> exe;
+};
+
+struct kiln_cpu_tensor {
+  explicit kiln_cpu_tensor(kiln::HostTensor t) : tensor(std::move(t)) {}
+  kiln::HostTensor tensor;
+};
+
 namespace kiln {
 namespace {
 
@@ -64,6 +76,41 @@ kiln_status* NullArgument(const char* function, const char* argument) {
 bool ValidDType(int32_t dtype) {
   return dtype >= static_cast<int>(DType::kFloat32) &&
          dtype <= static_cast<int>(DType::kBool);
+}
+
+// Host views of C tensor views (the spans point into `inputs`); `what` is
+// "input" or "output". Contiguous strides for NULL strides go into
+// `contiguous` (one vector per view, kept alive by the caller).
+absl::Status ToHostViews(const kiln_tensor_view* views, size_t n,
+                         const char* what,
+                         std::vector<std::vector<int64_t>>& contiguous,
+                         std::vector<HostBufferView>& out) {
+  out.resize(n);
+  contiguous.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const kiln_tensor_view& in = views[i];
+    if (!ValidDType(in.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " ", i, ": dtype ", in.dtype, " is not a KILN_*"));
+    }
+    if (in.rank < 0 || (in.rank > 0 && !in.sizes)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " ", i, ": rank ", in.rank, in.sizes ? "" : " with no sizes"));
+    }
+    out[i].data = reinterpret_cast<void*>(static_cast<uintptr_t>(in.data));
+    out[i].dtype = static_cast<DType>(in.dtype);
+    out[i].sizes = absl::MakeConstSpan(in.sizes, in.rank);
+    if (in.strides || in.rank == 0) {
+      out[i].strides = absl::MakeConstSpan(in.strides, in.rank);
+    } else {
+      std::vector<int64_t>& strides = contiguous[i];
+      strides.assign(in.rank, 1);
+      for (int d = in.rank - 1; d > 0; --d)
+        strides[d - 1] = strides[d] * std::max<int64_t>(in.sizes[d], 1);
+      out[i].strides = strides;
+    }
+  }
+  return absl::OkStatus();
 }
 
 // DLPack's unversioned ABI (dlpack.h v0.8), declared here so that no header
@@ -421,6 +468,214 @@ void kiln_dlpack_delete(void* managed_tensor) {
   if (!managed_tensor) return;
   auto* managed = static_cast<kiln::DLManagedTensor*>(managed_tensor);
   if (managed->deleter) managed->deleter(managed);
+}
+
+kiln_status* kiln_client_get_cpu_executable(kiln_client* client,
+                                            const char* graph_json,
+                                            size_t graph_json_len,
+                                            const char* target, int fast_math,
+                                            kiln_cpu_executable** out) {
+  constexpr char kFn[] = "kiln_client_get_cpu_executable";
+  if (!out) return kiln::NullArgument(kFn, "out");
+  *out = nullptr;
+  if (!client) return kiln::NullArgument(kFn, "client");
+  if (!graph_json) return kiln::NullArgument(kFn, "graph_json");
+  absl::StatusOr<kiln::v1::Target> parsed_target =
+      kiln::TargetFromName(target ? target : "cpu");
+  if (!parsed_target.ok()) return kiln::ToC(parsed_target.status());
+  if (!parsed_target->has_cpu()) {
+    return kiln::ToC(absl::InvalidArgumentError(absl::StrCat(
+        "target '", target, "' is not a CPU target (use \"cpu\")")));
+  }
+  absl::StatusOr<kiln::v1::CompileRequest> request =
+      kiln::RequestFromGraphJson(absl::string_view(graph_json, graph_json_len),
+                                 *parsed_target, fast_math != 0);
+  if (!request.ok()) return kiln::ToC(request.status());
+  absl::StatusOr<std::shared_ptr<const kiln::Executable>> exe =
+      client->client->GetExecutable(*request);
+  if (!exe.ok()) return kiln::ToC(exe.status());
+  auto handle = std::make_unique<kiln_cpu_executable>();
+  handle->exe = *std::move(exe);
+  *out = handle.release();
+  return nullptr;
+}
+
+void kiln_cpu_executable_destroy(kiln_cpu_executable* exe) {
+  std::unique_ptr<kiln_cpu_executable> owned(exe);
+}
+
+size_t kiln_cpu_executable_num_inputs(const kiln_cpu_executable* exe) {
+  return exe ? exe->exe->cpu_executable().artifact().inputs_size() : 0;
+}
+
+size_t kiln_cpu_executable_num_outputs(const kiln_cpu_executable* exe) {
+  return exe ? exe->exe->cpu_executable().artifact().outputs_size() : 0;
+}
+
+int kiln_cpu_executable_output_dtype(const kiln_cpu_executable* exe,
+                                     size_t index) {
+  if (!exe || index >= kiln_cpu_executable_num_outputs(exe)) return -1;
+  return exe->exe->cpu_executable()
+      .artifact()
+      .outputs(static_cast<int>(index))
+      .dtype();
+}
+
+int kiln_cpu_executable_output_rank(const kiln_cpu_executable* exe,
+                                    size_t index) {
+  if (!exe || index >= kiln_cpu_executable_num_outputs(exe)) return -1;
+  return exe->exe->cpu_executable()
+      .artifact()
+      .outputs(static_cast<int>(index))
+      .sizes_size();
+}
+
+void kiln_cpu_executable_guard_key(const kiln_cpu_executable* exe,
+                                   char hex[65]) {
+  if (!hex) return;
+  hex[0] = '\0';
+  if (!exe) return;
+  const std::string& key = exe->exe->guard_key();
+  kiln::Sha256Digest digest{};
+  if (key.size() != digest.size()) return;
+  std::memcpy(digest.data(), key.data(), digest.size());
+  const std::string text = kiln::DigestToHex(digest);
+  std::memcpy(hex, text.c_str(), std::min<size_t>(text.size(), 64) + 1);
+  hex[64] = '\0';
+}
+
+kiln_status* kiln_cpu_executable_output_sizes(const kiln_cpu_executable* exe,
+                                              const kiln_tensor_view* inputs,
+                                              size_t num_inputs, int64_t* sizes,
+                                              size_t num_sizes) {
+  constexpr char kFn[] = "kiln_cpu_executable_output_sizes";
+  if (!exe) return kiln::NullArgument(kFn, "exe");
+  if (num_inputs > 0 && !inputs) return kiln::NullArgument(kFn, "inputs");
+  if (num_sizes > 0 && !sizes) return kiln::NullArgument(kFn, "sizes");
+  std::vector<std::vector<int64_t>> contiguous;
+  std::vector<kiln::HostBufferView> views;
+  if (absl::Status s =
+          kiln::ToHostViews(inputs, num_inputs, "input", contiguous, views);
+      !s.ok()) {
+    return kiln::ToC(s);
+  }
+  auto all = exe->exe->cpu_executable().OutputSizes(views);
+  if (!all.ok()) return kiln::ToC(all.status());
+  size_t total = 0;
+  for (const auto& v : *all) total += v.size();
+  if (total != num_sizes) {
+    return kiln::ToC(absl::InvalidArgumentError(absl::StrCat(
+        kFn, ": room for ", num_sizes, " sizes, the outputs have ", total)));
+  }
+  for (const auto& v : *all) sizes = std::copy(v.begin(), v.end(), sizes);
+  return nullptr;
+}
+
+kiln_status* kiln_cpu_executable_run(const kiln_cpu_executable* exe,
+                                     const kiln_tensor_view* inputs,
+                                     size_t num_inputs,
+                                     const kiln_tensor_view* outputs,
+                                     size_t num_outputs) {
+  constexpr char kFn[] = "kiln_cpu_executable_run";
+  if (!exe) return kiln::NullArgument(kFn, "exe");
+  if (num_inputs > 0 && !inputs) return kiln::NullArgument(kFn, "inputs");
+  if (num_outputs > 0 && !outputs) return kiln::NullArgument(kFn, "outputs");
+  std::vector<std::vector<int64_t>> in_contiguous, out_contiguous;
+  std::vector<kiln::HostBufferView> in_views, out_views;
+  if (absl::Status s = kiln::ToHostViews(inputs, num_inputs, "input",
+                                         in_contiguous, in_views);
+      !s.ok()) {
+    return kiln::ToC(s);
+  }
+  if (absl::Status s = kiln::ToHostViews(outputs, num_outputs, "output",
+                                         out_contiguous, out_views);
+      !s.ok()) {
+    return kiln::ToC(s);
+  }
+  return kiln::ToC(exe->exe->cpu_executable().RunInto(in_views, out_views,
+                                                      exe->exe->thread_pool()));
+}
+
+kiln_status* kiln_cpu_executable_run_alloc(const kiln_cpu_executable* exe,
+                                           const kiln_tensor_view* inputs,
+                                           size_t num_inputs,
+                                           kiln_cpu_tensor** outputs,
+                                           size_t num_outputs) {
+  constexpr char kFn[] = "kiln_cpu_executable_run_alloc";
+  if (!exe) return kiln::NullArgument(kFn, "exe");
+  if (num_inputs > 0 && !inputs) return kiln::NullArgument(kFn, "inputs");
+  if (num_outputs > 0 && !outputs) return kiln::NullArgument(kFn, "outputs");
+  std::vector<std::vector<int64_t>> contiguous;
+  std::vector<kiln::HostBufferView> in_views;
+  if (absl::Status s =
+          kiln::ToHostViews(inputs, num_inputs, "input", contiguous, in_views);
+      !s.ok()) {
+    return kiln::ToC(s);
+  }
+  const kiln::CpuExecutable& cpu = exe->exe->cpu_executable();
+  auto sizes = cpu.OutputSizes(in_views);
+  if (!sizes.ok()) return kiln::ToC(sizes.status());
+  if (sizes->size() != num_outputs) {
+    return kiln::ToC(absl::InvalidArgumentError(
+        absl::StrCat(kFn, ": room for ", num_outputs,
+                     " outputs, the graph has ", sizes->size())));
+  }
+  std::vector<kiln::HostTensor> tensors;
+  std::vector<kiln::HostBufferView> out_views(num_outputs);
+  tensors.reserve(num_outputs);
+  for (size_t o = 0; o < num_outputs; ++o) {
+    const auto dtype = static_cast<kiln::DType>(
+        cpu.artifact().outputs(static_cast<int>(o)).dtype());
+    tensors.push_back(kiln::HostTensor::Uninitialized(dtype, (*sizes)[o]));
+    out_views[o] = {tensors.back().data(), dtype, tensors.back().sizes(),
+                    tensors.back().strides()};
+  }
+  if (absl::Status s =
+          cpu.RunInto(in_views, out_views, exe->exe->thread_pool());
+      !s.ok()) {
+    return kiln::ToC(s);
+  }
+  for (size_t o = 0; o < num_outputs; ++o) {
+    outputs[o] =
+        std::make_unique<kiln_cpu_tensor>(std::move(tensors[o])).release();
+  }
+  return nullptr;
+}
+
+void* kiln_cpu_tensor_data(kiln_cpu_tensor* tensor) {
+  return tensor ? tensor->tensor.data() : nullptr;
+}
+
+int kiln_cpu_tensor_dtype(const kiln_cpu_tensor* tensor) {
+  return tensor ? static_cast<int>(tensor->tensor.dtype()) : -1;
+}
+
+int kiln_cpu_tensor_rank(const kiln_cpu_tensor* tensor) {
+  return tensor ? tensor->tensor.rank() : -1;
+}
+
+const int64_t* kiln_cpu_tensor_sizes(const kiln_cpu_tensor* tensor) {
+  return tensor ? tensor->tensor.sizes().data() : nullptr;
+}
+
+const int64_t* kiln_cpu_tensor_strides(const kiln_cpu_tensor* tensor) {
+  return tensor ? tensor->tensor.strides().data() : nullptr;
+}
+
+size_t kiln_cpu_tensor_nbytes(const kiln_cpu_tensor* tensor) {
+  return tensor ? static_cast<size_t>(tensor->tensor.numel()) *
+                      kiln::DTypeSize(tensor->tensor.dtype())
+                : 0;
+}
+
+void kiln_cpu_tensor_destroy(kiln_cpu_tensor* tensor) {
+  std::unique_ptr<kiln_cpu_tensor> owned(tensor);
+}
+
+const char* kiln_supported_ops(void) {
+  static const std::string* const ops =
+      new std::string(absl::StrJoin(kiln::OpSignatures::Get().Names(), "\n"));
+  return ops->c_str();
 }
 
 }  // extern "C"

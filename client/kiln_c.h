@@ -1,5 +1,6 @@
-/* Kiln's C API: kiln::Client's CUDA path (client/kiln_client.h) for
- * languages that call C, such as Python through ctypes (python/kiln). Built
+/* Kiln's C API: kiln::Client (client/kiln_client.h), its CPU and CUDA
+ * executables, for languages that call C, such as Python through ctypes
+ * (python/kiln). Built
  * into libkiln_c.so, which exports the kiln_* functions below and nothing
  * else (the C++ code inside, gRPC/Protobuf/Abseil aside, is private to it).
  *
@@ -18,6 +19,15 @@
  *   kiln_cuda_executable_destroy(exe);
  *   kiln_client_destroy(client);
  *
+ * CPU executables run over host memory the caller owns, without copies:
+ *
+ *   kiln_cpu_executable* cpu = NULL;
+ *   s = kiln_client_get_cpu_executable(client, json, strlen(json), "cpu", 0,
+ *                                      &cpu);
+ *   kiln_tensor_view x = {(uint64_t)x_ptr, KILN_FLOAT32, 2, sizes, strides};
+ *   kiln_tensor_view y = {(uint64_t)y_ptr, KILN_FLOAT32, 2, sizes, NULL};
+ *   s = kiln_cpu_executable_run(cpu, &x, 1, &y, 1);  // y written, done
+ *
  * Errors: every function that can fail returns a kiln_status*: NULL on
  * success, else a status the caller owns and frees with kiln_status_free,
  * holding the code (the gRPC/absl canonical codes, KILN_* below) and the
@@ -32,9 +42,10 @@
  * a client's in-process cache keeps what it loaded; so handles may be
  * destroyed in any order (an output may outlive its executable and client).
  *
- * Thread-safety: a kiln_client and a kiln_cuda_executable may be used from
- * many threads at once (kiln::Client's and CudaExecutable's contracts); a
- * kiln_cuda_tensor and a kiln_status by one thread at a time. The allocator
+ * Thread-safety: a kiln_client, a kiln_cuda_executable and a
+ * kiln_cpu_executable may be used from many threads at once (kiln::Client's,
+ * CudaExecutable's and CpuExecutable's contracts); a kiln_cuda_tensor, a
+ * kiln_cpu_tensor and a kiln_status by one thread at a time. The allocator
  * callbacks are called from whichever thread runs an executable (alloc,
  * free of temporaries) or destroys an output (free), and must be
  * thread-safe.
@@ -53,8 +64,9 @@
 extern "C" {
 #endif
 
-/* Bumped when a declaration here changes. */
-#define KILN_C_API_VERSION 1
+/* Bumped when a declaration here changes or is added (2: CPU executables,
+ * kiln_supported_ops). */
+#define KILN_C_API_VERSION 2
 int kiln_c_api_version(void);
 
 /* Status codes (= absl::StatusCode = grpc::StatusCode). */
@@ -93,6 +105,8 @@ typedef struct kiln_client kiln_client;
 typedef struct kiln_allocator kiln_allocator;
 typedef struct kiln_cuda_executable kiln_cuda_executable;
 typedef struct kiln_cuda_tensor kiln_cuda_tensor;
+typedef struct kiln_cpu_executable kiln_cpu_executable;
+typedef struct kiln_cpu_tensor kiln_cpu_tensor;
 
 /* ---- status ------------------------------------------------------------ */
 
@@ -231,6 +245,95 @@ void kiln_cuda_tensor_destroy(kiln_cuda_tensor* tensor);
 void* kiln_cuda_tensor_to_dlpack(kiln_cuda_tensor* tensor, int device_ordinal);
 /* Calls the DLManagedTensor's deleter; NULL is ignored. */
 void kiln_dlpack_delete(void* managed_tensor);
+
+/* ---- CPU executables -------------------------------------------------- */
+
+/* kiln::Client::GetExecutable for the graph `graph_json` (as for
+ * kiln_client_get_cuda_executable) compiled for the CPU target `target`
+ * ("cpu" or NULL: this host's x86-64 level, kiln::Client's default target,
+ * the one `kilnctl compile --target=cpu` sends, so the guard keys match)
+ * with CompileOptions.fast_math = `fast_math` != 0, and loaded (its
+ * binary's SHA-256 checked first). Served from the client's in-process
+ * cache, kilnd's cache by Lookup, or a Compile. Errors: INVALID_ARGUMENT for
+ * JSON that is not a graph, a target that is not a CPU target, a malformed
+ * graph; UNIMPLEMENTED naming an unknown op; UNAVAILABLE when kilnd cannot
+ * be reached; DATA_LOSS for a binary whose hash does not match. */
+kiln_status* kiln_client_get_cpu_executable(kiln_client* client,
+                                            const char* graph_json,
+                                            size_t graph_json_len,
+                                            const char* target, int fast_math,
+                                            kiln_cpu_executable** out);
+void kiln_cpu_executable_destroy(kiln_cpu_executable* exe);
+
+size_t kiln_cpu_executable_num_inputs(const kiln_cpu_executable* exe);
+size_t kiln_cpu_executable_num_outputs(const kiln_cpu_executable* exe);
+/* The dtype (KILN_*) and rank of output `index`; -1 when out of range. */
+int kiln_cpu_executable_output_dtype(const kiln_cpu_executable* exe,
+                                     size_t index);
+int kiln_cpu_executable_output_rank(const kiln_cpu_executable* exe,
+                                    size_t index);
+/* The guard key as 64 lowercase hex digits and a NUL, into `hex`. */
+void kiln_cpu_executable_guard_key(const kiln_cpu_executable* exe,
+                                   char hex[65]);
+
+/* CPU inputs and outputs are kiln_tensor_views of host memory: `data` is the
+ * address of the first element (storage offset applied) as an integer.
+ * Inputs may have any strides the guards allow (those the graph was
+ * compiled for; strides of dims of size 1 are not checked); `strides` may be
+ * NULL for a contiguous tensor. */
+
+/* The sizes of every output for these inputs, after checking the inputs'
+ * guards: output 0's sizes, then output 1's, ... into `sizes`
+ * (`num_sizes` must be the sum of the outputs' ranks). What
+ * kiln_cpu_executable_run expects its outputs to hold when sizes are
+ * symbolic; a graph without symbols always has its outputs' static sizes.
+ * Errors: INVALID_ARGUMENT naming the input, dim and guard, or a wrong
+ * count. */
+kiln_status* kiln_cpu_executable_output_sizes(const kiln_cpu_executable* exe,
+                                              const kiln_tensor_view* inputs,
+                                              size_t num_inputs, int64_t* sizes,
+                                              size_t num_sizes);
+
+/* kiln::CpuExecutable::RunInto: checks the guards and runs the program on
+ * the client's runtime threads, writing output o into the caller's memory
+ * `outputs[o].data`, which must hold the output's dtype and sizes
+ * (kiln_cpu_executable_output_sizes) contiguously (strides NULL or
+ * row-major) and overlap no input or other output. Returns when the outputs
+ * are written; reads the inputs only during the call; copies nothing.
+ * Errors: INVALID_ARGUMENT naming the input or output and the guard or
+ * size it fails, a bad dtype/rank or a wrong count; RESOURCE_EXHAUSTED
+ * when a temporary cannot be allocated. */
+kiln_status* kiln_cpu_executable_run(const kiln_cpu_executable* exe,
+                                     const kiln_tensor_view* inputs,
+                                     size_t num_inputs,
+                                     const kiln_tensor_view* outputs,
+                                     size_t num_outputs);
+
+/* The same with outputs Kiln allocates (64-byte aligned, contiguous): on
+ * success outputs[0 .. num_outputs) are new handles the caller destroys
+ * with kiln_cpu_tensor_destroy. On error no handle is written. */
+kiln_status* kiln_cpu_executable_run_alloc(const kiln_cpu_executable* exe,
+                                           const kiln_tensor_view* inputs,
+                                           size_t num_inputs,
+                                           kiln_cpu_tensor** outputs,
+                                           size_t num_outputs);
+
+void* kiln_cpu_tensor_data(kiln_cpu_tensor* tensor);
+int kiln_cpu_tensor_dtype(const kiln_cpu_tensor* tensor);
+int kiln_cpu_tensor_rank(const kiln_cpu_tensor* tensor);
+/* rank entries each, contiguous layout; valid while the handle lives. */
+const int64_t* kiln_cpu_tensor_sizes(const kiln_cpu_tensor* tensor);
+const int64_t* kiln_cpu_tensor_strides(const kiln_cpu_tensor* tensor);
+size_t kiln_cpu_tensor_nbytes(const kiln_cpu_tensor* tensor);
+void kiln_cpu_tensor_destroy(kiln_cpu_tensor* tensor);
+
+/* ---- what Kiln compiles ------------------------------------------------ */
+
+/* The Core ATen overloads this library's op signature table holds
+ * ("aten.add.Tensor", ...), sorted, one per line, NUL-terminated; static
+ * storage, valid for the process. A kilnd built from the same tree compiles
+ * the same set; kilnd reports its own in kiln.v1.ServerInfo.supported_ops. */
+const char* kiln_supported_ops(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -38,6 +38,8 @@ class CpuExecutableHandle final : public Executable {
     return exe_->Run(inputs, pool_.get());
   }
   const std::string& guard_key() const override { return key_; }
+  const CpuExecutable& cpu_executable() const override { return *exe_; }
+  ThreadPool* thread_pool() const override { return pool_.get(); }
 
  private:
   std::unique_ptr<CpuExecutable> exe_;

@@ -61,6 +61,9 @@
 
 namespace kiln {
 
+class CpuExecutable;  // runtime/cpu_executable.h
+class ThreadPool;     // runtime/thread_pool.h
+
 struct ClientOptions {
   // HOST:PORT of kilnd; empty: $KILN_SERVER, else 127.0.0.1:7733.
   std::string server;
@@ -85,6 +88,11 @@ class Executable {
       absl::Span<const HostTensor> inputs) const = 0;
   // The guard key (32 bytes) this executable was served under.
   virtual const std::string& guard_key() const = 0;
+  // The loaded executable Run runs and the pool it runs on (may be null),
+  // for callers that run over their own memory (CpuExecutable::RunInto,
+  // the C API's kiln_cpu_executable_run).
+  virtual const CpuExecutable& cpu_executable() const = 0;
+  virtual ThreadPool* thread_pool() const = 0;
 };
 
 class Client {

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "support/sha256.h"
 
 namespace kiln {
@@ -86,22 +87,117 @@ struct FreeDeleter {
 };
 }  // namespace
 
+absl::StatusOr<std::vector<int64_t>> CpuExecutable::CheckViewGuards(
+    absl::Span<const HostBufferView> inputs) const {
+  std::vector<int64_t> symbols(artifact_.symbols_size(), 0);
+  absl::Status status = CheckInputGuards(
+      artifact_, static_cast<int>(inputs.size()),
+      [&](int i) {
+        const HostBufferView& t = inputs[i];
+        return GuardedTensor{t.dtype, t.sizes, t.strides,
+                             reinterpret_cast<uintptr_t>(t.data)};
+      },
+      absl::MakeSpan(symbols));
+  if (!status.ok()) return status;
+  return symbols;
+}
+
+std::vector<std::vector<int64_t>> CpuExecutable::SizesFor(
+    absl::Span<const int64_t> symbols) const {
+  std::vector<std::vector<int64_t>> all;
+  all.reserve(plan_.outputs.size());
+  for (const ProgramPlan::Output& out : plan_.outputs) {
+    std::vector<int64_t>& sizes = all.emplace_back();
+    for (const v1::SymPoly& s : out.spec->sizes())
+      sizes.push_back(EvaluateSymPoly(s, symbols));
+  }
+  return all;
+}
+
+absl::StatusOr<std::vector<std::vector<int64_t>>> CpuExecutable::OutputSizes(
+    absl::Span<const HostBufferView> inputs) const {
+  auto symbols = CheckViewGuards(inputs);
+  if (!symbols.ok()) return symbols.status();
+  return SizesFor(*symbols);
+}
+
 absl::StatusOr<std::vector<HostTensor>> CpuExecutable::Run(
     absl::Span<const HostTensor> inputs, ThreadPool* pool) const {
   auto symbols = CheckGuards(inputs);
   if (!symbols.ok()) return symbols.status();
-  std::vector<void*> buffers(plan_.element_size.size(), nullptr);
   std::vector<HostTensor> outputs;
+  std::vector<void*> output_data;
   outputs.reserve(plan_.outputs.size());
-  for (const ProgramPlan::Output& out : plan_.outputs) {
-    std::vector<int64_t> sizes;
-    for (const v1::SymPoly& s : out.spec->sizes())
-      sizes.push_back(EvaluateSymPoly(s, *symbols));
-    outputs.push_back(HostTensor::Uninitialized(out.dtype, sizes));
-    buffers[out.buffer] = outputs.back().data();
+  for (std::vector<int64_t>& sizes : SizesFor(*symbols)) {
+    outputs.push_back(HostTensor::Uninitialized(
+        plan_.outputs[outputs.size()].dtype, std::move(sizes)));
+    output_data.push_back(outputs.back().data());
   }
+  std::vector<void*> input_data;
+  input_data.reserve(inputs.size());
+  for (const HostTensor& t : inputs)
+    input_data.push_back(const_cast<uint8_t*>(t.data()));
+  absl::Status status = Execute(*symbols, input_data, output_data, pool);
+  if (!status.ok()) return status;
+  return outputs;
+}
+
+absl::Status CpuExecutable::RunInto(absl::Span<const HostBufferView> inputs,
+                                    absl::Span<const HostBufferView> outputs,
+                                    ThreadPool* pool) const {
+  auto symbols = CheckViewGuards(inputs);
+  if (!symbols.ok()) return symbols.status();
+  if (outputs.size() != plan_.outputs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(outputs.size(), " outputs given, the program writes ",
+                     plan_.outputs.size()));
+  }
+  const std::vector<std::vector<int64_t>> sizes = SizesFor(*symbols);
+  std::vector<void*> output_data(outputs.size(), nullptr);
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const HostBufferView& out = outputs[o];
+    if (out.dtype != plan_.outputs[o].dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output ", o, ": dtype ", DTypeName(out.dtype),
+          ", the program writes ", DTypeName(plan_.outputs[o].dtype)));
+    }
+    if (out.sizes != absl::MakeConstSpan(sizes[o]) ||
+        out.strides.size() != sizes[o].size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output ", o, ": sizes [", absl::StrJoin(out.sizes, ", "),
+          "], the program writes [", absl::StrJoin(sizes[o], ", "), "]"));
+    }
+    int64_t expected = 1, numel = 1;
+    for (size_t d = sizes[o].size(); d-- > 0;) {
+      if (sizes[o][d] != 1 && out.strides[d] != expected) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "output ", o, ": stride ", out.strides[d], " of dim ", d,
+            ", the program writes contiguous outputs (stride ", expected, ")"));
+      }
+      expected *= sizes[o][d];
+      numel *= sizes[o][d];
+    }
+    if (numel > 0 && out.data == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output ", o, ": no data pointer"));
+    }
+    output_data[o] = out.data;
+  }
+  std::vector<void*> input_data;
+  input_data.reserve(inputs.size());
+  for (const HostBufferView& t : inputs) input_data.push_back(t.data);
+  return Execute(*symbols, input_data, output_data, pool);
+}
+
+absl::Status CpuExecutable::Execute(absl::Span<const int64_t> symbols,
+                                    absl::Span<void* const> input_data,
+                                    absl::Span<void* const> output_data,
+                                    ThreadPool* pool) const {
+  std::vector<void*> buffers(plan_.element_size.size(), nullptr);
+  for (size_t o = 0; o < plan_.outputs.size(); ++o)
+    buffers[plan_.outputs[o].buffer] = output_data[o];
   for (const auto& [buffer, input] : plan_.input_buffers)
-    buffers[buffer] = const_cast<uint8_t*>(inputs[input].data());
+    buffers[buffer] = input_data[input];
   // Temps: a freed block is reused by a later allocation of a size it can
   // hold (unfused programs free and allocate one temp per op).
   std::vector<std::unique_ptr<void, FreeDeleter>> temps(plan_.num_temps);
@@ -113,7 +209,7 @@ absl::StatusOr<std::vector<HostTensor>> CpuExecutable::Run(
       case ProgramPlan::Step::Kind::kAlloc: {
         const int slot = plan_.temp_slot[step.index];
         const int64_t bytes =
-            EvaluateSymPoly(program.buffers(step.index).elements(), *symbols) *
+            EvaluateSymPoly(program.buffers(step.index).elements(), symbols) *
             plan_.element_size[step.index];
         const size_t rounded =
             static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
@@ -144,7 +240,7 @@ absl::StatusOr<std::vector<HostTensor>> CpuExecutable::Run(
         slots.reserve(l.num_slots);
         for (int k = 0; k < l.num_slots; ++k)
           slots.push_back(buffers[plan_.launch_slots[l.first_slot + k]]);
-        const int64_t range = EvaluateSymPoly(*l.range, *symbols);
+        const int64_t range = EvaluateSymPoly(*l.range, symbols);
         if (range <= 0) break;
         const int64_t max_chunks = pool ? pool->size() : 1;
         const int64_t chunks =
@@ -152,7 +248,7 @@ absl::StatusOr<std::vector<HostTensor>> CpuExecutable::Run(
         const int64_t per = (range + chunks - 1) / chunks;
         auto run_chunk = [&](int64_t c) {
           const int64_t lo = c * per, hi = std::min(range, lo + per);
-          if (lo < hi) fn(slots.data(), symbols->data(), lo, hi);
+          if (lo < hi) fn(slots.data(), symbols.data(), lo, hi);
         };
         if (chunks <= 1 || pool == nullptr) {
           run_chunk(0);
@@ -164,7 +260,7 @@ absl::StatusOr<std::vector<HostTensor>> CpuExecutable::Run(
       }
     }
   }
-  return outputs;
+  return absl::OkStatus();
 }
 
 }  // namespace kiln

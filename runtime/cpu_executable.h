@@ -22,6 +22,17 @@
 
 namespace kiln {
 
+// A tensor in memory the caller owns, for running without copies
+// (CpuExecutable::RunInto): the first element's address (storage offset
+// applied), dtype, sizes and strides in elements. Views only point: the
+// spans and the memory must outlive the call.
+struct HostBufferView {
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  absl::Span<const int64_t> sizes;
+  absl::Span<const int64_t> strides;
+};
+
 class CpuExecutable {
  public:
   // Errors: DATA_LOSS when the binary's hash does not match (nothing is
@@ -49,6 +60,22 @@ class CpuExecutable {
   absl::StatusOr<std::vector<HostTensor>> Run(
       absl::Span<const HostTensor> inputs, ThreadPool* pool = nullptr) const;
 
+  // Run over caller memory, without copies: checks the inputs' guards, then
+  // the outputs against what the program writes (dtype, the sizes the
+  // inputs imply, contiguous strides; strides of dims of size 1 are not
+  // checked), and runs, writing output o into outputs[o].data. Outputs must
+  // not overlap the inputs or each other. Errors: INVALID_ARGUMENT naming
+  // the input or output and what is wrong; RESOURCE_EXHAUSTED when a
+  // temporary cannot be allocated. `pool` may be null.
+  absl::Status RunInto(absl::Span<const HostBufferView> inputs,
+                       absl::Span<const HostBufferView> outputs,
+                       ThreadPool* pool = nullptr) const;
+
+  // The sizes of each output for these inputs (after checking their
+  // guards): what RunInto expects its outputs to hold.
+  absl::StatusOr<std::vector<std::vector<int64_t>>> OutputSizes(
+      absl::Span<const HostBufferView> inputs) const;
+
   // The symbol values the inputs imply, after checking every guard.
   absl::StatusOr<std::vector<int64_t>> CheckGuards(
       absl::Span<const HostTensor> inputs) const;
@@ -61,6 +88,17 @@ class CpuExecutable {
   using KernelFn = void (*)(void* const*, const int64_t*, int64_t, int64_t);
   CpuExecutable(v1::Artifact artifact, LoadedLibrary library)
       : artifact_(std::move(artifact)), library_(std::move(library)) {}
+
+  absl::StatusOr<std::vector<int64_t>> CheckViewGuards(
+      absl::Span<const HostBufferView> inputs) const;
+  std::vector<std::vector<int64_t>> SizesFor(
+      absl::Span<const int64_t> symbols) const;
+  // Runs the program with the inputs' and outputs' buffers bound
+  // (input_data[i], output_data[o]) for these symbol values.
+  absl::Status Execute(absl::Span<const int64_t> symbols,
+                       absl::Span<void* const> input_data,
+                       absl::Span<void* const> output_data,
+                       ThreadPool* pool) const;
 
   v1::Artifact artifact_;
   LoadedLibrary library_;

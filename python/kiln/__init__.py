@@ -1,551 +1,81 @@
-"""Kiln from Python: kilnd's CUDA executables on PyTorch tensors.
+"""Kiln from Python: ``torch.compile(model, backend="kiln")`` and the binding
+over libkiln_c.so (client/kiln_c.h).
 
-A ctypes binding over libkiln_c.so (client/kiln_c.h). It imports without
-PyTorch; only running on torch tensors and allocator="torch" need it.
+The three lines a user writes::
 
-    import kiln, torch
-    client = kiln.Client()                      # $KILN_SERVER or 127.0.0.1:7733
-    exe = client.cuda_executable(open("softmax.json").read(), target="sm_90")
-    (y,) = exe(torch.randn(64, 1024, device="cuda"))
+    import torch
+    model = torch.compile(model, backend="kiln")      # by name, once installed
+    model = torch.compile(model, backend=kiln.backend(fallback="error"))
 
-The library is found as $KILN_LIB (the file, or a directory holding
-libkiln_c.so), else in the relocatable bundle's kiln/lib next to this
-package (kiln/python/kiln), else in a source tree's build/client, else by the
-dynamic loader.
+The Dynamo backend (kiln/dynamo.py) takes the graph through AOTAutograd with
+Core ATen decompositions (forward and backward), partitions it by what Kiln
+compiles (kiln/partition.py), sends each supported partition to kilnd once
+(kiln/fx_graph.py turns it into a kiln.v1.Graph) and runs it on the CPU
+runtime without copies; everything else runs eagerly. ``KILN_LOG=fallback``
+logs per op why it did not run in Kiln; ``kiln.explain(model, *inputs)``
+returns that report.
 
-Memory (allocator=):
-  "torch"  outputs and intermediates come from PyTorch's caching allocator
-           (torch.cuda.caching_allocator_alloc / caching_allocator_delete),
-           so they show in torch.cuda.memory_allocated() and share its cache.
-  "kiln"   Kiln's own CachingDeviceAllocator, one per device and Client.
-Outputs are torch tensors over that memory without a copy: each Kiln output
-is handed to PyTorch as a DLPack capsule (torch.utils.dlpack.from_dlpack;
-no NumPy needed), whose deleter frees the Kiln output when the tensor's
-storage dies. (run_raw returns CudaOutput objects instead, which also offer
-__cuda_array_interface__ for CuPy or Numba.)
+This package imports without PyTorch and without a GPU: torch is imported
+when a backend is created or a tensor is run. The binding's names
+(Client, CpuExecutable, CudaExecutable, CudaOutput, KilnError,
+load_library, supported_ops) are documented in kiln/_binding.py.
 
-Streams: a call enqueues its kernels on `stream` (default: PyTorch's current
-stream of the executable's device) and returns without synchronising, as an
-eager PyTorch op does. Outputs are ready in that stream's order, so work
-enqueued later on the same stream sees them. To use an output on another
-stream, make it wait first (other.wait_stream(run_stream)) and keep the
-tensor alive until that work has finished (record_stream does not reach
-memory PyTorch did not allocate as a tensor); an output's memory is given
-back in the run stream's order when its last tensor dies (with
-allocator="torch", a block goes back to the pool of the stream it was
-allocated for). Inputs are read by the enqueued work: when `stream` is not
-the current stream, the call records it on each input (Tensor.record_stream)
-so the caching allocator does not hand their memory out too early.
+Environment: KILN_SERVER (kilnd's address, "HOST:PORT" or "unix:PATH";
+default 127.0.0.1:7733 when it answers, else a per-user kilnd started on a
+Unix socket, kiln/autostart.py), KILN_AUTOSTART=0 (never start one),
+KILN_LIB (libkiln_c.so), KILN_KILND (the kilnd to start), KILN_LOG=fallback.
 
-Errors are KilnError (a RuntimeError) with the status code name and Kiln's
-message ("node 0 (aten.add.Tensor): ...", "CUDA driver not available: ...").
-
-Thread-safety: a Client and a CudaExecutable may be used from several
-threads at once. Only one Kiln library may be loaded per process (see
-kiln_c.h).
+Not yet (issue 15): CUDA tensors in the backend (they run eagerly; the
+binding's CudaExecutable works), `make wheel`, output strides and aliases
+in the wire format, a CPython extension for the call path.
 """
 
-import ctypes
-import ctypes.util
-import json
-import os
-import pathlib
-import threading
+from __future__ import annotations
 
-__all__ = ["Client", "CudaExecutable", "CudaOutput", "KilnError", "load_library"]
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-_CODES = [
-    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
-    "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+from ._binding import (C_API_VERSION, Client, CpuExecutable, CudaExecutable,
+                       CudaOutput, KilnError, load_library, supported_ops)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .dynamo import ExplainReport
+
+__all__ = [
+    "C_API_VERSION", "Client", "CpuExecutable", "CudaExecutable", "CudaOutput",
+    "KilnError", "backend", "explain", "load_library", "supported_ops",
 ]
 
-# kiln_c.h's KILN_FLOAT32 ...: name, element size, __cuda_array_interface__
-# typestr (bfloat16 travels as int16 and is viewed back).
-_DTYPES = {
-    1: ("float32", 4, "<f4"),
-    2: ("float16", 2, "<f2"),
-    3: ("bfloat16", 2, "<i2"),
-    4: ("int32", 4, "<i4"),
-    5: ("int64", 8, "<i8"),
-    6: ("bool", 1, "|b1"),
-}
-_DTYPE_CODES = {name: code for code, (name, _, _) in _DTYPES.items()}
+
+def backend(server: Optional[str] = None, fast_math: bool = False,
+            fallback: str = "eager") -> Callable[..., Any]:
+    """A configured Dynamo backend for ``torch.compile(backend=...)``.
+
+    server: kilnd's address ("HOST:PORT" or "unix:PATH"; None: $KILN_SERVER,
+    else 127.0.0.1:7733 when it answers, else the per-user kilnd, started if
+    needed: kiln/autostart.py). fast_math: CompileOptions.fast_math.
+    fallback: "eager" (default: a partition Kiln cannot compile, or an
+    unreachable server, runs eagerly with one warning) or "error" (raise
+    KilnError instead). Ops Kiln does not have always run eagerly.
+    """
+    from .dynamo import KilnBackend  # noqa: PLC0415 (needs torch)
+
+    return KilnBackend(server=server, fast_math=fast_math, fallback=fallback)
 
 
-class KilnError(RuntimeError):
-    """A Kiln status: .code (int), .code_name ("INVALID_ARGUMENT"), .message."""
+def explain(model: Callable[..., Any], *inputs: Any,
+            **kwargs: Any) -> "ExplainReport":
+    """Compiles ``model`` with the Kiln backend on ``inputs`` (forward, and
+    backward when an output requires grad) and returns the report: per op,
+    how many nodes ran in Kiln and how many fell back and why; the number of
+    partitions. kwargs go to kiln.backend (server, fast_math, fallback)."""
+    from .dynamo import explain as _explain  # noqa: PLC0415 (needs torch)
 
-    def __init__(self, code, message):
-        self.code = code
-        self.code_name = _CODES[code] if 0 <= code < len(_CODES) else str(code)
-        self.message = message
-        super().__init__(f"{self.code_name}: {message}")
-
-
-class _TensorView(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_uint64),
-        ("dtype", ctypes.c_int32),
-        ("rank", ctypes.c_int32),
-        ("sizes", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-    ]
+    return _explain(model, *inputs, **kwargs)
 
 
-_ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p,
-                             ctypes.c_void_p)
-_FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_size_t,
-                            ctypes.c_void_p, ctypes.c_void_p)
+def _dynamo_backend(gm: Any, example_inputs: Any) -> Callable[..., Any]:
+    """The ``torch_dynamo_backends`` entry point ``kiln``: the default
+    backend (KILN_SERVER, accurate math, eager fallback)."""
+    from .dynamo import default_backend  # noqa: PLC0415 (needs torch)
 
-_lib = None
-_lib_lock = threading.Lock()
-
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
-_capsule_is_valid.restype = ctypes.c_int
-_capsule_is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-
-
-def _candidates():
-    env = os.environ.get("KILN_LIB")
-    if env:
-        p = pathlib.Path(env)
-        yield p / "libkiln_c.so" if p.is_dir() else p
-        return
-    here = pathlib.Path(__file__).resolve().parent
-    yield here.parent.parent / "lib" / "libkiln_c.so"  # bundle: kiln/python/kiln
-    yield here.parent.parent / "build" / "client" / "libkiln_c.so"  # source tree
-    found = ctypes.util.find_library("kiln_c")
-    yield pathlib.Path(found or "libkiln_c.so.1")
-
-
-def load_library():
-    """Loads libkiln_c.so once (see the module docstring) and returns it."""
-    global _lib
-    with _lib_lock:
-        if _lib is not None:
-            return _lib
-        errors = []
-        for path in _candidates():
-            if path.is_absolute() and not path.exists():
-                errors.append(f"{path}: not found")
-                continue
-            try:
-                lib = ctypes.CDLL(str(path))
-                break
-            except OSError as e:
-                errors.append(f"{path}: {e}")
-        else:
-            raise OSError("libkiln_c.so not found (set KILN_LIB): " +
-                          "; ".join(errors))
-        _declare(lib)
-        if lib.kiln_c_api_version() != 1:
-            raise OSError(f"{path}: C API version {lib.kiln_c_api_version()},"
-                          " this binding speaks 1")
-        _lib = lib
-        return lib
-
-
-def _declare(lib):
-    p, vp = ctypes.POINTER, ctypes.c_void_p
-    status = vp  # kiln_status*, freed here
-    sigs = {
-        "kiln_c_api_version": (ctypes.c_int, []),
-        "kiln_status_code": (ctypes.c_int, [vp]),
-        "kiln_status_message": (ctypes.c_char_p, [vp]),
-        "kiln_status_free": (None, [vp]),
-        "kiln_client_create": (status, [ctypes.c_char_p, ctypes.c_double,
-                                        ctypes.c_int, p(vp)]),
-        "kiln_client_destroy": (None, [vp]),
-        "kiln_client_counters": (None, [vp, p(ctypes.c_uint64),
-                                        p(ctypes.c_uint64),
-                                        p(ctypes.c_uint64)]),
-        "kiln_allocator_create": (status, [_ALLOC_FN, _FREE_FN, vp, p(vp)]),
-        "kiln_allocator_create_caching": (status, [ctypes.c_int, p(vp)]),
-        "kiln_allocator_destroy": (None, [vp]),
-        "kiln_client_get_cuda_executable": (
-            status, [vp, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
-                     ctypes.c_int, ctypes.c_int, vp, p(vp)]),
-        "kiln_cuda_executable_destroy": (None, [vp]),
-        "kiln_cuda_executable_num_inputs": (ctypes.c_size_t, [vp]),
-        "kiln_cuda_executable_num_outputs": (ctypes.c_size_t, [vp]),
-        "kiln_cuda_executable_output_dtype": (ctypes.c_int,
-                                              [vp, ctypes.c_size_t]),
-        "kiln_cuda_executable_output_rank": (ctypes.c_int,
-                                             [vp, ctypes.c_size_t]),
-        "kiln_cuda_executable_guard_key": (None, [vp, ctypes.c_char_p]),
-        "kiln_cuda_executable_device_ordinal": (ctypes.c_int, [vp]),
-        "kiln_cuda_executable_run": (status, [vp, p(_TensorView),
-                                              ctypes.c_size_t, vp, p(vp),
-                                              ctypes.c_size_t]),
-        "kiln_cuda_tensor_data": (ctypes.c_uint64, [vp]),
-        "kiln_cuda_tensor_dtype": (ctypes.c_int, [vp]),
-        "kiln_cuda_tensor_rank": (ctypes.c_int, [vp]),
-        "kiln_cuda_tensor_sizes": (p(ctypes.c_int64), [vp]),
-        "kiln_cuda_tensor_strides": (p(ctypes.c_int64), [vp]),
-        "kiln_cuda_tensor_nbytes": (ctypes.c_size_t, [vp]),
-        "kiln_cuda_tensor_set_last_use_stream": (None, [vp, vp]),
-        "kiln_cuda_tensor_destroy": (None, [vp]),
-        "kiln_cuda_tensor_to_dlpack": (vp, [vp, ctypes.c_int]),
-        "kiln_dlpack_delete": (None, [vp]),
-    }
-    for name, (restype, argtypes) in sigs.items():
-        fn = getattr(lib, name)
-        fn.restype = restype
-        fn.argtypes = argtypes
-
-
-def _check(lib, status):
-    """Raises KilnError for a non-NULL kiln_status* (and frees it)."""
-    if not status:
-        return
-    try:
-        code = lib.kiln_status_code(status)
-        message = lib.kiln_status_message(status).decode("utf-8", "replace")
-    finally:
-        lib.kiln_status_free(status)
-    raise KilnError(code, message)
-
-
-def _torch():
-    try:
-        import torch  # noqa: PLC0415 (optional dependency)
-    except ImportError as e:
-        raise KilnError(9, "this needs PyTorch (import torch failed: "
-                        f"{e})") from e
-    return torch
-
-
-def _stream_handle(stream, device):
-    """A CUstream as int from None (torch's current stream), a
-    torch.cuda.Stream, or an int."""
-    if stream is None:
-        return _torch().cuda.current_stream(device).cuda_stream
-    if isinstance(stream, int):
-        return stream
-    return stream.cuda_stream
-
-
-class _Allocator:
-    """A kiln_allocator handle (and, for callbacks, what keeps them alive)."""
-
-    def __init__(self, lib, handle, keep=None):
-        self._lib = lib
-        self.handle = handle
-        self._keep = keep
-
-    def __del__(self):
-        if self.handle and self._lib is not None:
-            self._lib.kiln_allocator_destroy(self.handle)
-            self.handle = None
-
-
-class _TorchAllocator:
-    """The PyTorch allocator adapter: kiln_allocator_create over
-    torch.cuda.caching_allocator_alloc / caching_allocator_delete for one
-    device. A block freed with a last-use stream other than the one it was
-    allocated for is ordered after that stream's work (the allocation stream
-    waits for an event recorded there) before PyTorch may hand it out again
-    on its allocation stream."""
-
-    def __init__(self, lib, device):
-        self.device = device
-        self.last_error = None
-        self._streams = {}  # ptr -> the stream it was allocated for
-        self._lock = threading.Lock()
-        self._alloc_cb = _ALLOC_FN(self._alloc)
-        self._free_cb = _FREE_FN(self._free)
-        handle = ctypes.c_void_p()
-        _check(lib, lib.kiln_allocator_create(self._alloc_cb, self._free_cb,
-                                              None, ctypes.byref(handle)))
-        # The callbacks live as long as this object, which the executables'
-        # Python objects and every output keep alive, and the module keeps
-        # (_TORCH_ALLOCATORS) for the Client caches that hold the handle.
-        self.allocator = _Allocator(lib, handle, keep=self)
-
-    def _stream(self, torch, handle):
-        if not handle:
-            return torch.cuda.default_stream(self.device)
-        return torch.cuda.ExternalStream(handle, device=self.device)
-
-    def _alloc(self, nbytes, stream, user):
-        try:
-            torch = _torch()
-            ptr = torch.cuda.caching_allocator_alloc(nbytes, self.device,
-                                                     stream or 0)
-            with self._lock:
-                self._streams[ptr] = stream or 0
-            return ptr
-        except BaseException as e:  # noqa: BLE001 (must not unwind into C)
-            self.last_error = e
-            return 0
-
-    def _free(self, ptr, nbytes, last_use_stream, user):
-        try:
-            torch = _torch()
-            last_use = last_use_stream or 0
-            with self._lock:
-                alloc_stream = self._streams.pop(ptr, last_use)
-            if last_use != alloc_stream:
-                event = torch.cuda.Event()
-                event.record(self._stream(torch, last_use))
-                self._stream(torch, alloc_stream).wait_event(event)
-            torch.cuda.caching_allocator_delete(ptr)
-        except BaseException as e:  # noqa: BLE001
-            self.last_error = e
-
-
-_TORCH_ALLOCATORS = {}  # device -> _TorchAllocator, for the process
-
-
-def _torch_allocator(lib, device):
-    with _lib_lock:
-        a = _TORCH_ALLOCATORS.get(device)
-        if a is None:
-            a = _TORCH_ALLOCATORS[device] = _TorchAllocator(lib, device)
-        return a
-
-
-class CudaOutput:
-    """One output of a run: owns the Kiln output (kiln_cuda_tensor) and
-    frees it when released or collected. Exposes __cuda_array_interface__,
-    so torch.as_tensor / CuPy / Numba view it without a copy (and keep this
-    object alive)."""
-
-    def __init__(self, lib, handle, device, keep):
-        self._lib = lib
-        self._handle = handle
-        self._keep = keep  # the allocator adapter, for its callbacks
-        self.device = device
-        self.data_ptr = lib.kiln_cuda_tensor_data(handle)
-        code = lib.kiln_cuda_tensor_dtype(handle)
-        self.dtype, _, self._typestr = _DTYPES[code]
-        rank = lib.kiln_cuda_tensor_rank(handle)
-        sizes = lib.kiln_cuda_tensor_sizes(handle)
-        strides = lib.kiln_cuda_tensor_strides(handle)
-        self.shape = tuple(sizes[i] for i in range(rank))
-        self.strides = tuple(strides[i] for i in range(rank))  # elements
-        self.nbytes = lib.kiln_cuda_tensor_nbytes(handle)
-
-    @property
-    def __cuda_array_interface__(self):
-        itemsize = _DTYPES[_DTYPE_CODES[self.dtype]][1]
-        return {
-            "shape": self.shape,
-            "typestr": self._typestr,
-            "data": (self.data_ptr, False),
-            "strides": tuple(s * itemsize for s in self.strides),
-            "version": 3,
-        }
-
-    def set_last_use_stream(self, stream):
-        """Names the stream whose work uses the memory last (one stream)."""
-        if self._handle:
-            self._lib.kiln_cuda_tensor_set_last_use_stream(
-                self._handle, ctypes.c_void_p(_stream_handle(stream,
-                                                             self.device)))
-
-    def release(self):
-        """Gives the memory back now (stream-ordered)."""
-        handle, self._handle = self._handle, None
-        if handle and self._lib is not None:
-            self._lib.kiln_cuda_tensor_destroy(handle)
-
-    def __del__(self):
-        self.release()
-
-    def to_torch(self):
-        """A torch tensor over this memory, without a copy: the output is
-        handed to PyTorch through DLPack (a "dltensor" capsule, which needs
-        no NumPy, unlike __cuda_array_interface__), and PyTorch frees it
-        through the capsule's deleter when the tensor's storage dies. This
-        object is empty afterwards."""
-        torch = _torch()
-        if self._handle is None:
-            raise KilnError(9, "this output was released")
-        if self.nbytes == 0:
-            self.release()
-            return torch.empty(self.shape, dtype=getattr(torch, self.dtype),
-                               device=torch.device("cuda", self.device))
-        handle, self._handle = self._handle, None
-        managed = self._lib.kiln_cuda_tensor_to_dlpack(handle, self.device)
-        capsule = None
-        try:
-            capsule = _capsule_new(managed, b"dltensor", None)
-            return torch.from_dlpack(capsule)
-        except BaseException:
-            # Not taken by PyTorch (it renames the capsule when it does).
-            if capsule is None or not _capsule_is_valid(capsule,
-                                                        b"used_dltensor"):
-                self._lib.kiln_dlpack_delete(managed)
-            raise
-
-
-class CudaExecutable:
-    """A loaded CUDA executable (kiln::CudaExecutable). Call it with torch
-    tensors; run_raw takes device pointers."""
-
-    def __init__(self, lib, handle, allocator_keep):
-        self._lib = lib
-        self._handle = handle
-        self._allocator_keep = allocator_keep
-        self.device = lib.kiln_cuda_executable_device_ordinal(handle)
-        self.num_inputs = lib.kiln_cuda_executable_num_inputs(handle)
-        self.num_outputs = lib.kiln_cuda_executable_num_outputs(handle)
-        self.output_dtypes = [
-            _DTYPES[lib.kiln_cuda_executable_output_dtype(handle, i)][0]
-            for i in range(self.num_outputs)]
-        self.output_ranks = [lib.kiln_cuda_executable_output_rank(handle, i)
-                             for i in range(self.num_outputs)]
-        key = ctypes.create_string_buffer(65)
-        lib.kiln_cuda_executable_guard_key(handle, key)
-        self.guard_key = key.value.decode()
-
-    def __del__(self):
-        handle, self._handle = self._handle, None
-        if handle and self._lib is not None:
-            self._lib.kiln_cuda_executable_destroy(handle)
-
-    def run_raw(self, inputs, stream=0):
-        """Runs on raw device memory: inputs are (data_ptr, dtype name,
-        sizes, strides in elements); stream a CUstream as int (0: the legacy
-        default stream). Returns CudaOutputs."""
-        n = len(inputs)
-        views = (_TensorView * max(n, 1))()
-        keep = []
-        for i, (ptr, dtype, sizes, strides) in enumerate(inputs):
-            if dtype not in _DTYPE_CODES:
-                raise KilnError(3, f"input {i}: dtype {dtype!r} is not one of "
-                                f"{sorted(_DTYPE_CODES)}")
-            if len(sizes) != len(strides):
-                raise KilnError(3, f"input {i}: {len(sizes)} sizes but "
-                                f"{len(strides)} strides")
-            s = (ctypes.c_int64 * max(len(sizes), 1))(*sizes)
-            st = (ctypes.c_int64 * max(len(strides), 1))(*strides)
-            keep += [s, st]
-            views[i] = _TensorView(ptr, _DTYPE_CODES[dtype], len(sizes), s, st)
-        outs = (ctypes.c_void_p * max(self.num_outputs, 1))()
-        _check(self._lib, self._lib.kiln_cuda_executable_run(
-            self._handle, views, n, ctypes.c_void_p(stream), outs,
-            self.num_outputs))
-        return [CudaOutput(self._lib, outs[i], self.device,
-                           self._allocator_keep)
-                for i in range(self.num_outputs)]
-
-    def __call__(self, *tensors, stream=None):
-        """Runs on torch CUDA tensors of this executable's device (strided
-        views allowed, as the guards permit) and returns new contiguous
-        torch tensors, enqueued on `stream` (default: the current stream).
-        See the module docstring for the stream rules."""
-        torch = _torch()
-        handle = _stream_handle(stream, self.device)
-        current = torch.cuda.current_stream(self.device).cuda_stream
-        inputs = []
-        for i, t in enumerate(tensors):
-            if not isinstance(t, torch.Tensor):
-                raise KilnError(3, f"input {i} is a {type(t).__name__}, not a "
-                                "torch.Tensor")
-            if t.device.type != "cuda" or t.device.index != self.device:
-                raise KilnError(3, f"input {i} is on {t.device}, the "
-                                f"executable on cuda:{self.device}")
-            dtype = str(t.dtype).replace("torch.", "")
-            inputs.append((t.data_ptr(), dtype, tuple(t.shape), t.stride()))
-        if handle != current:
-            s = torch.cuda.ExternalStream(handle, device=self.device)
-            for t in tensors:
-                t.record_stream(s)
-        try:
-            outputs = self.run_raw(inputs, handle)
-        except KilnError as e:
-            cause = getattr(self._allocator_keep, "last_error", None)
-            if e.code == 8 and cause is not None:  # RESOURCE_EXHAUSTED
-                raise KilnError(e.code, f"{e.message} ({cause!r})") from cause
-            raise
-        return [o.to_torch() for o in outputs]
-
-
-class Client:
-    """kiln::Client for CUDA executables (kiln_c.h). `server`: "HOST:PORT"
-    or "unix:PATH"; None: $KILN_SERVER, else 127.0.0.1:7733."""
-
-    def __init__(self, server=None, rpc_deadline_seconds=0.0, max_retries=-1):
-        self._lib = load_library()
-        self._handle = None
-        self._kiln_allocators = {}  # device -> _Allocator (allocator="kiln")
-        handle = ctypes.c_void_p()
-        _check(self._lib, self._lib.kiln_client_create(
-            server.encode() if server else None, float(rpc_deadline_seconds),
-            int(max_retries), ctypes.byref(handle)))
-        self._handle = handle
-
-    def close(self):
-        handle, self._handle = self._handle, None
-        if handle:
-            self._lib.kiln_client_destroy(handle)
-        self._kiln_allocators.clear()
-
-    def __del__(self):
-        self.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def counters(self):
-        """{"local_hits", "lookup_hits", "compiles"} so far."""
-        values = [ctypes.c_uint64() for _ in range(3)]
-        self._lib.kiln_client_counters(self._handle,
-                                       *[ctypes.byref(v) for v in values])
-        return dict(zip(("local_hits", "lookup_hits", "compiles"),
-                        (v.value for v in values)))
-
-    def cuda_executable(self, graph_json, target="sm_90", fast_math=False,
-                        allocator="torch", device=None):
-        """The executable for a kiln.v1.Graph (JSON text, bytes, or a dict
-        in the protobuf JSON mapping, as examples/graphs/*.json) compiled by
-        kilnd for `target`, loaded on CUDA device `device` (default: torch's
-        current device, else 0). allocator: "torch" or "kiln" (module
-        docstring). Raises KilnError (FAILED_PRECONDITION without a CUDA
-        driver or device)."""
-        if self._handle is None:
-            raise KilnError(9, "the client is closed")
-        if isinstance(graph_json, dict):
-            graph_json = json.dumps(graph_json)
-        if isinstance(graph_json, str):
-            graph_json = graph_json.encode()
-        if device is None:
-            device = _torch().cuda.current_device() if allocator == "torch" \
-                else 0
-        if allocator == "torch":
-            _torch()  # fails early, with the reason, without PyTorch
-            keep = _torch_allocator(self._lib, int(device))
-            alloc = keep.allocator
-        elif allocator == "kiln":
-            alloc = self._kiln_allocators.get(device)
-            if alloc is None:
-                handle = ctypes.c_void_p()
-                status = self._lib.kiln_allocator_create_caching(
-                    int(device), ctypes.byref(handle))
-                if status:
-                    # No driver or device: let the executable request say so
-                    # (after the daemon compiled it), with its own allocator.
-                    self._lib.kiln_status_free(status)
-                else:
-                    alloc = _Allocator(self._lib, handle)
-                    self._kiln_allocators[device] = alloc
-            keep = alloc
-        else:
-            raise KilnError(3, f"allocator={allocator!r}: expected 'torch' or "
-                            "'kiln'")
-        out = ctypes.c_void_p()
-        _check(self._lib, self._lib.kiln_client_get_cuda_executable(
-            self._handle, graph_json, len(graph_json), target.encode(),
-            int(bool(fast_math)), int(device),
-            alloc.handle if alloc is not None else None, ctypes.byref(out)))
-        return CudaExecutable(self._lib, out, keep)
+    return default_backend()(gm, example_inputs)

@@ -83,7 +83,7 @@ class WithoutDaemon(unittest.TestCase):
         if not have_torch():
             self.assertNotIn("torch", sys.modules)
         lib = kiln.load_library()
-        self.assertEqual(lib.kiln_c_api_version(), 1)
+        self.assertEqual(lib.kiln_c_api_version(), kiln.C_API_VERSION)
 
     def test_unreachable_server_is_unavailable(self):
         client = kiln.Client("127.0.0.1:1", rpc_deadline_seconds=2,

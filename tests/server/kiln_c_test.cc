@@ -4,18 +4,23 @@
 // compiled by the daemon (a cubin, no GPU needed) and then looked up, and
 // loading it: FAILED_PRECONDITION without a CUDA driver (this machine), a
 // handle with its metadata where there is a GPU. Allocators from callbacks.
+// CPU executables run over the test's own memory (strided inputs with a
+// storage offset, outputs in caller buffers or allocated by Kiln, symbolic
+// sizes), checked against values computed here; the op list.
 //
 // Links libkiln_c.so only (no kiln_proto: see tests/server/daemon_process.h).
 #include "client/kiln_c.h"
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -43,6 +48,16 @@ struct AllocatorDeleter {
   void operator()(kiln_allocator* a) const { kiln_allocator_destroy(a); }
 };
 using AllocatorPtr = std::unique_ptr<kiln_allocator, AllocatorDeleter>;
+struct CpuExeDeleter {
+  void operator()(kiln_cpu_executable* e) const {
+    kiln_cpu_executable_destroy(e);
+  }
+};
+using CpuExePtr = std::unique_ptr<kiln_cpu_executable, CpuExeDeleter>;
+struct CpuTensorDeleter {
+  void operator()(kiln_cpu_tensor* t) const { kiln_cpu_tensor_destroy(t); }
+};
+using CpuTensorPtr = std::unique_ptr<kiln_cpu_tensor, CpuTensorDeleter>;
 
 std::string ExamplesDir() {
   const char* env = std::getenv("KILN_EXAMPLES_DIR");
@@ -242,6 +257,159 @@ TEST_F(KilnCTest, CudaExecutableCompilesThenLooksUp) {
     }
     EXPECT_EQ(calls, 0);  // loading allocates nothing
   }
+}
+
+kiln_tensor_view View(const void* data, int rank, const int64_t* sizes,
+                      const int64_t* strides, int dtype = KILN_FLOAT32) {
+  return kiln_tensor_view{reinterpret_cast<uint64_t>(data), dtype, rank, sizes,
+                          strides};
+}
+
+// Softmax over rows of 64x1024 into the caller's buffer; a second client
+// gets it by Lookup; a third call on the first client from its cache.
+TEST_F(KilnCTest, CpuExecutableRunsIntoCallerMemory) {
+  const std::string json = GraphJson("softmax.json");
+  const int64_t sizes[] = {64, 1024};
+  std::vector<float> x(64 * 1024), y(64 * 1024, -1.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37 * i) * 3;
+  for (int round = 0; round < 2; ++round) {
+    ClientPtr client = NewClient();
+    kiln_cpu_executable* raw = nullptr;
+    Status s(kiln_client_get_cpu_executable(client.get(), json.data(),
+                                            json.size(), "cpu", 0, &raw));
+    ASSERT_EQ(s, nullptr) << Message(s);
+    CpuExePtr exe(raw);
+    uint64_t local = 0, lookups = 0, compiles = 0;
+    kiln_client_counters(client.get(), &local, &lookups, &compiles);
+    EXPECT_EQ(compiles, round == 0 ? 1u : 0u) << "round " << round;
+    EXPECT_EQ(lookups, round == 0 ? 0u : 1u) << "round " << round;
+    EXPECT_EQ(kiln_cpu_executable_num_inputs(exe.get()), 1u);
+    ASSERT_EQ(kiln_cpu_executable_num_outputs(exe.get()), 1u);
+    EXPECT_EQ(kiln_cpu_executable_output_dtype(exe.get(), 0), KILN_FLOAT32);
+    EXPECT_EQ(kiln_cpu_executable_output_rank(exe.get(), 0), 2);
+    EXPECT_EQ(kiln_cpu_executable_output_rank(exe.get(), 1), -1);
+    char key[65];
+    kiln_cpu_executable_guard_key(exe.get(), key);
+    EXPECT_EQ(std::strlen(key), 64u);
+
+    const kiln_tensor_view in = View(x.data(), 2, sizes, nullptr);
+    const kiln_tensor_view out = View(y.data(), 2, sizes, nullptr);
+    Status run(kiln_cpu_executable_run(exe.get(), &in, 1, &out, 1));
+    ASSERT_EQ(run, nullptr) << Message(run);
+    for (int r = 0; r < 64; r += 9) {
+      double max = -INFINITY, sum = 0;
+      for (int c = 0; c < 1024; ++c)
+        max = std::max<double>(max, x[r * 1024 + c]);
+      for (int c = 0; c < 1024; ++c) sum += std::exp(x[r * 1024 + c] - max);
+      for (int c = 0; c < 1024; c += 37) {
+        EXPECT_NEAR(y[r * 1024 + c], std::exp(x[r * 1024 + c] - max) / sum,
+                    1e-6)
+            << r << "," << c;
+      }
+    }
+  }
+}
+
+// An input with a storage offset and strides (the columns 1..16 of a 16x20
+// row-major buffer, transposed), as the graph declares them; outputs
+// allocated by Kiln; symbolic sizes and output_sizes.
+TEST_F(KilnCTest, CpuStridedInputsAndSymbolicSizes) {
+  // y = x * 2 + 1 over a transposed view: sizes (16, 16), strides (1, 20).
+  const std::string json = R"({
+    "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
+      "sizes": [{"value": "16"}, {"value": "16"}],
+      "strides": [{"value": "1"}, {"value": "20"}], "storage_offset": "1"}}],
+    "nodes": [
+      {"op": "aten.mul.Tensor", "args": [{"ref": "x"}, {"f": 2.0}], "outputs": ["a"]},
+      {"op": "aten.add.Tensor", "args": [{"ref": "a"}, {"f": 1.0}], "outputs": ["y"]}],
+    "outputs": ["y"]})";
+  ClientPtr client = NewClient();
+  kiln_cpu_executable* raw = nullptr;
+  Status s(kiln_client_get_cpu_executable(client.get(), json.data(),
+                                          json.size(), nullptr, 0, &raw));
+  ASSERT_EQ(s, nullptr) << Message(s);
+  CpuExePtr exe(raw);
+  std::vector<float> storage(16 * 20);
+  for (size_t i = 0; i < storage.size(); ++i) storage[i] = i;
+  const int64_t sizes[] = {16, 16}, strides[] = {1, 20};
+  const kiln_tensor_view in = View(storage.data() + 1, 2, sizes, strides);
+  kiln_cpu_tensor* out_raw = nullptr;
+  Status run(kiln_cpu_executable_run_alloc(exe.get(), &in, 1, &out_raw, 1));
+  ASSERT_EQ(run, nullptr) << Message(run);
+  CpuTensorPtr out(out_raw);
+  ASSERT_EQ(kiln_cpu_tensor_rank(out.get()), 2);
+  EXPECT_EQ(kiln_cpu_tensor_dtype(out.get()), KILN_FLOAT32);
+  EXPECT_EQ(kiln_cpu_tensor_sizes(out.get())[0], 16);
+  EXPECT_EQ(kiln_cpu_tensor_strides(out.get())[0], 16);
+  EXPECT_EQ(kiln_cpu_tensor_nbytes(out.get()), 16u * 16 * 4);
+  const float* y = static_cast<const float*>(kiln_cpu_tensor_data(out.get()));
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 16; ++j) {
+      ASSERT_EQ(y[i * 16 + j], storage[1 + i + 20 * j] * 2 + 1)
+          << i << "," << j;
+    }
+  }
+  // Contiguous strides fail the guard, naming it.
+  const kiln_tensor_view contiguous = View(storage.data(), 2, sizes, nullptr);
+  Status guard(
+      kiln_cpu_executable_run_alloc(exe.get(), &contiguous, 1, &out_raw, 1));
+  EXPECT_EQ(Code(guard), KILN_INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(Message(guard), "input 0")) << Message(guard);
+
+  // dynamic_batch.json: x (s0, 16), scale (16) -> mean over dim 1: (s0).
+  const std::string dynamic = GraphJson("dynamic_batch.json");
+  Status d(kiln_client_get_cpu_executable(client.get(), dynamic.data(),
+                                          dynamic.size(), "cpu", 0, &raw));
+  ASSERT_EQ(d, nullptr) << Message(d);
+  CpuExePtr dyn(raw);
+  std::vector<float> xs(5 * 16), scale(16), means(5, -1.0f);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.01f * i;
+  for (int i = 0; i < 16; ++i) scale[i] = 0.5f + 0.1f * i;
+  const int64_t x_sizes[] = {5, 16}, scale_sizes[] = {16};
+  const kiln_tensor_view ins[] = {View(xs.data(), 2, x_sizes, nullptr),
+                                  View(scale.data(), 1, scale_sizes, nullptr)};
+  int64_t out_sizes[1] = {0};
+  Status os(kiln_cpu_executable_output_sizes(dyn.get(), ins, 2, out_sizes, 1));
+  ASSERT_EQ(os, nullptr) << Message(os);
+  EXPECT_EQ(out_sizes[0], 5);
+  Status room(
+      kiln_cpu_executable_output_sizes(dyn.get(), ins, 2, out_sizes, 2));
+  EXPECT_EQ(Code(room), KILN_INVALID_ARGUMENT);
+  const kiln_tensor_view out_view = View(means.data(), 1, out_sizes, nullptr);
+  Status r(kiln_cpu_executable_run(dyn.get(), ins, 2, &out_view, 1));
+  ASSERT_EQ(r, nullptr) << Message(r);
+  for (int b = 0; b < 5; ++b) {
+    double sum = 0;
+    for (int i = 0; i < 16; ++i)
+      sum += std::tanh(xs[b * 16 + i] * scale[i] + 1);
+    EXPECT_NEAR(means[b], sum / 16, 1e-5) << b;
+  }
+  // Outputs that do not match what the program writes are refused.
+  const int64_t wrong_sizes[] = {4};
+  const kiln_tensor_view wrong = View(means.data(), 1, wrong_sizes, nullptr);
+  Status bad_size(kiln_cpu_executable_run(dyn.get(), ins, 2, &wrong, 1));
+  EXPECT_EQ(Code(bad_size), KILN_INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(Message(bad_size), "output 0: sizes [4]"))
+      << Message(bad_size);
+  const kiln_tensor_view wrong_dtype =
+      View(means.data(), 1, out_sizes, nullptr, KILN_INT32);
+  Status bad_dtype(kiln_cpu_executable_run(dyn.get(), ins, 2, &wrong_dtype, 1));
+  EXPECT_EQ(Code(bad_dtype), KILN_INVALID_ARGUMENT);
+  Status count(kiln_cpu_executable_run(dyn.get(), ins, 2, nullptr, 0));
+  EXPECT_EQ(Code(count), KILN_INVALID_ARGUMENT);
+  Status cuda(kiln_client_get_cpu_executable(client.get(), dynamic.data(),
+                                             dynamic.size(), "sm_90", 0, &raw));
+  EXPECT_EQ(Code(cuda), KILN_INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(Message(cuda), "not a CPU target"))
+      << Message(cuda);
+}
+
+TEST(KilnC, SupportedOps) {
+  const std::string ops = kiln_supported_ops();
+  EXPECT_TRUE(absl::StrContains(ops, "aten.add.Tensor\n")) << ops;
+  EXPECT_TRUE(absl::StrContains(ops, "aten._softmax.default\n")) << ops;
+  EXPECT_FALSE(absl::StrContains(ops, "aten.mm.default")) << ops;
+  EXPECT_NE(ops.back(), '\n');
 }
 
 TEST(KilnCNoServer, UnavailableWhenNothingListens) {

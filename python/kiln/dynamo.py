@@ -1,0 +1,426 @@
+"""The Dynamo backend: ``torch.compile(model, backend="kiln")``.
+
+KilnBackend is a Dynamo backend built on AOTAutograd
+(torch._dynamo.backends.common.aot_autograd) with the Core ATen
+decompositions minus every op Kiln lowers itself (_softmax, _log_softmax,
+native_layer_norm, gelu, ...: whatever kiln.supported_ops() holds), for the
+forward and the backward graph alike. Each graph is partitioned by what Kiln
+runs (kiln/partition.py); each partition is translated (kiln/fx_graph.py)
+and compiled once through kilnd when AOTAutograd hands the graph over, and
+called on the CPU runtime without copies: inputs are passed as they are
+(strides and storage offsets included), outputs are written into tensors
+allocated here with torch.empty. Everything else runs eagerly in between.
+
+Outputs: a partition output that is one of its inputs is returned as
+itself; an output whose expected strides (the fake tensor's) are not
+contiguous is copied once into a tensor of those strides (Kiln writes
+contiguous outputs; the wire format has no output strides yet).
+
+Server: kiln.backend(server=...), else $KILN_SERVER, else 127.0.0.1:7733
+when it answers, else a per-user kilnd on a Unix socket started on first use
+(kiln/autostart.py; KILN_AUTOSTART=0 turns that off).
+
+Failures: an op Kiln lacks runs eagerly, always. A server that cannot be
+reached or a partition that fails to compile runs eagerly with one warning
+per backend (fallback="eager", the default), or raises KilnError
+(fallback="error"). Graphs compiled within 10 s after kilnd was unreachable
+run eagerly without trying it; later ones try again. KILN_LOG=fallback prints, per compiled graph, each op
+that did not run in Kiln, why, and how often; explain() returns the same
+report for a model.
+
+Only CPU tensors run in Kiln for now; CUDA tensors run eagerly (their
+nodes are reported as fallbacks).
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import os
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.fx
+
+from . import _binding
+from .autostart import resolve_server
+from .fx_graph import KilnGraph, Unsupported, is_contiguous, to_kiln_graph
+from .partition import KilnOperatorSupport, partition
+
+__all__ = ["ExplainReport", "KilnBackend", "default_backend", "explain"]
+
+
+@dataclass
+class OpReport:
+    """How one op's nodes ran: in Kiln, or eagerly and why."""
+
+    kiln: int = 0
+    fallback: collections.Counter = field(default_factory=collections.Counter)
+
+
+@dataclass
+class ExplainReport:
+    """The fallback report of the graphs a backend compiled.
+
+    ops: per Core ATen overload, nodes run in Kiln and fallbacks by reason.
+    graphs: FX graphs compiled (forward and backward count apart).
+    partitions: partitions sent to Kiln (compiled or not).
+    compiled_partitions: of those, compiled and run in Kiln.
+    dynamic_partitions: of those, with symbolic sizes (Graph.symbols).
+    """
+
+    ops: Dict[str, OpReport] = field(default_factory=dict)
+    graphs: int = 0
+    partitions: int = 0
+    compiled_partitions: int = 0
+    dynamic_partitions: int = 0
+
+    def op(self, name: str) -> OpReport:
+        return self.ops.setdefault(name, OpReport())
+
+    @property
+    def fallbacks(self) -> Dict[str, Dict[str, int]]:
+        """{op: {reason: count}} for every op that fell back."""
+        return {name: dict(r.fallback) for name, r in sorted(self.ops.items())
+                if r.fallback}
+
+    @property
+    def kiln_nodes(self) -> int:
+        return sum(r.kiln for r in self.ops.values())
+
+    @property
+    def fallback_nodes(self) -> int:
+        return sum(sum(r.fallback.values()) for r in self.ops.values())
+
+    def merge(self, other: "ExplainReport") -> None:
+        self.graphs += other.graphs
+        self.partitions += other.partitions
+        self.compiled_partitions += other.compiled_partitions
+        self.dynamic_partitions += other.dynamic_partitions
+        for name, r in other.ops.items():
+            mine = self.op(name)
+            mine.kiln += r.kiln
+            mine.fallback.update(r.fallback)
+
+    def __str__(self) -> str:
+        total = self.kiln_nodes + self.fallback_nodes
+        lines = [f"kiln: {self.graphs} graph(s), {self.compiled_partitions}/"
+                 f"{self.partitions} partition(s) compiled, {self.kiln_nodes}/"
+                 f"{total} ATen nodes in Kiln"]
+        for name, reasons in self.fallbacks.items():
+            for reason, count in sorted(reasons.items()):
+                lines.append(f"  fallback {name} x{count}: {reason}")
+        return "\n".join(lines)
+
+
+# Ops the Core ATen table decomposes that stay whole here:
+# _scaled_dot_product_flash_attention_for_cpu's decomposition (the math
+# path) returns the attention weights where the backward op expects the
+# logsumexp: wrong gradients (Inductor excludes it too, see
+# torch/_decomp/decompositions.py). Fused attention is an extern step for
+# Kiln (DESIGN.md decision 10); until then it runs eagerly.
+_KEEP = frozenset({"aten._scaled_dot_product_flash_attention_for_cpu.default"})
+
+# After kilnd was unreachable, graphs compiled within this many seconds run
+# eagerly without trying it again.
+_RETRY_SECONDS = 10.0
+
+
+def _log_enabled() -> bool:
+    return "fallback" in os.environ.get("KILN_LOG", "").split(",")
+
+
+_CLIENTS: Dict[Tuple[str, int], "_binding.Client"] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _client(server: str, max_retries: int) -> "_binding.Client":
+    """One kiln Client per (server, retries) for the process, so that its
+    in-process cache serves every graph of every backend."""
+    key = (server, max_retries)
+    with _CLIENTS_LOCK:
+        c = _CLIENTS.get(key)
+        if c is None:
+            c = _CLIENTS[key] = _binding.Client(
+                key[0], rpc_deadline_seconds=300, max_retries=max_retries)
+        return c
+
+
+def _drop_client(server: str, max_retries: int) -> None:
+    """Forgets the client of a server that was unreachable: its gRPC channel
+    waits out a reconnect backoff (seconds) before it tries again, so the
+    next attempt gets a new channel. (Loaded executables stay alive in the
+    partitions that hold them.)"""
+    with _CLIENTS_LOCK:
+        _CLIENTS.pop((server, max_retries), None)
+
+
+class KilnPartition(torch.nn.Module):
+    """A partition's submodule replaced by its Kiln executable (the eager
+    submodule is kept for a call whose inputs the executable refuses)."""
+
+    def __init__(self, name: str, eager: torch.fx.GraphModule,
+                 graph: KilnGraph, exe: "_binding.CpuExecutable",
+                 backend: "KilnBackend") -> None:
+        super().__init__()
+        self.name = name
+        self.eager = eager
+        self.graph = graph
+        self.exe = exe
+        self.backend = backend
+        self._static_sizes: Optional[List[Tuple[int, ...]]] = None
+        if not graph.dynamic:
+            self._static_sizes = [tuple(int(s) for s in m.shape)
+                                  for m in graph.output_meta]
+        self._dtypes = [m.dtype for m in graph.output_meta]
+        # Per Kiln output: None when PyTorch expects it contiguous (what Kiln
+        # writes), else its strides: ints, or sympy expressions over the
+        # symbols of the inputs' sizes (evaluated per call).
+        self._strides: List[Any] = []
+        self._symbol_dims: Dict[Any, Tuple[int, int]] = {}  # symbol -> (input, dim)
+        for k, m in enumerate(graph.input_meta):
+            for d, size in enumerate(m.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    self._symbol_dims.setdefault(size.node.expr, (k, d))
+        for m in graph.output_meta:
+            if is_contiguous(m):
+                self._strides.append(None)
+            elif all(isinstance(s, int) for s in m.stride()):
+                self._strides.append(tuple(m.stride()))
+            else:
+                self._strides.append([s.node.expr if isinstance(s, torch.SymInt)
+                                      else s for s in m.stride()])
+
+    def _expected_strides(self, j: int, tensors: List[torch.Tensor]) -> Tuple[int, ...]:
+        want = self._strides[j]
+        if isinstance(want, tuple):
+            return want
+        values = {sym: tensors[k].shape[d]
+                  for sym, (k, d) in self._symbol_dims.items()}
+        return tuple(int(e.xreplace(values)) if hasattr(e, "xreplace") else int(e)
+                     for e in want)
+
+    def forward(self, *args: Any) -> Any:
+        tensors = [args[i] for i in self.graph.tensor_inputs]
+        for k, dtype in self.graph.scalar_inputs.items():
+            tensors[k] = torch.tensor(tensors[k], dtype=dtype)
+        try:
+            sizes = self._static_sizes or self.exe.output_sizes(tensors)
+            outs = [torch.empty(s, dtype=d) for s, d in zip(sizes, self._dtypes)]
+            self.exe.run_into(tensors, outs)
+        except Exception as e:  # noqa: BLE001 (KilnError: a guard, memory)
+            if self.backend.fallback == "error":
+                raise
+            self.backend._warn_once(f"kiln: {self.name}: {e}; running it eagerly")
+            return self.eager(*args)
+        for j, want in enumerate(self._strides):
+            if want is not None:
+                strides = self._expected_strides(j, tensors)
+                outs[j] = torch.empty_strided(outs[j].shape, strides,
+                                              dtype=outs[j].dtype).copy_(outs[j])
+        result = tuple(outs[i] if kind == "kiln" else args[i]
+                       for kind, i in self.graph.outputs)
+        return result if self._tuple_output else result[0]
+
+    _tuple_output = True
+
+
+class KilnBackend:
+    """A Dynamo backend (see the module docstring): ``backend(gm,
+    example_inputs)`` returns the compiled callable. ``report`` accumulates
+    the fallback report of every graph it compiled."""
+
+    def __init__(self, server: Optional[str] = None, fast_math: bool = False,
+                 fallback: str = "eager") -> None:
+        if fallback not in ("eager", "error"):
+            raise ValueError(f"fallback={fallback!r}: expected 'eager' or 'error'")
+        self.server = server
+        self.fast_math = bool(fast_math)
+        self.fallback = fallback
+        self.report = ExplainReport()
+        self._warned = False
+        self._server_down: Optional[str] = None
+        self._server_down_until = 0.0
+        self._address: Optional[str] = None
+        self._lock = threading.Lock()
+        self._ops: Optional[frozenset] = None
+        from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
+
+        self._aot = aot_autograd(fw_compiler=self._compile_graph,
+                                 bw_compiler=self._compile_graph,
+                                 decompositions=self._decompositions)
+        self.__name__ = "kiln"
+
+    # -- Dynamo entry ------------------------------------------------------
+    def __call__(self, gm: torch.fx.GraphModule,
+                 example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        return self._aot(gm, example_inputs)
+
+    def counters(self) -> Dict[str, int]:
+        """How this process's client for the backend's server has served
+        requests so far (shared by every backend of that server):
+        {"local_hits", "lookup_hits", "compiles"} (kiln_client_counters)."""
+        if self._address is None:
+            self._address = resolve_server(self.server)
+        return _client(self._address, 1).counters()
+
+    def ops(self) -> frozenset:
+        if self._ops is None:
+            self._ops = _binding.supported_ops()
+        return self._ops
+
+    def _decompositions(self) -> Dict[Any, Callable[..., Any]]:
+        """Core ATen decompositions minus the ops Kiln lowers itself and
+        those that must not be decomposed in training graphs."""
+        from torch._decomp import core_aten_decompositions  # noqa: PLC0415
+
+        table = core_aten_decompositions()
+        ops = self.ops()
+        return {op: table[op] for op in list(table.keys())
+                if str(op) not in ops and str(op) not in _KEEP}
+
+    # -- one AOTAutograd graph ---------------------------------------------
+    def _compile_graph(self, gm: torch.fx.GraphModule,
+                       example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        from torch._functorch.aot_autograd import make_boxed_func  # noqa: PLC0415
+
+        report = ExplainReport(graphs=1)
+        support = KilnOperatorSupport(self.ops())
+        try:
+            result = partition(gm, support)
+        except Exception as e:  # noqa: BLE001 (never fail the user's graph)
+            if self.fallback == "error":
+                raise
+            self._warn_once(f"kiln: partitioning failed, running the graph "
+                            f"eagerly: {e!r}")
+            for node in gm.graph.nodes:
+                if node.op == "call_function" and _computes_tensors(node):
+                    report.op(_op_name(node)).fallback[
+                        f"partitioning failed: {e!r}"] += 1
+            with self._lock:
+                self.report.merge(report)
+            return make_boxed_func(gm)
+        for node, reason in support.reasons.items():
+            if _computes_tensors(node):  # not SymInt arithmetic
+                report.op(_op_name(node)).fallback[reason] += 1
+        for name, reasons in result.left_out.items():
+            report.op(name).fallback.update(reasons)
+        module = result.module
+        for name, ops in result.partitions.items():
+            report.partitions += 1
+            sub = getattr(module, name)
+            why = self._compile_partition(module, name, sub)
+            if why is None:
+                report.compiled_partitions += 1
+                report.dynamic_partitions += int(getattr(module, name).graph.dynamic)
+                for op in ops:
+                    report.op(op).kiln += 1
+            else:
+                for op in ops:
+                    report.op(op).fallback[why] += 1
+        module.recompile()
+        with self._lock:
+            self.report.merge(report)
+        if _log_enabled():
+            print(report, file=sys.stderr)
+        return make_boxed_func(module)
+
+    def _compile_partition(self, module: torch.fx.GraphModule, name: str,
+                           sub: torch.fx.GraphModule) -> Optional[str]:
+        """Replaces submodule `name` by a KilnPartition; returns None, or
+        why it stays eager."""
+        try:
+            graph = to_kiln_graph(sub)
+        except Unsupported as e:
+            return f"partition not expressible: {e}"
+        except Exception as e:  # noqa: BLE001 (a translator bug: stay eager)
+            if self.fallback == "error":
+                raise
+            self._warn_once(f"kiln: could not translate {name}, running it "
+                            f"eagerly: {e!r}")
+            return f"translation failed: {e!r}"
+        if self._server_down is not None:
+            if time.monotonic() < self._server_down_until:
+                return self._server_down
+            self._server_down, self._address = None, None  # try again
+        if self._address is None:
+            self._address = resolve_server(self.server)
+        try:
+            exe = _client(self._address, 1).cpu_executable(
+                graph.graph, fast_math=self.fast_math)
+        except _binding.KilnError as e:
+            if self.fallback == "error":
+                raise
+            if e.code_name == "UNAVAILABLE":
+                _drop_client(self._address, 1)
+                self._server_down = f"kilnd unreachable ({e.message})"
+                self._server_down_until = time.monotonic() + _RETRY_SECONDS
+                self._warn_once(f"kiln: kilnd unreachable, running eagerly: {e}")
+                return self._server_down
+            self._warn_once(f"kiln: a partition failed to compile, running it "
+                            f"eagerly: {e}")
+            return f"compile failed: {e}"
+        if exe.num_outputs != len(graph.output_meta) or any(
+                d != str(m.dtype).replace("torch.", "")
+                for d, m in zip(exe.output_dtypes, graph.output_meta)):
+            return "Kiln's output dtypes differ from PyTorch's"
+        out_node = next(n for n in sub.graph.nodes if n.op == "output")
+        wrapper = KilnPartition(name, sub, graph, exe, self)
+        wrapper._tuple_output = isinstance(out_node.args[0], (list, tuple))
+        setattr(module, name, wrapper)
+        return None
+
+    def _warn_once(self, message: str) -> None:
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _computes_tensors(node: torch.fx.Node) -> bool:
+    val = node.meta.get("val")
+    if isinstance(val, (list, tuple)):
+        return any(isinstance(v, torch.Tensor) for v in val)
+    return isinstance(val, torch.Tensor) or val is None
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    from .fx_graph import op_name  # noqa: PLC0415
+
+    return op_name(node.target)
+
+
+_DEFAULT: Optional[KilnBackend] = None
+
+
+def default_backend() -> KilnBackend:
+    """The backend ``backend="kiln"`` names: KILN_SERVER, accurate math,
+    eager fallback; one per process."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = KilnBackend()
+    return _DEFAULT
+
+
+def explain(model: Callable[..., Any], *inputs: Any,
+            **kwargs: Any) -> ExplainReport:
+    """Compiles a copy of `model` with a fresh Kiln backend, runs it on
+    `inputs` (and backward through the sum of its floating outputs when they
+    require grad) and returns the backend's report."""
+    backend = KilnBackend(**kwargs)
+    if isinstance(model, torch.nn.Module):
+        model = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=backend)
+    out = compiled(*inputs)
+    flat = out if isinstance(out, (list, tuple)) else [out]
+    loss = [o.sum() for o in flat
+            if isinstance(o, torch.Tensor) and o.requires_grad]
+    if loss:
+        torch.stack(loss).sum().backward()
+    return backend.report

@@ -1,0 +1,569 @@
+"""FX -> Kiln: a Core ATen FX graph (what AOTAutograd produces, with
+``meta["val"]`` fake tensors on every node) as a kiln.v1.Graph in the
+protobuf JSON mapping, the form client/request_json.h reads.
+
+    graph = to_kiln_graph(gm)           # gm: a partition, only supported ops
+    exe = client.cpu_executable(graph.json)
+
+Tensor placeholders become Graph.inputs with their dtype, sizes, strides and
+storage offset; SymInt sizes become Graph.symbols (a size that is a plain
+symbol keeps its name, "s0"; a compound size such as s0*16 gets a symbol of
+its own, which Kiln binds from the actual size); contiguous inputs are sent
+without strides. SymInt placeholders are not inputs (Kiln binds every symbol
+from the tensors' sizes), except where an op takes one as a scalar operand
+(mean's backward divides by a symbolic count): such a SymInt/SymFloat is a
+0-dim input (KilnGraph.scalar_inputs) and a Scalar overload becomes its
+Tensor twin. A Python number an op takes as a Tensor becomes
+aten.scalar_tensor; aten.alias is its input's value. Outputs that are
+placeholders are not sent: the caller returns those inputs as themselves.
+
+Everything here raises Unsupported (with the reason) for what Kiln's graph
+format cannot say; kiln/partition.py uses the same checks to decide which
+nodes Kiln runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.fx
+
+__all__ = ["IDENTITY_OPS", "KilnGraph", "Unsupported", "check_node_args",
+           "dtype_name", "is_contiguous", "op_name", "to_kiln_graph"]
+
+_DTYPES = {
+    torch.float32: "FLOAT32",
+    torch.float16: "FLOAT16",
+    torch.bfloat16: "BFLOAT16",
+    torch.int32: "INT32",
+    torch.int64: "INT64",
+    torch.bool: "BOOL",
+}
+
+# Keyword arguments that only say "a strided CPU tensor": dropped when they
+# have these values (Kiln's graphs are functional and on one device).
+_NEUTRAL_KWARGS = {
+    "layout": (None, torch.strided),
+    "pin_memory": (None, False),
+    "memory_format": (None, torch.preserve_format, torch.contiguous_format),
+    "device": (None, torch.device("cpu")),
+    "non_blocking": (False,),
+}
+
+
+# Ops that are their input's value in a functional graph: the same ref.
+IDENTITY_OPS = frozenset({"aten.alias.default"})
+_IDENTITY_OPS = IDENTITY_OPS
+
+
+class Unsupported(Exception):
+    """Why a node or graph cannot go to Kiln (the message is the reason)."""
+
+
+def op_name(target: Any) -> str:
+    """The Core ATen overload name Kiln uses ("aten.add.Tensor")."""
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    if target is operator.getitem:
+        return "getitem"
+    return getattr(target, "__name__", str(target))
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPES.get(dtype)
+    if name is None:
+        raise Unsupported(f"dtype {dtype} (Kiln has {', '.join(map(str, _DTYPES))})")
+    return name
+
+
+def _sym_expr(value: Any) -> Any:
+    """The sympy expression of a SymInt (None for a plain int)."""
+    if isinstance(value, torch.SymInt):
+        return value.node.expr
+    return None
+
+
+class _Symbols:
+    """The symbols of one graph: plain symbols keep their names; compound
+    expressions get fresh names ("k0", ...)."""
+
+    def __init__(self) -> None:
+        self.names: Dict[Any, str] = {}  # sympy expr -> symbol name
+
+    def dim(self, size: Any) -> Dict[str, Any]:
+        expr = _sym_expr(size)
+        if expr is None:
+            return {"value": int(size)}
+        if expr.is_Integer:
+            return {"value": int(expr)}
+        name = self.names.get(expr)
+        if name is None:
+            name = str(expr) if expr.is_Symbol else f"k{len(self.names)}"
+            self.names[expr] = name
+        return {"symbol": name}
+
+    def arg_dim(self, size: Any) -> Dict[str, Any]:
+        """A size in an op's argument: only a plain symbol already bound by
+        an input (or a constant) can be said."""
+        expr = _sym_expr(size)
+        if expr is None or expr.is_Integer:
+            return {"value": int(expr if expr is not None else size)}
+        name = self.names.get(expr)
+        if name is None:
+            raise Unsupported(f"size {expr} in an argument is not an input's size")
+        return {"symbol": name}
+
+    def stride(self, stride: Any) -> Dict[str, Any]:
+        expr = _sym_expr(stride)
+        if expr is None or expr.is_Integer:
+            return {"value": int(expr if expr is not None else stride)}
+        value, symbols = 1, []
+        for factor in expr.as_ordered_factors():
+            if factor.is_Integer:
+                value *= int(factor)
+                continue
+            base, exp = factor.as_base_exp()
+            if base not in self.names or not exp.is_Integer or exp < 1:
+                raise Unsupported(f"stride {expr} is not a product of sizes")
+            symbols += [self.names[base]] * int(exp)
+        return {"value": value, "symbols": symbols}
+
+    def declared(self) -> List[Dict[str, Any]]:
+        return [{"name": n} for n in self.names.values()]
+
+
+def _val(node: torch.fx.Node) -> Any:
+    if "val" not in node.meta:
+        raise Unsupported(f"{node.name} has no meta['val'] (not from AOTAutograd)")
+    return node.meta["val"]
+
+
+def _check_tensor(t: Any, what: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise Unsupported(f"{what} is a {type(t).__name__}, not a tensor")
+    dtype_name(t.dtype)
+    if t.device.type != "cpu":
+        raise Unsupported(f"{what} is on {t.device} (the backend runs CPU "
+                          "tensors; CUDA is not wired in yet)")
+
+
+def _float(v: float) -> Any:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return v
+
+
+def _argument(value: Any, symbols: Optional[_Symbols],
+              refs: Dict[torch.fx.Node, str]) -> Dict[str, Any]:
+    """One FX argument as a kiln.v1.Argument (without its name)."""
+    if isinstance(value, (_Const, _SymInput)):
+        return {"ref": refs[value]}
+    if isinstance(value, torch.fx.Node):
+        v = value.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            if value not in refs:
+                raise Unsupported(f"{value.name} is not a value of this graph")
+            return {"ref": refs[value]}
+        if isinstance(v, torch.SymInt):
+            raise Unsupported("a SymInt scalar argument")
+        raise Unsupported(f"argument {value.name} is a {type(v).__name__}")
+    if value is None:
+        return {"none": {}}
+    if isinstance(value, bool):
+        return {"b": value}
+    if isinstance(value, torch.SymInt):
+        raise Unsupported("a SymInt scalar argument")
+    if isinstance(value, int):
+        return {"i": value}
+    if isinstance(value, float):
+        return {"f": _float(value)}
+    if isinstance(value, torch.dtype):
+        return {"dtype": dtype_name(value)}
+    if isinstance(value, str):
+        return {"str": value}
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(v, torch.fx.Node) and
+                         isinstance(v.meta.get("val"), torch.Tensor)
+                         for v in value):
+            return {"refs": {"values": [_argument(v, symbols, refs)["ref"]
+                                        for v in value]}}
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return {"ints": {"values": list(value)}}
+        dims = []
+        for v in value:
+            if isinstance(v, torch.fx.Node):
+                v = v.meta.get("val")
+            if not isinstance(v, (int, torch.SymInt)) or isinstance(v, bool):
+                raise Unsupported(f"a list holding a {type(v).__name__}")
+            if symbols is None:  # only checking
+                if _sym_expr(v) is not None and not _sym_expr(v).is_Symbol \
+                        and not _sym_expr(v).is_Integer:
+                    raise Unsupported(f"size {_sym_expr(v)} in an argument")
+                dims.append({})
+            else:
+                dims.append(symbols.arg_dim(v))
+        return {"dims": {"values": dims}}
+    raise Unsupported(f"an argument of type {type(value).__name__}")
+
+
+def _wants_tensor(schema_arg: Any) -> bool:
+    return isinstance(schema_arg.type, torch._C.TensorType)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (bool, int, float)) and not isinstance(v, torch.SymInt)
+
+
+# Overloads taking a Scalar `other` and their Tensor twins: a symbolic
+# scalar (SymInt/SymFloat, a graph input at run time) goes to the twin as a
+# 0-dim tensor.
+_SCALAR_TO_TENSOR = {
+    "aten.add.Scalar": "aten.add.Tensor", "aten.sub.Scalar": "aten.sub.Tensor",
+    "aten.mul.Scalar": "aten.mul.Tensor", "aten.div.Scalar": "aten.div.Tensor",
+    "aten.pow.Tensor_Scalar": "aten.pow.Tensor_Tensor",
+}
+
+
+def _is_sym_scalar(v: Any) -> bool:
+    return isinstance(v, torch.fx.Node) and \
+        isinstance(v.meta.get("val"), (torch.SymInt, torch.SymFloat))
+
+
+def _sym_scalar_ok(node: torch.fx.Node, position: Any) -> bool:
+    """Whether a symbolic scalar may be argument `position` (int or kwarg
+    name) of `node`: where the op takes a Tensor, or as `other` of an
+    overload with a Tensor twin."""
+    schema = node.target._schema.arguments
+    for i, sa in enumerate(schema):
+        if position in (i, sa.name):
+            if _wants_tensor(sa):
+                return True
+            return op_name(node.target) in _SCALAR_TO_TENSOR and i == 1
+    return False
+
+
+class _SymInput:
+    """A symbolic scalar placeholder passed to Kiln as a 0-dim tensor."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _wrapped_dtype(node: torch.fx.Node, value_type: type) -> torch.dtype:
+    """The dtype PyTorch gives a Python number of `value_type` next to the
+    node's tensor operand: the operand's, else the default for its kind."""
+    other = next((a.meta["val"] for a in node.args
+                  if isinstance(a, torch.fx.Node) and
+                  isinstance(a.meta.get("val"), torch.Tensor)), None)
+    if value_type is bool:
+        return other.dtype if other is not None else torch.bool
+    if value_type is int:
+        return other.dtype if other is not None and other.dtype != torch.bool \
+            else torch.int64
+    return other.dtype if other is not None and other.is_floating_point() \
+        else torch.float32
+
+
+class _Const:
+    """A Python number an op takes as a Tensor, made a graph value."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _scalar_tensor(node: torch.fx.Node, value: Any, nodes: List[Dict[str, Any]],
+                   refs: Dict[Any, str]) -> "_Const":
+    """Emits aten.scalar_tensor for a Python number passed where the op takes
+    a Tensor (PyTorch wraps it), with the dtype PyTorch's promotion gives
+    the wrapped number: the tensor operand's, or the default for its kind."""
+    dtype = _wrapped_dtype(node, type(value))
+    name = f"{node.name}_c{len(nodes)}"
+    const = _Const(name)
+    refs[const] = name
+    nodes.append({"op": "aten.scalar_tensor.default",
+                  "args": [{"f": _float(float(value))},
+                           {"name": "dtype", "dtype": dtype_name(dtype)}],
+                  "outputs": [name]})
+    return const
+
+
+_VIEW_SIZE_OPS = frozenset({"aten.view.default", "aten._unsafe_view.default",
+                            "aten.reshape.default"})
+
+
+def _node_args(node: torch.fx.Node) -> Tuple[Any, ...]:
+    """node.args, with the one size of a view/reshape that is neither a
+    constant nor a plain symbol (s0*16) given as -1 (Kiln infers it)."""
+    args = node.args
+    if op_name(node.target) in _VIEW_SIZE_OPS and len(args) >= 2 and \
+            isinstance(args[1], (list, tuple)):
+        sizes = list(args[1])
+        compound = []
+        for i, v in enumerate(sizes):
+            val = v.meta.get("val") if isinstance(v, torch.fx.Node) else v
+            expr = _sym_expr(val)
+            if expr is not None and not expr.is_Integer and not expr.is_Symbol:
+                compound.append(i)
+        if len(compound) == 1:
+            sizes[compound[0]] = -1
+            args = (args[0], sizes, *args[2:])
+    return args
+
+
+def is_contiguous(t: torch.Tensor) -> bool:
+    """Whether t's strides are the row-major ones of its sizes, decided on
+    the expressions (no guard is added): Max(1, e) counts as e."""
+    import sympy  # noqa: PLC0415 (torch's dependency)
+
+    def expr(v: Any) -> Any:
+        e = _sym_expr(v)
+        e = sympy.Integer(int(v)) if e is None else e
+        # torch writes Max with a class of its own (torch.utils._sympy).
+        return e.replace(
+            lambda x: type(x).__name__ == "Max" and len(x.args) == 2 and
+            any(a == 1 for a in x.args),
+            lambda x: next(a for a in x.args if a != 1))
+
+    expected = sympy.Integer(1)
+    for size, stride in reversed(list(zip(t.shape, t.stride()))):
+        size_e = expr(size)
+        if size_e != 1 and sympy.expand(expr(stride) - expected) != 0:
+            return False
+        expected = expected * size_e
+    return True
+
+
+def check_node_args(node: torch.fx.Node) -> None:
+    """Raises Unsupported when a call_function node's arguments or results
+    cannot be said in Kiln's graph format (refs are not checked)."""
+    refs = _AnyRefs()
+    for i, a in enumerate(_node_args(node)):
+        if _is_sym_scalar(a) and _sym_scalar_ok(node, i):
+            continue
+        _argument(a, None, refs)
+    for k, v in node.kwargs.items():
+        if k in _NEUTRAL_KWARGS and v in _NEUTRAL_KWARGS[k]:
+            continue
+        if k in _NEUTRAL_KWARGS:
+            raise Unsupported(f"{k}={v}")
+        if _is_sym_scalar(v) and _sym_scalar_ok(node, k):
+            continue
+        _argument(v, None, refs)
+    val = _val(node)
+    for i, t in enumerate(val if isinstance(val, (list, tuple)) else [val]):
+        if t is not None:
+            _check_tensor(t, f"result {i}")
+    for a in node.all_input_nodes:
+        v = a.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            _check_tensor(v, f"input {a.name}")
+
+
+class _AnyRefs(dict):
+    """A refs map that knows every node (for checking a single node)."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: Any) -> str:
+        return key.name
+
+
+@dataclass
+class KilnGraph:
+    """A kiln.v1.Graph for an FX graph, and how to call it.
+
+    graph: the kiln.v1.Graph as a dict (protobuf JSON mapping).
+    tensor_inputs: for each Kiln input, the index of the FX placeholder.
+    outputs: for each FX output, ("kiln", j) for Kiln output j, or
+        ("input", i) for placeholder i returned as itself.
+    output_meta: each Kiln output's fake tensor (sizes, strides, dtype).
+    input_meta: each Kiln input's fake tensor.
+    scalar_inputs: Kiln inputs that are symbolic scalars (SymInt/SymFloat
+        placeholders), passed as 0-dim tensors of this dtype.
+    dynamic: whether any size is symbolic.
+    """
+
+    graph: Dict[str, Any]
+    tensor_inputs: List[int]
+    outputs: List[Tuple[str, int]]
+    output_meta: List[torch.Tensor]
+    input_meta: List[torch.Tensor]
+    scalar_inputs: Dict[int, torch.dtype]
+    dynamic: bool
+    symbol_of: Dict[Any, str] = field(default_factory=dict)
+
+    @property
+    def json(self) -> str:
+        return json.dumps(self.graph, separators=(",", ":"))
+
+
+def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
+    """Translates `gm` (placeholders, call_function nodes of Kiln's ops and
+    getitem, one output) into a KilnGraph. Raises Unsupported."""
+    symbols = _Symbols()
+    refs: Dict[torch.fx.Node, str] = {}
+    inputs: List[Dict[str, Any]] = []
+    tensor_inputs: List[int] = []
+    input_meta: List[torch.Tensor] = []
+    sym_inputs: Dict[torch.fx.Node, _SymInput] = {}
+    scalar_inputs: Dict[int, torch.dtype] = {}
+    nodes: List[Dict[str, Any]] = []
+    placeholders: Dict[torch.fx.Node, int] = {}
+    multi: Dict[torch.fx.Node, List[str]] = {}  # node -> its output names
+    output_node: Optional[torch.fx.Node] = None
+    dynamic = False
+    num_placeholders = 0
+
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            placeholders[node] = num_placeholders
+            num_placeholders += 1
+            val = node.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                continue  # SymInts and other scalars: bound from the sizes
+            _check_tensor(val, f"input {node.name}")
+            sizes = [symbols.dim(s) for s in val.shape]
+            dynamic |= any("symbol" in d for d in sizes)
+            # Empty strides say "contiguous" (also for strides torch writes
+            # with Max(1, ...), which Kiln's Stride cannot say).
+            strides = [] if is_contiguous(val) else \
+                [symbols.stride(s) for s in val.stride()]
+            offset = val.storage_offset()
+            if _sym_expr(offset) is not None and not _sym_expr(offset).is_Integer:
+                raise Unsupported(f"input {node.name}: symbolic storage offset")
+            offset = int(offset)
+            meta: Dict[str, Any] = {
+                "dtype": dtype_name(val.dtype), "sizes": sizes,
+                "strides": strides, "device": "CPU",
+                # PyTorch's CPU allocations are 64-byte aligned; a storage
+                # offset keeps 16 bytes only at multiples of 16 bytes.
+                "alignment": 16 if (offset * val.element_size()) % 16 == 0 else 0,
+            }
+            if offset:
+                meta["storage_offset"] = offset
+            name = f"in{len(inputs)}"
+            refs[node] = name
+            inputs.append({"name": name, "meta": meta})
+            input_meta.append(val)
+            tensor_inputs.append(placeholders[node])
+        elif node.op == "call_function":
+            if op_name(node.target) in _IDENTITY_OPS:
+                source = node.args[0]
+                if source in placeholders:
+                    placeholders[node] = placeholders[source]
+                    if source in refs:
+                        refs[node] = refs[source]
+                    continue
+                if source not in refs:
+                    raise Unsupported(f"{node.name}: alias of a non-tensor")
+                refs[node] = refs[source]
+                continue
+            if node.target is operator.getitem:
+                source, index = node.args
+                if source not in multi:
+                    raise Unsupported("getitem of a value that is not a "
+                                      "multi-output op of this graph")
+                refs[node] = multi[source][index]
+                continue
+            if not isinstance(node.target, torch._ops.OpOverload):
+                raise Unsupported(f"{op_name(node.target)} is not an ATen op")
+            check_node_args(node)
+            schema = node.target._schema.arguments
+            name = op_name(node.target)
+
+            def sym_input(a: torch.fx.Node) -> _SymInput:
+                """The Kiln input for a symbolic scalar placeholder."""
+                if a not in placeholders:
+                    raise Unsupported(f"symbolic scalar {a.name} is computed "
+                                      "inside the partition")
+                if a not in sym_inputs:
+                    dtype = _wrapped_dtype(node, float if isinstance(
+                        a.meta["val"], torch.SymFloat) else int)
+                    sym_inputs[a] = _SymInput(f"in{len(inputs)}")
+                    refs[sym_inputs[a]] = sym_inputs[a].name
+                    inputs.append({"name": sym_inputs[a].name, "meta": {
+                        "dtype": dtype_name(dtype), "sizes": [],
+                        "device": "CPU"}})
+                    tensor_inputs.append(placeholders[a])
+                    input_meta.append(torch.empty((), dtype=dtype))
+                    scalar_inputs[len(inputs) - 1] = dtype
+                return sym_inputs[a]
+
+            args = []
+            for i, a in enumerate(_node_args(node)):
+                if i < len(schema) and _wants_tensor(schema[i]) and \
+                        _is_number(a):
+                    a = _scalar_tensor(node, a, nodes, refs)
+                elif _is_sym_scalar(a):
+                    if not _wants_tensor(schema[i]):
+                        name = _SCALAR_TO_TENSOR[name]
+                    a = sym_input(a)
+                args.append(_argument(a, symbols, refs))
+            for k, v in node.kwargs.items():
+                if k in _NEUTRAL_KWARGS and v in _NEUTRAL_KWARGS[k]:
+                    continue
+                if _is_number(v) and any(_wants_tensor(sa) for sa in schema
+                                         if sa.name == k):
+                    v = _scalar_tensor(node, v, nodes, refs)
+                elif _is_sym_scalar(v):
+                    v = sym_input(v)
+                arg = _argument(v, symbols, refs)
+                arg["name"] = k
+                args.append(arg)
+            val = _val(node)
+            if isinstance(val, (list, tuple)):
+                names = [f"{node.name}_{i}" for i in range(len(val))]
+                multi[node] = names
+            else:
+                names = [node.name]
+                refs[node] = node.name
+            nodes.append({"op": name, "args": args, "outputs": names})
+        elif node.op == "output":
+            output_node = node
+        else:
+            raise Unsupported(f"a {node.op} node ({node.target})")
+
+    assert output_node is not None
+    results = output_node.args[0]
+    if not isinstance(results, (list, tuple)):
+        results = [results]
+    outputs: List[Tuple[str, int]] = []
+    kiln_outputs: List[str] = []
+    output_meta: List[torch.Tensor] = []
+    for r in results:
+        if not isinstance(r, torch.fx.Node):
+            raise Unsupported(f"an output that is a {type(r).__name__}")
+        if r in placeholders:
+            outputs.append(("input", placeholders[r]))
+            continue
+        name = refs.get(r)
+        if name is None:
+            raise Unsupported(f"output {r.name} is not a tensor of this graph")
+        if name in kiln_outputs:
+            outputs.append(("kiln", kiln_outputs.index(name)))
+            continue
+        outputs.append(("kiln", len(kiln_outputs)))
+        kiln_outputs.append(name)
+        output_meta.append(_val(r))
+    graph = {"inputs": inputs, "symbols": symbols.declared(), "nodes": nodes,
+             "outputs": kiln_outputs}
+    return KilnGraph(graph=graph, tensor_inputs=tensor_inputs, outputs=outputs,
+                     output_meta=output_meta, input_meta=input_meta,
+                     scalar_inputs=scalar_inputs, dynamic=dynamic,
+                     symbol_of=dict(symbols.names))
+
+
+def contiguous_strides(sizes: Sequence[int]) -> Tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(sizes):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(strides))

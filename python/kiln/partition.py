@@ -1,0 +1,133 @@
+"""Partitioning an AOTAutograd graph by what Kiln compiles.
+
+KilnOperatorSupport says, per FX node, whether Kiln runs it: an ATen
+overload in Kiln's op set (kiln.supported_ops(), the op registry of the
+client library, which is kilnd's when both come from one build), with
+arguments and results Kiln's graph format can say (kiln/fx_graph.py);
+``getitem`` and views count as supported. Each node it refuses gets a
+reason, which the fallback report (kiln/dynamo.py) counts per op.
+
+partition() runs torch's CapabilityBasedPartitioner with it: supported
+regions become submodules ``kiln_0``, ``kiln_1``, ... (one Kiln compile
+each); views at a partition's edge stay outside (so no partition returns a
+view of its input), and partitions of views alone are dropped.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, List, Mapping
+
+import torch
+import torch.fx
+from torch.fx.node import _get_qualified_name
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from .fx_graph import IDENTITY_OPS, Unsupported, check_node_args, op_name
+
+__all__ = ["KilnOperatorSupport", "PartitionResult", "partition", "VIEW_OPS"]
+
+# Ops that only re-index or copy their input (no compute): not worth a
+# partition of their own, and left out at a partition's edge (so that no
+# partition returns a view of its input).
+VIEW_OPS = frozenset({
+    "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
+    "aten.permute.default", "aten.expand.default", "aten.squeeze.dim",
+    "aten.squeeze.dims", "aten.squeeze.default", "aten.unsqueeze.default",
+    "aten.slice.Tensor", "aten.select.int", "aten.alias.default",
+    "aten.t.default", "aten.transpose.int", "aten.clone.default",
+    "aten.as_strided.default", "aten.expand_copy.default",
+})
+
+
+class KilnOperatorSupport(OperatorSupportBase):
+    """Supported: call_function nodes of Kiln's ops (and getitem) whose
+    arguments Kiln's graph format can hold. `reasons` maps each refused
+    node to why."""
+
+    def __init__(self, ops: FrozenSet[str]) -> None:
+        super().__init__()
+        self.ops = ops
+        self.reasons: Dict[torch.fx.Node, str] = {}
+
+    def is_node_supported(self, submodules: Mapping[str, torch.nn.Module],
+                          node: torch.fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        if node.target is operator.getitem:
+            return True  # merged into its source's partition by the partitioner
+        reason = self._reason(node)
+        if reason is None:
+            return True
+        self.reasons[node] = reason
+        return False
+
+    def _reason(self, node: torch.fx.Node) -> "str | None":
+        if not isinstance(node.target, torch._ops.OpOverload):
+            return f"{op_name(node.target)} is not an ATen op"
+        name = op_name(node.target)
+        if name not in self.ops and name not in IDENTITY_OPS:
+            return "not in Kiln's op set"
+        try:
+            check_node_args(node)
+        except Unsupported as e:
+            return str(e)
+        except Exception as e:  # noqa: BLE001 (never fail the user's graph)
+            return f"cannot be checked: {e!r}"
+        return None
+
+
+@dataclass
+class PartitionResult:
+    """The partitioned module and, per submodule name, its original nodes'
+    op names."""
+
+    module: torch.fx.GraphModule
+    partitions: Dict[str, List[str]] = field(default_factory=dict)
+    # Nodes left out of every partition although supported, with why.
+    left_out: Dict[str, List[str]] = field(default_factory=dict)
+
+
+def partition(gm: torch.fx.GraphModule,
+              support: KilnOperatorSupport) -> PartitionResult:
+    """Partitions `gm` in place (see the module docstring)."""
+    view_names = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and op_name(node.target) in VIEW_OPS:
+            view_names.add(_get_qualified_name(node.target))
+    partitioner = CapabilityBasedPartitioner(
+        gm, support, allows_single_node_partition=True,
+        non_compute_ops=sorted(view_names))
+    proposed = partitioner.propose_partitions()
+    partitioner.remove_bookend_non_compute_ops(proposed)
+    kept, left_out = [], {}
+    for p in proposed:
+        compute = [n for n in p.nodes if n.op == "call_function" and
+                   n.target is not operator.getitem and
+                   op_name(n.target) not in VIEW_OPS]
+        if compute:
+            kept.append(p)
+        else:
+            for n in p.nodes:
+                if n.target is not operator.getitem:
+                    left_out.setdefault(op_name(n.target), []).append(
+                        "a view or copy outside any computation Kiln runs")
+    # Views removed from a partition's edge.
+    in_kept = {n for p in kept for n in p.nodes}
+    for node in gm.graph.nodes:
+        if (node.op == "call_function" and node not in in_kept and
+                node not in support.reasons and
+                node.target is not operator.getitem and
+                not any(node in p.nodes for p in proposed if p not in kept)):
+            left_out.setdefault(op_name(node.target), []).append(
+                "a view or copy at a partition's edge (runs eagerly)")
+    result = PartitionResult(module=gm, left_out=left_out)
+    for i, p in enumerate(kept):
+        result.partitions[f"kiln_{i}"] = [
+            op_name(n.target) for n in p.nodes
+            if n.op == "call_function" and n.target is not operator.getitem]
+    result.module = partitioner.fuse_partitions(kept, prefix="kiln_") \
+        if kept else gm
+    return result

@@ -1,0 +1,488 @@
+"""torch.compile(backend="kiln") on the CPU against a real kilnd: small
+models of pointwise ops, reductions, softmax, layer norm and GELU, forward
+and backward, compared with eager; ops Kiln lacks (mm, convolution) run
+eagerly and the fallback report names them; strided inputs; dynamic=True;
+a daemon that is down (eager with one warning; fallback="error" raises);
+KILN_LOG=fallback; the torch_dynamo_backends entry point; the package
+imports without torch. See conftest.py for how it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+from conftest import PYTHON_DIR, ROOT
+
+torch.manual_seed(0)
+
+
+def kiln_warnings(caught):
+    return [w for w in caught if str(w.message).startswith("kiln:")]
+
+
+def check_fwd_bwd(model, backend, *inputs, dynamic=False, atol=1e-5, rtol=1e-5):
+    """Runs model eagerly and compiled on the same inputs (leaf copies that
+    require grad), compares outputs and the inputs' and parameters' grads."""
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic)
+    eager_in = [x.detach().clone().requires_grad_(x.is_floating_point())
+                for x in inputs]
+    kiln_in = [x.detach().clone().requires_grad_(x.is_floating_point())
+               for x in inputs]
+    ref = model(*eager_in)
+    out = compiled(*kiln_in)
+    torch.testing.assert_close(out, ref, atol=atol, rtol=rtol)
+    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    ref_grads = torch.autograd.grad(ref.sum(), eager_in + params,
+                                    allow_unused=True)
+    kiln_grads = torch.autograd.grad(out.sum(), kiln_in + params,
+                                     allow_unused=True)
+    for r, k in zip(ref_grads, kiln_grads):
+        torch.testing.assert_close(k, r, atol=atol, rtol=rtol)
+    return out
+
+
+class PointwiseReductions(torch.nn.Module):
+    def forward(self, x, y):
+        a = torch.tanh(x * 1.5 + y) - torch.sigmoid(y) * x
+        b = a.exp().sum(dim=-1, keepdim=True)
+        c = (a / b).amax(dim=0) + a.mean(dim=1).sum()
+        return c * torch.rsqrt(x.pow(2).mean() + 1e-5)
+
+
+class SoftmaxLayerNorm(torch.nn.Module):
+    def __init__(self, d=64):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        h = F.gelu(self.ln(x))
+        return torch.softmax(h * 0.5, dim=-1) + F.log_softmax(h, dim=-1) * 0.1
+
+
+class MLP(torch.nn.Module):
+    """Linear layers: mm/addmm are not Kiln ops and run eagerly."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(d)
+        self.fc1 = torch.nn.Linear(d, 4 * d)
+        self.fc2 = torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.fc1(self.ln(x))))
+
+
+def test_pointwise_and_reductions_forward_backward(daemon):
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    check_fwd_bwd(PointwiseReductions(), backend, torch.randn(16, 33),
+                  torch.randn(16, 33))
+    report = backend.report
+    assert report.graphs == 2  # forward and backward
+    assert report.compiled_partitions == report.partitions >= 2
+    assert report.op("aten.tanh.default").kiln >= 1
+    assert report.op("aten.amax.default").kiln == 1
+    # Every compute node ran in Kiln: what fell back are views at edges.
+    for op, reasons in report.fallbacks.items():
+        assert all("view" in r for r in reasons), (op, reasons)
+
+
+def test_softmax_layer_norm_gelu_forward_backward(daemon):
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    check_fwd_bwd(SoftmaxLayerNorm(), backend, torch.randn(8, 5, 64))
+    report = backend.report
+    # The composites are lowered by Kiln, not decomposed.
+    assert report.op("aten.native_layer_norm.default").kiln == 1
+    assert report.op("aten._softmax.default").kiln == 1
+    assert report.op("aten.gelu.default").kiln == 1
+    assert report.kiln_nodes > report.fallback_nodes
+
+
+def test_fast_math_is_another_compile(daemon):
+    """fast_math=True is part of the request: a second compile (another
+    guard key) whose results stay close to eager's."""
+    x = torch.randn(8, 5, 64)
+    compiles = []
+    for fast_math in (False, True):
+        torch._dynamo.reset()
+        backend = kiln.backend(server=daemon.address, fast_math=fast_math,
+                               fallback="error")
+        model = SoftmaxLayerNorm()
+        start = backend.counters()
+        check_fwd_bwd(model, backend, x, atol=1e-4, rtol=1e-4)
+        end = backend.counters()
+        served = {k: end[k] - start[k] for k in end}
+        assert sum(served.values()) == backend.report.compiled_partitions > 0
+        compiles.append(served["compiles"])
+    # The same graphs with fast_math are new keys: each one compiled.
+    assert compiles[1] == backend.report.compiled_partitions, compiles
+
+
+def test_unsupported_ops_fall_back_and_are_reported(daemon):
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    model = MLP()
+    check_fwd_bwd(model, backend, torch.randn(4, 7, 32), atol=1e-4, rtol=1e-4)
+    fallbacks = backend.report.fallbacks
+    assert any(op in fallbacks for op in ("aten.addmm.default", "aten.mm.default"))
+    assert "not in Kiln's op set" in next(iter(
+        fallbacks.get("aten.addmm.default") or fallbacks["aten.mm.default"]))
+    assert backend.report.op("aten.native_layer_norm.default").kiln == 1
+
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    report = kiln.explain(conv, torch.randn(2, 3, 8, 8), server=daemon.address)
+    assert "aten.convolution.default" in report.fallbacks, str(report)
+    assert report.op("aten.relu.default").kiln == 1
+    assert "aten.convolution.default" in str(report)
+
+
+def test_bfloat16(daemon):
+    """bfloat16 pointwise ops and reductions run in Kiln (computed in float32,
+    rounded per op as eager does); a partition whose outputs' dtypes differ
+    from PyTorch's (native_layer_norm's mean/rstd on the CPU are float32 in
+    PyTorch) runs eagerly instead of returning other dtypes."""
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    def f(x, y):
+        return (torch.tanh(x) * y + x.sigmoid()).sum(-1)
+
+    x, y = (torch.randn(8, 64, dtype=torch.bfloat16) for _ in range(2))
+    check_fwd_bwd(f, backend, x, y, atol=1e-2, rtol=1e-2)
+    assert backend.report.compiled_partitions == backend.report.partitions == 2
+
+    ln = torch.nn.LayerNorm(64).to(torch.bfloat16)
+    report = kiln.explain(ln, x.requires_grad_(), server=daemon.address)
+    reasons = [r for rs in report.fallbacks.values() for r in rs]
+    assert report.op("aten.native_layer_norm.default").kiln == 1 or \
+        "Kiln's output dtypes differ from PyTorch's" in reasons, str(report)
+
+
+def test_dtypes_kiln_lacks_fall_back(daemon):
+    """float64 is not a Kiln dtype: the ops run eagerly, the report says why."""
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    def f(x):
+        return torch.softmax(x * 2, dim=-1)
+
+    x = torch.randn(4, 8, dtype=torch.float64)
+    torch.testing.assert_close(torch.compile(f, backend=backend)(x), f(x))
+    assert backend.report.partitions == 0
+    assert any("float64" in r for r in
+               backend.report.fallbacks["aten._softmax.default"]), \
+        str(backend.report)
+
+
+def test_strided_inputs_and_expected_output_strides(daemon):
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    def f(x, y):
+        return x * 2 + y  # x transposed: eager keeps x's layout
+
+    base = torch.randn(40, 40)
+    x = base[3:27, 5:37].t()  # a storage offset and strides (1, 40)
+    y = torch.randn(32, 24)
+    out = torch.compile(f, backend=backend)(x, y)
+    ref = f(x, y)
+    torch.testing.assert_close(out, ref)
+    assert out.stride() == ref.stride()
+    assert backend.report.compiled_partitions == 1
+
+
+def test_dynamic_non_contiguous_outputs(daemon):
+    """Eager keeps a transposed input's layout in x.t() * 2 + 1; with symbolic
+    sizes the expected strides are expressions evaluated per call."""
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    def f(x):
+        return x.t() * 2 + 1
+
+    compiled = torch.compile(f, backend=backend, dynamic=True)
+    for shape in ((5, 7), (6, 9)):
+        x = torch.randn(*shape)
+        out, ref = compiled(x), f(x)
+        torch.testing.assert_close(out, ref)
+        assert out.stride() == ref.stride() == (1, shape[1])
+    assert backend.report.compiled_partitions == 1
+    assert backend.report.dynamic_partitions == 1
+
+
+def test_dynamic_shapes(daemon):
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    model = SoftmaxLayerNorm(d=16)
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for batch in (3, 5, 9):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5,
+                                       rtol=1e-5)
+    assert backend.report.graphs == 1  # one graph for all batch sizes
+    assert backend.report.compiled_partitions >= 1
+    assert backend.report.dynamic_partitions == backend.report.compiled_partitions
+    assert backend.report.op("aten._softmax.default").kiln == 1
+    for rows in (6, 11):
+        check_fwd_bwd(PointwiseReductions(), backend, torch.randn(rows, 10),
+                      torch.randn(rows, 10), dynamic=True)
+    # A forward and a backward graph for both sizes (no recompile), with
+    # symbolic sizes in Kiln (a partition over 0-dim values has none).
+    assert backend.report.graphs == 3
+    assert backend.report.dynamic_partitions >= 3
+    # mean's backward divides by a symbolic count: a 0-dim input to Kiln.
+    reasons = [r for rs in backend.report.fallbacks.values() for r in rs]
+    assert not [r for r in reasons if "Sym" in r], reasons
+
+
+def test_daemon_down_runs_eagerly_with_one_warning():
+    backend = kiln.backend(server="127.0.0.1:1")
+    model = SoftmaxLayerNorm(d=16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_fwd_bwd(model, backend, torch.randn(4, 16))
+    ours = kiln_warnings(caught)
+    assert len(ours) == 1, [str(w.message) for w in ours]
+    assert "unreachable" in str(ours[0].message)
+    assert backend.report.compiled_partitions == 0
+    assert any("unreachable" in r for reasons in backend.report.fallbacks.values()
+               for r in reasons)
+
+
+def test_daemon_killed_then_back(monkeypatch):
+    """Compiled partitions keep running without kilnd; a graph compiled
+    while it is down runs eagerly (one warning); once kilnd is back (same
+    address), the next graph compiles in Kiln again."""
+    from conftest import Daemon
+    from kiln import dynamo
+
+    monkeypatch.setattr(dynamo, "_RETRY_SECONDS", 0.0)
+    daemon = Daemon()
+    backend = kiln.backend(server=daemon.address)
+    def f0(x):
+        return torch.softmax(x * 2, dim=-1)
+
+    def f1(x):
+        return torch.tanh(x * 3).sum(-1)
+
+    def f2(x):
+        return torch.sigmoid(x + 4).amax(-1)
+
+    fns = [f0, f1, f2]  # three code objects: three Dynamo compiles
+    x = torch.randn(4, 16)
+    first = torch.compile(fns[0], backend=backend)
+    torch.testing.assert_close(first(x), fns[0](x))
+    assert backend.report.compiled_partitions == 1
+    port = daemon.address.rsplit(":", 1)[1]
+    daemon.stop()
+    torch.testing.assert_close(first(x * 2), fns[0](x * 2))  # no daemon needed
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(torch.compile(fns[1], backend=backend)(x),
+                                   fns[1](x))
+    assert len(kiln_warnings(caught)) == 1
+    assert backend.report.compiled_partitions == 1
+    back = Daemon(extra=[f"--listen=127.0.0.1:{port}"])
+    try:
+        torch.testing.assert_close(torch.compile(fns[2], backend=backend)(x),
+                                   fns[2](x))
+        assert backend.report.compiled_partitions == 2, str(backend.report)
+    finally:
+        back.stop()
+
+
+def test_two_processes_one_compile(daemon):
+    """Two processes compile the same model one after the other: the first
+    sends a Compile, the second gets the artifact by Lookup."""
+    code = (
+        "import sys, torch, kiln\n"
+        "b = kiln.backend(server=sys.argv[1], fallback='error')\n"
+        "f = lambda x: torch.nn.functional.gelu(x * 1.25).sum(-1)\n"
+        "x = torch.randn(3, 40)\n"
+        "torch.testing.assert_close(torch.compile(f, backend=b)(x), f(x))\n"
+        "c = b.counters()\n"
+        "print(c['compiles'], c['lookup_hits'])\n")
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    got = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", code, daemon.address],
+                             env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+        got.append(out.stdout.split())
+    assert got == [["1", "0"], ["0", "1"]], got
+
+
+def test_fallback_error_raises():
+    backend = kiln.backend(server="127.0.0.1:1", fallback="error")
+    compiled = torch.compile(SoftmaxLayerNorm(d=16), backend=backend)
+    with pytest.raises(Exception) as info:
+        compiled(torch.randn(4, 16))
+    assert "UNAVAILABLE" in str(info.value)
+    with pytest.raises(ValueError):
+        kiln.backend(fallback="sometimes")
+
+
+def test_kiln_log_fallback(daemon, monkeypatch, capsys):
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    backend = kiln.backend(server=daemon.address)
+
+    def f(x, w):
+        return torch.softmax(x @ w, dim=-1)
+
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    torch.testing.assert_close(torch.compile(f, backend=backend)(x, w), f(x, w))
+    err = capsys.readouterr().err
+    assert "fallback aten.mm.default x1: not in Kiln's op set" in err, err
+
+
+def test_entry_point_backend_by_name(daemon, tmp_path):
+    """pip installs the package (pyproject.toml) into a directory; a fresh
+    process finds backend="kiln" through its torch_dynamo_backends entry
+    point."""
+    target = tmp_path / "site"
+    source = tmp_path / "src"  # setuptools writes build/ next to the sources
+    shutil.copytree(ROOT / "python", source,
+                    ignore=shutil.ignore_patterns("__pycache__", "build",
+                                                  "*.egg-info"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
+                    "--no-deps", "--no-build-isolation", "--target",
+                    str(target), str(source)], check=True)
+    code = (
+        "import torch, kiln, kiln.dynamo\n"
+        "f = lambda x: torch.softmax(x * 2, dim=-1)\n"
+        "x = torch.randn(4, 16)\n"
+        "torch.testing.assert_close(torch.compile(f, backend='kiln')(x), f(x))\n"
+        "r = kiln.dynamo.default_backend().report\n"
+        "assert r.compiled_partitions == 1, str(r)\n"
+        "print(kiln.__file__)\n")
+    env = dict(os.environ, PYTHONPATH=str(target), KILN_SERVER=daemon.address)
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                         capture_output=True, text=True)
+    assert out.stdout.strip().startswith(str(target)), out.stdout
+
+
+def test_imports_without_torch():
+    """With torch hidden from the interpreter, the package still imports,
+    loads libkiln_c.so and lists Kiln's ops; torch is never imported."""
+    code = (
+        "import sys\n"
+        "class Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch' or name.startswith('torch.'):\n"
+        "            raise ImportError('torch hidden')\n"
+        "sys.meta_path.insert(0, Hide())\n"
+        "import kiln\n"
+        "ops = kiln.supported_ops()\n"
+        "assert 'aten.add.Tensor' in ops and 'aten.mm.default' not in ops\n"
+        "kiln.Client('127.0.0.1:1')\n"
+        "assert 'torch' not in sys.modules\n"
+        "try:\n"
+        "    kiln.backend()\n"
+        "except ImportError:\n"
+        "    print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    out = subprocess.run([sys.executable, "-c", code], env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+    # Where torch is installed, importing kiln does not import it either.
+    lazy = subprocess.run(
+        [sys.executable, "-c", "import sys, kiln, kiln.autostart; "
+         "print('torch' in sys.modules)"],
+        env=env, capture_output=True, text=True)
+    assert lazy.stdout.strip() == "False", lazy.stderr
+
+
+def test_cpu_executable_binding(daemon):
+    """The binding's CPU executable on strided tensors, without the
+    backend: output_sizes and run_into write into torch.empty tensors."""
+    client = kiln.Client(daemon.address)
+    graph = (ROOT / "examples" / "graphs" / "dynamic_batch.json").read_text()
+    exe = client.cpu_executable(graph)
+    x, scale = torch.randn(7, 16), torch.randn(16)
+    assert exe.output_sizes([x, scale]) == [(7,)]
+    (y,) = exe(x, scale)
+    torch.testing.assert_close(y, torch.tanh(x * scale + 1).mean(dim=1))
+    out = torch.empty(7)
+    exe.run_into([x, scale], [out])
+    torch.testing.assert_close(out, y)
+    with pytest.raises(kiln.KilnError) as info:
+        exe.run_into([x, scale], [torch.empty(6)])
+    assert info.value.code_name == "INVALID_ARGUMENT"
+
+    # Several threads on one executable, each with its own batch sizes
+    # (views cached per thread and layout).
+    import threading
+
+    errors = []
+
+    def work(rows):
+        try:
+            for _ in range(50):
+                a = torch.randn(rows, 16)
+                out = torch.empty(rows)
+                exe.run_into([a, scale], [out])
+                torch.testing.assert_close(
+                    out, torch.tanh(a * scale + 1).mean(dim=1))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in (3, 5, 9, 17)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_autostart_starts_one_per_user_daemon(tmp_path):
+    """With KILN_SERVER unset and nothing on 127.0.0.1:7733, two processes
+    one after the other use one kilnd they started on a Unix socket in
+    $XDG_RUNTIME_DIR; with KILN_AUTOSTART=0 none is started (eager)."""
+    from kiln import autostart
+
+    if autostart._answers_tcp("127.0.0.1", 7733):
+        pytest.skip("something serves 127.0.0.1:7733, the default server")
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR, XDG_RUNTIME_DIR=str(runtime),
+               XDG_CACHE_HOME=str(tmp_path / "cache"))
+    env.pop("KILN_SERVER", None)
+    code = (
+        "import torch, kiln\n"
+        "b = kiln.backend()\n"
+        "f = lambda x: torch.softmax(x + 1, dim=-1)\n"
+        "x = torch.randn(4, 16)\n"
+        "torch.testing.assert_close(torch.compile(f, backend=b)(x), f(x))\n"
+        "print(b.report.compiled_partitions, b._address)\n")
+    sock = runtime / "kiln" / "kilnd.sock"
+    try:
+        pids = []
+        for _ in range(2):
+            out = subprocess.run([sys.executable, "-c", code], env=env,
+                                 capture_output=True, text=True, timeout=300)
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.split() == ["1", f"unix:{sock}"], out.stdout
+            pids.append((runtime / "kiln" / "kilnd.pid").read_text())
+        assert pids[0] == pids[1]  # the second process found the first's
+        off = subprocess.run(
+            [sys.executable, "-W", "always", "-c", code.replace(
+                "kiln.backend()", "kiln.backend(fallback='eager')")],
+            env=dict(env, KILN_AUTOSTART="0",
+                     XDG_RUNTIME_DIR=str(tmp_path / "other")),
+            capture_output=True, text=True, timeout=300)
+        assert off.returncode == 0, off.stderr
+        assert off.stdout.split() == ["0", "127.0.0.1:7733"], off.stdout
+        assert "kiln: kilnd unreachable" in off.stderr
+        assert not (tmp_path / "other" / "kiln" / "kilnd.sock").exists()
+    finally:
+        pid_file = runtime / "kiln" / "kilnd.pid"
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text()), 9)
+            except ProcessLookupError:
+                pass
