@@ -303,14 +303,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerPointwise(
 
 // Casts: the input read broadcast to the output, cast to its dtype.
 absl::StatusOr<std::vector<LoweredValue>> LowerCast(LowerContext& ctx) {
-  const TensorType& out = ctx.out_type();
-  LoopNode node;
-  node.kind = LoopNode::Kind::kPointwise;
-  node.dtype = out.dtype;
-  node.sizes = out.sizes;
-  node.body =
-      ir::Cast(LowerContext::ReadBroadcast(ctx.value(0), out.sizes), out.dtype);
-  return std::vector<LoweredValue>{ctx.AddNode(std::move(node))};
+  return std::vector<LoweredValue>{ops::PointwiseOutput(
+      ctx, LowerContext::ReadBroadcast(ctx.value(0), ctx.out_type().sizes))};
 }
 
 // The signature of `lowering`'s op; none is a programming error and aborts.

@@ -163,14 +163,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAlias(LowerContext& ctx) {
 // copy: a pointwise node reading src broadcast to self's sizes, cast to
 // self's dtype; self is not read.
 absl::StatusOr<std::vector<LoweredValue>> LowerCopy(LowerContext& ctx) {
-  const TensorType& out = ctx.out_type();
-  LoopNode node;
-  node.kind = LoopNode::Kind::kPointwise;
-  node.dtype = out.dtype;
-  node.sizes = out.sizes;
-  node.body =
-      ir::Cast(LowerContext::ReadBroadcast(ctx.value(1), out.sizes), out.dtype);
-  return std::vector<LoweredValue>{ctx.AddNode(std::move(node))};
+  return std::vector<LoweredValue>{ops::PointwiseOutput(
+      ctx, LowerContext::ReadBroadcast(ctx.value(1), ctx.out_type().sizes))};
 }
 
 // split.Tensor, split_with_sizes: piece o reads the dim from the sum of
