@@ -22,8 +22,56 @@ v1::DType WireDType(DType d) {
   return static_cast<v1::DType>(static_cast<int>(d));
 }
 
+v1::MatrixOperand MatrixOperandOf(const MatrixLayout& layout, int buffer) {
+  v1::MatrixOperand m;
+  m.set_buffer(buffer);
+  *m.mutable_offset() = ToSymPoly(layout.offset);
+  *m.mutable_batch_stride() = ToSymPoly(layout.batch_stride);
+  *m.mutable_row_stride() = ToSymPoly(layout.row_stride);
+  *m.mutable_col_stride() = ToSymPoly(layout.col_stride);
+  return m;
+}
+
+// An extern kernel's call: slots 0, 1, 2 are A, B, C.
+v1::ExternCall ExternCallStep(const GemmCall& gemm,
+                              const std::vector<int>& buffers,
+                              const FusedProgram& fused, bool cpu) {
+  v1::ExternCall call;
+  call.set_library(cpu ? v1::ExternCall::BLAS : v1::ExternCall::CUBLASLT);
+  v1::Gemm* g = call.mutable_gemm();
+  *g->mutable_a() = MatrixOperandOf(gemm.a, buffers[0]);
+  *g->mutable_b() = MatrixOperandOf(gemm.b, buffers[1]);
+  *g->mutable_c() = MatrixOperandOf(gemm.c, buffers[2]);
+  *g->mutable_batch() = ToSymPoly(gemm.batch);
+  *g->mutable_m() = ToSymPoly(gemm.m);
+  *g->mutable_n() = ToSymPoly(gemm.n);
+  *g->mutable_k() = ToSymPoly(gemm.k);
+  g->set_alpha(gemm.alpha);
+  g->set_beta(0);
+  g->set_dtype(WireDType(fused.buffers[buffers[2]].dtype));
+  g->set_compute_dtype(WireDType(gemm.compute_dtype));
+  return call;
+}
+
+// A generated kernel's launch.
+void AddLaunch(const Kernel& kernel, const GpuKernelPlan* gpu_plan,
+               v1::Program& program) {
+  v1::Launch* launch = program.add_steps()->mutable_launch();
+  launch->set_kernel(kernel.name);
+  for (int b : kernel.buffers) launch->add_buffers(b);
+  *launch->mutable_range() = ToSymPoly(kernel.OuterRange());
+  // Rows of a row kernel are heavy; pointwise elements are light.
+  bool has_inner = false;
+  for (bool i : kernel.inner) has_inner |= i;
+  launch->set_grain(has_inner ? 16 : 16384);
+  if (gpu_plan != nullptr) {
+    launch->set_block_threads(gpu_plan->block_threads);
+    launch->set_items_per_block(gpu_plan->items_per_block);
+  }
+}
+
 // The program: buffers, then per kernel: allocate the temps it writes first,
-// launch, and free temps after their last reader.
+// launch (or call the library), and free temps after their last reader.
 // `gpu_plans`: per kernel, for CUDA targets; empty for CPU targets.
 v1::Program BuildProgram(const FusedProgram& fused,
                          const std::vector<GpuKernelPlan>& gpu_plans) {
@@ -52,22 +100,17 @@ v1::Program BuildProgram(const FusedProgram& fused,
         allocated[b] = true;
       }
     }
-    v1::Launch* launch = program.add_steps()->mutable_launch();
-    launch->set_kernel(kernel.name);
-    for (int b : kernel.buffers) launch->add_buffers(b);
-    *launch->mutable_range() = ToSymPoly(kernel.OuterRange());
-    // Rows of a row kernel are heavy; pointwise elements are light.
-    bool has_inner = false;
-    for (bool i : kernel.inner) has_inner |= i;
-    launch->set_grain(has_inner ? 16 : 16384);
-    if (!gpu_plans.empty()) {
-      launch->set_block_threads(gpu_plans[k].block_threads);
-      launch->set_items_per_block(gpu_plans[k].items_per_block);
+    if (kernel.is_extern()) {
+      *program.add_steps()->mutable_call() = ExternCallStep(
+          *kernel.gemm, kernel.buffers, fused, gpu_plans.empty());
+    } else {
+      AddLaunch(kernel, gpu_plans.empty() ? nullptr : &gpu_plans[k], program);
     }
     for (int b : kernel.buffers) {
       if (fused.buffers[b].kind == ProgramBuffer::Kind::kTemp &&
           last_use[b] == static_cast<int>(k)) {
         program.add_steps()->set_free(b);
+        last_use[b] = -1;  // an extern may name a buffer twice
       }
     }
   }

@@ -206,6 +206,7 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> EmitCpuModule(
     const CpuCodegenOptions& options) {
   return EmitKernelModule(
       context, program.kernels.size(), [&](llvm::Module& module, size_t k) {
+        if (program.kernels[k].is_extern()) return absl::OkStatus();
         return CpuKernelEmitter(module, program, program.kernels[k], options)
             .Emit();
       });

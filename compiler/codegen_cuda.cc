@@ -1003,6 +1003,7 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> EmitCudaModule(
   }
   return EmitKernelModule(
       context, program.kernels.size(), [&](llvm::Module& module, size_t k) {
+        if (program.kernels[k].is_extern()) return absl::OkStatus();
         return CudaKernelEmitter(module, program, program.kernels[k], options,
                                  plans[k])
             .Emit();

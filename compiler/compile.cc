@@ -188,6 +188,14 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   std::vector<GpuKernelPlan> gpu_plans;
   KernelBinary binary;
   if (cuda) {
+    for (const Kernel& k : fused->kernels) {
+      if (k.is_extern()) {
+        return absl::UnimplementedError(
+            "matrix products (aten.mm, addmm, bmm, baddbmm) on CUDA targets "
+            "need the cuBLASLt extern call, which the CUDA runtime does not "
+            "make yet: compile them for a CPU target or run them eagerly");
+      }
+    }
     gpu_plans = PlanGpuLaunches(*fused, PlanOptions(env));
     dump.Write("04-gpu-plan.txt", GpuPlansToString(*fused, gpu_plans));
     absl::StatusOr<v1::CudaBinary> cubin =

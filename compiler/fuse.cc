@@ -59,6 +59,8 @@ class Fuser {
       if (!realized_[n] || node.kind == LoopNode::Kind::kInput) continue;
       if (node.kind == LoopNode::Kind::kReduction) {
         AddReduction(static_cast<int>(n));
+      } else if (node.kind == LoopNode::Kind::kExtern) {
+        AddExtern(static_cast<int>(n));
       } else {
         AddPointwise(static_cast<int>(n));
       }
@@ -78,12 +80,35 @@ class Fuser {
       reachable[n] = true;
       for (int m : LoadsOf(g_.nodes[n].body)) stack.push_back(m);
       for (int m : LoadsOf(g_.nodes[n].finalize)) stack.push_back(m);
+      for (int m : g_.nodes[n].extern_inputs) stack.push_back(m);
     }
+    extern_input_.assign(g_.nodes.size(), false);
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      if (!reachable[n]) continue;
+      for (int m : g_.nodes[n].extern_inputs) extern_input_[m] = true;
+    }
+    // Extern calls read their operands from memory: those are realized.
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       const LoopNode& node = g_.nodes[n];
       realized_[n] = reachable[n] && (node.kind != LoopNode::Kind::kPointwise ||
-                                      node.output_index >= 0 || !options_.fuse);
+                                      node.output_index >= 0 ||
+                                      extern_input_[n] || !options_.fuse);
     }
+  }
+
+  // Whether new work may join the last kernel (not an extern call).
+  bool CanJoinLast() const {
+    return !kernels_.empty() && options_.fuse &&
+           !kernels_.back().kernel.is_extern();
+  }
+
+  // An extern call is a kernel of its own; its buffers are set by Finish.
+  void AddExtern(int n) {
+    KernelBuild k;
+    k.kernel.name = absl::StrCat("kiln_k", kernels_.size());
+    k.kernel.gemm = g_.nodes[n].gemm;
+    extern_nodes_.push_back({static_cast<int>(kernels_.size()), n});
+    kernels_.push_back(std::move(k));
   }
 
   Expr Inline(const Expr& e) { return inliner_.Run(e); }
@@ -151,7 +176,7 @@ class Fuser {
   void AddReduction(int n) {
     const LoopNode& node = g_.nodes[n];
     const Expr body = Inline(node.body);
-    if (!kernels_.empty() && options_.fuse) {
+    if (CanJoinLast()) {
       KernelBuild& k = kernels_.back();
       if (k.kernel.dims == node.reduce_sizes &&
           k.kernel.inner == node.reduced && k.has_inner()) {
@@ -202,7 +227,7 @@ class Fuser {
   void AddPointwise(int n) {
     const LoopNode& node = g_.nodes[n];
     const Expr body = Inline(node.body);
-    if (!kernels_.empty() && options_.fuse) {
+    if (CanJoinLast()) {
       KernelBuild& k = kernels_.back();
       bool inner_store = false;
       if (auto idx = IdentityIn(k.kernel, node.sizes, &inner_store)) {
@@ -281,7 +306,7 @@ class Fuser {
       }
     }
     auto needs_buffer = [&](int n) {
-      if (g_.nodes[n].output_index >= 0) return true;
+      if (g_.nodes[n].output_index >= 0 || extern_input_[n]) return true;
       for (const auto& l : loads) {
         if (l.contains(n)) return true;
       }
@@ -321,18 +346,28 @@ class Fuser {
         }
       }
     }
-    // Realized pointwise nodes that are not outputs (only without fusion)
-    // live in temps.
-    for (const PendingStore& ps : pending_stores_) {
-      if (buffer_of.contains(ps.node)) continue;
-      const LoopNode& node = g_.nodes[ps.node];
+    // Realized pointwise nodes that are not outputs (extern operands, and
+    // every one without fusion) and extern results live in temps.
+    std::vector<int> temp_nodes;
+    for (const PendingStore& ps : pending_stores_)
+      temp_nodes.push_back(ps.node);
+    for (const auto& [kernel, node] : extern_nodes_) temp_nodes.push_back(node);
+    for (int n : temp_nodes) {
+      if (buffer_of.contains(n)) continue;
+      const LoopNode& node = g_.nodes[n];
       ProgramBuffer b;
       b.kind = ProgramBuffer::Kind::kTemp;
       b.dtype = node.dtype;
       b.elements = NumElements(node.sizes);
       b.strides = ContiguousStrides(node.sizes);
-      buffer_of[ps.node] = static_cast<int>(p.buffers.size());
+      buffer_of[n] = static_cast<int>(p.buffers.size());
       p.buffers.push_back(std::move(b));
+    }
+    for (const auto& [kernel, n] : extern_nodes_) {
+      const LoopNode& node = g_.nodes[n];
+      kernels_[kernel].kernel.buffers = {buffer_of.at(node.extern_inputs[0]),
+                                         buffer_of.at(node.extern_inputs[1]),
+                                         buffer_of.at(n)};
     }
     for (const PendingStore& ps : pending_stores_) {
       Stage& st = kernels_[ps.kernel].kernel.stages[ps.stage];
@@ -384,6 +419,8 @@ class Fuser {
   const LoopGraph& g_;
   const FuseOptions options_;
   std::vector<bool> realized_;
+  std::vector<bool> extern_input_;  // per node: read by an extern call
+  std::vector<std::pair<int, int>> extern_nodes_;  // (kernel, node)
   std::vector<KernelBuild> kernels_;
   std::vector<PendingStore> pending_stores_;
 };

@@ -173,8 +173,11 @@ std::vector<GpuKernelPlan> PlanGpuLaunches(const FusedProgram& program,
                                            const GpuPlanOptions& options) {
   std::vector<GpuKernelPlan> plans;
   plans.reserve(program.kernels.size());
-  for (const Kernel& kernel : program.kernels)
-    plans.push_back(PlanGpuKernel(kernel, options));
+  for (const Kernel& kernel : program.kernels) {
+    // An extern call is the library's launch, not ours.
+    plans.push_back(kernel.is_extern() ? GpuKernelPlan{}
+                                       : PlanGpuKernel(kernel, options));
+  }
   return plans;
 }
 

@@ -419,7 +419,192 @@ std::optional<Expr> Rewriter::Find(const Expr& e) {
 
 }  // namespace ir
 
+namespace ir {
 namespace {
+
+// floor(x / divisor) mod modulus (modulus 0: no modulus) times coeff.
+struct DivModAtom {
+  Expr x;
+  SymExpr divisor;
+  SymExpr modulus;
+  SymExpr coeff;
+};
+
+struct Linear {
+  SymExpr constant;
+  std::vector<SymExpr> vars;
+  std::vector<DivModAtom> atoms;
+  bool IsConstant() const {
+    if (!atoms.empty()) return false;
+    for (const SymExpr& c : vars) {
+      if (c != SymExpr(0)) return false;
+    }
+    return true;
+  }
+};
+
+// A symbol-only int64 expression as a polynomial.
+std::optional<SymExpr> AsPoly(const Expr& e) {
+  switch (e->op) {
+    case ExprOp::kConst:
+      return SymExpr(e->i);
+    case ExprOp::kSym:
+      return SymExpr::Symbol(e->index);
+    case ExprOp::kAdd:
+    case ExprOp::kMul: {
+      auto a = AsPoly(e->args[0]), b = AsPoly(e->args[1]);
+      if (!a || !b) return std::nullopt;
+      return e->op == ExprOp::kAdd ? *a + *b : *a * *b;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+void AddScaled(Linear& into, const Linear& l, const SymExpr& scale) {
+  into.constant = into.constant + l.constant * scale;
+  for (size_t i = 0; i < l.vars.size(); ++i)
+    into.vars[i] = into.vars[i] + l.vars[i] * scale;
+  for (const DivModAtom& a : l.atoms) {
+    DivModAtom scaled = a;
+    scaled.coeff = a.coeff * scale;
+    into.atoms.push_back(std::move(scaled));
+  }
+}
+
+std::optional<Linear> ToLinear(const Expr& e, int num_vars);
+
+// Applies floor(x/p) mod s + s * (floor(x/(p*s)) mod t) = floor(x/p) mod
+// (s*t) (t = 0: no modulus) and floor(x/1) = x until nothing changes.
+bool FoldDivMods(Linear& l, int num_vars) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < l.atoms.size() && !changed; ++i) {
+      const DivModAtom& a = l.atoms[i];
+      if (a.divisor == SymExpr(1) && a.modulus == SymExpr(0)) {
+        std::optional<Linear> x = ToLinear(a.x, num_vars);
+        if (!x) return false;
+        const SymExpr coeff = a.coeff;
+        l.atoms.erase(l.atoms.begin() + i);
+        AddScaled(l, *x, coeff);
+        changed = true;
+        break;
+      }
+      if (a.modulus == SymExpr(0)) continue;
+      for (size_t j = 0; j < l.atoms.size(); ++j) {
+        const DivModAtom& b = l.atoms[j];
+        if (j == i || !Equal(a.x, b.x) || b.divisor != a.divisor * a.modulus ||
+            b.coeff != a.coeff * a.modulus) {
+          continue;
+        }
+        DivModAtom merged{
+            a.x, a.divisor,
+            b.modulus == SymExpr(0) ? SymExpr(0) : a.modulus * b.modulus,
+            a.coeff};
+        l.atoms.erase(l.atoms.begin() + std::max(i, j));
+        l.atoms.erase(l.atoms.begin() + std::min(i, j));
+        l.atoms.push_back(std::move(merged));
+        changed = true;
+        break;
+      }
+    }
+  }
+  return true;
+}
+
+std::optional<Linear> ToLinear(const Expr& e, int num_vars) {
+  Linear l;
+  l.vars.assign(num_vars, SymExpr(0));
+  switch (e->op) {
+    case ExprOp::kConst:
+      if (IsFloating(e->dtype)) return std::nullopt;
+      l.constant = SymExpr(e->i);
+      return l;
+    case ExprOp::kSym:
+      l.constant = SymExpr::Symbol(e->index);
+      return l;
+    case ExprOp::kVar:
+      if (e->index >= num_vars) return std::nullopt;
+      l.vars[e->index] = SymExpr(1);
+      return l;
+    case ExprOp::kNeg: {
+      auto a = ToLinear(e->args[0], num_vars);
+      if (!a) return std::nullopt;
+      AddScaled(l, *a, SymExpr(-1));
+      return l;
+    }
+    case ExprOp::kAdd:
+    case ExprOp::kSub: {
+      auto a = ToLinear(e->args[0], num_vars);
+      auto b = ToLinear(e->args[1], num_vars);
+      if (!a || !b) return std::nullopt;
+      AddScaled(l, *a, SymExpr(1));
+      AddScaled(l, *b, SymExpr(e->op == ExprOp::kAdd ? 1 : -1));
+      return l;
+    }
+    case ExprOp::kMul: {
+      auto a = ToLinear(e->args[0], num_vars);
+      auto b = ToLinear(e->args[1], num_vars);
+      if (!a || !b) return std::nullopt;
+      if (b->IsConstant()) {
+        AddScaled(l, *a, b->constant);
+      } else if (a->IsConstant()) {
+        AddScaled(l, *b, a->constant);
+      } else {
+        return std::nullopt;
+      }
+      return l;
+    }
+    case ExprOp::kFloorDiv:
+    case ExprOp::kRemainder: {
+      std::optional<SymExpr> by = AsPoly(e->args[1]);
+      if (!by) return std::nullopt;
+      DivModAtom atom{e->args[0], SymExpr(1), SymExpr(0), SymExpr(1)};
+      if (e->op == ExprOp::kRemainder) {
+        atom.modulus = *by;
+        // (floor(y / p)) mod s
+        if (atom.x->op == ExprOp::kFloorDiv) {
+          std::optional<SymExpr> p = AsPoly(atom.x->args[1]);
+          if (!p) return std::nullopt;
+          atom.divisor = *p;
+          atom.x = atom.x->args[0];
+        }
+      } else {
+        atom.divisor = *by;
+      }
+      l.atoms.push_back(std::move(atom));
+      return l;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::optional<AffineForm> Affine(const Expr& e, int num_vars) {
+  std::optional<Linear> l = ToLinear(e, num_vars);
+  if (!l || !FoldDivMods(*l, num_vars) || !l->atoms.empty())
+    return std::nullopt;
+  return AffineForm{std::move(l->constant), std::move(l->vars)};
+}
+
+}  // namespace ir
+
+bool IsBlasLayout(const MatrixLayout& layout) {
+  return layout.row_stride == SymExpr(1) || layout.col_stride == SymExpr(1);
+}
+
+std::string MatrixLayout::ToString(
+    const std::vector<std::string>& symbol_names) const {
+  return absl::StrCat("@", offset.ToString(symbol_names), " strides (",
+                      batch_stride.ToString(symbol_names), ", ",
+                      row_stride.ToString(symbol_names), ", ",
+                      col_stride.ToString(symbol_names), ")");
+}
+
+namespace {
+
 std::string SizesString(const std::vector<SymExpr>& s,
                         const std::vector<std::string>& names) {
   std::vector<std::string> parts;
@@ -477,6 +662,16 @@ std::string LoopGraph::ToString() const {
                           ir::ToString(node.finalize, symbol_names));
         break;
       }
+      case LoopNode::Kind::kExtern: {
+        const GemmCall& g = *node.gemm;
+        absl::StrAppend(
+            &out, " = gemm batch ", g.batch.ToString(symbol_names), " m ",
+            g.m.ToString(symbol_names), " n ", g.n.ToString(symbol_names),
+            " k ", g.k.ToString(symbol_names), " alpha ", g.alpha, " of %",
+            node.extern_inputs[0], g.a.ToString(symbol_names), ", %",
+            node.extern_inputs[1], g.b.ToString(symbol_names));
+        break;
+      }
     }
     if (node.output_index >= 0)
       absl::StrAppend(&out, "  -> output ", node.output_index);
@@ -496,6 +691,14 @@ SymExpr Kernel::OuterRange() const {
 std::string Kernel::ToString(const std::vector<std::string>& names) const {
   std::string out = absl::StrCat("kernel ", name, " buffers [",
                                  absl::StrJoin(buffers, ", "), "]\n");
+  if (gemm) {
+    absl::StrAppend(&out, "  extern gemm batch ", gemm->batch.ToString(names),
+                    " m ", gemm->m.ToString(names), " n ",
+                    gemm->n.ToString(names), " k ", gemm->k.ToString(names),
+                    " alpha ", gemm->alpha, "\n    a ", gemm->a.ToString(names),
+                    "\n    b ", gemm->b.ToString(names), "\n    c ",
+                    gemm->c.ToString(names), "\n");
+  }
   for (size_t d = 0; d < dims.size(); ++d) {
     absl::StrAppend(&out, "  ", inner[d] ? "inner" : "outer", " v", d, " < ",
                     dims[d].ToString(names), "\n");

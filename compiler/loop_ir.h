@@ -140,6 +140,19 @@ Expr SubstituteVars(const Expr& e, const std::vector<Expr>& vars);
 std::string ToString(const Expr& e,
                      const std::vector<std::string>& symbol_names = {});
 
+// An int64 index expression as constant + sum_i coeffs[i] * v_i, with the
+// constant and coefficients polynomials over the symbols.
+struct AffineForm {
+  SymExpr constant;
+  std::vector<SymExpr> coeffs;  // one per var
+};
+// `e` (over vars [0, num_vars)) in affine form, or nullopt when it is not
+// affine in the vars (loads, selects, a division that does not cancel).
+// The divisions and moduli of a reshape cancel:
+// floor(x / p) mod s * q + floor(x / (p*s)) * s * q folds to floor(x / p) * q
+// and floor(x / 1) to x, so a view that merges dims stays affine.
+std::optional<AffineForm> Affine(const Expr& e, int num_vars);
+
 // Rewrites an expression bottom-up; `fn` may replace any node (returning
 // nullopt keeps the rebuilt node). Memoised structurally so that shared
 // subexpressions stay shared (inlining would otherwise blow up). One
@@ -176,8 +189,36 @@ inline bool IsArgReduce(ReduceKind k) {
   return k == ReduceKind::kArgMax || k == ReduceKind::kArgMin;
 }
 
+// How an extern call reads or writes a matrix in place: element (b, r, c)
+// is element offset + b * batch_stride + r * row_stride + c * col_stride of
+// the node's (or, after fusion, the buffer's) flat storage.
+struct MatrixLayout {
+  SymExpr offset{0};
+  SymExpr batch_stride{0};
+  SymExpr row_stride{0};
+  SymExpr col_stride{1};
+  std::string ToString(const std::vector<std::string>& symbol_names) const;
+};
+
+// A batched matrix product computed by a vendor library (issue 16):
+// C[b] = alpha * A[b] @ B[b] for b < batch, A m x k, B k x n, C m x n, with
+// C contiguous. The operands are whole loop nodes (extern_inputs), read in
+// place through their layouts.
+struct GemmCall {
+  MatrixLayout a, b, c;
+  SymExpr batch{1}, m{0}, n{0}, k{0};
+  double alpha = 1;
+  DType compute_dtype = DType::kFloat32;
+};
+
+// Whether a library can read `layout` in place: its row or column stride is
+// statically 1.
+bool IsBlasLayout(const MatrixLayout& layout);
+
 struct LoopNode {
-  enum class Kind : uint8_t { kInput, kPointwise, kReduction };
+  // kExtern: the node's value (contiguous) is computed by a library call,
+  // `gemm`, over the nodes extern_inputs (A, B).
+  enum class Kind : uint8_t { kInput, kPointwise, kReduction, kExtern };
   Kind kind = Kind::kPointwise;
   std::string name;  // for dumps: the graph value it computes
   DType dtype = DType::kFloat32;
@@ -199,6 +240,10 @@ struct LoopNode {
   // correction): an expression over kAcc 0 and the row's vars; null = acc.
   Expr finalize;
   DType acc_dtype = DType::kFloat32;  // accumulator dtype
+
+  // kExtern
+  std::optional<GemmCall> gemm;
+  std::vector<int> extern_inputs;  // loop nodes, realized: A, B
 
   int output_index = -1;  // >= 0: this node is graph output #output_index
 };
@@ -242,6 +287,10 @@ struct Kernel {
   std::vector<SymExpr> dims;
   std::vector<bool> inner;  // per dim: reduced (inner) or kept (outer)
   std::vector<Stage> stages;
+  // An extern call instead of generated code (no dims, no stages): slots
+  // 0, 1, 2 are A, B and C (possibly the same buffer twice).
+  std::optional<GemmCall> gemm;
+  bool is_extern() const { return gemm.has_value(); }
 
   SymExpr OuterRange() const;
   std::string ToString(const std::vector<std::string>& symbol_names) const;

@@ -667,6 +667,10 @@ FusedProgram SplitLongReductions(FusedProgram program) {
     Split(ordered, *shape, splits, program);
   };
   for (Kernel& k : kernels) {
+    if (k.is_extern()) {
+      program.kernels.push_back(std::move(k));
+      continue;
+    }
     if (std::optional<std::vector<Kernel>> parts = OnePassMoments(k, program)) {
       for (Kernel& part : *parts) program.kernels.push_back(std::move(part));
     } else if (std::optional<std::vector<Kernel>> parts = Fission(k, program)) {

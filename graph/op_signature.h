@@ -108,7 +108,8 @@ enum class OpClass : uint8_t {
   kView,
   kComposite,
   kCreation,
-  kData
+  kData,
+  kExtern,  // computed by a vendor library (matrix products)
 };
 
 inline constexpr int kVariableOutputs = -1;
@@ -144,6 +145,7 @@ void RegisterViewSignatures(OpSignatures& table);
 void RegisterIndexingSignatures(OpSignatures& table);
 void RegisterCreationSignatures(OpSignatures& table);
 void RegisterCompositeSignatures(OpSignatures& table);
+void RegisterMatmulSignatures(OpSignatures& table);
 
 }  // namespace kiln
 

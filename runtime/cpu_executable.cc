@@ -6,13 +6,26 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/cpu_blas.h"
 #include "support/sha256.h"
 
 namespace kiln {
+namespace {
 
 // The format this runtime understands (compiler/compile.h's
 // kArtifactFormatVersion; the client does not link the compiler back end).
 constexpr int kSupportedFormatVersion = 1;
+
+// What the CPU runtime runs: launches without block geometry, extern calls
+// into a CBLAS in float32.
+LaunchLimits CpuLimits() {
+  LaunchLimits limits;
+  limits.extern_library = v1::ExternCall::BLAS;
+  limits.gemm_dtypes = {{DType::kFloat32, DType::kFloat32}};
+  return limits;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuExecutable>> CpuExecutable::Load(
     const v1::Artifact& artifact) {
@@ -44,7 +57,7 @@ absl::StatusOr<std::unique_ptr<CpuExecutable>> CpuExecutable::LoadFromPieces(
   std::memcpy(expected.data(), artifact.binary_sha256().data(),
               expected.size());
   // The program is checked before any of the artifact's code is loaded.
-  if (absl::StatusOr<ProgramPlan> plan = PlanProgram(artifact, LaunchLimits{});
+  if (absl::StatusOr<ProgramPlan> plan = PlanProgram(artifact, CpuLimits());
       !plan.ok()) {
     return plan.status();
   }
@@ -55,7 +68,7 @@ absl::StatusOr<std::unique_ptr<CpuExecutable>> CpuExecutable::LoadFromPieces(
   std::unique_ptr<CpuExecutable> exe(
       new CpuExecutable(std::move(artifact), *std::move(library)));
   // Planned again where the artifact now lives (the plan points into it).
-  absl::StatusOr<ProgramPlan> plan = PlanProgram(exe->artifact_, {});
+  absl::StatusOr<ProgramPlan> plan = PlanProgram(exe->artifact_, CpuLimits());
   if (!plan.ok()) return plan.status();
   exe->plan_ = *std::move(plan);
   for (const ProgramPlan::Launch& launch : exe->plan_.launches) {
@@ -204,6 +217,7 @@ absl::Status CpuExecutable::Execute(absl::Span<const int64_t> symbols,
   std::vector<size_t> temp_bytes(plan_.num_temps, 0);
   std::multimap<size_t, std::unique_ptr<void, FreeDeleter>> free_blocks;
   const v1::Program& program = artifact_.program();
+  std::vector<int64_t> elements;  // per buffer, on the first extern call
   for (const ProgramPlan::Step& step : plan_.steps) {
     switch (step.kind) {
       case ProgramPlan::Step::Kind::kAlloc: {
@@ -231,6 +245,25 @@ absl::Status CpuExecutable::Execute(absl::Span<const int64_t> symbols,
       case ProgramPlan::Step::Kind::kFree: {
         const int slot = plan_.temp_slot[step.index];
         free_blocks.emplace(temp_bytes[slot], std::move(temps[slot]));
+        break;
+      }
+      case ProgramPlan::Step::Kind::kExtern: {
+        const ProgramPlan::Extern& e = plan_.externs[step.index];
+        if (elements.empty()) {
+          for (const v1::BufferSpec& b : program.buffers())
+            elements.push_back(EvaluateSymPoly(b.elements(), symbols));
+        }
+        absl::StatusOr<GemmDims> dims =
+            EvaluateGemm(*e.gemm, symbols, elements);
+        if (!dims.ok()) return dims.status();
+        absl::StatusOr<const CpuBlas*> blas = CpuBlas::Get();
+        if (!blas.ok()) return blas.status();
+        if (absl::Status s =
+                (*blas)->Gemm(e.dtype, *dims, e.gemm->alpha(), e.gemm->beta(),
+                              buffers[e.a], buffers[e.b], buffers[e.c]);
+            !s.ok()) {
+          return s;
+        }
         break;
       }
       case ProgramPlan::Step::Kind::kLaunch: {

@@ -1,9 +1,11 @@
 #include "runtime/program_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/guards.h"
 
 namespace kiln {
 namespace {
@@ -21,7 +23,183 @@ absl::Status CheckPoly(const v1::SymPoly& poly, int num_symbols,
   return absl::OkStatus();
 }
 
+const char* LibraryName(v1::ExternCall::Library library) {
+  switch (library) {
+    case v1::ExternCall::BLAS:
+      return "BLAS";
+    case v1::ExternCall::CUBLASLT:
+      return "cuBLASLt";
+    default:
+      return "no library";
+  }
+}
+
+// Checks extern call step `i` against the buffers (kinds, dtypes,
+// allocation state) and the runtime's library and dtypes.
+absl::StatusOr<ProgramPlan::Extern> PlanExtern(
+    const v1::ExternCall& call, int i, int num_symbols, const ProgramPlan& plan,
+    const std::vector<bool>& allocated, const LaunchLimits& limits,
+    const v1::Program& program) {
+  const std::string where = absl::StrCat("step ", i, " (extern call)");
+  if (limits.extern_library == v1::ExternCall::LIBRARY_UNSPECIFIED ||
+      call.library() != limits.extern_library) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "artifact: ", where, " calls ", LibraryName(call.library()),
+        "; this runtime calls ", LibraryName(limits.extern_library)));
+  }
+  if (!call.has_gemm()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: ", where, " names no operation"));
+  }
+  const v1::Gemm& g = call.gemm();
+  ProgramPlan::Extern e;
+  e.gemm = &g;
+  const std::optional<DType> dtype = DTypeFromWire(g.dtype());
+  const std::optional<DType> compute = DTypeFromWire(g.compute_dtype());
+  if (!dtype || !compute) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: ", where, " has an unknown dtype"));
+  }
+  e.dtype = *dtype;
+  e.compute_dtype = *compute;
+  if (std::find(limits.gemm_dtypes.begin(), limits.gemm_dtypes.end(),
+                std::make_pair(*dtype, *compute)) == limits.gemm_dtypes.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: ", where, " multiplies ", DTypeName(*dtype),
+                     " computing in ", DTypeName(*compute), ", which ",
+                     LibraryName(limits.extern_library), " does not here"));
+  }
+  if (!std::isfinite(g.alpha()) || !std::isfinite(g.beta())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: ", where, " has a non-finite alpha or beta"));
+  }
+  const v1::MatrixOperand* operands[3] = {&g.a(), &g.b(), &g.c()};
+  int* ids[3] = {&e.a, &e.b, &e.c};
+  const char* names[3] = {"A", "B", "C"};
+  const int num_buffers = program.buffers_size();
+  for (int m = 0; m < 3; ++m) {
+    const v1::MatrixOperand& op = *operands[m];
+    const int b = op.buffer();
+    if (b < 0 || b >= num_buffers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("artifact: ", where, " passes buffer ", b, " of ",
+                       num_buffers, " as ", names[m]));
+    }
+    if (plan.temp_slot[b] >= 0 && !allocated[b]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("artifact: ", where, " uses temp buffer ", b,
+                       " while it is not allocated"));
+    }
+    if (DTypeFromWire(program.buffers(b).dtype()) != *dtype) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("artifact: ", where, "'s ", names[m], " (buffer ", b,
+                       ") is not of the call's dtype"));
+    }
+    for (const v1::SymPoly* p : {&op.offset(), &op.batch_stride(),
+                                 &op.row_stride(), &op.col_stride()}) {
+      if (absl::Status s = CheckPoly(*p, num_symbols, where); !s.ok()) return s;
+    }
+    *ids[m] = b;
+  }
+  for (const v1::SymPoly* p : {&g.batch(), &g.m(), &g.n(), &g.k()}) {
+    if (absl::Status s = CheckPoly(*p, num_symbols, where); !s.ok()) return s;
+  }
+  if (program.buffers(e.c).kind() == v1::BufferSpec::INPUT || e.c == e.a ||
+      e.c == e.b) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: ", where, " writes buffer ", e.c,
+                     ", which is an input or an operand of the call"));
+  }
+  return e;
+}
+
+// A matrix of `rows` x `cols` with the given strides, as a library takes it.
+absl::StatusOr<GemmMatrix> ResolveMatrix(const char* name, int64_t offset,
+                                         int64_t batch_stride,
+                                         int64_t row_stride, int64_t col_stride,
+                                         int64_t rows, int64_t cols) {
+  if (offset < 0 || batch_stride < 0 || row_stride < 0 || col_stride < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "artifact: GEMM operand ", name, " has a negative offset or stride"));
+  }
+  GemmMatrix m;
+  m.offset = offset;
+  m.batch_stride = batch_stride;
+  const int64_t min_row_ld = std::max<int64_t>(1, cols);
+  const int64_t min_col_ld = std::max<int64_t>(1, rows);
+  if (rows == 0 || cols == 0) {  // nothing is read or written
+    m.ld = min_row_ld;
+    return m;
+  }
+  // The stride of a dim of one element is never used: any will do.
+  if (col_stride == 1 || cols <= 1) {  // row-major
+    m.ld = rows <= 1 ? std::max(min_row_ld, row_stride) : row_stride;
+    if (m.ld >= min_row_ld) return m;
+  }
+  if (row_stride == 1 || rows <= 1) {  // column-major: a transpose
+    m.transposed = true;
+    m.ld = cols <= 1 ? std::max(min_col_ld, col_stride) : col_stride;
+    if (m.ld >= min_col_ld) return m;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "artifact: GEMM operand ", name, " of ", rows, "x", cols,
+      " has strides (", row_stride, ", ", col_stride,
+      "): a library needs a unit stride and a leading dimension covering "
+      "the other"));
+}
+
 }  // namespace
+
+absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
+                                      absl::Span<const int64_t> symbols,
+                                      absl::Span<const int64_t> elements) {
+  GemmDims d;
+  d.batch = EvaluateSymPoly(gemm.batch(), symbols);
+  d.m = EvaluateSymPoly(gemm.m(), symbols);
+  d.n = EvaluateSymPoly(gemm.n(), symbols);
+  d.k = EvaluateSymPoly(gemm.k(), symbols);
+  constexpr int64_t kMaxInt = 2147483647;
+  for (int64_t v : {d.batch, d.m, d.n, d.k}) {
+    if (v < 0 || v > kMaxInt) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "artifact: GEMM size ", v, " is negative or exceeds 2^31-1"));
+    }
+  }
+  struct Operand {
+    const char* name;
+    const v1::MatrixOperand* op;
+    int64_t rows, cols;
+    GemmMatrix* out;
+  };
+  const Operand operands[3] = {{"A", &gemm.a(), d.m, d.k, &d.a},
+                               {"B", &gemm.b(), d.k, d.n, &d.b},
+                               {"C", &gemm.c(), d.m, d.n, &d.c}};
+  for (const Operand& o : operands) {
+    const int64_t row_stride = EvaluateSymPoly(o.op->row_stride(), symbols);
+    const int64_t col_stride = EvaluateSymPoly(o.op->col_stride(), symbols);
+    auto m = ResolveMatrix(o.name, EvaluateSymPoly(o.op->offset(), symbols),
+                           EvaluateSymPoly(o.op->batch_stride(), symbols),
+                           row_stride, col_stride, o.rows, o.cols);
+    if (!m.ok()) return m.status();
+    *o.out = *m;
+    if (d.batch == 0 || o.rows == 0 || o.cols == 0) continue;
+    // The last element the matrix may touch (strides are non-negative).
+    const __int128 last = static_cast<__int128>(m->offset) +
+                          static_cast<__int128>(d.batch - 1) * m->batch_stride +
+                          static_cast<__int128>(o.rows - 1) * row_stride +
+                          static_cast<__int128>(o.cols - 1) * col_stride;
+    if (last >= elements[o.op->buffer()]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "artifact: GEMM operand ", o.name, " reaches past the end of buffer ",
+          o.op->buffer(), " (", elements[o.op->buffer()], " elements)"));
+    }
+  }
+  if (d.c.transposed && d.m > 1 && d.n > 1) {
+    return absl::InvalidArgumentError(
+        "artifact: GEMM output C is not row-major");
+  }
+  return d;
+}
 
 absl::StatusOr<ProgramPlan> PlanProgram(const v1::Artifact& artifact,
                                         const LaunchLimits& limits) {
@@ -140,6 +318,16 @@ absl::StatusOr<ProgramPlan> PlanProgram(const v1::Artifact& artifact,
           ProgramPlan::Step{step.has_alloc() ? ProgramPlan::Step::Kind::kAlloc
                                              : ProgramPlan::Step::Kind::kFree,
                             b});
+      continue;
+    }
+    if (step.has_call()) {
+      auto e = PlanExtern(step.call(), i, num_symbols, out, allocated, limits,
+                          program);
+      if (!e.ok()) return e.status();
+      out.steps.push_back(
+          ProgramPlan::Step{ProgramPlan::Step::Kind::kExtern,
+                            static_cast<int>(out.externs.size())});
+      out.externs.push_back(*e);
       continue;
     }
     if (!step.has_launch()) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "graph/dtype.h"
 #include "kiln/v1/artifact.pb.h"
 
@@ -31,10 +32,17 @@ struct ProgramPlan {
     int first_slot = 0;           // into launch_slots
     int num_slots = 0;
   };
+  // A library call (ExternCall): the GEMM and its operands' buffer ids.
+  struct Extern {
+    const v1::Gemm* gemm = nullptr;
+    int a = 0, b = 0, c = 0;
+    DType dtype = DType::kFloat32;          // of A, B and C
+    DType compute_dtype = DType::kFloat32;  // accumulation
+  };
   struct Step {
-    enum class Kind : uint8_t { kAlloc, kFree, kLaunch };
+    enum class Kind : uint8_t { kAlloc, kFree, kLaunch, kExtern };
     Kind kind;
-    int index;  // buffer id (alloc/free) or launch index
+    int index;  // buffer id (alloc/free), launch or extern index
   };
   struct Output {
     int buffer = 0;
@@ -45,6 +53,7 @@ struct ProgramPlan {
 
   std::vector<Step> steps;
   std::vector<Launch> launches;
+  std::vector<Extern> externs;
   std::vector<int> launch_slots;  // buffer ids, per launch in slot order
   std::vector<std::pair<int, int>> input_buffers;  // (buffer id, input)
   std::vector<Output> outputs;
@@ -61,12 +70,44 @@ struct LaunchLimits {
   int max_block_threads = 0;
   // Buffers + symbols one launch may pass; 0: no limit.
   int max_kernel_params = 0;
+  // The library this runtime makes extern calls with (BLAS on the CPU,
+  // cuBLASLt on GPUs); LIBRARY_UNSPECIFIED: it makes none.
+  v1::ExternCall::Library extern_library = v1::ExternCall::LIBRARY_UNSPECIFIED;
+  // The (data, compute) dtype pairs its GEMMs take.
+  std::vector<std::pair<DType, DType>> gemm_dtypes;
 };
+
+// One matrix of a GEMM as a library takes it, for given symbol values:
+// `ld` is the leading dimension of its row-major storage, or of its
+// transpose's when `transposed` (the matrix is stored column-major).
+struct GemmMatrix {
+  int64_t offset = 0;        // elements into the buffer
+  int64_t batch_stride = 0;  // elements between the matrices of a batch
+  int64_t ld = 1;
+  bool transposed = false;
+};
+struct GemmDims {
+  int64_t batch = 0, m = 0, n = 0, k = 0;
+  GemmMatrix a, b, c;  // c is never transposed
+};
+
+// Evaluates a GEMM step for the symbol values and checks it against the
+// buffers' element counts (`elements`, indexed by buffer id): sizes are
+// non-negative and fit a 32-bit BLAS int, each matrix has a unit row or
+// column stride with a leading dimension the library accepts, strides are
+// non-negative, C is row-major, and every element any matrix may touch lies
+// inside its buffer. Errors: INVALID_ARGUMENT "artifact: ..." naming the
+// operand and what is wrong. Runtimes call it before every extern call.
+absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
+                                      absl::Span<const int64_t> symbols,
+                                      absl::Span<const int64_t> elements);
 
 // Checks `artifact`'s input guards, buffers, output specs and steps: every
 // symbol a polynomial uses exists, every dtype is known, each output has
 // exactly one buffer of its dtype, temps are allocated before use and freed
-// once, launches name a kernel and pass existing buffers.
+// once, launches name a kernel and pass existing buffers, extern calls name
+// this runtime's library and a GEMM over existing buffers of its dtype, in
+// a dtype pair it takes, that writes neither an input nor an operand.
 // Errors: INVALID_ARGUMENT "artifact: ..." naming the buffer, step or
 // kernel at fault.
 absl::StatusOr<ProgramPlan> PlanProgram(const v1::Artifact& artifact,

@@ -171,7 +171,7 @@ TEST(CudaGpu, RandomGraphsMatchReference) {
   for (int64_t seed = first; seed < first + count; ++seed) {
     v1::CompileRequest req;
     *req.mutable_graph() =
-        graph_gen::RandomGraph(seed, random_graphs::Options());
+        graph_gen::RandomGraph(seed, random_graphs::GpuOptions());
     if (only >= 0) std::printf("%s\n", GraphJson(req.graph()).c_str());
     // The suite's tensors are small: static ones take one element per
     // thread (kMaxOneElementPerThread). Half the seeds force groups
@@ -217,7 +217,7 @@ int CheckRandomGraphs(Gpu& gpu, const char* what, int64_t count,
 // the same tolerances on the float32 graphs of the suite.
 TEST(CudaGpu, RandomGraphsFastMathMatchReference) {
   REQUIRE_GPU(gpu);
-  graph_gen::GraphGenOptions options = random_graphs::Options();
+  graph_gen::GraphGenOptions options = random_graphs::GpuOptions();
   options.dtypes = {v1::FLOAT32};
   EXPECT_EQ(
       CheckRandomGraphs(*gpu, "fast-math",
@@ -236,7 +236,7 @@ TEST(CudaGpu, RandomGraphsLaneLoopMatchReference) {
   EXPECT_EQ(
       CheckRandomGraphs(*gpu, "lane-loop",
                         random_graphs::EnvInt("KILN_GPU_LANE_LOOP_GRAPHS", 300),
-                        random_graphs::Options(), /*fast_math=*/false, env),
+                        random_graphs::GpuOptions(), /*fast_math=*/false, env),
       0);
 }
 
@@ -272,7 +272,7 @@ TEST(CudaGpu, PointwiseGroupsMatchReference) {
     EXPECT_EQ(CheckRandomGraphs(
                   *gpu, "pointwise-groups",
                   random_graphs::EnvInt("KILN_GPU_LANE_LOOP_GRAPHS", 300),
-                  random_graphs::Options(),
+                  random_graphs::GpuOptions(),
                   /*fast_math=*/false, env),
               0);
   }

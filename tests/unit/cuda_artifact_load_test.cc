@@ -49,7 +49,7 @@ TEST(CudaArtifactLoad, ExampleGraphs) {
 }
 
 TEST(CudaArtifactLoad, RandomGraphs) {
-  const graph_gen::GraphGenOptions o = random_graphs::Options();
+  const graph_gen::GraphGenOptions o = random_graphs::GpuOptions();
   const int count = random_graphs::EnvInt("KILN_CUDA_LOAD_RANDOM_GRAPHS", 200);
   int failures = 0;
   for (int seed = 0; seed < count && failures < 10; ++seed) {

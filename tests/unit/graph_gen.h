@@ -64,6 +64,9 @@ struct GraphGenOptions {
   // then: artifact_digest_test records the artifacts of seeds 0..199. Seeds
   // from here on draw those ops too.
   uint64_t first_issue17_seed = 200;
+  // full_op_set: draw the matrix products (mm, addmm, bmm, baddbmm), which
+  // CUDA targets do not compile until their cuBLASLt extern call exists.
+  bool extern_ops = true;
 };
 
 namespace internal {
@@ -496,6 +499,7 @@ class OpSetGen {
   // alias, copy, full_like, zeros_like, ones_like, empty_like,
   // empty.memory_format, empty_strided (issue 17).
   bool AliasCopyOrLike(const OpValue& a);
+  bool Matmul(const OpValue& a);
 
   Rng rng_;
   const GraphGenOptions& o_;
@@ -1771,6 +1775,78 @@ inline bool OpSetGen::Composite(const OpValue& a) {
   return true;
 }
 
+// mm / addmm (a of rank 2) or bmm / baddbmm (rank 3) of a floating value
+// with a new input B of k x n (read in place, sometimes through a transpose
+// of an n x k input), and for the biased forms a bias broadcast to the
+// product, with beta 0 (bias ignored), 1 or 0.5 and alpha 1 or 0.5.
+inline bool OpSetGen::Matmul(const OpValue& a) {
+  const int r = static_cast<int>(a.shape.size());
+  if (!o_.extern_ops || !IsFloatDType(a.dtype) || (r != 2 && r != 3))
+    return false;
+  const GenDim& k = a.shape[r - 1];
+  const GenDim n =
+      rng_.Chance(30) ? a.shape[r - 2] : GenDim{"", 1 + rng_.Below(7)};
+  GenShape b_shape(a.shape.begin(), a.shape.end() - 2);
+  b_shape.push_back(k);
+  b_shape.push_back(n);
+  const OpValue* b = nullptr;
+  std::string b_name;
+  if (rng_.Chance(40)) {
+    // B as the transpose of an n x k input: read in place, column-major.
+    GenShape t_shape = b_shape;
+    std::swap(t_shape[r - 2], t_shape[r - 1]);
+    const OpValue* t = NewInput(t_shape, a.dtype);
+    b_name = Fresh();
+    v1::Node* tn = Node("aten.transpose.int", b_name);
+    Ref(tn, t->name);
+    Int(tn, -1);
+    Int(tn, -2);
+    b = t;
+  } else {
+    b = NewInput(b_shape, a.dtype);
+    b_name = b->name;
+  }
+  const bool biased = rng_.Chance(50);
+  const double alpha = biased && rng_.Chance(30) ? 0.5 : 1;
+  const double beta = !biased ? 0 : rng_.Pick(std::vector<double>{0, 0.5, 1});
+  const OpValue* bias = nullptr;
+  if (biased) {
+    GenShape bias_shape = {n};
+    if (rng_.Chance(40)) bias_shape.insert(bias_shape.begin(), a.shape[r - 2]);
+    bias = NewInput(bias_shape, a.dtype);
+  }
+  OpValue v = a;
+  v.name = Fresh();
+  v.shape = b_shape;
+  v.shape[r - 2] = a.shape[r - 2];
+  const double kk = static_cast<double>(std::max<int64_t>(1, MaxSize(k)));
+  const double bias_mag = bias ? std::fabs(beta) * bias->mag : 0;
+  v.mag = std::fabs(alpha) * kk * a.mag * b->mag + bias_mag;
+  // The operands' errors, then float32 accumulation (at most k roundings
+  // of partial sums up to the product's magnitude) and the bias's.
+  const double prop =
+      std::fabs(alpha) * kk * (a.err * b->mag + b->err * a.mag) +
+      kk * std::ldexp(1.0, -23) * v.mag +
+      (bias ? std::fabs(beta) * bias->err : 0);
+  if (!ErrOk(prop, a.dtype) || !MagOk(v.mag, a.dtype)) return false;
+  v.err = Inexact(prop, v.mag, a.dtype);
+  v.lo = 0;
+  v.nonneg = v.integral = false;
+  const char* op = r == 2
+                       ? (biased ? "aten.addmm.default" : "aten.mm.default")
+                       : (biased ? "aten.baddbmm.default" : "aten.bmm.default");
+  v1::Node* node = Node(op, v.name);
+  if (biased) Ref(node, bias->name);
+  Ref(node, a.name);
+  Ref(node, b_name);
+  if (biased) {
+    if (beta != 1) Scalar(node, Operand{nullptr, beta, 'f'}, "beta");
+    if (alpha != 1) Scalar(node, Operand{nullptr, alpha, 'f'}, "alpha");
+  }
+  Keep(std::move(v));
+  return true;
+}
+
 // The size of `shape`'s dims d in [from, to) multiplied, as a GenDim.
 inline GenDim ProductDim(const GenShape& shape, size_t from, size_t to,
                          int64_t max_symbol) {
@@ -2403,10 +2479,13 @@ inline v1::Graph OpSetGen::Build() {
   }
 
   const int target = 1 + rng_.Below(std::max(1, o_.max_nodes));
-  static const int kWeights[] = {12, 7, 4,  20, 6,  5, 5, 5,
-                                 7,  7, 12, 4,  14, 3, 3, 6};
-  // The last family (AliasCopyOrLike) only where issue17_.
-  const int families = static_cast<int>(std::size(kWeights)) - !issue17_;
+  static const int kWeights[] = {12, 7,  4, 20, 6, 5, 5, 5, 7,
+                                 7,  12, 4, 14, 3, 3, 6, 6};
+  // The families after the first 15 (AliasCopyOrLike, Matmul) only where
+  // issue17_ (seeds from first_issue17_seed on), so that earlier seeds keep
+  // their graphs.
+  const int families =
+      static_cast<int>(std::size(kWeights)) - (issue17_ ? 0 : 2);
   int total_weight = 0;
   for (int f = 0; f < families; ++f) total_weight += kWeights[f];
   std::vector<std::string> produced;
@@ -2466,6 +2545,9 @@ inline v1::Graph OpSetGen::Build() {
         break;
       case 15:
         ok = AliasCopyOrLike(a);
+        break;
+      case 16:
+        ok = Matmul(a);
         break;
       default:
         ok = Creation();

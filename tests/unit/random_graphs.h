@@ -30,6 +30,14 @@ inline GraphGenOptions Options() {
   return o;
 }
 
+// Options() for CUDA targets: without the matrix products, which CUDA
+// targets refuse until their cuBLASLt extern call exists (issue 16).
+inline GraphGenOptions GpuOptions() {
+  GraphGenOptions o = Options();
+  o.extern_ops = false;
+  return o;
+}
+
 inline int64_t EnvInt(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::strtoll(v, nullptr, 10) : fallback;

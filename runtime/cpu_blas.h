@@ -1,0 +1,65 @@
+// A CBLAS loaded at run time with dlopen, as the CUDA driver is
+// (cuda_driver.h): the client library links no BLAS and builds without
+// one; a machine without one fails the first extern call with a clear
+// FAILED_PRECONDITION, and runs every other artifact.
+//
+//   absl::StatusOr<const CpuBlas*> blas = CpuBlas::Get();
+//   if (!blas.ok()) ...  // FAILED_PRECONDITION: no CBLAS found
+//   (*blas)->Gemm(DType::kFloat32, dims, 1.0, 0.0, a, b, c);
+//
+// Which library: $KILN_BLAS when set (a path or soname), else the first of
+// libopenblas.so.0, libcblas.so.3 and libblas.so.3 (Debian's alternatives
+// point the last at OpenBLAS when it is installed) that exports
+// cblas_sgemm. bench/cpu_gemm.sh compares OpenBLAS with the
+// reference BLAS and with PyTorch's.
+//
+// Thread-safety: Get loads once (the first caller does the work, the others
+// wait) and the object is immutable afterwards; Gemm may be called from any
+// thread (the BLAS manages its own threads).
+#ifndef KILN_RUNTIME_CPU_BLAS_H_
+#define KILN_RUNTIME_CPU_BLAS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "graph/dtype.h"
+#include "runtime/program_plan.h"
+
+namespace kiln {
+
+class CpuBlas {
+ public:
+  // The process-wide library, loaded on first call. Errors:
+  // FAILED_PRECONDITION naming every library tried and why it failed.
+  static absl::StatusOr<const CpuBlas*> Get();
+
+  // C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for i < dims.batch in
+  // float32 (sgemm), at the offsets, strides and leading
+  // dimensions of `dims` (from EvaluateGemm, which has checked them against
+  // the buffers). A product over k = 0 scales C by beta (zeros for 0).
+  // Errors: UNIMPLEMENTED for another dtype.
+  absl::Status Gemm(DType dtype, const GemmDims& dims, double alpha,
+                    double beta, const void* a, const void* b, void* c) const;
+
+  // The library that was loaded (its path or soname).
+  const std::string& library() const { return library_; }
+
+  ~CpuBlas();
+  CpuBlas(const CpuBlas&) = delete;
+  CpuBlas& operator=(const CpuBlas&) = delete;
+
+ private:
+  using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*,
+                           int, const float*, int, float, float*, int);
+  CpuBlas() = default;
+  static absl::StatusOr<std::unique_ptr<CpuBlas>> Open();
+
+  void* handle_ = nullptr;
+  std::string library_;
+  SgemmFn sgemm_ = nullptr;
+};
+
+}  // namespace kiln
+
+#endif  // KILN_RUNTIME_CPU_BLAS_H_
