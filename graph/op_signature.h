@@ -144,6 +144,7 @@ void RegisterViewSignatures(OpSignatures& table);
 void RegisterIndexingSignatures(OpSignatures& table);
 void RegisterCreationSignatures(OpSignatures& table);
 void RegisterCompositeSignatures(OpSignatures& table);
+void RegisterNormSignatures(OpSignatures& table);
 
 }  // namespace kiln
 

@@ -121,6 +121,20 @@ inline const std::vector<std::string>& CompositeSuiteOps() {
   return *ops;
 }
 
+// The norm family and the activation backward ops (ops_norm_test.cc).
+inline const std::vector<std::string>& NormSuiteOps() {
+  static const auto* ops = new std::vector<std::string>{
+      "aten.threshold_backward.default",
+      "aten.gelu_backward.default",
+      "aten.sigmoid_backward.default",
+      "aten.tanh_backward.default",
+      "aten.silu_backward.default",
+      "aten._softmax_backward_data.default",
+      "aten._log_softmax_backward_data.default",
+      "aten.native_layer_norm_backward.default"};
+  return *ops;
+}
+
 // ---- running ops, recording coverage ----
 
 // Ops that some test in this binary ran successfully.

@@ -1,0 +1,281 @@
+// Per-op tests of the norm family (graph/ops/norm.cc, compiler/ops/norm_*.cc)
+// and of the activation backward ops (graph/ops/pointwise.cc): numbers worked
+// out by hand through the reference evaluator, then each op compiled for this
+// machine's CPU against the reference on random inputs in every float dtype,
+// contiguous and not.
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/compile.h"
+#include "compiler/cpu_backend.h"
+#include "compiler/reference.h"
+#include "graph/import.h"
+#include "gtest/gtest.h"
+#include "runtime/cpu_executable.h"
+#include "runtime/thread_pool.h"
+#include "tests/unit/numerics.h"
+#include "tests/unit/ops_test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+[[maybe_unused]] ::testing::Environment* const kCoverage =
+    RegisterCoverage("norm", NormSuiteOps());
+
+constexpr DType kFloatDTypes[] = {DType::kFloat32, DType::kFloat16,
+                                  DType::kBFloat16};
+
+// A tensor of `dtype` and `sizes` with seeded random values in [lo, hi].
+HostTensor Random(DType dtype, std::vector<int64_t> sizes, std::mt19937_64& rng,
+                  double lo = -2, double hi = 2) {
+  HostTensor t = HostTensor::Empty(dtype, std::move(sizes));
+  FillRandom(t, rng, lo, hi);
+  return t;
+}
+
+// `t` with its last two dims stored transposed: same values, not
+// contiguous.
+HostTensor NonContiguous(const HostTensor& t) {
+  std::vector<int64_t> sizes = t.sizes();
+  const int r = t.rank();
+  std::swap(sizes[r - 1], sizes[r - 2]);
+  HostTensor store = HostTensor::Empty(t.dtype(), sizes);
+  std::vector<int64_t> strides = store.strides();
+  std::swap(strides[r - 1], strides[r - 2]);
+  HostTensor view = HostTensor::View(store, t.sizes(), strides, 0);
+  for (int64_t i = 0; i < t.numel(); ++i) view.SetDoubleAt(i, t.GetDoubleAt(i));
+  return view;
+}
+
+// Compiles the one-op graph for this machine's CPU (inputs declared with
+// their strides), runs it and compares every output with the reference.
+void ExpectCompiledMatchesReference(const std::string& op,
+                                    const std::vector<HostTensor>& inputs,
+                                    const std::vector<v1::Argument>& args) {
+  SCOPED_TRACE(op);
+  v1::CompileRequest req;
+  *req.mutable_graph() = OneOpGraph(op, inputs, args);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].IsContiguous()) continue;
+    v1::TensorMeta* m = req.mutable_graph()->mutable_inputs(i)->mutable_meta();
+    for (int64_t s : inputs[i].strides()) m->add_strides()->set_value(s);
+  }
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  auto want = EvaluateReference(*graph, inputs);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ThreadPool pool(2);
+  auto got = (*exe)->Run(inputs, &pool);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t o = 0; o < want->size(); ++o) {
+    EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
+  }
+  ExercisedOps().insert(op);
+}
+
+v1::Argument Mask(bool a, bool b, bool c) {
+  return Ints({a ? 1 : 0, b ? 1 : 0, c ? 1 : 0});
+}
+
+// ---- activation backward ops ----
+
+TEST(ActivationBackward, HandWorkedValues) {
+  CheckOp("aten.threshold_backward.default",
+          {F32({4}, {1, 2, 3, 4}), F32({4}, {-1, 0, 0.5, 2})},
+          {In(0), In(1), I(0)}, kF32, {4}, {0, 0, 3, 4});
+  // Integers too, and self == threshold gives 0.
+  CheckOp("aten.threshold_backward.default",
+          {I64({4}, {1, 2, 3, 4}), I64({4}, {-1, 0, 1, 2})},
+          {In(0), In(1), I(1)}, kI64, {4}, {0, 0, 0, 4});
+  // A NaN self passes the gradient (ATen: self <= threshold ? 0 : grad).
+  CheckOp("aten.threshold_backward.default",
+          {F32({2}, {5, 6}), F32({2}, {kNaN, -3})}, {In(0), In(1), F(0.0)},
+          kF32, {2}, {5, 0});
+  // grad * (1 - y) * y; grad * (1 - y^2).
+  CheckOp("aten.sigmoid_backward.default",
+          {F32({2}, {1, 2}), F32({2}, {0.5, 0.25})}, {In(0), In(1)}, kF32, {2},
+          {0.25, 0.375});
+  CheckOp("aten.tanh_backward.default", {F32({2}, {1, 2}), F32({2}, {0.5, 0})},
+          {In(0), In(1)}, kF32, {2}, {0.75, 2});
+  // Values from torch.ops.aten.*_backward in float64.
+  CheckOp("aten.silu_backward.default",
+          {F32({3}, {1, 1, 1}), F32({3}, {0, 1, -1})}, {In(0), In(1)}, kF32,
+          {3}, {0.5, 0.9276705118714869, 0.07232948812851325});
+  CheckOp("aten.gelu_backward.default",
+          {F32({3}, {1, 1, 2}), F32({3}, {0, 1, -1})}, {In(0), In(1)}, kF32,
+          {3}, {0.5, 1.0833154705876864, 2 * -0.08331547058768635});
+  CheckOp("aten.gelu_backward.default",
+          {F32({3}, {1, 1, 1}), F32({3}, {0, 1, -1})},
+          {In(0), In(1), Kw("approximate", S("tanh"))}, kF32, {3},
+          {0.5, 1.0829640838457826, -0.08296408384578252});
+  // Broadcasting and an empty tensor.
+  CheckOp("aten.tanh_backward.default",
+          {F32({2, 1}, {1, 2}), F32({2}, {0, 0.5})}, {In(0), In(1)}, kF32,
+          {2, 2}, {1, 0.75, 2, 1.5});
+  CheckOp("aten.sigmoid_backward.default", {F32({0}, {}), F32({0}, {})},
+          {In(0), In(1)}, kF32, {0}, {});
+}
+
+TEST(ActivationBackward, DTypesAndErrors) {
+  CheckOp("aten.tanh_backward.default", {BF16({1}, {1}), BF16({1}, {0.5})},
+          {In(0), In(1)}, kBF16, {1}, {0.75}, 0);
+  CheckOp("aten.sigmoid_backward.default", {F16({1}, {1}), F32({1}, {0.5})},
+          {In(0), In(1)}, kF32, {1}, {0.25});
+  ExpectInvalid("aten.sigmoid_backward.default", {I32({1}, {1}), I32({1}, {1})},
+                {In(0), In(1)});
+  ExpectInvalid("aten.gelu_backward.default", {F32({1}, {1}), F32({1}, {1})},
+                {In(0), In(1), Kw("approximate", S("fast"))}, {"approximate"});
+}
+
+TEST(ActivationBackward, CompiledMatchesReference) {
+  std::mt19937_64 rng(1);
+  for (DType dt : kFloatDTypes) {
+    SCOPED_TRACE(DTypeName(dt));
+    for (bool strided : {false, true}) {
+      HostTensor g = Random(dt, {5, 7}, rng), x = Random(dt, {5, 7}, rng);
+      if (strided) x = NonContiguous(x);
+      for (const char* op :
+           {"aten.sigmoid_backward.default", "aten.tanh_backward.default",
+            "aten.silu_backward.default", "aten.gelu_backward.default"}) {
+        ExpectCompiledMatchesReference(op, {g, x}, {In(0), In(1)});
+      }
+      ExpectCompiledMatchesReference(
+          "aten.gelu_backward.default", {g, x},
+          {In(0), In(1), Kw("approximate", S("tanh"))});
+      ExpectCompiledMatchesReference("aten.threshold_backward.default", {g, x},
+                                     {In(0), In(1), F(0.25)});
+    }
+  }
+}
+
+// ---- softmax backward ----
+
+TEST(SoftmaxBackward, HandWorkedValues) {
+  // y = [0.5, 0.5], g = [1, 0]: sum(g * y) = 0.5, y * (g - 0.5).
+  CheckOp("aten._softmax_backward_data.default",
+          {F32({2}, {1, 0}), F32({2}, {0.5, 0.5})},
+          {In(0), In(1), I(0), DT(v1::FLOAT32)}, kF32, {2}, {0.25, -0.25});
+  // log: g - exp(y) * sum(g) with exp(y) = [0.5, 0.5], sum(g) = 1.
+  CheckOp(
+      "aten._log_softmax_backward_data.default",
+      {F32({2}, {1, 0}), F32({2}, {-0.6931471805599453, -0.6931471805599453})},
+      {In(0), In(1), I(-1), DT(v1::FLOAT32)}, kF32, {2}, {0.5, -0.5});
+  // Over dim 0 of [[1, 0], [0, 1]] with y = 0.5 everywhere: columns.
+  CheckOp("aten._softmax_backward_data.default",
+          {F32({2, 2}, {1, 0, 0, 1}), F32({2, 2}, {0.5, 0.5, 0.5, 0.5})},
+          {In(0), In(1), I(0), DT(v1::FLOAT32)}, kF32, {2, 2},
+          {0.25, -0.25, -0.25, 0.25});
+  // An empty row dim and the gradient in input_dtype.
+  CheckOp("aten._softmax_backward_data.default",
+          {F32({2, 0}, {}), F32({2, 0}, {})},
+          {In(0), In(1), I(1), DT(v1::FLOAT32)}, kF32, {2, 0}, {});
+  CheckOp("aten._softmax_backward_data.default",
+          {F32({2}, {1, 0}), F32({2}, {0.5, 0.5})},
+          {In(0), In(1), I(0), DT(v1::FLOAT16)}, kF16, {2}, {0.25, -0.25});
+  ExpectInvalid("aten._softmax_backward_data.default",
+                {F32({2}, {1, 0}), F32({3}, {0.5, 0.5, 0})},
+                {In(0), In(1), I(0), DT(v1::FLOAT32)}, {"same shape"});
+}
+
+TEST(SoftmaxBackward, CompiledMatchesReference) {
+  std::mt19937_64 rng(2);
+  const v1::DType names[] = {v1::FLOAT32, v1::FLOAT16, v1::BFLOAT16};
+  for (int k = 0; k < 3; ++k) {
+    const DType dt = kFloatDTypes[k];
+    SCOPED_TRACE(DTypeName(dt));
+    for (bool strided : {false, true}) {
+      HostTensor g = Random(dt, {6, 9}, rng), y = Random(dt, {6, 9}, rng, 0, 1);
+      if (strided) g = NonContiguous(g);
+      for (int dim : {-1, 0}) {
+        for (const char* op : {"aten._softmax_backward_data.default",
+                               "aten._log_softmax_backward_data.default"}) {
+          ExpectCompiledMatchesReference(op, {g, y},
+                                         {In(0), In(1), I(dim), DT(names[k])});
+        }
+      }
+    }
+  }
+}
+
+// ---- native_layer_norm_backward ----
+
+// Rows [0, 1, 2] (mean 1, rstd sqrt(1.5)) with g = [1, 0, 0] and [0, 0, 1];
+// values from torch.ops.aten.native_layer_norm_backward in float64.
+constexpr double kR = 1.224744871391589;
+
+TEST(LayerNormBackward, HandWorkedValues) {
+  const HostTensor g = F32({2, 3}, {1, 0, 0, 0, 0, 1});
+  const HostTensor x = F32({2, 3}, {0, 1, 2, 0, 1, 2});
+  const HostTensor mean = F32({2, 1}, {1, 1}), rstd = F32({2, 1}, {kR, kR});
+  {
+    auto r =
+        RunTracked("aten.native_layer_norm_backward.default",
+                   {g, x, mean, rstd, F32({3}, {2, 1, 1}), F32({3}, {0, 0, 0})},
+                   {In(0), In(1), Ints({3}), In(2), In(3), In(4), In(5),
+                    Mask(true, true, true)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectOutput(*r, 0, kF32, {2, 3},
+                 {kR / 3, -2 * kR / 3, kR / 3, kR / 6, -kR / 3, kR / 6});
+    ExpectOutput(*r, 1, kF32, {3}, {-kR, 0, kR});
+    ExpectOutput(*r, 2, kF32, {3}, {1, 0, 1});
+  }
+  {
+    // No weight or bias: grad_input only.
+    auto r = RunTracked("aten.native_layer_norm_backward.default",
+                        {g, x, mean, rstd},
+                        {In(0), In(1), Ints({3}), In(2), In(3), NoneArg(),
+                         NoneArg(), Mask(true, false, false)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectOutput(*r, 0, kF32, {2, 3},
+                 {kR / 6, -kR / 3, kR / 6, kR / 6, -kR / 3, kR / 6});
+    ExpectOutput(*r, 1, kF32, {3}, {0, 0, 0});
+  }
+  ExpectInvalid("aten.native_layer_norm_backward.default",
+                {g, x, F32({2}, {1, 1}), rstd},
+                {In(0), In(1), Ints({3}), In(2), In(3), NoneArg(), NoneArg(),
+                 Mask(true, false, false)},
+                {"mean must have shape"});
+}
+
+TEST(LayerNormBackward, CompiledMatchesReference) {
+  std::mt19937_64 rng(3);
+  for (DType dt : kFloatDTypes) {
+    SCOPED_TRACE(DTypeName(dt));
+    for (bool strided : {false, true}) {
+      HostTensor g = Random(dt, {3, 4, 5}, rng), x = Random(dt, {3, 4, 5}, rng);
+      if (strided) x = NonContiguous(x);
+      // One normalized dim and two; float32 statistics as the forward gives.
+      HostTensor mean1 = Random(DType::kFloat32, {3, 4, 1}, rng);
+      HostTensor rstd1 = Random(DType::kFloat32, {3, 4, 1}, rng, 0.5, 2);
+      HostTensor w1 = Random(dt, {5}, rng), b1 = Random(dt, {5}, rng);
+      ExpectCompiledMatchesReference("aten.native_layer_norm_backward.default",
+                                     {g, x, mean1, rstd1, w1, b1},
+                                     {In(0), In(1), Ints({5}), In(2), In(3),
+                                      In(4), In(5), Mask(true, true, true)});
+      HostTensor mean2 = Random(DType::kFloat32, {3, 1, 1}, rng);
+      HostTensor rstd2 = Random(DType::kFloat32, {3, 1, 1}, rng, 0.5, 2);
+      ExpectCompiledMatchesReference(
+          "aten.native_layer_norm_backward.default", {g, x, mean2, rstd2},
+          {In(0), In(1), Ints({4, 5}), In(2), In(3), NoneArg(), NoneArg(),
+           Mask(true, false, false)});
+    }
+  }
+  // Empty outer dims: zero gradients for weight and bias.
+  ExpectCompiledMatchesReference(
+      "aten.native_layer_norm_backward.default",
+      {F32({0, 3}, {}), F32({0, 3}, {}), F32({0, 1}, {}), F32({0, 1}, {}),
+       F32({3}, {1, 2, 3}), F32({3}, {0, 0, 0})},
+      {In(0), In(1), Ints({3}), In(2), In(3), In(4), In(5),
+       Mask(true, true, true)});
+}
+
+}  // namespace
+}  // namespace kiln::testing
