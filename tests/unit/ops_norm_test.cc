@@ -277,5 +277,182 @@ TEST(LayerNormBackward, CompiledMatchesReference) {
        Mask(true, true, true)});
 }
 
+// ---- batch norm ----
+
+// x = [[1, 2], [3, 6]] (N = 2, C = 2): channel 0 has mean 2, variance 1;
+// channel 1 mean 4, variance 4. Values from torch.ops.aten in float64.
+HostTensor BatchX() { return F32({2, 2}, {1, 2, 3, 6}); }
+
+TEST(BatchNorm, TrainingHandWorkedValues) {
+  auto r =
+      RunTracked("aten._native_batch_norm_legit_functional.default",
+                 {BatchX(), F32({2}, {1, 2}), F32({2}, {0, 1}),
+                  F32({2}, {0, 1}), F32({2}, {1, 1})},
+                 {In(0), In(1), In(2), In(3), In(4), B(true), F(0.1), F(0.0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kF32, {2, 2}, {-1, -1, 1, 3});
+  ExpectOutput(*r, 1, kF32, {2}, {2, 4});
+  ExpectOutput(*r, 2, kF32, {2}, {1, 0.5});
+  // momentum * mean + (1 - momentum) * running; the variance unbiased
+  // (n / (n - 1) = 2): 0.1 * 2 + 0.9 * 1, 0.1 * 8 + 0.9 * 1.
+  ExpectOutput(*r, 3, kF32, {2}, {0.2, 1.3});
+  ExpectOutput(*r, 4, kF32, {2}, {1.1, 1.7});
+  // No weight or bias, and no running statistics.
+  auto s = RunTracked("aten._native_batch_norm_legit.no_stats", {BatchX()},
+                      {In(0), NoneArg(), NoneArg(), B(true), F(0.1), F(0.0)});
+  ASSERT_TRUE(s.ok()) << s.status();
+  ExpectOutput(*s, 0, kF32, {2, 2}, {-1, -1, 1, 1});
+  ExpectOutput(*s, 2, kF32, {2}, {1, 0.5});
+}
+
+TEST(BatchNorm, EvalHandWorkedValues) {
+  auto r = RunTracked("aten._native_batch_norm_legit_no_training.default",
+                      {BatchX(), F32({2}, {1, 2}), F32({2}, {0, 1}),
+                       F32({2}, {0, 1}), F32({2}, {1, 1})},
+                      {In(0), In(1), In(2), In(3), In(4), F(0.1), F(0.0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kF32, {2, 2}, {1, 3, 3, 11});
+  ExpectOutput(*r, 1, kF32, {0}, {});
+  ExpectInvalid("aten._native_batch_norm_legit_no_training.default",
+                {BatchX(), F32({3}, {1, 2, 3}), F32({2}, {0, 1}),
+                 F32({2}, {1, 1})},
+                {In(0), In(1), NoneArg(), In(2), In(3), F(0.1), F(0.0)},
+                {"shape [C]"});
+}
+
+TEST(BatchNorm, BackwardHandWorkedValues) {
+  const std::vector<HostTensor> in = {
+      F32({2, 2}, {1, 0, 0, 1}), BatchX(),         F32({2}, {1, 2}),
+      F32({2}, {0, 1}),          F32({2}, {1, 1}), F32({2}, {2, 4}),
+      F32({2}, {1, 0.5})};
+  auto args = [](bool train) {
+    return std::vector<v1::Argument>{
+        In(0), In(1), In(2),    In(3),  In(4),
+        In(5), In(6), B(train), F(0.0), Mask(true, true, true)};
+  };
+  {
+    // Two elements per channel: the normalized output is +-1 whatever x
+    // is, so grad_input is 0; grad_weight = sum(g * xhat), grad_bias = sum(g).
+    auto r =
+        RunTracked("aten.native_batch_norm_backward.default", in, args(true));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectOutput(*r, 0, kF32, {2, 2}, {0, 0, 0, 0});
+    ExpectOutput(*r, 1, kF32, {2}, {-1, 1});
+    ExpectOutput(*r, 2, kF32, {2}, {1, 1});
+  }
+  {
+    // Eval: g * rstd(running_var) * w; xhat from the running statistics.
+    auto r =
+        RunTracked("aten.native_batch_norm_backward.default", in, args(false));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectOutput(*r, 0, kF32, {2, 2}, {1, 0, 0, 2});
+    ExpectOutput(*r, 1, kF32, {2}, {1, 5});
+    ExpectOutput(*r, 2, kF32, {2}, {1, 1});
+  }
+}
+
+TEST(BatchNorm, CompiledMatchesReference) {
+  std::mt19937_64 rng(4);
+  for (DType dt : kFloatDTypes) {
+    SCOPED_TRACE(DTypeName(dt));
+    for (bool strided : {false, true}) {
+      HostTensor x = Random(dt, {4, 3, 5, 2}, rng);
+      if (strided) x = NonContiguous(x);
+      HostTensor g = Random(dt, {4, 3, 5, 2}, rng);
+      HostTensor w = Random(dt, {3}, rng), b = Random(dt, {3}, rng);
+      HostTensor rm = Random(DType::kFloat32, {3}, rng);
+      HostTensor rv = Random(DType::kFloat32, {3}, rng, 0.5, 2);
+      for (bool train : {true, false}) {
+        ExpectCompiledMatchesReference(
+            "aten._native_batch_norm_legit_functional.default",
+            {x, w, b, rm, rv},
+            {In(0), In(1), In(2), In(3), In(4), B(train), F(0.1), F(1e-5)});
+      }
+      ExpectCompiledMatchesReference(
+          "aten._native_batch_norm_legit_no_training.default",
+          {x, w, b, rm, rv},
+          {In(0), In(1), In(2), In(3), In(4), F(0.1), F(1e-5)});
+      ExpectCompiledMatchesReference(
+          "aten._native_batch_norm_legit.no_stats", {x},
+          {In(0), NoneArg(), NoneArg(), B(true), F(0.1), F(1e-5)});
+      HostTensor sm = Random(DType::kFloat32, {3}, rng);
+      HostTensor si = Random(DType::kFloat32, {3}, rng, 0.5, 2);
+      for (bool train : {true, false}) {
+        ExpectCompiledMatchesReference(
+            "aten.native_batch_norm_backward.default",
+            {g, x, w, rm, rv, sm, si},
+            {In(0), In(1), In(2), In(3), In(4), In(5), In(6), B(train), F(1e-5),
+             Mask(true, true, true)});
+      }
+      ExpectCompiledMatchesReference(
+          "aten.native_batch_norm_backward.default", {g, x, sm, si},
+          {In(0), In(1), NoneArg(), NoneArg(), NoneArg(), In(2), In(3), B(true),
+           F(1e-5), Mask(true, false, false)});
+    }
+  }
+}
+
+// ---- group norm ----
+
+TEST(GroupNorm, HandWorkedValues) {
+  // C = 4 in 2 groups: [1, 3] (mean 2, var 1) and [5, 9] (mean 7, var 4).
+  const HostTensor x = F32({1, 4, 1}, {1, 3, 5, 9});
+  auto r =
+      RunTracked("aten.native_group_norm.default", {x},
+                 {In(0), NoneArg(), NoneArg(), I(1), I(4), I(1), I(2), F(0.0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kF32, {1, 4, 1}, {-1, 1, -1, 1});
+  ExpectOutput(*r, 1, kF32, {1, 2}, {2, 7});
+  ExpectOutput(*r, 2, kF32, {1, 2}, {1, 0.5});
+  auto b = RunTracked("aten.native_group_norm_backward.default",
+                      {F32({1, 4, 1}, {1, 0, 0, 1}), x, F32({1, 2}, {2, 7}),
+                       F32({1, 2}, {1, 0.5}), F32({4}, {1, 1, 1, 1})},
+                      {In(0), In(1), In(2), In(3), In(4), I(1), I(4), I(1),
+                       I(2), Mask(true, true, true)});
+  ASSERT_TRUE(b.ok()) << b.status();
+  ExpectOutput(*b, 0, kF32, {1, 4, 1}, {0, 0, 0, 0});
+  ExpectOutput(*b, 1, kF32, {4}, {-1, 0, 0, 1});
+  ExpectOutput(*b, 2, kF32, {4}, {1, 0, 0, 1});
+  ExpectInvalid("aten.native_group_norm.default", {x},
+                {In(0), NoneArg(), NoneArg(), I(1), I(4), I(1), I(3), F(0.0)},
+                {"divisible"});
+}
+
+TEST(GroupNorm, CompiledMatchesReference) {
+  std::mt19937_64 rng(6);
+  for (DType dt : kFloatDTypes) {
+    SCOPED_TRACE(DTypeName(dt));
+    for (bool strided : {false, true}) {
+      HostTensor x = Random(dt, {2, 6, 3, 5}, rng);
+      if (strided) x = NonContiguous(x);
+      HostTensor g = Random(dt, {2, 6, 3, 5}, rng);
+      HostTensor w = Random(dt, {6}, rng), b = Random(dt, {6}, rng);
+      ExpectCompiledMatchesReference(
+          "aten.native_group_norm.default", {x, w, b},
+          {In(0), In(1), In(2), I(2), I(6), I(15), I(3), F(1e-5)});
+      ExpectCompiledMatchesReference(
+          "aten.native_group_norm.default", {x},
+          {In(0), NoneArg(), NoneArg(), I(2), I(6), I(15), I(6), F(1e-5)});
+      HostTensor mean = Random(dt, {2, 3}, rng);
+      HostTensor rstd = Random(dt, {2, 3}, rng, 0.5, 2);
+      ExpectCompiledMatchesReference(
+          "aten.native_group_norm_backward.default", {g, x, mean, rstd, w},
+          {In(0), In(1), In(2), In(3), In(4), I(2), I(6), I(15), I(3),
+           Mask(true, true, true)});
+      ExpectCompiledMatchesReference(
+          "aten.native_group_norm_backward.default", {g, x, mean, rstd},
+          {In(0), In(1), In(2), In(3), NoneArg(), I(2), I(6), I(15), I(3),
+           Mask(true, false, false)});
+    }
+  }
+  // A [N, C] input (HxW = 1) and an empty batch.
+  ExpectCompiledMatchesReference(
+      "aten.native_group_norm.default", {Random(DType::kFloat32, {3, 4}, rng)},
+      {In(0), NoneArg(), NoneArg(), I(3), I(4), I(1), I(2), F(1e-5)});
+  ExpectCompiledMatchesReference(
+      "aten.native_group_norm.default", {F32({0, 4, 2}, {})},
+      {In(0), NoneArg(), NoneArg(), I(0), I(4), I(2), I(2), F(1e-5)});
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -131,7 +131,13 @@ inline const std::vector<std::string>& NormSuiteOps() {
       "aten.silu_backward.default",
       "aten._softmax_backward_data.default",
       "aten._log_softmax_backward_data.default",
-      "aten.native_layer_norm_backward.default"};
+      "aten.native_layer_norm_backward.default",
+      "aten._native_batch_norm_legit_functional.default",
+      "aten._native_batch_norm_legit_no_training.default",
+      "aten._native_batch_norm_legit.no_stats",
+      "aten.native_batch_norm_backward.default",
+      "aten.native_group_norm.default",
+      "aten.native_group_norm_backward.default"};
   return *ops;
 }
 
