@@ -16,6 +16,7 @@ const OpLowerings& OpLowerings::Get() {
     RegisterCreationLowerings(*table);
     RegisterCompositeLowerings(*table);
     RegisterNormLowerings(*table);
+    RegisterPoolingLowerings(*table);
     return table.release();  // lives for the process
   }();
   return *table;

@@ -16,6 +16,7 @@ const OpReferences& OpReferences::Get() {
     RegisterCreationReferences(*table);
     RegisterCompositeReferences(*table);
     RegisterNormReferences(*table);
+    RegisterPoolingReferences(*table);
     return table.release();  // lives for the process
   }();
   return *table;

@@ -54,6 +54,7 @@ void RegisterIndexingReferences(OpReferences& table);
 void RegisterCreationReferences(OpReferences& table);
 void RegisterCompositeReferences(OpReferences& table);
 void RegisterNormReferences(OpReferences& table);
+void RegisterPoolingReferences(OpReferences& table);
 
 }  // namespace kiln
 

@@ -34,6 +34,7 @@ const OpSignatures& OpSignatures::Get() {
     RegisterCreationSignatures(*table);
     RegisterCompositeSignatures(*table);
     RegisterNormSignatures(*table);
+    RegisterPoolingSignatures(*table);
     return table.release();  // lives for the process
   }();
   return *table;

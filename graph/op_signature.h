@@ -145,6 +145,7 @@ void RegisterIndexingSignatures(OpSignatures& table);
 void RegisterCreationSignatures(OpSignatures& table);
 void RegisterCompositeSignatures(OpSignatures& table);
 void RegisterNormSignatures(OpSignatures& table);
+void RegisterPoolingSignatures(OpSignatures& table);
 
 }  // namespace kiln
 

@@ -1,4 +1,5 @@
-// Per-op tests of the norm family (graph/ops/norm.cc, compiler/ops/norm_*.cc)
+// Per-op tests of the norm family (graph/ops/norm.cc, compiler/ops/norm_*.cc),
+// the pooling ops (graph/ops/pooling.cc, compiler/ops/pooling_*.cc)
 // and of the activation backward ops (graph/ops/pointwise.cc): numbers worked
 // out by hand through the reference evaluator, then each op compiled for this
 // machine's CPU against the reference on random inputs in every float dtype,
@@ -313,11 +314,10 @@ TEST(BatchNorm, EvalHandWorkedValues) {
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectOutput(*r, 0, kF32, {2, 2}, {1, 3, 3, 11});
   ExpectOutput(*r, 1, kF32, {0}, {});
-  ExpectInvalid("aten._native_batch_norm_legit_no_training.default",
-                {BatchX(), F32({3}, {1, 2, 3}), F32({2}, {0, 1}),
-                 F32({2}, {1, 1})},
-                {In(0), In(1), NoneArg(), In(2), In(3), F(0.1), F(0.0)},
-                {"shape [C]"});
+  ExpectInvalid(
+      "aten._native_batch_norm_legit_no_training.default",
+      {BatchX(), F32({3}, {1, 2, 3}), F32({2}, {0, 1}), F32({2}, {1, 1})},
+      {In(0), In(1), NoneArg(), In(2), In(3), F(0.1), F(0.0)}, {"shape [C]"});
 }
 
 TEST(BatchNorm, BackwardHandWorkedValues) {
@@ -452,6 +452,131 @@ TEST(GroupNorm, CompiledMatchesReference) {
   ExpectCompiledMatchesReference(
       "aten.native_group_norm.default", {F32({0, 4, 2}, {})},
       {In(0), NoneArg(), NoneArg(), I(0), I(4), I(2), I(2), F(1e-5)});
+}
+
+// ---- pooling ----
+
+// [[0, 1, 2, 3], [4, 20, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]] as
+// [1, 4, 4]; values from torch.ops.aten in float32.
+HostTensor Plane() {
+  return F32({1, 4, 4},
+             {0, 1, 2, 3, 4, 20, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15});
+}
+
+TEST(Pooling, MaxPoolHandWorkedValues) {
+  {
+    auto r = RunTracked("aten.max_pool2d_with_indices.default", {Plane()},
+                        {In(0), Ints({2, 2}), Ints({2, 2})});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectOutput(*r, 0, kF32, {1, 2, 2}, {20, 7, 13, 15});
+    ExpectOutput(*r, 1, kI64, {1, 2, 2}, {5, 7, 13, 15});
+  }
+  {
+    // Padding 1, kernel 3, stride 2: every window holds the 20 at (1, 1).
+    auto r = RunTracked("aten.max_pool2d_with_indices.default", {Plane()},
+                        {In(0), Ints({3}), Ints({2}), Ints({1})});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectOutput(*r, 0, kF32, {1, 2, 2}, {20, 20, 20, 20});
+    ExpectOutput(*r, 1, kI64, {1, 2, 2}, {5, 5, 5, 5});
+  }
+  // Its backward sends all four gradients to (1, 1).
+  CheckOp("aten.max_pool2d_with_indices_backward.default",
+          {F32({1, 2, 2}, {1, 1, 1, 1}), Plane(), I64({1, 2, 2}, {5, 5, 5, 5})},
+          {In(0), In(1), Ints({3, 3}), Ints({2, 2}), Ints({1, 1}), Ints({1, 1}),
+           B(false), In(2)},
+          kF32, {1, 4, 4}, {0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  ExpectInvalid("aten.max_pool2d_with_indices.default", {Plane()},
+                {In(0), Ints({2}), Ints({2}), Ints({2})}, {"at most half"});
+}
+
+TEST(Pooling, AvgPoolHandWorkedValues) {
+  CheckOp("aten.avg_pool2d.default", {Plane()},
+          {In(0), Ints({3, 3}), Ints({2, 2}), Ints({1, 1})}, kF32, {1, 2, 2},
+          {25.0 / 9, 39.0 / 9, 66.0 / 9, 105.0 / 9});
+  // count_include_pad=False divides by the elements inside the input.
+  CheckOp("aten.avg_pool2d.default", {Plane()},
+          {In(0), Ints({3, 3}), Ints({2, 2}), Ints({1, 1}), B(false), B(false)},
+          kF32, {1, 2, 2}, {6.25, 6.5, 11, 105.0 / 9});
+  CheckOp(
+      "aten.avg_pool2d.default", {Plane()},
+      {In(0), Ints({2, 2}), Ints({2, 2}), Ints({0}), B(false), B(true), I(2)},
+      kF32, {1, 2, 2}, {12.5, 9, 21, 25});
+  CheckOp("aten.avg_pool2d_backward.default",
+          {F32({1, 2, 2}, {1, 1, 1, 1}), Plane()},
+          {In(0), In(1), Ints({3, 3}), Ints({2, 2}), Ints({1, 1}), B(false),
+           B(false), NoneArg()},
+          kF32, {1, 4, 4},
+          {0.25, 5.0 / 12, 1.0 / 6, 1.0 / 6, 5.0 / 12, 25.0 / 36, 5.0 / 18,
+           5.0 / 18, 1.0 / 6, 5.0 / 18, 1.0 / 9, 1.0 / 9, 1.0 / 6, 5.0 / 18,
+           1.0 / 9, 1.0 / 9});
+}
+
+TEST(Pooling, AdaptiveAvgPoolHandWorkedValues) {
+  // 5 -> 3: windows [0, 2), [1, 4), [3, 5).
+  CheckOp("aten._adaptive_avg_pool2d.default",
+          {F32({1, 1, 5}, {0, 1, 2, 3, 4})}, {In(0), Ints({1, 3})}, kF32,
+          {1, 1, 3}, {0.5, 2, 3.5});
+  CheckOp("aten._adaptive_avg_pool2d_backward.default",
+          {F32({1, 1, 3}, {1, 1, 1}), F32({1, 1, 5}, {0, 1, 2, 3, 4})},
+          {In(0), In(1)}, kF32, {1, 1, 5},
+          {0.5, 0.5 + 1.0 / 3, 1.0 / 3, 1.0 / 3 + 0.5, 0.5});
+  // Global pooling, 4-d.
+  CheckOp("aten._adaptive_avg_pool2d.default",
+          {F32({1, 2, 1, 2}, {1, 3, 5, 9})}, {In(0), Ints({1, 1})}, kF32,
+          {1, 2, 1, 1}, {2, 7});
+}
+
+TEST(Pooling, CompiledMatchesReference) {
+  std::mt19937_64 rng(5);
+  for (DType dt : kFloatDTypes) {
+    SCOPED_TRACE(DTypeName(dt));
+    for (bool strided : {false, true}) {
+      HostTensor x = Random(dt, {2, 3, 7, 6}, rng);
+      if (strided) x = NonContiguous(x);
+      for (bool ceil : {false, true}) {
+        const std::vector<v1::Argument> max_args = {In(0),        Ints({3, 2}),
+                                                    Ints({2, 2}), Ints({1, 1}),
+                                                    Ints({1, 1}), B(ceil)};
+        auto fwd = RunOp("aten.max_pool2d_with_indices.default", {x}, max_args);
+        ASSERT_TRUE(fwd.ok()) << fwd.status();
+        ExpectCompiledMatchesReference("aten.max_pool2d_with_indices.default",
+                                       {x}, max_args);
+        const HostTensor& ind = fwd->outputs[1];
+        HostTensor g = Random(dt, ind.sizes(), rng);
+        ExpectCompiledMatchesReference(
+            "aten.max_pool2d_with_indices_backward.default", {g, x, ind},
+            {In(0), In(1), Ints({3, 2}), Ints({2, 2}), Ints({1, 1}),
+             Ints({1, 1}), B(ceil), In(2)});
+        for (bool pad_counts : {false, true}) {
+          ExpectCompiledMatchesReference(
+              "aten.avg_pool2d.default", {x},
+              {In(0), Ints({3, 3}), Ints({2, 1}), Ints({1, 1}), B(ceil),
+               B(pad_counts)});
+          auto out = RunOp("aten.avg_pool2d.default", {x},
+                           {In(0), Ints({3, 3}), Ints({2, 1}), Ints({1, 1}),
+                            B(ceil), B(pad_counts)});
+          ASSERT_TRUE(out.ok()) << out.status();
+          ExpectCompiledMatchesReference(
+              "aten.avg_pool2d_backward.default",
+              {Random(dt, out->outputs[0].sizes(), rng), x},
+              {In(0), In(1), Ints({3, 3}), Ints({2, 1}), Ints({1, 1}), B(ceil),
+               B(pad_counts), NoneArg()});
+        }
+      }
+      // Dilation, and max pool over a 3-d input.
+      ExpectCompiledMatchesReference(
+          "aten.max_pool2d_with_indices.default", {Random(dt, {3, 7, 6}, rng)},
+          {In(0), Ints({2, 2}), Ints({1, 1}), Ints({1, 0}), Ints({2, 3})});
+      for (std::vector<int64_t> os :
+           {std::vector<int64_t>{1, 1}, {3, 4}, {7, 6}, {5, 4}}) {
+        ExpectCompiledMatchesReference("aten._adaptive_avg_pool2d.default", {x},
+                                       {In(0), Ints(os)});
+        ExpectCompiledMatchesReference(
+            "aten._adaptive_avg_pool2d_backward.default",
+            {Random(dt, {2, 3, os[0], os[1]}, rng), x}, {In(0), In(1)});
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -121,7 +121,8 @@ inline const std::vector<std::string>& CompositeSuiteOps() {
   return *ops;
 }
 
-// The norm family and the activation backward ops (ops_norm_test.cc).
+// The norm and pooling families and the activation backward ops
+// (ops_norm_test.cc).
 inline const std::vector<std::string>& NormSuiteOps() {
   static const auto* ops = new std::vector<std::string>{
       "aten.threshold_backward.default",
@@ -137,7 +138,13 @@ inline const std::vector<std::string>& NormSuiteOps() {
       "aten._native_batch_norm_legit.no_stats",
       "aten.native_batch_norm_backward.default",
       "aten.native_group_norm.default",
-      "aten.native_group_norm_backward.default"};
+      "aten.native_group_norm_backward.default",
+      "aten.max_pool2d_with_indices.default",
+      "aten.max_pool2d_with_indices_backward.default",
+      "aten.avg_pool2d.default",
+      "aten.avg_pool2d_backward.default",
+      "aten._adaptive_avg_pool2d.default",
+      "aten._adaptive_avg_pool2d_backward.default"};
   return *ops;
 }
 
