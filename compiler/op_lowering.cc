@@ -16,6 +16,8 @@ const OpLowerings& OpLowerings::Get() {
     RegisterCreationLowerings(*table);
     RegisterCompositeLowerings(*table);
     RegisterMatmulLowerings(*table);
+    RegisterNormLowerings(*table);
+    RegisterPoolingLowerings(*table);
     return table.release();  // lives for the process
   }();
   return *table;

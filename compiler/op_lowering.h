@@ -40,6 +40,8 @@ void RegisterIndexingLowerings(OpLowerings& table);
 void RegisterCreationLowerings(OpLowerings& table);
 void RegisterCompositeLowerings(OpLowerings& table);
 void RegisterMatmulLowerings(OpLowerings& table);
+void RegisterNormLowerings(OpLowerings& table);
+void RegisterPoolingLowerings(OpLowerings& table);
 
 }  // namespace kiln
 

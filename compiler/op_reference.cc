@@ -16,6 +16,8 @@ const OpReferences& OpReferences::Get() {
     RegisterCreationReferences(*table);
     RegisterCompositeReferences(*table);
     RegisterMatmulReferences(*table);
+    RegisterNormReferences(*table);
+    RegisterPoolingReferences(*table);
     return table.release();  // lives for the process
   }();
   return *table;

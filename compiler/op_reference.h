@@ -54,6 +54,8 @@ void RegisterIndexingReferences(OpReferences& table);
 void RegisterCreationReferences(OpReferences& table);
 void RegisterCompositeReferences(OpReferences& table);
 void RegisterMatmulReferences(OpReferences& table);
+void RegisterNormReferences(OpReferences& table);
+void RegisterPoolingReferences(OpReferences& table);
 
 }  // namespace kiln
 

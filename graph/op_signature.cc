@@ -34,6 +34,8 @@ const OpSignatures& OpSignatures::Get() {
     RegisterCreationSignatures(*table);
     RegisterCompositeSignatures(*table);
     RegisterMatmulSignatures(*table);
+    RegisterNormSignatures(*table);
+    RegisterPoolingSignatures(*table);
     return table.release();  // lives for the process
   }();
   return *table;

@@ -146,6 +146,8 @@ void RegisterIndexingSignatures(OpSignatures& table);
 void RegisterCreationSignatures(OpSignatures& table);
 void RegisterCompositeSignatures(OpSignatures& table);
 void RegisterMatmulSignatures(OpSignatures& table);
+void RegisterNormSignatures(OpSignatures& table);
+void RegisterPoolingSignatures(OpSignatures& table);
 
 }  // namespace kiln
 

@@ -10,29 +10,7 @@
 namespace kiln {
 namespace {
 
-// Calls fn(row) for each "row" over the `reduced` dims: the list of
-// multi-indices sharing all other coordinates.
-void ForEachRow(
-    const std::vector<int64_t>& sizes, const std::vector<bool>& reduced,
-    const std::function<void(const std::vector<std::vector<int64_t>>&)>& fn) {
-  std::vector<int64_t> outer = sizes, inner(sizes.size(), 1);
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    if (reduced[d]) {
-      outer[d] = 1;
-      inner[d] = sizes[d];
-    }
-  }
-  ops::ForEachIndex(outer, [&](const std::vector<int64_t>& o) {
-    std::vector<std::vector<int64_t>> row;
-    ops::ForEachIndex(inner, [&](const std::vector<int64_t>& i) {
-      std::vector<int64_t> idx(sizes.size());
-      for (size_t d = 0; d < sizes.size(); ++d)
-        idx[d] = reduced[d] ? i[d] : o[d];
-      row.push_back(std::move(idx));
-    });
-    fn(row);
-  });
-}
+using ops::ForEachRow;
 
 absl::StatusOr<std::vector<HostTensor>> SoftmaxOrLogSoftmax(
     const RefContext& ctx, bool log) {

@@ -164,6 +164,76 @@ Expr LowerSilu(const std::vector<Expr>& x, DType c, const Node&) {
                     c);
 }
 
+// ---- backward ops of activations (x[0] is grad_output) ----
+
+// grad where self > threshold, else 0 (NaN self passes grad, as ATen's
+// `self <= threshold ? 0 : grad`).
+Expr LowerThresholdBackward(const std::vector<Expr>& x, DType c,
+                            const Node& n) {
+  const Expr threshold =
+      IsFloating(c)
+          ? ir::Const(n.args[2].ScalarAsDouble(), c)
+          : ir::IntConst(static_cast<int64_t>(n.args[2].ScalarAsDouble()), c);
+  return ir::Select(ir::Binary(ExprOp::kLe, x[1], threshold, DType::kBool),
+                    IsFloating(c) ? ir::Const(0, c) : ir::IntConst(0, c),
+                    x[0]);
+}
+
+// ATen's GeluBackwardKernel: grad * (cdf + x * pdf), or for tanh the
+// derivative of 0.5 x (1 + tanh(inner)).
+Expr LowerGeluBackward(const std::vector<Expr>& x, DType c, const Node& n) {
+  auto k = [c](double v) { return ir::Const(v, c); };
+  auto mul = [c](Expr a, Expr b) { return ir::Binary(ExprOp::kMul, a, b, c); };
+  auto add = [c](Expr a, Expr b) { return ir::Binary(ExprOp::kAdd, a, b, c); };
+  auto sub = [c](Expr a, Expr b) { return ir::Binary(ExprOp::kSub, a, b, c); };
+  const Expr& g = x[0];
+  const Expr& v = x[1];
+  if (n.args[2].str == "tanh") {
+    const double beta = std::sqrt(2.0 / M_PI), kappa = 0.044715;
+    Expr sq = mul(v, v);
+    Expr inner = mul(k(beta), add(v, mul(k(kappa), mul(sq, v))));
+    Expr t = ir::Unary(ExprOp::kTanh, inner, c);
+    Expr left = mul(k(0.5), v);
+    Expr left_d = mul(k(0.5), add(k(1), t));
+    Expr right_d = mul(mul(left, sub(k(1), mul(t, t))),
+                       mul(k(beta), add(k(1), mul(k(3 * kappa), sq))));
+    return mul(g, add(left_d, right_d));
+  }
+  Expr cdf = mul(k(0.5), add(k(1), ir::Unary(ExprOp::kErf,
+                                             mul(v, k(M_SQRT1_2)), c)));
+  Expr pdf = mul(k(0.5 * M_2_SQRTPI * M_SQRT1_2),
+                 ir::Unary(ExprOp::kExp, mul(k(-0.5), mul(v, v)), c));
+  return mul(g, add(cdf, mul(v, pdf)));
+}
+
+// grad * (1 - y) * y.
+Expr LowerSigmoidBackward(const std::vector<Expr>& x, DType c, const Node&) {
+  return ir::Binary(
+      ExprOp::kMul,
+      ir::Binary(ExprOp::kMul, x[0],
+                 ir::Binary(ExprOp::kSub, ir::Const(1, c), x[1], c), c),
+      x[1], c);
+}
+
+// grad * (1 - y * y).
+Expr LowerTanhBackward(const std::vector<Expr>& x, DType c, const Node&) {
+  return ir::Binary(
+      ExprOp::kMul, x[0],
+      ir::Binary(ExprOp::kSub, ir::Const(1, c),
+                 ir::Binary(ExprOp::kMul, x[1], x[1], c), c),
+      c);
+}
+
+// grad * s * (1 + x * (1 - s)), s = sigmoid(x).
+Expr LowerSiluBackward(const std::vector<Expr>& x, DType c, const Node&) {
+  auto mul = [c](Expr a, Expr b) { return ir::Binary(ExprOp::kMul, a, b, c); };
+  Expr s = ir::Unary(ExprOp::kSigmoid, x[1], c);
+  Expr one = ir::Const(1, c);
+  return mul(mul(x[0], s),
+             ir::Binary(ExprOp::kAdd, one,
+                        mul(x[1], ir::Binary(ExprOp::kSub, one, s, c)), c));
+}
+
 // lerp as an expression, in the same two-sided form as the reference.
 Expr LerpExpr(Expr s, Expr e, Expr w, DType c) {
   auto sub = [c](Expr a, Expr b) { return ir::Binary(ExprOp::kSub, a, b, c); };
@@ -268,6 +338,11 @@ constexpr PointwiseLowering kPointwiseLowerings[] = {
     {"aten.leaky_relu.default", LowerLeakyRelu},
     {"aten.hardtanh.default", LowerHardtanh},
     {"aten.silu.default", LowerSilu},
+    {"aten.threshold_backward.default", LowerThresholdBackward},
+    {"aten.gelu_backward.default", LowerGeluBackward},
+    {"aten.sigmoid_backward.default", LowerSigmoidBackward},
+    {"aten.tanh_backward.default", LowerTanhBackward},
+    {"aten.silu_backward.default", LowerSiluBackward},
     {"aten.lerp.Scalar", LowerLerpScalar},
     {"aten.lerp.Tensor", LowerLerpTensor},
 };

@@ -339,6 +339,39 @@ IntFn HardtanhInt(const Node& n) {
 }
 double SiluFloat(double x) { return x / (1.0 + std::exp(-x)); }
 
+// Backward ops of activations: a[0] is grad_output, a[1] the saved input
+// or output, with the textbook derivatives.
+FloatFn ThresholdBackwardFloat(const Node& n) {
+  const double t = n.args[2].ScalarAsDouble();
+  return [t](const double* a) { return a[1] <= t ? 0.0 : a[0]; };
+}
+IntFn ThresholdBackwardInt(const Node& n) {
+  const int64_t t = static_cast<int64_t>(n.args[2].ScalarAsDouble());
+  return [t](const int64_t* a) { return a[1] <= t ? int64_t{0} : a[0]; };
+}
+FloatFn GeluBackwardFloat(const Node& n) {
+  if (n.args[2].str == "tanh") {
+    return [](const double* a) {
+      const double x = a[1], k = std::sqrt(2.0 / M_PI), kappa = 0.044715;
+      const double t = std::tanh(k * (x + kappa * x * x * x));
+      const double dinner = k * (1 + 3 * kappa * x * x);
+      return a[0] * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * dinner);
+    };
+  }
+  return [](const double* a) {
+    const double x = a[1];
+    const double cdf = 0.5 * (1 + std::erf(x / std::sqrt(2.0)));
+    const double pdf = std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+    return a[0] * (cdf + x * pdf);
+  };
+}
+double SigmoidBackwardFloat(double g, double y) { return g * (1 - y) * y; }
+double TanhBackwardFloat(double g, double y) { return g * (1 - y * y); }
+double SiluBackwardFloat(double g, double x) {
+  const double s = 1.0 / (1.0 + std::exp(-x));
+  return g * s * (1 + x * (1 - s));
+}
+
 // lerp: self + weight * (end - self), in PyTorch's two-sided form for
 // accuracy near weight = 1.
 double Lerp(double s, double e, double w) {
@@ -536,6 +569,16 @@ constexpr PointwiseElementFns kPointwiseElementFns[] = {
      .float_fn = HardtanhFloat,
      .int_fn = HardtanhInt},
     {.name = "aten.silu.default", .float_fn = Float1<SiluFloat>},
+    {.name = "aten.threshold_backward.default",
+     .float_fn = ThresholdBackwardFloat,
+     .int_fn = ThresholdBackwardInt},
+    {.name = "aten.gelu_backward.default", .float_fn = GeluBackwardFloat},
+    {.name = "aten.sigmoid_backward.default",
+     .float_fn = Float2<SigmoidBackwardFloat>},
+    {.name = "aten.tanh_backward.default",
+     .float_fn = Float2<TanhBackwardFloat>},
+    {.name = "aten.silu_backward.default",
+     .float_fn = Float2<SiluBackwardFloat>},
     {.name = "aten.lerp.Scalar", .float_fn = LerpScalarFloat},
     {.name = "aten.lerp.Tensor", .float_fn = LerpTensorFloat},
 };

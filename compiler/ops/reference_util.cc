@@ -86,4 +86,26 @@ HostTensor Elementwise(const RefContext& ctx, const std::vector<int>& operands,
   return out;
 }
 
+void ForEachRow(
+    const std::vector<int64_t>& sizes, const std::vector<bool>& reduced,
+    const std::function<void(const std::vector<std::vector<int64_t>>&)>& fn) {
+  std::vector<int64_t> outer = sizes, inner(sizes.size(), 1);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (reduced[d]) {
+      outer[d] = 1;
+      inner[d] = sizes[d];
+    }
+  }
+  ForEachIndex(outer, [&](const std::vector<int64_t>& o) {
+    std::vector<std::vector<int64_t>> row;
+    ForEachIndex(inner, [&](const std::vector<int64_t>& i) {
+      std::vector<int64_t> idx(sizes.size());
+      for (size_t d = 0; d < sizes.size(); ++d)
+        idx[d] = reduced[d] ? i[d] : o[d];
+      row.push_back(std::move(idx));
+    });
+    fn(row);
+  });
+}
+
 }  // namespace kiln::ops

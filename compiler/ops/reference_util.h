@@ -28,6 +28,13 @@ HostTensor Elementwise(const RefContext& ctx, const std::vector<int>& operands,
 void ForEachIndex(const std::vector<int64_t>& sizes,
                   const std::function<void(const std::vector<int64_t>&)>& fn);
 
+// Calls fn(row) for each "row" over the `reduced` dims: the list of
+// multi-indices sharing all other coordinates (rows in row-major order of
+// the kept dims, each row's indices in row-major order).
+void ForEachRow(
+    const std::vector<int64_t>& sizes, const std::vector<bool>& reduced,
+    const std::function<void(const std::vector<std::vector<int64_t>>&)>& fn);
+
 }  // namespace kiln::ops
 
 #endif  // KILN_COMPILER_OPS_REFERENCE_UTIL_H_

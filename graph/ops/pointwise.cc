@@ -155,13 +155,19 @@ absl::Status CheckClampBounds(const OpContext& ctx, DType) {
   return absl::OkStatus();
 }
 
-absl::Status CheckGeluApproximate(const OpContext& ctx, DType) {
-  const std::string& m = ctx.arg(1).str;
+absl::Status CheckGeluApproximateArg(const OpContext& ctx, int arg) {
+  const std::string& m = ctx.arg(arg).str;
   if (m != "none" && m != "tanh") {
     return ctx.Invalid(
         absl::StrCat("approximate must be 'none' or 'tanh', got '", m, "'"));
   }
   return absl::OkStatus();
+}
+absl::Status CheckGeluApproximate(const OpContext& ctx, DType) {
+  return CheckGeluApproximateArg(ctx, 1);
+}
+absl::Status CheckGeluBackwardApproximate(const OpContext& ctx, DType) {
+  return CheckGeluApproximateArg(ctx, 2);
 }
 
 // lerp, as PyTorch's lerp meta functions: `end` must have self's dtype; a
@@ -206,6 +212,17 @@ PointwiseSignature Comparison(std::string name, std::vector<ArgSpec> schema) {
           .schema = std::move(schema),
           .operands = {0, 1},
           .promotion = Promotion::kBoolOutput};
+}
+// The backward of an activation: (grad_output, <name>) combined
+// elementwise in floating point (PyTorch's sigmoid_backward & co.).
+PointwiseSignature FloatBackward(std::string name, const char* saved) {
+  return {.name = std::move(name),
+          .schema = {Arg("grad_output", ArgKind::kTensor),
+                     Arg(saved, ArgKind::kTensor)},
+          .operands = {0, 1},
+          .promotion = Promotion::kFloatOnly,
+          .int_compute = false,
+          .allow_bool = false};
 }
 // where(condition, self, other): the condition broadcasts but does not take
 // part in type promotion; operands 1 and 2 do. The condition is listed last.
@@ -412,6 +429,26 @@ std::vector<PointwiseSignature> BuildPointwiseTable() {
        .promotion = Promotion::kFloatOnly,
        .int_compute = false,
        .allow_bool = false},
+      // Backward ops of activations that Core ATen leaves whole.
+      {.name = "aten.threshold_backward.default",
+       .schema = {Arg("grad_output", ArgKind::kTensor),
+                  Arg("self", ArgKind::kTensor),
+                  Arg("threshold", ArgKind::kScalar)},
+       .operands = {0, 1},
+       .allow_bool = false},
+      {.name = "aten.gelu_backward.default",
+       .schema = WithKwArg({Arg("grad_output", ArgKind::kTensor),
+                            Arg("self", ArgKind::kTensor)},
+                           KwArg("approximate", ArgKind::kString,
+                                 Attr::String("none"))),
+       .operands = {0, 1},
+       .promotion = Promotion::kFloatOnly,
+       .int_compute = false,
+       .allow_bool = false,
+       .check = CheckGeluBackwardApproximate},
+      FloatBackward("aten.sigmoid_backward.default", "output"),
+      FloatBackward("aten.tanh_backward.default", "output"),
+      FloatBackward("aten.silu_backward.default", "self"),
       // lerp: self + weight * (end - self).
       {.name = "aten.lerp.Scalar",
        .schema = LerpSchema(ArgKind::kScalar),

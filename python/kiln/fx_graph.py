@@ -196,6 +196,10 @@ def _argument(value: Any, symbols: Optional[_Symbols],
                                         for v in value]}}
         if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             return {"ints": {"values": list(value)}}
+        if value and all(isinstance(v, bool) for v in value):
+            # bool[] (output_mask): Kiln's schemas take it as an int list
+            # of 0/1 (graph/ops/norm.cc).
+            return {"ints": {"values": [int(v) for v in value]}}
         dims = []
         for v in value:
             if isinstance(v, torch.fx.Node):

@@ -499,11 +499,16 @@ class OpSetGen {
   // alias, copy, full_like, zeros_like, ones_like, empty_like,
   // empty.memory_format, empty_strided (issue 17).
   bool AliasCopyOrLike(const OpValue& a);
+  // Issue 17 item 4: norms, pooling, activation backward ops over fresh
+  // inputs; their outputs go to sinks_.
+  bool NormPool();
+  // Issue 16: matrix products.
   bool Matmul(const OpValue& a);
 
   Rng rng_;
   const GraphGenOptions& o_;
-  bool issue17_;  // draw AliasCopyOrLike too
+  bool issue17_;                    // draw AliasCopyOrLike and NormPool too
+  std::vector<std::string> sinks_;  // returned, never reused
   v1::Graph g_;
   std::deque<OpValue> values_;  // stable addresses
   GenShape base_;
@@ -2168,6 +2173,287 @@ inline bool OpSetGen::Cat(const OpValue& a) {
   return true;
 }
 
+// Issue 17 item 4: one norm, pooling or activation-backward op over fresh
+// graph inputs (exact on both sides, so only the op's own float32 math
+// differs from the reference), its outputs returned and not reused.
+inline bool OpSetGen::NormPool() {
+  std::vector<v1::DType> floats;
+  for (v1::DType d : o_.dtypes) {
+    if (IsFloatDType(d)) floats.push_back(d);
+  }
+  if (floats.empty()) return false;
+  const v1::DType dt = rng_.Pick(floats);
+  auto size = [this](int lo, int hi) {
+    return GenDim{"", lo + rng_.Below(hi - lo + 1)};
+  };
+  auto in = [this](const GenShape& s, v1::DType d) {
+    return NewInput(s, d)->name;
+  };
+  auto positive = [this](const GenShape& s, v1::DType d) {
+    return MakePositive(*NewInput(s, d))->name;
+  };
+  auto none = [](v1::Node* n) { n->add_args()->mutable_none(); };
+  auto mask = [this](v1::Node* n, bool all) {
+    Ints(n,
+         all ? std::vector<int64_t>{1, 1, 1} : std::vector<int64_t>{1, 0, 0});
+  };
+  // A node with `outputs` outputs, all returned.
+  auto node = [this](const std::string& op, int outputs) {
+    v1::Node* n = Node(op, Fresh());
+    for (int o = 1; o < outputs; ++o) n->add_outputs(Fresh());
+    for (const std::string& o : n->outputs()) sinks_.push_back(o);
+    return n;
+  };
+  const int kind = rng_.Below(9);
+  if (kind == 0) {
+    const GenShape s = {size(1, 4), size(1, 6)};
+    static const char* const kOps[] = {
+        "aten.threshold_backward.default", "aten.gelu_backward.default",
+        "aten.sigmoid_backward.default", "aten.tanh_backward.default",
+        "aten.silu_backward.default"};
+    const int k = rng_.Below(5);
+    const std::string g = in(s, dt), x = in(s, dt);
+    v1::Node* n = node(kOps[k], 1);
+    Ref(n, g);
+    Ref(n, x);
+    if (k == 0) Scalar(n, Operand{nullptr, 0.25, 'f'});
+    if (k == 1 && rng_.Chance(50)) Str(n, "tanh", "approximate");
+    return true;
+  }
+  if (kind == 1) {
+    const GenShape s = {size(1, 4), size(1, 7)};
+    const std::string g = in(s, dt), y = in(s, dt);
+    v1::Node* n =
+        node(rng_.Chance(50) ? "aten._softmax_backward_data.default"
+                             : "aten._log_softmax_backward_data.default",
+             1);
+    Ref(n, g);
+    Ref(n, y);
+    Int(n, rng_.Below(2) - 1);  // -1 or 0
+    DTypeArg(n, dt);
+    return true;
+  }
+  if (kind == 2) {
+    const GenShape s = {size(1, 3), size(1, 4), size(1, 5)};
+    const int k = 1 + rng_.Below(2);
+    const GenShape norm(s.end() - k, s.end());
+    GenShape stat(s.begin(), s.end() - k);
+    stat.resize(3, GenDim{"", 1});
+    const bool affine = rng_.Chance(50);
+    const std::string g = in(s, dt), x = in(s, dt),
+                      mean = in(stat, v1::FLOAT32),
+                      rstd = positive(stat, v1::FLOAT32);
+    const std::string w = affine ? in(norm, dt) : "",
+                      b = affine ? in(norm, dt) : "";
+    v1::Node* n = node("aten.native_layer_norm_backward.default", 3);
+    Ref(n, g);
+    Ref(n, x);
+    Sizes(n, norm);
+    Ref(n, mean);
+    Ref(n, rstd);
+    for (const std::string& p : {w, b}) {
+      if (affine) {
+        Ref(n, p);
+      } else {
+        none(n);
+      }
+    }
+    mask(n, affine);
+    return true;
+  }
+  // [N, C, L] with N * L >= 2.
+  const GenDim c = size(1, 4);
+  const GenShape s = {size(1, 3), c, size(2, 4)};
+  const GenShape ch = {c};
+  const bool affine = rng_.Chance(60);
+  const std::string w = affine ? in(ch, dt) : "", b = affine ? in(ch, dt) : "";
+  auto affine_args = [&](v1::Node* n) {
+    for (const std::string& p : {w, b}) {
+      if (affine) {
+        Ref(n, p);
+      } else {
+        none(n);
+      }
+    }
+  };
+  if (kind == 3) {
+    const std::string x = in(s, dt), rm = in(ch, v1::FLOAT32),
+                      rv = positive(ch, v1::FLOAT32);
+    const int variant = rng_.Below(3);
+    if (variant == 2) {
+      v1::Node* n = node("aten._native_batch_norm_legit.no_stats", 3);
+      Ref(n, x);
+      affine_args(n);
+      Bool(n, true);
+      n->add_args()->set_f(0.1);
+      n->add_args()->set_f(1e-5);
+      return true;
+    }
+    v1::Node* n =
+        node(variant == 0 ? "aten._native_batch_norm_legit_functional.default"
+                          : "aten._native_batch_norm_legit_no_training.default",
+             variant == 0 ? 5 : 3);
+    Ref(n, x);
+    affine_args(n);
+    Ref(n, rm);
+    Ref(n, rv);
+    if (variant == 0) Bool(n, rng_.Chance(80));
+    n->add_args()->set_f(0.1);
+    n->add_args()->set_f(1e-5);
+    return true;
+  }
+  if (kind == 4) {
+    const std::string g = in(s, dt), x = in(s, dt), rm = in(ch, v1::FLOAT32),
+                      rv = positive(ch, v1::FLOAT32), sm = in(ch, v1::FLOAT32),
+                      si = positive(ch, v1::FLOAT32);
+    v1::Node* n = node("aten.native_batch_norm_backward.default", 3);
+    Ref(n, g);
+    Ref(n, x);
+    if (affine) {
+      Ref(n, w);
+    } else {
+      none(n);
+    }
+    Ref(n, rm);
+    Ref(n, rv);
+    Ref(n, sm);
+    Ref(n, si);
+    Bool(n, rng_.Chance(70));
+    n->add_args()->set_f(1e-5);
+    mask(n, true);
+    return true;
+  }
+  if (kind == 5) {
+    // group norm: C = group * cg.
+    const int64_t group = 1 + rng_.Below(3), cg = 1 + rng_.Below(2);
+    const int64_t nn = 1 + rng_.Below(2), h = 1 + rng_.Below(3),
+                  ww = 2 + rng_.Below(2);
+    const GenShape gs = {GenDim{"", nn}, GenDim{"", group * cg}, GenDim{"", h},
+                         GenDim{"", ww}};
+    const GenShape gc = {GenDim{"", group * cg}};
+    const std::string x = in(gs, dt);
+    const std::string gw = affine ? in(gc, dt) : "",
+                      gb = affine ? in(gc, dt) : "";
+    auto tail = [&](v1::Node* n) {
+      Int(n, nn);
+      Int(n, group * cg);
+      Int(n, h * ww);
+      Int(n, group);
+    };
+    if (rng_.Chance(50)) {
+      v1::Node* n = node("aten.native_group_norm.default", 3);
+      Ref(n, x);
+      for (const std::string& p : {gw, gb}) {
+        if (affine) {
+          Ref(n, p);
+        } else {
+          none(n);
+        }
+      }
+      tail(n);
+      n->add_args()->set_f(1e-5);
+      return true;
+    }
+    const GenShape stat = {GenDim{"", nn}, GenDim{"", group}};
+    const std::string g = in(gs, dt), mean = in(stat, dt),
+                      rstd = positive(stat, dt);
+    v1::Node* n = node("aten.native_group_norm_backward.default", 3);
+    Ref(n, g);
+    Ref(n, x);
+    Ref(n, mean);
+    Ref(n, rstd);
+    if (affine) {
+      Ref(n, gw);
+    } else {
+      none(n);
+    }
+    tail(n);
+    mask(n, affine);
+    return true;
+  }
+  // Pooling over [N?, C, H, W] with static H, W >= 3.
+  GenShape ps = {size(1, 2), GenDim{"", 3 + rng_.Below(3)},
+                 GenDim{"", 3 + rng_.Below(3)}};
+  if (rng_.Chance(50)) ps.insert(ps.begin(), size(1, 2));
+  const int64_t h = ps[ps.size() - 2].value, wd = ps.back().value;
+  const std::string x = in(ps, dt);
+  const bool ceil = rng_.Chance(30);
+  auto pooled = [&](int64_t k, int64_t st, int64_t pad, int64_t dil) {
+    GenShape o(ps.begin(), ps.end() - 2);
+    for (int64_t n : {h, wd}) {
+      int64_t num = n + 2 * pad - dil * (k - 1) - 1 + (ceil ? st - 1 : 0);
+      int64_t out = num / st + 1;
+      if (ceil && (out - 1) * st >= n + pad) --out;
+      o.push_back(GenDim{"", out});
+    }
+    return o;
+  };
+  if (kind == 6) {
+    const int64_t k = 2 + rng_.Below(2), st = 1 + rng_.Below(2),
+                  pad = rng_.Below(2), dil = 1 + rng_.Below(k == 2 ? 2 : 1);
+    {
+      v1::Node* n = node("aten.max_pool2d_with_indices.default", 2);
+      Ref(n, x);
+      Ints(n, {k, k});
+      Ints(n, {st, st});
+      Ints(n, {pad, pad});
+      Ints(n, {dil, dil});
+      Bool(n, ceil);
+      const std::string ind = n->outputs(1);
+      v1::Node* b = node("aten.max_pool2d_with_indices_backward.default", 1);
+      Ref(b, in(pooled(k, st, pad, dil), dt));
+      Ref(b, x);
+      Ints(b, {k, k});
+      Ints(b, {st, st});
+      Ints(b, {pad, pad});
+      Ints(b, {dil, dil});
+      Bool(b, ceil);
+      Ref(b, ind);
+      return true;
+    }
+  }
+  if (kind == 7) {
+    const int64_t k = 2 + rng_.Below(2), st = 1 + rng_.Below(2),
+                  pad = rng_.Below(2);
+    const bool cip = rng_.Chance(50);
+    if (rng_.Chance(50)) {
+      v1::Node* n = node("aten.avg_pool2d.default", 1);
+      Ref(n, x);
+      Ints(n, {k, k});
+      Ints(n, {st, st});
+      Ints(n, {pad, pad});
+      Bool(n, ceil);
+      Bool(n, cip);
+      return true;
+    }
+    v1::Node* n = node("aten.avg_pool2d_backward.default", 1);
+    Ref(n, in(pooled(k, st, pad, 1), dt));
+    Ref(n, x);
+    Ints(n, {k, k});
+    Ints(n, {st, st});
+    Ints(n, {pad, pad});
+    Bool(n, ceil);
+    Bool(n, cip);
+    none(n);
+    return true;
+  }
+  const int64_t oh = 1 + rng_.Below(static_cast<int>(h)),
+                ow = 1 + rng_.Below(static_cast<int>(wd));
+  if (rng_.Chance(50)) {
+    v1::Node* n = node("aten._adaptive_avg_pool2d.default", 1);
+    Ref(n, x);
+    Ints(n, {oh, ow});
+    return true;
+  }
+  GenShape gs(ps.begin(), ps.end() - 2);
+  gs.push_back(GenDim{"", oh});
+  gs.push_back(GenDim{"", ow});
+  v1::Node* n = node("aten._adaptive_avg_pool2d_backward.default", 1);
+  Ref(n, in(gs, dt));
+  Ref(n, x);
+  return true;
+}
+
 inline bool OpSetGen::Creation() {
   const int k = rng_.Below(3);
   OpValue v;
@@ -2480,12 +2766,12 @@ inline v1::Graph OpSetGen::Build() {
 
   const int target = 1 + rng_.Below(std::max(1, o_.max_nodes));
   static const int kWeights[] = {12, 7,  4, 20, 6, 5, 5, 5, 7,
-                                 7,  12, 4, 14, 3, 3, 6, 6};
-  // The families after the first 15 (AliasCopyOrLike, Matmul) only where
-  // issue17_ (seeds from first_issue17_seed on), so that earlier seeds keep
-  // their graphs.
+                                 7,  12, 4, 14, 3, 3, 6, 14, 6};
+  // The families after the first 15 (AliasCopyOrLike, NormPool, Matmul)
+  // only where issue17_ (seeds from first_issue17_seed on), so that earlier
+  // seeds keep their graphs.
   const int families =
-      static_cast<int>(std::size(kWeights)) - (issue17_ ? 0 : 2);
+      static_cast<int>(std::size(kWeights)) - (issue17_ ? 0 : 3);
   int total_weight = 0;
   for (int f = 0; f < families; ++f) total_weight += kWeights[f];
   std::vector<std::string> produced;
@@ -2547,6 +2833,9 @@ inline v1::Graph OpSetGen::Build() {
         ok = AliasCopyOrLike(a);
         break;
       case 16:
+        ok = NormPool();
+        break;
+      case 17:
         ok = Matmul(a);
         break;
       default:
@@ -2558,6 +2847,7 @@ inline v1::Graph OpSetGen::Build() {
       if (values_[i].name[0] == 'v') produced.push_back(values_[i].name);
     }
   }
+  produced.insert(produced.begin(), sinks_.begin(), sinks_.end());
   if (produced.empty()) {
     v1::Node* n = Node("aten.clone.default", "v_clone");
     Ref(n, values_.front().name);

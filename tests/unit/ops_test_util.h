@@ -121,6 +121,33 @@ inline const std::vector<std::string>& CompositeSuiteOps() {
   return *ops;
 }
 
+// The norm and pooling families and the activation backward ops
+// (ops_norm_test.cc).
+inline const std::vector<std::string>& NormSuiteOps() {
+  static const auto* ops = new std::vector<std::string>{
+      "aten.threshold_backward.default",
+      "aten.gelu_backward.default",
+      "aten.sigmoid_backward.default",
+      "aten.tanh_backward.default",
+      "aten.silu_backward.default",
+      "aten._softmax_backward_data.default",
+      "aten._log_softmax_backward_data.default",
+      "aten.native_layer_norm_backward.default",
+      "aten._native_batch_norm_legit_functional.default",
+      "aten._native_batch_norm_legit_no_training.default",
+      "aten._native_batch_norm_legit.no_stats",
+      "aten.native_batch_norm_backward.default",
+      "aten.native_group_norm.default",
+      "aten.native_group_norm_backward.default",
+      "aten.max_pool2d_with_indices.default",
+      "aten.max_pool2d_with_indices_backward.default",
+      "aten.avg_pool2d.default",
+      "aten.avg_pool2d_backward.default",
+      "aten._adaptive_avg_pool2d.default",
+      "aten._adaptive_avg_pool2d_backward.default"};
+  return *ops;
+}
+
 // ---- running ops, recording coverage ----
 
 // Ops that some test in this binary ran successfully.
