@@ -23,6 +23,18 @@
  * sizes come from kiln_cpu_executable_output_sizes per call (symbols).
  * tuple_output: a tuple result, else its only entry.
  *
+ * CUDA executables the same way (CudaCall): inputs must be CUDA tensors of
+ * the executable's device; the program is enqueued on torch's current
+ * stream of that device (init_cuda's current_raw_stream) without a sync;
+ * each output, allocated by the executable's allocator, is handed to torch
+ * as a DLPack capsule (init_cuda's from_dlpack), whose deleter frees it.
+ *
+ *   _kiln_call.init_cuda(torch._C._cuda_getCurrentRawStream,
+ *                        torch._C._from_dlpack)
+ *   call = _kiln_call.CudaCall(exe_handle, owner, device, torch_device,
+ *                              input_indices, outputs, out_dtypes,
+ *                              tuple_output)
+ *
  * Errors: the C API's status as KilnError(code, message), the message
  * unchanged; an input that is not a CPU torch.Tensor or has a dtype Kiln
  * does not run is INVALID_ARGUMENT (the dtype one from dtype_error, the
@@ -51,6 +63,9 @@ static PyObject* g_str_stride;
 static PyObject* g_str_data_ptr;
 static PyObject* g_str_dtype;
 static PyObject* g_str_is_cpu;
+static PyObject* g_str_get_device;
+static PyObject* g_current_stream; /* device -> CUstream as int, or NULL */
+static PyObject* g_from_dlpack;    /* capsule -> torch.Tensor, or NULL */
 static PyObject* g_kwnames_dtype; /* ("dtype",) */
 
 static void SetKilnError(int code, const char* message) {
@@ -118,15 +133,33 @@ static int AsUint64(PyObject* value, uint64_t* out) {
 /* Reads input `i`: dtype code, data pointer, shape and stride tuples into
  * view/refs (sizes/strides pointers are set later, once the buffer's size
  * is known). */
-static int ReadInput(PyObject* t, Py_ssize_t i, kiln_tensor_view* view,
-                     TensorRefs* refs) {
-  if (!PyObject_TypeCheck(t, (PyTypeObject*)g_tensor_type)) {
-    return InvalidInput(i, "is not a CPU torch.Tensor");
+static int ReadInput(PyObject* t, Py_ssize_t i, int cuda_device,
+                     kiln_tensor_view* view, TensorRefs* refs) {
+  if (cuda_device < 0) {
+    if (!PyObject_TypeCheck(t, (PyTypeObject*)g_tensor_type)) {
+      return InvalidInput(i, "is not a CPU torch.Tensor");
+    }
+    PyObject* is_cpu = PyObject_GetAttr(t, g_str_is_cpu);
+    if (is_cpu == NULL) return -1;
+    Py_DECREF(is_cpu);
+    if (is_cpu != Py_True) return InvalidInput(i, "is not a CPU torch.Tensor");
+  } else {
+    if (!PyObject_TypeCheck(t, (PyTypeObject*)g_tensor_type)) {
+      return InvalidInput(i, "is not a CUDA torch.Tensor");
+    }
+    PyObject* device = PyObject_CallMethodNoArgs(t, g_str_get_device);
+    if (device == NULL) return -1;
+    long index = PyLong_AsLong(device);
+    Py_DECREF(device);
+    if (index == -1 && PyErr_Occurred()) return -1;
+    if (index != cuda_device) {
+      char why[96];
+      snprintf(why, sizeof why,
+               "is not a CUDA tensor of device %d (the executable's)",
+               cuda_device);
+      return InvalidInput(i, why);
+    }
   }
-  PyObject* is_cpu = PyObject_GetAttr(t, g_str_is_cpu);
-  if (is_cpu == NULL) return -1;
-  Py_DECREF(is_cpu);
-  if (is_cpu != Py_True) return InvalidInput(i, "is not a CPU torch.Tensor");
   PyObject* dtype = PyObject_GetAttr(t, g_str_dtype);
   if (dtype == NULL) return -1;
   PyObject* code = PyDict_GetItemWithError(g_dtype_codes, dtype); /* borrowed */
@@ -175,7 +208,10 @@ typedef struct {
   PyObject_HEAD
   vectorcallfunc vectorcall;
   const kiln_cpu_executable* exe; /* owned by the Python CpuExecutable */
-  PyObject* owner;                /* keeps the executable alive */
+  const kiln_cuda_executable* cuda_exe; /* CudaCall: instead of exe */
+  int cuda_device;                      /* CudaCall: its device, else -1 */
+  PyObject* device_obj;                 /* CudaCall: torch.device */
+  PyObject* owner; /* keeps the executable (and its allocator) alive */
   Py_ssize_t num_inputs;
   Py_ssize_t* input_indices;
   Py_ssize_t num_outputs; /* Kiln outputs */
@@ -254,6 +290,109 @@ static PyObject* SizesTuple(const int64_t* dims, int32_t rank) {
 
 /* Runs the program on args; on success outs[0 .. num_outputs) hold the new
  * Kiln outputs (new references). */
+/* Copies the inputs' shape/stride tuples into s->dims and points the
+ * views (s->views[0 .. n)) at them; returns the dims that follow. */
+static int64_t* FillInputDims(Scratch* s, const kiln_tensor_view* in_views,
+                              const TensorRefs* refs, Py_ssize_t n) {
+  memcpy(s->views, in_views, (size_t)n * sizeof(kiln_tensor_view));
+  int64_t* dims = s->dims;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    int32_t rank = s->views[i].rank;
+    if (TupleToInt64(refs[i].shape, dims) ||
+        TupleToInt64(refs[i].stride, dims + rank)) {
+      return NULL;
+    }
+    s->views[i].sizes = dims;
+    s->views[i].strides = dims + rank;
+    dims += 2 * rank;
+  }
+  return dims;
+}
+
+/* A "dltensor" capsule's destructor: frees a DLManagedTensor no consumer
+ * took (one that torch took is renamed "used_dltensor"). */
+static void DlpackCapsuleDestructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    kiln_dlpack_delete(PyCapsule_GetPointer(capsule, "dltensor"));
+  } else {
+    PyErr_Clear();
+  }
+}
+
+/* A torch tensor over Kiln output `handle` (taken over), through DLPack. */
+static PyObject* CudaOutputTensor(CpuCall* self, Py_ssize_t o,
+                                  kiln_cuda_tensor* handle) {
+  if (kiln_cuda_tensor_nbytes(handle) == 0) {
+    /* Nothing to hand over: an empty tensor of the sizes on the device. */
+    int rank = kiln_cuda_tensor_rank(handle);
+    PyObject* sizes = SizesTuple(kiln_cuda_tensor_sizes(handle), rank);
+    kiln_cuda_tensor_destroy(handle);
+    if (sizes == NULL) return NULL;
+    PyObject* kwargs = Py_BuildValue(
+        "{sOsO}", "dtype", PyTuple_GET_ITEM(self->out_dtypes, o), "device",
+        self->device_obj);
+    PyObject* args = kwargs ? PyTuple_Pack(1, sizes) : NULL;
+    PyObject* t = args ? PyObject_Call(g_empty, args, kwargs) : NULL;
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    Py_DECREF(sizes);
+    return t;
+  }
+  void* managed = kiln_cuda_tensor_to_dlpack(handle, self->cuda_device);
+  PyObject* capsule =
+      PyCapsule_New(managed, "dltensor", DlpackCapsuleDestructor);
+  if (capsule == NULL) {
+    kiln_dlpack_delete(managed);
+    return NULL;
+  }
+  PyObject* t = PyObject_CallOneArg(g_from_dlpack, capsule);
+  Py_DECREF(capsule); /* frees it unless torch took it */
+  return t;
+}
+
+/* The CUDA run: enqueued on the current stream of the executable's device
+ * (torch's), outputs from the executable's allocator handed to torch. */
+static int RunCuda(CpuCall* self, const kiln_tensor_view* in_views,
+                   const TensorRefs* refs, Scratch* s) {
+  Py_ssize_t n_in = self->num_inputs, n_out = self->num_outputs;
+  if (FillInputDims(s, in_views, refs, n_in) == NULL) return -1;
+  PyObject* stream_obj =
+      PyObject_CallFunction(g_current_stream, "i", self->cuda_device);
+  uint64_t stream;
+  if (AsUint64(stream_obj, &stream)) return -1;
+  kiln_cuda_tensor* handles_stack[kStackTensors];
+  kiln_cuda_tensor** handles = handles_stack;
+  if (n_out > kStackTensors) {
+    handles = PyMem_Malloc((size_t)n_out * sizeof(kiln_cuda_tensor*));
+    if (handles == NULL) {
+      PyErr_NoMemory();
+      return -1;
+    }
+  }
+  kiln_status* st;
+  Py_BEGIN_ALLOW_THREADS
+  st = kiln_cuda_executable_run(self->cuda_exe, s->views, (size_t)n_in,
+                                (void*)(uintptr_t)stream, handles,
+                                (size_t)n_out);
+  Py_END_ALLOW_THREADS
+  int rc = 0;
+  if (st != NULL) {
+    RaiseStatus(st);
+    rc = -1;
+  } else {
+    for (Py_ssize_t o = 0; o < n_out; ++o) {
+      if (rc == 0) {
+        s->outs[o] = CudaOutputTensor(self, o, handles[o]);
+        if (s->outs[o] == NULL) rc = -1;
+      } else {
+        kiln_cuda_tensor_destroy(handles[o]);
+      }
+    }
+  }
+  if (handles != handles_stack) PyMem_Free(handles);
+  return rc;
+}
+
 static int RunCore(CpuCall* self, PyObject* const* args, Py_ssize_t nargs,
                    Scratch* s) {
   Py_ssize_t n_in = self->num_inputs, n_out = self->num_outputs;
@@ -287,24 +426,20 @@ static int RunCore(CpuCall* self, PyObject* const* args, Py_ssize_t nargs,
       SetKilnError(KILN_INVALID_ARGUMENT, message);
       goto done;
     }
-    if (ReadInput(args[a], i, &in_views[i], &refs[i])) goto done;
+    if (ReadInput(args[a], i, self->cuda_device, &in_views[i], &refs[i])) {
+      goto done;
+    }
     input_dims += 2 * (Py_ssize_t)in_views[i].rank;
   }
   if (ScratchInit(s, n_in + n_out, input_dims + self->total_out_rank)) {
     goto done;
   }
-  memcpy(s->views, in_views, (size_t)n_in * sizeof(kiln_tensor_view));
-  int64_t* dims = s->dims;
-  for (Py_ssize_t i = 0; i < n_in; ++i) {
-    int32_t rank = s->views[i].rank;
-    if (TupleToInt64(refs[i].shape, dims) ||
-        TupleToInt64(refs[i].stride, dims + rank)) {
-      goto done;
-    }
-    s->views[i].sizes = dims;
-    s->views[i].strides = dims + rank;
-    dims += 2 * rank;
+  if (self->cuda_exe != NULL) {
+    rc = RunCuda(self, in_views, refs, s);
+    goto done;
   }
+  int64_t* dims = FillInputDims(s, in_views, refs, n_in);
+  if (dims == NULL) goto done;
   kiln_tensor_view* out_views = s->views + n_in;
   int64_t* out_dims = dims;
   if (self->static_sizes != NULL) {
@@ -407,6 +542,7 @@ static PyObject* CpuCall_vectorcall(PyObject* callable, PyObject* const* args,
 
 static void CpuCall_dealloc(CpuCall* self) {
   Py_XDECREF(self->owner);
+  Py_XDECREF(self->device_obj);
   Py_XDECREF(self->out_dtypes);
   Py_XDECREF(self->static_sizes);
   PyMem_Free(self->input_indices);
@@ -438,6 +574,27 @@ static Py_ssize_t* IndexArray(PyObject* seq, Py_ssize_t* n) {
   return out;
 }
 
+static size_t ExeNumInputs(const CpuCall* self) {
+  return self->cuda_exe ? kiln_cuda_executable_num_inputs(self->cuda_exe)
+                        : kiln_cpu_executable_num_inputs(self->exe);
+}
+static size_t ExeNumOutputs(const CpuCall* self) {
+  return self->cuda_exe ? kiln_cuda_executable_num_outputs(self->cuda_exe)
+                        : kiln_cpu_executable_num_outputs(self->exe);
+}
+static int ExeOutputDtype(const CpuCall* self, size_t o) {
+  return self->cuda_exe ? kiln_cuda_executable_output_dtype(self->cuda_exe, o)
+                        : kiln_cpu_executable_output_dtype(self->exe, o);
+}
+static int ExeOutputRank(const CpuCall* self, size_t o) {
+  return self->cuda_exe ? kiln_cuda_executable_output_rank(self->cuda_exe, o)
+                        : kiln_cpu_executable_output_rank(self->exe, o);
+}
+
+static PyObject* CallInit(CpuCall* self, PyObject* inputs, PyObject* outputs,
+                          PyObject* dtypes, PyObject* static_sizes,
+                          int tuple_output);
+
 static PyObject* CpuCall_new(PyTypeObject* type, PyObject* args,
                              PyObject* kwargs) {
   unsigned long long handle;
@@ -456,19 +613,58 @@ static PyObject* CpuCall_new(PyTypeObject* type, PyObject* args,
     PyErr_SetString(PyExc_RuntimeError, "_kiln_call.init was not called");
     return NULL;
   }
+  (void)ranks; /* the executable's own ranks are authoritative */
   CpuCall* self = (CpuCall*)type->tp_alloc(type, 0);
   if (self == NULL) return NULL;
   self->vectorcall = CpuCall_vectorcall;
   self->exe = (const kiln_cpu_executable*)(uintptr_t)handle;
+  self->cuda_device = -1;
   self->owner = Py_NewRef(owner);
+  return CallInit(self, inputs, outputs, dtypes, static_sizes, tuple_output);
+}
+
+/* CudaCall(handle, owner, device, device_obj, input_indices, outputs,
+ * out_dtypes, tuple_output): the same over a kiln_cuda_executable. */
+static PyObject* CudaCall_new(PyTypeObject* type, PyObject* args,
+                              PyObject* kwargs) {
+  unsigned long long handle;
+  int device;
+  PyObject *owner, *device_obj, *inputs, *outputs, *dtypes;
+  int tuple_output;
+  static char* kwlist[] = {"handle", "owner", "device", "device_obj",
+                           "input_indices", "outputs", "out_dtypes",
+                           "tuple_output", NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KOiOOOO!p:CudaCall", kwlist,
+                                   &handle, &owner, &device, &device_obj,
+                                   &inputs, &outputs, &PyTuple_Type, &dtypes,
+                                   &tuple_output)) {
+    return NULL;
+  }
+  if (g_dtype_codes == NULL || g_current_stream == NULL) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "_kiln_call.init/init_cuda was not called");
+    return NULL;
+  }
+  CpuCall* self = (CpuCall*)type->tp_alloc(type, 0);
+  if (self == NULL) return NULL;
+  self->vectorcall = CpuCall_vectorcall;
+  self->cuda_exe = (const kiln_cuda_executable*)(uintptr_t)handle;
+  self->cuda_device = device;
+  self->device_obj = Py_NewRef(device_obj);
+  self->owner = Py_NewRef(owner);
+  return CallInit(self, inputs, outputs, dtypes, Py_None, tuple_output);
+}
+
+static PyObject* CallInit(CpuCall* self, PyObject* inputs, PyObject* outputs,
+                          PyObject* dtypes, PyObject* static_sizes,
+                          int tuple_output) {
   self->tuple_output = tuple_output;
   self->input_indices = IndexArray(inputs, &self->num_inputs);
   if (self->input_indices == NULL) goto fail;
   self->num_outputs = PyTuple_GET_SIZE(dtypes);
   self->out_dtypes = Py_NewRef(dtypes);
-  if ((size_t)self->num_outputs !=
-          kiln_cpu_executable_num_outputs(self->exe) ||
-      (size_t)self->num_inputs != kiln_cpu_executable_num_inputs(self->exe)) {
+  if ((size_t)self->num_outputs != ExeNumOutputs(self) ||
+      (size_t)self->num_inputs != ExeNumInputs(self)) {
     PyErr_SetString(PyExc_ValueError,
                     "CpuCall: input/output counts differ from the "
                     "executable's");
@@ -483,11 +679,10 @@ static PyObject* CpuCall_new(PyTypeObject* type, PyObject* args,
   }
   self->total_out_rank = 0;
   for (Py_ssize_t o = 0; o < self->num_outputs; ++o) {
-    self->out_codes[o] = kiln_cpu_executable_output_dtype(self->exe, o);
-    self->out_ranks[o] = kiln_cpu_executable_output_rank(self->exe, o);
+    self->out_codes[o] = ExeOutputDtype(self, o);
+    self->out_ranks[o] = ExeOutputRank(self, o);
     self->total_out_rank += self->out_ranks[o];
   }
-  (void)ranks; /* the executable's own ranks are authoritative */
   if (static_sizes != Py_None) {
     if (!PyTuple_Check(static_sizes) ||
         PyTuple_GET_SIZE(static_sizes) != self->num_outputs) {
@@ -568,9 +763,32 @@ static PyTypeObject CpuCallType = {
     .tp_new = CpuCall_new,
 };
 
+static PyTypeObject CudaCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln._kiln_call.CudaCall",
+    .tp_basicsize = sizeof(CpuCall),
+    .tp_dealloc = (destructor)CpuCall_dealloc,
+    .tp_vectorcall_offset = offsetof(CpuCall, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A CUDA executable bound to a call signature (module doc).",
+    .tp_new = CudaCall_new,
+};
+
+static PyObject* InitCuda(PyObject* self, PyObject* args) {
+  PyObject *current_stream, *from_dlpack;
+  if (!PyArg_ParseTuple(args, "OO:init_cuda", &current_stream, &from_dlpack)) {
+    return NULL;
+  }
+  Py_XSETREF(g_current_stream, Py_NewRef(current_stream));
+  Py_XSETREF(g_from_dlpack, Py_NewRef(from_dlpack));
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef kMethods[] = {
     {"init", Init, METH_VARARGS,
      "init(KilnError, dtype_codes, empty, tensor_type, dtype_error)"},
+    {"init_cuda", InitCuda, METH_VARARGS,
+     "init_cuda(current_raw_stream, from_dlpack)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -589,20 +807,24 @@ PyMODINIT_FUNC PyInit__kiln_call(void) {
                  kiln_c_api_version(), KILN_C_API_VERSION);
     return NULL;
   }
-  if (PyType_Ready(&CpuCallType) < 0) return NULL;
+  if (PyType_Ready(&CpuCallType) < 0 || PyType_Ready(&CudaCallType) < 0) {
+    return NULL;
+  }
   g_str_shape = PyUnicode_InternFromString("shape");
   g_str_stride = PyUnicode_InternFromString("stride");
   g_str_data_ptr = PyUnicode_InternFromString("data_ptr");
   g_str_dtype = PyUnicode_InternFromString("dtype");
   g_str_is_cpu = PyUnicode_InternFromString("is_cpu");
+  g_str_get_device = PyUnicode_InternFromString("get_device");
   g_kwnames_dtype = Py_BuildValue("(s)", "dtype");
   if (!g_str_shape || !g_str_stride || !g_str_data_ptr || !g_str_dtype ||
-      !g_str_is_cpu || !g_kwnames_dtype) {
+      !g_str_is_cpu || !g_str_get_device || !g_kwnames_dtype) {
     return NULL;
   }
   PyObject* m = PyModule_Create(&kModule);
   if (m == NULL) return NULL;
-  if (PyModule_AddObjectRef(m, "CpuCall", (PyObject*)&CpuCallType) < 0) {
+  if (PyModule_AddObjectRef(m, "CpuCall", (PyObject*)&CpuCallType) < 0 ||
+      PyModule_AddObjectRef(m, "CudaCall", (PyObject*)&CudaCallType) < 0) {
     Py_DECREF(m);
     return NULL;
   }

@@ -116,7 +116,7 @@ _lib = None
 _lib_path = None  # the file load_library loaded, when it is a path
 _lib_lock = threading.Lock()
 _ext = None  # the _kiln_call module once loaded; False: none
-_ext_ready = False  # _kiln_call.init done (needs torch)
+_ext_ready = 0  # 1: _kiln_call.init done (needs torch), 2: init_cuda too
 
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
@@ -208,8 +208,9 @@ def _dtype_error(what, index, dtype):
                      f"({sorted(_DTYPE_CODES)})")
 
 
-def _ready_extension():
-    """extension(), initialised with torch's objects; None without it."""
+def _ready_extension(cuda=False):
+    """extension(), initialised with torch's objects (and its CUDA ones);
+    None without it."""
     global _ext_ready
     ext = extension()
     if ext is None:
@@ -218,7 +219,16 @@ def _ready_extension():
         torch = _torch_dtypes()
         ext.init(KilnError, dict(_TORCH_DTYPE_CODES), torch.empty,
                  torch.Tensor, _dtype_error)
-        _ext_ready = True
+        _ext_ready = 1
+    if cuda and _ext_ready != 2:
+        torch = _torch()
+        stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if stream is None:
+            return None
+        from_dlpack = getattr(torch._C, "_from_dlpack",
+                              torch.utils.dlpack.from_dlpack)
+        ext.init_cuda(stream, from_dlpack)
+        _ext_ready = 2
     return ext
 
 
@@ -531,11 +541,43 @@ class CudaExecutable:
                            self._allocator_keep)
                 for i in range(self.num_outputs)]
 
+    def call_path(self, input_indices, outputs, tuple_output=True):
+        """The extension's callable f(*args) for this executable, or None
+        without the extension: as CpuExecutable.call_path, on CUDA tensors
+        of the executable's device, enqueued on torch's current stream of
+        that device (no sync); new outputs are torch tensors over the Kiln
+        outputs (DLPack, as __call__ returns them)."""
+        ext = _ready_extension(cuda=True)
+        if ext is None:
+            return None
+        torch = _torch()
+        dtypes = tuple(getattr(torch, d) for d in self.output_dtypes)
+        return ext.CudaCall(
+            self._handle.value, self, self.device,
+            torch.device("cuda", self.device), tuple(input_indices),
+            tuple((kind != "kiln", i) for kind, i in outputs), dtypes,
+            bool(tuple_output))
+
     def __call__(self, *tensors, stream=None):
         """Runs on torch CUDA tensors of this executable's device (strided
         views allowed, as the guards permit) and returns new contiguous
         torch tensors, enqueued on `stream` (default: the current stream).
         See the module docstring for the stream rules."""
+        if stream is None and len(tensors) == self.num_inputs:
+            call = getattr(self, "_call", None)
+            if call is None:
+                call = self._call = self.call_path(
+                    range(self.num_inputs),
+                    [("kiln", j) for j in range(self.num_outputs)]) or False
+            if call:
+                try:
+                    return list(call(*tensors))
+                except KilnError as e:
+                    cause = getattr(self._allocator_keep, "last_error", None)
+                    if e.code == 8 and cause is not None:
+                        raise KilnError(e.code, f"{e.message} ({cause!r})") \
+                            from cause
+                    raise
         torch = _torch()
         handle = _stream_handle(stream, self.device)
         current = torch.cuda.current_stream(self.device).cuda_stream

@@ -216,3 +216,51 @@ print("ok")
                            str(graph)], env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+needs_gpu = pytest.mark.skipif(
+    not torch.cuda.is_available() or not extension_built()
+    or bool(os.environ.get("KILN_NO_EXTENSION")),
+    reason="needs a CUDA GPU and _kiln_call")
+
+
+@needs_gpu
+@pytest.mark.parametrize("allocator", ["torch", "kiln"])
+def test_cuda_call_path(daemon, allocator):
+    """CUDA executables through the extension: torch's current stream, the
+    same results as eager and as the ctypes path, inputs returned as
+    themselves, the device check and the C API's guard errors."""
+    major, minor = torch.cuda.get_device_capability()
+    graph = (ROOT / "examples" / "graphs" / "softmax.json").read_text()
+    exe = kiln.Client(daemon.address).cuda_executable(
+        graph, target=f"sm_{major}{minor}", allocator=allocator)
+    x = torch.randn(64, 1024, device="cuda")
+    call = exe.call_path([0], [("kiln", 0), ("input", 0)])
+    y, same = call(x)
+    assert same is x
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    assert y.device == x.device and y.is_contiguous()
+    (z,) = exe(x)  # __call__ through the extension too
+    torch.testing.assert_close(z, y)
+    (w,) = exe(x, stream=torch.cuda.current_stream())  # the ctypes path
+    torch.testing.assert_close(w, y)
+    # On a side stream made current: enqueued there.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        (v,) = exe(x)
+    side.synchronize()
+    torch.testing.assert_close(v, y)
+    fast = errors_of(lambda: call(torch.randn(64, 1000, device="cuda")))
+    slow = errors_of(lambda: exe.run_raw(
+        [(x.data_ptr(), "float32", (64, 1000), (1000, 1))],
+        torch.cuda.current_stream().cuda_stream))
+    assert fast == slow and fast[0] == "INVALID_ARGUMENT"
+    assert errors_of(lambda: call(x.cpu())) == (
+        "INVALID_ARGUMENT",
+        f"input 0 is not a CUDA tensor of device {exe.device} (the "
+        "executable's)")
+    # Outputs outlive the executable (their memory is the allocator's).
+    del exe, call
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, torch.softmax(x, -1))
