@@ -541,7 +541,8 @@ class CudaExecutable:
                            self._allocator_keep)
                 for i in range(self.num_outputs)]
 
-    def call_path(self, input_indices, outputs, tuple_output=True):
+    def call_path(self, input_indices, outputs, tuple_output=True,
+                  _keep_alive=True):
         """The extension's callable f(*args) for this executable, or None
         without the extension: as CpuExecutable.call_path, on CUDA tensors
         of the executable's device, enqueued on torch's current stream of
@@ -553,7 +554,7 @@ class CudaExecutable:
         torch = _torch()
         dtypes = tuple(getattr(torch, d) for d in self.output_dtypes)
         return ext.CudaCall(
-            self._handle.value, self, self.device,
+            self._handle.value, self if _keep_alive else None, self.device,
             torch.device("cuda", self.device), tuple(input_indices),
             tuple((kind != "kiln", i) for kind, i in outputs), dtypes,
             bool(tuple_output))
@@ -568,7 +569,8 @@ class CudaExecutable:
             if call is None:
                 call = self._call = self.call_path(
                     range(self.num_inputs),
-                    [("kiln", j) for j in range(self.num_outputs)]) or False
+                    [("kiln", j) for j in range(self.num_outputs)],
+                    _keep_alive=False) or False
             if call:
                 try:
                     return list(call(*tensors))
@@ -705,7 +707,7 @@ class CpuExecutable:
             self._handle, in_views, len(inputs), out_views, len(outputs)))
 
     def call_path(self, input_indices, outputs, tuple_output=True,
-                  static_sizes=None):
+                  static_sizes=None, _keep_alive=True):
         """The extension's callable f(*args) for this executable, or None
         without the extension (module docstring). Kiln input k is
         args[input_indices[k]]; f returns, for each entry of `outputs`,
@@ -719,8 +721,12 @@ class CpuExecutable:
             return None
         torch = _torch()
         dtypes = tuple(getattr(torch, d) for d in self.output_dtypes)
+        # The callable keeps this executable alive, except the one that
+        # __call__ caches on it (no cycle: the extension's objects are not
+        # tracked by the garbage collector).
         return ext.CpuCall(
-            self._handle.value, self, tuple(input_indices),
+            self._handle.value, self if _keep_alive else None,
+            tuple(input_indices),
             tuple((kind != "kiln", i) for kind, i in outputs), dtypes,
             tuple(self.output_ranks),
             None if static_sizes is None else
@@ -732,7 +738,8 @@ class CpuExecutable:
         if self._call is None:
             self._call = self.call_path(
                 range(self.num_inputs),
-                [("kiln", j) for j in range(self.num_outputs)]) or False
+                [("kiln", j) for j in range(self.num_outputs)],
+                _keep_alive=False) or False
         if self._call and len(tensors) == self.num_inputs:
             return list(self._call(*tensors))
         torch = _torch_dtypes()

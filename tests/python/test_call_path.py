@@ -7,11 +7,13 @@ KILN_NO_EXTENSION=1 (the ctypes fallback). See conftest.py for how it runs.
 
 from __future__ import annotations
 
+import gc
 import os
 import pathlib
 import subprocess
 import sys
 import threading
+import weakref
 
 import pytest
 import torch
@@ -72,6 +74,16 @@ def test_call_path_results_and_aliases(daemon):
     # __call__ goes through the extension too, and returns a list.
     (z,) = exe(x, scale)
     torch.testing.assert_close(z, reference(x, scale))
+    # A call path keeps its executable alive; __call__'s cached one does
+    # not keep it from being freed.
+    ref = weakref.ref(exe)
+    del exe
+    gc.collect()
+    assert ref() is not None
+    torch.testing.assert_close(single(x, scale), reference(x, scale))
+    del call, single
+    gc.collect()
+    assert ref() is None
 
 
 @needs_extension
