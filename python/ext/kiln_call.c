@@ -102,8 +102,8 @@ static PyObject* Init(PyObject* self, PyObject* args) {
 
 /* ---- reading a tensor -------------------------------------------------- */
 
-/* What one input contributes to a call: its shape and stride tuples (new
- * references) and the view over them once filled. */
+/* One input's shape and stride tuples (new references), held while its
+ * view's dims are copied out of them. */
 typedef struct {
   PyObject* shape;
   PyObject* stride;
