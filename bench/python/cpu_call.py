@@ -3,6 +3,14 @@
 against backend="aot_eager" (Dynamo + AOTAutograd, eager kernels: the
 floor of any AOTAutograd backend), on a tiny
 pointwise chain (the call overhead dominates) and on layer norm 4096x1024.
+Kiln twice: through the CPython extension _kiln_call ("kiln-ext", the
+default where it is built) and through ctypes ("kiln-ctypes", what
+KILN_NO_EXTENSION=1 gives). "call" columns: the Kiln partition alone
+(KilnPartition called with the same inputs, the FX/AOTAutograd wrappers
+left out), the host cost a compiled partition adds on top of its kernels
+plus the kernels. --clock=cpu measures the process's CPU time
+(time.process_time: every thread's) instead of wall time, steadier on a
+loaded machine.
 
     PY=$(bash deploy/python-env.sh)
     build/server/kilnd --listen=127.0.0.1:7799 --metrics_listen= &
@@ -16,6 +24,10 @@ import time
 import torch
 
 import kiln
+from kiln import _binding, dynamo
+
+
+CLOCK = time.perf_counter
 
 
 def per_call_us(fn, *args, iters=2000, warmup=50):
@@ -23,17 +35,20 @@ def per_call_us(fn, *args, iters=2000, warmup=50):
         fn(*args)
     best = float("inf")
     for _ in range(5):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         for _ in range(iters):
             fn(*args)
-        best = min(best, (time.perf_counter() - t0) / iters * 1e6)
+        best = min(best, (CLOCK() - t0) / iters * 1e6)
     return best
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", required=True)
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     a = ap.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if a.clock == "cpu" else time.perf_counter
     torch.set_num_threads(1)
 
     def chain(x):
@@ -41,20 +56,65 @@ def main():
 
     ln = torch.nn.LayerNorm(1024).eval()
     cases = [("chain 8x16", chain, torch.randn(8, 16), 2000),
-             ("layer_norm 4096x1024", ln, torch.randn(4096, 1024), 20)]
-    print(f"torch {torch.__version__}, 1 thread; microseconds per call (best of 5)")
+             ("layer_norm 4096x1024", ln, torch.randn(4096, 1024), 100)]
+    have_ext = _binding.extension() is not None
+    print(f"torch {torch.__version__}, 1 thread; microseconds per call (best "
+          f"of 5, {a.clock} clock); extension "
+          f"{'built' if have_ext else 'NOT built'}")
     with torch.no_grad():
         for name, fn, x, iters in cases:
-            backend = kiln.backend(server=a.server, fallback="error")
-            compiled = torch.compile(fn, backend=backend)
-            torch.testing.assert_close(compiled(x), fn(x), atol=1e-5, rtol=1e-5)
             floor = torch.compile(fn, backend="aot_eager")
             eager = per_call_us(fn, x, iters=iters)
             floor_us = per_call_us(floor, x, iters=iters)
-            kiln_us = per_call_us(compiled, x, iters=iters)
-            print(f"{name:24s} eager {eager:9.1f}  aot_eager {floor_us:9.1f}  "
-                  f"kiln {kiln_us:9.1f}; partitions "
-                  f"{backend.report.compiled_partitions}")
+            row = f"{name:22s} eager {eager:8.1f}  aot_eager {floor_us:8.1f}"
+            for path in ("ctypes", "ext"):
+                if path == "ext" and not have_ext:
+                    continue
+                compiled, parts = compile_kiln(fn, x, a.server,
+                                               ext=path == "ext")
+                total = per_call_us(compiled, x, iters=iters)
+                # The partition alone, on the inputs the FX module passes it
+                # (the forward graph of an inference call takes x, params).
+                call = sum(per_call_us(p, *p_args, iters=iters)
+                           for p, p_args in parts)
+                row += (f"  kiln-{path} {total:8.1f} (call {call:6.1f}, "
+                        f"{len(parts)} partition(s))")
+            print(row)
+
+
+def compile_kiln(fn, x, server, ext):
+    """torch.compile(fn, backend=kiln) through the extension or ctypes;
+    returns it and [(partition, its arguments)] of its compiled
+    partitions."""
+    saved = _binding._ext
+    parts = []
+    init = dynamo.KilnPartition.__init__
+    forward = dynamo.KilnPartition.__call__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        parts.append([self, None])
+
+    def spy(self, *args):
+        for p in parts:
+            if p[0] is self and p[1] is None:
+                p[1] = args
+        return forward(self, *args)
+
+    try:
+        if not ext:
+            _binding._ext = False  # as KILN_NO_EXTENSION=1
+        dynamo.KilnPartition.__init__ = record
+        dynamo.KilnPartition.__call__ = spy
+        backend = kiln.backend(server=server, fallback="error")
+        compiled = torch.compile(fn, backend=backend)
+        torch.testing.assert_close(compiled(x), fn(x), atol=1e-5, rtol=1e-5)
+    finally:
+        _binding._ext = saved
+        dynamo.KilnPartition.__init__ = init
+        dynamo.KilnPartition.__call__ = forward
+    assert all((p._fast is not None) == ext for p, _ in parts)
+    return compiled, [tuple(p) for p in parts]
 
 
 if __name__ == "__main__":

@@ -44,17 +44,26 @@ message ("node 0 (aten.add.Tensor): ...", "CUDA driver not available: ...").
 Thread-safety: a Client and a CudaExecutable may be used from several
 threads at once. Only one Kiln library may be loaded per process (see
 kiln_c.h).
+
+Fast call path: where the CPython extension _kiln_call (python/ext, built
+with the library when python3-dev is installed) sits next to libkiln_c.so,
+CPU executables are called through it (CpuExecutable.call_path, what the
+Dynamo backend uses): a few hundred nanoseconds of Python work per tensor
+instead of ctypes' microseconds. KILN_NO_EXTENSION=1, or no extension, keeps
+the ctypes path; both give the same results and the same errors.
 """
 
 import ctypes
 import ctypes.util
+import importlib.machinery
+import importlib.util
 import json
 import os
 import pathlib
 import threading
 
 __all__ = ["Client", "CpuExecutable", "CudaExecutable", "CudaOutput",
-           "KilnError", "load_library", "supported_ops"]
+           "KilnError", "extension", "load_library", "supported_ops"]
 
 C_API_VERSION = 2  # kiln_c.h's KILN_C_API_VERSION this binding speaks
 
@@ -104,7 +113,10 @@ _FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_size_t,
                             ctypes.c_void_p, ctypes.c_void_p)
 
 _lib = None
+_lib_path = None  # the file load_library loaded, when it is a path
 _lib_lock = threading.Lock()
+_ext = None  # the _kiln_call module once loaded; False: none
+_ext_ready = 0  # 1: _kiln_call.init done (needs torch), 2: init_cuda too
 
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
@@ -129,7 +141,7 @@ def _candidates():
 
 def load_library():
     """Loads libkiln_c.so once (see the module docstring) and returns it."""
-    global _lib
+    global _lib, _lib_path
     with _lib_lock:
         if _lib is not None:
             return _lib
@@ -151,7 +163,73 @@ def load_library():
             raise OSError(f"{path}: C API version {lib.kiln_c_api_version()},"
                           f" this binding speaks {C_API_VERSION}")
         _lib = lib
+        if os.sep in str(path):
+            _lib_path = pathlib.Path(path)
         return lib
+
+
+def extension():
+    """The CPython extension _kiln_call (python/ext/kiln_call.c), loaded
+    from the directory of the loaded libkiln_c.so, or None: not built there,
+    KILN_NO_EXTENSION=1, or it failed to load (the ctypes path is used)."""
+    global _ext
+    if _ext is None:
+        load_library()  # first: the extension's libkiln_c.so.1 is this one
+        with _lib_lock:
+            if _ext is None:
+                _ext = _load_extension() or False
+    return _ext or None
+
+
+def _load_extension():
+    if os.environ.get("KILN_NO_EXTENSION", "") not in ("", "0"):
+        return None
+    if _lib_path is None:
+        return None
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = _lib_path.parent / f"_kiln_call{suffix}"
+        if not path.exists():
+            continue
+        try:
+            spec = importlib.util.spec_from_file_location("kiln._kiln_call",
+                                                          path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+        except ImportError:
+            return None
+    return None
+
+
+def _dtype_error(what, index, dtype):
+    """The KilnError of a tensor whose dtype Kiln does not run (the same
+    from the ctypes path and the extension)."""
+    return KilnError(3, f"{what} {index}: dtype {dtype} is not one Kiln runs "
+                     f"({sorted(_DTYPE_CODES)})")
+
+
+def _ready_extension(cuda=False):
+    """extension(), initialised with torch's objects (and its CUDA ones);
+    None without it."""
+    global _ext_ready
+    ext = extension()
+    if ext is None:
+        return None
+    if not _ext_ready:
+        torch = _torch_dtypes()
+        ext.init(KilnError, dict(_TORCH_DTYPE_CODES), torch.empty,
+                 torch.Tensor, _dtype_error)
+        _ext_ready = 1
+    if cuda and _ext_ready != 2:
+        torch = _torch()
+        stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if stream is None:
+            return None
+        from_dlpack = getattr(torch._C, "_from_dlpack",
+                              torch.utils.dlpack.from_dlpack)
+        ext.init_cuda(stream, from_dlpack)
+        _ext_ready = 2
+    return ext
 
 
 def _declare(lib):
@@ -463,11 +541,45 @@ class CudaExecutable:
                            self._allocator_keep)
                 for i in range(self.num_outputs)]
 
+    def call_path(self, input_indices, outputs, tuple_output=True,
+                  _keep_alive=True):
+        """The extension's callable f(*args) for this executable, or None
+        without the extension: as CpuExecutable.call_path, on CUDA tensors
+        of the executable's device, enqueued on torch's current stream of
+        that device (no sync); new outputs are torch tensors over the Kiln
+        outputs (DLPack, as __call__ returns them)."""
+        ext = _ready_extension(cuda=True)
+        if ext is None:
+            return None
+        torch = _torch()
+        dtypes = tuple(getattr(torch, d) for d in self.output_dtypes)
+        return ext.CudaCall(
+            self._handle.value, self if _keep_alive else None, self.device,
+            torch.device("cuda", self.device), tuple(input_indices),
+            tuple((kind != "kiln", i) for kind, i in outputs), dtypes,
+            bool(tuple_output))
+
     def __call__(self, *tensors, stream=None):
         """Runs on torch CUDA tensors of this executable's device (strided
         views allowed, as the guards permit) and returns new contiguous
         torch tensors, enqueued on `stream` (default: the current stream).
         See the module docstring for the stream rules."""
+        if stream is None and len(tensors) == self.num_inputs:
+            call = getattr(self, "_call", None)
+            if call is None:
+                call = self._call = self.call_path(
+                    range(self.num_inputs),
+                    [("kiln", j) for j in range(self.num_outputs)],
+                    _keep_alive=False) or False
+            if call:
+                try:
+                    return list(call(*tensors))
+                except KilnError as e:
+                    cause = getattr(self._allocator_keep, "last_error", None)
+                    if e.code == 8 and cause is not None:
+                        raise KilnError(e.code, f"{e.message} ({cause!r})") \
+                            from cause
+                    raise
         torch = _torch()
         handle = _stream_handle(stream, self.device)
         current = torch.cuda.current_stream(self.device).cuda_stream
@@ -504,8 +616,7 @@ def _views(tensors, what):
     for i, t in enumerate(tensors):
         code = _TORCH_DTYPE_CODES.get(t.dtype)
         if code is None:
-            raise KilnError(3, f"{what} {i}: dtype {t.dtype} is not one Kiln "
-                            f"runs ({sorted(_DTYPE_CODES)})")
+            raise _dtype_error(what, i, t.dtype)
         rank = t.dim()
         s = (ctypes.c_int64 * max(rank, 1))(*t.shape)
         st = (ctypes.c_int64 * max(rank, 1))(*t.stride())
@@ -546,6 +657,7 @@ class CpuExecutable:
         lib.kiln_cpu_executable_guard_key(handle, key)
         self.guard_key = key.value.decode()
         self._local = threading.local()  # .prepared: layout -> views
+        self._call = None  # the extension's CpuCall for __call__, or False
 
     def __del__(self):
         handle, self._handle = self._handle, None
@@ -594,8 +706,42 @@ class CpuExecutable:
         _check(self._lib, self._lib.kiln_cpu_executable_run(
             self._handle, in_views, len(inputs), out_views, len(outputs)))
 
+    def call_path(self, input_indices, outputs, tuple_output=True,
+                  static_sizes=None, _keep_alive=True):
+        """The extension's callable f(*args) for this executable, or None
+        without the extension (module docstring). Kiln input k is
+        args[input_indices[k]]; f returns, for each entry of `outputs`,
+        ("kiln", j): Kiln output j as a new contiguous tensor, or
+        ("input", i): args[i] itself; as a tuple, or its only entry when
+        not tuple_output. static_sizes: the outputs' sizes when they do not
+        depend on the inputs' (no symbols), else None (asked per call).
+        Guards and errors as for run_into (KilnError)."""
+        ext = _ready_extension()
+        if ext is None:
+            return None
+        torch = _torch()
+        dtypes = tuple(getattr(torch, d) for d in self.output_dtypes)
+        # The callable keeps this executable alive, except the one that
+        # __call__ caches on it (no cycle: the extension's objects are not
+        # tracked by the garbage collector).
+        return ext.CpuCall(
+            self._handle.value, self if _keep_alive else None,
+            tuple(input_indices),
+            tuple((kind != "kiln", i) for kind, i in outputs), dtypes,
+            tuple(self.output_ranks),
+            None if static_sizes is None else
+            tuple(tuple(int(d) for d in s) for s in static_sizes),
+            bool(tuple_output))
+
     def __call__(self, *tensors):
         """Runs on torch CPU tensors and returns new contiguous tensors."""
+        if self._call is None:
+            self._call = self.call_path(
+                range(self.num_inputs),
+                [("kiln", j) for j in range(self.num_outputs)],
+                _keep_alive=False) or False
+        if self._call and len(tensors) == self.num_inputs:
+            return list(self._call(*tensors))
         torch = _torch_dtypes()
         for i, t in enumerate(tensors):
             if not isinstance(t, torch.Tensor) or t.device.type != "cpu":

@@ -16,6 +16,13 @@ itself; an output whose expected strides (the fake tensor's) are not
 contiguous is copied once into a tensor of those strides (Kiln writes
 contiguous outputs; the wire format has no output strides yet).
 
+Call path: a partition without scalar inputs or restrided outputs is
+called through the extension _kiln_call where it is built (kiln._binding's
+docstring): reading the inputs, torch.empty for the outputs, the program and
+the result tuple in C, from the FX module's call straight to it. Otherwise,
+or with KILN_NO_EXTENSION=1, the Python path below does the same through
+ctypes.
+
 Server: kiln.backend(server=...), else $KILN_SERVER, else 127.0.0.1:7733
 when it answers, else a per-user kilnd on a Unix socket started on first use
 (kiln/autostart.py; KILN_AUTOSTART=0 turns that off).
@@ -166,8 +173,9 @@ class KilnPartition(torch.nn.Module):
 
     def __init__(self, name: str, eager: torch.fx.GraphModule,
                  graph: KilnGraph, exe: "_binding.CpuExecutable",
-                 backend: "KilnBackend") -> None:
+                 backend: "KilnBackend", tuple_output: bool = True) -> None:
         super().__init__()
+        self._tuple_output = tuple_output
         self.name = name
         self.eager = eager
         self.graph = graph
@@ -195,6 +203,21 @@ class KilnPartition(torch.nn.Module):
             else:
                 self._strides.append([s.node.expr if isinstance(s, torch.SymInt)
                                       else s for s in m.stride()])
+        # The extension's callable for the whole call (None: the Python
+        # path): when every Kiln input is a tensor argument and every output
+        # is wanted contiguous.
+        # Otherwise, the extension's run of the Kiln inputs (the tensors
+        # forward builds) to the Kiln outputs, else None: ctypes.
+        self._fast: Optional[Callable[..., Any]] = None
+        self._run: Optional[Callable[..., Any]] = None
+        if not graph.scalar_inputs and all(s is None for s in self._strides):
+            self._fast = exe.call_path(graph.tensor_inputs, graph.outputs,
+                                       tuple_output, self._static_sizes)
+        else:
+            self._run = exe.call_path(
+                range(len(graph.tensor_inputs)),
+                [("kiln", j) for j in range(len(graph.output_meta))],
+                True, self._static_sizes)
 
     def _expected_strides(self, j: int, tensors: List[torch.Tensor]) -> Tuple[int, ...]:
         want = self._strides[j]
@@ -205,19 +228,37 @@ class KilnPartition(torch.nn.Module):
         return tuple(int(e.xreplace(values)) if hasattr(e, "xreplace") else int(e)
                      for e in want)
 
+    def __call__(self, *args: Any) -> Any:
+        # What the FX module calls (nn.Module.__call__'s hook machinery
+        # skipped: a partition has no hooks).
+        fast = self._fast
+        if fast is None:
+            return self.forward(*args)
+        try:
+            return fast(*args)
+        except Exception as e:  # noqa: BLE001 (KilnError: a guard, memory)
+            return self._failed(e, args)
+
+    def _failed(self, e: Exception, args: Tuple[Any, ...]) -> Any:
+        if self.backend.fallback == "error":
+            raise e
+        self.backend._warn_once(f"kiln: {self.name}: {e}; running it eagerly")
+        return self.eager(*args)
+
     def forward(self, *args: Any) -> Any:
         tensors = [args[i] for i in self.graph.tensor_inputs]
         for k, dtype in self.graph.scalar_inputs.items():
             tensors[k] = torch.tensor(tensors[k], dtype=dtype)
         try:
-            sizes = self._static_sizes or self.exe.output_sizes(tensors)
-            outs = [torch.empty(s, dtype=d) for s, d in zip(sizes, self._dtypes)]
-            self.exe.run_into(tensors, outs)
+            if self._run is not None:
+                outs = list(self._run(*tensors))
+            else:
+                sizes = self._static_sizes or self.exe.output_sizes(tensors)
+                outs = [torch.empty(s, dtype=d)
+                        for s, d in zip(sizes, self._dtypes)]
+                self.exe.run_into(tensors, outs)
         except Exception as e:  # noqa: BLE001 (KilnError: a guard, memory)
-            if self.backend.fallback == "error":
-                raise
-            self.backend._warn_once(f"kiln: {self.name}: {e}; running it eagerly")
-            return self.eager(*args)
+            return self._failed(e, args)
         for j, want in enumerate(self._strides):
             if want is not None:
                 strides = self._expected_strides(j, tensors)
@@ -370,8 +411,9 @@ class KilnBackend:
                 for d, m in zip(exe.output_dtypes, graph.output_meta)):
             return "Kiln's output dtypes differ from PyTorch's"
         out_node = next(n for n in sub.graph.nodes if n.op == "output")
-        wrapper = KilnPartition(name, sub, graph, exe, self)
-        wrapper._tuple_output = isinstance(out_node.args[0], (list, tuple))
+        wrapper = KilnPartition(name, sub, graph, exe, self,
+                                tuple_output=isinstance(out_node.args[0],
+                                                        (list, tuple)))
         setattr(module, name, wrapper)
         return None
 
