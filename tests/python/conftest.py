@@ -25,6 +25,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PYTHON_DIR = os.environ.get("KILN_PYTHON_DIR", str(ROOT / "python"))
 sys.path.insert(0, PYTHON_DIR)
+# The model suite (tests/models/) as the package `models`.
+sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("KILN_LIB", str(ROOT / "build" / "client" / "libkiln_c.so"))
 KILND = os.environ.get("KILN_KILND", str(ROOT / "build" / "server" / "kilnd"))
 
