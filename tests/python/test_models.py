@@ -21,8 +21,9 @@ batch size when dynamic). Tolerances (TOLERANCES below):
   After the step: AdamW's first update is lr * g / (|g| + eps), i.e.
     lr * sign(g); where |g| is within the grad tolerance of 0, the sign may
     differ between two correct runs, so those elements are compared with
-    atol 2 * lr (+ one ulp), every other element tightly (float32 1e-6,
-    bfloat16 one ulp of the parameter). Then the Kiln model's parameters
+    atol 2 * lr (+ two ulps of the parameter), every other element
+    tightly: float32 1e-6, bfloat16 5e-5 (AdamW computes in bfloat16 there:
+    g / sqrt(g^2) is 1 only to a few bfloat16 ulps, 5% of lr) + two ulps. Then the Kiln model's parameters
     and buffers are reset to eager's so the second step compares on the
     same footing.
 
@@ -44,7 +45,7 @@ from models import MODELS, ModelSpec, make_optimizer, train_step
 # dtype -> (output/grad atol, output rtol, grad rtol, tight param atol)
 TOLERANCES: Dict[torch.dtype, Tuple[float, float, float, float]] = {
     torch.float32: (1e-5, 1e-5, 1e-4, 1e-6),
-    torch.bfloat16: (1e-2, 1e-2, 1e-2, 0.0),
+    torch.bfloat16: (1e-2, 1e-2, 1e-2, 5e-5),
 }
 
 # Known failures, each a bug to fix in the backend (xfail strict: the test
@@ -108,7 +109,7 @@ def _check_step(spec: ModelSpec, eager, mine, dtype, out_e, out_k) -> Dict[str, 
         # Where |g| is within the grad tolerance of 0 AdamW's sign(g) step may
         # differ: 2 * lr apart at most.
         unsure = p_e.grad.abs() <= 2 * (atol + grad_rtol * p_e.grad.abs())
-        ulp = torch.finfo(dtype).eps * p_e.detach().abs().float()
+        ulp = 2 * torch.finfo(dtype).eps * p_e.detach().abs().float()
         bound = torch.where(unsure, 2 * spec.lr + ulp, tight + ulp)
         diff = (p_k.detach().float() - p_e.detach().float()).abs()
         worst = (diff - bound).max().item() if diff.numel() else -1.0
