@@ -132,12 +132,15 @@ def print_table(rows: List[Tuple[str, ExplainReport]]) -> None:
         for op, reasons in r.fallbacks.items():
             for reason, count in sorted(reasons.items()):
                 print(f"  {name:<22} {op:<48} x{count:<3} {reason}")
-    print("\nfalls back (nodes, all models):")
+    print("\nfalls back (nodes, all models; views run eagerly at the edge "
+          "of a partition, i.e. next to an op Kiln lacks):")
     per_op = collections.Counter()
     for op, reasons in total.fallbacks.items():
-        per_op[op] += sum(reasons.values())
-    for op, count in per_op.most_common():
-        print(f"  {op:<48} x{count}")
+        for reason, count in reasons.items():
+            per_op[(op, "view at an edge" if "view or copy" in reason
+                    else reason)] += count
+    for (op, reason), count in per_op.most_common():
+        print(f"  {op:<48} x{count:<4} {reason}")
 
 
 def main() -> None:

@@ -2,6 +2,9 @@
 forward + backward (issue 15's first-call benchmark), on the CPU:
 
   eager         backend="eager": Dynamo's tracing alone, the floor
+  aot_eager     backend="aot_eager": Dynamo + AOTAutograd (forward and
+                backward graphs, eager kernels): what any AOTAutograd
+                backend pays before its own work
   inductor cold backend="inductor", TORCHINDUCTOR_CACHE_DIR a new empty dir
   inductor warm the same, a second process on that dir
   kiln cold     backend=kiln against a fresh kilnd with an empty data dir
@@ -76,9 +79,11 @@ def main() -> None:
     env["PYTHONPATH"] = os.pathsep.join(
         [str(bench_util.ROOT / "python")] + [p for p in [env.get("PYTHONPATH")] if p])
     rows: Dict[str, List[float]] = {k: [] for k in (
-        "eager", "inductor cold", "inductor warm", "kiln cold", "kiln warm")}
+        "eager", "aot_eager", "inductor cold", "inductor warm", "kiln cold", "kiln warm")}
     for _ in range(a.runs):
         rows["eager"].append(run_child("eager", "", a.d_model, env)["first_s"])
+        rows["aot_eager"].append(
+            run_child("aot_eager", "", a.d_model, env)["first_s"])
         with tempfile.TemporaryDirectory(prefix="kiln_inductor_") as cache:
             ienv = dict(env, TORCHINDUCTOR_CACHE_DIR=cache)
             rows["inductor cold"].append(

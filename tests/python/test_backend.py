@@ -3,6 +3,8 @@ models of pointwise ops, reductions, softmax, layer norm and GELU, forward
 and backward, compared with eager; ops Kiln lacks (mm, convolution) run
 eagerly and the fallback report names them; strided inputs; dynamic=True;
 a daemon that is down (eager with one warning; fallback="error" raises);
+two processes and 8 processes at once on one graph (one compile per key);
+the autostarted per-user kilnd (and its exit when idle);
 KILN_LOG=fallback; the torch_dynamo_backends entry point; the package
 imports without torch. See conftest.py for how it runs.
 """
