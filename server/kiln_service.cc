@@ -153,6 +153,7 @@ void KilnService::RunCompile(const ImportedRequest& request,
 grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
                                   const v1::CompileRequest* req,
                                   v1::CompileResponse* resp) {
+  const ActivityTracker::Busy busy = activity_.Begin();
   const auto t0 = std::chrono::steady_clock::now();
   // Validated, imported and keyed once: the compile pool takes this.
   absl::StatusOr<ImportedRequest> imported = ImportRequest(*req);
@@ -232,6 +233,7 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
 grpc::ServerUnaryReactor* KilnService::Lookup(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* request,
                                               grpc::ByteBuffer* response) {
+  const ActivityTracker::Busy busy = activity_.Begin();
   // A hit never blocks (memory, or one RocksDB read), so it is answered on
   // the callback thread itself.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -250,6 +252,7 @@ grpc::ServerUnaryReactor* KilnService::Lookup(grpc::CallbackServerContext* ctx,
 }
 
 HitReply KilnService::LookupOnHitSocket(absl::string_view request) {
+  const ActivityTracker::Busy busy = activity_.Begin();
   HitReply reply;
   absl::StatusOr<std::shared_ptr<const HotArtifact>> hot = LookupKey(request);
   Done("HitSocketLookup", ToGrpc(hot.status()));
@@ -301,6 +304,7 @@ absl::StatusOr<std::shared_ptr<const HotArtifact>> KilnService::LookupKey(
 grpc::Status KilnService::GetServerInfo(grpc::ServerContext*,
                                         const v1::GetServerInfoRequest*,
                                         v1::ServerInfo* resp) {
+  const ActivityTracker::Busy busy = activity_.Begin();
   resp->set_version(identity_);
   if (hit_socket_.tcp_port() != 0 || !hit_socket_.unix_path().empty())
     *resp->mutable_hit_socket() = hit_socket_;
@@ -313,6 +317,7 @@ grpc::Status KilnService::GetServerInfo(grpc::ServerContext*,
 grpc::Status KilnService::GetStats(grpc::ServerContext*,
                                    const v1::GetStatsRequest*,
                                    v1::Stats* resp) {
+  const ActivityTracker::Busy busy = activity_.Begin();
   *resp = CurrentStats();
   return Done("GetStats", grpc::Status::OK);
 }
@@ -348,6 +353,7 @@ grpc::Status KilnService::Done(const char* method, grpc::Status status) {
 grpc::Status KilnService::ListEntries(grpc::ServerContext*,
                                       const v1::ListEntriesRequest* req,
                                       v1::ListEntriesResponse* resp) {
+  const ActivityTracker::Busy busy = activity_.Begin();
   for (const EntryInfo& e : store_->List()) {
     if (req->limit() > 0 && resp->entries_size() >= req->limit()) break;
     auto* out = resp->add_entries();
@@ -367,6 +373,7 @@ grpc::Status KilnService::ListEntries(grpc::ServerContext*,
 grpc::Status KilnService::Evict(grpc::ServerContext*,
                                 const v1::EvictRequest* req,
                                 v1::EvictResponse* resp) {
+  const ActivityTracker::Busy busy = activity_.Begin();
   if (req->all()) {
     const uint64_t before = store_->Stats().entries;
     absl::Status s = store_->EvictAll();
@@ -399,6 +406,7 @@ grpc::Status KilnService::Evict(grpc::ServerContext*,
 grpc::Status KilnService::ExplainKey(grpc::ServerContext*,
                                      const v1::CompileRequest* req,
                                      v1::ExplainKeyResponse* resp) {
+  const ActivityTracker::Busy busy = activity_.Begin();
   auto graph = ImportGraph(req->graph());
   if (!graph.ok()) return Done("ExplainKey", ToGrpc(graph.status()));
   const std::vector<KeyComponent> parts =

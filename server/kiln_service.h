@@ -20,6 +20,7 @@
 
 #include "absl/time/time.h"
 #include "cache/artifact_store.h"
+#include "server/activity_tracker.h"
 #include "graph/imported_request.h"
 #include "kiln/v1/service.grpc.pb.h"
 #include "server/compile_pool.h"
@@ -91,6 +92,10 @@ class KilnService final
   // must outlive the service).
   void set_metrics(ServerMetrics* metrics) { metrics_ = metrics; }
 
+  // Every RPC (gRPC or hit socket) is in flight here while it runs: how
+  // long the service has been idle (kilnd's --idle_exit_seconds).
+  const ActivityTracker& activity() const { return activity_; }
+
  private:
   // Keys here are store keys: (request key, compiler identity) as
   // StoreKeyOf makes them.
@@ -122,6 +127,7 @@ class KilnService final
   std::unique_ptr<CompilePool> pool_;
   HotArtifacts hot_;
   v1::HitSocket hit_socket_;
+  ActivityTracker activity_;
   std::atomic<uint64_t> hits_{0}, misses_{0}, compiles_{0}, joins_{0},
       compile_errors_{0}, hot_hits_{0};
 };

@@ -4,9 +4,11 @@
 //
 // Serves kiln.v1.Kiln, the standard gRPC health service and server
 // reflection (grpcurl, grpc_health_probe work). SIGTERM/SIGINT drain the
-// compiles in flight and close the cache cleanly.
+// compiles in flight and close the cache cleanly; so does
+// --idle_exit_seconds=N after N seconds without an RPC.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -59,6 +61,10 @@ ABSL_FLAG(int32_t, hit_max_connections, 256,
           "and those clients use gRPC");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound port here once serving (for tests and scripts)");
+ABSL_FLAG(int32_t, idle_exit_seconds, 0,
+          "exit (as on SIGTERM: drain, close the cache) after this many "
+          "seconds with no RPC in flight and none served (0: never); the "
+          "per-user kilnd that the Python backend starts sets it");
 ABSL_FLAG(std::string, compiler_identity, "",
           "for tests: store artifacts under this compiler identity instead "
           "of this build's (stands for a kilnd of another build)");
@@ -85,6 +91,35 @@ std::string DefaultDataDir() {
   if (const char* home = std::getenv("HOME"); home && *home)
     return absl::StrCat(home, "/.cache/kiln");
   return "/var/cache/kiln";
+}
+
+// Waits for SIGTERM/SIGINT (blocked in every thread) or, with `idle_exit`
+// > 0, until `service` has been idle that long; logs why it returns.
+void WaitForStop(const sigset_t& stop_signals, const KilnService& service,
+                 absl::Duration idle_exit) {
+  if (idle_exit <= absl::ZeroDuration()) {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    spdlog::info("event=stopping signal={}", sig);
+    return;
+  }
+  // Checked a few times per idle period, at least once a second.
+  const absl::Duration poll = std::min(
+      absl::Seconds(1), std::max(idle_exit / 4, absl::Milliseconds(10)));
+  const timespec poll_ts = absl::ToTimespec(poll);
+  for (;;) {
+    const int sig = sigtimedwait(&stop_signals, nullptr, &poll_ts);
+    if (sig > 0) {
+      spdlog::info("event=stopping signal={}", sig);
+      return;
+    }
+    const absl::Duration idle = absl::FromChrono(service.activity().IdleFor());
+    if (idle >= idle_exit) {
+      spdlog::info("event=stopping reason=idle idle_seconds={:.1f}",
+                   absl::ToDoubleSeconds(idle));
+      return;
+    }
+  }
 }
 
 int Main(int argc, char** argv) {
@@ -196,12 +231,13 @@ int Main(int argc, char** argv) {
   }
   spdlog::info(
       "event=serving address={} port={} hit_socket={} data_dir={} "
-      "compile_threads={} hot_cache_bytes={}",
+      "compile_threads={} hot_cache_bytes={} idle_exit_seconds={}",
       absl::GetFlag(FLAGS_listen), port,
       !hit_socket                       ? std::string("off")
       : hit_socket->unix_path().empty() ? absl::StrCat(hit_socket->port())
                                         : hit_socket->unix_path(),
-      store_options.data_dir, options.compile_threads, options.hot_cache_bytes);
+      store_options.data_dir, options.compile_threads, options.hot_cache_bytes,
+      absl::GetFlag(FLAGS_idle_exit_seconds));
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
     std::ofstream(tmp) << port << "\n" << metrics_port << "\n";
@@ -209,9 +245,8 @@ int Main(int argc, char** argv) {
                 absl::GetFlag(FLAGS_port_file).c_str());  // appears whole
   }
   std::thread stopper([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    spdlog::info("event=stopping signal={}", sig);
+    WaitForStop(stop_signals, service,
+                absl::Seconds(absl::GetFlag(FLAGS_idle_exit_seconds)));
     server->Shutdown(std::chrono::system_clock::now() +
                      std::chrono::seconds(30));
   });

@@ -23,7 +23,9 @@ load_library, supported_ops) are documented in kiln/_binding.py.
 Environment: KILN_SERVER (kilnd's address, "HOST:PORT" or "unix:PATH";
 default 127.0.0.1:7733 when it answers, else a per-user kilnd started on a
 Unix socket, kiln/autostart.py), KILN_AUTOSTART=0 (never start one),
-KILN_LIB (libkiln_c.so), KILN_KILND (the kilnd to start), KILN_LOG=fallback.
+KILN_LIB (libkiln_c.so), KILN_KILND (the kilnd to start),
+KILN_IDLE_EXIT_SECONDS (the started kilnd exits after that long without an
+RPC; default 1800, 0: never), KILN_LOG=fallback.
 
 Not yet (issue 15): CUDA tensors in the backend (they run eagerly; the
 binding's CudaExecutable works), `make wheel`, output strides and aliases

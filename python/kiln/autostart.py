@@ -18,8 +18,10 @@ resolve_server(None) is what the backend connects to:
 The kilnd binary: $KILN_KILND, else next to libkiln_c.so (the bundle's
 kiln/bin, a build tree's build/server), else `kilnd` on PATH.
 
-The daemon keeps running after the processes that started it exit (kilnd
-has no idle timeout yet: TODO, a --exit_when_idle flag); stop it with
+The daemon outlives the processes that started it and exits by itself
+after IDLE_EXIT_SECONDS (30 minutes; KILN_IDLE_EXIT_SECONDS overrides it,
+0: never) without an RPC (kilnd --idle_exit_seconds); the next process
+that needs it starts another. Stop it sooner with
 ``kill $(cat $XDG_RUNTIME_DIR/kiln/kilnd.pid)``.
 
 Imports without torch.
@@ -36,10 +38,22 @@ import subprocess
 import time
 from typing import Optional
 
-__all__ = ["DEFAULT_SERVER", "daemon_dir", "find_kilnd", "resolve_server",
-           "start_daemon"]
+__all__ = ["DEFAULT_SERVER", "IDLE_EXIT_SECONDS", "daemon_dir", "find_kilnd",
+           "idle_exit_seconds", "resolve_server", "start_daemon"]
 
 DEFAULT_SERVER = "127.0.0.1:7733"
+
+# The per-user kilnd exits after this long without an RPC.
+IDLE_EXIT_SECONDS = 30 * 60
+
+
+def idle_exit_seconds() -> int:
+    """$KILN_IDLE_EXIT_SECONDS, else IDLE_EXIT_SECONDS (0: never exit)."""
+    env = os.environ.get("KILN_IDLE_EXIT_SECONDS", "")
+    try:
+        return max(0, int(env)) if env else IDLE_EXIT_SECONDS
+    except ValueError:
+        return IDLE_EXIT_SECONDS
 
 
 def _answers_tcp(host: str, port: int, timeout: float = 0.2) -> bool:
@@ -108,7 +122,8 @@ def start_daemon(timeout: float = 30.0) -> Optional[str]:
             sock.unlink()  # stale: nothing answers
         with open(d / "kilnd.log", "ab") as log:
             proc = subprocess.Popen(
-                [kilnd, f"--listen=unix:{sock}", "--metrics_listen="],
+                [kilnd, f"--listen=unix:{sock}", "--metrics_listen=",
+                 f"--idle_exit_seconds={idle_exit_seconds()}"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True)
         (d / "kilnd.pid").write_text(f"{proc.pid}\n")

@@ -18,13 +18,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Iterator, List
+from typing import Dict, Iterator, List
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PYTHON_DIR = os.environ.get("KILN_PYTHON_DIR", str(ROOT / "python"))
 sys.path.insert(0, PYTHON_DIR)
+# The model suite (tests/models/) as the package `models`.
+sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("KILN_LIB", str(ROOT / "build" / "client" / "libkiln_c.so"))
 KILND = os.environ.get("KILN_KILND", str(ROOT / "build" / "server" / "kilnd"))
 
@@ -56,6 +58,23 @@ class Daemon:
             self.stop()
             raise RuntimeError("kilnd did not start")
         self.address = f"127.0.0.1:{port}"
+        lines = port_file.read_text().split()
+        self.metrics_port = int(lines[1]) if len(lines) > 1 else 0
+
+    def metrics(self) -> Dict[str, float]:
+        """kilnd's /metrics: {name: value} of its unlabelled samples
+        (kiln_compiles_total, kiln_joins_total, kiln_cache_entries, ...)."""
+        import urllib.request  # noqa: PLC0415
+
+        with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        values = {}
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and not line.startswith("#") and "{" not in parts[0]:
+                values[parts[0]] = float(parts[1])
+        return values
 
     def stop(self) -> None:
         if self.proc.poll() is None:

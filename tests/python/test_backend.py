@@ -3,6 +3,8 @@ models of pointwise ops, reductions, softmax, layer norm and GELU, forward
 and backward, compared with eager; ops Kiln lacks (mm, convolution) run
 eagerly and the fallback report names them; strided inputs; dynamic=True;
 a daemon that is down (eager with one warning; fallback="error" raises);
+two processes and 8 processes at once on one graph (one compile per key);
+the autostarted per-user kilnd (and its exit when idle);
 KILN_LOG=fallback; the torch_dynamo_backends entry point; the package
 imports without torch. See conftest.py for how it runs.
 """
@@ -13,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
@@ -316,6 +319,85 @@ def test_two_processes_one_compile(daemon):
     assert got == [["1", "0"], ["0", "1"]], got
 
 
+def test_eight_processes_start_together_one_compile_per_key(tmp_path):
+    """8 processes start together against a kilnd with an empty cache and
+    compile the same model (forward and backward) at the same moment (a
+    start file releases them once all are ready): each is served (every
+    partition in Kiln, results equal to eager's) and kilnd compiles each key
+    once (single flight: the others join the compile or hit the cache)."""
+    from conftest import Daemon
+
+    processes = 8
+    go = tmp_path / "go"
+    code = (
+        "import os, sys, time, torch, kiln\n"
+        "torch.set_num_threads(1)\n"
+        "b = kiln.backend(server=sys.argv[1], fallback='error')\n"
+        "def f(x, w):\n"
+        "    h = torch.nn.functional.layer_norm(x * w, (x.shape[-1],))\n"
+        "    return torch.softmax(torch.tanh(h) * 2, dim=-1)\n"
+        "x = torch.randn(6, 40, requires_grad=True)\n"
+        "w = torch.randn(40, requires_grad=True)\n"
+        "c = torch.compile(f, backend=b)\n"
+        "open(sys.argv[2] + '.' + sys.argv[3], 'w').close()\n"
+        "deadline = time.time() + 120\n"
+        "while not os.path.exists(sys.argv[2]) and time.time() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "out = c(x, w)\n"
+        "ref = f(x, w)\n"
+        "torch.testing.assert_close(out, ref)\n"
+        "g = torch.autograd.grad(out.square().sum(), (x, w))\n"
+        "r = torch.autograd.grad(ref.square().sum(), (x, w))\n"
+        "torch.testing.assert_close(g, r)\n"
+        "rep, cnt = b.report, b.counters()\n"
+        "print(rep.partitions, rep.compiled_partitions, cnt['compiles'], "
+        "cnt['lookup_hits'])\n")
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    daemon = Daemon()
+    try:
+        procs = [subprocess.Popen(
+            [sys.executable, "-c", code, daemon.address, str(go), str(i)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i in range(processes)]
+        try:
+            deadline = time.monotonic() + 240
+            while (sum((tmp_path / f"go.{i}").exists()
+                       for i in range(processes)) < processes and
+                   time.monotonic() < deadline and
+                   all(p.poll() is None for p in procs)):
+                time.sleep(0.05)
+            go.touch()  # all ready (or one failed): release them together
+            results = [p.communicate(timeout=300) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        for p, (out, err) in zip(procs, results):
+            assert p.returncode == 0, err[-3000:]
+        rows = [list(map(int, out.split())) for out, _ in results]
+        partitions = rows[0][0]
+        assert partitions >= 2, rows  # a forward and a backward partition
+        for parts, compiled, compiles, hits in rows:
+            assert parts == compiled == partitions, rows  # each one served
+            assert compiles + hits == partitions, rows
+        m = daemon.metrics()
+        # One compile per key: as many compiles as cache entries, none
+        # failed, and the rest of the 8 x partitions requests were joins of
+        # a compile in flight or hits.
+        assert m["kiln_compile_errors_total"] == 0, m
+        assert m["kiln_compiles_total"] == m["kiln_cache_entries"], m
+        assert 0 < m["kiln_compiles_total"] <= partitions, m
+        assert m["kiln_compiles_total"] + m["kiln_joins_total"] + \
+            m["kiln_cache_hits_total"] >= processes * partitions, m
+        print(f"\n{processes} processes, {partitions} partitions each: "
+              f"{m['kiln_compiles_total']:.0f} compiles, "
+              f"{m['kiln_joins_total']:.0f} joins, "
+              f"{m['kiln_cache_hits_total']:.0f} hits")
+    finally:
+        daemon.stop()
+
+
 def test_fallback_error_raises():
     backend = kiln.backend(server="127.0.0.1:1", fallback="error")
     compiled = torch.compile(SoftmaxLayerNorm(d=16), backend=backend)
@@ -486,3 +568,53 @@ def test_autostart_starts_one_per_user_daemon(tmp_path):
                 os.kill(int(pid_file.read_text()), 9)
             except ProcessLookupError:
                 pass
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie left for a parent to reap does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_autostarted_daemon_exits_when_idle(tmp_path):
+    """The per-user kilnd runs with --idle_exit_seconds
+    (KILN_IDLE_EXIT_SECONDS, default 30 minutes): once the process that
+    started it is done and nothing calls it, it exits by itself."""
+    from kiln import autostart
+
+    if autostart._answers_tcp("127.0.0.1", 7733):
+        pytest.skip("something serves 127.0.0.1:7733, the default server")
+    assert autostart.IDLE_EXIT_SECONDS == 1800
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR, XDG_RUNTIME_DIR=str(runtime),
+               XDG_CACHE_HOME=str(tmp_path / "cache"),
+               KILN_IDLE_EXIT_SECONDS="2")
+    env.pop("KILN_SERVER", None)
+    code = (
+        "import torch, kiln\n"
+        "b = kiln.backend(fallback='error')\n"
+        "f = lambda x: torch.tanh(x - 1).sum(-1)\n"
+        "x = torch.randn(4, 16)\n"
+        "torch.testing.assert_close(torch.compile(f, backend=b)(x), f(x))\n"
+        "print(b.report.compiled_partitions)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1"], out.stdout
+    pid = int((runtime / "kiln" / "kilnd.pid").read_text())
+    try:
+        deadline = time.monotonic() + 60
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(pid), "the idle kilnd did not exit"
+        log = (runtime / "kiln" / "kilnd.log").read_text()
+        assert "idle_exit_seconds=2" in log, log  # kilnd's event=serving
+        assert "event=stopping reason=idle" in log, log
+        assert "event=stopped" in log, log
+    finally:
+        if _running(pid):
+            os.kill(pid, 9)

@@ -1,122 +1,170 @@
-"""Small real modules through torch.compile(backend=kiln) on the CPU, as
-people write them with torch.nn: RMSNorm + SwiGLU (Llama style), causal
-self-attention with scaled_dot_product_attention, nn.TransformerEncoderLayer,
-a ConvNet with BatchNorm. Each: forward, backward and an optimizer step
-(AdamW, foreach) compared with eager, static and dynamic=True, with
-fallback="error" (a partition that fails to compile fails the test). Prints
-the share of ATen nodes that ran in Kiln and the partitions (pytest -s).
+"""The model suite (tests/models/, issue 15) through
+torch.compile(backend=kiln) on the CPU: each model's training step
+(forward, loss, backward, AdamW(foreach=True).step()) compiled with Kiln
+against the same step in eager PyTorch, with fallback="error" (a partition
+that fails to compile fails the test; ops Kiln lacks run eagerly and are
+reported). Cases: float32 static, float32 dynamic=True (two batch sizes,
+one graph), and bfloat16 static for the models whose eager CPU kernels take
+bfloat16 (ModelSpec.bf16; PyTorch runs bfloat16 on any x86 CPU, natively
+where it has AVX512-BF16/AMX, emulated elsewhere).
 
-A first step towards issue 15's tests/models/ suite (nanoGPT block with
-cross-entropy, bfloat16 and the step-time figures are still to come).
+Compared by torch.testing.assert_close: the forward's outputs, every
+parameter's grad, the parameters and buffers (BatchNorm's running stats)
+after the step, and a second step's outputs and grads (new inputs; a new
+batch size when dynamic). Tolerances (TOLERANCES below):
+  float32: outputs atol=rtol=1e-5; grads atol 1e-5, rtol 1e-4 (Kiln's
+    reductions are vectorised: another summation order than eager's).
+  bfloat16: outputs and grads atol=rtol=1e-2 (about one bfloat16 ulp:
+    both compute in float32 and round per op, but differently ordered sums
+    may round to neighbouring values; measured: 7.8e-3 on nanoGPT's
+    outputs, 4.9e-4 on grads).
+  After the step: AdamW's first update is lr * g / (|g| + eps), i.e.
+    lr * sign(g); where |g| is within the grad tolerance of 0, the sign may
+    differ between two correct runs, so those elements are compared with
+    atol 2 * lr (+ two ulps of the parameter), every other element
+    tightly: float32 1e-6, bfloat16 5e-5 (AdamW computes in bfloat16 there:
+    g / sqrt(g^2) is 1 only to a few bfloat16 ulps, 5% of lr) + two ulps. Then the Kiln model's parameters
+    and buffers are reset to eager's so the second step compares on the
+    same footing.
+
+Each case prints (pytest -s) the share of ATen nodes that ran in Kiln, the
+partitions, the largest errors and the ops that fell back with why.
 """
 
 from __future__ import annotations
 
 import copy
+from typing import Any, Dict, Iterator, Tuple
 
 import pytest
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 import kiln
+from models import MODELS, ModelSpec, make_optimizer, train_step
 
-
-class RMSNorm(nn.Module):
-    def __init__(self, d: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(d))
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
-
-
-class SwiGLUBlock(nn.Module):
-    def __init__(self, d: int = 32) -> None:
-        super().__init__()
-        self.norm = RMSNorm(d)
-        self.gate = nn.Linear(d, 2 * d, bias=False)
-        self.up = nn.Linear(d, 2 * d, bias=False)
-        self.down = nn.Linear(2 * d, d, bias=False)
-
-    def forward(self, x):
-        h = self.norm(x)
-        return x + self.down(F.silu(self.gate(h)) * self.up(h))
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, d: int = 32, heads: int = 4) -> None:
-        super().__init__()
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.heads = heads
-        self.ln = nn.LayerNorm(d)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2)
-                   for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return x + self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
-
-
-class ConvNet(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3)
-        self.bn = nn.BatchNorm2d(8)
-        self.fc = nn.Linear(8, 10)
-
-    def forward(self, x):
-        return self.fc(F.relu(self.bn(self.conv(x))).mean((2, 3)))
-
-
-MODELS = {
-    "swiglu": (SwiGLUBlock, (4, 8, 32)),
-    "attention": (CausalSelfAttention, (2, 8, 32)),
-    "encoder_layer": (lambda: nn.TransformerEncoderLayer(
-        32, 4, 64, dropout=0.0, batch_first=True), (2, 8, 32)),
-    "convnet": (ConvNet, (4, 3, 10, 10)),
+# dtype -> (output/grad atol, output rtol, grad rtol, tight param atol)
+TOLERANCES: Dict[torch.dtype, Tuple[float, float, float, float]] = {
+    torch.float32: (1e-5, 1e-5, 1e-4, 1e-6),
+    torch.bfloat16: (1e-2, 1e-2, 1e-2, 5e-5),
 }
 
+# Known failures, each a bug to fix in the backend (xfail strict: the test
+# fails once it passes, so the mark gets removed).
+KNOWN: Dict[str, str] = {
+    "nanogpt-float32-dynamic":
+        "fx_graph.py names an input size 16*s0 as a fresh symbol k0 (the "
+        "wire format has no compound sizes), so kilnd cannot prove a "
+        "backward view's 1024*s0 == 64*k0 and rejects the partition",
+    "convnet-bfloat16-static":
+        "_native_batch_norm_legit_functional's fake tensors say float32 "
+        "for save_mean/save_invstd of a bfloat16 input, the CPU kernel "
+        "returns bfloat16: the partition taking them refuses its inputs",
+}
 
-@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_model_forward_backward_step(daemon, name, dynamic):
-    torch.manual_seed(0)
-    make, shape = MODELS[name]
-    eager = make()
+# Why a partition may stay eager in bfloat16 (documented in README.md:
+# native_layer_norm's mean/rstd are float32 in Kiln for half inputs).
+BF16_EAGER_REASONS = {"Kiln's output dtypes differ from PyTorch's"}
+
+
+def _case_id(case) -> str:
+    name, dtype, dynamic = case
+    return f"{name}-{str(dtype)[6:]}-{'dynamic' if dynamic else 'static'}"
+
+
+def _param(case):
+    why = KNOWN.get(_case_id(case))
+    marks = [pytest.mark.xfail(reason=why, strict=True)] if why else []
+    return pytest.param(case, id=_case_id(case), marks=marks)
+
+
+CASES = [_param((name, torch.float32, dynamic)) for name in MODELS
+         for dynamic in (False, True)] + \
+        [_param((name, torch.bfloat16, False))
+         for name, s in MODELS.items() if s.bf16]
+
+
+def _tensors(x: Any) -> Iterator[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _tensors(y)
+
+
+def _max_err(a: Any, b: Any) -> float:
+    errs = [(x.detach().float() - y.detach().float()).abs().max().item()
+            for x, y in zip(_tensors(a), _tensors(b)) if x.numel()]
+    return max(errs, default=0.0)
+
+
+def _check_step(spec: ModelSpec, eager, mine, dtype, out_e, out_k) -> Dict[str, float]:
+    """Compares one step's outputs, grads, parameters and buffers."""
+    atol, rtol, grad_rtol, tight = TOLERANCES[dtype]
+    torch.testing.assert_close(out_k, out_e, atol=atol, rtol=rtol)
+    errs = {"out": _max_err(out_k, out_e), "grad": 0.0}
+    for (pname, p_e), p_k in zip(eager.named_parameters(), mine.parameters()):
+        torch.testing.assert_close(p_k.grad, p_e.grad, atol=atol, rtol=grad_rtol,
+                                   msg=lambda m, n=pname: f"grad of {n}: {m}")
+        errs["grad"] = max(errs["grad"], _max_err(p_k.grad, p_e.grad))
+        # Where |g| is within the grad tolerance of 0 AdamW's sign(g) step may
+        # differ: 2 * lr apart at most.
+        unsure = p_e.grad.abs() <= 2 * (atol + grad_rtol * p_e.grad.abs())
+        ulp = 2 * torch.finfo(dtype).eps * p_e.detach().abs().float()
+        bound = torch.where(unsure, 2 * spec.lr + ulp, tight + ulp)
+        diff = (p_k.detach().float() - p_e.detach().float()).abs()
+        worst = (diff - bound).max().item() if diff.numel() else -1.0
+        assert worst <= 1e-7, (
+            f"parameter {pname} after the step: {diff.max().item():.3g} from "
+            f"eager's (bound {bound.max().item():.3g})")
+    for (bname, b_e), b_k in zip(eager.named_buffers(), mine.buffers()):
+        if b_e.is_floating_point():
+            torch.testing.assert_close(b_k, b_e, atol=atol, rtol=grad_rtol,
+                                       msg=lambda m, n=bname: f"buffer {n}: {m}")
+    return errs
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_model_train_step(daemon, case):
+    name, dtype, dynamic = case
+    spec = MODELS[name]
+    eager = spec.make(dtype)
     mine = copy.deepcopy(eager)
     backend = kiln.backend(server=daemon.address, fallback="error")
     compiled = torch.compile(mine, backend=backend, dynamic=dynamic)
-    opt_eager = torch.optim.AdamW(eager.parameters(), lr=1e-3, foreach=True)
-    opt_mine = torch.optim.AdamW(mine.parameters(), lr=1e-3, foreach=True)
-    x = torch.randn(*shape)
-    ref, out = eager(x), compiled(x)
-    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
-    ref.square().mean().backward()
-    out.square().mean().backward()
-    for (pname, p_ref), p in zip(eager.named_parameters(), mine.parameters()):
-        torch.testing.assert_close(p.grad, p_ref.grad, atol=1e-5, rtol=1e-4,
-                                   msg=lambda m: f"grad of {pname}: {m}")
-    opt_eager.step()
-    opt_mine.step()
-    # AdamW's first step is lr * sign(grad) where grads are ~0: compare the
-    # parameters to lr, then a second forward on the same footing.
-    for p_ref, p in zip(eager.parameters(), mine.parameters()):
-        torch.testing.assert_close(p, p_ref, atol=2.1e-3, rtol=0)
-        with torch.no_grad():
-            p.copy_(p_ref)
-    x2 = torch.randn(*shape)
-    torch.testing.assert_close(compiled(x2), eager(x2), atol=1e-5, rtol=1e-5)
+    opt_e, opt_k = make_optimizer(eager, spec), make_optimizer(mine, spec)
+
+    args, target = spec.example(dtype=dtype, seed=1)
+    out_e, _ = train_step(eager, opt_e, spec, args, target)
+    out_k, _ = train_step(compiled, opt_k, spec, args, target)
+    errs = _check_step(spec, eager, mine, dtype, out_e, out_k)
+
+    with torch.no_grad():  # the same footing for a second step
+        for p_e, p_k in zip(eager.parameters(), mine.parameters()):
+            p_k.copy_(p_e)
+        for b_e, b_k in zip(eager.buffers(), mine.buffers()):
+            b_k.copy_(b_e)
+    batch2 = spec.batch + 1 if dynamic else spec.batch
+    args, target = spec.example(batch=batch2, dtype=dtype, seed=2)
+    graphs_before = backend.report.graphs
+    out_e, _ = train_step(eager, opt_e, spec, args, target)
+    out_k, _ = train_step(compiled, opt_k, spec, args, target)
+    errs2 = _check_step(spec, eager, mine, dtype, out_e, out_k)
 
     report = backend.report
     total = report.kiln_nodes + report.fallback_nodes
-    print(f"\n{name} ({'dynamic' if dynamic else 'static'}): "
-          f"{report.kiln_nodes}/{total} ATen nodes in Kiln "
-          f"({100.0 * report.kiln_nodes / max(total, 1):.0f}%), "
-          f"{report.compiled_partitions} partitions\n{report}")
-    assert report.compiled_partitions == report.partitions > 0
+    print(f"\n{_case_id(case)}: {report.kiln_nodes}/{total} ATen nodes in Kiln "
+          f"({100.0 * report.kiln_nodes / max(total, 1):.1f}%), "
+          f"{report.compiled_partitions} partitions, max error out "
+          f"{max(errs['out'], errs2['out']):.2e} grad "
+          f"{max(errs['grad'], errs2['grad']):.2e}\n{report}")
+    assert report.compiled_partitions > 0
+    if report.compiled_partitions != report.partitions:
+        assert dtype == torch.bfloat16, str(report)
+        reasons = {r for rs in report.fallbacks.values() for r in rs
+                   if "view" not in r and "not in Kiln's op set" not in r}
+        assert reasons <= BF16_EAGER_REASONS, str(report)
     if dynamic:
+        # The second batch size reused the graphs (no recompile) and ran
+        # symbolic partitions.
+        assert report.graphs == graphs_before, str(report)
         assert report.dynamic_partitions > 0

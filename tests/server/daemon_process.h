@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,21 @@ class DaemonProcess {
   }
   int port() const { return port_; }
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  // Waits up to `timeout` for the daemon to exit by itself: its exit status
+  // (-1 if killed by a signal), or nullopt if it still runs.
+  std::optional<int> WaitForExit(absl::Duration timeout) {
+    const absl::Time until = absl::Now() + timeout;
+    while (pid_ > 0) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      if (absl::Now() >= until) return std::nullopt;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return std::nullopt;
+  }
   // SIGTERM and wait: the exit status (0 on a clean drain).
   int Stop() {
     kill(pid_, SIGTERM);

@@ -3,6 +3,7 @@
 // returned artifacts against the reference evaluator.
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -327,6 +328,46 @@ TEST_F(KilndTest, RequestKeyIsTheClientsCompilerIdentityTheServers) {
     EXPECT_EQ(evicted.evicted(), 1u);
     EXPECT_EQ(list(*stub).entries_size(), 0);
   }
+}
+
+// --idle_exit_seconds: a daemon nobody calls exits by itself, cleanly (the
+// same drain as SIGTERM: the cache it wrote opens again); one that serves
+// RPCs more often than that stays up, and exits once they stop.
+TEST_F(KilndTest, IdleDaemonExitsByItself) {
+  const v1::CompileRequest req = Request("chain10.json");
+  const absl::Time start = absl::Now();
+  {
+    Daemon d(data_dir(), port_file(), {"--idle_exit_seconds=1"});
+    ASSERT_GT(d.port(), 0);
+    v1::CompileResponse resp;
+    ASSERT_TRUE(Call(*d.Stub(), req, &resp).ok());
+    const std::optional<int> status = d.WaitForExit(absl::Seconds(30));
+    ASSERT_TRUE(status.has_value()) << "kilnd still runs after 30 s idle";
+    EXPECT_EQ(*status, 0);
+    EXPECT_GE(absl::Now() - start, absl::Seconds(1));
+  }
+  Daemon again(data_dir(), port_file());
+  v1::CompileResponse hit;
+  ASSERT_TRUE(Call(*again.Stub(), req, &hit).ok());
+  EXPECT_EQ(hit.outcome(), v1::CompileResponse::HIT);
+}
+
+TEST_F(KilndTest, BusyDaemonDoesNotExitUntilIdle) {
+  Daemon d(data_dir(), port_file(), {"--idle_exit_seconds=2"});
+  ASSERT_GT(d.port(), 0);
+  auto stub = d.Stub();
+  // 5 s of GetStats every 0.3 s: never 2 s without an RPC.
+  const absl::Time busy_until = absl::Now() + absl::Seconds(5);
+  while (absl::Now() < busy_until) {
+    Stats(*stub);
+    ASSERT_FALSE(d.WaitForExit(absl::Milliseconds(300)).has_value())
+        << "kilnd exited while served RPCs";
+  }
+  const absl::Time quiet = absl::Now();
+  const std::optional<int> status = d.WaitForExit(absl::Seconds(30));
+  ASSERT_TRUE(status.has_value()) << "kilnd still runs after 30 s idle";
+  EXPECT_EQ(*status, 0);
+  EXPECT_GE(absl::Now() - quiet, absl::Milliseconds(1500));
 }
 
 }  // namespace

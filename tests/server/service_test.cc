@@ -8,6 +8,7 @@
 #include <latch>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -16,6 +17,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "server/activity_tracker.h"
 #include "server/compile_pool.h"
 #include "server/inflight_compiles.h"
 #include "server/kiln_service.h"
@@ -145,6 +147,53 @@ TEST_F(ServiceTest, ACallerThatGivesUpDoesNotCancelTheCompile) {
   ASSERT_TRUE(stub_->GetStats(&ctx, v1::GetStatsRequest(), &stats).ok());
   EXPECT_EQ(stats.compiles(), 1u);
   EXPECT_EQ(stats.entries(), 1u);
+}
+
+TEST(ActivityTracker, IdleOnlyWhileNoRpcIsInFlight) {
+  using Clock = ActivityTracker::Clock;
+  using std::chrono::seconds;
+  const Clock::time_point t0 = Clock::now();
+  ActivityTracker tracker(t0);
+  EXPECT_EQ(tracker.IdleFor(t0 + seconds(5)), seconds(5));
+  {
+    ActivityTracker::Busy rpc = tracker.Begin();
+    EXPECT_EQ(tracker.in_flight(), 1);
+    // However long an RPC runs (a Compile), the daemon is not idle.
+    EXPECT_EQ(tracker.IdleFor(Clock::now() + seconds(3600)),
+              Clock::duration::zero());
+    ActivityTracker::Busy moved = std::move(rpc);  // still one RPC
+    EXPECT_EQ(tracker.in_flight(), 1);
+  }
+  const Clock::time_point ended = Clock::now();
+  EXPECT_EQ(tracker.in_flight(), 0);
+  // Idle counts from the end of the last RPC (just before `ended`), not
+  // from t0.
+  const Clock::duration idle = tracker.IdleFor(ended + seconds(10));
+  EXPECT_GE(idle, seconds(10));
+  EXPECT_LT(idle, seconds(11));
+  // A time before the last end reads as not idle, never negative.
+  EXPECT_EQ(tracker.IdleFor(t0), Clock::duration::zero());
+}
+
+TEST(ActivityTracker, ConcurrentRpcsKeepItBusyUntilTheLastEnds) {
+  ActivityTracker tracker;
+  std::vector<std::thread> threads;
+  std::atomic<int> started{0};
+  std::atomic<bool> release{false};
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      ActivityTracker::Busy busy = tracker.Begin();
+      started.fetch_add(1);
+      while (!release.load()) std::this_thread::yield();
+    });
+  }
+  while (started.load() < 8) std::this_thread::yield();
+  EXPECT_EQ(tracker.in_flight(), 8);
+  EXPECT_EQ(tracker.IdleFor(), ActivityTracker::Clock::duration::zero());
+  release.store(true);
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(tracker.in_flight(), 0);
+  EXPECT_LT(tracker.IdleFor(), std::chrono::seconds(60));
 }
 
 }  // namespace
