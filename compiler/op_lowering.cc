@@ -15,6 +15,7 @@ const OpLowerings& OpLowerings::Get() {
     RegisterIndexingLowerings(*table);
     RegisterCreationLowerings(*table);
     RegisterCompositeLowerings(*table);
+    RegisterGatherScatterLowerings(*table);
     return table.release();  // lives for the process
   }();
   return *table;

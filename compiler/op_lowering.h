@@ -39,6 +39,7 @@ void RegisterViewLowerings(OpLowerings& table);
 void RegisterIndexingLowerings(OpLowerings& table);
 void RegisterCreationLowerings(OpLowerings& table);
 void RegisterCompositeLowerings(OpLowerings& table);
+void RegisterGatherScatterLowerings(OpLowerings& table);
 
 }  // namespace kiln
 

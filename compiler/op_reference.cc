@@ -15,6 +15,7 @@ const OpReferences& OpReferences::Get() {
     RegisterIndexingReferences(*table);
     RegisterCreationReferences(*table);
     RegisterCompositeReferences(*table);
+    RegisterGatherScatterReferences(*table);
     return table.release();  // lives for the process
   }();
   return *table;

@@ -53,6 +53,7 @@ void RegisterViewReferences(OpReferences& table);
 void RegisterIndexingReferences(OpReferences& table);
 void RegisterCreationReferences(OpReferences& table);
 void RegisterCompositeReferences(OpReferences& table);
+void RegisterGatherScatterReferences(OpReferences& table);
 
 }  // namespace kiln
 

@@ -33,6 +33,7 @@ const OpSignatures& OpSignatures::Get() {
     RegisterIndexingSignatures(*table);
     RegisterCreationSignatures(*table);
     RegisterCompositeSignatures(*table);
+    RegisterGatherScatterSignatures(*table);
     return table.release();  // lives for the process
   }();
   return *table;

@@ -9,7 +9,7 @@
 //
 // Adding an op: a named shape rule and dtype rule and one line in the table
 // of its family in graph/ops/*.cc (pointwise, reduction, views, indexing,
-// creation, composite), then its reference and lowering in the compiler's
+// creation, composite, gather_scatter), then its reference and lowering in the compiler's
 // tables of the same family (compiler/ops/).
 //
 // The table is built once, on first use, and is immutable afterwards.
@@ -144,6 +144,7 @@ void RegisterViewSignatures(OpSignatures& table);
 void RegisterIndexingSignatures(OpSignatures& table);
 void RegisterCreationSignatures(OpSignatures& table);
 void RegisterCompositeSignatures(OpSignatures& table);
+void RegisterGatherScatterSignatures(OpSignatures& table);
 
 }  // namespace kiln
 

@@ -27,7 +27,8 @@ constexpr double kPi = 3.141592653589793;
 TEST(OpCoverage, EveryRegisteredOpIsCovered) {
   std::set<std::string> covered;
   for (const auto* list : {&PointwiseSuiteOps(), &ReductionSuiteOps(),
-                           &ShapeSuiteOps(), &CompositeSuiteOps()}) {
+                           &ShapeSuiteOps(), &CompositeSuiteOps(),
+                           &IndexingSuiteOps()}) {
     for (const std::string& op : *list) {
       EXPECT_TRUE(covered.insert(op).second) << op << " is listed twice";
     }

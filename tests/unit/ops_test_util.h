@@ -1,5 +1,6 @@
 // Shared pieces of the per-op suites (ops_pointwise_test.cc,
-// ops_reduction_test.cc, ops_shape_test.cc, ops_composite_test.cc):
+// ops_reduction_test.cc, ops_shape_test.cc, ops_composite_test.cc,
+// ops_indexing_test.cc):
 //
 //  * the list of ops each suite covers: the one place that says which suite
 //    tests an op. OpCoverage.EveryRegisteredOpIsCovered (in
@@ -118,6 +119,20 @@ inline const std::vector<std::string>& CompositeSuiteOps() {
   static const auto* ops = new std::vector<std::string>{
       "aten._softmax.default", "aten._log_softmax.default",
       "aten.native_layer_norm.default"};
+  return *ops;
+}
+
+inline const std::vector<std::string>& IndexingSuiteOps() {
+  static const auto* ops = new std::vector<std::string>{
+      "aten.embedding.default",        "aten.index_select.default",
+      "aten.gather.default",           "aten.index.Tensor",
+      "aten.masked_fill.Scalar",       "aten.masked_fill.Tensor",
+      "aten.constant_pad_nd.default",  "aten.nll_loss_forward.default",
+      "aten.nll_loss_backward.default",
+      "aten.embedding_dense_backward.default",
+      "aten.scatter_add.default",      "aten.scatter.src",
+      "aten.scatter.value",            "aten.index_put.default",
+      "aten.cumsum.default"};
   return *ops;
 }
 
