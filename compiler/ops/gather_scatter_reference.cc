@@ -304,7 +304,7 @@ absl::StatusOr<std::vector<HostTensor>> EmbeddingBackwardReference(
   ForEachIndex(indices.sizes(), [&](const std::vector<int64_t>& t) {
     auto row = CheckedIndex(ctx, indices.GetInt(t), v);
     if (!row.ok()) return status.Update(row.status());
-    if (indices.GetInt(t) == padding) return;
+    if (padding >= 0 && indices.GetInt(t) == padding) return;
     ++count[*row];
     std::vector<int64_t> g = t;
     g.push_back(0);

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "compiler/compile.h"
+#include "graph/import.h"
+#include "tests/unit/example_graphs.h"
 #include "compiler/cpu_backend.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_executable.h"
@@ -470,6 +472,60 @@ TEST(IndexingCumsum, DimsAndDTypes) {
             kF32, {3, 2}, {1, 4, 3, 9, 6, 15});
   CheckBoth("aten.cumsum.default", {F32({0, 2}, {})}, {In(0), I(0)}, kF32,
             {0, 2}, {});
+}
+
+// ---- fused graphs ----
+
+// Fills integer inputs with indices for their graph's use: in [-b, b) for
+// b = bound[input] > 0, in [0, -b) for b < 0; floats and bools at random.
+std::vector<HostTensor> IndexInputs(const Graph& graph,
+                                    const std::vector<int64_t>& bound,
+                                    std::mt19937_64& rng) {
+  std::vector<HostTensor> in = RandomInputs(graph, {}, rng);
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (bound[k] == 0) continue;
+    const int64_t b = std::abs(bound[k]);
+    std::uniform_int_distribution<int64_t> u(bound[k] > 0 ? -b : 0, b - 1);
+    for (int64_t e = 0; e < in[k].numel(); ++e) in[k].SetIntAt(e, u(rng));
+  }
+  return in;
+}
+
+void ExpectExampleMatchesReference(const std::string& file,
+                                   const std::vector<int64_t>& bound) {
+  SCOPED_TRACE(file);
+  v1::CompileRequest req = Request(file);
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937_64 rng(11);
+  ThreadPool pool(2);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<HostTensor> in = IndexInputs(*graph, bound, rng);
+    auto want = EvaluateReference(*graph, in);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = (*exe)->Run(in, &pool);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), want->size());
+    for (size_t o = 0; o < got->size(); ++o)
+      EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
+  }
+}
+
+// An embedding feeding cross-entropy (log_softmax + nll_loss) and its
+// backward (nll_loss_backward, the log_softmax backward, the embedding's
+// scatter-add): gathers fused into the kernels that read them.
+TEST(IndexingGraphs, EmbeddingCrossEntropyForwardBackward) {
+  // Targets in [0, 16) only (nll_loss does not wrap).
+  ExpectExampleMatchesReference("embedding_cross_entropy.json",
+                                {0, 64, -16, 0});
+}
+
+TEST(IndexingGraphs, GatherScatterMix) {
+  ExpectExampleMatchesReference("gather_scatter_mix.json", {0, 16, 33, 0});
 }
 
 }  // namespace
