@@ -119,7 +119,8 @@ class EmbeddingCrossEntropy(torch.nn.Module):
     def forward(self, idx, target):
         h = self.emb(idx).sum(dim=1)           # [N, d]
         logits = (h.unsqueeze(-1) * self.proj).sum(dim=1)  # [N, classes]
-        logits = F.pad(logits, (0, 1), value=-1e4)  # constant_pad_nd
+        # constant_pad_nd; its backward is constant_pad_nd with a negative pad
+        logits = F.pad(logits, (0, 1), value=-1e4)
         return F.cross_entropy(logits, target, ignore_index=3)
 
 
@@ -143,7 +144,7 @@ def test_embedding_cross_entropy_forward_backward(daemon):
                "aten.nll_loss_backward.default",
                "aten.embedding_dense_backward.default",
                "aten.constant_pad_nd.default"):
-        assert report.op(op).kiln == 1, (op, str(report))
+        assert report.op(op).kiln >= 1, (op, str(report))
     total = report.kiln_nodes + report.fallback_nodes
     print(f"\nkiln: {report.kiln_nodes} of {total} nodes in Kiln; "
           f"fallbacks: {report.fallbacks}")
