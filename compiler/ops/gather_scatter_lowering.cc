@@ -147,8 +147,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerMaskedFill(LowerContext& ctx) {
           : ScalarConst(ctx.arg(2), out.dtype);
   const Expr mask = ir::Cast(
       LowerContext::ReadBroadcast(ctx.value(1), out.sizes), DType::kBool);
-  const Expr self = ir::Cast(
-      LowerContext::ReadBroadcast(ctx.value(0), out.sizes), out.dtype);
+  const Expr self =
+      ir::Cast(LowerContext::ReadBroadcast(ctx.value(0), out.sizes), out.dtype);
   return std::vector<LoweredValue>{
       PointwiseOutput(ctx, ir::Select(mask, value, self))};
 }
@@ -164,7 +164,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerConstantPad(LowerContext& ctx) {
   for (const SymExpr& p : ctx.arg(1).ints) pad.push_back(*p.AsConstant());
   const std::vector<ops::PadPair> pp = ops::PadPairs(pad, rank);
   for (const SymExpr& s : self.sizes) {
-    if (StaticallyEmpty(s)) return std::vector<LoweredValue>{PointwiseOutput(ctx, value)};
+    if (StaticallyEmpty(s))
+      return std::vector<LoweredValue>{PointwiseOutput(ctx, value)};
   }
   Expr inside;
   std::vector<Expr> j = IdentityIndex(rank);
@@ -176,8 +177,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerConstantPad(LowerContext& ctx) {
     if (pp[d].after > 0) inside = And(inside, Lt(src, n));
     j[d] = (pp[d].before > 0 || pp[d].after > 0)
                ? ir::Binary(ExprOp::kMax,
-                            ir::Binary(ExprOp::kMin, src,
-                                       ir::Add(n, Int(-1)), DType::kInt64),
+                            ir::Binary(ExprOp::kMin, src, ir::Add(n, Int(-1)),
+                                       DType::kInt64),
                             Int(0), DType::kInt64)
                : src;
   }
@@ -211,8 +212,8 @@ NllSample NllSampleExprs(LowerContext& ctx, int self_arg, int target_arg,
   const LoweredValue& self = ctx.value(self_arg);
   const LoweredValue& target = ctx.value(target_arg);
   const bool batched = self.sizes.size() == 2;
-  const std::vector<Expr> i = batched ? std::vector<Expr>{ir::Var(0)}
-                                      : std::vector<Expr>{};
+  const std::vector<Expr> i =
+      batched ? std::vector<Expr>{ir::Var(0)} : std::vector<Expr>{};
   const Expr t = ir::Cast(LowerContext::Read(target, i), DType::kInt64);
   const SymExpr& classes = self.sizes.back();
   const Expr c = ir::Binary(
@@ -223,11 +224,10 @@ NllSample NllSampleExprs(LowerContext& ctx, int self_arg, int target_arg,
   NllSample s;
   s.ignored = Eq(t, Int(ctx.arg(ignore_arg).i));
   const Expr zero = ir::Const(0, DType::kFloat32);
-  const Expr w =
-      ctx.arg(weight_arg).is_none()
-          ? ir::Const(1, DType::kFloat32)
-          : ir::Cast(LowerContext::Read(ctx.value(weight_arg), {c}),
-                     DType::kFloat32);
+  const Expr w = ctx.arg(weight_arg).is_none()
+                     ? ir::Const(1, DType::kFloat32)
+                     : ir::Cast(LowerContext::Read(ctx.value(weight_arg), {c}),
+                                DType::kFloat32);
   s.weight = ir::Select(s.ignored, zero, w);
   std::vector<Expr> at = i;
   at.push_back(c);
@@ -291,16 +291,15 @@ absl::StatusOr<std::vector<LoweredValue>> LowerNllLossBackward(
   const auto reduction = static_cast<ops::LossReduction>(ctx.arg(4).i);
   const bool batched = self.sizes.size() == 2;
   const Expr c = ir::Var(batched ? 1 : 0);
-  const std::vector<Expr> i = batched ? std::vector<Expr>{ir::Var(0)}
-                                      : std::vector<Expr>{};
+  const std::vector<Expr> i =
+      batched ? std::vector<Expr>{ir::Var(0)} : std::vector<Expr>{};
   const Expr t = ir::Cast(LowerContext::Read(target, i), DType::kInt64);
-  const Expr hit = And(Eq(t, c), ir::Binary(ExprOp::kNe, t,
-                                            Int(ctx.arg(5).i), DType::kBool));
+  const Expr hit = And(
+      Eq(t, c), ir::Binary(ExprOp::kNe, t, Int(ctx.arg(5).i), DType::kBool));
   const LoweredValue& grad = ctx.value(0);
-  Expr g = ir::Cast(LowerContext::Read(grad, grad.sizes.empty()
-                                                 ? std::vector<Expr>{}
-                                                 : i),
-                    DType::kFloat32);
+  Expr g = ir::Cast(
+      LowerContext::Read(grad, grad.sizes.empty() ? std::vector<Expr>{} : i),
+      DType::kFloat32);
   if (reduction == ops::LossReduction::kMean) {
     g = ir::Binary(
         ExprOp::kDiv, g,
@@ -314,10 +313,9 @@ absl::StatusOr<std::vector<LoweredValue>> LowerNllLossBackward(
         ir::Cast(LowerContext::Read(ctx.value(3), {c}), DType::kFloat32),
         DType::kFloat32);
   }
-  return std::vector<LoweredValue>{PointwiseOutput(
-      ctx, ir::Select(hit, v, ir::Const(0, DType::kFloat32)))};
+  return std::vector<LoweredValue>{
+      PointwiseOutput(ctx, ir::Select(hit, v, ir::Const(0, DType::kFloat32)))};
 }
-
 
 // ---- scatters: reductions over the source positions ----
 //
@@ -392,16 +390,16 @@ absl::StatusOr<std::vector<LoweredValue>> LowerEmbeddingBackward(
   const Expr raw = ir::Cast(LowerContext::Read(indices, t), DType::kInt64);
   Expr hit = Eq(SafeIndex(raw, out.sizes[0]), ir::Var(0));
   if (ctx.arg(3).i >= 0) {
-    hit = And(hit, ir::Binary(ExprOp::kNe, raw, Int(ctx.arg(3).i),
-                              DType::kBool));
+    hit =
+        And(hit, ir::Binary(ExprOp::kNe, raw, Int(ctx.arg(3).i), DType::kBool));
   }
   std::vector<Expr> g = t;
   g.push_back(ir::Var(1));
-  const Expr body = ir::Select(
-      hit, ir::Cast(LowerContext::Read(grad, g), DType::kFloat32),
-      ir::Const(0, DType::kFloat32));
-  auto sum = Reduce(ctx, space, reduced, ReduceKind::kSum, DType::kFloat32,
-                    body);
+  const Expr body =
+      ir::Select(hit, ir::Cast(LowerContext::Read(grad, g), DType::kFloat32),
+                 ir::Const(0, DType::kFloat32));
+  auto sum =
+      Reduce(ctx, space, reduced, ReduceKind::kSum, DType::kFloat32, body);
   if (!sum.ok()) return sum.status();
   Expr result = LowerContext::Read(*sum, IdentityIndex(2));
   if (ctx.arg(4).b) {  // scale_grad_by_freq: divide by the row's count
@@ -414,18 +412,17 @@ absl::StatusOr<std::vector<LoweredValue>> LowerEmbeddingBackward(
     const Expr craw = ir::Cast(LowerContext::Read(indices, ct), DType::kInt64);
     Expr chit = Eq(SafeIndex(craw, out.sizes[0]), ir::Var(0));
     if (ctx.arg(3).i >= 0) {
-      chit = And(chit, ir::Binary(ExprOp::kNe, craw, Int(ctx.arg(3).i),
-                                  DType::kBool));
+      chit = And(
+          chit, ir::Binary(ExprOp::kNe, craw, Int(ctx.arg(3).i), DType::kBool));
     }
-    auto count = Reduce(
-        ctx, cspace, creduced, ReduceKind::kSum, DType::kFloat32,
-        ir::Select(chit, ir::Const(1, DType::kFloat32),
-                   ir::Const(0, DType::kFloat32)));
+    auto count =
+        Reduce(ctx, cspace, creduced, ReduceKind::kSum, DType::kFloat32,
+               ir::Select(chit, ir::Const(1, DType::kFloat32),
+                          ir::Const(0, DType::kFloat32)));
     if (!count.ok()) return count.status();
     const Expr c = LowerContext::Read(*count, {ir::Var(0)});
     result = ir::Select(
-        ir::Binary(ExprOp::kGt, c, ir::Const(0, DType::kFloat32),
-                   DType::kBool),
+        ir::Binary(ExprOp::kGt, c, ir::Const(0, DType::kFloat32), DType::kBool),
         ir::Binary(ExprOp::kDiv, result, c, DType::kFloat32), result);
   }
   return std::vector<LoweredValue>{PointwiseOutput(ctx, result)};
@@ -465,18 +462,18 @@ absl::StatusOr<std::vector<LoweredValue>> LowerScatterCommon(LowerContext& ctx,
   const LoweredValue& index = ctx.value(2);
   const TensorType& out = ctx.out_type();
   const int r = static_cast<int>(self.sizes.size());
-  const Expr base = ir::Cast(
-      LowerContext::Read(self, IdentityIndex(r)), out.dtype);
+  const Expr base =
+      ir::Cast(LowerContext::Read(self, IdentityIndex(r)), out.dtype);
   bool empty = r == 0 || index.sizes.empty();
   for (const SymExpr& s : index.sizes) empty = empty || StaticallyEmpty(s);
   if (r == 0 || empty) {
     // A 0-dim self: one element, replaced or added to by the one source.
     if (r == 0 && !empty) {
       const std::vector<Expr> q(index.sizes.size(), Int(0));
-      const Expr v = ctx.is_tensor(3)
-                         ? ir::Cast(LowerContext::Read(ctx.value(3), q),
-                                    out.dtype)
-                         : ScalarConst(ctx.arg(3), out.dtype);
+      const Expr v =
+          ctx.is_tensor(3)
+              ? ir::Cast(LowerContext::Read(ctx.value(3), q), out.dtype)
+              : ScalarConst(ctx.arg(3), out.dtype);
       return std::vector<LoweredValue>{PointwiseOutput(
           ctx, add ? ir::Binary(ExprOp::kAdd, base, v, out.dtype) : v)};
     }
@@ -489,8 +486,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerScatterCommon(LowerContext& ctx,
   std::vector<bool> reduced(r + 1, false);
   reduced[r] = true;
   const ScatterSite site = ScatterSiteOf(self.sizes, index.sizes, dim);
-  const Expr target = SafeIndex(LowerContext::Read(index, site.q),
-                                self.sizes[dim]);
+  const Expr target =
+      SafeIndex(LowerContext::Read(index, site.q), self.sizes[dim]);
   const Expr hit = And(site.within, Eq(target, ir::Var(dim)));
   auto src_at = [&](const std::vector<Expr>& q) {
     return ctx.is_tensor(3) ? LowerContext::Read(ctx.value(3), q)
@@ -498,13 +495,13 @@ absl::StatusOr<std::vector<LoweredValue>> LowerScatterCommon(LowerContext& ctx,
   };
   if (add) {
     const DType acc = SumDType(out.dtype);
-    auto sum = Reduce(ctx, space, reduced, ReduceKind::kSum, acc,
-                      ir::Select(hit, ir::Cast(src_at(site.q), acc),
-                                 ir::Const(0, acc)));
+    auto sum = Reduce(
+        ctx, space, reduced, ReduceKind::kSum, acc,
+        ir::Select(hit, ir::Cast(src_at(site.q), acc), ir::Const(0, acc)));
     if (!sum.ok()) return sum.status();
-    const Expr total = ir::Binary(
-        ExprOp::kAdd, ir::Cast(base, acc),
-        LowerContext::Read(*sum, IdentityIndex(r)), acc);
+    const Expr total =
+        ir::Binary(ExprOp::kAdd, ir::Cast(base, acc),
+                   LowerContext::Read(*sum, IdentityIndex(r)), acc);
     return std::vector<LoweredValue>{PointwiseOutput(ctx, total)};
   }
   // The last k that hits, or -1.
@@ -561,10 +558,10 @@ absl::StatusOr<std::vector<LoweredValue>> LowerIndexPut(LowerContext& ctx) {
     const size_t rank = std::max(b.size(), s.size());
     std::vector<SymExpr> n(rank, SymExpr(1));
     for (size_t j = 0; j < rank; ++j) {
-      const SymExpr x = j < rank - b.size() ? SymExpr(1)
-                                            : b[j - (rank - b.size())];
-      const SymExpr y = j < rank - s.size() ? SymExpr(1)
-                                            : s[j - (rank - s.size())];
+      const SymExpr x =
+          j < rank - b.size() ? SymExpr(1) : b[j - (rank - b.size())];
+      const SymExpr y =
+          j < rank - s.size() ? SymExpr(1) : s[j - (rank - s.size())];
       n[j] = x == SymExpr(1) ? y : x;
     }
     b = n;
@@ -599,9 +596,9 @@ absl::StatusOr<std::vector<LoweredValue>> LowerIndexPut(LowerContext& ctx) {
   };
   if (accumulate) {
     const DType acc = SumDType(out.dtype);
-    auto sum = Reduce(ctx, space, reduced, ReduceKind::kSum, acc,
-                      ir::Select(hit, ir::Cast(values_at(bvars), acc),
-                                 ir::Const(0, acc)));
+    auto sum = Reduce(
+        ctx, space, reduced, ReduceKind::kSum, acc,
+        ir::Select(hit, ir::Cast(values_at(bvars), acc), ir::Const(0, acc)));
     if (!sum.ok()) return sum.status();
     return std::vector<LoweredValue>{PointwiseOutput(
         ctx, ir::Binary(ExprOp::kAdd, ir::Cast(base, acc),
@@ -648,11 +645,10 @@ absl::StatusOr<std::vector<LoweredValue>> LowerCumsum(LowerContext& ctx) {
   const DType acc = SumDType(out.dtype);
   auto sum = Reduce(
       ctx, space, reduced, ReduceKind::kSum, acc,
-      ir::Select(ir::Binary(ExprOp::kLe, ir::Var(r), ir::Var(dim),
-                            DType::kBool),
-                 ir::Cast(ir::Cast(LowerContext::Read(self, q), out.dtype),
-                          acc),
-                 ir::Const(0, acc)));
+      ir::Select(
+          ir::Binary(ExprOp::kLe, ir::Var(r), ir::Var(dim), DType::kBool),
+          ir::Cast(ir::Cast(LowerContext::Read(self, q), out.dtype), acc),
+          ir::Const(0, acc)));
   if (!sum.ok()) return sum.status();
   return std::vector<LoweredValue>{
       PointwiseOutput(ctx, LowerContext::Read(*sum, IdentityIndex(r)))};

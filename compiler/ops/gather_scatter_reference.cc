@@ -27,9 +27,8 @@ using ops::WrapCheckedDim;
 absl::StatusOr<int64_t> CheckedIndex(const RefContext& ctx, int64_t i,
                                      int64_t n) {
   if (i < -n || i >= n) {
-    return absl::OutOfRangeError(absl::StrCat(ctx.node.op->name, ": index ", i,
-                                              " is out of bounds for size ",
-                                              n));
+    return absl::OutOfRangeError(absl::StrCat(
+        ctx.node.op->name, ": index ", i, " is out of bounds for size ", n));
   }
   return i < 0 ? i + n : i;
 }
@@ -75,8 +74,8 @@ absl::StatusOr<std::vector<HostTensor>> IndexSelectReference(
   ForEachIndex(out.sizes(), [&](const std::vector<int64_t>& o) {
     std::vector<int64_t> from = o;
     if (self.rank() > 0) {
-      const int64_t k = index.rank() == 0 ? index.GetInt({})
-                                          : index.GetInt({o[d]});
+      const int64_t k =
+          index.rank() == 0 ? index.GetInt({}) : index.GetInt({o[d]});
       auto i = CheckedIndex(ctx, k, self.sizes()[d]);
       if (!i.ok()) return status.Update(i.status());
       from[d] = *i;
@@ -144,13 +143,14 @@ absl::StatusOr<std::vector<HostTensor>> MaskedFillReference(
   const HostTensor self = ops::BroadcastTo(ctx.tensors[0], out.sizes());
   const HostTensor mask = ops::BroadcastTo(ctx.tensors[1], out.sizes());
   const bool is_tensor = ctx.arg(2).kind == Attr::Kind::kTensor;
-  const double fv = is_tensor ? ctx.tensors[2].GetDoubleAt(0)
-                              : ctx.arg(2).ScalarAsDouble();
+  const double fv =
+      is_tensor ? ctx.tensors[2].GetDoubleAt(0) : ctx.arg(2).ScalarAsDouble();
   const int64_t iv =
       is_tensor ? ctx.tensors[2].GetIntAt(0)
       : ctx.arg(2).kind == Attr::Kind::kFloat
           ? static_cast<int64_t>(ctx.arg(2).f)
-          : (ctx.arg(2).kind == Attr::Kind::kBool ? ctx.arg(2).b : ctx.arg(2).i);
+          : (ctx.arg(2).kind == Attr::Kind::kBool ? ctx.arg(2).b
+                                                  : ctx.arg(2).i);
   const int64_t stored =
       out.dtype() == DType::kBool ? static_cast<int64_t>(fv != 0) : iv;
   ForEachIndex(out.sizes(), [&](const std::vector<int64_t>& o) {
@@ -189,8 +189,8 @@ absl::StatusOr<std::vector<HostTensor>> ConstantPadReference(
           value.kind == Attr::Kind::kFloat
               ? static_cast<int64_t>(value.f)
               : (value.kind == Attr::Kind::kBool ? value.b : value.i);
-      out.SetInt(o, out.dtype() == DType::kBool ? value.ScalarAsDouble() != 0
-                                                : v);
+      out.SetInt(o,
+                 out.dtype() == DType::kBool ? value.ScalarAsDouble() != 0 : v);
     }
   });
   return std::vector<HostTensor>{std::move(out)};
@@ -203,12 +203,9 @@ struct NllSample {
   double weight;
   bool ignored;
 };
-absl::StatusOr<std::vector<NllSample>> NllSamples(const RefContext& ctx,
-                                                  const HostTensor& self,
-                                                  const HostTensor& target,
-                                                  const Attr& weight_arg,
-                                                  const HostTensor& weight,
-                                                  int64_t ignore_index) {
+absl::StatusOr<std::vector<NllSample>> NllSamples(
+    const RefContext& ctx, const HostTensor& self, const HostTensor& target,
+    const Attr& weight_arg, const HostTensor& weight, int64_t ignore_index) {
   const int64_t classes = self.sizes().back();
   std::vector<NllSample> out;
   for (int64_t i = 0; i < std::max<int64_t>(target.numel(), 1); ++i) {
@@ -219,8 +216,8 @@ absl::StatusOr<std::vector<NllSample>> NllSamples(const RefContext& ctx,
       continue;
     }
     if (t < 0 || t >= classes) {
-      return absl::OutOfRangeError(absl::StrCat(
-          ctx.node.op->name, ": Target ", t, " is out of bounds."));
+      return absl::OutOfRangeError(absl::StrCat(ctx.node.op->name, ": Target ",
+                                                t, " is out of bounds."));
     }
     out.push_back(
         {t, weight_arg.is_none() ? 1.0 : weight.GetDoubleAt(t), false});
@@ -240,7 +237,7 @@ absl::StatusOr<std::vector<HostTensor>> NllLossForwardReference(
   double sum = 0, wsum = 0;
   for (size_t i = 0; i < samples->size(); ++i) {
     const NllSample& s = (*samples)[i];
-    const double x = s.ignored  ? 0.0
+    const double x = s.ignored ? 0.0
                      : self.rank() == 2
                          ? self.GetDouble({static_cast<int64_t>(i), s.cls})
                          : self.GetDouble({s.cls});
@@ -254,8 +251,8 @@ absl::StatusOr<std::vector<HostTensor>> NllLossForwardReference(
     if (self.rank() == 1) out.SetDoubleAt(0, sum);
     total.SetDoubleAt(0, 0);
   } else {
-    out.SetDoubleAt(0, reduction == ops::LossReduction::kMean ? sum / wsum
-                                                              : sum);
+    out.SetDoubleAt(0,
+                    reduction == ops::LossReduction::kMean ? sum / wsum : sum);
     total.SetDoubleAt(0, wsum);
   }
   return std::vector<HostTensor>{std::move(out), std::move(total)};
@@ -286,7 +283,6 @@ absl::StatusOr<std::vector<HostTensor>> NllLossBackwardReference(
   }
   return std::vector<HostTensor>{std::move(out)};
 }
-
 
 // embedding_dense_backward: grad_weight[v] = sum over positions t with
 // indices[t] == v (!= padding_idx) of grad_output[t], in index order;
@@ -351,10 +347,10 @@ absl::StatusOr<std::vector<HostTensor>> ScatterCommon(const RefContext& ctx,
     if (self.rank() > 0) p[d] = *i;
     int64_t flat = 0;
     for (int k = 0; k < self.rank(); ++k) flat = flat * self.sizes()[k] + p[k];
-    const double fv = has_src ? ctx.tensors[3].GetDouble(q)
-                              : ctx.arg(3).ScalarAsDouble();
-    const int64_t iv = has_src ? ctx.tensors[3].GetInt(q)
-                               : static_cast<int64_t>(fv);
+    const double fv =
+        has_src ? ctx.tensors[3].GetDouble(q) : ctx.arg(3).ScalarAsDouble();
+    const int64_t iv =
+        has_src ? ctx.tensors[3].GetInt(q) : static_cast<int64_t>(fv);
     if (add) {
       sum[flat] += fv;
       isum[flat] += iv;
@@ -396,8 +392,8 @@ absl::StatusOr<std::vector<HostTensor>> IndexPutReference(
     const size_t rank = std::max(b_sizes.size(), s.size());
     std::vector<int64_t> r(rank, 1);
     for (size_t j = 0; j < rank; ++j) {
-      const int64_t x = j < rank - b_sizes.size()
-                            ? 1 : b_sizes[j - (rank - b_sizes.size())];
+      const int64_t x =
+          j < rank - b_sizes.size() ? 1 : b_sizes[j - (rank - b_sizes.size())];
       const int64_t y = j < rank - s.size() ? 1 : s[j - (rank - s.size())];
       r[j] = x == 1 ? y : x;
     }

@@ -1,9 +1,9 @@
 // Signatures of the ops that read or write through a data-dependent index:
 // embedding, index_select, gather, index.Tensor, masked_fill,
 // constant_pad_nd, the loss nll_loss_forward/backward, and the scatters
-// embedding_dense_backward, scatter_add, scatter, index_put, and cumsum. Their reference
-// semantics and lowerings are compiler/ops/gather_scatter_reference.cc and
-// gather_scatter_lowering.cc.
+// embedding_dense_backward, scatter_add, scatter, index_put, and cumsum. Their
+// reference semantics and lowerings are
+// compiler/ops/gather_scatter_reference.cc and gather_scatter_lowering.cc.
 //
 // Index tensors may be int32 or int64 everywhere (PyTorch takes only int64
 // for gather; Kiln is the more lenient). Index values are data, so the
@@ -40,16 +40,15 @@ absl::Status CheckIndexDType(const OpContext& ctx, int i,
                              absl::string_view what) {
   const DType d = ctx.type(i).dtype;
   if (d != DType::kInt32 && d != DType::kInt64) {
-    return ctx.Invalid(absl::StrCat(what, " must be an int32 or int64 tensor, got ",
-                                    DTypeName(d)));
+    return ctx.Invalid(absl::StrCat(
+        what, " must be an int32 or int64 tensor, got ", DTypeName(d)));
   }
   return absl::OkStatus();
 }
 
 // embedding(weight [V, D], indices [...]) -> [..., D].
 absl::StatusOr<Shapes> EmbeddingShape(const OpContext& ctx) {
-  if (ctx.type(0).rank() != 2)
-    return ctx.Invalid("'weight' must be 2-D");
+  if (ctx.type(0).rank() != 2) return ctx.Invalid("'weight' must be 2-D");
   if (auto s = CheckIndexDType(ctx, 1, "'indices'"); !s.ok()) return s;
   std::vector<SymExpr> out = ctx.type(1).sizes;
   out.push_back(ctx.type(0).sizes[1]);
@@ -213,8 +212,7 @@ absl::StatusOr<Shapes> NllLossForwardShape(const OpContext& ctx) {
     }
   }
   const int64_t r = ctx.arg(3).i;
-  if (r < 0 || r > 2)
-    return ctx.Invalid(absl::StrCat("invalid reduction ", r));
+  if (r < 0 || r > 2) return ctx.Invalid(absl::StrCat("invalid reduction ", r));
   std::vector<SymExpr> out;
   if (r == static_cast<int64_t>(ops::LossReduction::kNone) && self.rank() == 2)
     out = {self.sizes[0]};
@@ -223,8 +221,7 @@ absl::StatusOr<Shapes> NllLossForwardShape(const OpContext& ctx) {
 
 absl::StatusOr<std::vector<DType>> NllLossForwardDType(const OpContext& ctx) {
   const DType d = ctx.type(0).dtype;
-  if (!IsFloating(d))
-    return ctx.Invalid("nll_loss expects a floating input");
+  if (!IsFloating(d)) return ctx.Invalid("nll_loss expects a floating input");
   if (!ctx.arg(2).is_none() && ctx.type(2).dtype != d)
     return ctx.Invalid("weight must have the input's dtype");
   return std::vector<DType>{d, d};
@@ -251,8 +248,7 @@ absl::StatusOr<Shapes> NllLossBackwardShape(const OpContext& ctx) {
       return ctx.Invalid("weight tensor should be defined for all classes");
   }
   const int64_t r = ctx.arg(4).i;
-  if (r < 0 || r > 2)
-    return ctx.Invalid(absl::StrCat("invalid reduction ", r));
+  if (r < 0 || r > 2) return ctx.Invalid(absl::StrCat("invalid reduction ", r));
   const bool none =
       r == static_cast<int64_t>(ops::LossReduction::kNone) && self.rank() == 2;
   if (none ? (g.rank() != 1 || g.sizes[0] != self.sizes[0]) : g.rank() != 0) {
@@ -270,7 +266,6 @@ absl::StatusOr<std::vector<DType>> SecondArgDType(const OpContext& ctx) {
   return std::vector<DType>{ctx.type(1).dtype};
 }
 
-
 // embedding_dense_backward(grad_output [..., D], indices [...],
 // num_weights, padding_idx, scale_grad_by_freq) -> [num_weights, D].
 absl::StatusOr<Shapes> EmbeddingBackwardShape(const OpContext& ctx) {
@@ -281,7 +276,8 @@ absl::StatusOr<Shapes> EmbeddingBackwardShape(const OpContext& ctx) {
     return ctx.Invalid("grad_output must have the indices' dims and one more");
   for (int d = 0; d < idx.rank(); ++d) {
     if (g.sizes[d] != idx.sizes[d])
-      return ctx.Invalid("grad_output's leading dims must be the indices' shape");
+      return ctx.Invalid(
+          "grad_output's leading dims must be the indices' shape");
   }
   if (ctx.arg(2).i < 0) return ctx.Invalid("num_weights must be >= 0");
   return Shapes{{SymExpr(ctx.arg(2).i), g.sizes.back()}};
@@ -320,9 +316,11 @@ absl::StatusOr<Shapes> ScatterShape(const OpContext& ctx) {
   for (int k = 0; k < index.rank(); ++k) {
     if ((k != *d && !no_larger(index.sizes[k], self.sizes[k])) ||
         (src && !no_larger(index.sizes[k], ctx.type(3).sizes[k]))) {
-      return ctx.Invalid(absl::StrCat(
-          "Expected index ", k, " to be no larger than self apart from "
-          "dimension ", *d, " and to be no larger size than src"));
+      return ctx.Invalid(absl::StrCat("Expected index ", k,
+                                      " to be no larger than self apart from "
+                                      "dimension ",
+                                      *d,
+                                      " and to be no larger size than src"));
     }
   }
   return Shapes{self.sizes};
@@ -360,57 +358,59 @@ absl::StatusOr<std::vector<DType>> CumsumDType(const OpContext& ctx) {
 }  // namespace
 
 void RegisterGatherScatterSignatures(OpSignatures& table) {
-  table.Add({.name = "aten.embedding.default",
-             .op_class = OpClass::kData,
-             .schema = {Arg("weight", ArgKind::kTensor),
-                        Arg("indices", ArgKind::kTensor),
-                        ArgDefault("padding_idx", ArgKind::kInt, Attr::Int(-1)),
-                        ArgDefault("scale_grad_by_freq", ArgKind::kBool,
-                                   Attr::Bool(false)),
-                        ArgDefault("sparse", ArgKind::kBool, Attr::Bool(false))},
-             .shape = EmbeddingShape,
-             .dtype = SameDTypeAsSelf});
-  table.Add({.name = "aten.index_select.default",
-             .op_class = OpClass::kData,
-             .schema = {Arg("self", ArgKind::kTensor), Arg("dim", ArgKind::kInt),
-                        Arg("index", ArgKind::kTensor)},
-             .shape = IndexSelectShape,
-             .dtype = SameDTypeAsSelf});
-  table.Add({.name = "aten.gather.default",
-             .op_class = OpClass::kData,
-             .schema = {Arg("self", ArgKind::kTensor), Arg("dim", ArgKind::kInt),
-                        Arg("index", ArgKind::kTensor),
-                        ArgDefault("sparse_grad", ArgKind::kBool,
-                                   Attr::Bool(false))},
-             .shape = GatherShape,
-             .dtype = SameDTypeAsSelf});
+  table.Add(
+      {.name = "aten.embedding.default",
+       .op_class = OpClass::kData,
+       .schema = {Arg("weight", ArgKind::kTensor),
+                  Arg("indices", ArgKind::kTensor),
+                  ArgDefault("padding_idx", ArgKind::kInt, Attr::Int(-1)),
+                  ArgDefault("scale_grad_by_freq", ArgKind::kBool,
+                             Attr::Bool(false)),
+                  ArgDefault("sparse", ArgKind::kBool, Attr::Bool(false))},
+       .shape = EmbeddingShape,
+       .dtype = SameDTypeAsSelf});
+  table.Add(
+      {.name = "aten.index_select.default",
+       .op_class = OpClass::kData,
+       .schema = {Arg("self", ArgKind::kTensor), Arg("dim", ArgKind::kInt),
+                  Arg("index", ArgKind::kTensor)},
+       .shape = IndexSelectShape,
+       .dtype = SameDTypeAsSelf});
+  table.Add(
+      {.name = "aten.gather.default",
+       .op_class = OpClass::kData,
+       .schema = {Arg("self", ArgKind::kTensor), Arg("dim", ArgKind::kInt),
+                  Arg("index", ArgKind::kTensor),
+                  ArgDefault("sparse_grad", ArgKind::kBool, Attr::Bool(false))},
+       .shape = GatherShape,
+       .dtype = SameDTypeAsSelf});
   table.Add({.name = "aten.index.Tensor",
              .op_class = OpClass::kData,
              .schema = {Arg("self", ArgKind::kTensor),
                         Arg("indices", ArgKind::kTensorList)},
              .shape = IndexTensorShape,
              .dtype = SameDTypeAsSelf});
-  table.Add({.name = "aten.masked_fill.Scalar",
-             .op_class = OpClass::kPointwise,
-             .schema = {Arg("self", ArgKind::kTensor),
-                        Arg("mask", ArgKind::kTensor),
-                        Arg("value", ArgKind::kScalar)},
-             .shape = MaskedFillShape,
-             .dtype = SameDTypeAsSelf});
-  table.Add({.name = "aten.masked_fill.Tensor",
-             .op_class = OpClass::kPointwise,
-             .schema = {Arg("self", ArgKind::kTensor),
-                        Arg("mask", ArgKind::kTensor),
-                        Arg("value", ArgKind::kTensor)},
-             .shape = MaskedFillShape,
-             .dtype = SameDTypeAsSelf});
-  table.Add({.name = "aten.constant_pad_nd.default",
-             .op_class = OpClass::kData,
-             .schema = {Arg("input", ArgKind::kTensor),
-                        Arg("pad", ArgKind::kIntList),
-                        ArgDefault("value", ArgKind::kScalar, Attr::Int(0))},
-             .shape = ConstantPadShape,
-             .dtype = SameDTypeAsSelf});
+  table.Add(
+      {.name = "aten.masked_fill.Scalar",
+       .op_class = OpClass::kPointwise,
+       .schema = {Arg("self", ArgKind::kTensor), Arg("mask", ArgKind::kTensor),
+                  Arg("value", ArgKind::kScalar)},
+       .shape = MaskedFillShape,
+       .dtype = SameDTypeAsSelf});
+  table.Add(
+      {.name = "aten.masked_fill.Tensor",
+       .op_class = OpClass::kPointwise,
+       .schema = {Arg("self", ArgKind::kTensor), Arg("mask", ArgKind::kTensor),
+                  Arg("value", ArgKind::kTensor)},
+       .shape = MaskedFillShape,
+       .dtype = SameDTypeAsSelf});
+  table.Add(
+      {.name = "aten.constant_pad_nd.default",
+       .op_class = OpClass::kData,
+       .schema = {Arg("input", ArgKind::kTensor), Arg("pad", ArgKind::kIntList),
+                  ArgDefault("value", ArgKind::kScalar, Attr::Int(0))},
+       .shape = ConstantPadShape,
+       .dtype = SameDTypeAsSelf});
   table.Add({.name = "aten.nll_loss_forward.default",
              .op_class = OpClass::kComposite,
              .schema = {Arg("self", ArgKind::kTensor),
@@ -441,43 +441,44 @@ void RegisterGatherScatterSignatures(OpSignatures& table) {
                         Arg("scale_grad_by_freq", ArgKind::kBool)},
              .shape = EmbeddingBackwardShape,
              .dtype = FloatingSelfDType});
-  table.Add({.name = "aten.scatter_add.default",
-             .op_class = OpClass::kComposite,
-             .schema = {Arg("self", ArgKind::kTensor), Arg("dim", ArgKind::kInt),
-                        Arg("index", ArgKind::kTensor),
-                        Arg("src", ArgKind::kTensor)},
-             .shape = ScatterShape,
-             .dtype = SameDTypeAsSelf});
-  table.Add({.name = "aten.scatter.src",
-             .op_class = OpClass::kComposite,
-             .schema = {Arg("self", ArgKind::kTensor), Arg("dim", ArgKind::kInt),
-                        Arg("index", ArgKind::kTensor),
-                        Arg("src", ArgKind::kTensor)},
-             .shape = ScatterShape,
-             .dtype = SameDTypeAsSelf});
-  table.Add({.name = "aten.scatter.value",
-             .op_class = OpClass::kComposite,
-             .schema = {Arg("self", ArgKind::kTensor), Arg("dim", ArgKind::kInt),
-                        Arg("index", ArgKind::kTensor),
-                        Arg("value", ArgKind::kScalar)},
-             .shape = ScatterShape,
-             .dtype = SameDTypeAsSelf});
-  table.Add({.name = "aten.index_put.default",
-             .op_class = OpClass::kComposite,
-             .schema = {Arg("self", ArgKind::kTensor),
-                        Arg("indices", ArgKind::kTensorList),
-                        Arg("values", ArgKind::kTensor),
-                        ArgDefault("accumulate", ArgKind::kBool,
-                                   Attr::Bool(false))},
-             .shape = IndexPutShape,
-             .dtype = SameDTypeAsSelf});
-  table.Add({.name = "aten.cumsum.default",
-             .op_class = OpClass::kReduction,
-             .schema = {Arg("self", ArgKind::kTensor), Arg("dim", ArgKind::kInt),
-                        ops::KwArg("dtype", ArgKind::kOptionalDType,
-                                   Attr::None())},
-             .shape = CumsumShape,
-             .dtype = CumsumDType});
+  table.Add(
+      {.name = "aten.scatter_add.default",
+       .op_class = OpClass::kComposite,
+       .schema = {Arg("self", ArgKind::kTensor), Arg("dim", ArgKind::kInt),
+                  Arg("index", ArgKind::kTensor), Arg("src", ArgKind::kTensor)},
+       .shape = ScatterShape,
+       .dtype = SameDTypeAsSelf});
+  table.Add(
+      {.name = "aten.scatter.src",
+       .op_class = OpClass::kComposite,
+       .schema = {Arg("self", ArgKind::kTensor), Arg("dim", ArgKind::kInt),
+                  Arg("index", ArgKind::kTensor), Arg("src", ArgKind::kTensor)},
+       .shape = ScatterShape,
+       .dtype = SameDTypeAsSelf});
+  table.Add(
+      {.name = "aten.scatter.value",
+       .op_class = OpClass::kComposite,
+       .schema = {Arg("self", ArgKind::kTensor), Arg("dim", ArgKind::kInt),
+                  Arg("index", ArgKind::kTensor),
+                  Arg("value", ArgKind::kScalar)},
+       .shape = ScatterShape,
+       .dtype = SameDTypeAsSelf});
+  table.Add(
+      {.name = "aten.index_put.default",
+       .op_class = OpClass::kComposite,
+       .schema = {Arg("self", ArgKind::kTensor),
+                  Arg("indices", ArgKind::kTensorList),
+                  Arg("values", ArgKind::kTensor),
+                  ArgDefault("accumulate", ArgKind::kBool, Attr::Bool(false))},
+       .shape = IndexPutShape,
+       .dtype = SameDTypeAsSelf});
+  table.Add(
+      {.name = "aten.cumsum.default",
+       .op_class = OpClass::kReduction,
+       .schema = {Arg("self", ArgKind::kTensor), Arg("dim", ArgKind::kInt),
+                  ops::KwArg("dtype", ArgKind::kOptionalDType, Attr::None())},
+       .shape = CumsumShape,
+       .dtype = CumsumDType});
 }
 
 }  // namespace kiln

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "compiler/compile.h"
-#include "graph/import.h"
-#include "tests/unit/example_graphs.h"
 #include "compiler/cpu_backend.h"
+#include "graph/import.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_executable.h"
 #include "runtime/thread_pool.h"
+#include "tests/unit/example_graphs.h"
 #include "tests/unit/numerics.h"
 #include "tests/unit/op_harness.h"
 #include "tests/unit/ops_test_util.h"
@@ -149,9 +149,8 @@ TEST(IndexingEmbedding, NonContiguousEmptyAndErrors) {
 
 TEST(IndexingIndexSelect, ValuesDimsAndDTypes) {
   for (DType dt : kFloatDTypes) {
-    CheckBoth("aten.index_select.default",
-              {Cast(M23(), dt), I64({2}, {2, 0})}, {In(0), I(1), In(1)}, dt,
-              {2, 2}, {3, 1, 6, 4});
+    CheckBoth("aten.index_select.default", {Cast(M23(), dt), I64({2}, {2, 0})},
+              {In(0), I(1), In(1)}, dt, {2, 2}, {3, 1, 6, 4});
   }
   CheckBoth("aten.index_select.default", {M23(), I32({3}, {-1, 0, 1})},
             {In(0), I(-2), In(1)}, kF32, {3, 3}, {4, 5, 6, 1, 2, 3, 4, 5, 6});
@@ -219,8 +218,7 @@ TEST(IndexingIndexTensor, OneAndTwoIndexTensorsBroadcast) {
                   {In(0), Refs({1})}, {2, 0});
   ExpectInvalid("aten.index.Tensor", {Iota({3}), Bool({3}, {1, 0, 1})},
                 {In(0), Refs({1})}, {"data-dependent"});
-  ExpectInvalid("aten.index.Tensor",
-                {Iota({3}), I64({1}, {0}), I64({1}, {0})},
+  ExpectInvalid("aten.index.Tensor", {Iota({3}), I64({1}, {0}), I64({1}, {0})},
                 {In(0), Refs({1, 2})}, {"too many indices"});
 }
 
@@ -238,10 +236,10 @@ TEST(IndexingMaskedFill, ScalarAndTensorValuesBroadcast) {
             kI32, {2, 3}, {1, 2, 3, 7, 7, 7});
   CheckBoth("aten.masked_fill.Scalar", {I64({2}, {1, 2}), Bool({2}, {1, 0})},
             {In(0), In(1), F(2.7)}, kI64, {2}, {2, 2});
-  CheckBoth("aten.masked_fill.Tensor",
-            {TransposedView(M23()), Bool({3, 2}, {1, 0, 0, 0, 0, 1}),
-             F32({}, {-9})},
-            {In(0), In(1), In(2)}, kF32, {3, 2}, {-9, 4, 2, 5, 3, -9});
+  CheckBoth(
+      "aten.masked_fill.Tensor",
+      {TransposedView(M23()), Bool({3, 2}, {1, 0, 0, 0, 0, 1}), F32({}, {-9})},
+      {In(0), In(1), In(2)}, kF32, {3, 2}, {-9, 4, 2, 5, 3, -9});
   CheckBoth("aten.masked_fill.Scalar", {Bool({2}, {0, 1}), Bool({2}, {1, 1})},
             {In(0), In(1), B(false)}, kBool, {2}, {0, 0});
   CheckBoth("aten.masked_fill.Scalar", {F32({0, 2}, {}), Bool({2}, {1, 1})},
@@ -346,12 +344,11 @@ TEST(IndexingNllLoss, BackwardReductionsAndWeights) {
               {0, -3, -4, 0, 0, 0});
   }
   // sum, 1-D input.
-  CheckBoth(op, {F32({}, {2}), F32({3}, {-1, -2, -3}), I32({}, {2}),
-                 F32({}, {1})},
+  CheckBoth(op,
+            {F32({}, {2}), F32({3}, {-1, -2, -3}), I32({}, {2}), F32({}, {1})},
             {In(0), In(1), In(2), NoneArg(), I(2), I(-100), In(3)}, kF32, {3},
             {0, 0, -2});
 }
-
 
 // ---- accumulating scatters ----
 
@@ -371,11 +368,9 @@ TEST(IndexingEmbeddingBackward, SumsRowsPaddingAndFrequency) {
             kF32, {4, 2}, {3, 4, 0, 0, 3, 4, 0, 0});
   // 2-D indices; a non-contiguous grad [[1, 4], [2, 5], [3, 6]].
   CheckBoth(op, {Iota({1, 3, 2}, kF32), I64({1, 3}, {1, 1, 0})},
-            {In(0), In(1), I(2), I(-1), B(false)}, kF32, {2, 2},
-            {4, 5, 2, 4});
+            {In(0), In(1), I(2), I(-1), B(false)}, kF32, {2, 2}, {4, 5, 2, 4});
   CheckBoth(op, {TransposedView(M23()), I64({3}, {0, 0, 1})},
-            {In(0), In(1), I(2), I(-1), B(false)}, kF32, {2, 2},
-            {3, 9, 3, 6});
+            {In(0), In(1), I(2), I(-1), B(false)}, kF32, {2, 2}, {3, 9, 3, 6});
   CheckBoth(op, {F32({0, 2}, {}), I64({0}, {})},
             {In(0), In(1), I(3), I(-1), B(false)}, kF32, {3, 2},
             {0, 0, 0, 0, 0, 0});
@@ -393,8 +388,7 @@ TEST(IndexingScatter, AddSrcAndValue) {
               {In(0), I(1), In(1), In(2)}, dt, {2, 3}, {4, 2, 0, 0, 6, 9});
     // Duplicates: the last source wins (PyTorch leaves it unspecified).
     CheckBoth("aten.scatter.src", {Cast(base, dt), index, Cast(M23(), dt)},
-              {In(0), I(-1), In(1), In(2)}, dt, {2, 3},
-              {3, 2, 12, 13, 6, 5});
+              {In(0), I(-1), In(1), In(2)}, dt, {2, 3}, {3, 2, 12, 13, 6, 5});
   }
   // An index smaller than self (and src), negative index values, dim 0.
   CheckBoth("aten.scatter_add.default", {zeros, I64({1, 2}, {-1, 2}), M23()},
@@ -431,15 +425,12 @@ TEST(IndexingIndexPut, AccumulateOrLastWriteWithBroadcasting) {
   }
   // Two index tensors: (0, 2) and (1, 0) twice.
   const HostTensor z23 = F32({2, 3}, {0, 0, 0, 0, 0, 0});
-  CheckBoth(op,
-            {z23, I64({3}, {0, 1, 1}), I32({3}, {2, 0, 0}),
-             F32({3}, {1, 2, 3})},
-            {In(0), Refs({1, 2}), In(3), B(true)}, kF32, {2, 3},
-            {0, 0, 1, 5, 0, 0});
-  CheckBoth(op,
-            {z23, I64({3}, {0, 1, 1}), I32({3}, {2, 0, 0}),
-             F32({3}, {1, 2, 3})},
-            {In(0), Refs({1, 2}), In(3)}, kF32, {2, 3}, {0, 0, 1, 3, 0, 0});
+  CheckBoth(
+      op, {z23, I64({3}, {0, 1, 1}), I32({3}, {2, 0, 0}), F32({3}, {1, 2, 3})},
+      {In(0), Refs({1, 2}), In(3), B(true)}, kF32, {2, 3}, {0, 0, 1, 5, 0, 0});
+  CheckBoth(
+      op, {z23, I64({3}, {0, 1, 1}), I32({3}, {2, 0, 0}), F32({3}, {1, 2, 3})},
+      {In(0), Refs({1, 2}), In(3)}, kF32, {2, 3}, {0, 0, 1, 3, 0, 0});
   // A 0-dim value broadcast; a non-contiguous self.
   CheckBoth(op, {F32({3}, {0, 0, 0}), I64({2}, {0, 2}), F32({}, {9})},
             {In(0), Refs({1}), In(2), B(false)}, kF32, {3}, {9, 0, 9});
@@ -464,12 +455,12 @@ TEST(IndexingCumsum, DimsAndDTypes) {
   }
   CheckBoth("aten.cumsum.default", {I32({3}, {1, 2, 3})}, {In(0), I(0)}, kI64,
             {3}, {1, 3, 6});
-  CheckBoth("aten.cumsum.default", {Bool({3}, {1, 0, 1})}, {In(0), I(0)},
-            kI64, {3}, {1, 1, 2});
+  CheckBoth("aten.cumsum.default", {Bool({3}, {1, 0, 1})}, {In(0), I(0)}, kI64,
+            {3}, {1, 1, 2});
   CheckBoth("aten.cumsum.default", {I32({3}, {1, 2, 3})},
             {In(0), I(0), Kw("dtype", DT(v1::FLOAT32))}, kF32, {3}, {1, 3, 6});
-  CheckBoth("aten.cumsum.default", {TransposedView(M23())}, {In(0), I(0)},
-            kF32, {3, 2}, {1, 4, 3, 9, 6, 15});
+  CheckBoth("aten.cumsum.default", {TransposedView(M23())}, {In(0), I(0)}, kF32,
+            {3, 2}, {1, 4, 3, 9, 6, 15});
   CheckBoth("aten.cumsum.default", {F32({0, 2}, {})}, {In(0), I(0)}, kF32,
             {0, 2}, {});
 }
