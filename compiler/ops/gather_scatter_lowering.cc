@@ -624,6 +624,22 @@ absl::StatusOr<std::vector<LoweredValue>> LowerIndexPut(LowerContext& ctx) {
       PointwiseOutput(ctx, ir::Select(Ge(f, Int(0)), v, base))};
 }
 
+// flip: a view reading n - 1 - v along each flipped dim (n may be
+// symbolic).
+absl::StatusOr<std::vector<LoweredValue>> LowerFlip(LowerContext& ctx) {
+  const LoweredValue& self = ctx.value(0);
+  const int rank = static_cast<int>(self.sizes.size());
+  std::vector<Expr> j = IdentityIndex(rank);
+  for (const SymExpr& e : ctx.arg(1).ints) {
+    if (rank == 0) break;
+    const int d = WrapCheckedDim(*e.AsConstant(), rank);
+    j[d] = ir::Add(ir::Add(ir::FromSym(self.sizes[d]), Int(-1)),
+                   ir::Mul(ir::Var(d), Int(-1)));
+  }
+  return std::vector<LoweredValue>{
+      LowerContext::Remap(self, j, ctx.out_type().sizes)};
+}
+
 // cumsum: out[p] = sum over k <= p[dim] of self[p with dim = k], as a
 // reduction over [self..., n] (quadratic along `dim`).
 absl::StatusOr<std::vector<LoweredValue>> LowerCumsum(LowerContext& ctx) {
@@ -672,6 +688,7 @@ void RegisterGatherScatterLowerings(OpLowerings& table) {
   table.Add("aten.scatter.value", LowerScatter);
   table.Add("aten.index_put.default", LowerIndexPut);
   table.Add("aten.cumsum.default", LowerCumsum);
+  table.Add("aten.flip.default", LowerFlip);
 }
 
 }  // namespace kiln

@@ -442,6 +442,25 @@ absl::StatusOr<std::vector<HostTensor>> IndexPutReference(
   return std::vector<HostTensor>{std::move(out)};
 }
 
+// flip: self read at n - 1 - i along each flipped dim.
+absl::StatusOr<std::vector<HostTensor>> FlipReference(const RefContext& ctx) {
+  const HostTensor& self = ctx.tensors[0];
+  HostTensor out = HostTensor::Empty(ctx.out_dtypes[0], ctx.out_sizes[0]);
+  std::vector<bool> flip(self.rank(), false);
+  for (const SymExpr& e : ctx.arg(1).ints) {
+    if (self.rank() > 0)
+      flip[WrapCheckedDim(*e.AsConstant(), self.rank())] = true;
+  }
+  ForEachIndex(out.sizes(), [&](const std::vector<int64_t>& o) {
+    std::vector<int64_t> from = o;
+    for (int d = 0; d < self.rank(); ++d) {
+      if (flip[d]) from[d] = self.sizes()[d] - 1 - o[d];
+    }
+    CopyElement(self, from, out, o);
+  });
+  return std::vector<HostTensor>{std::move(out)};
+}
+
 // cumsum: running sums along `dim` in double (floating) or int64.
 absl::StatusOr<std::vector<HostTensor>> CumsumReference(const RefContext& ctx) {
   const HostTensor& self = ctx.tensors[0];
@@ -485,6 +504,7 @@ void RegisterGatherScatterReferences(OpReferences& table) {
   table.Add("aten.scatter.value", ScatterReference);
   table.Add("aten.index_put.default", IndexPutReference);
   table.Add("aten.cumsum.default", CumsumReference);
+  table.Add("aten.flip.default", FlipReference);
 }
 
 }  // namespace kiln

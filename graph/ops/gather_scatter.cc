@@ -1,7 +1,8 @@
 // Signatures of the ops that read or write through a data-dependent index:
 // embedding, index_select, gather, index.Tensor, masked_fill,
 // constant_pad_nd, the loss nll_loss_forward/backward, and the scatters
-// embedding_dense_backward, scatter_add, scatter, index_put, and cumsum. Their
+// embedding_dense_backward, scatter_add, scatter, index_put, cumsum, and
+// flip (cumsum's backward; a view reading index n - 1 - i). Their
 // reference semantics and lowerings are
 // compiler/ops/gather_scatter_reference.cc and gather_scatter_lowering.cc.
 //
@@ -349,6 +350,23 @@ absl::StatusOr<Shapes> CumsumShape(const OpContext& ctx) {
   return Shapes{ctx.type(0).sizes};
 }
 
+// flip(self, dims): self's shape; dims distinct.
+absl::StatusOr<Shapes> FlipShape(const OpContext& ctx) {
+  const int rank = ctx.type(0).rank();
+  std::vector<bool> seen(std::max(rank, 1), false);
+  for (const SymExpr& e : ctx.arg(1).ints) {
+    auto c = ops::StaticInt(ctx, e, "dims");
+    if (!c.ok()) return c.status();
+    auto d = ctx.WrapDim(*c, rank);
+    if (!d.ok()) return d.status();
+    if (seen[*d])
+      return ctx.Invalid(absl::StrCat(
+          "dim ", *d, " appears multiple times in the list of dims"));
+    seen[*d] = true;
+  }
+  return Shapes{ctx.type(0).sizes};
+}
+
 absl::StatusOr<std::vector<DType>> CumsumDType(const OpContext& ctx) {
   if (!ctx.arg(2).is_none()) return std::vector<DType>{ctx.arg(2).dtype};
   const DType d = ctx.type(0).dtype;
@@ -472,6 +490,12 @@ void RegisterGatherScatterSignatures(OpSignatures& table) {
                   ArgDefault("accumulate", ArgKind::kBool, Attr::Bool(false))},
        .shape = IndexPutShape,
        .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.flip.default",
+             .op_class = OpClass::kView,
+             .schema = {Arg("self", ArgKind::kTensor),
+                        Arg("dims", ArgKind::kIntList)},
+             .shape = FlipShape,
+             .dtype = SameDTypeAsSelf});
   table.Add(
       {.name = "aten.cumsum.default",
        .op_class = OpClass::kReduction,

@@ -2660,6 +2660,19 @@ inline bool OpSetGen::GatherScatter(const OpValue& a) {
     Keep(std::move(v));
     return true;
   }
+  if (k == 14 && rng_.Chance(50)) {  // flip: a view (same stats)
+    std::vector<int64_t> dims;
+    for (int d = 0; d < r; ++d) {
+      if (rng_.Chance(50)) dims.push_back(Dim(d, r));
+    }
+    OpValue v = a;
+    v.name = Fresh();
+    v1::Node* n = Node("aten.flip.default", v.name);
+    Ref(n, a.name);
+    Ints(n, dims);
+    Keep(std::move(v));
+    return true;
+  }
   // cumsum: ints and bools sum in int64.
   if (r == 0) return false;
   const int d = rng_.Below(r);

@@ -465,6 +465,27 @@ TEST(IndexingCumsum, DimsAndDTypes) {
             {0, 2}, {});
 }
 
+TEST(IndexingFlip, DimsDTypesAndViews) {
+  // [[1, 2, 3], [4, 5, 6]] flipped along the columns, then both dims.
+  CheckBoth("aten.flip.default", {M23()}, {In(0), Ints({1})}, kF32, {2, 3},
+            {3, 2, 1, 6, 5, 4});
+  CheckBoth("aten.flip.default", {M23()}, {In(0), Ints({-1, 0})}, kF32, {2, 3},
+            {6, 5, 4, 3, 2, 1});
+  for (DType dt : {DType::kFloat16, DType::kBFloat16, kI32, kI64, kBool}) {
+    CheckBoth("aten.flip.default", {Cast(F32({3}, {1, 0, 0}), dt)},
+              {In(0), Ints({0})}, dt, {3}, {0, 0, 1});
+  }
+  CheckBoth("aten.flip.default", {TransposedView(M23())}, {In(0), Ints({0})},
+            kF32, {3, 2}, {3, 6, 2, 5, 1, 4});
+  CheckBoth("aten.flip.default", {M23()}, {In(0), Ints({})}, kF32, {2, 3},
+            {1, 2, 3, 4, 5, 6});
+  CheckBoth("aten.flip.default", {F32({0, 2}, {})}, {In(0), Ints({0, 1})}, kF32,
+            {0, 2}, {});
+  ExpectInvalid("aten.flip.default", {M23()}, {In(0), Ints({1, -1})},
+                {"multiple times"});
+  ExpectInvalid("aten.flip.default", {M23()}, {In(0), Ints({2})});
+}
+
 // ---- fused graphs ----
 
 // Fills integer inputs with indices for their graph's use: in [-b, b) for

@@ -132,7 +132,7 @@ inline const std::vector<std::string>& IndexingSuiteOps() {
       "aten.embedding_dense_backward.default",
       "aten.scatter_add.default",      "aten.scatter.src",
       "aten.scatter.value",            "aten.index_put.default",
-      "aten.cumsum.default"};
+      "aten.cumsum.default",           "aten.flip.default"};
   return *ops;
 }
 
