@@ -9,7 +9,7 @@
 //
 // Adding an op: a named shape rule and dtype rule and one line in the table
 // of its family in graph/ops/*.cc (pointwise, reduction, views, indexing,
-// creation, composite), then its reference and lowering in the compiler's
+// creation, composite, gather_scatter), then its reference and lowering in the compiler's
 // tables of the same family (compiler/ops/).
 //
 // The table is built once, on first use, and is immutable afterwards.
@@ -148,6 +148,7 @@ void RegisterCompositeSignatures(OpSignatures& table);
 void RegisterMatmulSignatures(OpSignatures& table);
 void RegisterNormSignatures(OpSignatures& table);
 void RegisterPoolingSignatures(OpSignatures& table);
+void RegisterGatherScatterSignatures(OpSignatures& table);
 
 }  // namespace kiln
 

@@ -232,6 +232,21 @@ TEST(CudaCodegen, PointwiseElementsPerThread) {
   }
 }
 
+// Issue 17.2's gathers and scatters: loads whose index is another load
+// (an embedding feeding cross-entropy and its backward; index_select,
+// gather, index, masked_fill, constant_pad_nd, scatter_add, scatter,
+// index_put, cumsum) compile to PTX and cubins with the structure the
+// runtime relies on; data-dependent loads are never vector candidates.
+TEST(CudaCodegen, GatherScatterGraphsCompile) {
+  for (const char* file :
+       {"embedding_cross_entropy.json", "gather_scatter_mix.json"}) {
+    SCOPED_TRACE(file);
+    auto a = Compile(ForGpu(Request(file)));
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(CheckStructure(*a), "");
+  }
+}
+
 TEST(CudaCodegen, ArchitecturesAndErrors) {
   for (const char* arch : {"sm_80", "sm_90", "sm_100"}) {
     auto a = Compile(ForGpu(Request("softmax.json"), arch));

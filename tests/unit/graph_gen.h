@@ -504,6 +504,14 @@ class OpSetGen {
   bool NormPool();
   // Issue 16: matrix products.
   bool Matmul(const OpValue& a);
+  // The gather/scatter family of issue 17.2 (embedding ... cumsum), over
+  // static shapes, with index tensors made in range from int inputs.
+  bool GatherScatter(const OpValue& a);
+  // An int32/int64 index tensor of `shape` with values in [0, n) (or, when
+  // `negative` and half the time, in [-n, 0)): remainder of a new int input.
+  const OpValue* IndexValues(const GenShape& shape, int64_t n, bool negative);
+  // A scalar operand fitting `dtype` (float, int or bool kind).
+  Operand ScalarFor(v1::DType dtype);
 
   Rng rng_;
   const GraphGenOptions& o_;
@@ -2704,6 +2712,346 @@ inline bool OpSetGen::AliasCopyOrLike(const OpValue& a) {
   return true;
 }
 
+inline Operand OpSetGen::ScalarFor(v1::DType dtype) {
+  return RandomScalar(IsFloatDType(dtype) ? 'f'
+                      : dtype == v1::BOOL ? 'b'
+                                          : 'i');
+}
+
+inline const OpValue* OpSetGen::IndexValues(const GenShape& shape, int64_t n,
+                                            bool negative) {
+  const OpValue* x =
+      NewInput(shape, rng_.Chance(50) ? v1::INT64 : v1::INT32);
+  OpValue r = *x;
+  r.name = Fresh();
+  r.mag = static_cast<double>(n - 1);
+  r.nonneg = true;
+  v1::Node* node = Node("aten.remainder.Scalar", r.name);
+  Ref(node, x->name);
+  Int(node, n);
+  const OpValue* idx = Keep(std::move(r));
+  if (!negative || rng_.Chance(50)) return idx;
+  OpValue m = *idx;
+  m.name = Fresh();
+  m.mag = static_cast<double>(n);
+  m.nonneg = false;
+  node = Node("aten.sub.Scalar", m.name);
+  Ref(node, idx->name);
+  Int(node, n);
+  return Keep(std::move(m));
+}
+
+inline bool OpSetGen::GatherScatter(const OpValue& a) {
+  const int r = static_cast<int>(a.shape.size());
+  for (const GenDim& d : a.shape) {
+    if (!d.symbol.empty() || IsCompound(d) || d.value == 0) return false;
+  }
+  auto size = [&](int d) { return a.shape[d].value; };
+  auto small = [&]() { return GenDim{"", 1 + rng_.Below(4)}; };
+  const bool fp = IsFloatDType(a.dtype);
+  const double ulp = UlpOf(a.dtype);
+  // Stats of a copy of elements of a and of `o` (a scalar or tensor).
+  auto merged = [&](const Operand& o) {
+    OpValue v = a;
+    v.name = Fresh();
+    v.mag = std::max(a.mag, o.mag());
+    v.lo = 0;
+    v.err = std::max(a.err, o.err());
+    v.integral = a.integral && o.integral();
+    v.nonneg = a.nonneg && o.nonneg();
+    return v;
+  };
+  // Stats of sums of up to k terms of magnitude `mag` (err `err` each) in
+  // dtype d, accumulated in float32 and rounded once.
+  auto summed = [&](OpValue& v, double k, double mag, double err) {
+    // As Reduction's sums: propagated error, one rounding, and the float32
+    // accumulator's.
+    v.mag = mag;
+    v.lo = 0;
+    if (!IsFloatDType(v.dtype)) {
+      v.err = 0;
+      return v.mag <= 1e9;
+    }
+    if (!ErrOk(k * err, v.dtype) || !MagOk(v.mag, v.dtype)) return false;
+    v.err = Inexact(k * err, mag, v.dtype) + mag * std::ldexp(1.0, -22);
+    return true;
+  };
+  int k = rng_.Below(16);
+  // The losses need a float32 [N, C]: take them more often when it is one.
+  if (r == 2 && a.dtype == v1::FLOAT32 && rng_.Chance(30))
+    k = 7 + rng_.Below(2);
+  if (k == 0) {  // embedding
+    if (r != 2) return false;
+    GenShape is;
+    for (int i = rng_.Below(3); i > 0; --i) is.push_back(small());
+    const OpValue* idx = IndexValues(is, size(0), true);
+    OpValue v = a;
+    v.name = Fresh();
+    v.shape = is;
+    v.shape.push_back(a.shape[1]);
+    v1::Node* n = Node("aten.embedding.default", v.name);
+    Ref(n, a.name);
+    Ref(n, idx->name);
+    if (rng_.Chance(30)) Int(n, -1);
+    Keep(std::move(v));
+    return true;
+  }
+  if (k == 1 || k == 2) {  // index_select, gather
+    if (r == 0) return false;
+    const int d = rng_.Below(r);
+    OpValue v = a;
+    v.name = Fresh();
+    GenShape is;
+    if (k == 1) {
+      if (rng_.Chance(80)) is.push_back(small());
+      v.shape[d] = is.empty() ? GenDim{"", 1} : is[0];
+    } else {
+      for (int i = 0; i < r; ++i)
+        is.push_back(i == d ? small()
+                            : GenDim{"", 1 + rng_.Below(static_cast<int>(size(i)))});
+      v.shape = is;
+    }
+    const OpValue* idx = IndexValues(is, size(d), true);
+    v1::Node* n = Node(k == 1 ? "aten.index_select.default"
+                              : "aten.gather.default",
+                       v.name);
+    Ref(n, a.name);
+    Int(n, Dim(d, r));
+    Ref(n, idx->name);
+    Keep(std::move(v));
+    return true;
+  }
+  if (k == 3 || k == 13) {  // index.Tensor, index_put
+    if (r == 0) return false;
+    const int count = 1 + rng_.Below(std::min(r, 2));
+    const GenDim m = small();
+    std::vector<const OpValue*> idx;
+    GenShape b = {m};
+    for (int j = 0; j < count; ++j) {
+      GenShape is = {m};
+      if (count == 2 && j == 0 && rng_.Chance(50)) {
+        is = {m, GenDim{"", 1}};
+        b = {m, m};
+      }
+      idx.push_back(IndexValues(is, size(j), true));
+    }
+    GenShape indexed = b;
+    indexed.insert(indexed.end(), a.shape.begin() + count, a.shape.end());
+    if (MaxNumel(indexed) > 4096) return false;
+    if (k == 3) {
+      OpValue v = a;
+      v.name = Fresh();
+      v.shape = indexed;
+      v1::Node* n = Node("aten.index.Tensor", v.name);
+      Ref(n, a.name);
+      v1::ValueList* list = n->add_args()->mutable_refs();
+      for (const OpValue* t : idx) list->add_values(t->name);
+      Keep(std::move(v));
+      return true;
+    }
+    if (a.dtype == v1::BOOL) return false;
+    const OpValue* vals =
+        NewInput(rng_.Chance(20) ? GenShape{} : indexed, a.dtype);
+    const bool accumulate = rng_.Chance(50);
+    Operand o;
+    o.tensor = vals;
+    OpValue v = merged(o);
+    if (accumulate &&
+        !summed(v, static_cast<double>(MaxNumel(b)),
+                a.mag + static_cast<double>(MaxNumel(b)) * vals->mag,
+                std::max(a.err, vals->err)))
+      return false;
+    v1::Node* n = Node("aten.index_put.default", v.name);
+    Ref(n, a.name);
+    v1::ValueList* list = n->add_args()->mutable_refs();
+    for (const OpValue* t : idx) list->add_values(t->name);
+    Ref(n, vals->name);
+    if (accumulate || rng_.Chance(50)) Bool(n, accumulate);
+    Keep(std::move(v));
+    return true;
+  }
+  if (k == 4 || k == 5 || k == 6) {  // masked_fill, constant_pad_nd
+    Operand c = ScalarFor(a.dtype);
+    if (k == 5) c.tensor = NewInput({}, a.dtype);
+    OpValue v = merged(c);
+    if (k != 6) {
+      const OpValue* mask = NewInput(a.shape, v1::BOOL);
+      v1::Node* n = Node(k == 4 ? "aten.masked_fill.Scalar"
+                                : "aten.masked_fill.Tensor",
+                         v.name);
+      Ref(n, a.name);
+      Ref(n, mask->name);
+      Arg(n, c);
+      Keep(std::move(v));
+      return true;
+    }
+    if (r == 0) return false;
+    std::vector<int64_t> pad;
+    const int dims = 1 + rng_.Below(r);
+    for (int i = 0; i < dims; ++i) {
+      const int d = r - 1 - i;
+      int64_t before = rng_.Below(4) - 1, after = rng_.Below(4) - 1;
+      if (size(d) + before + after < 1) before = after = 0;
+      pad.push_back(before);
+      pad.push_back(after);
+      v.shape[d] = GenDim{"", size(d) + before + after};
+    }
+    if (MaxNumel(v.shape) > 4096) return false;
+    v1::Node* n = Node("aten.constant_pad_nd.default", v.name);
+    Ref(n, a.name);
+    Ints(n, pad);
+    if (rng_.Chance(70)) Scalar(n, c);
+    Keep(std::move(v));
+    return true;
+  }
+  if (k == 7 || k == 8) {  // nll_loss_forward / backward over a [N, C]
+    if (r != 2 || a.dtype != v1::FLOAT32) return false;
+    const int64_t batch = size(0), classes = size(1);
+    const OpValue* target = IndexValues({a.shape[0]}, classes, false);
+    const int reduction = rng_.Below(3);
+    const OpValue* weight =
+        reduction != 1 && rng_.Chance(30) ? NewInput({a.shape[1]}, v1::FLOAT32)
+                                          : nullptr;
+    const double wmag = weight ? weight->mag : 1;
+    const int ignore = rng_.Chance(50) ? -100 : rng_.Below(static_cast<int>(classes));
+    OpValue v = a;
+    v.name = Fresh();
+    v.integral = v.nonneg = false;
+    if (k == 7) {
+      v.shape = reduction == 0 ? GenShape{a.shape[0]} : GenShape{};
+      const double terms = reduction == 0 ? 1 : static_cast<double>(batch);
+      if (!summed(v, terms, terms * a.mag * wmag, a.err * wmag)) return false;
+      if (reduction == 1) {
+        // Mean over the non-ignored samples (at least one unless all are).
+        if (ignore != -100) return false;
+        v.mag = a.mag;
+        v.err = v.err / static_cast<double>(batch) + 2 * ulp * a.mag;
+      }
+      OpValue tw = v;
+      tw.name = Fresh();
+      tw.shape = {};
+      if (!summed(tw, static_cast<double>(batch),
+                  static_cast<double>(batch) * wmag, 0))
+        return false;
+      v1::Node* n = Node("aten.nll_loss_forward.default", v.name);
+      n->add_outputs(tw.name);
+      Ref(n, a.name);
+      Ref(n, target->name);
+      if (weight) {
+        Ref(n, weight->name);
+      } else {
+        n->add_args()->mutable_none();
+      }
+      Int(n, reduction);
+      Int(n, ignore);
+      Keep(std::move(v));
+      Keep(std::move(tw));
+      return true;
+    }
+    const OpValue* grad =
+        NewInput(reduction == 0 ? GenShape{a.shape[0]} : GenShape{},
+                 v1::FLOAT32);
+    const OpValue* total = NewInput({}, v1::FLOAT32);
+    if (reduction == 1) total = MakePositive(*total);
+    if (!total || total->dtype != v1::FLOAT32) return false;
+    v.mag = grad->mag * wmag / (reduction == 1 ? total->lo : 1);
+    v.lo = 0;
+    v.err = 3 * ulp * v.mag;
+    if (!MagOk(v.mag, v.dtype) || !ErrOk(v.err, v.dtype)) return false;
+    v1::Node* n = Node("aten.nll_loss_backward.default", v.name);
+    Ref(n, grad->name);
+    Ref(n, a.name);
+    Ref(n, target->name);
+    if (weight) {
+      Ref(n, weight->name);
+    } else {
+      n->add_args()->mutable_none();
+    }
+    Int(n, reduction);
+    Int(n, ignore);
+    Ref(n, total->name);
+    Keep(std::move(v));
+    return true;
+  }
+  if (k == 9) {  // embedding_dense_backward of a grad [..., D]
+    if (r < 1 || !fp) return false;
+    const GenShape is(a.shape.begin(), a.shape.end() - 1);
+    const int64_t num = 1 + rng_.Below(6);
+    const OpValue* idx = IndexValues(is, num, false);
+    const double t = static_cast<double>(MaxNumel(is));
+    OpValue v = a;
+    v.name = Fresh();
+    v.shape = {GenDim{"", num}, a.shape.back()};
+    v.integral = v.nonneg = false;
+    const bool scale = rng_.Chance(30);
+    if (!summed(v, t, t * a.mag, a.err)) return false;
+    if (scale) v.err += 2 * ulp * v.mag;
+    v1::Node* n = Node("aten.embedding_dense_backward.default", v.name);
+    Ref(n, a.name);
+    Ref(n, idx->name);
+    Int(n, num);
+    Int(n, rng_.Chance(50) ? -1 : rng_.Below(static_cast<int>(num)));
+    Bool(n, scale);
+    Keep(std::move(v));
+    return true;
+  }
+  if (k >= 10 && k <= 12) {  // scatter_add, scatter.src, scatter.value
+    if (r == 0 || a.dtype == v1::BOOL) return false;
+    const int d = rng_.Below(r);
+    GenShape is;
+    for (int i = 0; i < r; ++i)
+      is.push_back(i == d ? small() : GenDim{"", 1 + rng_.Below(static_cast<int>(size(i)))});
+    const OpValue* idx = IndexValues(is, size(d), true);
+    Operand src = ScalarFor(a.dtype);
+    if (k != 12) src.tensor = NewInput(is, a.dtype);
+    OpValue v = merged(src);
+    if (k == 10) {
+      const double hits = static_cast<double>(is[d].value);
+      if (!summed(v, hits, a.mag + hits * src.mag(),
+                  std::max(a.err, src.err())))
+        return false;
+    }
+    v1::Node* n = Node(k == 10   ? "aten.scatter_add.default"
+                       : k == 11 ? "aten.scatter.src"
+                                 : "aten.scatter.value",
+                       v.name);
+    Ref(n, a.name);
+    Int(n, Dim(d, r));
+    Ref(n, idx->name);
+    Arg(n, src);
+    Keep(std::move(v));
+    return true;
+  }
+  if (k == 15) {  // flip: a view (same stats)
+    std::vector<int64_t> dims;
+    for (int d = 0; d < r; ++d) {
+      if (rng_.Chance(50)) dims.push_back(Dim(d, r));
+    }
+    OpValue v = a;
+    v.name = Fresh();
+    v1::Node* n = Node("aten.flip.default", v.name);
+    Ref(n, a.name);
+    Ints(n, dims);
+    Keep(std::move(v));
+    return true;
+  }
+  // cumsum: ints and bools sum in int64.
+  if (r == 0) return false;
+  const int d = rng_.Below(r);
+  OpValue v = a;
+  v.name = Fresh();
+  v.dtype = fp ? a.dtype : v1::INT64;
+  const double n = static_cast<double>(size(d));
+  if (!summed(v, n, n * a.mag, a.err)) return false;
+  v.integral = a.integral;
+  v.nonneg = a.nonneg;
+  v1::Node* node = Node("aten.cumsum.default", v.name);
+  Ref(node, a.name);
+  Int(node, Dim(d, r));
+  Keep(std::move(v));
+  return true;
+}
+
 inline v1::Graph OpSetGen::Build() {
   // The shape inputs broadcast to: small, so that the reference evaluator
   // stays fast; now and then one long dim for vector loops and their tails.
@@ -2766,12 +3114,12 @@ inline v1::Graph OpSetGen::Build() {
 
   const int target = 1 + rng_.Below(std::max(1, o_.max_nodes));
   static const int kWeights[] = {12, 7,  4, 20, 6, 5, 5, 5, 7,
-                                 7,  12, 4, 14, 3, 3, 6, 14, 6};
-  // The families after the first 15 (AliasCopyOrLike, NormPool, Matmul)
-  // only where issue17_ (seeds from first_issue17_seed on), so that earlier
-  // seeds keep their graphs.
+                                 7,  12, 4, 14, 3, 3, 6, 14, 6, 8};
+  // The families after the first 15 (AliasCopyOrLike, NormPool, Matmul,
+  // GatherScatter) only where issue17_ (seeds from first_issue17_seed on),
+  // so that earlier seeds keep their graphs.
   const int families =
-      static_cast<int>(std::size(kWeights)) - (issue17_ ? 0 : 3);
+      static_cast<int>(std::size(kWeights)) - (issue17_ ? 0 : 4);
   int total_weight = 0;
   for (int f = 0; f < families; ++f) total_weight += kWeights[f];
   std::vector<std::string> produced;
@@ -2837,6 +3185,9 @@ inline v1::Graph OpSetGen::Build() {
         break;
       case 17:
         ok = Matmul(a);
+        break;
+      case 18:
+        ok = GatherScatter(a);
         break;
       default:
         ok = Creation();

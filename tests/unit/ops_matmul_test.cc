@@ -27,13 +27,6 @@
 namespace kiln::testing {
 namespace {
 
-const std::vector<std::string>& MatmulSuiteOps() {
-  static const auto* ops =
-      new std::vector<std::string>{"aten.mm.default", "aten.addmm.default",
-                                   "aten.bmm.default", "aten.baddbmm.default"};
-  return *ops;
-}
-
 [[maybe_unused]] ::testing::Environment* const kCoverage =
     RegisterCoverage("matmul", MatmulSuiteOps());
 

@@ -28,7 +28,8 @@ TEST(OpCoverage, EveryRegisteredOpIsCovered) {
   std::set<std::string> covered;
   for (const auto* list : {&PointwiseSuiteOps(), &ReductionSuiteOps(),
                            &ShapeSuiteOps(), &CompositeSuiteOps(),
-                           &NormSuiteOps()}) {
+                           &NormSuiteOps(), &IndexingSuiteOps(),
+                           &MatmulSuiteOps()}) {
     for (const std::string& op : *list) {
       EXPECT_TRUE(covered.insert(op).second) << op << " is listed twice";
     }

@@ -1,5 +1,6 @@
 // Shared pieces of the per-op suites (ops_pointwise_test.cc,
-// ops_reduction_test.cc, ops_shape_test.cc, ops_composite_test.cc):
+// ops_reduction_test.cc, ops_shape_test.cc, ops_composite_test.cc,
+// ops_indexing_test.cc):
 //
 //  * the list of ops each suite covers: the one place that says which suite
 //    tests an op. OpCoverage.EveryRegisteredOpIsCovered (in
@@ -145,6 +146,25 @@ inline const std::vector<std::string>& NormSuiteOps() {
       "aten.avg_pool2d_backward.default",
       "aten._adaptive_avg_pool2d.default",
       "aten._adaptive_avg_pool2d_backward.default"};
+// The matrix products (ops_matmul_test.cc).
+inline const std::vector<std::string>& MatmulSuiteOps() {
+  static const auto* ops = new std::vector<std::string>{
+      "aten.mm.default", "aten.addmm.default", "aten.bmm.default",
+      "aten.baddbmm.default"};
+  return *ops;
+}
+
+inline const std::vector<std::string>& IndexingSuiteOps() {
+  static const auto* ops = new std::vector<std::string>{
+      "aten.embedding.default",        "aten.index_select.default",
+      "aten.gather.default",           "aten.index.Tensor",
+      "aten.masked_fill.Scalar",       "aten.masked_fill.Tensor",
+      "aten.constant_pad_nd.default",  "aten.nll_loss_forward.default",
+      "aten.nll_loss_backward.default",
+      "aten.embedding_dense_backward.default",
+      "aten.scatter_add.default",      "aten.scatter.src",
+      "aten.scatter.value",            "aten.index_put.default",
+      "aten.cumsum.default",           "aten.flip.default"};
   return *ops;
 }
 

@@ -1,0 +1,694 @@
+// Lowerings of the gather/scatter ops (signatures in
+// graph/ops/gather_scatter.cc).
+//
+// A data-dependent read is a load whose index expression holds another load
+// (of the index tensor): gathers are views, index maps over their source
+// whose index along the gathered dim is read from the index tensor, so they
+// fuse into their consumers like any view; fusion materialises what such a
+// load reads through like any other load (compiler/fuse.cc).
+//
+// Out-of-range indices: PyTorch raises an IndexError; Kiln's kernels have no
+// error path, so every index read from data is wrapped (negative counts
+// from the end) and then clamped into [0, n): an out-of-range index reads
+// the nearest valid element and memory outside a buffer is never touched.
+// The reference evaluator reports them as OUT_OF_RANGE. A gather from a dim
+// of static size 0 (an error in PyTorch whenever there is an index) gives
+// zeros.
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "compiler/op_lowering.h"
+#include "compiler/ops/lowering_util.h"
+#include "graph/ops/gather_scatter.h"
+#include "graph/ops/views.h"
+
+namespace kiln {
+namespace {
+
+using ops::PointwiseOutput;
+using ops::WrapCheckedDim;
+
+Expr Int(int64_t v) { return ir::IntConst(v); }
+Expr Lt(Expr a, Expr b) {
+  return ir::Binary(ExprOp::kLt, std::move(a), std::move(b), DType::kBool);
+}
+Expr Ge(Expr a, Expr b) {
+  return ir::Binary(ExprOp::kGe, std::move(a), std::move(b), DType::kBool);
+}
+Expr Eq(Expr a, Expr b) {
+  return ir::Binary(ExprOp::kEq, std::move(a), std::move(b), DType::kBool);
+}
+Expr And(Expr a, Expr b) {
+  if (!a) return b;
+  return ir::Binary(ExprOp::kAnd, std::move(a), std::move(b), DType::kBool);
+}
+
+// An index read from data, for a dim of size n: wrapped when negative,
+// then clamped into [0, n - 1] so that no load leaves the buffer.
+Expr SafeIndex(const Expr& raw, const SymExpr& n) {
+  const Expr i = ir::Cast(raw, DType::kInt64);
+  const Expr size = ir::FromSym(n);
+  const Expr wrapped = ir::Select(Lt(i, Int(0)), ir::Add(i, size), i);
+  const Expr hi = ir::Add(size, Int(-1));
+  return ir::Binary(ExprOp::kMax,
+                    ir::Binary(ExprOp::kMin, wrapped, hi, DType::kInt64),
+                    Int(0), DType::kInt64);
+}
+
+bool StaticallyEmpty(const SymExpr& n) { return n == SymExpr(0); }
+
+std::vector<LoweredValue> Zeros(LowerContext& ctx) {
+  return {PointwiseOutput(ctx, ir::Const(0, ctx.out_type().dtype))};
+}
+
+// embedding: out[t..., d] = weight[indices[t...], d].
+absl::StatusOr<std::vector<LoweredValue>> LowerEmbedding(LowerContext& ctx) {
+  const LoweredValue& weight = ctx.value(0);
+  const LoweredValue& indices = ctx.value(1);
+  if (StaticallyEmpty(weight.sizes[0])) return Zeros(ctx);
+  const int r = static_cast<int>(indices.sizes.size());
+  const Expr row =
+      SafeIndex(LowerContext::Read(indices, IdentityIndex(r)), weight.sizes[0]);
+  return std::vector<LoweredValue>{
+      LowerContext::Remap(weight, {row, ir::Var(r)}, ctx.out_type().sizes)};
+}
+
+// index_select: self with dim `dim` read at index[v_dim].
+absl::StatusOr<std::vector<LoweredValue>> LowerIndexSelect(LowerContext& ctx) {
+  const LoweredValue& self = ctx.value(0);
+  const LoweredValue& index = ctx.value(2);
+  const int rank = static_cast<int>(self.sizes.size());
+  if (rank == 0) return std::vector<LoweredValue>{self};
+  const int d = WrapCheckedDim(ctx.arg(1).i, rank);
+  if (StaticallyEmpty(self.sizes[d])) return Zeros(ctx);
+  std::vector<Expr> at;
+  if (!index.sizes.empty()) at.push_back(ir::Var(d));
+  std::vector<Expr> j = IdentityIndex(rank);
+  j[d] = SafeIndex(LowerContext::Read(index, at), self.sizes[d]);
+  return std::vector<LoweredValue>{
+      LowerContext::Remap(self, j, ctx.out_type().sizes)};
+}
+
+// gather: out[p] = self[p with dim `dim` replaced by index[p]].
+absl::StatusOr<std::vector<LoweredValue>> LowerGather(LowerContext& ctx) {
+  const LoweredValue& self = ctx.value(0);
+  const LoweredValue& index = ctx.value(2);
+  const int rank = static_cast<int>(self.sizes.size());
+  const int out_rank = static_cast<int>(index.sizes.size());
+  if (rank == 0) {
+    return std::vector<LoweredValue>{
+        LowerContext::Remap(self, {}, ctx.out_type().sizes)};
+  }
+  const int d = WrapCheckedDim(ctx.arg(1).i, rank);
+  if (StaticallyEmpty(self.sizes[d])) return Zeros(ctx);
+  std::vector<Expr> j = IdentityIndex(rank);
+  j[d] = SafeIndex(LowerContext::Read(index, IdentityIndex(out_rank)),
+                   self.sizes[d]);
+  return std::vector<LoweredValue>{
+      LowerContext::Remap(self, j, ctx.out_type().sizes)};
+}
+
+// index.Tensor: the k index tensors read broadcast over the leading dims B
+// of the output; self's remaining dims follow.
+absl::StatusOr<std::vector<LoweredValue>> LowerIndexTensor(LowerContext& ctx) {
+  const LoweredValue& self = ctx.value(0);
+  const std::vector<ValueId>& ts = ctx.arg(1).tensors;
+  const int k = static_cast<int>(ts.size());
+  const std::vector<SymExpr>& out = ctx.out_type().sizes;
+  const int rest = static_cast<int>(self.sizes.size()) - k;
+  const int b_rank = static_cast<int>(out.size()) - rest;
+  const std::vector<SymExpr> b(out.begin(), out.begin() + b_rank);
+  std::vector<Expr> j;
+  for (int i = 0; i < k; ++i) {
+    if (StaticallyEmpty(self.sizes[i])) return Zeros(ctx);
+    j.push_back(SafeIndex(LowerContext::ReadBroadcast(ctx.value_of(ts[i]), b),
+                          self.sizes[i]));
+  }
+  for (int m = 0; m < rest; ++m) j.push_back(ir::Var(b_rank + m));
+  return std::vector<LoweredValue>{LowerContext::Remap(self, j, out)};
+}
+
+// A Scalar argument as a constant of `dtype` (float to int truncates, any
+// nonzero is true).
+Expr ScalarConst(const Attr& a, DType dtype) {
+  if (IsFloating(dtype)) return ir::Const(a.ScalarAsDouble(), dtype);
+  if (a.kind == Attr::Kind::kFloat)
+    return ir::Cast(ir::Const(a.f, DType::kFloat32), dtype);
+  return ir::Cast(Int(a.kind == Attr::Kind::kBool ? a.b : a.i), dtype);
+}
+
+// masked_fill: where(mask, value, self) over the broadcast shape.
+absl::StatusOr<std::vector<LoweredValue>> LowerMaskedFill(LowerContext& ctx) {
+  const TensorType& out = ctx.out_type();
+  const Expr value =
+      ctx.is_tensor(2)
+          ? ir::Cast(LowerContext::Read(ctx.value(2), {}), out.dtype)
+          : ScalarConst(ctx.arg(2), out.dtype);
+  const Expr mask = ir::Cast(
+      LowerContext::ReadBroadcast(ctx.value(1), out.sizes), DType::kBool);
+  const Expr self =
+      ir::Cast(LowerContext::ReadBroadcast(ctx.value(0), out.sizes), out.dtype);
+  return std::vector<LoweredValue>{
+      PointwiseOutput(ctx, ir::Select(mask, value, self))};
+}
+
+// constant_pad_nd: self read at v - before (clamped into range, so the load
+// stays inside the buffer) where inside, `value` elsewhere.
+absl::StatusOr<std::vector<LoweredValue>> LowerConstantPad(LowerContext& ctx) {
+  const LoweredValue& self = ctx.value(0);
+  const TensorType& out = ctx.out_type();
+  const int rank = static_cast<int>(self.sizes.size());
+  const Expr value = ScalarConst(ctx.arg(2), out.dtype);
+  std::vector<int64_t> pad;
+  for (const SymExpr& p : ctx.arg(1).ints) pad.push_back(*p.AsConstant());
+  const std::vector<ops::PadPair> pp = ops::PadPairs(pad, rank);
+  for (const SymExpr& s : self.sizes) {
+    if (StaticallyEmpty(s))
+      return std::vector<LoweredValue>{PointwiseOutput(ctx, value)};
+  }
+  Expr inside;
+  std::vector<Expr> j = IdentityIndex(rank);
+  for (int d = 0; d < rank; ++d) {
+    if (pp[d].before == 0 && pp[d].after == 0) continue;
+    const Expr src = ir::Add(ir::Var(d), Int(-pp[d].before));
+    const Expr n = ir::FromSym(self.sizes[d]);
+    if (pp[d].before > 0) inside = And(inside, Ge(src, Int(0)));
+    if (pp[d].after > 0) inside = And(inside, Lt(src, n));
+    j[d] = (pp[d].before > 0 || pp[d].after > 0)
+               ? ir::Binary(ExprOp::kMax,
+                            ir::Binary(ExprOp::kMin, src, ir::Add(n, Int(-1)),
+                                       DType::kInt64),
+                            Int(0), DType::kInt64)
+               : src;
+  }
+  Expr body = ir::Cast(LowerContext::Read(self, j), out.dtype);
+  if (inside) body = ir::Select(inside, body, value);
+  return std::vector<LoweredValue>{PointwiseOutput(ctx, body)};
+}
+
+// ---- nll_loss ----
+
+// A pointwise node of shape `sizes` and `dtype` computing `body`.
+LoweredValue AddPointwise(LowerContext& ctx, std::vector<SymExpr> sizes,
+                          DType dtype, Expr body) {
+  LoopNode node;
+  node.kind = LoopNode::Kind::kPointwise;
+  node.dtype = dtype;
+  node.sizes = std::move(sizes);
+  node.body = ir::Cast(std::move(body), dtype);
+  return ctx.AddNode(std::move(node));
+}
+
+// Per sample (var 0 of a [N] space, or no var for a 1-D input): its target,
+// whether it is ignored, its weight (0 when ignored) and its loss
+// -weight * self[target] (0 when ignored), in float32. The target is
+// clamped into [0, C) for the loads only.
+struct NllSample {
+  Expr ignored, weight, loss;
+};
+NllSample NllSampleExprs(LowerContext& ctx, int self_arg, int target_arg,
+                         int weight_arg, int ignore_arg) {
+  const LoweredValue& self = ctx.value(self_arg);
+  const LoweredValue& target = ctx.value(target_arg);
+  const bool batched = self.sizes.size() == 2;
+  const std::vector<Expr> i =
+      batched ? std::vector<Expr>{ir::Var(0)} : std::vector<Expr>{};
+  const Expr t = ir::Cast(LowerContext::Read(target, i), DType::kInt64);
+  const SymExpr& classes = self.sizes.back();
+  const Expr c = ir::Binary(
+      ExprOp::kMax,
+      ir::Binary(ExprOp::kMin, t, ir::Add(ir::FromSym(classes), Int(-1)),
+                 DType::kInt64),
+      Int(0), DType::kInt64);
+  NllSample s;
+  s.ignored = Eq(t, Int(ctx.arg(ignore_arg).i));
+  const Expr zero = ir::Const(0, DType::kFloat32);
+  const Expr w = ctx.arg(weight_arg).is_none()
+                     ? ir::Const(1, DType::kFloat32)
+                     : ir::Cast(LowerContext::Read(ctx.value(weight_arg), {c}),
+                                DType::kFloat32);
+  s.weight = ir::Select(s.ignored, zero, w);
+  std::vector<Expr> at = i;
+  at.push_back(c);
+  const Expr x = ir::Cast(LowerContext::Read(self, at), DType::kFloat32);
+  s.loss = ir::Select(
+      s.ignored, zero,
+      ir::Unary(ExprOp::kNeg, ir::Binary(ExprOp::kMul, w, x, DType::kFloat32),
+                DType::kFloat32));
+  return s;
+}
+
+// nll_loss_forward: (loss, total_weight). none: per-sample losses, total 0;
+// sum / mean: sums over the batch, mean divided by the summed weight.
+absl::StatusOr<std::vector<LoweredValue>> LowerNllLossForward(
+    LowerContext& ctx) {
+  const LoweredValue& self = ctx.value(0);
+  const auto reduction = static_cast<ops::LossReduction>(ctx.arg(3).i);
+  const DType dtype = ctx.out_type(0).dtype;
+  const NllSample s = NllSampleExprs(ctx, 0, 1, 2, 4);
+  const Expr zero = ir::Const(0, DType::kFloat32);
+  if (self.sizes.size() == 1) {  // one sample
+    Expr loss = s.loss;
+    if (reduction == ops::LossReduction::kMean)
+      loss = ir::Binary(ExprOp::kDiv, loss, s.weight, DType::kFloat32);
+    const bool none = reduction == ops::LossReduction::kNone;
+    return std::vector<LoweredValue>{
+        AddPointwise(ctx, {}, dtype, loss),
+        AddPointwise(ctx, {}, dtype, none ? zero : s.weight)};
+  }
+  const SymExpr n = self.sizes[0];
+  if (reduction == ops::LossReduction::kNone) {
+    return std::vector<LoweredValue>{AddPointwise(ctx, {n}, dtype, s.loss),
+                                     AddPointwise(ctx, {}, dtype, zero)};
+  }
+  LoweredValue space;
+  space.sizes = {n};
+  auto sum = ops::LowerReductionOver(ctx, space, {true}, false,
+                                     ReduceKind::kSum, DType::kFloat32,
+                                     DType::kFloat32, s.loss, nullptr);
+  if (!sum.ok()) return sum.status();
+  auto total = ops::LowerReductionOver(ctx, space, {true}, false,
+                                       ReduceKind::kSum, DType::kFloat32,
+                                       DType::kFloat32, s.weight, nullptr);
+  if (!total.ok()) return total.status();
+  Expr loss = LowerContext::Read((*sum)[0], {});
+  const Expr tw = LowerContext::Read((*total)[0], {});
+  if (reduction == ops::LossReduction::kMean)
+    loss = ir::Binary(ExprOp::kDiv, loss, tw, DType::kFloat32);
+  return std::vector<LoweredValue>{AddPointwise(ctx, {}, dtype, loss),
+                                   AddPointwise(ctx, {}, dtype, tw)};
+}
+
+// nll_loss_backward: grad_input[i, c] = -weight[c] * g_i where c is sample
+// i's target (and the sample is not ignored), 0 elsewhere; g_i is
+// grad_output[i] (none) or grad_output (sum), divided by total_weight for
+// mean. Only the target is read from data; weight is read at c itself.
+absl::StatusOr<std::vector<LoweredValue>> LowerNllLossBackward(
+    LowerContext& ctx) {
+  const LoweredValue& self = ctx.value(1);
+  const LoweredValue& target = ctx.value(2);
+  const auto reduction = static_cast<ops::LossReduction>(ctx.arg(4).i);
+  const bool batched = self.sizes.size() == 2;
+  const Expr c = ir::Var(batched ? 1 : 0);
+  const std::vector<Expr> i =
+      batched ? std::vector<Expr>{ir::Var(0)} : std::vector<Expr>{};
+  const Expr t = ir::Cast(LowerContext::Read(target, i), DType::kInt64);
+  const Expr hit = And(
+      Eq(t, c), ir::Binary(ExprOp::kNe, t, Int(ctx.arg(5).i), DType::kBool));
+  const LoweredValue& grad = ctx.value(0);
+  Expr g = ir::Cast(
+      LowerContext::Read(grad, grad.sizes.empty() ? std::vector<Expr>{} : i),
+      DType::kFloat32);
+  if (reduction == ops::LossReduction::kMean) {
+    g = ir::Binary(
+        ExprOp::kDiv, g,
+        ir::Cast(LowerContext::Read(ctx.value(6), {}), DType::kFloat32),
+        DType::kFloat32);
+  }
+  Expr v = ir::Unary(ExprOp::kNeg, g, DType::kFloat32);
+  if (!ctx.arg(3).is_none()) {
+    v = ir::Binary(
+        ExprOp::kMul, v,
+        ir::Cast(LowerContext::Read(ctx.value(3), {c}), DType::kFloat32),
+        DType::kFloat32);
+  }
+  return std::vector<LoweredValue>{
+      PointwiseOutput(ctx, ir::Select(hit, v, ir::Const(0, DType::kFloat32)))};
+}
+
+// ---- scatters: reductions over the source positions ----
+//
+// The loop IR has no scatter stores or atomics, so an accumulating scatter
+// is a reduction per output element over the source positions that may
+// hit it: out[p] = base[p] + sum over q of (target(q) == p ? src[q] : 0).
+// That is deterministic (a fixed order per element) and exact, but costs
+// |out| * |src| (quadratic: an embedding gradient at a GPT-2 vocabulary is
+// far too slow, see kMaxScatterWork). Non-accumulating scatters keep the
+// last source position that hits (max over q), then read it.
+
+// Work above which a scatter is UNIMPLEMENTED (the client runs it eagerly)
+// rather than compiled as a quadratic reduction: 2^32 multiply-adds.
+constexpr int64_t kMaxScatterWork = int64_t{1} << 32;
+
+absl::Status CheckScatterWork(const LowerContext& ctx,
+                              const std::vector<SymExpr>& space) {
+  int64_t work = 1;
+  for (const SymExpr& s : space) {
+    auto c = s.AsConstant();
+    if (!c) {
+      return ctx.Unimplemented(
+          "a scatter over symbolic sizes (its quadratic reduction has no "
+          "size bound)");
+    }
+    if (*c == 0) return absl::OkStatus();
+    if (work > kMaxScatterWork / std::max<int64_t>(*c, 1)) {
+      return ctx.Unimplemented(
+          "scatter too large for Kiln's quadratic reduction (more than 2^32 "
+          "steps); run it eagerly");
+    }
+    work *= *c;
+  }
+  return absl::OkStatus();
+}
+
+// An accumulator dtype for sums of `dtype`.
+DType SumDType(DType dtype) {
+  return IsFloating(dtype) ? DType::kFloat32 : DType::kInt64;
+}
+
+// Adds a reduction over `space` of `body` (kind, accumulating in float32 or
+// int64), reducing the dims marked in `reduced`; returns it.
+absl::StatusOr<LoweredValue> Reduce(LowerContext& ctx,
+                                    const std::vector<SymExpr>& space,
+                                    const std::vector<bool>& reduced,
+                                    ReduceKind kind, DType dtype, Expr body) {
+  LoweredValue in;
+  in.sizes = space;
+  auto r = ops::LowerReductionOver(ctx, in, reduced, false, kind, dtype, dtype,
+                                   std::move(body), nullptr);
+  if (!r.ok()) return r.status();
+  return (*r)[0];
+}
+
+// embedding_dense_backward: grad_weight[v, d] = sum over index positions t
+// with indices[t] == v (and != padding_idx) of grad_output[t, d].
+absl::StatusOr<std::vector<LoweredValue>> LowerEmbeddingBackward(
+    LowerContext& ctx) {
+  const LoweredValue& grad = ctx.value(0);
+  const LoweredValue& indices = ctx.value(1);
+  const TensorType& out = ctx.out_type();
+  const int t_rank = static_cast<int>(indices.sizes.size());
+  // Space [V, D, t...], reducing the t dims.
+  std::vector<SymExpr> space = out.sizes;
+  space.insert(space.end(), indices.sizes.begin(), indices.sizes.end());
+  if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;
+  std::vector<bool> reduced(space.size(), true);
+  reduced[0] = reduced[1] = false;
+  std::vector<Expr> t;
+  for (int k = 0; k < t_rank; ++k) t.push_back(ir::Var(2 + k));
+  const Expr raw = ir::Cast(LowerContext::Read(indices, t), DType::kInt64);
+  Expr hit = Eq(SafeIndex(raw, out.sizes[0]), ir::Var(0));
+  if (ctx.arg(3).i >= 0) {
+    hit =
+        And(hit, ir::Binary(ExprOp::kNe, raw, Int(ctx.arg(3).i), DType::kBool));
+  }
+  std::vector<Expr> g = t;
+  g.push_back(ir::Var(1));
+  const Expr body =
+      ir::Select(hit, ir::Cast(LowerContext::Read(grad, g), DType::kFloat32),
+                 ir::Const(0, DType::kFloat32));
+  auto sum =
+      Reduce(ctx, space, reduced, ReduceKind::kSum, DType::kFloat32, body);
+  if (!sum.ok()) return sum.status();
+  Expr result = LowerContext::Read(*sum, IdentityIndex(2));
+  if (ctx.arg(4).b) {  // scale_grad_by_freq: divide by the row's count
+    std::vector<SymExpr> cspace = {out.sizes[0]};
+    cspace.insert(cspace.end(), indices.sizes.begin(), indices.sizes.end());
+    std::vector<bool> creduced(cspace.size(), true);
+    creduced[0] = false;
+    std::vector<Expr> ct;
+    for (int k = 0; k < t_rank; ++k) ct.push_back(ir::Var(1 + k));
+    const Expr craw = ir::Cast(LowerContext::Read(indices, ct), DType::kInt64);
+    Expr chit = Eq(SafeIndex(craw, out.sizes[0]), ir::Var(0));
+    if (ctx.arg(3).i >= 0) {
+      chit = And(
+          chit, ir::Binary(ExprOp::kNe, craw, Int(ctx.arg(3).i), DType::kBool));
+    }
+    auto count =
+        Reduce(ctx, cspace, creduced, ReduceKind::kSum, DType::kFloat32,
+               ir::Select(chit, ir::Const(1, DType::kFloat32),
+                          ir::Const(0, DType::kFloat32)));
+    if (!count.ok()) return count.status();
+    const Expr c = LowerContext::Read(*count, {ir::Var(0)});
+    result = ir::Select(
+        ir::Binary(ExprOp::kGt, c, ir::Const(0, DType::kFloat32), DType::kBool),
+        ir::Binary(ExprOp::kDiv, result, c, DType::kFloat32), result);
+  }
+  return std::vector<LoweredValue>{PointwiseOutput(ctx, result)};
+}
+
+// The scatter source position q for output position p (vars 0..r-1) and
+// source index k along `dim` (var r): q = p with q[dim] = k, each other
+// coordinate clamped into the index's extent (the hit test excludes those
+// outside it). `within` is null when the index covers self.
+struct ScatterSite {
+  std::vector<Expr> q;
+  Expr within;
+};
+ScatterSite ScatterSiteOf(const std::vector<SymExpr>& self,
+                          const std::vector<SymExpr>& index, int dim) {
+  const int r = static_cast<int>(self.size());
+  ScatterSite s;
+  for (int d = 0; d < r; ++d) {
+    if (d == dim) {
+      s.q.push_back(ir::Var(r));
+    } else if (index[d] == self[d]) {
+      s.q.push_back(ir::Var(d));
+    } else {
+      const Expr n = ir::FromSym(index[d]);
+      s.within = And(s.within, Lt(ir::Var(d), n));
+      s.q.push_back(ir::Binary(ExprOp::kMin, ir::Var(d), ir::Add(n, Int(-1)),
+                               DType::kInt64));
+    }
+  }
+  return s;
+}
+
+// scatter_add / scatter.src / scatter.value.
+absl::StatusOr<std::vector<LoweredValue>> LowerScatterCommon(LowerContext& ctx,
+                                                             bool add) {
+  const LoweredValue& self = ctx.value(0);
+  const LoweredValue& index = ctx.value(2);
+  const TensorType& out = ctx.out_type();
+  const int r = static_cast<int>(self.sizes.size());
+  const Expr base =
+      ir::Cast(LowerContext::Read(self, IdentityIndex(r)), out.dtype);
+  bool empty = r == 0 || index.sizes.empty();
+  for (const SymExpr& s : index.sizes) empty = empty || StaticallyEmpty(s);
+  if (r == 0 || empty) {
+    // A 0-dim self: one element, replaced or added to by the one source.
+    if (r == 0 && !empty) {
+      const std::vector<Expr> q(index.sizes.size(), Int(0));
+      const Expr v =
+          ctx.is_tensor(3)
+              ? ir::Cast(LowerContext::Read(ctx.value(3), q), out.dtype)
+              : ScalarConst(ctx.arg(3), out.dtype);
+      return std::vector<LoweredValue>{PointwiseOutput(
+          ctx, add ? ir::Binary(ExprOp::kAdd, base, v, out.dtype) : v)};
+    }
+    return std::vector<LoweredValue>{PointwiseOutput(ctx, base)};
+  }
+  const int dim = WrapCheckedDim(ctx.arg(1).i, r);
+  std::vector<SymExpr> space = self.sizes;
+  space.push_back(index.sizes[dim]);
+  if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;
+  std::vector<bool> reduced(r + 1, false);
+  reduced[r] = true;
+  const ScatterSite site = ScatterSiteOf(self.sizes, index.sizes, dim);
+  const Expr target =
+      SafeIndex(LowerContext::Read(index, site.q), self.sizes[dim]);
+  const Expr hit = And(site.within, Eq(target, ir::Var(dim)));
+  auto src_at = [&](const std::vector<Expr>& q) {
+    return ctx.is_tensor(3) ? LowerContext::Read(ctx.value(3), q)
+                            : ScalarConst(ctx.arg(3), out.dtype);
+  };
+  if (add) {
+    const DType acc = SumDType(out.dtype);
+    auto sum = Reduce(
+        ctx, space, reduced, ReduceKind::kSum, acc,
+        ir::Select(hit, ir::Cast(src_at(site.q), acc), ir::Const(0, acc)));
+    if (!sum.ok()) return sum.status();
+    const Expr total =
+        ir::Binary(ExprOp::kAdd, ir::Cast(base, acc),
+                   LowerContext::Read(*sum, IdentityIndex(r)), acc);
+    return std::vector<LoweredValue>{PointwiseOutput(ctx, total)};
+  }
+  // The last k that hits, or -1.
+  auto last = Reduce(ctx, space, reduced, ReduceKind::kMax, DType::kInt64,
+                     ir::Select(hit, ir::Var(r), Int(-1)));
+  if (!last.ok()) return last.status();
+  const Expr k = LowerContext::Read(*last, IdentityIndex(r));
+  std::vector<Expr> q = site.q;
+  for (Expr& e : q) {
+    std::vector<Expr> vars = IdentityIndex(r);
+    vars.push_back(ir::Binary(ExprOp::kMax, k, Int(0), DType::kInt64));
+    e = ir::SubstituteVars(e, vars);
+  }
+  const Expr v = ir::Cast(src_at(q), out.dtype);
+  return std::vector<LoweredValue>{
+      PointwiseOutput(ctx, ir::Select(Ge(k, Int(0)), v, base))};
+}
+
+absl::StatusOr<std::vector<LoweredValue>> LowerScatterAdd(LowerContext& ctx) {
+  return LowerScatterCommon(ctx, /*add=*/true);
+}
+absl::StatusOr<std::vector<LoweredValue>> LowerScatter(LowerContext& ctx) {
+  return LowerScatterCommon(ctx, /*add=*/false);
+}
+
+// `v` (sizes broadcastable to `full`) read at coordinates `at` of `full`.
+Expr ReadBroadcastAt(const LoweredValue& v, const std::vector<SymExpr>& full,
+                     const std::vector<Expr>& at) {
+  const size_t lead = full.size() - v.sizes.size();
+  std::vector<Expr> idx;
+  for (size_t d = 0; d < v.sizes.size(); ++d) {
+    const bool broadcast =
+        v.sizes[d] == SymExpr(1) && full[lead + d] != SymExpr(1);
+    idx.push_back(broadcast ? Int(0) : at[lead + d]);
+  }
+  return LowerContext::Read(v, idx);
+}
+
+// index_put: over the space self + B (B reduced), the positions b whose
+// indices name p's leading coordinates: added (accumulate) or the last one
+// read.
+absl::StatusOr<std::vector<LoweredValue>> LowerIndexPut(LowerContext& ctx) {
+  const LoweredValue& self = ctx.value(0);
+  const LoweredValue& values = ctx.value(2);
+  const std::vector<ValueId>& ts = ctx.arg(1).tensors;
+  const TensorType& out = ctx.out_type();
+  const int r = static_cast<int>(self.sizes.size());
+  const int k = static_cast<int>(ts.size());
+  const bool accumulate = ctx.arg(3).b;
+  // B: the index tensors broadcast together.
+  std::vector<SymExpr> b;
+  for (ValueId t : ts) {
+    const std::vector<SymExpr>& s = ctx.value_of(t).sizes;
+    const size_t rank = std::max(b.size(), s.size());
+    std::vector<SymExpr> n(rank, SymExpr(1));
+    for (size_t j = 0; j < rank; ++j) {
+      const SymExpr x =
+          j < rank - b.size() ? SymExpr(1) : b[j - (rank - b.size())];
+      const SymExpr y =
+          j < rank - s.size() ? SymExpr(1) : s[j - (rank - s.size())];
+      n[j] = x == SymExpr(1) ? y : x;
+    }
+    b = n;
+  }
+  const int nb = static_cast<int>(b.size());
+  const Expr base =
+      ir::Cast(LowerContext::Read(self, IdentityIndex(r)), out.dtype);
+  for (const SymExpr& s : b) {
+    if (StaticallyEmpty(s))
+      return std::vector<LoweredValue>{PointwiseOutput(ctx, base)};
+  }
+  std::vector<SymExpr> space = self.sizes;
+  space.insert(space.end(), b.begin(), b.end());
+  if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;
+  std::vector<bool> reduced(space.size(), false);
+  for (int j = 0; j < nb; ++j) reduced[r + j] = true;
+  std::vector<Expr> bvars;  // b's coordinates in the space
+  for (int j = 0; j < nb; ++j) bvars.push_back(ir::Var(r + j));
+  Expr hit;
+  for (int j = 0; j < k; ++j) {
+    const LoweredValue& t = ctx.value_of(ts[j]);
+    const Expr i = SafeIndex(ReadBroadcastAt(t, b, bvars), self.sizes[j]);
+    hit = And(hit, Eq(i, ir::Var(j)));
+  }
+  // values over B + self's dims after k.
+  std::vector<SymExpr> full = b;
+  full.insert(full.end(), self.sizes.begin() + k, self.sizes.end());
+  auto values_at = [&](const std::vector<Expr>& bc) {
+    std::vector<Expr> at = bc;
+    for (int d = k; d < r; ++d) at.push_back(ir::Var(d));
+    return ReadBroadcastAt(values, full, at);
+  };
+  if (accumulate) {
+    const DType acc = SumDType(out.dtype);
+    auto sum = Reduce(
+        ctx, space, reduced, ReduceKind::kSum, acc,
+        ir::Select(hit, ir::Cast(values_at(bvars), acc), ir::Const(0, acc)));
+    if (!sum.ok()) return sum.status();
+    return std::vector<LoweredValue>{PointwiseOutput(
+        ctx, ir::Binary(ExprOp::kAdd, ir::Cast(base, acc),
+                        LowerContext::Read(*sum, IdentityIndex(r)), acc))};
+  }
+  // The last hitting b in row-major order, as a flat position, or -1.
+  Expr flat = Int(0);
+  for (int j = 0; j < nb; ++j)
+    flat = ir::Add(ir::Mul(flat, ir::FromSym(b[j])), bvars[j]);
+  auto last = Reduce(ctx, space, reduced, ReduceKind::kMax, DType::kInt64,
+                     ir::Select(hit, flat, Int(-1)));
+  if (!last.ok()) return last.status();
+  const Expr f = LowerContext::Read(*last, IdentityIndex(r));
+  const Expr fc = ir::Binary(ExprOp::kMax, f, Int(0), DType::kInt64);
+  std::vector<Expr> bc(nb);
+  Expr rest = fc;
+  for (int j = nb - 1; j >= 0; --j) {
+    bc[j] = ir::Mod(rest, ir::FromSym(b[j]));
+    rest = ir::FloorDiv(rest, ir::FromSym(b[j]));
+  }
+  const Expr v = ir::Cast(values_at(bc), out.dtype);
+  return std::vector<LoweredValue>{
+      PointwiseOutput(ctx, ir::Select(Ge(f, Int(0)), v, base))};
+}
+
+// flip: a view reading n - 1 - v along each flipped dim (n may be
+// symbolic).
+absl::StatusOr<std::vector<LoweredValue>> LowerFlip(LowerContext& ctx) {
+  const LoweredValue& self = ctx.value(0);
+  const int rank = static_cast<int>(self.sizes.size());
+  std::vector<Expr> j = IdentityIndex(rank);
+  for (const SymExpr& e : ctx.arg(1).ints) {
+    if (rank == 0) break;
+    const int d = WrapCheckedDim(*e.AsConstant(), rank);
+    j[d] = ir::Add(ir::Add(ir::FromSym(self.sizes[d]), Int(-1)),
+                   ir::Mul(ir::Var(d), Int(-1)));
+  }
+  return std::vector<LoweredValue>{
+      LowerContext::Remap(self, j, ctx.out_type().sizes)};
+}
+
+// cumsum: out[p] = sum over k <= p[dim] of self[p with dim = k], as a
+// reduction over [self..., n] (quadratic along `dim`).
+absl::StatusOr<std::vector<LoweredValue>> LowerCumsum(LowerContext& ctx) {
+  const LoweredValue& self = ctx.value(0);
+  const TensorType& out = ctx.out_type();
+  const int r = static_cast<int>(self.sizes.size());
+  if (r == 0) {
+    return std::vector<LoweredValue>{
+        PointwiseOutput(ctx, LowerContext::Read(self, {}))};
+  }
+  const int dim = WrapCheckedDim(ctx.arg(1).i, r);
+  std::vector<SymExpr> space = self.sizes;
+  space.push_back(self.sizes[dim]);
+  if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;
+  std::vector<bool> reduced(r + 1, false);
+  reduced[r] = true;
+  std::vector<Expr> q = IdentityIndex(r);
+  q[dim] = ir::Var(r);
+  const DType acc = SumDType(out.dtype);
+  auto sum = Reduce(
+      ctx, space, reduced, ReduceKind::kSum, acc,
+      ir::Select(
+          ir::Binary(ExprOp::kLe, ir::Var(r), ir::Var(dim), DType::kBool),
+          ir::Cast(ir::Cast(LowerContext::Read(self, q), out.dtype), acc),
+          ir::Const(0, acc)));
+  if (!sum.ok()) return sum.status();
+  return std::vector<LoweredValue>{
+      PointwiseOutput(ctx, LowerContext::Read(*sum, IdentityIndex(r)))};
+}
+
+}  // namespace
+
+void RegisterGatherScatterLowerings(OpLowerings& table) {
+  table.Add("aten.embedding.default", LowerEmbedding);
+  table.Add("aten.index_select.default", LowerIndexSelect);
+  table.Add("aten.gather.default", LowerGather);
+  table.Add("aten.index.Tensor", LowerIndexTensor);
+  table.Add("aten.masked_fill.Scalar", LowerMaskedFill);
+  table.Add("aten.masked_fill.Tensor", LowerMaskedFill);
+  table.Add("aten.constant_pad_nd.default", LowerConstantPad);
+  table.Add("aten.nll_loss_forward.default", LowerNllLossForward);
+  table.Add("aten.nll_loss_backward.default", LowerNllLossBackward);
+  table.Add("aten.embedding_dense_backward.default", LowerEmbeddingBackward);
+  table.Add("aten.scatter_add.default", LowerScatterAdd);
+  table.Add("aten.scatter.src", LowerScatter);
+  table.Add("aten.scatter.value", LowerScatter);
+  table.Add("aten.index_put.default", LowerIndexPut);
+  table.Add("aten.cumsum.default", LowerCumsum);
+  table.Add("aten.flip.default", LowerFlip);
+}
+
+}  // namespace kiln

@@ -1,0 +1,544 @@
+// The gather/scatter ops (graph/ops/gather_scatter.cc): hand-worked values
+// through the reference evaluator and through kernels compiled for this
+// machine (the same inputs, including non-contiguous ones), negative dims
+// and indices, broadcasting, empty tensors, every dtype, int32 and int64
+// indices, and what an out-of-range index does (OUT_OF_RANGE in the
+// reference; clamped, never outside a buffer, in compiled code).
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/compile.h"
+#include "compiler/cpu_backend.h"
+#include "graph/import.h"
+#include "gtest/gtest.h"
+#include "runtime/cpu_executable.h"
+#include "runtime/thread_pool.h"
+#include "tests/unit/example_graphs.h"
+#include "tests/unit/numerics.h"
+#include "tests/unit/op_harness.h"
+#include "tests/unit/ops_test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+[[maybe_unused]] ::testing::Environment* const kCoverage =
+    RegisterCoverage("indexing", IndexingSuiteOps());
+
+constexpr DType kF32 = DType::kFloat32, kI64 = DType::kInt64,
+                kI32 = DType::kInt32, kBool = DType::kBool;
+constexpr DType kFloatDTypes[] = {DType::kFloat32, DType::kFloat16,
+                                  DType::kBFloat16};
+
+HostTensor Iota(std::vector<int64_t> sizes, DType dtype = DType::kInt64) {
+  HostTensor t = HostTensor::Empty(dtype, std::move(sizes));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (IsFloating(dtype))
+      t.SetDoubleAt(i, static_cast<double>(i));
+    else
+      t.SetIntAt(i, i);
+  }
+  return t;
+}
+
+HostTensor Cast(const HostTensor& t, DType dtype) {
+  HostTensor o = HostTensor::Empty(dtype, t.sizes());
+  for (int64_t i = 0; i < t.numel(); ++i) o.SetDoubleAt(i, t.GetDoubleAt(i));
+  return o;
+}
+
+// The one-op graph with each input's strides and offset in its metadata
+// (OneOpGraph declares inputs contiguous), compiled for this machine.
+absl::StatusOr<std::unique_ptr<CpuExecutable>> CompileOneOp(
+    const std::string& op, const std::vector<HostTensor>& in,
+    const std::vector<v1::Argument>& args, int num_outputs) {
+  v1::CompileRequest req;
+  *req.mutable_graph() = OneOpGraph(op, in, args, num_outputs);
+  for (size_t i = 0; i < in.size(); ++i) {
+    v1::TensorMeta* m = req.mutable_graph()->mutable_inputs(i)->mutable_meta();
+    for (int64_t s : in[i].strides()) m->add_strides()->set_value(s);
+  }
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto artifact = Compile(req);
+  if (!artifact.ok()) return artifact.status();
+  return CpuExecutable::Load(*artifact);
+}
+
+// Runs `op` compiled for this machine; expects success.
+std::vector<HostTensor> RunCompiled(const std::string& op,
+                                    const std::vector<HostTensor>& in,
+                                    const std::vector<v1::Argument>& args,
+                                    int num_outputs = -1) {
+  auto exe = CompileOneOp(op, in, args, num_outputs);
+  EXPECT_TRUE(exe.ok()) << exe.status();
+  if (!exe.ok()) return {};
+  ThreadPool pool(2);
+  auto got = (*exe)->Run(in, &pool);
+  EXPECT_TRUE(got.ok()) << got.status();
+  if (!got.ok()) return {};
+  return *std::move(got);
+}
+
+// The reference and the compiled kernels both give `values` (output `o`),
+// and the compiled outputs match the reference's within tolerance.
+void CheckBoth(const std::string& op, const std::vector<HostTensor>& in,
+               const std::vector<v1::Argument>& args, DType dtype,
+               const std::vector<int64_t>& sizes,
+               const std::vector<double>& values, int o = 0,
+               int num_outputs = -1) {
+  SCOPED_TRACE(op);
+  auto r = RunTracked(op, in, args, num_outputs);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, o, dtype, sizes, values);
+  std::vector<HostTensor> got = RunCompiled(op, in, args, num_outputs);
+  ASSERT_EQ(got.size(), r->outputs.size());
+  for (size_t k = 0; k < got.size(); ++k)
+    EXPECT_EQ(Compare(got[k], r->outputs[k]), "") << "compiled output " << k;
+  SCOPED_TRACE("compiled");
+  EXPECT_EQ(got[o].sizes(), sizes);
+  ExpectValuesNear(got[o], values);
+}
+
+// An out-of-range index: OUT_OF_RANGE from the reference naming the op;
+// the compiled kernel runs (clamped) and gives `clamped`.
+void CheckOutOfRange(const std::string& op, const std::vector<HostTensor>& in,
+                     const std::vector<v1::Argument>& args,
+                     const std::vector<double>& clamped) {
+  SCOPED_TRACE(op);
+  auto r = RunOp(op, in, args);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kOutOfRange) << r.status();
+  EXPECT_NE(r.status().message().find(op), std::string::npos);
+  std::vector<HostTensor> got = RunCompiled(op, in, args);
+  ASSERT_EQ(got.size(), 1u);
+  ExpectValuesNear(got[0], clamped);
+}
+
+// ---- embedding ----
+
+TEST(IndexingEmbedding, RowsOfEveryDTypeWithNegativeIndices) {
+  for (DType dt : {kF32, DType::kFloat16, DType::kBFloat16, kI32, kI64}) {
+    SCOPED_TRACE(DTypeName(dt));
+    const HostTensor w = Iota({3, 2}, dt);  // [[0, 1], [2, 3], [4, 5]]
+    for (DType it : {kI64, kI32}) {
+      CheckBoth("aten.embedding.default",
+                {w, MakeTensor(it, {2, 2}, {2, 0, 1, -1})}, {In(0), In(1)}, dt,
+                {2, 2, 2}, {4, 5, 0, 1, 2, 3, 4, 5});
+    }
+  }
+}
+
+TEST(IndexingEmbedding, NonContiguousEmptyAndErrors) {
+  // Rows of [[1, 4], [2, 5], [3, 6]] (a transposed view).
+  CheckBoth("aten.embedding.default",
+            {TransposedView(M23()), I64({3}, {2, 2, 0})},
+            {In(0), In(1), I(-1), B(false), B(false)}, kF32, {3, 2},
+            {3, 6, 3, 6, 1, 4});
+  CheckBoth("aten.embedding.default", {M23(), I64({0}, {})}, {In(0), In(1)},
+            kF32, {0, 3}, {});
+  CheckBoth("aten.embedding.default", {M23(), I64({}, {1})}, {In(0), In(1)},
+            kF32, {3}, {4, 5, 6});
+  CheckOutOfRange("aten.embedding.default", {M23(), I64({2}, {7, -9})},
+                  {In(0), In(1)}, {4, 5, 6, 1, 2, 3});
+  ExpectInvalid("aten.embedding.default", {F32({3}, {}), I64({1}, {0})},
+                {In(0), In(1)}, {"2-D"});
+  ExpectInvalid("aten.embedding.default", {M23(), F32({1}, {0})},
+                {In(0), In(1)}, {"int32 or int64"});
+}
+
+// ---- index_select ----
+
+TEST(IndexingIndexSelect, ValuesDimsAndDTypes) {
+  for (DType dt : kFloatDTypes) {
+    CheckBoth("aten.index_select.default", {Cast(M23(), dt), I64({2}, {2, 0})},
+              {In(0), I(1), In(1)}, dt, {2, 2}, {3, 1, 6, 4});
+  }
+  CheckBoth("aten.index_select.default", {M23(), I32({3}, {-1, 0, 1})},
+            {In(0), I(-2), In(1)}, kF32, {3, 3}, {4, 5, 6, 1, 2, 3, 4, 5, 6});
+  // A 0-dim index keeps the dim (size 1).
+  CheckBoth("aten.index_select.default", {M23(), I64({}, {1})},
+            {In(0), I(1), In(1)}, kF32, {2, 1}, {2, 5});
+  // Non-contiguous self: [[1, 4], [2, 5], [3, 6]], columns 1, 1.
+  CheckBoth("aten.index_select.default",
+            {TransposedView(M23()), I64({2}, {1, 1})}, {In(0), I(1), In(1)},
+            kF32, {3, 2}, {4, 4, 5, 5, 6, 6});
+  CheckBoth("aten.index_select.default", {M23(), I64({0}, {})},
+            {In(0), I(0), In(1)}, kF32, {0, 3}, {});
+  CheckBoth("aten.index_select.default", {Iota({4}, kBool), I64({2}, {0, 3})},
+            {In(0), I(0), In(1)}, kBool, {2}, {0, 1});
+  CheckOutOfRange("aten.index_select.default", {M23(), I64({2}, {3, -4})},
+                  {In(0), I(1), In(1)}, {3, 1, 6, 4});
+  ExpectInvalid("aten.index_select.default", {M23(), I64({1, 1}, {0})},
+                {In(0), I(0), In(1)}, {"vector"});
+  ExpectInvalid("aten.index_select.default", {M23(), I64({1}, {0})},
+                {In(0), I(2), In(1)});
+}
+
+// ---- gather ----
+
+TEST(IndexingGather, ValuesDimsAndDTypes) {
+  for (DType dt : {kF32, DType::kFloat16, DType::kBFloat16, kI32}) {
+    CheckBoth("aten.gather.default",
+              {Cast(M23(), dt), I64({2, 2}, {2, 0, 1, 1})},
+              {In(0), I(1), In(1)}, dt, {2, 2}, {3, 1, 5, 5});
+  }
+  CheckBoth("aten.gather.default", {M23(), I32({1, 3}, {1, 0, -1})},
+            {In(0), I(-2), In(1)}, kF32, {1, 3}, {4, 2, 6});
+  CheckBoth("aten.gather.default",
+            {TransposedView(M23()), I64({3, 1}, {1, 0, 1})},
+            {In(0), I(1), In(1)}, kF32, {3, 1}, {4, 2, 6});
+  CheckBoth("aten.gather.default", {M23(), I64({2, 0}, {})},
+            {In(0), I(1), In(1)}, kF32, {2, 0}, {});
+  CheckOutOfRange("aten.gather.default", {M23(), I64({1, 2}, {5, -7})},
+                  {In(0), I(1), In(1)}, {3, 1});
+  ExpectInvalid("aten.gather.default", {M23(), I64({2}, {0, 0})},
+                {In(0), I(1), In(1)}, {"same number of dimensions"});
+  ExpectInvalid("aten.gather.default", {M23(), I64({3, 1}, {0, 0, 0})},
+                {In(0), I(1), In(1)}, {"no larger"});
+}
+
+// ---- index.Tensor ----
+
+TEST(IndexingIndexTensor, OneAndTwoIndexTensorsBroadcast) {
+  // Rows 2 and 0 of [[0..3], [4..7], [8..11]].
+  CheckBoth("aten.index.Tensor", {Iota({3, 4}), I64({2}, {2, 0})},
+            {In(0), Refs({1})}, kI64, {2, 4}, {8, 9, 10, 11, 0, 1, 2, 3});
+  // idx0 [2, 1] and idx1 [3] broadcast to [2, 3]: self[r][c] = 4 r + c.
+  CheckBoth("aten.index.Tensor",
+            {Iota({3, 4}), I64({2, 1}, {0, 2}), I32({3}, {1, 2, -1})},
+            {In(0), Refs({1, 2})}, kI64, {2, 3}, {1, 2, 3, 9, 10, 11});
+  for (DType dt : kFloatDTypes) {
+    CheckBoth("aten.index.Tensor", {Iota({2, 2, 2}, dt), I64({}, {-1})},
+              {In(0), Refs({1})}, dt, {2, 2}, {4, 5, 6, 7});
+  }
+  CheckBoth("aten.index.Tensor", {TransposedView(M23()), I64({1}, {1})},
+            {In(0), Refs({1})}, kF32, {1, 2}, {2, 5});
+  CheckBoth("aten.index.Tensor", {Iota({3, 4}), I64({0}, {})},
+            {In(0), Refs({1})}, kI64, {0, 4}, {});
+  CheckOutOfRange("aten.index.Tensor", {Iota({3}), I64({2}, {3, -4})},
+                  {In(0), Refs({1})}, {2, 0});
+  ExpectInvalid("aten.index.Tensor", {Iota({3}), Bool({3}, {1, 0, 1})},
+                {In(0), Refs({1})}, {"data-dependent"});
+  ExpectInvalid("aten.index.Tensor", {Iota({3}), I64({1}, {0}), I64({1}, {0})},
+                {In(0), Refs({1, 2})}, {"too many indices"});
+}
+
+// ---- masked_fill ----
+
+TEST(IndexingMaskedFill, ScalarAndTensorValuesBroadcast) {
+  for (DType dt : kFloatDTypes) {
+    CheckBoth("aten.masked_fill.Scalar",
+              {Cast(M23(), dt), Bool({3}, {1, 0, 1})}, {In(0), In(1), F(-1.5)},
+              dt, {2, 3}, {-1.5, 2, -1.5, -1.5, 5, -1.5});
+  }
+  // self [3] and mask [2, 1] broadcast to [2, 3].
+  CheckBoth("aten.masked_fill.Scalar",
+            {I32({3}, {1, 2, 3}), Bool({2, 1}, {0, 1})}, {In(0), In(1), I(7)},
+            kI32, {2, 3}, {1, 2, 3, 7, 7, 7});
+  CheckBoth("aten.masked_fill.Scalar", {I64({2}, {1, 2}), Bool({2}, {1, 0})},
+            {In(0), In(1), F(2.7)}, kI64, {2}, {2, 2});
+  CheckBoth(
+      "aten.masked_fill.Tensor",
+      {TransposedView(M23()), Bool({3, 2}, {1, 0, 0, 0, 0, 1}), F32({}, {-9})},
+      {In(0), In(1), In(2)}, kF32, {3, 2}, {-9, 4, 2, 5, 3, -9});
+  CheckBoth("aten.masked_fill.Scalar", {Bool({2}, {0, 1}), Bool({2}, {1, 1})},
+            {In(0), In(1), B(false)}, kBool, {2}, {0, 0});
+  CheckBoth("aten.masked_fill.Scalar", {F32({0, 2}, {}), Bool({2}, {1, 1})},
+            {In(0), In(1), F(1)}, kF32, {0, 2}, {});
+  ExpectInvalid("aten.masked_fill.Scalar", {M23(), I64({3}, {1, 0, 1})},
+                {In(0), In(1), F(0)}, {"boolean"});
+  ExpectInvalid("aten.masked_fill.Tensor",
+                {M23(), Bool({3}, {1, 0, 1}), F32({1}, {0})},
+                {In(0), In(1), In(2)}, {"0-dimensional"});
+}
+
+// ---- constant_pad_nd ----
+
+TEST(IndexingConstantPad, PadsCropsAndValues) {
+  const HostTensor x = F32({2, 2}, {1, 2, 3, 4});
+  CheckBoth("aten.constant_pad_nd.default", {x}, {In(0), Ints({1, 0})}, kF32,
+            {2, 3}, {0, 1, 2, 0, 3, 4});
+  // Last dim (1, 1); dim 0 cropped by one at the front.
+  CheckBoth("aten.constant_pad_nd.default", {x},
+            {In(0), Ints({1, 1, -1, 0}), F(9)}, kF32, {1, 4}, {9, 3, 4, 9});
+  for (DType dt : {DType::kFloat16, DType::kBFloat16, kI32, kI64}) {
+    CheckBoth("aten.constant_pad_nd.default", {Cast(x, dt)},
+              {In(0), Ints({0, 0, 0, 1}), I(5)}, dt, {3, 2},
+              {1, 2, 3, 4, 5, 5});
+  }
+  CheckBoth("aten.constant_pad_nd.default", {TransposedView(M23())},
+            {In(0), Ints({-1, 1})}, kF32, {3, 2}, {4, 0, 5, 0, 6, 0});
+  CheckBoth("aten.constant_pad_nd.default", {F32({0, 2}, {})},
+            {In(0), Ints({0, 0, 1, 1}), F(3)}, kF32, {2, 2}, {3, 3, 3, 3});
+  ExpectInvalid("aten.constant_pad_nd.default", {x}, {In(0), Ints({1})},
+                {"even"});
+  ExpectInvalid("aten.constant_pad_nd.default", {x},
+                {In(0), Ints({1, 1, 1, 1, 1, 1})}, {"twice"});
+  ExpectInvalid("aten.constant_pad_nd.default", {x}, {In(0), Ints({-2, -1})},
+                {"negative output size"});
+}
+
+// ---- nll_loss ----
+
+// log-probabilities of 3 samples over 2 classes; targets 1, 0, ignored.
+HostTensor LogProbs(DType dt = kF32) {
+  return Cast(F32({3, 2}, {-1, -2, -3, -4, -5, -6}), dt);
+}
+
+TEST(IndexingNllLoss, ForwardReductionsWeightsAndIgnoreIndex) {
+  const HostTensor t = I64({3}, {1, 0, -100});
+  const HostTensor w = F32({2}, {2, 3});
+  const std::string op = "aten.nll_loss_forward.default";
+  for (DType dt : kFloatDTypes) {
+    SCOPED_TRACE(DTypeName(dt));
+    // none: per sample; total_weight 0.
+    CheckBoth(op, {LogProbs(dt), t}, {In(0), In(1), NoneArg(), I(0), I(-100)},
+              dt, {3}, {2, 3, 0});
+    // sum: 2 + 3, total 2; mean 2.5.
+    CheckBoth(op, {LogProbs(dt), t}, {In(0), In(1), NoneArg(), I(2), I(-100)},
+              dt, {}, {5});
+    CheckBoth(op, {LogProbs(dt), t}, {In(0), In(1), NoneArg(), I(1), I(-100)},
+              dt, {}, {2.5});
+    CheckBoth(op, {LogProbs(dt), t}, {In(0), In(1), NoneArg(), I(1), I(-100)},
+              dt, {}, {2}, /*o=*/1);
+    // weights: 3 * 2 + 2 * 3 = 12 over 5.
+    CheckBoth(op, {LogProbs(dt), t, Cast(w, dt)},
+              {In(0), In(1), In(2), I(1), I(-100)}, dt, {}, {2.4});
+    CheckBoth(op, {LogProbs(dt), t, Cast(w, dt)},
+              {In(0), In(1), In(2), I(2), I(-100)}, dt, {}, {5}, /*o=*/1);
+  }
+  // ignore_index 0 (int32 targets); a 1-D input with a 0-dim target.
+  CheckBoth(op, {LogProbs(), I32({3}, {1, 0, 1})},
+            {In(0), In(1), NoneArg(), I(2), I(0)}, kF32, {}, {8});
+  CheckBoth(op, {F32({3}, {-1, -2, -3}), I64({}, {2})},
+            {In(0), In(1), NoneArg(), I(1), I(-100)}, kF32, {}, {3});
+  // Non-contiguous input: [[1, 4], [2, 5], [3, 6]] negated? values as is.
+  CheckBoth(op, {TransposedView(M23()), I64({3}, {1, 1, 0})},
+            {In(0), In(1), NoneArg(), I(0), I(-100)}, kF32, {3}, {-4, -5, -3});
+  // All ignored: mean is 0 / 0.
+  CheckBoth(op, {LogProbs(), I64({3}, {-100, -100, -100})},
+            {In(0), In(1), NoneArg(), I(1), I(-100)}, kF32, {}, {kNaN});
+  CheckBoth(op, {F32({0, 2}, {}), I64({0}, {})},
+            {In(0), In(1), NoneArg(), I(2), I(-100)}, kF32, {}, {0});
+  auto r = RunOp(op, {LogProbs(), I64({3}, {1, 2, 0})},
+                 {In(0), In(1), NoneArg(), I(1), I(-100)});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kOutOfRange) << r.status();
+  ExpectInvalid(op, {LogProbs(), I64({2}, {1, 0})},
+                {In(0), In(1), NoneArg(), I(1), I(-100)}, {"batch size"});
+}
+
+TEST(IndexingNllLoss, BackwardReductionsAndWeights) {
+  const std::string op = "aten.nll_loss_backward.default";
+  const HostTensor t = I64({3}, {1, 0, -100});
+  for (DType dt : kFloatDTypes) {
+    SCOPED_TRACE(DTypeName(dt));
+    // mean: -g / total at each target.
+    CheckBoth(op,
+              {Cast(F32({}, {1}), dt), LogProbs(dt), t, Cast(F32({}, {2}), dt)},
+              {In(0), In(1), In(2), NoneArg(), I(1), I(-100), In(3)}, dt,
+              {3, 2}, {0, -0.5, -0.5, 0, 0, 0});
+    // none with weights: -w[t] * g[i].
+    CheckBoth(op,
+              {Cast(F32({3}, {1, 2, 3}), dt), LogProbs(dt), t,
+               Cast(F32({2}, {2, 3}), dt), Cast(F32({}, {0}), dt)},
+              {In(0), In(1), In(2), In(3), I(0), I(-100), In(4)}, dt, {3, 2},
+              {0, -3, -4, 0, 0, 0});
+  }
+  // sum, 1-D input.
+  CheckBoth(op,
+            {F32({}, {2}), F32({3}, {-1, -2, -3}), I32({}, {2}), F32({}, {1})},
+            {In(0), In(1), In(2), NoneArg(), I(2), I(-100), In(3)}, kF32, {3},
+            {0, 0, -2});
+}
+
+// ---- accumulating scatters ----
+
+TEST(IndexingEmbeddingBackward, SumsRowsPaddingAndFrequency) {
+  const std::string op = "aten.embedding_dense_backward.default";
+  const HostTensor g = F32({3, 2}, {1, 2, 3, 4, 5, 6});
+  for (DType dt : kFloatDTypes) {
+    for (DType it : {kI64, kI32}) {
+      CheckBoth(op, {Cast(g, dt), MakeTensor(it, {3}, {2, 0, 2})},
+                {In(0), In(1), I(4), I(-1), B(false)}, dt, {4, 2},
+                {3, 4, 0, 0, 6, 8, 0, 0});
+    }
+  }
+  CheckBoth(op, {g, I64({3}, {2, 0, 2})}, {In(0), In(1), I(4), I(2), B(false)},
+            kF32, {4, 2}, {3, 4, 0, 0, 0, 0, 0, 0});
+  CheckBoth(op, {g, I64({3}, {2, 0, 2})}, {In(0), In(1), I(4), I(-1), B(true)},
+            kF32, {4, 2}, {3, 4, 0, 0, 3, 4, 0, 0});
+  // 2-D indices; a non-contiguous grad [[1, 4], [2, 5], [3, 6]].
+  CheckBoth(op, {Iota({1, 3, 2}, kF32), I64({1, 3}, {1, 1, 0})},
+            {In(0), In(1), I(2), I(-1), B(false)}, kF32, {2, 2}, {4, 5, 2, 4});
+  CheckBoth(op, {TransposedView(M23()), I64({3}, {0, 0, 1})},
+            {In(0), In(1), I(2), I(-1), B(false)}, kF32, {2, 2}, {3, 9, 3, 6});
+  CheckBoth(op, {F32({0, 2}, {}), I64({0}, {})},
+            {In(0), In(1), I(3), I(-1), B(false)}, kF32, {3, 2},
+            {0, 0, 0, 0, 0, 0});
+  ExpectInvalid(op, {g, I64({2}, {0, 1})},
+                {In(0), In(1), I(4), I(-1), B(false)}, {"indices"});
+}
+
+TEST(IndexingScatter, AddSrcAndValue) {
+  const HostTensor zeros = F32({2, 3}, {0, 0, 0, 0, 0, 0});
+  const HostTensor base = F32({2, 3}, {10, 11, 12, 13, 14, 15});
+  const HostTensor index = I64({2, 3}, {0, 1, 0, 2, 2, 1});
+  for (DType dt : {kF32, DType::kFloat16, DType::kBFloat16, kI32, kI64}) {
+    CheckBoth("aten.scatter_add.default",
+              {Cast(zeros, dt), index, Cast(M23(), dt)},
+              {In(0), I(1), In(1), In(2)}, dt, {2, 3}, {4, 2, 0, 0, 6, 9});
+    // Duplicates: the last source wins (PyTorch leaves it unspecified).
+    CheckBoth("aten.scatter.src", {Cast(base, dt), index, Cast(M23(), dt)},
+              {In(0), I(-1), In(1), In(2)}, dt, {2, 3}, {3, 2, 12, 13, 6, 5});
+  }
+  // An index smaller than self (and src), negative index values, dim 0.
+  CheckBoth("aten.scatter_add.default", {zeros, I64({1, 2}, {-1, 2}), M23()},
+            {In(0), I(1), In(1), In(2)}, kF32, {2, 3}, {0, 0, 3, 0, 0, 0});
+  CheckBoth("aten.scatter_add.default",
+            {base, I32({2, 3}, {1, 1, 1, 1, 0, 1}), M23()},
+            {In(0), I(0), In(1), In(2)}, kF32, {2, 3},
+            {10, 16, 12, 18, 16, 24});
+  CheckBoth("aten.scatter.value", {base, I64({2, 1}, {0, 2})},
+            {In(0), I(1), In(1), F(7)}, kF32, {2, 3}, {7, 11, 12, 13, 14, 7});
+  CheckBoth("aten.scatter_add.default",
+            {TransposedView(M23()), I64({1, 2}, {1, 1}), F32({1, 2}, {5, 6})},
+            {In(0), I(0), In(1), In(2)}, kF32, {3, 2}, {1, 4, 7, 11, 3, 6});
+  CheckBoth("aten.scatter_add.default", {base, I64({0, 3}, {}), M23()},
+            {In(0), I(0), In(1), In(2)}, kF32, {2, 3},
+            {10, 11, 12, 13, 14, 15});
+  CheckOutOfRange("aten.scatter.value", {F32({3}, {0, 0, 0}), I64({1}, {5})},
+                  {In(0), I(0), In(1), F(1)}, {0, 0, 1});
+  ExpectInvalid("aten.scatter_add.default", {zeros, I64({3}, {0, 0, 0}), M23()},
+                {In(0), I(1), In(1), In(2)}, {"same number of dimensions"});
+}
+
+TEST(IndexingIndexPut, AccumulateOrLastWriteWithBroadcasting) {
+  const std::string op = "aten.index_put.default";
+  const HostTensor z32 = F32({3, 2}, {0, 0, 0, 0, 0, 0});
+  const HostTensor v = F32({3, 2}, {1, 2, 3, 4, 5, 6});
+  for (DType dt : {kF32, DType::kFloat16, DType::kBFloat16, kI64}) {
+    CheckBoth(op, {Cast(z32, dt), I64({3}, {0, 2, 0}), Cast(v, dt)},
+              {In(0), Refs({1}), In(2), B(true)}, dt, {3, 2},
+              {6, 8, 0, 0, 3, 4});
+    CheckBoth(op, {Cast(z32, dt), I64({3}, {0, 2, -3}), Cast(v, dt)},
+              {In(0), Refs({1}), In(2), B(false)}, dt, {3, 2},
+              {5, 6, 0, 0, 3, 4});
+  }
+  // Two index tensors: (0, 2) and (1, 0) twice.
+  const HostTensor z23 = F32({2, 3}, {0, 0, 0, 0, 0, 0});
+  CheckBoth(
+      op, {z23, I64({3}, {0, 1, 1}), I32({3}, {2, 0, 0}), F32({3}, {1, 2, 3})},
+      {In(0), Refs({1, 2}), In(3), B(true)}, kF32, {2, 3}, {0, 0, 1, 5, 0, 0});
+  CheckBoth(
+      op, {z23, I64({3}, {0, 1, 1}), I32({3}, {2, 0, 0}), F32({3}, {1, 2, 3})},
+      {In(0), Refs({1, 2}), In(3)}, kF32, {2, 3}, {0, 0, 1, 3, 0, 0});
+  // A 0-dim value broadcast; a non-contiguous self.
+  CheckBoth(op, {F32({3}, {0, 0, 0}), I64({2}, {0, 2}), F32({}, {9})},
+            {In(0), Refs({1}), In(2), B(false)}, kF32, {3}, {9, 0, 9});
+  CheckBoth(op, {TransposedView(M23()), I64({1}, {1}), F32({2}, {10, 20})},
+            {In(0), Refs({1}), In(2), B(true)}, kF32, {3, 2},
+            {1, 4, 12, 25, 3, 6});
+  CheckBoth(op, {z32, I64({0}, {}), F32({0, 2}, {})},
+            {In(0), Refs({1}), In(2), B(true)}, kF32, {3, 2},
+            {0, 0, 0, 0, 0, 0});
+  ExpectInvalid(op, {z32, I64({3}, {0, 1, 2}), F32({2, 2}, {})},
+                {In(0), Refs({1}), In(2), B(true)}, {"broadcast"});
+}
+
+TEST(IndexingCumsum, DimsAndDTypes) {
+  CheckBoth("aten.cumsum.default", {M23()}, {In(0), I(1)}, kF32, {2, 3},
+            {1, 3, 6, 4, 9, 15});
+  CheckBoth("aten.cumsum.default", {M23()}, {In(0), I(-2)}, kF32, {2, 3},
+            {1, 2, 3, 5, 7, 9});
+  for (DType dt : kFloatDTypes) {
+    CheckBoth("aten.cumsum.default", {Cast(M23(), dt)}, {In(0), I(1)}, dt,
+              {2, 3}, {1, 3, 6, 4, 9, 15});
+  }
+  CheckBoth("aten.cumsum.default", {I32({3}, {1, 2, 3})}, {In(0), I(0)}, kI64,
+            {3}, {1, 3, 6});
+  CheckBoth("aten.cumsum.default", {Bool({3}, {1, 0, 1})}, {In(0), I(0)}, kI64,
+            {3}, {1, 1, 2});
+  CheckBoth("aten.cumsum.default", {I32({3}, {1, 2, 3})},
+            {In(0), I(0), Kw("dtype", DT(v1::FLOAT32))}, kF32, {3}, {1, 3, 6});
+  CheckBoth("aten.cumsum.default", {TransposedView(M23())}, {In(0), I(0)}, kF32,
+            {3, 2}, {1, 4, 3, 9, 6, 15});
+  CheckBoth("aten.cumsum.default", {F32({0, 2}, {})}, {In(0), I(0)}, kF32,
+            {0, 2}, {});
+}
+
+TEST(IndexingFlip, DimsDTypesAndViews) {
+  // [[1, 2, 3], [4, 5, 6]] flipped along the columns, then both dims.
+  CheckBoth("aten.flip.default", {M23()}, {In(0), Ints({1})}, kF32, {2, 3},
+            {3, 2, 1, 6, 5, 4});
+  CheckBoth("aten.flip.default", {M23()}, {In(0), Ints({-1, 0})}, kF32, {2, 3},
+            {6, 5, 4, 3, 2, 1});
+  for (DType dt : {DType::kFloat16, DType::kBFloat16, kI32, kI64, kBool}) {
+    CheckBoth("aten.flip.default", {Cast(F32({3}, {1, 0, 0}), dt)},
+              {In(0), Ints({0})}, dt, {3}, {0, 0, 1});
+  }
+  CheckBoth("aten.flip.default", {TransposedView(M23())}, {In(0), Ints({0})},
+            kF32, {3, 2}, {3, 6, 2, 5, 1, 4});
+  CheckBoth("aten.flip.default", {M23()}, {In(0), Ints({})}, kF32, {2, 3},
+            {1, 2, 3, 4, 5, 6});
+  CheckBoth("aten.flip.default", {F32({0, 2}, {})}, {In(0), Ints({0, 1})}, kF32,
+            {0, 2}, {});
+  ExpectInvalid("aten.flip.default", {M23()}, {In(0), Ints({1, -1})},
+                {"multiple times"});
+  ExpectInvalid("aten.flip.default", {M23()}, {In(0), Ints({2})});
+}
+
+// ---- fused graphs ----
+
+// Fills integer inputs with indices for their graph's use: in [-b, b) for
+// b = bound[input] > 0, in [0, -b) for b < 0; floats and bools at random.
+std::vector<HostTensor> IndexInputs(const Graph& graph,
+                                    const std::vector<int64_t>& bound,
+                                    std::mt19937_64& rng) {
+  std::vector<HostTensor> in = RandomInputs(graph, {}, rng);
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (bound[k] == 0) continue;
+    const int64_t b = std::abs(bound[k]);
+    std::uniform_int_distribution<int64_t> u(bound[k] > 0 ? -b : 0, b - 1);
+    for (int64_t e = 0; e < in[k].numel(); ++e) in[k].SetIntAt(e, u(rng));
+  }
+  return in;
+}
+
+void ExpectExampleMatchesReference(const std::string& file,
+                                   const std::vector<int64_t>& bound) {
+  SCOPED_TRACE(file);
+  v1::CompileRequest req = Request(file);
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937_64 rng(11);
+  ThreadPool pool(2);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<HostTensor> in = IndexInputs(*graph, bound, rng);
+    auto want = EvaluateReference(*graph, in);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = (*exe)->Run(in, &pool);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), want->size());
+    for (size_t o = 0; o < got->size(); ++o)
+      EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
+  }
+}
+
+// An embedding feeding cross-entropy (log_softmax + nll_loss) and its
+// backward (nll_loss_backward, the log_softmax backward, the embedding's
+// scatter-add): gathers fused into the kernels that read them.
+TEST(IndexingGraphs, EmbeddingCrossEntropyForwardBackward) {
+  // Targets in [0, 16) only (nll_loss does not wrap).
+  ExpectExampleMatchesReference("embedding_cross_entropy.json",
+                                {0, 64, -16, 0});
+}
+
+TEST(IndexingGraphs, GatherScatterMix) {
+  ExpectExampleMatchesReference("gather_scatter_mix.json", {0, 16, 33, 0});
+}
+
+}  // namespace
+}  // namespace kiln::testing
