@@ -146,6 +146,9 @@ inline const std::vector<std::string>& NormSuiteOps() {
       "aten.avg_pool2d_backward.default",
       "aten._adaptive_avg_pool2d.default",
       "aten._adaptive_avg_pool2d_backward.default"};
+  return *ops;
+}
+
 // The matrix products (ops_matmul_test.cc).
 inline const std::vector<std::string>& MatmulSuiteOps() {
   static const auto* ops = new std::vector<std::string>{
@@ -154,6 +157,7 @@ inline const std::vector<std::string>& MatmulSuiteOps() {
   return *ops;
 }
 
+// The gather/scatter family (ops_indexing_test.cc).
 inline const std::vector<std::string>& IndexingSuiteOps() {
   static const auto* ops = new std::vector<std::string>{
       "aten.embedding.default",        "aten.index_select.default",
