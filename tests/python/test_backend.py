@@ -1,6 +1,6 @@
 """torch.compile(backend="kiln") on the CPU against a real kilnd: small
 models of pointwise ops, reductions, softmax, layer norm and GELU, forward
-and backward, compared with eager; ops Kiln lacks (mm, convolution) run
+and backward, compared with eager; ops Kiln lacks (convolution) run
 eagerly and the fallback report names them; strided inputs; dynamic=True;
 a daemon that is down (eager with one warning; fallback="error" raises);
 two processes and 8 processes at once on one graph (one compile per key);
@@ -72,7 +72,7 @@ class SoftmaxLayerNorm(torch.nn.Module):
 
 
 class MLP(torch.nn.Module):
-    """Linear layers: mm/addmm are not Kiln ops and run eagerly."""
+    """Linear layers: mm/addmm run in Kiln as extern GEMM calls."""
 
     def __init__(self, d=32):
         super().__init__()
@@ -181,9 +181,10 @@ def test_unsupported_ops_fall_back_and_are_reported(daemon):
     model = MLP()
     check_fwd_bwd(model, backend, torch.randn(4, 7, 32), atol=1e-4, rtol=1e-4)
     fallbacks = backend.report.fallbacks
-    assert any(op in fallbacks for op in ("aten.addmm.default", "aten.mm.default"))
-    assert "not in Kiln's op set" in next(iter(
-        fallbacks.get("aten.addmm.default") or fallbacks["aten.mm.default"]))
+    # The linear layers' products are Kiln's now (issue 16).
+    assert "aten.addmm.default" not in fallbacks
+    assert "aten.mm.default" not in fallbacks
+    assert backend.report.op("aten.addmm.default").kiln >= 1
     assert backend.report.op("aten.native_layer_norm.default").kiln == 1
 
     conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
@@ -460,12 +461,12 @@ def test_kiln_log_fallback(daemon, monkeypatch, capsys):
     backend = kiln.backend(server=daemon.address)
 
     def f(x, w):
-        return torch.softmax(x @ w, dim=-1)
+        return torch.softmax(F.conv2d(x, w), dim=-1)
 
-    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    x, w = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3)
     torch.testing.assert_close(torch.compile(f, backend=backend)(x, w), f(x, w))
     err = capsys.readouterr().err
-    assert "fallback aten.mm.default x1: not in Kiln's op set" in err, err
+    assert "fallback aten.convolution.default x1: not in Kiln's op set" in err, err
 
 
 def test_entry_point_backend_by_name(daemon, tmp_path):
@@ -506,7 +507,7 @@ def test_imports_without_torch():
         "sys.meta_path.insert(0, Hide())\n"
         "import kiln\n"
         "ops = kiln.supported_ops()\n"
-        "assert 'aten.add.Tensor' in ops and 'aten.mm.default' not in ops\n"
+        "assert 'aten.add.Tensor' in ops and 'aten.convolution.default' not in ops\n"
         "kiln.Client('127.0.0.1:1')\n"
         "assert 'torch' not in sys.modules\n"
         "try:\n"

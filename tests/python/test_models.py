@@ -55,10 +55,6 @@ KNOWN: Dict[str, str] = {
         "fx_graph.py names an input size 16*s0 as a fresh symbol k0 (the "
         "wire format has no compound sizes), so kilnd cannot prove a "
         "backward view's 1024*s0 == 64*k0 and rejects the partition",
-    "convnet-bfloat16-static":
-        "_native_batch_norm_legit_functional's fake tensors say float32 "
-        "for save_mean/save_invstd of a bfloat16 input, the CPU kernel "
-        "returns bfloat16: the partition taking them refuses its inputs",
 }
 
 # Why a partition may stay eager in bfloat16 (documented in README.md:
