@@ -189,7 +189,7 @@ done
 install -m 0644 "$LIBDEVICE" "$K/share/kiln/libdevice.10.bc"
 install -m 0644 "$ROOT"/examples/graphs/*.json "$K/share/kiln/examples/graphs/"
 mkdir -p "$K/python/kiln" "$K/share/kiln/tests"
-install -m 0644 "$ROOT/python/kiln/__init__.py" "$K/python/kiln/"
+install -m 0644 "$ROOT"/python/kiln/*.py "$K/python/kiln/"
 install -m 0644 "$ROOT/tests/gpu/python_binding_test.py" "$K/share/kiln/tests/"
 install -m 0644 "$ROOT/deploy/bundle-README.txt" "$K/README"
 {
