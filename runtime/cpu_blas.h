@@ -13,6 +13,11 @@
 // cblas_sgemm. bench/cpu_gemm.sh compares OpenBLAS with the
 // reference BLAS and with PyTorch's.
 //
+// Unless OPENBLAS_CORETYPE is set, the first Get sets it from the CPU's
+// features (AVX-512: SKYLAKEX, AVX2: HASWELL) before loading: OpenBLAS's own
+// detection falls back to a slow generic kernel on CPUs whose model it does
+// not know, as virtual machines often report.
+//
 // Thread-safety: Get loads once (the first caller does the work, the others
 // wait) and the object is immutable afterwards; Gemm may be called from any
 // thread (the BLAS manages its own threads).
@@ -25,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "graph/dtype.h"
 #include "runtime/program_plan.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 
@@ -38,9 +44,14 @@ class CpuBlas {
   // float32 (sgemm), at the offsets, strides and leading
   // dimensions of `dims` (from EvaluateGemm, which has checked them against
   // the buffers). A product over k = 0 scales C by beta (zeros for 0).
+  // With a `pool`, C's rows are split into blocks that its threads compute
+  // (each a single-threaded BLAS call): Kiln's one pool runs the cores, the
+  // BLAS starts no threads of its own (they fought the pool and PyTorch's
+  // threads for the cores: 13 against 145 GFLOP/s at 512^3 on 2 cores).
   // Errors: UNIMPLEMENTED for another dtype.
   absl::Status Gemm(DType dtype, const GemmDims& dims, double alpha,
-                    double beta, const void* a, const void* b, void* c) const;
+                    double beta, const void* a, const void* b, void* c,
+                    ThreadPool* pool = nullptr) const;
 
   // The library that was loaded (its path or soname).
   const std::string& library() const { return library_; }

@@ -260,7 +260,7 @@ absl::Status CpuExecutable::Execute(absl::Span<const int64_t> symbols,
         if (!blas.ok()) return blas.status();
         if (absl::Status s =
                 (*blas)->Gemm(e.dtype, *dims, e.gemm->alpha(), e.gemm->beta(),
-                              buffers[e.a], buffers[e.b], buffers[e.c]);
+                              buffers[e.a], buffers[e.b], buffers[e.c], pool);
             !s.ok()) {
           return s;
         }
