@@ -54,6 +54,79 @@ absl::StatusOr<std::vector<LoweredValue>> LowerSelect(LowerContext& ctx) {
       LowerContext::Remap(v, j, ctx.out_type().sizes)};
 }
 
+// slice_scatter / select_scatter: a pointwise node over self's shape
+// choosing, along `dim`, src where the position is in the slice (is the
+// selected index) and self elsewhere. src's index is clamped into range, so
+// the unchosen branch never reads outside src.
+Expr ScatterBody(LowerContext& ctx, int d, Expr in_slice, Expr src_pos,
+                 bool drop_dim) {
+  const std::vector<SymExpr>& sizes = ctx.out_type().sizes;
+  const DType dtype = ctx.out_type().dtype;
+  const int rank = static_cast<int>(sizes.size());
+  std::vector<Expr> j;
+  for (int k = 0; k < rank; ++k) {
+    if (k != d) {
+      j.push_back(ir::Var(k));
+    } else if (!drop_dim) {
+      j.push_back(std::move(src_pos));
+    }
+  }
+  const Expr self = LowerContext::Read(ctx.value(0), IdentityIndex(rank));
+  const Expr src = LowerContext::Read(ctx.value(1), j);
+  return ir::Select(std::move(in_slice), ir::Cast(src, dtype),
+                    ir::Cast(self, dtype));
+}
+
+Expr IntBinary(ExprOp op, Expr a, Expr b, DType dtype = DType::kInt64) {
+  return ir::Binary(op, std::move(a), std::move(b), dtype);
+}
+
+absl::StatusOr<std::vector<LoweredValue>> LowerSliceScatter(LowerContext& ctx) {
+  const std::vector<SymExpr>& sizes = ctx.out_type().sizes;
+  const int rank = static_cast<int>(sizes.size());
+  const int d = WrapCheckedDim(ctx.arg(2).i, rank);
+  const int64_t step = ctx.arg(5).i;
+  const ops::SliceBounds b =
+      ops::ClampSlice(*sizes[d].AsConstant(), OptionalInt(ctx.arg(3)),
+                      OptionalInt(ctx.arg(4)), step);
+  if (b.length == 0) {  // nothing replaced: self
+    return std::vector<LoweredValue>{ops::PointwiseOutput(
+        ctx, LowerContext::Read(ctx.value(0), IdentityIndex(rank)))};
+  }
+  const Expr v = ir::Var(d);
+  const Expr rel = IntBinary(ExprOp::kSub, v, ir::IntConst(b.start));
+  Expr in_slice = ir::Binary(
+      ExprOp::kAnd, IntBinary(ExprOp::kGe, rel, ir::IntConst(0), DType::kBool),
+      IntBinary(ExprOp::kLt, rel, ir::IntConst(b.length * step), DType::kBool),
+      DType::kBool);
+  if (step != 1) {
+    in_slice =
+        ir::Binary(ExprOp::kAnd, in_slice,
+                   IntBinary(ExprOp::kEq, ir::Mod(rel, ir::IntConst(step)),
+                             ir::IntConst(0), DType::kBool),
+                   DType::kBool);
+  }
+  Expr pos = ir::FloorDiv(rel, ir::IntConst(step));
+  pos = IntBinary(ExprOp::kMin, IntBinary(ExprOp::kMax, pos, ir::IntConst(0)),
+                  ir::IntConst(b.length - 1));
+  return std::vector<LoweredValue>{ops::PointwiseOutput(
+      ctx, ScatterBody(ctx, d, std::move(in_slice), std::move(pos), false))};
+}
+
+absl::StatusOr<std::vector<LoweredValue>> LowerSelectScatter(
+    LowerContext& ctx) {
+  const std::vector<SymExpr>& sizes = ctx.out_type().sizes;
+  const int rank = static_cast<int>(sizes.size());
+  const int d = WrapCheckedDim(ctx.arg(2).i, rank);
+  const int64_t index = ctx.arg(3).i;
+  const Expr at = index >= 0
+                      ? ir::IntConst(index)
+                      : ir::Add(ir::FromSym(sizes[d]), ir::IntConst(index));
+  Expr chosen = IntBinary(ExprOp::kEq, ir::Var(d), at, DType::kBool);
+  return std::vector<LoweredValue>{ops::PointwiseOutput(
+      ctx, ScatterBody(ctx, d, std::move(chosen), nullptr, true))};
+}
+
 // cat: a chain of selects on the concatenated dim, last piece innermost;
 // legacy empty 1-D inputs are skipped.
 absl::StatusOr<std::vector<LoweredValue>> LowerCat(LowerContext& ctx) {
@@ -90,6 +163,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerCat(LowerContext& ctx) {
 void RegisterIndexingLowerings(OpLowerings& table) {
   table.Add("aten.slice.Tensor", LowerSlice);
   table.Add("aten.select.int", LowerSelect);
+  table.Add("aten.slice_scatter.default", LowerSliceScatter);
+  table.Add("aten.select_scatter.default", LowerSelectScatter);
   table.Add("aten.cat.default", LowerCat);
 }
 

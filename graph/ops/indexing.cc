@@ -1,4 +1,5 @@
-// Signatures of the indexing ops (data movement by index): slice, select
+// Signatures of the indexing ops (data movement by index): slice, select,
+// slice_scatter, select_scatter
 // and cat. Their reference semantics and lowerings are
 // compiler/ops/indexing_reference.cc and indexing_lowering.cc.
 #include "graph/ops/indexing.h"
@@ -90,6 +91,70 @@ absl::StatusOr<Shapes> SelectShape(const OpContext& ctx) {
   return Shapes{out};
 }
 
+// slice_scatter / select_scatter: self's shape; src must have the shape of
+// the slice (select) of self that it replaces, and self's dtype.
+absl::Status CheckScatterSource(const OpContext& ctx,
+                                const std::vector<SymExpr>& expected) {
+  if (ctx.type(1).dtype != ctx.type(0).dtype) {
+    return ctx.Invalid(absl::StrCat("src has dtype ",
+                                    DTypeName(ctx.type(1).dtype), ", self ",
+                                    DTypeName(ctx.type(0).dtype)));
+  }
+  if (ctx.type(1).sizes != expected) {
+    std::string want, got;
+    for (const SymExpr& e : expected)
+      absl::StrAppend(&want, want.empty() ? "" : ", ",
+                      e.ToString(ctx.graph().SymbolNames()));
+    for (const SymExpr& e : ctx.type(1).sizes)
+      absl::StrAppend(&got, got.empty() ? "" : ", ",
+                      e.ToString(ctx.graph().SymbolNames()));
+    return ctx.Invalid(absl::StrCat("src has shape [", got,
+                                    "], the slice it replaces [", want, "]"));
+  }
+  return absl::OkStatus();
+}
+
+// slice_scatter(self, src, dim, start, end, step): static dims only.
+absl::StatusOr<Shapes> SliceScatterShape(const OpContext& ctx) {
+  std::vector<SymExpr> slice = ctx.type(0).sizes;
+  if (slice.empty())
+    return ctx.Invalid("slice_scatter() cannot be applied to a 0-dim tensor");
+  auto d = ctx.WrapDim(ctx.arg(2).i, static_cast<int>(slice.size()));
+  if (!d.ok()) return d.status();
+  const int64_t step = ctx.arg(5).i;
+  if (step <= 0)
+    return ctx.Invalid(absl::StrCat("slice step must be positive, got ", step));
+  auto n = slice[*d].AsConstant();
+  if (!n) {
+    return ctx.Invalid(absl::StrCat("slice_scatter along symbolic dim ", *d,
+                                    " is not supported"));
+  }
+  slice[*d] = SymExpr(ops::ClampSlice(*n, OptionalInt(ctx.arg(3)),
+                                      OptionalInt(ctx.arg(4)), step)
+                          .length);
+  if (absl::Status s = CheckScatterSource(ctx, slice); !s.ok()) return s;
+  return Shapes{ctx.type(0).sizes};
+}
+
+// select_scatter(self, src, dim, index).
+absl::StatusOr<Shapes> SelectScatterShape(const OpContext& ctx) {
+  std::vector<SymExpr> sel = ctx.type(0).sizes;
+  if (sel.empty())
+    return ctx.Invalid("select_scatter() cannot be applied to a 0-dim tensor");
+  auto d = ctx.WrapDim(ctx.arg(2).i, static_cast<int>(sel.size()));
+  if (!d.ok()) return d.status();
+  const int64_t index = ctx.arg(3).i;
+  const int64_t n = sel[*d].AsConstant().value_or(kMinSymbolValue);
+  if (index < -n || index >= n) {
+    return ctx.Invalid(
+        absl::StrCat("index ", index, " is out of range for dim ", *d,
+                     " of size ", sel[*d].ToString(ctx.graph().SymbolNames())));
+  }
+  sel.erase(sel.begin() + *d);
+  if (absl::Status s = CheckScatterSource(ctx, sel); !s.ok()) return s;
+  return Shapes{ctx.type(0).sizes};
+}
+
 // cat: the inputs other than skipped ones have one rank and agree on every
 // dim but `dim`, which adds up.
 absl::StatusOr<Shapes> CatShape(const OpContext& ctx) {
@@ -159,6 +224,25 @@ void RegisterIndexingSignatures(OpSignatures& table) {
              .num_outputs = 1,
              .shape = SelectShape,
              .dtype = SameDTypeAsSelf});
+  table.Add(
+      {.name = "aten.slice_scatter.default",
+       .op_class = OpClass::kData,
+       .schema = {Arg("self", ArgKind::kTensor), Arg("src", ArgKind::kTensor),
+                  ArgDefault("dim", ArgKind::kInt, Attr::Int(0)),
+                  ArgDefault("start", ArgKind::kOptionalInt, Attr::None()),
+                  ArgDefault("end", ArgKind::kOptionalInt, Attr::None()),
+                  ArgDefault("step", ArgKind::kInt, Attr::Int(1))},
+       .num_outputs = 1,
+       .shape = SliceScatterShape,
+       .dtype = SameDTypeAsSelf});
+  table.Add(
+      {.name = "aten.select_scatter.default",
+       .op_class = OpClass::kData,
+       .schema = {Arg("self", ArgKind::kTensor), Arg("src", ArgKind::kTensor),
+                  Arg("dim", ArgKind::kInt), Arg("index", ArgKind::kInt)},
+       .num_outputs = 1,
+       .shape = SelectScatterShape,
+       .dtype = SameDTypeAsSelf});
   table.Add({.name = "aten.cat.default",
              .op_class = OpClass::kData,
              .schema = {Arg("tensors", ArgKind::kTensorList),

@@ -127,6 +127,22 @@ class EmbeddingCrossEntropy(torch.nn.Module):
         return F.cross_entropy(logits, target, ignore_index=3)
 
 
+def test_slice_and_select_backward_run_in_kiln(daemon):
+    """The backward of slicing and selecting is slice_scatter and
+    select_scatter (into zeros): both run in Kiln."""
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    def f(x):
+        return (x[:, 1:5:2].exp() * 2).sum() + x[:, 0].tanh().sum()
+
+    check_fwd_bwd(f, backend, torch.randn(3, 7))
+    ran = {op for op in ("aten.slice_scatter.default",
+                         "aten.select_scatter.default")
+           if backend.report.op(op).kiln >= 1}
+    assert ran == {"aten.slice_scatter.default",
+                   "aten.select_scatter.default"}, str(backend.report)
+
+
 def test_embedding_cross_entropy_forward_backward(daemon):
     backend = kiln.backend(server=daemon.address, fallback="error")
     torch.manual_seed(1)

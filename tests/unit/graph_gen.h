@@ -2556,7 +2556,53 @@ inline bool OpSetGen::Creation() {
 }
 
 inline bool OpSetGen::AliasCopyOrLike(const OpValue& a) {
-  const int k = rng_.Below(11);
+  const int k = rng_.Below(13);
+  if (k >= 11) {
+    // slice_scatter / select_scatter of a new input into a along a static
+    // dim: values of a and of the input, no arithmetic.
+    const int r = static_cast<int>(a.shape.size());
+    if (r == 0) return false;
+    for (const GenDim& g : a.shape) {
+      if (IsCompound(g)) return false;
+    }
+    const int d = rng_.Below(r);
+    const GenDim& dim = a.shape[d];
+    if (!dim.symbol.empty() || dim.value == 0) return false;
+    const int64_t size = dim.value;
+    GenShape src_shape = a.shape;
+    OpValue v = a;
+    v.name = Fresh();
+    const OpValue* src = nullptr;
+    if (k == 11) {
+      const int64_t start = rng_.Below(size), step = 1 + rng_.Below(2);
+      const int64_t end = start + 1 + rng_.Below(size - start);
+      src_shape[d] = GenDim{"", (end - start + step - 1) / step};
+      src = NewInput(src_shape, a.dtype);
+      v1::Node* n = Node("aten.slice_scatter.default", v.name);
+      Ref(n, a.name);
+      Ref(n, src->name);
+      Int(n, Dim(d, r));
+      Int(n, start);
+      Int(n, end);
+      Int(n, step);
+    } else {
+      const int64_t index = rng_.Below(size) - (rng_.Chance(30) ? size : 0);
+      src_shape.erase(src_shape.begin() + d);
+      src = NewInput(src_shape, a.dtype);
+      v1::Node* n = Node("aten.select_scatter.default", v.name);
+      Ref(n, a.name);
+      Ref(n, src->name);
+      Int(n, Dim(d, r));
+      Int(n, index);
+    }
+    v.mag = std::max(a.mag, src->mag);
+    v.err = std::max(a.err, src->err);
+    v.lo = std::min(a.lo, src->lo);
+    v.integral = a.integral && src->integral;
+    v.nonneg = a.nonneg && src->nonneg;
+    Keep(std::move(v));
+    return true;
+  }
   if (k >= 8) {
     // split.Tensor, split_with_sizes, unbind.int along a static dim: one
     // output per piece, each a view of a (same stats).

@@ -441,6 +441,36 @@ TEST(ShapeEmpty, ZerosOfTheDefaultFloat) {
 
 // ---- split / split_with_sizes / unbind: one output per piece ----
 
+// ---- slice_scatter / select_scatter ----
+
+TEST(ShapeSliceScatter, SrcOverTheSlice) {
+  // self [[1, 2, 3], [4, 5, 6]]; src over columns 0 and 2 (step 2).
+  CheckOp("aten.slice_scatter.default",
+          {M23(), F32({2, 2}, {10, 30, 40, 60})},
+          {In(0), In(1), I(1), I(0), I(3), I(2)}, kF32, {2, 3},
+          {10, 2, 30, 40, 5, 60});
+  // Along dim 0 from the end (negative start), default end.
+  CheckOp("aten.slice_scatter.default", {M23(), F32({1, 3}, {7, 8, 9})},
+          {In(0), In(1), I(0), I(-1)}, kF32, {2, 3}, {1, 2, 3, 7, 8, 9});
+  // An empty slice replaces nothing.
+  CheckOp("aten.slice_scatter.default", {M23(), F32({2, 0}, {})},
+          {In(0), In(1), I(1), I(2), I(2)}, kF32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  ExpectInvalid("aten.slice_scatter.default", {M23(), F32({2, 2}, {})},
+                {In(0), In(1), I(1), I(0), I(3)},
+                {"node 0", "slice_scatter", "src has shape [2, 2]"});
+  ExpectInvalid("aten.slice_scatter.default", {M23(), F16({2, 3}, {})},
+                {In(0), In(1), I(1)}, {"dtype"});
+}
+
+TEST(ShapeSelectScatter, SrcOverTheIndex) {
+  CheckOp("aten.select_scatter.default", {M23(), F32({2}, {7, 8})},
+          {In(0), In(1), I(1), I(-1)}, kF32, {2, 3}, {1, 2, 7, 4, 5, 8});
+  CheckOp("aten.select_scatter.default", {M23(), F32({3}, {7, 8, 9})},
+          {In(0), In(1), I(0), I(0)}, kF32, {2, 3}, {7, 8, 9, 4, 5, 6});
+  ExpectInvalid("aten.select_scatter.default", {M23(), F32({3}, {})},
+                {In(0), In(1), I(1), I(3)}, {"out of range"});
+}
+
 TEST(ShapeSplit, PiecesAlongTheDim) {
   // Iota({5, 2}) split in pieces of 2 rows: [2, 2], [2, 2], [1, 2].
   auto r = RunTracked("aten.split.Tensor", {Iota({5, 2})}, {In(0), I(2)}, 3);

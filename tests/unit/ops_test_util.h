@@ -111,7 +111,8 @@ inline const std::vector<std::string>& ShapeSuiteOps() {
       "aten.arange.start_step",    "aten.full_like.default",
       "aten.zeros_like.default",   "aten.ones_like.default",
       "aten.empty_like.default",   "aten.empty.memory_format",
-      "aten.empty_strided.default"};
+      "aten.empty_strided.default", "aten.slice_scatter.default",
+      "aten.select_scatter.default"};
   return *ops;
 }
 
