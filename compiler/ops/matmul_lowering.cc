@@ -141,9 +141,7 @@ LoweredValue AddGemm(LowerContext& ctx, const LoweredValue& x,
 // The product in the output dtype.
 LoweredValue InOutputDType(LowerContext& ctx, LoweredValue product) {
   if (product.dtype == ctx.out_type().dtype) return product;
-  return ops::PointwiseOutput(
-      ctx, LowerContext::Read(
-               product, IdentityIndex(static_cast<int>(product.sizes.size()))));
+  return Materialize(ctx, product, ctx.out_type().dtype);
 }
 
 absl::StatusOr<std::vector<LoweredValue>> LowerMm(LowerContext& ctx) {

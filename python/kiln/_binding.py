@@ -490,6 +490,23 @@ class CudaOutput:
             raise
 
 
+def _describe(exe, lib, prefix: str, handle) -> None:
+    """Sets exe's num_inputs, num_outputs, output_dtypes, output_ranks and
+    guard_key from the C API's `<prefix>_*` accessors (the CPU and CUDA
+    executables have the same ones)."""
+    def fn(name):
+        return getattr(lib, f"{prefix}_{name}")
+    exe.num_inputs = fn("num_inputs")(handle)
+    exe.num_outputs = fn("num_outputs")(handle)
+    exe.output_dtypes = [_DTYPES[fn("output_dtype")(handle, i)][0]
+                         for i in range(exe.num_outputs)]
+    exe.output_ranks = [fn("output_rank")(handle, i)
+                        for i in range(exe.num_outputs)]
+    key = ctypes.create_string_buffer(65)
+    fn("guard_key")(handle, key)
+    exe.guard_key = key.value.decode()
+
+
 class CudaExecutable:
     """A loaded CUDA executable (kiln::CudaExecutable). Call it with torch
     tensors; run_raw takes device pointers."""
@@ -499,16 +516,8 @@ class CudaExecutable:
         self._handle = handle
         self._allocator_keep = allocator_keep
         self.device = lib.kiln_cuda_executable_device_ordinal(handle)
-        self.num_inputs = lib.kiln_cuda_executable_num_inputs(handle)
-        self.num_outputs = lib.kiln_cuda_executable_num_outputs(handle)
-        self.output_dtypes = [
-            _DTYPES[lib.kiln_cuda_executable_output_dtype(handle, i)][0]
-            for i in range(self.num_outputs)]
-        self.output_ranks = [lib.kiln_cuda_executable_output_rank(handle, i)
-                             for i in range(self.num_outputs)]
-        key = ctypes.create_string_buffer(65)
-        lib.kiln_cuda_executable_guard_key(handle, key)
-        self.guard_key = key.value.decode()
+        _describe(self, lib, "kiln_cuda_executable", handle)
+        self._call = None  # the extension's CudaCall for __call__, or False
 
     def __del__(self):
         handle, self._handle = self._handle, None
@@ -565,7 +574,7 @@ class CudaExecutable:
         torch tensors, enqueued on `stream` (default: the current stream).
         See the module docstring for the stream rules."""
         if stream is None and len(tensors) == self.num_inputs:
-            call = getattr(self, "_call", None)
+            call = self._call
             if call is None:
                 call = self._call = self.call_path(
                     range(self.num_inputs),
@@ -646,16 +655,7 @@ class CpuExecutable:
     def __init__(self, lib, handle):
         self._lib = lib
         self._handle = handle
-        self.num_inputs = lib.kiln_cpu_executable_num_inputs(handle)
-        self.num_outputs = lib.kiln_cpu_executable_num_outputs(handle)
-        self.output_dtypes = [
-            _DTYPES[lib.kiln_cpu_executable_output_dtype(handle, i)][0]
-            for i in range(self.num_outputs)]
-        self.output_ranks = [lib.kiln_cpu_executable_output_rank(handle, i)
-                             for i in range(self.num_outputs)]
-        key = ctypes.create_string_buffer(65)
-        lib.kiln_cpu_executable_guard_key(handle, key)
-        self.guard_key = key.value.decode()
+        _describe(self, lib, "kiln_cpu_executable", handle)
         self._local = threading.local()  # .prepared: layout -> views
         self._call = None  # the extension's CpuCall for __call__, or False
 

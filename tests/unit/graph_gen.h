@@ -468,6 +468,8 @@ class OpSetGen {
   static double Inexact(double prop, double mag, v1::DType d) {
     return prop + UlpOf(d) * std::max(mag, 1e-30);
   }
+  // The stats of `from` converted to `to` into `v` (Cast and copy).
+  static bool CastStats(const OpValue& from, v1::DType to, OpValue& v);
 
   // Builds `abs(v) + c` (|x| >= c > 0), for denominators and logs.
   const OpValue* MakePositive(const OpValue& v);
@@ -1336,33 +1338,44 @@ inline bool OpSetGen::Clamp(const OpValue& a) {
   return true;
 }
 
-inline bool OpSetGen::Cast(const OpValue& a) {
-  const v1::DType to = rng_.Pick(o_.dtypes);
-  OpValue v = a;
-  v.name = Fresh();
-  v.dtype = to;
-  if (IsFloatDType(a.dtype) && !IsFloatDType(to)) {
+// The stats of `from` converted to `to`, into `v` (a copy of `from`);
+// false when the conversion is not numerically tame (a discontinuous
+// truncation of an inexact value, an out-of-range magnitude). Shared by
+// Cast and copy.
+inline bool OpSetGen::CastStats(const OpValue& from, v1::DType to,
+                                OpValue& v) {
+  if (IsFloatDType(from.dtype) && !IsFloatDType(to)) {
     // Truncation and != 0 are discontinuous.
-    if (!a.exact() || a.mag > MagLimit(to)) return false;
-    v.mag = to == v1::BOOL ? 1 : std::floor(a.mag);
+    if (!from.exact() || from.mag > MagLimit(to)) return false;
+    v.mag = to == v1::BOOL ? 1 : std::floor(from.mag);
     v.integral = true;
-    v.lo = to == v1::BOOL ? 0 : std::floor(a.lo);
+    v.lo = to == v1::BOOL ? 0 : std::floor(from.lo);
     if (to == v1::BOOL) v.nonneg = true;
   } else if (IsFloatDType(to)) {
-    if (!IsFloatDType(a.dtype) && a.mag > ExactIntLimit(to)) return false;
-    if (!ErrOk(a.err, to) || !MagOk(a.mag, to)) return false;
+    if (!IsFloatDType(from.dtype) && from.mag > ExactIntLimit(to))
+      return false;
+    if (!ErrOk(from.err, to) || !MagOk(from.mag, to)) return false;
     // Rounding to a narrower dtype is the same on both sides for exact
     // values; an inexact one may round either way.
-    if (a.err > 0) v.err = Inexact(a.err, a.mag, to);
-    if (to != v1::FLOAT32 && a.mag > ExactIntLimit(to)) v.integral = false;
+    if (from.err > 0) v.err = Inexact(from.err, from.mag, to);
+    if (to != v1::FLOAT32 && from.mag > ExactIntLimit(to)) v.integral = false;
   } else {
-    if (to != v1::BOOL && a.mag > MagLimit(to)) return false;
+    if (to != v1::BOOL && from.mag > MagLimit(to)) return false;
     if (to == v1::BOOL) {
       v.mag = 1;
       v.nonneg = true;
       v.lo = 0;
     }
   }
+  return true;
+}
+
+inline bool OpSetGen::Cast(const OpValue& a) {
+  const v1::DType to = rng_.Pick(o_.dtypes);
+  OpValue v = a;
+  v.name = Fresh();
+  v.dtype = to;
+  if (!CastStats(a, to, v)) return false;
   v1::Node* n;
   if (rng_.Chance(75)) {
     n = Node("aten._to_copy.default", v.name);
@@ -2678,25 +2691,7 @@ inline bool OpSetGen::AliasCopyOrLike(const OpValue& a) {
     v.name = Fresh();
     v.shape = a.shape;
     v.dtype = to;
-    if (IsFloatDType(b.dtype) && !IsFloatDType(to)) {
-      if (!b.exact() || b.mag > MagLimit(to)) return false;
-      v.mag = to == v1::BOOL ? 1 : std::floor(b.mag);
-      v.integral = true;
-      v.lo = to == v1::BOOL ? 0 : std::floor(b.lo);
-      if (to == v1::BOOL) v.nonneg = true;
-    } else if (IsFloatDType(to)) {
-      if (!IsFloatDType(b.dtype) && b.mag > ExactIntLimit(to)) return false;
-      if (!ErrOk(b.err, to) || !MagOk(b.mag, to)) return false;
-      if (b.err > 0) v.err = Inexact(b.err, b.mag, to);
-      if (to != v1::FLOAT32 && b.mag > ExactIntLimit(to)) v.integral = false;
-    } else {
-      if (to != v1::BOOL && b.mag > MagLimit(to)) return false;
-      if (to == v1::BOOL) {
-        v.mag = 1;
-        v.nonneg = true;
-        v.lo = 0;
-      }
-    }
+    if (!CastStats(b, to, v)) return false;
     v1::Node* n = Node("aten.copy.default", v.name);
     Ref(n, a.name);
     Ref(n, b.name);
