@@ -172,7 +172,9 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   Dumper dump(env, request.key);
   dump.Write("01-graph.txt", request.graph.ToString());
 
-  absl::StatusOr<LoopGraph> loops = Lower(request.graph);
+  LowerOptions lower_options;
+  lower_options.half_precision_gemm = cuda;  // cuBLASLt takes f16/bf16
+  absl::StatusOr<LoopGraph> loops = Lower(request.graph, lower_options);
   if (!loops.ok()) return loops.status();
   dump.Write("02-loops.txt", loops->ToString());
 
@@ -188,14 +190,6 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   std::vector<GpuKernelPlan> gpu_plans;
   KernelBinary binary;
   if (cuda) {
-    for (const Kernel& k : fused->kernels) {
-      if (k.is_extern()) {
-        return absl::UnimplementedError(
-            "matrix products (aten.mm, addmm, bmm, baddbmm) on CUDA targets "
-            "need the cuBLASLt extern call, which the CUDA runtime does not "
-            "make yet: compile them for a CPU target or run them eagerly");
-      }
-    }
     gpu_plans = PlanGpuLaunches(*fused, PlanOptions(env));
     dump.Write("04-gpu-plan.txt", GpuPlansToString(*fused, gpu_plans));
     absl::StatusOr<v1::CudaBinary> cubin =

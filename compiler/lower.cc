@@ -73,7 +73,8 @@ absl::Status LowerContext::Unimplemented(absl::string_view what) const {
       absl::StrCat("node ", node_index_, " (", node_.op->name, "): ", what));
 }
 
-absl::StatusOr<LoopGraph> Lower(const Graph& graph) {
+absl::StatusOr<LoopGraph> Lower(const Graph& graph,
+                                 const LowerOptions& options) {
   LoopGraph loops;
   loops.symbol_names = graph.SymbolNames();
   loops.num_inputs = static_cast<int>(graph.inputs.size());
@@ -97,7 +98,8 @@ absl::StatusOr<LoopGraph> Lower(const Graph& graph) {
   }
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
-    LowerContext ctx(graph, node, static_cast<int>(n), loops, values);
+    LowerContext ctx(graph, node, static_cast<int>(n), loops, values,
+                     options);
     const LowerFn* lower = OpLowerings::Get().Find(node.op->name);
     if (lower == nullptr) {
       return ctx.Unimplemented("no loop-IR lowering for this op yet");

@@ -29,18 +29,30 @@ struct LoweredValue {
   std::vector<SymExpr> sizes;
 };
 
+// What the target lets lowerings choose (part of the key through the
+// target they are derived from).
+struct LowerOptions {
+  // Matrix products in float16/bfloat16 are library calls in that dtype
+  // (accumulating in float32; cuBLASLt) rather than float32 calls on
+  // converted operands (CPU BLAS has no half-precision GEMM).
+  bool half_precision_gemm = false;
+};
+
 // What an op's lowering sees and uses.
 class LowerContext {
  public:
   LowerContext(const Graph& graph, const Node& node, int node_index,
-               LoopGraph& loops, const std::vector<LoweredValue>& values)
+               LoopGraph& loops, const std::vector<LoweredValue>& values,
+               const LowerOptions& options = {})
       : graph_(graph),
         node_(node),
         node_index_(node_index),
         loops_(loops),
-        values_(values) {}
+        values_(values),
+        options_(options) {}
 
   const Node& node() const { return node_; }
+  const LowerOptions& options() const { return options_; }
   const Attr& arg(int i) const { return node_.args[i]; }
   bool is_tensor(int i) const {
     return node_.args[i].kind == Attr::Kind::kTensor;
@@ -80,12 +92,14 @@ class LowerContext {
   int node_index_;
   LoopGraph& loops_;
   const std::vector<LoweredValue>& values_;
+  const LowerOptions& options_;
 };
 
 // The vars v0..v{n-1}.
 std::vector<Expr> IdentityIndex(int n);
 
-absl::StatusOr<LoopGraph> Lower(const Graph& graph);
+absl::StatusOr<LoopGraph> Lower(const Graph& graph,
+                                 const LowerOptions& options = {});
 
 }  // namespace kiln
 

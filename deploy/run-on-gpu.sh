@@ -4,18 +4,21 @@
 # glibc >= 2.36 and, for bench and python, python3 with torch):
 #
 #   make bundle BUNDLE_EXTRA="build/tests/gpu/cuda_gpu_test build/bench/gpu/cuda_bench build/tests/unit/cuda_runtime_test"
-#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|bench|all [OUT_DIR]
+#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|bench|all [OUT_DIR]
 #
 # tests: cuda_runtime_test and cuda_gpu_test (its Client test starts the
 # bundle's kilnd); python: the Python binding with PyTorch
-# (kiln/share/kiln/tests/python_binding_test.py, both allocators); all: the
-# three. $PYTHON names the interpreter (default python3).
+# (kiln/share/kiln/tests/python_binding_test.py, both allocators);
+# backend: the model suite through torch.compile(backend=kiln) on the GPU
+# (tests/gpu/backend_gpu_test.py); pybench: bench/python/gpu_gemm.py and
+# step_time.py --device cuda; all: tests, python and backend. $PYTHON names
+# the interpreter (default python3).
 #
 # kilnd's CUDA compiles need nvJitLink 13: $KILN_NVJITLINK, else ldconfig's,
 # else the CUDA toolkit's, else one from a pip wheel (nvidia-nvjitlink) in
 # python3's site-packages.
 set -euo pipefail
-bundle=${1:?usage: run-on-gpu.sh BUNDLE.tar.xz tests|python|bench|all [OUT_DIR]}
+bundle=${1:?usage: run-on-gpu.sh BUNDLE.tar.xz tests|python|backend|pybench|bench|all [OUT_DIR]}
 what=${2:-all}
 out=${3:-${OUT:-$(mktemp -d)}}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,6 +44,7 @@ echo "nvJitLink: ${KILN_NVJITLINK:-not found}"
 export KILN_EXAMPLES_DIR=$K/share/kiln/examples/graphs
 export KILN_LIBDEVICE=$K/share/kiln/libdevice.10.bc
 export KILN_KILND=$K/bin/kilnd  # the daemon the Client tests start
+export KILN_LIB=$K/lib/libkiln_c.so
 # cuda_runtime_test's real-cubin case, when the build's cubin came along.
 if [[ -z ${KILN_TEST_CUBIN:-} && -e $here/build/tests/unit/pointwise_sm90.cubin ]]; then
   export KILN_TEST_CUBIN=$here/build/tests/unit/pointwise_sm90.cubin
@@ -54,7 +58,14 @@ fi
 if [[ $what == python || $what == all ]]; then
   "${PYTHON:-python3}" "$K/share/kiln/tests/python_binding_test.py" || status=1
 fi
-if [[ $what == bench || $what == all ]]; then
+if [[ $what == backend || $what == all ]]; then
+  "${PYTHON:-python3}" "$here/tests/gpu/backend_gpu_test.py" || status=1
+fi
+if [[ $what == pybench ]]; then
+  "${PYTHON:-python3}" "$here/bench/python/gpu_gemm.py" || status=1
+  "${PYTHON:-python3}" "$here/bench/python/step_time.py" --device cuda || status=1
+fi
+if [[ $what == bench ]]; then
   KILN_CUDA_BENCH=$K/bin/cuda_bench "$here/bench/gpu/run.sh" "$out" || status=1
 fi
 exit $status

@@ -99,10 +99,13 @@ absl::StatusOr<std::unique_ptr<CudaExecutable>> CudaExecutable::Load(
                      DigestToHex(expected), ", got ", DigestToHex(actual), " (",
                      cubin.size(), " bytes); not loaded"));
   }
-  // No extern calls yet: the cuBLASLt path of issue 16 is still to come.
   LaunchLimits limits;
   limits.max_block_threads = kMaxBlockThreads;
   limits.max_kernel_params = kMaxKernelParams;
+  limits.extern_library = v1::ExternCall::CUBLASLT;
+  limits.gemm_dtypes = {{DType::kFloat32, DType::kFloat32},
+                        {DType::kFloat16, DType::kFloat32},
+                        {DType::kBFloat16, DType::kFloat32}};
   absl::StatusOr<ProgramPlan> plan = PlanProgram(exe->artifact_, limits);
   if (!plan.ok()) return plan.status();
   exe->plan_ = *std::move(plan);
@@ -197,6 +200,16 @@ absl::Status CudaExecutable::LoadModule(const CudaLoadOptions& options) {
     }
   }
 
+  if (!plan_.externs.empty()) {
+    // The handle is made with the executable's context current.
+    absl::StatusOr<cuda::ScopedContext> scope =
+        cuda::ScopedContext::Enter(*driver_, context_->get());
+    if (!scope.ok()) return scope.status();
+    absl::StatusOr<std::unique_ptr<CudaGemm>> gemm = CudaGemm::Create();
+    if (!gemm.ok()) return gemm.status();
+    gemm_ = *std::move(gemm);
+  }
+
   allocator_ = options.allocator;
   if (allocator_ == nullptr) {
     auto own = CachingDeviceAllocator::Create(device_ordinal_);
@@ -258,6 +271,10 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
   absl::InlinedVector<DeviceAllocation, 4> temps(plan_.num_temps);
   absl::InlinedVector<void*, 32> params(plan_.max_params, nullptr);
   const v1::Program& program = artifact_.program();
+  // For extern calls: the buffers' element counts (checked by EvaluateGemm)
+  // and one cuBLASLt workspace, both made on the first call.
+  absl::InlinedVector<int64_t, 16> elements;
+  DeviceAllocation workspace;
   for (const ProgramPlan::Step& step : plan_.steps) {
     switch (step.kind) {
       case ProgramPlan::Step::Kind::kAlloc: {
@@ -307,10 +324,28 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
         }
         break;
       }
-      case ProgramPlan::Step::Kind::kExtern:
-        // PlanProgram refuses extern calls under this runtime's limits
-        // (no cuBLASLt yet), so a plan never holds one.
-        return absl::InternalError("extern call in a CUDA program");
+      case ProgramPlan::Step::Kind::kExtern: {
+        const ProgramPlan::Extern& e = plan_.externs[step.index];
+        if (elements.empty()) {
+          for (const v1::BufferSpec& b : program.buffers())
+            elements.push_back(EvaluateSymPoly(b.elements(), symbols));
+          absl::StatusOr<DeviceAllocation> w = DeviceAllocation::Allocate(
+              allocator_, CudaGemm::kWorkspaceBytes, stream);
+          if (!w.ok()) return w.status();
+          workspace = *std::move(w);
+        }
+        absl::StatusOr<GemmDims> dims =
+            EvaluateGemm(*e.gemm, symbols, elements);
+        if (!dims.ok()) return dims.status();
+        if (absl::Status s = gemm_->Run(
+                step.index, e.dtype, *dims, e.gemm->alpha(), e.gemm->beta(),
+                buffers[e.a], buffers[e.b], buffers[e.c], workspace.get(),
+                CudaGemm::kWorkspaceBytes, stream);
+            !s.ok()) {
+          return s;
+        }
+        break;
+      }
     }
   }
   return outputs;

@@ -32,6 +32,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "runtime/cuda_blaslt.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device_allocator.h"
 #include "runtime/program_plan.h"
@@ -156,6 +157,8 @@ class CudaExecutable {
   // evaluates sizes; pointers into artifact_.
   ProgramPlan plan_;
   std::vector<cuda::Function> functions_;  // per launch, in plan_ order
+  // cuBLASLt for the extern calls (null when the program makes none).
+  std::unique_ptr<CudaGemm> gemm_;
 };
 
 }  // namespace kiln

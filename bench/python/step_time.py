@@ -42,7 +42,8 @@ def make_step(name: str, backend: str, server: str,
     """The model's training step under `backend` and the time of its first
     call (compiles included)."""
     spec = MODELS[name]
-    model = spec.make()
+    device = torch.device(args.device)
+    model = spec.make().to(device)
     opt = make_optimizer(model, spec)
     if backend == "eager":
         step_model: Callable = model
@@ -54,9 +55,14 @@ def make_step(name: str, backend: str, server: str,
             model, backend=kiln.backend(server=server, fallback="eager"),
             dynamic=args.dynamic)
     inputs, target = spec.example()
+    inputs = tuple(a.to(device) if isinstance(a, torch.Tensor) else a
+                   for a in inputs)
+    target = target.to(device) if target is not None else None
 
     def step() -> None:
         train_step(step_model, opt, spec, inputs, target)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     t0 = time.perf_counter()
     step()
@@ -94,6 +100,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="timings (median)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--dynamic", action="store_true")
+    ap.add_argument("--device", default="cpu",
+                    help="cpu or cuda (each step ends with a synchronize)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads (default: torch's choice)")
     args = ap.parse_args()
@@ -104,8 +112,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
+        where = (torch.cuda.get_device_name(0) if args.device == "cuda"
+                 else f"{torch.get_num_threads()} threads")
         print(f"training step (fwd + bwd + AdamW foreach), torch "
-              f"{torch.__version__}, {torch.get_num_threads()} threads, "
+              f"{torch.__version__}, {where}, "
               f"{'dynamic' if args.dynamic else 'static'}, load average "
               f"{os.getloadavg()[0]:.1f}; median of "
               f"{args.repeats} x {args.iters} steps after {args.warmup} warm-up\n")

@@ -10,8 +10,11 @@
 // bias and beta become a pointwise node that reads the product's buffer and
 // fuses with its consumers.
 //
-// float16 and bfloat16 products are computed in float32 and rounded once at
-// the end (the operands are converted by the kernels that write them).
+// float16 and bfloat16 products accumulate in float32 either way: on
+// targets whose library takes them (LowerOptions::half_precision_gemm,
+// cuBLASLt) the operands are read in their dtype; otherwise (CPU BLAS) they
+// are converted to float32 by the kernels that write them and the product
+// is rounded once at the end.
 #include <optional>
 #include <vector>
 
@@ -21,9 +24,12 @@
 namespace kiln {
 namespace {
 
-// The dtype the library computes in (Kiln's floating dtypes are float32,
-// float16 and bfloat16).
-DType GemmDType(DType) { return DType::kFloat32; }
+// The dtype of the library call's matrices for a product in `out` (Kiln's
+// floating dtypes are float32, float16 and bfloat16); it accumulates in
+// float32.
+DType GemmDType(const LowerContext& ctx, DType out) {
+  return ctx.options().half_precision_gemm ? out : DType::kFloat32;
+}
 
 // Whether a leading dimension can serve a matrix whose rows (or columns)
 // have `extent` elements: statically known to be too small is not.
@@ -113,9 +119,9 @@ LoweredValue AddGemm(LowerContext& ctx, const LoweredValue& x,
                      const LoweredValue& y, double alpha) {
   const std::vector<SymExpr>& sizes = ctx.out_type().sizes;
   const int rank = static_cast<int>(sizes.size());
-  const DType compute = GemmDType(ctx.out_type().dtype);
-  const GemmOperand a = OperandOf(ctx, x, compute);
-  const GemmOperand b = OperandOf(ctx, y, compute);
+  const DType data = GemmDType(ctx, ctx.out_type().dtype);
+  const GemmOperand a = OperandOf(ctx, x, data);
+  const GemmOperand b = OperandOf(ctx, y, data);
   GemmCall g;
   g.a = a.layout;
   g.b = b.layout;
@@ -128,10 +134,10 @@ LoweredValue AddGemm(LowerContext& ctx, const LoweredValue& x,
   g.c.row_stride = g.n;
   g.c.col_stride = SymExpr(1);
   g.alpha = alpha;
-  g.compute_dtype = compute;
+  g.compute_dtype = DType::kFloat32;
   LoopNode node;
   node.kind = LoopNode::Kind::kExtern;
-  node.dtype = compute;
+  node.dtype = data;
   node.sizes = sizes;
   node.gemm = std::move(g);
   node.extern_inputs = {a.node, b.node};
@@ -157,15 +163,18 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAddmm(LowerContext& ctx) {
   const LoweredValue product = AddGemm(ctx, ctx.value(1), ctx.value(2), alpha);
   if (beta == 0) return std::vector<LoweredValue>{InOutputDType(ctx, product)};
   const std::vector<SymExpr>& sizes = ctx.out_type().sizes;
-  const DType compute = product.dtype;
+  // The sum in float32 (a half-precision product is rounded once before
+  // it, as cuBLAS's beta * C is added to the rounded product's accumulator).
+  const DType compute = DType::kFloat32;
   Expr bias = ctx.Operand(0, sizes, compute);
   if (beta != 1)
     bias = ir::Binary(ExprOp::kMul, ir::Const(beta, compute), bias, compute);
-  const Expr sum =
-      ir::Binary(ExprOp::kAdd, bias,
-                 LowerContext::Read(
-                     product, IdentityIndex(static_cast<int>(sizes.size()))),
-                 compute);
+  const Expr sum = ir::Binary(
+      ExprOp::kAdd, bias,
+      ir::Cast(LowerContext::Read(
+                   product, IdentityIndex(static_cast<int>(sizes.size()))),
+               compute),
+      compute);
   return std::vector<LoweredValue>{ops::PointwiseOutput(ctx, sum)};
 }
 

@@ -7,9 +7,10 @@ native_layer_norm, gelu, ...: whatever kiln.supported_ops() holds), for the
 forward and the backward graph alike. Each graph is partitioned by what Kiln
 runs (kiln/partition.py); each partition is translated (kiln/fx_graph.py)
 and compiled once through kilnd when AOTAutograd hands the graph over, and
-called on the CPU runtime without copies: inputs are passed as they are
-(strides and storage offsets included), outputs are written into tensors
-allocated here with torch.empty. Everything else runs eagerly in between.
+called on the CPU or CUDA runtime without copies: inputs are passed as they
+are (strides and storage offsets included); CPU outputs are written into
+tensors allocated here with torch.empty, CUDA outputs are allocated by
+PyTorch's caching allocator. Everything else runs eagerly in between.
 
 Outputs: a partition output that is one of its inputs is returned as
 itself; an output whose expected strides (the fake tensor's) are not
@@ -35,8 +36,11 @@ run eagerly without trying it; later ones try again. KILN_LOG=fallback prints, p
 that did not run in Kiln, why, and how often; explain() returns the same
 report for a model.
 
-Only CPU tensors run in Kiln for now; CUDA tensors run eagerly (their
-nodes are reported as fallbacks).
+Devices: a partition's tensors are all on the CPU or all on one CUDA
+device (a node mixing devices runs eagerly). CUDA partitions are compiled
+for that device's architecture (sm_XY) and run on PyTorch's current stream
+with PyTorch's caching allocator, outputs handed over without copies
+(DLPack).
 """
 
 from __future__ import annotations
@@ -172,7 +176,7 @@ class KilnPartition(torch.nn.Module):
     submodule is kept for a call whose inputs the executable refuses)."""
 
     def __init__(self, name: str, eager: torch.fx.GraphModule,
-                 graph: KilnGraph, exe: "_binding.CpuExecutable",
+                 graph: KilnGraph, exe: Any,
                  backend: "KilnBackend", tuple_output: bool = True) -> None:
         super().__init__()
         self._tuple_output = tuple_output
@@ -210,14 +214,17 @@ class KilnPartition(torch.nn.Module):
         # forward builds) to the Kiln outputs, else None: ctypes.
         self._fast: Optional[Callable[..., Any]] = None
         self._run: Optional[Callable[..., Any]] = None
+        self._cuda = graph.device.type == "cuda"
+        # CPU executables take the outputs' sizes when they are static.
+        sizes = () if self._cuda else (self._static_sizes,)
         if not graph.scalar_inputs and all(s is None for s in self._strides):
             self._fast = exe.call_path(graph.tensor_inputs, graph.outputs,
-                                       tuple_output, self._static_sizes)
+                                       tuple_output, *sizes)
         else:
             self._run = exe.call_path(
                 range(len(graph.tensor_inputs)),
                 [("kiln", j) for j in range(len(graph.output_meta))],
-                True, self._static_sizes)
+                True, *sizes)
 
     def _expected_strides(self, j: int, tensors: List[torch.Tensor]) -> Tuple[int, ...]:
         want = self._strides[j]
@@ -248,10 +255,13 @@ class KilnPartition(torch.nn.Module):
     def forward(self, *args: Any) -> Any:
         tensors = [args[i] for i in self.graph.tensor_inputs]
         for k, dtype in self.graph.scalar_inputs.items():
-            tensors[k] = torch.tensor(tensors[k], dtype=dtype)
+            tensors[k] = torch.tensor(tensors[k], dtype=dtype,
+                                      device=self.graph.device)
         try:
             if self._run is not None:
                 outs = list(self._run(*tensors))
+            elif self._cuda:
+                outs = self.exe(*tensors)
             else:
                 sizes = self._static_sizes or self.exe.output_sizes(tensors)
                 outs = [torch.empty(s, dtype=d)
@@ -262,8 +272,9 @@ class KilnPartition(torch.nn.Module):
         for j, want in enumerate(self._strides):
             if want is not None:
                 strides = self._expected_strides(j, tensors)
-                outs[j] = torch.empty_strided(outs[j].shape, strides,
-                                              dtype=outs[j].dtype).copy_(outs[j])
+                outs[j] = torch.empty_strided(
+                    outs[j].shape, strides, dtype=outs[j].dtype,
+                    device=outs[j].device).copy_(outs[j])
         result = tuple(outs[i] if kind == "kiln" else args[i]
                        for kind, i in self.graph.outputs)
         return result if self._tuple_output else result[0]
@@ -392,8 +403,16 @@ class KilnBackend:
         if self._address is None:
             self._address = resolve_server(self.server)
         try:
-            exe = _client(self._address, 1).cpu_executable(
-                graph.graph, fast_math=self.fast_math)
+            client = _client(self._address, 1)
+            if graph.device.type == "cuda":
+                index = graph.device.index or 0
+                major, minor = torch.cuda.get_device_capability(index)
+                exe = client.cuda_executable(
+                    graph.graph, target=f"sm_{major}{minor}",
+                    fast_math=self.fast_math, allocator="torch", device=index)
+            else:
+                exe = client.cpu_executable(graph.graph,
+                                            fast_math=self.fast_math)
         except _binding.KilnError as e:
             if self.fallback == "error":
                 raise

@@ -45,15 +45,26 @@ _DTYPES = {
     torch.bool: "BOOL",
 }
 
-# Keyword arguments that only say "a strided CPU tensor": dropped when they
-# have these values (Kiln's graphs are functional and on one device).
+# Keyword arguments that only say "a strided tensor": dropped when they
+# have these values (Kiln's graphs are functional and on one device; a
+# device= argument is neutral because every tensor of a graph, the created
+# ones included, is checked to be on the graph's one device).
 _NEUTRAL_KWARGS = {
     "layout": (None, torch.strided),
     "pin_memory": (None, False),
     "memory_format": (None, torch.preserve_format, torch.contiguous_format),
-    "device": (None, torch.device("cpu")),
     "non_blocking": (False,),
 }
+
+# The devices whose tensors run in Kiln.
+_DEVICE_TYPES = ("cpu", "cuda")
+
+
+def _neutral_kwarg(key: str, value: Any) -> bool:
+    """Whether keyword argument key=value can be dropped."""
+    if key == "device":
+        return value is None or torch.device(value).type in _DEVICE_TYPES
+    return key in _NEUTRAL_KWARGS and value in _NEUTRAL_KWARGS[key]
 
 
 # Ops that are their input's value in a functional graph: the same ref.
@@ -147,9 +158,9 @@ def _check_tensor(t: Any, what: str) -> None:
     if not isinstance(t, torch.Tensor):
         raise Unsupported(f"{what} is a {type(t).__name__}, not a tensor")
     dtype_name(t.dtype)
-    if t.device.type != "cpu":
-        raise Unsupported(f"{what} is on {t.device} (the backend runs CPU "
-                          "tensors; CUDA is not wired in yet)")
+    if t.device.type not in _DEVICE_TYPES:
+        raise Unsupported(f"{what} is on {t.device} (Kiln runs CPU and CUDA "
+                          "tensors)")
 
 
 def _float(v: float) -> Any:
@@ -353,21 +364,27 @@ def check_node_args(node: torch.fx.Node) -> None:
             continue
         _argument(a, None, refs)
     for k, v in node.kwargs.items():
-        if k in _NEUTRAL_KWARGS and v in _NEUTRAL_KWARGS[k]:
+        if _neutral_kwarg(k, v):
             continue
-        if k in _NEUTRAL_KWARGS:
+        if k in _NEUTRAL_KWARGS or k == "device":
             raise Unsupported(f"{k}={v}")
         if _is_sym_scalar(v) and _sym_scalar_ok(node, k):
             continue
         _argument(v, None, refs)
     val = _val(node)
+    devices = set()
     for i, t in enumerate(val if isinstance(val, (list, tuple)) else [val]):
         if t is not None:
             _check_tensor(t, f"result {i}")
+            devices.add(t.device)
     for a in node.all_input_nodes:
         v = a.meta.get("val")
         if isinstance(v, torch.Tensor):
             _check_tensor(v, f"input {a.name}")
+            devices.add(v.device)
+    if len(devices) > 1:
+        raise Unsupported("tensors on several devices ("
+                          f"{', '.join(sorted(map(str, devices)))})")
 
 
 class _AnyRefs(dict):
@@ -393,6 +410,8 @@ class KilnGraph:
     scalar_inputs: Kiln inputs that are symbolic scalars (SymInt/SymFloat
         placeholders), passed as 0-dim tensors of this dtype.
     dynamic: whether any size is symbolic.
+    device: the one device of every tensor of the graph (CPU or a CUDA
+        device): the executable is compiled for it.
     """
 
     graph: Dict[str, Any]
@@ -403,6 +422,7 @@ class KilnGraph:
     scalar_inputs: Dict[int, torch.dtype]
     dynamic: bool
     symbol_of: Dict[Any, str] = field(default_factory=dict)
+    device: torch.device = torch.device("cpu")
 
     @property
     def json(self) -> str:
@@ -425,6 +445,13 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
     output_node: Optional[torch.fx.Node] = None
     dynamic = False
     num_placeholders = 0
+    devices: Dict[torch.device, str] = {}  # device -> a node on it
+
+    def on_device(t: torch.Tensor, node: torch.fx.Node) -> None:
+        devices.setdefault(t.device, node.name)
+        if len(devices) > 1:
+            raise Unsupported("tensors on several devices: " + ", ".join(
+                f"{n} on {d}" for d, n in devices.items()))
 
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -434,6 +461,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             if not isinstance(val, torch.Tensor):
                 continue  # SymInts and other scalars: bound from the sizes
             _check_tensor(val, f"input {node.name}")
+            on_device(val, node)
             sizes = [symbols.dim(s) for s in val.shape]
             dynamic |= any("symbol" in d for d in sizes)
             # Empty strides say "contiguous" (also for strides torch writes
@@ -446,9 +474,10 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             offset = int(offset)
             meta: Dict[str, Any] = {
                 "dtype": dtype_name(val.dtype), "sizes": sizes,
-                "strides": strides, "device": "CPU",
-                # PyTorch's CPU allocations are 64-byte aligned; a storage
-                # offset keeps 16 bytes only at multiples of 16 bytes.
+                "strides": strides,
+                # PyTorch's allocations are 64-byte (CPU) or 512-byte (CUDA)
+                # aligned; a storage offset keeps 16 bytes only at multiples
+                # of 16 bytes.
                 "alignment": 16 if (offset * val.element_size()) % 16 == 0 else 0,
             }
             if offset:
@@ -494,8 +523,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                     sym_inputs[a] = _SymInput(f"in{len(inputs)}")
                     refs[sym_inputs[a]] = sym_inputs[a].name
                     inputs.append({"name": sym_inputs[a].name, "meta": {
-                        "dtype": dtype_name(dtype), "sizes": [],
-                        "device": "CPU"}})
+                        "dtype": dtype_name(dtype), "sizes": []}})
                     tensor_inputs.append(placeholders[a])
                     input_meta.append(torch.empty((), dtype=dtype))
                     scalar_inputs[len(inputs) - 1] = dtype
@@ -512,7 +540,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                     a = sym_input(a)
                 args.append(_argument(a, symbols, refs))
             for k, v in node.kwargs.items():
-                if k in _NEUTRAL_KWARGS and v in _NEUTRAL_KWARGS[k]:
+                if _neutral_kwarg(k, v):
                     continue
                 if _is_number(v) and any(_wants_tensor(sa) for sa in schema
                                          if sa.name == k):
@@ -523,6 +551,9 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                 arg["name"] = k
                 args.append(arg)
             val = _val(node)
+            for t in val if isinstance(val, (list, tuple)) else [val]:
+                if isinstance(t, torch.Tensor):
+                    on_device(t, node)
             if isinstance(val, (list, tuple)):
                 names = [f"{node.name}_{i}" for i in range(len(val))]
                 multi[node] = names
@@ -557,12 +588,15 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
         outputs.append(("kiln", len(kiln_outputs)))
         kiln_outputs.append(name)
         output_meta.append(_val(r))
+    device = next(iter(devices), torch.device("cpu"))
+    for i in inputs:  # scalar inputs too: they are passed on the device
+        i["meta"]["device"] = "CUDA" if device.type == "cuda" else "CPU"
     graph = {"inputs": inputs, "symbols": symbols.declared(), "nodes": nodes,
              "outputs": kiln_outputs}
     return KilnGraph(graph=graph, tensor_inputs=tensor_inputs, outputs=outputs,
                      output_meta=output_meta, input_meta=input_meta,
                      scalar_inputs=scalar_inputs, dynamic=dynamic,
-                     symbol_of=dict(symbols.names))
+                     symbol_of=dict(symbols.names), device=device)
 
 
 def contiguous_strides(sizes: Sequence[int]) -> Tuple[int, ...]:

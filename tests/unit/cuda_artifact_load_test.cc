@@ -65,5 +65,31 @@ TEST(CudaArtifactLoad, RandomGraphs) {
   }
 }
 
+// Graphs with matrix products (drawn from seed 200 on): their cuBLASLt
+// calls pass the runtime's program checks under the CUDA limits.
+TEST(CudaArtifactLoad, RandomGraphsWithProducts) {
+  const graph_gen::GraphGenOptions o = random_graphs::GpuOptions();
+  int products = 0, failures = 0;
+  for (int seed = o.first_issue17_seed; seed < o.first_issue17_seed + 400 &&
+                                        products < 20 && failures < 10;
+       ++seed) {
+    v1::CompileRequest req;
+    *req.mutable_graph() = graph_gen::RandomGraph(seed, o);
+    bool has_product = false;
+    for (const v1::Node& n : req.graph().nodes())
+      has_product |= absl::StrContains(n.op(), "mm.default");
+    if (!has_product) continue;
+    ++products;
+    auto a = Compile(ForSm90(req, seed % 2 ? 16 : 0));
+    ASSERT_TRUE(a.ok()) << "seed " << seed << ": " << a.status();
+    const std::string problem = LoadProblem(*a);
+    if (!problem.empty()) {
+      ADD_FAILURE() << "seed " << seed << ": " << problem;
+      ++failures;
+    }
+  }
+  EXPECT_GE(products, 10);
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -10,6 +10,7 @@
 // Environment: KILN_CUDA_RANDOM_GRAPHS=<count> (default 600).
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -262,13 +263,11 @@ TEST(CudaCodegen, ArchitecturesAndErrors) {
 }
 
 // Compiles `count` random graphs for sm_90 (half of them with 16-byte
-// aligned inputs) and checks each structurally; counts the ops drawn. No
-// matrix products: CUDA targets refuse them until their cuBLASLt extern
-// call exists (MatrixProductsAreRefusedForNow).
+// aligned inputs) and checks each structurally; counts the ops drawn
+// (matrix products are cuBLASLt calls: MatrixProductsAreCublasLtCalls).
 void CompileRandomGraphs(graph_gen::GraphGenOptions o, int count,
                          bool fast_math, std::map<std::string, int>* ops,
                          const CompileEnv& env = {}) {
-  o.extern_ops = false;
   int failures = 0;
   for (int seed = 0; seed < count && failures < 10; ++seed) {
     v1::CompileRequest req;
@@ -652,11 +651,15 @@ TEST(CudaCodegen, RandomGraphsOverTheWholeOpSetCompile) {
   }
 }
 
-TEST(CudaCodegen, MatrixProductsAreRefusedForNow) {
+// Matrix products on CUDA targets are cuBLASLt calls: float16 and bfloat16
+// products are called in their own dtype (accumulating in float32), float32
+// ones in float32; the kernels around them are compiled as usual.
+TEST(CudaCodegen, MatrixProductsAreCublasLtCalls) {
   graph_gen::GraphGenOptions o = random_graphs::Options();
   o.first_issue17_seed = 0;
-  int refused = 0;
-  for (int seed = 0; seed < 300 && refused < 3; ++seed) {
+  int products = 0;
+  std::set<int> dtypes;
+  for (int seed = 0; seed < 400 && products < 12; ++seed) {
     v1::CompileRequest req;
     *req.mutable_graph() = graph_gen::RandomGraph(seed, o);
     bool has_product = false;
@@ -664,13 +667,25 @@ TEST(CudaCodegen, MatrixProductsAreRefusedForNow) {
       has_product |= absl::StrContains(n.op(), "mm.default");
     if (!has_product) continue;
     auto a = Compile(ForGpu(req, "sm_90"));
-    ASSERT_FALSE(a.ok()) << "seed " << seed;
-    EXPECT_EQ(a.status().code(), absl::StatusCode::kUnimplemented);
-    EXPECT_TRUE(absl::StrContains(a.status().message(), "cuBLASLt"))
-        << a.status();
-    ++refused;
+    ASSERT_TRUE(a.ok()) << "seed " << seed << ": " << a.status();
+    EXPECT_EQ(CheckStructure(*a), "") << "seed " << seed;
+    int calls = 0;
+    for (const v1::Step& step : a->program().steps()) {
+      if (!step.has_call()) continue;
+      ++calls;
+      EXPECT_EQ(step.call().library(), v1::ExternCall::CUBLASLT);
+      const v1::Gemm& g = step.call().gemm();
+      EXPECT_EQ(g.compute_dtype(), v1::FLOAT32) << "seed " << seed;
+      EXPECT_TRUE(g.dtype() == v1::FLOAT32 || g.dtype() == v1::FLOAT16 ||
+                  g.dtype() == v1::BFLOAT16)
+          << "seed " << seed;
+      dtypes.insert(g.dtype());
+    }
+    EXPECT_GT(calls, 0) << "seed " << seed;
+    ++products;
   }
-  EXPECT_EQ(refused, 3);
+  EXPECT_EQ(products, 12);
+  EXPECT_GT(dtypes.size(), 1u) << "only one GEMM dtype drawn";
 }
 
 }  // namespace

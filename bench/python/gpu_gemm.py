@@ -1,0 +1,176 @@
+"""Matrix products on a CUDA device: Kiln's compiled mm / addmm / bmm (one
+partition each, its GEMM a cuBLASLt call from Kiln's CUDA runtime) against
+PyTorch's own call on the same tensors, side by side in one run, at the
+shapes of a Llama-7B layer and of BERT-base, in bfloat16, float16 and
+float32 (no TF32 on either side: PyTorch's default). Also relu(x @ w + b)
+as Kiln compiles it against torch._addmm_activation.
+
+    KILN_LIB=.../libkiln_c.so KILN_KILND=.../kilnd python3 bench/python/gpu_gemm.py
+
+Each row: the median of `--repeats` timings (CUDA events) of `--iters`
+back-to-back calls, TFLOP/s of both and Kiln / torch (≥ 1: Kiln faster).
+Kiln's calls go through the executable's call path (the CPython extension
+where it is built), as a compiled partition calls them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import warnings
+from typing import Callable, Dict, List, Tuple
+
+import bench_util  # noqa: F401 (sys.path, KILN_LIB)
+from bench_util import Kilnd
+
+import torch
+
+import kiln
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+WIRE = {torch.bfloat16: "BFLOAT16", torch.float16: "FLOAT16",
+        torch.float32: "FLOAT32"}
+
+# (name, op, shapes of the inputs); mm: x[m,k] @ w^T where w is [n,k] as a
+# Linear layer stores it (read in place, transposed).
+CASES: List[Tuple[str, str, Tuple[int, int, int, int]]] = [
+    # Llama-7B, 4096 tokens: q/k/v/o projections, gate/up, down.
+    ("llama qkvo 4096x4096x4096", "mm", (1, 4096, 4096, 4096)),
+    ("llama up 4096x11008x4096", "mm", (1, 4096, 11008, 4096)),
+    ("llama down 4096x4096x11008", "mm", (1, 4096, 4096, 11008)),
+    ("llama scores bmm 32x512x512x128", "bmm", (32 * 8, 512, 512, 128)),
+    # BERT-base, 8 x 512 tokens.
+    ("bert qkv addmm 4096x768x768", "addmm", (1, 4096, 768, 768)),
+    ("bert ffn1 addmm 4096x3072x768", "addmm", (1, 4096, 3072, 768)),
+    ("bert ffn2 addmm 4096x768x3072", "addmm", (1, 4096, 768, 3072)),
+    ("bert scores bmm 96x512x512x64", "bmm", (8 * 12, 512, 512, 64)),
+    ("relu(x@w+b) 8192x1024x4096", "relu_addmm", (1, 8192, 1024, 4096)),
+]
+
+
+def _dims(sizes):
+    return [{"value": str(s)} for s in sizes]
+
+
+def graph(op: str, shape: Tuple[int, int, int, int], dtype: torch.dtype) -> Dict:
+    """The kiln.v1.Graph of one product (the weight transposed in place)."""
+    b, m, n, k = shape
+    t = WIRE[dtype]
+
+    def inp(name, sizes, strides=None):
+        meta = {"dtype": t, "sizes": _dims(sizes), "device": "CUDA",
+                "alignment": 16}
+        if strides:
+            meta["strides"] = [{"value": str(s)} for s in strides]
+        return {"name": name, "meta": meta}
+
+    if op == "bmm":
+        inputs = [inp("x", (b, m, k)), inp("w", (b, k, n))]
+        nodes = [{"op": "aten.bmm.default", "args": [{"ref": "x"}, {"ref": "w"}],
+                  "outputs": ["y"]}]
+    else:
+        # w is stored [n, k] (nn.Linear) and read as its transpose [k, n].
+        inputs = [inp("x", (m, k)), inp("wt", (k, n), (1, k))]
+        if op == "mm":
+            nodes = [{"op": "aten.mm.default",
+                      "args": [{"ref": "x"}, {"ref": "wt"}], "outputs": ["y"]}]
+        else:
+            inputs.append(inp("bias", (n,)))
+            nodes = [{"op": "aten.addmm.default",
+                      "args": [{"ref": "bias"}, {"ref": "x"}, {"ref": "wt"}],
+                      "outputs": ["y" if op == "addmm" else "z"]}]
+            if op == "relu_addmm":
+                nodes.append({"op": "aten.relu.default", "args": [{"ref": "z"}],
+                              "outputs": ["y"]})
+    return {"inputs": inputs, "nodes": nodes, "outputs": ["y"]}
+
+
+def tensors(op: str, shape, dtype, device) -> Tuple[List[torch.Tensor], Callable]:
+    b, m, n, k = shape
+    g = torch.Generator(device=device).manual_seed(0)
+
+    def r(*s):
+        return torch.randn(*s, generator=g, device=device, dtype=dtype) * 0.1
+
+    if op == "bmm":
+        x, w = r(b, m, k), r(b, k, n)
+        return [x, w], lambda: torch.bmm(x, w)
+    x, w = r(m, k), r(n, k)
+    if op == "mm":
+        return [x, w.t()], lambda: torch.mm(x, w.t())
+    bias = r(n)
+    if op == "addmm":
+        return [x, w.t(), bias], lambda: torch.addmm(bias, x, w.t())
+    return [x, w.t(), bias], lambda: torch._addmm_activation(bias, x, w.t())
+
+
+def time_cuda(fn: Callable[[], object], iters: int, repeats: int) -> float:
+    """Median seconds per call."""
+    for _ in range(3):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / iters)
+    return statistics.median(samples)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dtypes", default="bf16,fp16,fp32")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--server", help="kilnd's address (default: a private one)")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("SKIP: no CUDA device")
+        return 77
+    warnings.simplefilter("ignore")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    device = torch.device("cuda", 0)
+    daemon = None if args.server else Kilnd()
+    server = args.server or daemon.address
+    major, minor = torch.cuda.get_device_capability(0)
+    client = kiln.Client(server, rpc_deadline_seconds=300)
+    print(f"GEMMs on {torch.cuda.get_device_name(0)}, torch {torch.__version__}; "
+          f"median of {args.repeats} x {args.iters} calls\n")
+    print(f"{'case':<34}{'dtype':>6}{'torch us':>11}{'kiln us':>11}"
+          f"{'torch TF/s':>12}{'kiln TF/s':>11}{'kiln/torch':>12}  max|diff|")
+    try:
+        for name, op, shape in CASES:
+            for dname in args.dtypes.split(","):
+                dtype = DTYPES[dname]
+                inputs, eager = tensors(op, shape, dtype, device)
+                exe = client.cuda_executable(graph(op, shape, dtype),
+                                             target=f"sm_{major}{minor}",
+                                             device=0)
+                run = exe.call_path(range(len(inputs)), [("kiln", 0)], False) \
+                    or (lambda *a: exe(*a)[0])
+
+                def kiln_call():
+                    return run(*inputs)
+
+                diff = (kiln_call().float() - eager().float()).abs().max().item()
+                t_torch = time_cuda(eager, args.iters, args.repeats)
+                t_kiln = time_cuda(kiln_call, args.iters, args.repeats)
+                b, m, n, k = shape
+                flops = 2.0 * b * m * n * k
+                print(f"{name:<34}{dname:>6}{t_torch * 1e6:>11.1f}"
+                      f"{t_kiln * 1e6:>11.1f}{flops / t_torch / 1e12:>12.1f}"
+                      f"{flops / t_kiln / 1e12:>11.1f}"
+                      f"{t_torch / t_kiln:>11.3f}x  {diff:.2e}", flush=True)
+    finally:
+        client.close()
+        if daemon:
+            daemon.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

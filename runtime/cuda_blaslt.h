@@ -1,0 +1,95 @@
+// cuBLASLt loaded at run time with dlopen, as the CUDA driver is
+// (cuda_driver.h): the client library links no CUDA library and builds
+// without the toolkit; a machine without cuBLASLt loads every artifact
+// without matrix products and fails one with them with a clear
+// FAILED_PRECONDITION.
+//
+//   absl::StatusOr<std::unique_ptr<CudaGemm>> gemm = CudaGemm::Create();
+//   (*gemm)->Run(step, DType::kBFloat16, dims, 1.0, 0.0, a, b, c,
+//                workspace, CudaGemm::kWorkspaceBytes, stream);
+//
+// Which library: $KILN_CUBLASLT when set (a path or soname), else
+// libcublasLt.so.13, else libcublasLt.so.12. A process that has loaded
+// PyTorch's CUDA libraries finds theirs by soname (no second copy).
+//
+// Kiln's GEMMs are row-major (program_plan.h's GemmDims); cuBLASLt is
+// column-major, so C = A @ B is computed as C^T = B^T @ A^T: the library's
+// "A" is Kiln's B and its "B" is Kiln's A, each read in place (a transposed
+// operand is a transpose flag, never a copy). Data types: float32 (computed
+// in float32, no TF32), float16 and bfloat16 (accumulated in float32).
+//
+// Thread-safety: CudaGemm::Create may be called from any thread. Run may be
+// called concurrently from several threads; concurrent calls on different
+// streams must pass different workspaces.
+#ifndef KILN_RUNTIME_CUDA_BLASLT_H_
+#define KILN_RUNTIME_CUDA_BLASLT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "graph/dtype.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/program_plan.h"
+
+namespace kiln {
+
+class CublasLtLibrary;
+
+// One executable's GEMMs on one device: a cuBLASLt handle, and per extern
+// step and shape the matrix descriptors and the algorithm that cuBLASLt's
+// heuristic chose for them (cached here, outside the artifact: the choice
+// depends on the GPU and the library version, not on the graph).
+class CudaGemm {
+ public:
+  // Workspace each Run may use (cuBLASLt's recommendation for Hopper).
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+  // Loads the library (once per process) and creates a handle. Call with
+  // the executable's CUDA context current. Errors: FAILED_PRECONDITION
+  // naming every library tried and why; INTERNAL for a failed handle.
+  static absl::StatusOr<std::unique_ptr<CudaGemm>> Create();
+
+  // Enqueues C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for
+  // i < dims.batch on `stream`, `dtype` being A's, B's and C's (float32,
+  // float16, bfloat16), at the offsets, strides and leading dimensions of
+  // `dims` (from EvaluateGemm, which has checked them against the buffers).
+  // `step` identifies the call within the executable (the cache key). A
+  // product over k = 0 writes zeros (beta must be 0). Errors: UNIMPLEMENTED
+  // for another dtype or a case cuBLASLt has no algorithm for, INTERNAL for
+  // a cuBLASLt failure (with its status string).
+  absl::Status Run(int step, DType dtype, const GemmDims& dims, double alpha,
+                   double beta, cuda::DevicePtr a, cuda::DevicePtr b,
+                   cuda::DevicePtr c, cuda::DevicePtr workspace,
+                   size_t workspace_bytes, cuda::Stream stream) const;
+
+  // The library that was loaded (its path or soname) and its version.
+  const std::string& library() const;
+  size_t version() const;
+
+  ~CudaGemm();
+  CudaGemm(const CudaGemm&) = delete;
+  CudaGemm& operator=(const CudaGemm&) = delete;
+
+ private:
+  struct Key;
+  struct Plan;
+  CudaGemm(const CublasLtLibrary* lib, void* handle)
+      : lib_(lib), handle_(handle) {}
+  const Plan* PlanFor(const Key& key) const;
+
+  const CublasLtLibrary* lib_;
+  void* handle_;  // cublasLtHandle_t
+  mutable absl::Mutex mu_;
+  mutable absl::flat_hash_map<std::string, std::shared_ptr<const Plan>> plans_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kiln
+
+#endif  // KILN_RUNTIME_CUDA_BLASLT_H_

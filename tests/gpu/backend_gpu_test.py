@@ -1,0 +1,138 @@
+"""The model suite (tests/models/) through torch.compile(backend=kiln) on a
+CUDA device: each model's forward and backward compiled with Kiln
+(fallback="error": a partition that fails to compile or run fails the
+case; ops Kiln lacks run eagerly and are reported) against the same model
+in eager PyTorch on the same device. Cases: float32 static, float32
+dynamic=True (two batch sizes) and bfloat16 static.
+
+Compared with torch.testing.assert_close: the outputs and every
+parameter's grad, for two batches. Tolerances: float32 atol 1e-4, rtol
+1e-3 (cuBLASLt's and PyTorch's GEMM algorithms sum in different orders; no
+TF32 on either side); bfloat16 atol = rtol = 3e-2 (a few bfloat16 ulps).
+
+Run from a checkout with the bundle's library and kilnd (deploy/run-on-gpu.sh
+backend does this):
+
+    KILN_LIB=.../libkiln_c.so KILN_KILND=.../kilnd \\
+        python3 tests/gpu/backend_gpu_test.py [--models mlp,nanogpt]
+
+Prints per case the share of ATen nodes in Kiln, partitions, largest errors
+and fallbacks; exits 1 when a case fails, 77 (skip) without a CUDA device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import pathlib
+import sys
+import traceback
+import warnings
+from typing import Any, List, Tuple
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "python"), str(ROOT / "tests"), str(ROOT / "bench" / "python")]
+
+import torch  # noqa: E402
+
+import kiln  # noqa: E402
+from kiln.dynamo import KilnBackend  # noqa: E402
+from models import MODELS  # noqa: E402
+
+TOLERANCES = {torch.float32: (1e-4, 1e-3), torch.bfloat16: (3e-2, 3e-2)}
+
+
+def _to(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to(v, device) for v in value)
+    return value
+
+
+def _outputs(out: Any) -> List[torch.Tensor]:
+    flat = out if isinstance(out, (list, tuple)) else [out]
+    return [o for o in flat if isinstance(o, torch.Tensor)]
+
+
+def run_case(name: str, dtype: torch.dtype, dynamic: bool, server: str,
+             device: torch.device) -> Tuple[bool, str]:
+    spec = MODELS[name]
+    torch._dynamo.reset()
+    eager = spec.make(dtype).to(device)
+    model = copy.deepcopy(eager)
+    backend = KilnBackend(server=server, fallback="error")
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic)
+    atol, rtol = TOLERANCES[dtype]
+    worst = 0.0
+    batches = [spec.batch, spec.batch + 1] if dynamic else [spec.batch] * 2
+    for step, batch in enumerate(batches):
+        args, target = spec.example(batch=batch, dtype=dtype, seed=step + 1)
+        args, target = _to(args, device), _to(target, device)
+        for m in (eager, model):
+            m.zero_grad(set_to_none=True)
+        want = eager(*args)
+        got = compiled(*args)
+        spec.loss(want, target).float().backward()
+        spec.loss(got, target).float().backward()
+        pairs = list(zip(_outputs(got), _outputs(want)))
+        pairs += [(p.grad, q.grad) for p, q in
+                  zip(model.parameters(), eager.parameters())
+                  if q.grad is not None]
+        for g, w in pairs:
+            torch.testing.assert_close(g, w, atol=atol, rtol=rtol)
+            worst = max(worst, (g.float() - w.float()).abs().max().item())
+    r = backend.report
+    total = r.kiln_nodes + r.fallback_nodes
+    lines = [f"{r.kiln_nodes}/{total} nodes in Kiln, "
+             f"{r.compiled_partitions}/{r.partitions} partitions, "
+             f"max |err| {worst:.2e}"]
+    for op, reasons in r.fallbacks.items():
+        for why, n in reasons.items():
+            lines.append(f"    fallback {op} x{n}: {why[:150]}")
+    return r.compiled_partitions > 0, "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", help="comma-separated (default: all)")
+    ap.add_argument("--server", help="kilnd's address (default: a private one)")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("SKIP: no CUDA device")
+        return 77
+    from bench_util import Kilnd  # noqa: PLC0415
+
+    warnings.simplefilter("ignore")
+    device = torch.device("cuda", 0)
+    names = args.models.split(",") if args.models else list(MODELS)
+    daemon = None if args.server else Kilnd()
+    server = args.server or daemon.address
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, "
+          f"extension: {kiln._binding.extension() is not None}")
+    failures = 0
+    try:
+        for name in names:
+            for dtype, dynamic in ((torch.float32, False), (torch.float32, True),
+                                   (torch.bfloat16, False)):
+                if dtype == torch.bfloat16 and not MODELS[name].bf16:
+                    continue
+                case = f"{name}-{str(dtype)[6:]}-{'dynamic' if dynamic else 'static'}"
+                try:
+                    ok, text = run_case(name, dtype, dynamic, server, device)
+                    status = "ok" if ok else "FAIL (nothing ran in Kiln)"
+                except Exception as e:  # noqa: BLE001
+                    ok, status = False, "FAIL"
+                    text = "".join(traceback.format_exception_only(type(e), e))[-2000:]
+                failures += not ok
+                print(f"{case:<34} {status}: {text}", flush=True)
+    finally:
+        if daemon:
+            daemon.stop()
+    print(f"{failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
