@@ -248,6 +248,16 @@ class KilnPartition(torch.nn.Module):
 
     def _failed(self, e: Exception, args: Tuple[Any, ...]) -> Any:
         if self.backend.fallback == "error":
+            if isinstance(e, _binding.KilnError):
+                got = ", ".join(
+                    f"{tuple(t.shape)} {str(t.dtype)[6:]}"
+                    if isinstance(t, torch.Tensor) else type(t).__name__
+                    for t in (args[i] for i in self.graph.tensor_inputs))
+                want = ", ".join(i["meta"]["dtype"].lower()
+                                 for i in self.graph.graph["inputs"])
+                raise _binding.KilnError(
+                    e.code, f"{self.name}: {e.message} (called with {got}; "
+                    f"compiled for {want})") from e
             raise e
         self.backend._warn_once(f"kiln: {self.name}: {e}; running it eagerly")
         return self.eager(*args)

@@ -68,6 +68,14 @@ _STATIC_TRAILING_DIMS = {
 }
 
 
+# Scatters are quadratic reductions in Kiln (gather_scatter_lowering.cc):
+# compiled only when every size is static (the work is then bounded).
+_SCATTER_OPS = frozenset({
+    "aten.embedding_dense_backward.default", "aten.scatter_add.default",
+    "aten.scatter.src", "aten.scatter.value", "aten.index_put.default",
+})
+
+
 def _is_compound(size: object) -> bool:
     """Whether a size is symbolic and not a plain symbol (s0*s1, 2*s0)."""
     if not isinstance(size, torch.SymInt):
@@ -96,6 +104,13 @@ def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
                 any(_is_compound(s) for s in first.shape)):
             return ("a reshape of a compound symbolic size (Kiln's graph "
                     "format names it as a symbol of its own)")
+    if name in _SCATTER_OPS:
+        out = node.meta.get("val")
+        if any(isinstance(t, torch.Tensor) and
+               any(isinstance(d, torch.SymInt) for d in t.shape)
+               for t in inputs + [out]):
+            return ("a scatter over symbolic sizes (Kiln's scatters are "
+                    "quadratic reductions, compiled only for static sizes)")
     trailing = _STATIC_TRAILING_DIMS.get(name)
     if trailing and any(isinstance(s, torch.SymInt)
                         for s in first.shape[-trailing:]):
