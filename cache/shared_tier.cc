@@ -139,9 +139,9 @@ class SharedTier::Impl {
     Release(*std::move(c));
     if (reply->type == REDIS_REPLY_ERROR) {
       failures_.fetch_add(1);
-      return absl::InternalError(absl::StrCat(
-          "shared cache: ", *args.begin(), ": ",
-          absl::string_view(reply->str, reply->len)));
+      return absl::InternalError(
+          absl::StrCat("shared cache: ", *args.begin(), ": ",
+                       absl::string_view(reply->str, reply->len)));
     }
     return reply;
   }
@@ -163,9 +163,8 @@ class SharedTier::Impl {
     Waiting& w = waiting_[key_hex];
     ++w.waiters;
     const uint64_t seq = w.seq;
-    wait_cv_.wait_until(lock, absl::ToChronoTime(until), [&] {
-      return waiting_[key_hex].seq != seq;
-    });
+    wait_cv_.wait_until(lock, absl::ToChronoTime(until),
+                        [&] { return waiting_[key_hex].seq != seq; });
     if (--waiting_[key_hex].waiters == 0) waiting_.erase(key_hex);
   }
 
@@ -289,8 +288,7 @@ class SharedTier::Impl {
       for (const auto& [key, token] : held) {
         absl::StatusOr<Reply> r =
             Run({"EVAL", kRenewScript, "1", key, token, ttl_ms});
-        if (r.ok() && (*r)->type == REDIS_REPLY_INTEGER &&
-            (*r)->integer == 0) {
+        if (r.ok() && (*r)->type == REDIS_REPLY_INTEGER && (*r)->integer == 0) {
           // Expired and possibly taken by another replica: this compile
           // goes on (its result is verified like any), unrenewed.
           spdlog::warn("event=shared_lease_lost key={}", key);
@@ -329,8 +327,8 @@ class SharedTier::Impl {
           raw = nullptr;
           if (msg->type == REDIS_REPLY_ARRAY && msg->elements == 3 &&
               msg->element[2]->type == REDIS_REPLY_STRING) {
-            Notify(absl::string_view(msg->element[2]->str,
-                                     msg->element[2]->len));
+            Notify(
+                absl::string_view(msg->element[2]->str, msg->element[2]->len));
           }
         }
         if (ctx->err) broken = true;
@@ -359,9 +357,9 @@ absl::StatusOr<std::unique_ptr<SharedTier>> SharedTier::Open(
   if (!options.password_file.empty()) {
     std::ifstream in(options.password_file);
     if (!in) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot read the shared cache password file ",
-          options.password_file));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read the shared cache password file ",
+                       options.password_file));
     }
     std::stringstream ss;
     ss << in.rdbuf();

@@ -109,8 +109,7 @@ class SharedTier {
   // it as corrupt.
   absl::Status DeleteArtifact(const Sha256Digest& key);
   // A compile error cached under `key` (as the status it was), or nullopt.
-  absl::StatusOr<std::optional<absl::Status>> GetError(
-      const Sha256Digest& key);
+  absl::StatusOr<std::optional<absl::Status>> GetError(const Sha256Digest& key);
   // Caches `error` for error_ttl and publishes the key.
   absl::Status PutError(const Sha256Digest& key, const absl::Status& error);
 

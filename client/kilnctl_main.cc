@@ -350,19 +350,23 @@ int Stats(v1::Kiln::Stub& stub) {
                     " of ", HumanBytes(s.hot_capacity_bytes()))},
   };
   if (s.shared_cache_configured()) {
-    rows.insert(rows.end(), {
-      {"shared tier", s.shared_cache_up() ? "up" : "DOWN (serving locally)"},
-      {"shared hits", absl::StrCat(s.shared_hits())},
-      {"shared misses", absl::StrCat(s.shared_misses())},
-      {"lease waits", absl::StrCat(s.shared_lease_waits())},
-      {"lease takeovers", absl::StrCat(s.shared_takeovers())},
-      {"shared bytes", absl::StrCat(HumanBytes(s.shared_bytes_read()), " read, ",
-                                    HumanBytes(s.shared_bytes_written()),
-                                    " written")},
-      {"shared corrupt", absl::StrCat(s.shared_corrupt())},
-      {"shared errors", absl::StrCat(s.shared_error_hits(), " cached, ",
-                                     s.shared_failures(), " failed calls")},
-    });
+    rows.insert(
+        rows.end(),
+        {
+            {"shared tier",
+             s.shared_cache_up() ? "up" : "DOWN (serving locally)"},
+            {"shared hits", absl::StrCat(s.shared_hits())},
+            {"shared misses", absl::StrCat(s.shared_misses())},
+            {"lease waits", absl::StrCat(s.shared_lease_waits())},
+            {"lease takeovers", absl::StrCat(s.shared_takeovers())},
+            {"shared bytes",
+             absl::StrCat(HumanBytes(s.shared_bytes_read()), " read, ",
+                          HumanBytes(s.shared_bytes_written()), " written")},
+            {"shared corrupt", absl::StrCat(s.shared_corrupt())},
+            {"shared errors",
+             absl::StrCat(s.shared_error_hits(), " cached, ",
+                          s.shared_failures(), " failed calls")},
+        });
   }
   for (const auto& [name, value] : rows) {
     std::cout << absl::StrFormat("%-20s %s\n", name, value);

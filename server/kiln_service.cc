@@ -198,9 +198,9 @@ void KilnService::SubmitCompile(std::shared_ptr<const ImportedRequest> request,
       }))
     return;
   if (leased) options_.shared->ReleaseLease(key);
-  inflight_.Finish(key, absl::ResourceExhaustedError(
-                            "the compile queue is full; retry with "
-                            "backoff (a few seconds)"));
+  inflight_.Finish(
+      key, absl::ResourceExhaustedError("the compile queue is full; retry with "
+                                        "backoff (a few seconds)"));
 }
 
 void KilnService::ResolveShared(std::shared_ptr<const ImportedRequest> request,

@@ -196,8 +196,8 @@ int Main(int argc, char** argv) {
   }
   KilnServiceOptions options;
   options.shared = shared.get();
-  options.test_compile_delay =
-      absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_test_compile_delay_ms)));
+  options.test_compile_delay = absl::Milliseconds(
+      std::max(0, absl::GetFlag(FLAGS_test_compile_delay_ms)));
   options.compile_threads =
       absl::GetFlag(FLAGS_compile_threads) > 0
           ? absl::GetFlag(FLAGS_compile_threads)

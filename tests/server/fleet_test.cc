@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,11 +51,19 @@ class RedisProcess {
   // Starts it and waits (up to 10 s) until it answers PING.
   bool Start() {
     std::filesystem::remove(socket_);
-    std::vector<std::string> args = {
-        RedisServerPath(), "--port",       "0",  "--unixsocket",
-        socket_,           "--save",       "",   "--appendonly",
-        "no",              "--logfile",    log_, "--daemonize",
-        "no"};
+    std::vector<std::string> args = {RedisServerPath(),
+                                     "--port",
+                                     "0",
+                                     "--unixsocket",
+                                     socket_,
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--logfile",
+                                     log_,
+                                     "--daemonize",
+                                     "no"};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -178,9 +187,9 @@ class FleetTest : public ::testing::Test {
   // Starts replica i with the shared tier and `extra` flags.
   Daemon& StartReplica(int i, std::vector<std::string> extra = {}) {
     extra.insert(extra.begin(), "--shared_cache=" + redis_->address());
-    auto d = std::make_unique<Daemon>(
-        (dir_ / absl::StrCat("data", i)).string(),
-        (dir_ / absl::StrCat("port", i)).string(), extra);
+    auto d = std::make_unique<Daemon>((dir_ / absl::StrCat("data", i)).string(),
+                                      (dir_ / absl::StrCat("port", i)).string(),
+                                      extra);
     EXPECT_GT(d->port(), 0);
     if (static_cast<int>(replicas_.size()) <= i) replicas_.resize(i + 1);
     replicas_[i] = std::move(d);
@@ -239,10 +248,11 @@ TEST_F(FleetTest, ThreeReplicasCompileOneGraphOnce) {
 // once it expires, compiles once, and every caller gets the artifact.
 TEST_F(FleetTest, DeadLeaseHolderIsReplacedAfterExpiry) {
   constexpr char kLease[] = "--shared_cache_lease_ms=1500";
-  auto holder = StartReplica(0, {kLease, "--test_compile_delay_ms=60000"})
-                    .Stub();
+  auto holder =
+      StartReplica(0, {kLease, "--test_compile_delay_ms=60000"}).Stub();
   std::vector<std::unique_ptr<v1::Kiln::Stub>> others;
-  for (int i = 1; i <= 2; ++i) others.push_back(StartReplica(i, {kLease}).Stub());
+  for (int i = 1; i <= 2; ++i)
+    others.push_back(StartReplica(i, {kLease}).Stub());
   const v1::CompileRequest req = Request("layer_norm.json");
   std::thread doomed([&] {
     v1::CompileResponse resp;
@@ -339,11 +349,11 @@ TEST_F(FleetTest, RedisRestartUnderLoadFailsNoRequest) {
   }
   // Filled again: phase 2's graphs are in Redis, and a new graph compiled
   // on one replica is a shared hit on the other.
-  EXPECT_NE(redis_->Command({"EXISTS", absl::StrCat("kiln:{",
-                                                    StoreKeyHex(*stubs[0],
-                                                                graphs[12]),
-                                                    "}:a")}),
-            "(int 0)");
+  EXPECT_NE(
+      redis_->Command(
+          {"EXISTS",
+           absl::StrCat("kiln:{", StoreKeyHex(*stubs[0], graphs[12]), "}:a")}),
+      "(int 0)");
   const v1::CompileRequest fresh = LayerNormRequest(40, 16);
   v1::CompileResponse a, b;
   ASSERT_TRUE(Call(*stubs[0], fresh, &a).ok());
@@ -364,8 +374,8 @@ TEST_F(FleetTest, CorruptOrForeignValuesAreNeverServed) {
   const v1::CompileRequest x = LayerNormRequest(3, 8);
   v1::CompileResponse xr;
   ASSERT_TRUE(Call(*a, x, &xr).ok());
-  const std::string x_value =
-      redis_->Command({"GET", absl::StrCat("kiln:{", StoreKeyHex(*a, x), "}:a")});
+  const std::string x_value = redis_->Command(
+      {"GET", absl::StrCat("kiln:{", StoreKeyHex(*a, x), "}:a")});
   ASSERT_GT(x_value.size(), cache_format::kValueHeaderSize);
 
   struct Plant {
@@ -379,11 +389,10 @@ TEST_F(FleetTest, CorruptOrForeignValuesAreNeverServed) {
     // Well-formed for its own key, but x's artifact inside.
     const v1::CompileRequest w = LayerNormRequest(7, 8);
     plants.push_back(
-        {w, cache_format::EncodeValue(
-                FromHex(StoreKeyHex(*b, w)),
-                absl::string_view(x_value).substr(
-                    cache_format::kValueHeaderSize),
-                0.1, absl::Now())});
+        {w, cache_format::EncodeValue(FromHex(StoreKeyHex(*b, w)),
+                                      absl::string_view(x_value).substr(
+                                          cache_format::kValueHeaderSize),
+                                      0.1, absl::Now())});
   }
   uint64_t expected_compiles = 0;
   for (const Plant& p : plants) {
@@ -452,8 +461,7 @@ TEST_F(FleetTest, ClientSpreadsKeysAndFailsOver) {
   {
     auto client = Client::Connect(options);
     ASSERT_TRUE(client.ok()) << client.status();
-    for (const auto& g : graphs)
-      ASSERT_TRUE((*client)->GetExecutable(g).ok());
+    for (const auto& g : graphs) ASSERT_TRUE((*client)->GetExecutable(g).ok());
   }
   int replicas_that_compiled = 0;
   uint64_t compiles = 0;
@@ -533,6 +541,38 @@ TEST_F(FleetTest, SharedTierLeasesAndReconnect) {
   ASSERT_TRUE(error->has_value())
       << redis_->Command({"GET", (*tier)->ErrorKey(key)});
   EXPECT_EQ((*error)->code(), absl::StatusCode::kInvalidArgument);
+}
+
+// An ACL user with a password from a file: the right one connects, a wrong
+// one leaves the tier down (and Open still succeeds: degraded, not fatal).
+TEST_F(FleetTest, SharedTierAuthenticatesAsAnAclUser) {
+  ASSERT_EQ(redis_->Command({"ACL", "SETUSER", "kilnd", "on", ">s3cret",
+                             "~kiln:*", "&kiln:*", "+@all"}),
+            "OK");
+  const std::string good = (dir_ / "good").string();
+  const std::string bad = (dir_ / "bad").string();
+  std::ofstream(good) << "s3cret\n";
+  std::ofstream(bad) << "wrong\n";
+  SharedTierOptions options;
+  options.address = redis_->address();
+  options.user = "kilnd";
+  options.password_file = good;
+  auto tier = SharedTier::Open(options);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_TRUE((*tier)->up());
+  Sha256Digest key = Sha256("acl");
+  ASSERT_TRUE((*tier)->PutArtifact(key, "bytes", 0.5).ok());
+  options.password_file = bad;
+  auto refused = SharedTier::Open(options);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_FALSE((*refused)->up());
+  options.password_file = (dir_ / "missing").string();
+  EXPECT_EQ(SharedTier::Open(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.password_file.clear();
+  options.address = "redis://no-port";
+  EXPECT_EQ(SharedTier::Open(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
