@@ -95,7 +95,7 @@ class SharedTier::Impl {
 
   void Start() {
     if (auto c = Connect(); c.ok()) {
-      Release(*std::move(c));
+      Release("", *std::move(c));
       up_ = true;
       spdlog::info("event=shared_cache_up address={}", options_.address);
     } else {
@@ -112,15 +112,12 @@ class SharedTier::Impl {
 
   // One command; UNAVAILABLE while down or if the call fails (then the
   // tier goes down); an error reply is INTERNAL and leaves the tier up.
+  // Redis Cluster: a MOVED or ASK reply sends the command on to the node
+  // it names (at most 3 hops; each call starts at the configured node).
   absl::StatusOr<Reply> Run(std::initializer_list<absl::string_view> args) {
     if (!up_) {
       failures_.fetch_add(1);
       return absl::UnavailableError("the shared cache is down");
-    }
-    absl::StatusOr<Connection> c = Acquire();
-    if (!c.ok()) {
-      MarkDown(c.status().message());
-      return c.status();
     }
     std::vector<const char*> argv;
     std::vector<size_t> lens;
@@ -128,22 +125,44 @@ class SharedTier::Impl {
       argv.push_back(a.data());
       lens.push_back(a.size());
     }
-    Reply reply(static_cast<redisReply*>(redisCommandArgv(
-        c->get(), static_cast<int>(argv.size()), argv.data(), lens.data())));
-    if (!reply) {
-      const std::string why = (*c)->errstr;
-      MarkDown(why);
-      return absl::UnavailableError(
-          absl::StrCat("shared cache call failed: ", why));
-    }
-    Release(*std::move(c));
-    if (reply->type == REDIS_REPLY_ERROR) {
+    std::string node;  // empty: the configured address
+    bool asking = false;
+    for (int hop = 0;; ++hop) {
+      absl::StatusOr<Connection> c = Acquire(node);
+      if (!c.ok()) {
+        MarkDown(c.status().message());
+        return c.status();
+      }
+      if (asking) {
+        Reply ok(static_cast<redisReply*>(redisCommand(c->get(), "ASKING")));
+        if (!ok) {
+          MarkDown((*c)->errstr);
+          return absl::UnavailableError("shared cache call failed (ASKING)");
+        }
+      }
+      Reply reply(static_cast<redisReply*>(redisCommandArgv(
+          c->get(), static_cast<int>(argv.size()), argv.data(), lens.data())));
+      if (!reply) {
+        const std::string why = (*c)->errstr;
+        MarkDown(why);
+        return absl::UnavailableError(
+            absl::StrCat("shared cache call failed: ", why));
+      }
+      Release(node, *std::move(c));
+      if (reply->type != REDIS_REPLY_ERROR) return reply;
+      const absl::string_view error(reply->str, reply->len);
+      // "MOVED <slot> <host:port>" / "ASK <slot> <host:port>"
+      const bool moved = absl::StartsWith(error, "MOVED ");
+      asking = absl::StartsWith(error, "ASK ");
+      const size_t space = error.rfind(' ');
+      if ((moved || asking) && hop < 3 && space != absl::string_view::npos) {
+        node = std::string(error.substr(space + 1));
+        continue;
+      }
       failures_.fetch_add(1);
       return absl::InternalError(
-          absl::StrCat("shared cache: ", *args.begin(), ": ",
-                       absl::string_view(reply->str, reply->len)));
+          absl::StrCat("shared cache: ", *args.begin(), ": ", error));
     }
-    return reply;
   }
 
   void Notify(absl::string_view key_hex) {
@@ -188,10 +207,21 @@ class SharedTier::Impl {
     uint64_t seq = 0;
   };
 
-  absl::StatusOr<Connection> Connect() const {
+  // A connection to `node` ("HOST:PORT" a cluster redirect named; empty:
+  // the configured address), authenticated and PINGed.
+  absl::StatusOr<Connection> Connect(const std::string& node = "") const {
     const timeval tv = absl::ToTimeval(options_.connect_timeout);
-    Connection c(unix_path_.empty()
-                     ? redisConnectWithTimeout(host_.c_str(), port_, tv)
+    std::string host = host_;
+    int port = port_;
+    if (!node.empty()) {
+      const size_t colon = node.rfind(':');
+      if (colon == std::string::npos ||
+          !absl::SimpleAtoi(node.substr(colon + 1), &port))
+        return absl::UnavailableError(absl::StrCat("bad redirect ", node));
+      host = node.substr(0, colon);
+    }
+    Connection c(unix_path_.empty() || !node.empty()
+                     ? redisConnectWithTimeout(host.c_str(), port, tv)
                      : redisConnectUnixWithTimeout(unix_path_.c_str(), tv));
     if (!c) return absl::UnavailableError("cannot allocate a Redis context");
     if (c->err) {
@@ -225,22 +255,24 @@ class SharedTier::Impl {
     return c;
   }
 
-  absl::StatusOr<Connection> Acquire() {
+  absl::StatusOr<Connection> Acquire(const std::string& node) {
     {
       std::lock_guard<std::mutex> lock(pool_mu_);
-      if (!idle_.empty()) {
-        Connection c = std::move(idle_.back());
-        idle_.pop_back();
+      std::vector<Connection>& idle = idle_[node];
+      if (!idle.empty()) {
+        Connection c = std::move(idle.back());
+        idle.pop_back();
         return c;
       }
     }
-    return Connect();
+    return Connect(node);
   }
 
-  void Release(Connection c) {
+  void Release(const std::string& node, Connection c) {
     std::lock_guard<std::mutex> lock(pool_mu_);
-    if (static_cast<int>(idle_.size()) < options_.max_idle_connections)
-      idle_.push_back(std::move(c));
+    std::vector<Connection>& idle = idle_[node];
+    if (static_cast<int>(idle.size()) < options_.max_idle_connections)
+      idle.push_back(std::move(c));
   }
 
   void MarkDown(absl::string_view why) {
@@ -269,7 +301,7 @@ class SharedTier::Impl {
       if (up_) continue;
       absl::StatusOr<Connection> c = Connect();
       if (!c.ok()) continue;
-      Release(*std::move(c));
+      Release("", *std::move(c));
       up_ = true;
       down_logged_ = false;
       spdlog::info("event=shared_cache_up address={}", options_.address);
@@ -338,7 +370,8 @@ class SharedTier::Impl {
   }
 
   std::mutex pool_mu_;
-  std::vector<Connection> idle_;
+  // Idle connections by node ("": the configured address).
+  absl::flat_hash_map<std::string, std::vector<Connection>> idle_;
   std::atomic<bool> down_logged_{false};
 
   std::mutex wait_mu_;

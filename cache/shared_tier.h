@@ -31,6 +31,10 @@
 // every reconnect_interval (event=shared_cache_up when back). Callers serve
 // and compile locally meanwhile; up() is the kiln_shared_cache_up gauge.
 //
+// Redis Cluster: point address at any master; calls follow MOVED/ASK
+// replies to the slot's node (the hash tag keeps an entry's keys in one
+// slot, so the lease scripts run on one node); PUBLISH is cluster-wide.
+//
 // Thread-safety: all methods are thread-safe (a pool of connections, one
 // per call in flight).
 #ifndef KILN_CACHE_SHARED_TIER_H_

@@ -1,6 +1,7 @@
 // A fleet of kilnd replicas sharing a Redis tier (issue 19), end to end: a
 // real redis-server started by the test on a Unix socket in a temp dir,
 // real kilnd processes (--shared_cache=unix:...), real compiles.
+#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <signal.h>
 #include <spawn.h>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cache/artifact_format.h"
@@ -592,6 +594,141 @@ TEST_F(FleetTest, SharedTierAuthenticatesAsAnAclUser) {
   options.address = "redis://no-port";
   EXPECT_EQ(SharedTier::Open(options).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Spawns argv (its stdout to /dev/null) and returns its pid (-1 on
+// failure).
+pid_t Spawn(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null",
+                                   O_WRONLY, 0);
+  pid_t pid = -1;
+  if (posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0)
+    pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+// One command to 127.0.0.1:port: the string/status reply or "".
+std::string TcpCommand(int port, const std::vector<std::string>& args) {
+  redisContext* c = redisConnect("127.0.0.1", port);
+  std::string out;
+  if (c && !c->err) {
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const std::string& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    auto* r = static_cast<redisReply*>(redisCommandArgv(
+        c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+    if (r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS))
+      out.assign(r->str, r->len);
+    if (r && r->type == REDIS_REPLY_INTEGER) out = absl::StrCat(r->integer);
+    if (r) freeReplyObject(r);
+  }
+  if (c) redisFree(c);
+  return out;
+}
+
+// Redis Cluster, 3 masters on loopback made by redis-cli --cluster create:
+// the replicas talk to one node and follow MOVED to the others; one compile
+// per key fleet-wide, entries spread over the masters.
+TEST(FleetClusterTest, ThreeMastersOneCompilePerKey) {
+  if (RedisServerPath().empty() || access("/usr/bin/redis-cli", X_OK) != 0)
+    GTEST_SKIP() << "redis-server/redis-cli are not installed";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      absl::StrCat("kiln_fleet_cluster_", getpid(), "_", rand());
+  std::filesystem::create_directories(dir);
+  // Ports (and their cluster bus ports, +10000) from the pid.
+  const int base = 21000 + (getpid() * 7) % 20000;
+  std::vector<pid_t> nodes;
+  std::vector<std::string> create = {"redis-cli", "--cluster", "create"};
+  for (int i = 0; i < 3; ++i) {
+    const int port = base + i;
+    const std::filesystem::path node_dir = dir / absl::StrCat(port);
+    std::filesystem::create_directories(node_dir);
+    nodes.push_back(
+        Spawn({RedisServerPath(), "--port", absl::StrCat(port), "--bind",
+               "127.0.0.1", "--cluster-enabled", "yes", "--cluster-config-file",
+               (node_dir / "nodes.conf").string(), "--dir", node_dir.string(),
+               "--save", "", "--appendonly", "no", "--logfile",
+               (node_dir / "log").string()}));
+    create.push_back(absl::StrCat("127.0.0.1:", port));
+  }
+  auto stop_nodes = [&] {
+    for (pid_t pid : nodes) {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  };
+  for (int i = 0; i < 3; ++i) {
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < until && TcpCommand(base + i, {"PING"}) != "PONG")
+      absl::SleepFor(absl::Milliseconds(20));
+  }
+  create.push_back("--cluster-yes");
+  const pid_t cli = Spawn(create);
+  int status = -1;
+  if (cli > 0) waitpid(cli, &status, 0);
+  bool ok = false;
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  while (!ok && absl::Now() < until) {
+    ok = true;
+    for (int i = 0; i < 3; ++i)
+      ok = ok && absl::StrContains(TcpCommand(base + i, {"CLUSTER", "INFO"}),
+                                   "cluster_state:ok");
+    if (!ok) absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (!ok) {
+    stop_nodes();
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << "redis-cli --cluster create did not make a cluster here";
+  }
+  {
+    std::vector<std::unique_ptr<Daemon>> replicas;
+    std::vector<std::unique_ptr<v1::Kiln::Stub>> stubs;
+    for (int i = 0; i < 3; ++i) {
+      replicas.push_back(std::make_unique<Daemon>(
+          (dir / absl::StrCat("data", i)).string(),
+          (dir / absl::StrCat("port", i)).string(),
+          std::vector<std::string>{
+              absl::StrCat("--shared_cache=redis://127.0.0.1:", base)}));
+      ASSERT_GT(replicas.back()->port(), 0);
+      stubs.push_back(replicas.back()->Stub());
+    }
+    constexpr int kGraphs = 12;
+    for (int g = 0; g < kGraphs; ++g) {
+      const v1::CompileRequest req = LayerNormRequest(2 + g, 8);
+      for (int k = 0; k < 3; ++k) {
+        v1::CompileResponse resp;
+        const grpc::Status s = Call(*stubs[(g + k) % 3], req, &resp);
+        ASSERT_TRUE(s.ok()) << s.error_message();
+      }
+    }
+    uint64_t compiles = 0, shared_hits = 0;
+    for (auto& stub : stubs) {
+      const v1::Stats st = Stats(*stub);
+      EXPECT_TRUE(st.shared_cache_up());
+      compiles += st.compiles();
+      shared_hits += st.shared_hits();
+    }
+    EXPECT_EQ(compiles, static_cast<uint64_t>(kGraphs));
+    EXPECT_EQ(shared_hits, static_cast<uint64_t>(2 * kGraphs));
+    int nodes_with_keys = 0;
+    for (int i = 0; i < 3; ++i)
+      nodes_with_keys += TcpCommand(base + i, {"DBSIZE"}) != "0";
+    EXPECT_GE(nodes_with_keys, 2);
+  }
+  stop_nodes();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
