@@ -118,8 +118,9 @@ void kiln_status_free(kiln_status* status);
 
 /* ---- client ------------------------------------------------------------ */
 
-/* A client of kilnd at `server` ("HOST:PORT" or "unix:PATH"; NULL or "":
- * $KILN_SERVER, else 127.0.0.1:7733). `rpc_deadline_seconds` <= 0 and
+/* A client of kilnd at `server` ("HOST:PORT" or "unix:PATH", or a
+ * comma-separated list of a fleet's replicas: keys spread over them, with
+ * failover; NULL or "": $KILN_SERVER, else 127.0.0.1:7733). `rpc_deadline_seconds` <= 0 and
  * `max_retries` < 0 keep kiln::ClientOptions' defaults (5 minutes, 5
  * retries on UNAVAILABLE). Does not contact the server yet. */
 kiln_status* kiln_client_create(const char* server, double rpc_deadline_seconds,

@@ -1,12 +1,17 @@
 #include "client/kiln_client.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "runtime/cpu_executable.h"
 #include "client/hit_socket_client.h"
 #include "client/host_target.h"
@@ -47,13 +52,29 @@ class CpuExecutableHandle final : public Executable {
   std::shared_ptr<ThreadPool> pool_;
 };
 
+// One kilnd of the list ClientOptions::server names.
+struct Replica {
+  Replica(const std::string& address, std::shared_ptr<grpc::Channel> channel,
+          bool use_hit_socket)
+      : address(address),
+        stub(v1::Kiln::NewStub(channel)),
+        lookup(channel, address, use_hit_socket) {}
+  const std::string address;
+  std::unique_ptr<v1::Kiln::Stub> stub;
+  LookupChannel lookup;
+  // Until when it is tried last: it answered UNAVAILABLE (unix micros).
+  std::atomic<int64_t> avoid_until_micros{0};
+};
+
+// How long a replica that answered UNAVAILABLE is tried after the others.
+constexpr absl::Duration kAvoidUnavailable = absl::Seconds(5);
+
 class ClientImpl final : public Client {
  public:
   ClientImpl(const ClientOptions& options,
-             std::shared_ptr<grpc::Channel> channel)
+             std::vector<std::unique_ptr<Replica>> replicas)
       : options_(options),
-        stub_(v1::Kiln::NewStub(channel)),
-        lookup_(channel, options.server, options.use_hit_socket),
+        replicas_(std::move(replicas)),
         pool_(std::make_shared<ThreadPool>(options.runtime_threads)) {}
 
   absl::StatusOr<std::shared_ptr<const Executable>> GetExecutable(
@@ -191,10 +212,13 @@ class ClientImpl final : public Client {
   // and compiles.
   absl::StatusOr<Fetched> Fetch(const v1::CompileRequest& request,
                                 const std::string& key) {
+    const std::vector<Replica*> order = ReplicasFor(key);
     std::vector<grpc::Slice> response;
-    grpc::Status s = CallWithRetries([&](grpc::ClientContext* ctx) {
-      return lookup_.Lookup(ctx, key, &response);
-    });
+    grpc::Status s =
+        CallWithRetries(order, [&](Replica& r, grpc::ClientContext* ctx) {
+          response.clear();
+          return r.lookup.Lookup(ctx, key, &response);
+        });
     Fetched fetched;
     if (s.ok()) {
       Count(&Counters::lookup_hits);
@@ -206,8 +230,8 @@ class ClientImpl final : public Client {
     }
     if (s.error_code() != grpc::StatusCode::NOT_FOUND) return FromGrpc(s);
     v1::CompileResponse compiled;
-    s = CallWithRetries([&](grpc::ClientContext* ctx) {
-      return stub_->Compile(ctx, request, &compiled);
+    s = CallWithRetries(order, [&](Replica& r, grpc::ClientContext* ctx) {
+      return r.stub->Compile(ctx, request, &compiled);
     });
     Count(&Counters::compiles);
     if (!s.ok()) return FromGrpc(s);
@@ -242,25 +266,59 @@ class ClientImpl final : public Client {
     ++(counters_.*field);
   }
 
+  // The replicas in the order `key` tries them: rendezvous hashing (the
+  // highest SHA-256 of key + address first), so each key has a home replica
+  // and a key's home moves only when its replica leaves the list; replicas
+  // that lately answered UNAVAILABLE go last.
+  std::vector<Replica*> ReplicasFor(const std::string& key) const {
+    std::vector<Replica*> order;
+    for (const auto& r : replicas_) order.push_back(r.get());
+    if (order.size() == 1) return order;
+    std::vector<std::pair<std::string, Replica*>> scored;
+    for (Replica* r : order)
+      scored.emplace_back(DigestToHex(Sha256(absl::StrCat(key, r->address))),
+                          r);
+    std::sort(scored.begin(), scored.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
+    const int64_t now = absl::ToUnixMicros(absl::Now());
+    order.clear();
+    for (const auto& [score, r] : scored)
+      if (r->avoid_until_micros.load() <= now) order.push_back(r);
+    for (const auto& [score, r] : scored)
+      if (r->avoid_until_micros.load() > now) order.push_back(r);
+    return order;
+  }
+
+  // Calls `call` on order[0]; on UNAVAILABLE or RESOURCE_EXHAUSTED on the
+  // next replica, backing off after each round: max_retries retries after
+  // a round of all (one replica: exactly max_retries retries).
   template <typename Fn>
-  grpc::Status CallWithRetries(Fn call) {
+  grpc::Status CallWithRetries(const std::vector<Replica*>& order, Fn call) {
     absl::Duration backoff = options_.initial_backoff;
+    const int n = static_cast<int>(order.size());
     for (int attempt = 0;; ++attempt) {
+      Replica& replica = *order[attempt % n];
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() +
                        absl::ToChronoSeconds(options_.rpc_deadline));
-      grpc::Status s = call(&ctx);
-      const bool retry = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                         s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-      if (!retry || attempt >= options_.max_retries) return s;
-      std::this_thread::sleep_for(absl::ToChronoMilliseconds(backoff));
-      backoff = std::min(backoff * 2, absl::Seconds(10));
+      grpc::Status s = call(replica, &ctx);
+      const bool unavailable = s.error_code() == grpc::StatusCode::UNAVAILABLE;
+      const bool retry =
+          unavailable || s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+      if (unavailable && n > 1) {
+        replica.avoid_until_micros =
+            absl::ToUnixMicros(absl::Now() + kAvoidUnavailable);
+      }
+      if (!retry || attempt >= options_.max_retries + n - 1) return s;
+      if ((attempt + 1) % n == 0) {
+        std::this_thread::sleep_for(absl::ToChronoMilliseconds(backoff));
+        backoff = std::min(backoff * 2, absl::Seconds(10));
+      }
     }
   }
 
   const ClientOptions options_;
-  std::unique_ptr<v1::Kiln::Stub> stub_;
-  LookupChannel lookup_;
+  const std::vector<std::unique_ptr<Replica>> replicas_;
   std::shared_ptr<ThreadPool> pool_;
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const Executable>> loaded_;
@@ -294,12 +352,23 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
-  auto channel = grpc::CreateCustomChannel(
-      o.server, grpc::InsecureChannelCredentials(), args);
-  if (!channel)
+  std::vector<std::unique_ptr<Replica>> replicas;
+  for (absl::string_view address :
+       absl::StrSplit(o.server, ',', absl::SkipWhitespace())) {
+    const std::string a(absl::StripAsciiWhitespace(address));
+    auto channel =
+        grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args);
+    if (!channel)
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot create a channel to '", a, "'"));
+    replicas.push_back(
+        std::make_unique<Replica>(a, std::move(channel), o.use_hit_socket));
+  }
+  if (replicas.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot create a channel to '", o.server, "'"));
-  return std::unique_ptr<Client>(new ClientImpl(o, std::move(channel)));
+        absl::StrCat("no server address in '", o.server, "'"));
+  }
+  return std::unique_ptr<Client>(new ClientImpl(o, std::move(replicas)));
 }
 
 }  // namespace kiln

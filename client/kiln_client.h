@@ -31,6 +31,10 @@
 // own slices and hashed and loaded from them (client/raw_lookup.h), so the
 // binary is not copied in user space on its way to the loader.
 //
+// Several replicas (ClientOptions::server "A,B,C"): Lookup and Compile of a
+// key go to its home replica; UNAVAILABLE or RESOURCE_EXHAUSTED moves the
+// call to the next replica, backing off after each round of them.
+//
 // Errors: the daemon's status (INVALID_ARGUMENT/UNIMPLEMENTED name node,
 // op and reason); UNAVAILABLE after the retries are spent; DATA_LOSS for an
 // artifact whose binary does not match its hash.
@@ -65,7 +69,11 @@ class CpuExecutable;  // runtime/cpu_executable.h
 class ThreadPool;     // runtime/thread_pool.h
 
 struct ClientOptions {
-  // HOST:PORT of kilnd; empty: $KILN_SERVER, else 127.0.0.1:7733.
+  // HOST:PORT of kilnd; empty: $KILN_SERVER, else 127.0.0.1:7733. A
+  // comma-separated list names the replicas of a fleet (README.md, "Running
+  // a fleet"): each key goes to its home replica (rendezvous hashing over
+  // the list), and to the next one when that answers UNAVAILABLE (which is
+  // then tried last for a few seconds).
   std::string server;
   // Deadline of one Compile/Lookup call.
   absl::Duration rpc_deadline = absl::Minutes(5);

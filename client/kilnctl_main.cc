@@ -310,11 +310,23 @@ int Stats(v1::Kiln::Stub& stub) {
         absl::StrFormat("%.6f", s.compile_seconds_saved()),
         ",\"queue_depth\":", s.queue_depth(), ",\"hot_hits\":", s.hot_hits(),
         ",\"hot_entries\":", s.hot_entries(), ",\"hot_bytes\":", s.hot_bytes(),
-        ",\"hot_capacity_bytes\":", s.hot_capacity_bytes(), "}\n");
+        ",\"hot_capacity_bytes\":", s.hot_capacity_bytes(),
+        ",\"shared_cache_configured\":",
+        s.shared_cache_configured() ? "true" : "false",
+        ",\"shared_cache_up\":", s.shared_cache_up() ? "true" : "false",
+        ",\"shared_hits\":", s.shared_hits(),
+        ",\"shared_misses\":", s.shared_misses(),
+        ",\"shared_lease_waits\":", s.shared_lease_waits(),
+        ",\"shared_takeovers\":", s.shared_takeovers(),
+        ",\"shared_bytes_read\":", s.shared_bytes_read(),
+        ",\"shared_bytes_written\":", s.shared_bytes_written(),
+        ",\"shared_corrupt\":", s.shared_corrupt(),
+        ",\"shared_error_hits\":", s.shared_error_hits(),
+        ",\"shared_failures\":", s.shared_failures(), "}\n");
     return 0;
   }
   const uint64_t lookups = s.hits() + s.misses();
-  const std::vector<std::pair<std::string, std::string>> rows = {
+  std::vector<std::pair<std::string, std::string>> rows = {
       {"server", ServerAddress()},
       {"entries", absl::StrCat(s.entries())},
       {"bytes", absl::StrCat(HumanBytes(s.bytes()), " of ",
@@ -337,6 +349,25 @@ int Stats(v1::Kiln::Stub& stub) {
        absl::StrCat(s.hot_entries(), " entries, ", HumanBytes(s.hot_bytes()),
                     " of ", HumanBytes(s.hot_capacity_bytes()))},
   };
+  if (s.shared_cache_configured()) {
+    rows.insert(
+        rows.end(),
+        {
+            {"shared tier",
+             s.shared_cache_up() ? "up" : "DOWN (serving locally)"},
+            {"shared hits", absl::StrCat(s.shared_hits())},
+            {"shared misses", absl::StrCat(s.shared_misses())},
+            {"lease waits", absl::StrCat(s.shared_lease_waits())},
+            {"lease takeovers", absl::StrCat(s.shared_takeovers())},
+            {"shared bytes",
+             absl::StrCat(HumanBytes(s.shared_bytes_read()), " read, ",
+                          HumanBytes(s.shared_bytes_written()), " written")},
+            {"shared corrupt", absl::StrCat(s.shared_corrupt())},
+            {"shared errors",
+             absl::StrCat(s.shared_error_hits(), " cached, ",
+                          s.shared_failures(), " failed calls")},
+        });
+  }
   for (const auto& [name, value] : rows) {
     std::cout << absl::StrFormat("%-20s %s\n", name, value);
   }

@@ -12,6 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus-cpp-dev libspdlog-dev libfmt-dev
   libopenblas0-pthread
+  libhiredis-dev redis-server
   python3 python3-venv python3-dev patchelf xz-utils
 )
 

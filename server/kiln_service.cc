@@ -1,10 +1,12 @@
 #include "server/kiln_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "compiler/compile.h"
 #include "compiler/compiler_identity.h"
 #include "compiler/op_lowering.h"
@@ -68,11 +70,20 @@ KilnService::KilnService(ArtifactStore* store,
                                                   : options.compiler_identity),
       pool_(std::make_unique<CompilePool>(options.compile_threads,
                                           options.max_queued_compiles)),
+      shared_pool_(options.shared ? std::make_unique<CompilePool>(
+                                        std::max(1, options.shared_threads),
+                                        options.max_queued_compiles * 4)
+                                  : nullptr),
       hot_(options.hot_cache_bytes) {}
 
 KilnService::~KilnService() { Drain(); }
 
-void KilnService::Drain() { pool_.reset(); }
+void KilnService::Drain() {
+  // Flights waiting on another replica stop waiting and compile here.
+  draining_ = true;
+  shared_pool_.reset();
+  pool_.reset();
+}
 
 Sha256Digest KilnService::StoreKeyOf(const Sha256Digest& request_key) const {
   return StoreKey(request_key, identity_);
@@ -120,19 +131,150 @@ std::shared_ptr<const v1::Artifact> KilnService::FromCache(
   return artifact;
 }
 
+namespace {
+
+// Errors worth caching fleet-wide: what the same request would get again.
+bool IsDeterministicError(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The bytes of an artifact's binary (CPU shared object or CUDA cubin).
+absl::string_view BinaryBytes(const v1::Artifact& artifact) {
+  if (artifact.has_cpu()) return artifact.cpu().shared_object();
+  if (artifact.has_cuda()) return artifact.cuda().cubin();
+  return {};
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const v1::Artifact>> KilnService::FetchShared(
+    const ImportedRequest& request, const Sha256Digest& key) {
+  absl::StatusOr<std::optional<std::string>> got =
+      options_.shared->GetArtifact(key);
+  if (!got.ok()) return got.status();
+  if (!got->has_value()) return nullptr;
+  const std::string& payload = **got;
+  auto artifact = std::make_shared<v1::Artifact>();
+  std::string why;
+  if (!artifact->ParseFromString(payload)) {
+    why = "unparsable artifact";
+  } else if (artifact->guard_key() != KeyBytes(request.key)) {
+    why = "artifact of another request key";
+  } else if (BinaryBytes(*artifact).empty() ||
+             KeyBytes(Sha256(BinaryBytes(*artifact))) !=
+                 artifact->binary_sha256()) {
+    why = "binary does not match its SHA-256";
+  }
+  if (!why.empty()) {
+    shared_rejected_.fetch_add(1);
+    spdlog::warn("event=shared_cache_rejected key={} reason=\"{}\"",
+                 DigestToHex(key).substr(0, 16), why);
+    (void)options_.shared->DeleteArtifact(key);
+    return nullptr;
+  }
+  PutMetadata meta;
+  meta.compile_seconds = artifact->compile_seconds();
+  meta.label = request.key;
+  // The very bytes the fleet holds, so every replica's copy is identical.
+  if (absl::Status s = store_->Put(key, payload, meta); !s.ok()) {
+    spdlog::error("event=cache_put_failed key={} status=\"{}\"",
+                  DigestToHex(key).substr(0, 16), s.ToString());
+  }
+  return std::shared_ptr<const v1::Artifact>(std::move(artifact));
+}
+
+void KilnService::SubmitCompile(std::shared_ptr<const ImportedRequest> request,
+                                const Sha256Digest& key, bool leased) {
+  if (pool_ && pool_->Submit([this, request, key, leased] {
+        RunCompile(*request, key, leased);
+      }))
+    return;
+  if (leased) options_.shared->ReleaseLease(key);
+  inflight_.Finish(
+      key, absl::ResourceExhaustedError("the compile queue is full; retry with "
+                                        "backoff (a few seconds)"));
+}
+
+void KilnService::ResolveShared(std::shared_ptr<const ImportedRequest> request,
+                                const Sha256Digest& key) {
+  SharedTier& shared = *options_.shared;
+  const absl::Time deadline = absl::Now() + options_.max_deadline;
+  bool waited = false;
+  while (!draining_) {
+    if (auto cached = FromCache(key)) {
+      inflight_.Finish(key, CompileResult(std::move(cached)));
+      return;
+    }
+    auto fetched = FetchShared(*request, key);
+    if (!fetched.ok()) break;
+    if (*fetched) {
+      inflight_.Finish(key, CompileResult(*std::move(fetched)));
+      return;
+    }
+    absl::StatusOr<std::optional<absl::Status>> error = shared.GetError(key);
+    if (!error.ok()) break;
+    if (error->has_value()) {
+      inflight_.Finish(key, **error);
+      return;
+    }
+    absl::StatusOr<bool> leased = shared.TryLease(key);
+    if (!leased.ok()) break;
+    if (*leased) {
+      // The holder may have published and released between our look and
+      // our lease.
+      fetched = FetchShared(*request, key);
+      if (fetched.ok() && *fetched) {
+        shared.ReleaseLease(key);
+        inflight_.Finish(key, CompileResult(*std::move(fetched)));
+        return;
+      }
+      if (waited) {
+        takeovers_.fetch_add(1);
+        spdlog::info("event=shared_lease_takeover key={}",
+                     DigestToHex(key).substr(0, 16));
+      }
+      SubmitCompile(std::move(request), key, /*leased=*/true);
+      return;
+    }
+    if (!waited) {
+      waited = true;
+      lease_waits_.fetch_add(1);
+    }
+    if (absl::Now() >= deadline) break;
+    shared.WaitForPublish(key, deadline);
+  }
+  // The shared tier is down, failed, or took too long: compile here.
+  SubmitCompile(std::move(request), key, /*leased=*/false);
+}
+
 void KilnService::RunCompile(const ImportedRequest& request,
-                             const Sha256Digest& key) {
+                             const Sha256Digest& key, bool leased) {
+  SharedTier* shared = options_.shared;
   // Another leader may have finished between our cache miss and Join.
   if (auto cached = FromCache(key)) {
+    if (leased) shared->ReleaseLease(key);
     inflight_.Finish(key, CompileResult(std::move(cached)));
     return;
   }
   compiles_.fetch_add(1);
+  if (options_.test_compile_delay > absl::ZeroDuration())
+    absl::SleepFor(options_.test_compile_delay);
   auto artifact = kiln::Compile(request);
   if (metrics_ && artifact.ok())
     metrics_->ObserveCompileSeconds(artifact->compile_seconds());
   if (!artifact.ok()) {
     compile_errors_.fetch_add(1);
+    if (shared && IsDeterministicError(artifact.status()))
+      (void)shared->PutError(key, artifact.status());
+    if (leased) shared->ReleaseLease(key);
     inflight_.Finish(key, artifact.status());
     return;
   }
@@ -145,6 +287,17 @@ void KilnService::RunCompile(const ImportedRequest& request,
     // Serve the artifact anyway; the next request compiles again.
     spdlog::error("event=cache_put_failed key={} status=\"{}\"",
                   DigestToHex(key).substr(0, 16), s.ToString());
+  }
+  // Published even without the lease (compiled while the tier was down):
+  // the shared tier fills again once it is back.
+  if (shared) {
+    if (absl::Status s =
+            shared->PutArtifact(key, payload, artifact->compile_seconds());
+        !s.ok() && shared->up()) {
+      spdlog::warn("event=shared_cache_put_failed key={} status=\"{}\"",
+                   DigestToHex(key).substr(0, 16), s.ToString());
+    }
+    if (leased) shared->ReleaseLease(key);
   }
   inflight_.Finish(key, CompileResult(std::make_shared<const v1::Artifact>(
                             *std::move(artifact))));
@@ -189,11 +342,12 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
       // request, so a caller that gives up does not cancel it for the others.
       auto request =
           std::make_shared<const ImportedRequest>(*std::move(imported));
-      if (!pool_ ||
-          !pool_->Submit([this, request, key] { RunCompile(*request, key); })) {
-        inflight_.Finish(key, absl::ResourceExhaustedError(
-                                  "the compile queue is full; retry with "
-                                  "backoff (a few seconds)"));
+      if (shared_pool_ && options_.shared->up()) {
+        if (!shared_pool_->Submit(
+                [this, request, key] { ResolveShared(request, key); }))
+          SubmitCompile(request, key, /*leased=*/false);
+      } else {
+        SubmitCompile(request, key, /*leased=*/false);
       }
     } else {
       joins_.fetch_add(1);
@@ -342,6 +496,21 @@ v1::Stats KilnService::CurrentStats() const {
   resp->set_hot_entries(hot_.entries());
   resp->set_hot_bytes(hot_.bytes());
   resp->set_hot_capacity_bytes(hot_.capacity_bytes());
+  if (options_.shared) {
+    const SharedTierStats t = options_.shared->Stats();
+    resp->set_shared_cache_configured(true);
+    resp->set_shared_cache_up(t.up);
+    // An artifact the tier verified but the service rejected is a miss.
+    resp->set_shared_hits(t.hits - std::min(t.hits, shared_rejected_.load()));
+    resp->set_shared_misses(t.misses + shared_rejected_.load());
+    resp->set_shared_lease_waits(lease_waits_.load());
+    resp->set_shared_takeovers(takeovers_.load());
+    resp->set_shared_bytes_read(t.bytes_read);
+    resp->set_shared_bytes_written(t.bytes_written);
+    resp->set_shared_corrupt(t.corrupt);
+    resp->set_shared_error_hits(t.error_hits);
+    resp->set_shared_failures(t.failures);
+  }
   return stats;
 }
 

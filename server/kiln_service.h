@@ -10,6 +10,16 @@
 // artifact is never parsed nor copied per request (the wire format is
 // exactly LookupResponse's).
 //
+// With a shared tier (KilnServiceOptions::shared, issue 19) a Compile that
+// misses locally goes: join a local compile in flight, else (the flight's
+// leader, on a shared-tier thread) fetch the artifact from the shared tier
+// (verified, then stored locally) -> a cached compile error -> take the
+// key's lease and compile (then store, publish, release) -> or wait for the
+// lease holder's publish and fetch again; a lease that expires unpublished
+// is taken over. Whenever the shared tier is down or a call fails, the
+// flight compiles locally. Lookup (the hit path) reads the local tier only:
+// clients send Compile on its miss.
+//
 // Thread-safety: every RPC may run concurrently (the sync methods on gRPC's
 // sync server threads, Lookup on its callback threads).
 #ifndef KILN_SERVER_KILN_SERVICE_H_
@@ -20,6 +30,7 @@
 
 #include "absl/time/time.h"
 #include "cache/artifact_store.h"
+#include "cache/shared_tier.h"
 #include "server/activity_tracker.h"
 #include "graph/imported_request.h"
 #include "kiln/v1/service.grpc.pb.h"
@@ -43,6 +54,15 @@ struct KilnServiceOptions {
   // (compiler/compiler_identity.h). Empty: this build's CompilerIdentity().
   // Tests set another to stand for a kilnd of another build.
   std::string compiler_identity;
+  // The fleet's shared tier (cache/shared_tier.h), or null: between a local
+  // miss and a local compile (see KilnService). Must outlive the service.
+  SharedTier* shared = nullptr;
+  // Threads that resolve local misses against the shared tier (fetch, take
+  // the lease or wait for another replica's publish).
+  int shared_threads = 16;
+  // Test only: every compile sleeps this long first (a slow compile, for the
+  // lease tests).
+  absl::Duration test_compile_delay = absl::ZeroDuration();
 };
 
 class KilnService final
@@ -111,9 +131,24 @@ class KilnService final
   // Errors: INVALID_ARGUMENT for a malformed request, NOT_FOUND.
   absl::StatusOr<std::shared_ptr<const HotArtifact>> LookupKey(
       absl::string_view request_bytes);
-  // Runs on a compile thread: compile, store, publish to the flight.
-  void RunCompile(const ImportedRequest& request,
-                  const Sha256Digest& store_key);
+  // Runs on a compile thread: compile, store, publish to the flight (and to
+  // the shared tier, if any); releases the shared lease if `leased`.
+  void RunCompile(const ImportedRequest& request, const Sha256Digest& store_key,
+                  bool leased);
+  // Runs on a shared-tier thread for a flight's leader (see the file
+  // comment); ends by finishing the flight or submitting RunCompile.
+  void ResolveShared(std::shared_ptr<const ImportedRequest> request,
+                     const Sha256Digest& store_key);
+  // Submits RunCompile to the compile pool, or finishes the flight with
+  // RESOURCE_EXHAUSTED (releasing the lease) when it is full.
+  void SubmitCompile(std::shared_ptr<const ImportedRequest> request,
+                     const Sha256Digest& store_key, bool leased);
+  // The shared tier's artifact for the request, checked (parsed, its guard
+  // key, its binary's SHA-256) and stored locally; null if absent or bad
+  // (a bad one is deleted from the shared tier). UNAVAILABLE when the call
+  // failed.
+  absl::StatusOr<std::shared_ptr<const v1::Artifact>> FetchShared(
+      const ImportedRequest& request, const Sha256Digest& store_key);
   // Where this kilnd stores the artifact for a request key.
   Sha256Digest StoreKeyOf(const Sha256Digest& request_key) const;
 
@@ -125,11 +160,14 @@ class KilnService final
   const std::string identity_;  // options_.compiler_identity or the build's
   InflightCompiles inflight_;
   std::unique_ptr<CompilePool> pool_;
+  std::unique_ptr<CompilePool> shared_pool_;  // with options_.shared only
+  std::atomic<bool> draining_{false};
   HotArtifacts hot_;
   v1::HitSocket hit_socket_;
   ActivityTracker activity_;
   std::atomic<uint64_t> hits_{0}, misses_{0}, compiles_{0}, joins_{0},
-      compile_errors_{0}, hot_hits_{0};
+      compile_errors_{0}, hot_hits_{0}, lease_waits_{0}, takeovers_{0},
+      shared_rejected_{0};
 };
 
 }  // namespace kiln

@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "cache/artifact_store.h"
+#include "cache/shared_tier.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
@@ -65,6 +66,26 @@ ABSL_FLAG(int32_t, idle_exit_seconds, 0,
           "exit (as on SIGTERM: drain, close the cache) after this many "
           "seconds with no RPC in flight and none served (0: never); the "
           "per-user kilnd that the Python backend starts sets it");
+ABSL_FLAG(std::string, shared_cache, "",
+          "the fleet's shared artifact tier (README.md, \"Running a fleet\"): "
+          "redis://HOST:PORT or unix:PATH of a Redis; empty: none");
+ABSL_FLAG(std::string, shared_cache_user, "",
+          "Redis ACL user for --shared_cache (empty: the default user)");
+ABSL_FLAG(std::string, shared_cache_password_file, "",
+          "file holding the Redis password for --shared_cache (empty: no "
+          "AUTH)");
+ABSL_FLAG(std::string, shared_cache_prefix, "kiln",
+          "prefix of every Redis key and channel of --shared_cache");
+ABSL_FLAG(int32_t, shared_cache_timeout_ms, 1000,
+          "longest any one Redis call may take before the shared tier is "
+          "marked down (then served and compiled locally)");
+ABSL_FLAG(int32_t, shared_cache_lease_ms, 10000,
+          "compile lease TTL: renewed every third of it while compiling; a "
+          "dead holder's lease is taken over after it");
+ABSL_FLAG(int32_t, shared_cache_error_ttl_ms, 30000,
+          "how long a compile error stays cached in the shared tier");
+ABSL_FLAG(int32_t, test_compile_delay_ms, 0,
+          "for tests: every compile sleeps this long first");
 ABSL_FLAG(std::string, compiler_identity, "",
           "for tests: store artifacts under this compiler identity instead "
           "of this build's (stands for a kilnd of another build)");
@@ -149,7 +170,34 @@ int Main(int argc, char** argv) {
                      store.status().ToString());
     return 1;
   }
+  std::unique_ptr<SharedTier> shared;
+  if (!absl::GetFlag(FLAGS_shared_cache).empty()) {
+    SharedTierOptions shared_options;
+    shared_options.address = absl::GetFlag(FLAGS_shared_cache);
+    shared_options.user = absl::GetFlag(FLAGS_shared_cache_user);
+    shared_options.password_file =
+        absl::GetFlag(FLAGS_shared_cache_password_file);
+    shared_options.key_prefix = absl::GetFlag(FLAGS_shared_cache_prefix);
+    shared_options.op_timeout = absl::Milliseconds(
+        std::max(1, absl::GetFlag(FLAGS_shared_cache_timeout_ms)));
+    shared_options.connect_timeout =
+        std::min(shared_options.op_timeout, absl::Milliseconds(500));
+    shared_options.lease_ttl = absl::Milliseconds(
+        std::max(30, absl::GetFlag(FLAGS_shared_cache_lease_ms)));
+    shared_options.error_ttl = absl::Milliseconds(
+        std::max(1, absl::GetFlag(FLAGS_shared_cache_error_ttl_ms)));
+    auto opened = SharedTier::Open(shared_options);
+    if (!opened.ok()) {
+      spdlog::critical("event=shared_cache_invalid status=\"{}\"",
+                       opened.status().ToString());
+      return 1;
+    }
+    shared = *std::move(opened);
+  }
   KilnServiceOptions options;
+  options.shared = shared.get();
+  options.test_compile_delay = absl::Milliseconds(
+      std::max(0, absl::GetFlag(FLAGS_test_compile_delay_ms)));
   options.compile_threads =
       absl::GetFlag(FLAGS_compile_threads) > 0
           ? absl::GetFlag(FLAGS_compile_threads)
@@ -231,13 +279,15 @@ int Main(int argc, char** argv) {
   }
   spdlog::info(
       "event=serving address={} port={} hit_socket={} data_dir={} "
-      "compile_threads={} hot_cache_bytes={} idle_exit_seconds={}",
+      "compile_threads={} hot_cache_bytes={} idle_exit_seconds={} "
+      "shared_cache={}",
       absl::GetFlag(FLAGS_listen), port,
       !hit_socket                       ? std::string("off")
       : hit_socket->unix_path().empty() ? absl::StrCat(hit_socket->port())
                                         : hit_socket->unix_path(),
       store_options.data_dir, options.compile_threads, options.hot_cache_bytes,
-      absl::GetFlag(FLAGS_idle_exit_seconds));
+      absl::GetFlag(FLAGS_idle_exit_seconds),
+      shared ? absl::GetFlag(FLAGS_shared_cache) : std::string("off"));
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
     std::ofstream(tmp) << port << "\n" << metrics_port << "\n";

@@ -139,6 +139,38 @@ std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
   out.push_back(Scalar("kiln_hot_cache_bytes",
                        "Bytes charged to kilnd's in-memory copy",
                        MetricType::Gauge, s.hot_bytes()));
+  if (s.shared_cache_configured()) {
+    out.push_back(Scalar("kiln_shared_cache_up",
+                         "1 while the fleet's shared tier (Redis) answers",
+                         MetricType::Gauge, s.shared_cache_up() ? 1 : 0));
+    out.push_back(Scalar("kiln_shared_cache_hits_total",
+                         "Artifacts fetched from the shared tier",
+                         MetricType::Counter, s.shared_hits()));
+    out.push_back(Scalar("kiln_shared_cache_misses_total",
+                         "Shared-tier looks that found no artifact",
+                         MetricType::Counter, s.shared_misses()));
+    out.push_back(Scalar("kiln_shared_cache_lease_waits_total",
+                         "Compiles left to the replica holding the lease",
+                         MetricType::Counter, s.shared_lease_waits()));
+    out.push_back(Scalar("kiln_shared_cache_takeovers_total",
+                         "Leases taken over after their holder vanished",
+                         MetricType::Counter, s.shared_takeovers()));
+    out.push_back(Scalar("kiln_shared_cache_read_bytes_total",
+                         "Artifact bytes read from the shared tier",
+                         MetricType::Counter, s.shared_bytes_read()));
+    out.push_back(Scalar("kiln_shared_cache_written_bytes_total",
+                         "Artifact bytes written to the shared tier",
+                         MetricType::Counter, s.shared_bytes_written()));
+    out.push_back(Scalar("kiln_shared_cache_corrupt_total",
+                         "Shared-tier values that failed verification",
+                         MetricType::Counter, s.shared_corrupt()));
+    out.push_back(Scalar("kiln_shared_cache_error_hits_total",
+                         "Compile errors served from the shared tier",
+                         MetricType::Counter, s.shared_error_hits()));
+    out.push_back(Scalar("kiln_shared_cache_failures_total",
+                         "Shared-tier calls failed or skipped while down",
+                         MetricType::Counter, s.shared_failures()));
+  }
   return out;
 }
 

@@ -20,7 +20,8 @@ when a backend is created or a tensor is run. The binding's names
 (Client, CpuExecutable, CudaExecutable, CudaOutput, KilnError,
 load_library, supported_ops) are documented in kiln/_binding.py.
 
-Environment: KILN_SERVER (kilnd's address, "HOST:PORT" or "unix:PATH";
+Environment: KILN_SERVER (kilnd's address, "HOST:PORT" or "unix:PATH", or
+a fleet's replicas comma-separated;
 default 127.0.0.1:7733 when it answers, else a per-user kilnd started on a
 Unix socket, kiln/autostart.py), KILN_AUTOSTART=0 (never start one),
 KILN_LIB (libkiln_c.so), KILN_KILND (the kilnd to start),

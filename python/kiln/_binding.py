@@ -763,7 +763,8 @@ def supported_ops():
 
 class Client:
     """kiln::Client for CPU and CUDA executables (kiln_c.h). `server`: "HOST:PORT"
-    or "unix:PATH"; None: $KILN_SERVER, else 127.0.0.1:7733."""
+    or "unix:PATH", or a fleet's replicas as "HOST:PORT,HOST:PORT,..." (keys
+    spread over them, failover); None: $KILN_SERVER, else 127.0.0.1:7733."""
 
     def __init__(self, server=None, rpc_deadline_seconds=0.0, max_retries=-1):
         self._lib = load_library()
