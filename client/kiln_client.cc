@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/cpu_executable.h"
+#include "client/connection.h"
 #include "client/hit_socket_client.h"
 #include "client/host_target.h"
 #include "client/raw_lookup.h"
@@ -49,11 +50,13 @@ class CpuExecutableHandle final : public Executable {
 
 class ClientImpl final : public Client {
  public:
-  ClientImpl(const ClientOptions& options,
+  ClientImpl(const ClientOptions& options, Connection connection,
              std::shared_ptr<grpc::Channel> channel)
       : options_(options),
+        connection_(std::move(connection)),
         stub_(v1::Kiln::NewStub(channel)),
-        lookup_(channel, options.server, options.use_hit_socket),
+        lookup_(channel, options.server, options.use_hit_socket,
+                connection_.authorization),
         pool_(std::make_shared<ThreadPool>(options.runtime_threads)) {}
 
   absl::StatusOr<std::shared_ptr<const Executable>> GetExecutable(
@@ -249,6 +252,7 @@ class ClientImpl final : public Client {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() +
                        absl::ToChronoSeconds(options_.rpc_deadline));
+      AddAuthorization(connection_, &ctx);
       grpc::Status s = call(&ctx);
       const bool retry = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                          s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
@@ -259,6 +263,7 @@ class ClientImpl final : public Client {
   }
 
   const ClientOptions options_;
+  const Connection connection_;
   std::unique_ptr<v1::Kiln::Stub> stub_;
   LookupChannel lookup_;
   std::shared_ptr<ThreadPool> pool_;
@@ -294,12 +299,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
-  auto channel = grpc::CreateCustomChannel(
-      o.server, grpc::InsecureChannelCredentials(), args);
+  absl::StatusOr<Connection> connection = ResolveConnection(o.connection);
+  if (!connection.ok()) return connection.status();
+  auto channel = CreateKilnChannel(o.server, *connection, args);
   if (!channel)
     return absl::InvalidArgumentError(
         absl::StrCat("cannot create a channel to '", o.server, "'"));
-  return std::unique_ptr<Client>(new ClientImpl(o, std::move(channel)));
+  return std::unique_ptr<Client>(
+      new ClientImpl(o, *std::move(connection), std::move(channel)));
 }
 
 }  // namespace kiln

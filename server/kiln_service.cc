@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/compile.h"
 #include "compiler/compiler_identity.h"
@@ -58,6 +59,15 @@ std::string BufferBytes(const grpc::ByteBuffer& buffer) {
   return bytes;
 }
 
+// A gRPC peer string ("ipv4:127.0.0.1:5555", "ipv6:[::1]:5555",
+// "unix:/path") on this host.
+bool IsLocalPeer(absl::string_view peer) {
+  return absl::StartsWith(peer, "unix:") ||
+         absl::StartsWith(peer, "ipv4:127.") ||
+         absl::StartsWith(peer, "ipv6:[::1]") ||
+         absl::StartsWith(peer, "ipv6:%5B::1%5D");
+}
+
 }  // namespace
 
 KilnService::KilnService(ArtifactStore* store,
@@ -67,10 +77,28 @@ KilnService::KilnService(ArtifactStore* store,
       identity_(options.compiler_identity.empty() ? CompilerIdentity()
                                                   : options.compiler_identity),
       pool_(std::make_unique<CompilePool>(options.compile_threads,
-                                          options.max_queued_compiles)),
+                                          options.max_queued_compiles,
+                                          options.per_token_limits)),
       hot_(options.hot_cache_bytes) {}
 
 KilnService::~KilnService() { Drain(); }
+
+absl::StatusOr<Identity> KilnService::Authorize(
+    const grpc::ServerContextBase& ctx, Role role, const char* method) const {
+  if (auth_ == nullptr) return Identity{};
+  const auto& metadata = ctx.client_metadata();
+  auto it = metadata.find("authorization");
+  const absl::string_view authorization =
+      it == metadata.end()
+          ? absl::string_view()
+          : absl::string_view(it->second.data(), it->second.size());
+  absl::StatusOr<Identity> identity = auth_->Check(authorization, role, method);
+  if (!identity.ok()) {
+    spdlog::warn("rpc={} outcome=denied peer={} status=\"{}\"", method,
+                 ctx.peer(), identity.status().ToString());
+  }
+  return identity;
+}
 
 void KilnService::Drain() { pool_.reset(); }
 
@@ -155,6 +183,8 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
                                   v1::CompileResponse* resp) {
   const ActivityTracker::Busy busy = activity_.Begin();
   const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<Identity> identity = Authorize(*ctx, Role::kCompile, "Compile");
+  if (!identity.ok()) return Done("Compile", ToGrpc(identity.status()));
   // Validated, imported and keyed once: the compile pool takes this.
   absl::StatusOr<ImportedRequest> imported = ImportRequest(*req);
   if (!imported.ok()) {
@@ -189,12 +219,14 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
       // request, so a caller that gives up does not cancel it for the others.
       auto request =
           std::make_shared<const ImportedRequest>(*std::move(imported));
-      if (!pool_ ||
-          !pool_->Submit([this, request, key] { RunCompile(*request, key); })) {
-        inflight_.Finish(key, absl::ResourceExhaustedError(
-                                  "the compile queue is full; retry with "
-                                  "backoff (a few seconds)"));
-      }
+      absl::Status queued =
+          pool_ ? pool_->SubmitFor(identity->name,
+                                   [this, request, key] {
+                                     RunCompile(*request, key);
+                                   })
+                : absl::UnavailableError("kilnd is stopping");
+      // Those who joined this flight get the same refusal and may retry.
+      if (!queued.ok()) inflight_.Finish(key, queued);
     } else {
       joins_.fetch_add(1);
     }
@@ -237,6 +269,12 @@ grpc::ServerUnaryReactor* KilnService::Lookup(grpc::CallbackServerContext* ctx,
   // A hit never blocks (memory, or one RocksDB read), so it is answered on
   // the callback thread itself.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (absl::StatusOr<Identity> identity =
+          Authorize(*ctx, Role::kCompile, "Lookup");
+      !identity.ok()) {
+    reactor->Finish(Done("Lookup", ToGrpc(identity.status())));
+    return reactor;
+  }
   absl::StatusOr<std::shared_ptr<const HotArtifact>> hot =
       LookupKey(BufferBytes(*request));
   if (hot.ok()) {
@@ -254,6 +292,24 @@ grpc::ServerUnaryReactor* KilnService::Lookup(grpc::CallbackServerContext* ctx,
 HitReply KilnService::LookupOnHitSocket(absl::string_view request) {
   const ActivityTracker::Busy busy = activity_.Begin();
   HitReply reply;
+  if (auth_ != nullptr) {
+    // The token travels in the request itself (the hit socket has no
+    // metadata); kilnd serves this socket on loopback or a Unix socket only
+    // when it has tokens or TLS (kilnd_main.cc).
+    v1::LookupRequest parsed;
+    absl::StatusOr<Identity> identity =
+        parsed.ParseFromArray(request.data(), static_cast<int>(request.size()))
+            ? auth_->Check(parsed.authorization(), Role::kCompile,
+                           "HitSocketLookup")
+            : absl::InvalidArgumentError("the request is not a LookupRequest");
+    if (!identity.ok()) {
+      spdlog::warn("rpc=HitSocketLookup outcome=denied status=\"{}\"",
+                   identity.status().ToString());
+      Done("HitSocketLookup", ToGrpc(identity.status()));
+      reply.status = identity.status();
+      return reply;
+    }
+  }
   absl::StatusOr<std::shared_ptr<const HotArtifact>> hot = LookupKey(request);
   Done("HitSocketLookup", ToGrpc(hot.status()));
   if (!hot.ok()) {
@@ -301,12 +357,17 @@ absl::StatusOr<std::shared_ptr<const HotArtifact>> KilnService::LookupKey(
   return hot;
 }
 
-grpc::Status KilnService::GetServerInfo(grpc::ServerContext*,
+grpc::Status KilnService::GetServerInfo(grpc::ServerContext* ctx,
                                         const v1::GetServerInfoRequest*,
                                         v1::ServerInfo* resp) {
   const ActivityTracker::Busy busy = activity_.Begin();
+  if (absl::StatusOr<Identity> identity =
+          Authorize(*ctx, Role::kCompile, "GetServerInfo");
+      !identity.ok())
+    return Done("GetServerInfo", ToGrpc(identity.status()));
   resp->set_version(identity_);
-  if (hit_socket_.tcp_port() != 0 || !hit_socket_.unix_path().empty())
+  if ((hit_socket_.tcp_port() != 0 || !hit_socket_.unix_path().empty()) &&
+      (!hit_socket_local_only_ || IsLocalPeer(ctx->peer())))
     *resp->mutable_hit_socket() = hit_socket_;
   for (const std::string& op : OpSignatures::Get().Names()) {
     if (OpLowerings::Get().Find(op) != nullptr) resp->add_supported_ops(op);
@@ -314,10 +375,14 @@ grpc::Status KilnService::GetServerInfo(grpc::ServerContext*,
   return Done("GetServerInfo", grpc::Status::OK);
 }
 
-grpc::Status KilnService::GetStats(grpc::ServerContext*,
+grpc::Status KilnService::GetStats(grpc::ServerContext* ctx,
                                    const v1::GetStatsRequest*,
                                    v1::Stats* resp) {
   const ActivityTracker::Busy busy = activity_.Begin();
+  if (absl::StatusOr<Identity> identity =
+          Authorize(*ctx, Role::kReadStats, "GetStats");
+      !identity.ok())
+    return Done("GetStats", ToGrpc(identity.status()));
   *resp = CurrentStats();
   return Done("GetStats", grpc::Status::OK);
 }
@@ -350,10 +415,14 @@ grpc::Status KilnService::Done(const char* method, grpc::Status status) {
   return status;
 }
 
-grpc::Status KilnService::ListEntries(grpc::ServerContext*,
+grpc::Status KilnService::ListEntries(grpc::ServerContext* ctx,
                                       const v1::ListEntriesRequest* req,
                                       v1::ListEntriesResponse* resp) {
   const ActivityTracker::Busy busy = activity_.Begin();
+  if (absl::StatusOr<Identity> identity =
+          Authorize(*ctx, Role::kAdmin, "ListEntries");
+      !identity.ok())
+    return Done("ListEntries", ToGrpc(identity.status()));
   for (const EntryInfo& e : store_->List()) {
     if (req->limit() > 0 && resp->entries_size() >= req->limit()) break;
     auto* out = resp->add_entries();
@@ -370,10 +439,14 @@ grpc::Status KilnService::ListEntries(grpc::ServerContext*,
   return Done("ListEntries", grpc::Status::OK);
 }
 
-grpc::Status KilnService::Evict(grpc::ServerContext*,
+grpc::Status KilnService::Evict(grpc::ServerContext* ctx,
                                 const v1::EvictRequest* req,
                                 v1::EvictResponse* resp) {
   const ActivityTracker::Busy busy = activity_.Begin();
+  if (absl::StatusOr<Identity> identity =
+          Authorize(*ctx, Role::kAdmin, "Evict");
+      !identity.ok())
+    return Done("Evict", ToGrpc(identity.status()));
   if (req->all()) {
     const uint64_t before = store_->Stats().entries;
     absl::Status s = store_->EvictAll();
@@ -403,10 +476,14 @@ grpc::Status KilnService::Evict(grpc::ServerContext*,
   return Done("Evict", grpc::Status::OK);
 }
 
-grpc::Status KilnService::ExplainKey(grpc::ServerContext*,
+grpc::Status KilnService::ExplainKey(grpc::ServerContext* ctx,
                                      const v1::CompileRequest* req,
                                      v1::ExplainKeyResponse* resp) {
   const ActivityTracker::Busy busy = activity_.Begin();
+  if (absl::StatusOr<Identity> identity =
+          Authorize(*ctx, Role::kCompile, "ExplainKey");
+      !identity.ok())
+    return Done("ExplainKey", ToGrpc(identity.status()));
   auto graph = ImportGraph(req->graph());
   if (!graph.ok()) return Done("ExplainKey", ToGrpc(graph.status()));
   const std::vector<KeyComponent> parts =

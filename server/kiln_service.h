@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "cache/artifact_store.h"
 #include "server/activity_tracker.h"
+#include "server/auth.h"
 #include "graph/imported_request.h"
 #include "kiln/v1/service.grpc.pb.h"
 #include "server/compile_pool.h"
@@ -43,6 +44,9 @@ struct KilnServiceOptions {
   // (compiler/compiler_identity.h). Empty: this build's CompilerIdentity().
   // Tests set another to stand for a kilnd of another build.
   std::string compiler_identity;
+  // Fair use: per-token limits on queued and running compiles
+  // (server/compile_pool.h); apply only with tokens (set_authenticator).
+  CompilePoolLimits per_token_limits;
 };
 
 class KilnService final
@@ -82,6 +86,18 @@ class KilnService final
   void set_hit_socket(const v1::HitSocket& hit_socket) {
     hit_socket_ = hit_socket;
   }
+  // Advertise the hit socket only to callers on this host (gRPC over
+  // loopback or a Unix socket): kilnd with TLS serves it on loopback only.
+  void set_hit_socket_local_only(bool local_only) {
+    hit_socket_local_only_ = local_only;
+  }
+
+  // Tokens and roles (server/auth.h): with one set, every RPC checks the
+  // caller's "authorization" metadata (the hit socket: the request's
+  // `authorization` field) for the role it needs; without, every caller
+  // may do everything (kilnd on loopback). Call before serving; must
+  // outlive the service.
+  void set_authenticator(const Authenticator* auth) { auth_ = auth; }
 
   // Finishes queued and running compiles (they land in the cache).
   void Drain();
@@ -118,15 +134,21 @@ class KilnService final
   Sha256Digest StoreKeyOf(const Sha256Digest& request_key) const;
 
   grpc::Status Done(const char* method, grpc::Status status);
+  // The caller's identity if it may call `method`, which needs `role`;
+  // logs refusals. Without an authenticator: the anonymous identity.
+  absl::StatusOr<Identity> Authorize(const grpc::ServerContextBase& ctx,
+                                     Role role, const char* method) const;
 
   ArtifactStore* const store_;
   ServerMetrics* metrics_ = nullptr;
+  const Authenticator* auth_ = nullptr;
   const KilnServiceOptions options_;
   const std::string identity_;  // options_.compiler_identity or the build's
   InflightCompiles inflight_;
   std::unique_ptr<CompilePool> pool_;
   HotArtifacts hot_;
   v1::HitSocket hit_socket_;
+  bool hit_socket_local_only_ = false;
   ActivityTracker activity_;
   std::atomic<uint64_t> hits_{0}, misses_{0}, compiles_{0}, joins_{0},
       compile_errors_{0}, hot_hits_{0};
