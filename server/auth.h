@@ -55,10 +55,16 @@ enum class Role : uint32_t {
 // "compile", "read-stats", "admin".
 absl::string_view RoleName(Role role);
 
-// Who made a request: the token's name, or empty when kilnd runs without
-// tokens (every caller one anonymous identity).
+// Who made a request: the token's name; without tokens, the common name of
+// a verified client certificate (mTLS); else empty (one anonymous caller).
 struct Identity {
   std::string name;
+  std::string kind = "token";  // or "client certificate"
+  // How the per-token compile limits (server/compile_pool.h) name this
+  // caller: "token 'ci'", "client certificate 'alice'"; empty: anonymous.
+  std::string FairUseKey() const {
+    return name.empty() ? std::string() : kind + " '" + name + "'";
+  }
 };
 
 // One parsed line of a token file.

@@ -39,7 +39,7 @@ absl::Status CompilePool::SubmitFor(const std::string& identity,
     if (!identity.empty() && limits_.max_queued_per_identity > 0 &&
         mine.queued.size() >= limits_.max_queued_per_identity) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "token '", identity, "' already has ", mine.queued.size(),
+          identity, " already has ", mine.queued.size(),
           " compiles queued, its limit (kilnd --max_queued_compiles_per_token)"
           "; retry with backoff when some of them finish"));
     }

@@ -3,8 +3,9 @@
 // bound, submissions are refused so the daemon sheds load instead of
 // queueing without limit.
 //
-// Fair use (issue 18): each task belongs to an identity (the token's name;
-// empty for kilnd without tokens). Queued tasks are taken round-robin over
+// Fair use (issue 18): each task belongs to an identity (as kilnd names
+// the caller in messages: "token 'ci'", "client certificate 'alice'";
+// empty for an anonymous caller). Queued tasks are taken round-robin over
 // identities, not first-come first-served, so one client's burst does not
 // hold the threads while others wait; an identity may be limited to a
 // number of queued tasks and of tasks running at once (its queued tasks

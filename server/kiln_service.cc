@@ -85,7 +85,19 @@ KilnService::~KilnService() { Drain(); }
 
 absl::StatusOr<Identity> KilnService::Authorize(
     const grpc::ServerContextBase& ctx, Role role, const char* method) const {
-  if (auth_ == nullptr) return Identity{};
+  if (auth_ == nullptr) {
+    // Without tokens, a verified client certificate (mTLS) still names the
+    // caller for the per-caller compile limits.
+    std::shared_ptr<const grpc::AuthContext> peer = ctx.auth_context();
+    if (peer != nullptr && peer->IsPeerAuthenticated()) {
+      const std::vector<grpc::string_ref> names = peer->GetPeerIdentity();
+      if (!names.empty()) {
+        return Identity{std::string(names[0].data(), names[0].size()),
+                        "client certificate"};
+      }
+    }
+    return Identity{};
+  }
   const auto& metadata = ctx.client_metadata();
   auto it = metadata.find("authorization");
   const absl::string_view authorization =
@@ -220,7 +232,7 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
       auto request =
           std::make_shared<const ImportedRequest>(*std::move(imported));
       absl::Status queued =
-          pool_ ? pool_->SubmitFor(identity->name,
+          pool_ ? pool_->SubmitFor(identity->FairUseKey(),
                                    [this, request, key] {
                                      RunCompile(*request, key);
                                    })

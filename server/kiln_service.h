@@ -45,7 +45,8 @@ struct KilnServiceOptions {
   // Tests set another to stand for a kilnd of another build.
   std::string compiler_identity;
   // Fair use: per-token limits on queued and running compiles
-  // (server/compile_pool.h); apply only with tokens (set_authenticator).
+  // (server/compile_pool.h); apply to callers named by a token or, without
+  // tokens, by a verified client certificate (mTLS).
   CompilePoolLimits per_token_limits;
 };
 

@@ -90,11 +90,12 @@ ABSL_FLAG(bool, insecure_listen, false,
           "serve gRPC, the hit socket or /metrics off loopback without TLS "
           "and tokens (a trusted network only)");
 ABSL_FLAG(int32_t, max_queued_compiles_per_token, 16,
-          "with --auth_tokens: compiles one token may have waiting for a "
-          "thread before RESOURCE_EXHAUSTED (0: no limit)");
+          "compiles one token (or, under mTLS without tokens, one client "
+          "certificate) may have waiting for a thread before "
+          "RESOURCE_EXHAUSTED (0: no limit)");
 ABSL_FLAG(int32_t, max_running_compiles_per_token, 0,
-          "with --auth_tokens: compiles of one token running at once; its "
-          "others wait while other tokens' run (0: no limit)");
+          "compiles of one token (or client certificate) running at once; "
+          "its others wait while other callers' run (0: no limit)");
 ABSL_FLAG(std::string, compiler_identity, "",
           "for tests: store artifacts under this compiler identity instead "
           "of this build's (stands for a kilnd of another build)");

@@ -492,5 +492,64 @@ TEST_F(AuthDaemonTest, OneTokensBurstIsCappedAndOthersStillCompile) {
   EXPECT_TRUE(bob.ok()) << bob.error_message();
 }
 
+TEST_F(AuthDaemonTest, UnderMtlsWithoutTokensLimitsArePerCertificate) {
+  TestCert ca = MakeCert("kiln test ca", nullptr, false);
+  ca.Write(Path("ca"));
+  MakeCert("kilnd", &ca, true).Write(Path("server"));
+  MakeCert("alice", &ca, false).Write(Path("alice"));
+  MakeCert("bob", &ca, false).Write(Path("bob"));
+  Start({"--tls_cert=" + Path("server.crt"), "--tls_key=" + Path("server.key"),
+         "--tls_client_ca=" + Path("ca.crt"), "--compile_threads=1",
+         "--max_queued_compiles_per_token=1"});
+  ASSERT_GT(daemon_->port(), 0);
+  auto stub_for = [&](const std::string& who) {
+    ConnectionOptions o;
+    o.tls_ca = Path("ca.crt");
+    o.tls_cert = Path(who + ".crt");
+    o.tls_key = Path(who + ".key");
+    return StubFor(daemon_->address(), ResolveConnection(o)->credentials);
+  };
+  // The hit socket stays off: it would let local callers skip the
+  // certificate check.
+  {
+    grpc::ClientContext ctx;
+    v1::ServerInfo info;
+    ASSERT_TRUE(stub_for("alice")
+                    ->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info)
+                    .ok());
+    EXPECT_FALSE(info.has_hit_socket());
+  }
+  auto compile = [&](const std::string& who, int rows) {
+    v1::CompileRequest req = Request("chain30.json");
+    req.mutable_graph()
+        ->mutable_inputs(0)
+        ->mutable_meta()
+        ->mutable_sizes(0)
+        ->set_value(rows);
+    grpc::ClientContext ctx;
+    v1::CompileResponse r;
+    return stub_for(who)->Compile(&ctx, req, &r);
+  };
+  std::vector<std::future<grpc::Status>> alice;
+  for (int i = 0; i < 6; ++i)
+    alice.push_back(std::async(std::launch::async, compile, "alice", 300 + i));
+  int exhausted = 0;
+  for (auto& f : alice) {
+    grpc::Status s = f.get();
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++exhausted;
+      EXPECT_NE(s.error_message().find("client certificate 'alice' already "
+                                       "has 1 compiles queued"),
+                std::string::npos)
+          << s.error_message();
+    } else {
+      EXPECT_TRUE(s.ok()) << s.error_message();
+    }
+  }
+  EXPECT_GE(exhausted, 1);
+  grpc::Status bob = compile("bob", 400);
+  EXPECT_TRUE(bob.ok()) << bob.error_message();
+}
+
 }  // namespace
 }  // namespace kiln::testing

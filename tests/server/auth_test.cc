@@ -158,11 +158,12 @@ TEST(CompilePoolFairUseTest, PerTokenQueueLimitRefusesWithTheTokensName) {
     gate.started.fetch_add(1);
     gate.release.WaitForNotification();
   };
-  ASSERT_TRUE(pool.SubmitFor("alice", blocker).ok());
+  const std::string alice = "token 'alice'";
+  ASSERT_TRUE(pool.SubmitFor(alice, blocker).ok());
   while (gate.started.load() == 0) absl::SleepFor(absl::Milliseconds(1));
-  ASSERT_TRUE(pool.SubmitFor("alice", [] {}).ok());
-  ASSERT_TRUE(pool.SubmitFor("alice", [] {}).ok());
-  absl::Status third = pool.SubmitFor("alice", [] {});
+  ASSERT_TRUE(pool.SubmitFor(alice, [] {}).ok());
+  ASSERT_TRUE(pool.SubmitFor(alice, [] {}).ok());
+  absl::Status third = pool.SubmitFor(alice, [] {});
   EXPECT_TRUE(absl::IsResourceExhausted(third));
   EXPECT_NE(third.message().find("token 'alice' already has 2 compiles queued"),
             std::string::npos)
@@ -170,7 +171,7 @@ TEST(CompilePoolFairUseTest, PerTokenQueueLimitRefusesWithTheTokensName) {
   // Others are not refused for alice's burst; nor is the anonymous caller.
   EXPECT_TRUE(pool.SubmitFor("bob", [] {}).ok());
   EXPECT_TRUE(pool.Submit([] {}));
-  EXPECT_EQ(pool.queued_for("alice"), 2u);
+  EXPECT_EQ(pool.queued_for(alice), 2u);
   gate.release.Notify();
 }
 
