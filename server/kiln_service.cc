@@ -267,10 +267,13 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
   resp->set_compile_seconds(artifact.compile_seconds());
   resp->set_server_seconds(SecondsSince(t0));
   spdlog::info(
-      "rpc=Compile key={} outcome={} server_ms={:.2f} compile_ms={:.2f}",
+      "rpc=Compile key={} outcome={} server_ms={:.2f} compile_ms={:.2f}{}",
       key_hex,
       absl::AsciiStrToLower(v1::CompileResponse::Outcome_Name(outcome)),
-      resp->server_seconds() * 1e3, artifact.compile_seconds() * 1e3);
+      resp->server_seconds() * 1e3, artifact.compile_seconds() * 1e3,
+      identity->name.empty() ? std::string()
+                             : absl::StrCat(" caller=\"", identity->FairUseKey(),
+                                            "\""));
   return Done("Compile", grpc::Status::OK);
 }
 
