@@ -29,14 +29,16 @@ grpc::Status ToGrpc(const absl::Status& s) {
 
 }  // namespace
 
-HitSocketClient::HitSocketClient(std::string address)
-    : address_(std::move(address)) {}
+HitSocketClient::HitSocketClient(std::string address,
+                                 std::string authorization)
+    : address_(std::move(address)), authorization_(std::move(authorization)) {}
 
 absl::Status HitSocketClient::Lookup(absl::string_view guard_key,
                                      absl::Time deadline,
                                      std::vector<grpc::Slice>* response) {
   v1::LookupRequest req;
   req.set_guard_key(std::string(guard_key));
+  if (!authorization_.empty()) req.set_authorization(authorization_);
   const std::string request = req.SerializeAsString();
   for (int attempt = 0;; ++attempt) {
     hit_wire::UniqueFd fd;
@@ -104,9 +106,11 @@ absl::Status HitSocketClient::LookupOn(int fd, absl::string_view request,
 }
 
 LookupChannel::LookupChannel(std::shared_ptr<grpc::Channel> channel,
-                             std::string target, bool use_hit_socket)
+                             std::string target, bool use_hit_socket,
+                             std::string authorization)
     : target_(std::move(target)),
       use_hit_socket_(use_hit_socket),
+      authorization_(std::move(authorization)),
       stub_(v1::Kiln::NewStub(channel)),
       raw_(channel) {}
 
@@ -136,6 +140,8 @@ std::shared_ptr<HitSocketClient> LookupChannel::HitSocket(absl::Time deadline) {
   grpc::ClientContext ctx;
   ctx.set_deadline(
       absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(2))));
+  if (!authorization_.empty())
+    ctx.AddMetadata("authorization", authorization_);
   v1::ServerInfo info;
   const grpc::Status s =
       stub_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
@@ -151,12 +157,13 @@ std::shared_ptr<HitSocketClient> LookupChannel::HitSocket(absl::Time deadline) {
     // Only a client that reaches gRPC on a Unix socket is on that machine.
     if (absl::StartsWith(target_, "unix:")) {
       hit_socket_ = std::make_shared<HitSocketClient>(
-          absl::StrCat("unix:", socket.unix_path()));
+          absl::StrCat("unix:", socket.unix_path()), authorization_);
     }
   } else if (socket.tcp_port() != 0 &&
              hit_wire::SplitHostPort(target_, &host, &port)) {
     hit_socket_ = std::make_shared<HitSocketClient>(
-        hit_wire::JoinHostPort(host, static_cast<int>(socket.tcp_port())));
+        hit_wire::JoinHostPort(host, static_cast<int>(socket.tcp_port())),
+        authorization_);
   }
   if (!hit_socket_) next_discovery_ = absl::Now() + kAskAgainAfterNone;
   return hit_socket_;

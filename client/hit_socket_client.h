@@ -38,7 +38,9 @@ namespace kiln {
 class HitSocketClient {
  public:
   // `address`: "HOST:PORT" or "unix:PATH". Connects on first use.
-  explicit HitSocketClient(std::string address);
+  // `authorization`: "Bearer <token>" for kilnd with tokens, sent in each
+  // request (LookupRequest.authorization); empty: none.
+  explicit HitSocketClient(std::string address, std::string authorization = "");
 
   // Sends a LookupRequest for `guard_key`; on OK `*response` holds the
   // LookupResponse's bytes (one slice). Waits at most until `deadline`.
@@ -60,6 +62,7 @@ class HitSocketClient {
                         std::vector<grpc::Slice>* response);
 
   const std::string address_;
+  const std::string authorization_;
   absl::Mutex mu_;
   std::vector<hit_wire::UniqueFd> idle_ ABSL_GUARDED_BY(mu_);
 };
@@ -68,8 +71,11 @@ class LookupChannel {
  public:
   // `target` is the address `channel` was made for; the hit socket is
   // looked for on its host. use_hit_socket=false: gRPC only.
+  // `authorization` ("Bearer <token>", or empty) goes with GetServerInfo
+  // and each hit-socket request; gRPC Lookups carry what the caller's
+  // context holds.
   LookupChannel(std::shared_ptr<grpc::Channel> channel, std::string target,
-                bool use_hit_socket);
+                bool use_hit_socket, std::string authorization = "");
 
   // Lookup by `guard_key`, on the hit socket if there is one, else (or when
   // it fails) through gRPC with `ctx`. Returns what RawLookupStub::Lookup
@@ -89,6 +95,7 @@ class LookupChannel {
 
   const std::string target_;
   const bool use_hit_socket_;
+  const std::string authorization_;
   std::unique_ptr<v1::Kiln::Stub> stub_;
   RawLookupStub raw_;
   mutable absl::Mutex mu_;

@@ -229,8 +229,28 @@ void kiln_status_free(kiln_status* status) {
 kiln_status* kiln_client_create(const char* server, double rpc_deadline_seconds,
                                 int max_retries, kiln_client** out) {
   if (!out) return kiln::NullArgument("kiln_client_create", "out");
+  return kiln_client_create_with_auth(server, rpc_deadline_seconds,
+                                      max_retries, nullptr, nullptr, nullptr,
+                                      nullptr, nullptr, nullptr, out);
+}
+
+kiln_status* kiln_client_create_with_auth(
+    const char* server, double rpc_deadline_seconds, int max_retries,
+    const char* token, const char* token_file, const char* tls_ca,
+    const char* tls_cert, const char* tls_key, const char* tls_server_name,
+    kiln_client** out) {
+  if (!out) return kiln::NullArgument("kiln_client_create_with_auth", "out");
   *out = nullptr;
   kiln::ClientOptions options;
+  auto set = [](std::string* field, const char* value) {
+    if (value) *field = value;
+  };
+  set(&options.connection.token, token);
+  set(&options.connection.token_file, token_file);
+  set(&options.connection.tls_ca, tls_ca);
+  set(&options.connection.tls_cert, tls_cert);
+  set(&options.connection.tls_key, tls_key);
+  set(&options.connection.tls_server_name, tls_server_name);
   if (server) options.server = server;
   if (rpc_deadline_seconds > 0) {
     options.rpc_deadline = absl::Seconds(rpc_deadline_seconds);

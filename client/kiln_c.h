@@ -125,6 +125,21 @@ void kiln_status_free(kiln_status* status);
  * retries on UNAVAILABLE). Does not contact the server yet. */
 kiln_status* kiln_client_create(const char* server, double rpc_deadline_seconds,
                                 int max_retries, kiln_client** out);
+/* kiln_client_create for kilnd with tokens and/or TLS (README.md, "Running
+ * kilnd for a team"). Each string may be NULL or "" for its environment
+ * variable: `token` ($KILN_TOKEN), `token_file` ($KILN_TOKEN_FILE: its
+ * first line is the token), `tls_ca` ($KILN_TLS_CA: PEM CA bundle; set,
+ * the channel is TLS; $KILN_TLS=1: TLS with the system's roots),
+ * `tls_cert`/`tls_key` ($KILN_TLS_CERT/$KILN_TLS_KEY: client certificate
+ * and key, mTLS), `tls_server_name` ($KILN_TLS_SERVER_NAME: the name in
+ * kilnd's certificate). kiln_client_create reads the same variables.
+ * Errors: NOT_FOUND for a file that cannot be read, INVALID_ARGUMENT for an
+ * empty token file or a certificate without its key. */
+kiln_status* kiln_client_create_with_auth(
+    const char* server, double rpc_deadline_seconds, int max_retries,
+    const char* token, const char* token_file, const char* tls_ca,
+    const char* tls_cert, const char* tls_key, const char* tls_server_name,
+    kiln_client** out);
 void kiln_client_destroy(kiln_client* client);
 /* kiln::Client::Counters; any pointer may be NULL. */
 void kiln_client_counters(const kiln_client* client, uint64_t* local_hits,

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "runtime/cpu_executable.h"
+#include "client/connection.h"
 #include "client/hit_socket_client.h"
 #include "client/host_target.h"
 #include "client/raw_lookup.h"
@@ -55,10 +56,10 @@ class CpuExecutableHandle final : public Executable {
 // One kilnd of the list ClientOptions::server names.
 struct Replica {
   Replica(const std::string& address, std::shared_ptr<grpc::Channel> channel,
-          bool use_hit_socket)
+          bool use_hit_socket, const std::string& authorization)
       : address(address),
         stub(v1::Kiln::NewStub(channel)),
-        lookup(channel, address, use_hit_socket) {}
+        lookup(channel, address, use_hit_socket, authorization) {}
   const std::string address;
   std::unique_ptr<v1::Kiln::Stub> stub;
   LookupChannel lookup;
@@ -71,9 +72,10 @@ constexpr absl::Duration kAvoidUnavailable = absl::Seconds(5);
 
 class ClientImpl final : public Client {
  public:
-  ClientImpl(const ClientOptions& options,
+  ClientImpl(const ClientOptions& options, Connection connection,
              std::vector<std::unique_ptr<Replica>> replicas)
       : options_(options),
+        connection_(std::move(connection)),
         replicas_(std::move(replicas)),
         pool_(std::make_shared<ThreadPool>(options.runtime_threads)) {}
 
@@ -301,6 +303,7 @@ class ClientImpl final : public Client {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() +
                        absl::ToChronoSeconds(options_.rpc_deadline));
+      AddAuthorization(connection_, &ctx);
       grpc::Status s = call(replica, &ctx);
       const bool unavailable = s.error_code() == grpc::StatusCode::UNAVAILABLE;
       const bool retry =
@@ -318,6 +321,7 @@ class ClientImpl final : public Client {
   }
 
   const ClientOptions options_;
+  const Connection connection_;
   const std::vector<std::unique_ptr<Replica>> replicas_;
   std::shared_ptr<ThreadPool> pool_;
   mutable std::mutex mu_;
@@ -352,23 +356,25 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
+  absl::StatusOr<Connection> connection = ResolveConnection(o.connection);
+  if (!connection.ok()) return connection.status();
   std::vector<std::unique_ptr<Replica>> replicas;
   for (absl::string_view address :
        absl::StrSplit(o.server, ',', absl::SkipWhitespace())) {
     const std::string a(absl::StripAsciiWhitespace(address));
-    auto channel =
-        grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args);
+    auto channel = CreateKilnChannel(a, *connection, args);
     if (!channel)
       return absl::InvalidArgumentError(
           absl::StrCat("cannot create a channel to '", a, "'"));
-    replicas.push_back(
-        std::make_unique<Replica>(a, std::move(channel), o.use_hit_socket));
+    replicas.push_back(std::make_unique<Replica>(
+        a, std::move(channel), o.use_hit_socket, connection->authorization));
   }
   if (replicas.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("no server address in '", o.server, "'"));
   }
-  return std::unique_ptr<Client>(new ClientImpl(o, std::move(replicas)));
+  return std::unique_ptr<Client>(
+      new ClientImpl(o, *std::move(connection), std::move(replicas)));
 }
 
 }  // namespace kiln

@@ -59,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/connection_options.h"
 #include "runtime/cuda_executable.h"
 #include "graph/host_tensor.h"
 #include "kiln/v1/graph.pb.h"
@@ -86,6 +87,10 @@ struct ClientOptions {
   // gRPC otherwise, and whenever the socket fails). $KILN_HIT_SOCKET=0 turns
   // it off too.
   bool use_hit_socket = true;
+  // TLS and a token (client/connection.h); empty fields are taken from
+  // $KILN_TOKEN, $KILN_TOKEN_FILE, $KILN_TLS_CA, $KILN_TLS_CERT,
+  // $KILN_TLS_KEY, $KILN_TLS_SERVER_NAME, $KILN_TLS.
+  ConnectionOptions connection;
 };
 
 class Executable {

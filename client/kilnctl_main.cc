@@ -47,6 +47,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "runtime/cpu_executable.h"
+#include "client/connection.h"
 #include "client/hit_socket_client.h"
 #include "client/kiln_client.h"
 #include "client/raw_lookup.h"
@@ -65,6 +66,21 @@
     ABSL_FLAG(std::string, server, "",
               "kilnd address HOST:PORT (default: $KILN_SERVER, else "
               "127.0.0.1:7733)");
+ABSL_FLAG(std::string, token, "",
+          "bearer token for kilnd with tokens (default: $KILN_TOKEN, else the "
+          "first line of --token_file / $KILN_TOKEN_FILE)");
+ABSL_FLAG(std::string, token_file, "",
+          "file whose first line is the token (default: $KILN_TOKEN_FILE)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle to verify kilnd's certificate with; set: TLS "
+          "(default: $KILN_TLS_CA; $KILN_TLS=1: TLS with the system's roots)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "client certificate for mTLS, PEM (default: $KILN_TLS_CERT)");
+ABSL_FLAG(std::string, tls_key, "",
+          "its private key, PEM (default: $KILN_TLS_KEY)");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "the name to expect in kilnd's certificate (default: the server's "
+          "host; $KILN_TLS_SERVER_NAME)");
 ABSL_FLAG(double, timeout, 300,
           "deadline of each request, in seconds (health: at most 10)");
 ABSL_FLAG(bool, json, false, "stats: print one JSON object");
@@ -121,6 +137,26 @@ std::string ServerAddress() {
   return server;
 }
 
+// --token.. and --tls_.. flags (each falls back to its environment
+// variable in ResolveConnection).
+ConnectionOptions ConnectionFlags() {
+  ConnectionOptions o;
+  o.token = absl::GetFlag(FLAGS_token);
+  o.token_file = absl::GetFlag(FLAGS_token_file);
+  o.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key = absl::GetFlag(FLAGS_tls_key);
+  o.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  return o;
+}
+
+// The flags' connection, resolved once (Main checks it before any call).
+const absl::StatusOr<Connection>& TheConnection() {
+  static const absl::StatusOr<Connection>* connection =
+      new absl::StatusOr<Connection>(ResolveConnection(ConnectionFlags()));
+  return *connection;
+}
+
 // `own_connection`: a TCP connection of its own, not shared with other
 // channels of this process (as a separate client process would have).
 std::shared_ptr<grpc::Channel> MakeChannel(bool own_connection = false) {
@@ -128,12 +164,13 @@ std::shared_ptr<grpc::Channel> MakeChannel(bool own_connection = false) {
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
   if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(ServerAddress(),
-                                   grpc::InsecureChannelCredentials(), args);
+  return CreateKilnChannel(ServerAddress(), *TheConnection(), args);
 }
 
-// --timeout from now, and at most `cap_seconds`.
+// --timeout from now, and at most `cap_seconds`; and the token, if any
+// (every call's context passes here).
 void SetDeadline(grpc::ClientContext& ctx, double cap_seconds = 1e9) {
+  AddAuthorization(*TheConnection(), &ctx);
   const double seconds = std::min(absl::GetFlag(FLAGS_timeout), cap_seconds);
   ctx.set_deadline(
       std::chrono::system_clock::now() +
@@ -712,7 +749,8 @@ int Bench(v1::Kiln::Stub& stub, const std::string& path) {
           MakeChannel(/*own_connection=*/true);
       auto proto_stub = v1::Kiln::NewStub(channel);
       LookupChannel lookup_channel(channel, ServerAddress(),
-                                   absl::GetFlag(FLAGS_hit_socket));
+                                   absl::GetFlag(FLAGS_hit_socket),
+                                   TheConnection()->authorization);
       using Clock = std::chrono::steady_clock;
       while (Clock::now() < end && issued.fetch_add(1) < max_requests) {
         grpc::ClientContext ctx;
@@ -867,6 +905,7 @@ int Bench(v1::Kiln::Stub& stub, const std::string& path) {
     options.server = ServerAddress();
     options.use_hit_socket = absl::GetFlag(FLAGS_hit_socket);
     options.runtime_threads = 1;
+    options.connection = ConnectionFlags();
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
     if (!client.ok()) return FailMessage(client.status().ToString());
     auto first = (*client)->GetExecutable(*req);
@@ -915,7 +954,15 @@ usage: kilnctl [--server=HOST:PORT] SUBCOMMAND [ARGS] [FLAGS]
                          (raw, client): gRPC's Lookup, not the hit socket
 
 The server is --server, else $KILN_SERVER, else 127.0.0.1:7733. Errors print
-the server's status and message and exit 1; usage errors exit 2.)";
+the server's status and message and exit 1; usage errors exit 2.
+
+kilnd with TLS and tokens (README.md, "Running kilnd for a team"):
+  --token / $KILN_TOKEN, --token_file / $KILN_TOKEN_FILE: the bearer token;
+  --tls_ca / $KILN_TLS_CA (or $KILN_TLS=1): TLS; --tls_cert, --tls_key /
+  $KILN_TLS_CERT, $KILN_TLS_KEY: a client certificate (mTLS);
+  --tls_server_name / $KILN_TLS_SERVER_NAME: the name in kilnd's certificate.
+Roles: compile (compile, explain, info, bench), read-stats (stats), admin
+(ls, evict, everything).)";
 
 int Main(int argc, char** argv) {
   // Before gRPC starts: each thread polls its own connection (gRPC's poll
@@ -934,6 +981,7 @@ int Main(int argc, char** argv) {
   if (positional.size() < 2) return Usage("missing subcommand");
   const std::string command = positional[1];
   const std::vector<std::string> args(positional.begin() + 2, positional.end());
+  if (!TheConnection().ok()) return FailMessage(TheConnection().status().ToString());
   if (command == "health") {
     if (!args.empty()) return Usage("health takes no arguments");
     return Health();

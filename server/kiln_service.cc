@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "compiler/compile.h"
@@ -60,6 +61,15 @@ std::string BufferBytes(const grpc::ByteBuffer& buffer) {
   return bytes;
 }
 
+// A gRPC peer string ("ipv4:127.0.0.1:5555", "ipv6:[::1]:5555",
+// "unix:/path") on this host.
+bool IsLocalPeer(absl::string_view peer) {
+  return absl::StartsWith(peer, "unix:") ||
+         absl::StartsWith(peer, "ipv4:127.") ||
+         absl::StartsWith(peer, "ipv6:[::1]") ||
+         absl::StartsWith(peer, "ipv6:%5B::1%5D");
+}
+
 }  // namespace
 
 KilnService::KilnService(ArtifactStore* store,
@@ -69,7 +79,8 @@ KilnService::KilnService(ArtifactStore* store,
       identity_(options.compiler_identity.empty() ? CompilerIdentity()
                                                   : options.compiler_identity),
       pool_(std::make_unique<CompilePool>(options.compile_threads,
-                                          options.max_queued_compiles)),
+                                          options.max_queued_compiles,
+                                          options.per_token_limits)),
       shared_pool_(options.shared ? std::make_unique<CompilePool>(
                                         std::max(1, options.shared_threads),
                                         options.max_queued_compiles * 4)
@@ -77,6 +88,35 @@ KilnService::KilnService(ArtifactStore* store,
       hot_(options.hot_cache_bytes) {}
 
 KilnService::~KilnService() { Drain(); }
+
+absl::StatusOr<Identity> KilnService::Authorize(
+    const grpc::ServerContextBase& ctx, Role role, const char* method) const {
+  if (auth_ == nullptr) {
+    // Without tokens, a verified client certificate (mTLS) still names the
+    // caller for the per-caller compile limits.
+    std::shared_ptr<const grpc::AuthContext> peer = ctx.auth_context();
+    if (peer != nullptr && peer->IsPeerAuthenticated()) {
+      const std::vector<grpc::string_ref> names = peer->GetPeerIdentity();
+      if (!names.empty()) {
+        return Identity{std::string(names[0].data(), names[0].size()),
+                        "client certificate"};
+      }
+    }
+    return Identity{};
+  }
+  const auto& metadata = ctx.client_metadata();
+  auto it = metadata.find("authorization");
+  const absl::string_view authorization =
+      it == metadata.end()
+          ? absl::string_view()
+          : absl::string_view(it->second.data(), it->second.size());
+  absl::StatusOr<Identity> identity = auth_->Check(authorization, role, method);
+  if (!identity.ok()) {
+    spdlog::warn("rpc={} outcome=denied peer={} status=\"{}\"", method,
+                 ctx.peer(), identity.status().ToString());
+  }
+  return identity;
+}
 
 void KilnService::Drain() {
   // Flights waiting on another replica stop waiting and compile here.
@@ -192,19 +232,23 @@ absl::StatusOr<std::shared_ptr<const v1::Artifact>> KilnService::FetchShared(
 }
 
 void KilnService::SubmitCompile(std::shared_ptr<const ImportedRequest> request,
-                                const Sha256Digest& key, bool leased) {
-  if (pool_ && pool_->Submit([this, request, key, leased] {
-        RunCompile(*request, key, leased);
-      }))
-    return;
+                                const Sha256Digest& key, bool leased,
+                                const std::string& fair_use_key) {
+  absl::Status queued =
+      pool_ ? pool_->SubmitFor(fair_use_key,
+                               [this, request, key, leased] {
+                                 RunCompile(*request, key, leased);
+                               })
+            : absl::UnavailableError("kilnd is stopping");
+  if (queued.ok()) return;
   if (leased) options_.shared->ReleaseLease(key);
-  inflight_.Finish(
-      key, absl::ResourceExhaustedError("the compile queue is full; retry with "
-                                        "backoff (a few seconds)"));
+  // Those who joined this flight get the same refusal and may retry.
+  inflight_.Finish(key, queued);
 }
 
 void KilnService::ResolveShared(std::shared_ptr<const ImportedRequest> request,
-                                const Sha256Digest& key) {
+                                const Sha256Digest& key,
+                                const std::string& fair_use_key) {
   SharedTier& shared = *options_.shared;
   const absl::Time deadline = absl::Now() + options_.max_deadline;
   bool waited = false;
@@ -241,7 +285,7 @@ void KilnService::ResolveShared(std::shared_ptr<const ImportedRequest> request,
         spdlog::info("event=shared_lease_takeover key={}",
                      DigestToHex(key).substr(0, 16));
       }
-      SubmitCompile(std::move(request), key, /*leased=*/true);
+      SubmitCompile(std::move(request), key, /*leased=*/true, fair_use_key);
       return;
     }
     if (!waited) {
@@ -252,7 +296,7 @@ void KilnService::ResolveShared(std::shared_ptr<const ImportedRequest> request,
     shared.WaitForPublish(key, deadline);
   }
   // The shared tier is down, failed, or took too long: compile here.
-  SubmitCompile(std::move(request), key, /*leased=*/false);
+  SubmitCompile(std::move(request), key, /*leased=*/false, fair_use_key);
 }
 
 void KilnService::RunCompile(const ImportedRequest& request,
@@ -308,6 +352,8 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
                                   v1::CompileResponse* resp) {
   const ActivityTracker::Busy busy = activity_.Begin();
   const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<Identity> identity = Authorize(*ctx, Role::kCompile, "Compile");
+  if (!identity.ok()) return Done("Compile", ToGrpc(identity.status()));
   // Validated, imported and keyed once: the compile pool takes this.
   absl::StatusOr<ImportedRequest> imported = ImportRequest(*req);
   if (!imported.ok()) {
@@ -342,12 +388,14 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
       // request, so a caller that gives up does not cancel it for the others.
       auto request =
           std::make_shared<const ImportedRequest>(*std::move(imported));
+      const std::string fair_use_key = identity->FairUseKey();
       if (shared_pool_ && options_.shared->up()) {
-        if (!shared_pool_->Submit(
-                [this, request, key] { ResolveShared(request, key); }))
-          SubmitCompile(request, key, /*leased=*/false);
+        if (!shared_pool_->Submit([this, request, key, fair_use_key] {
+              ResolveShared(request, key, fair_use_key);
+            }))
+          SubmitCompile(request, key, /*leased=*/false, fair_use_key);
       } else {
-        SubmitCompile(request, key, /*leased=*/false);
+        SubmitCompile(request, key, /*leased=*/false, fair_use_key);
       }
     } else {
       joins_.fetch_add(1);
@@ -377,10 +425,13 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
   resp->set_compile_seconds(artifact.compile_seconds());
   resp->set_server_seconds(SecondsSince(t0));
   spdlog::info(
-      "rpc=Compile key={} outcome={} server_ms={:.2f} compile_ms={:.2f}",
+      "rpc=Compile key={} outcome={} server_ms={:.2f} compile_ms={:.2f}{}",
       key_hex,
       absl::AsciiStrToLower(v1::CompileResponse::Outcome_Name(outcome)),
-      resp->server_seconds() * 1e3, artifact.compile_seconds() * 1e3);
+      resp->server_seconds() * 1e3, artifact.compile_seconds() * 1e3,
+      identity->name.empty() ? std::string()
+                             : absl::StrCat(" caller=\"", identity->FairUseKey(),
+                                            "\""));
   return Done("Compile", grpc::Status::OK);
 }
 
@@ -391,6 +442,12 @@ grpc::ServerUnaryReactor* KilnService::Lookup(grpc::CallbackServerContext* ctx,
   // A hit never blocks (memory, or one RocksDB read), so it is answered on
   // the callback thread itself.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (absl::StatusOr<Identity> identity =
+          Authorize(*ctx, Role::kCompile, "Lookup");
+      !identity.ok()) {
+    reactor->Finish(Done("Lookup", ToGrpc(identity.status())));
+    return reactor;
+  }
   absl::StatusOr<std::shared_ptr<const HotArtifact>> hot =
       LookupKey(BufferBytes(*request));
   if (hot.ok()) {
@@ -408,6 +465,24 @@ grpc::ServerUnaryReactor* KilnService::Lookup(grpc::CallbackServerContext* ctx,
 HitReply KilnService::LookupOnHitSocket(absl::string_view request) {
   const ActivityTracker::Busy busy = activity_.Begin();
   HitReply reply;
+  if (auth_ != nullptr) {
+    // The token travels in the request itself (the hit socket has no
+    // metadata); kilnd serves this socket on loopback or a Unix socket only
+    // when it has tokens or TLS (kilnd_main.cc).
+    v1::LookupRequest parsed;
+    absl::StatusOr<Identity> identity =
+        parsed.ParseFromArray(request.data(), static_cast<int>(request.size()))
+            ? auth_->Check(parsed.authorization(), Role::kCompile,
+                           "HitSocketLookup")
+            : absl::InvalidArgumentError("the request is not a LookupRequest");
+    if (!identity.ok()) {
+      spdlog::warn("rpc=HitSocketLookup outcome=denied status=\"{}\"",
+                   identity.status().ToString());
+      Done("HitSocketLookup", ToGrpc(identity.status()));
+      reply.status = identity.status();
+      return reply;
+    }
+  }
   absl::StatusOr<std::shared_ptr<const HotArtifact>> hot = LookupKey(request);
   Done("HitSocketLookup", ToGrpc(hot.status()));
   if (!hot.ok()) {
@@ -455,12 +530,17 @@ absl::StatusOr<std::shared_ptr<const HotArtifact>> KilnService::LookupKey(
   return hot;
 }
 
-grpc::Status KilnService::GetServerInfo(grpc::ServerContext*,
+grpc::Status KilnService::GetServerInfo(grpc::ServerContext* ctx,
                                         const v1::GetServerInfoRequest*,
                                         v1::ServerInfo* resp) {
   const ActivityTracker::Busy busy = activity_.Begin();
+  if (absl::StatusOr<Identity> identity =
+          Authorize(*ctx, Role::kCompile, "GetServerInfo");
+      !identity.ok())
+    return Done("GetServerInfo", ToGrpc(identity.status()));
   resp->set_version(identity_);
-  if (hit_socket_.tcp_port() != 0 || !hit_socket_.unix_path().empty())
+  if ((hit_socket_.tcp_port() != 0 || !hit_socket_.unix_path().empty()) &&
+      (!hit_socket_local_only_ || IsLocalPeer(ctx->peer())))
     *resp->mutable_hit_socket() = hit_socket_;
   for (const std::string& op : OpSignatures::Get().Names()) {
     if (OpLowerings::Get().Find(op) != nullptr) resp->add_supported_ops(op);
@@ -468,10 +548,14 @@ grpc::Status KilnService::GetServerInfo(grpc::ServerContext*,
   return Done("GetServerInfo", grpc::Status::OK);
 }
 
-grpc::Status KilnService::GetStats(grpc::ServerContext*,
+grpc::Status KilnService::GetStats(grpc::ServerContext* ctx,
                                    const v1::GetStatsRequest*,
                                    v1::Stats* resp) {
   const ActivityTracker::Busy busy = activity_.Begin();
+  if (absl::StatusOr<Identity> identity =
+          Authorize(*ctx, Role::kReadStats, "GetStats");
+      !identity.ok())
+    return Done("GetStats", ToGrpc(identity.status()));
   *resp = CurrentStats();
   return Done("GetStats", grpc::Status::OK);
 }
@@ -519,10 +603,14 @@ grpc::Status KilnService::Done(const char* method, grpc::Status status) {
   return status;
 }
 
-grpc::Status KilnService::ListEntries(grpc::ServerContext*,
+grpc::Status KilnService::ListEntries(grpc::ServerContext* ctx,
                                       const v1::ListEntriesRequest* req,
                                       v1::ListEntriesResponse* resp) {
   const ActivityTracker::Busy busy = activity_.Begin();
+  if (absl::StatusOr<Identity> identity =
+          Authorize(*ctx, Role::kAdmin, "ListEntries");
+      !identity.ok())
+    return Done("ListEntries", ToGrpc(identity.status()));
   for (const EntryInfo& e : store_->List()) {
     if (req->limit() > 0 && resp->entries_size() >= req->limit()) break;
     auto* out = resp->add_entries();
@@ -539,10 +627,14 @@ grpc::Status KilnService::ListEntries(grpc::ServerContext*,
   return Done("ListEntries", grpc::Status::OK);
 }
 
-grpc::Status KilnService::Evict(grpc::ServerContext*,
+grpc::Status KilnService::Evict(grpc::ServerContext* ctx,
                                 const v1::EvictRequest* req,
                                 v1::EvictResponse* resp) {
   const ActivityTracker::Busy busy = activity_.Begin();
+  if (absl::StatusOr<Identity> identity =
+          Authorize(*ctx, Role::kAdmin, "Evict");
+      !identity.ok())
+    return Done("Evict", ToGrpc(identity.status()));
   if (req->all()) {
     const uint64_t before = store_->Stats().entries;
     absl::Status s = store_->EvictAll();
@@ -572,10 +664,14 @@ grpc::Status KilnService::Evict(grpc::ServerContext*,
   return Done("Evict", grpc::Status::OK);
 }
 
-grpc::Status KilnService::ExplainKey(grpc::ServerContext*,
+grpc::Status KilnService::ExplainKey(grpc::ServerContext* ctx,
                                      const v1::CompileRequest* req,
                                      v1::ExplainKeyResponse* resp) {
   const ActivityTracker::Busy busy = activity_.Begin();
+  if (absl::StatusOr<Identity> identity =
+          Authorize(*ctx, Role::kCompile, "ExplainKey");
+      !identity.ok())
+    return Done("ExplainKey", ToGrpc(identity.status()));
   auto graph = ImportGraph(req->graph());
   if (!graph.ok()) return Done("ExplainKey", ToGrpc(graph.status()));
   const std::vector<KeyComponent> parts =

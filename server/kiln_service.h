@@ -32,6 +32,7 @@
 #include "cache/artifact_store.h"
 #include "cache/shared_tier.h"
 #include "server/activity_tracker.h"
+#include "server/auth.h"
 #include "graph/imported_request.h"
 #include "kiln/v1/service.grpc.pb.h"
 #include "server/compile_pool.h"
@@ -63,6 +64,10 @@ struct KilnServiceOptions {
   // Test only: every compile sleeps this long first (a slow compile, for the
   // lease tests).
   absl::Duration test_compile_delay = absl::ZeroDuration();
+  // Fair use: per-token limits on queued and running compiles
+  // (server/compile_pool.h); apply to callers named by a token or, without
+  // tokens, by a verified client certificate (mTLS).
+  CompilePoolLimits per_token_limits;
 };
 
 class KilnService final
@@ -102,6 +107,18 @@ class KilnService final
   void set_hit_socket(const v1::HitSocket& hit_socket) {
     hit_socket_ = hit_socket;
   }
+  // Advertise the hit socket only to callers on this host (gRPC over
+  // loopback or a Unix socket): kilnd with TLS serves it on loopback only.
+  void set_hit_socket_local_only(bool local_only) {
+    hit_socket_local_only_ = local_only;
+  }
+
+  // Tokens and roles (server/auth.h): with one set, every RPC checks the
+  // caller's "authorization" metadata (the hit socket: the request's
+  // `authorization` field) for the role it needs; without, every caller
+  // may do everything (kilnd on loopback). Call before serving; must
+  // outlive the service.
+  void set_authenticator(const Authenticator* auth) { auth_ = auth; }
 
   // Finishes queued and running compiles (they land in the cache).
   void Drain();
@@ -138,11 +155,14 @@ class KilnService final
   // Runs on a shared-tier thread for a flight's leader (see the file
   // comment); ends by finishing the flight or submitting RunCompile.
   void ResolveShared(std::shared_ptr<const ImportedRequest> request,
-                     const Sha256Digest& store_key);
-  // Submits RunCompile to the compile pool, or finishes the flight with
-  // RESOURCE_EXHAUSTED (releasing the lease) when it is full.
+                     const Sha256Digest& store_key,
+                     const std::string& fair_use_key);
+  // Submits RunCompile to the compile pool as `fair_use_key`'s (the
+  // caller's per-token share, CompilePool::SubmitFor), or finishes the
+  // flight with its refusal (releasing the lease).
   void SubmitCompile(std::shared_ptr<const ImportedRequest> request,
-                     const Sha256Digest& store_key, bool leased);
+                     const Sha256Digest& store_key, bool leased,
+                     const std::string& fair_use_key);
   // The shared tier's artifact for the request, checked (parsed, its guard
   // key, its binary's SHA-256) and stored locally; null if absent or bad
   // (a bad one is deleted from the shared tier). UNAVAILABLE when the call
@@ -153,9 +173,14 @@ class KilnService final
   Sha256Digest StoreKeyOf(const Sha256Digest& request_key) const;
 
   grpc::Status Done(const char* method, grpc::Status status);
+  // The caller's identity if it may call `method`, which needs `role`;
+  // logs refusals. Without an authenticator: the anonymous identity.
+  absl::StatusOr<Identity> Authorize(const grpc::ServerContextBase& ctx,
+                                     Role role, const char* method) const;
 
   ArtifactStore* const store_;
   ServerMetrics* metrics_ = nullptr;
+  const Authenticator* auth_ = nullptr;
   const KilnServiceOptions options_;
   const std::string identity_;  // options_.compiler_identity or the build's
   InflightCompiles inflight_;
@@ -164,6 +189,7 @@ class KilnService final
   std::atomic<bool> draining_{false};
   HotArtifacts hot_;
   v1::HitSocket hit_socket_;
+  bool hit_socket_local_only_ = false;
   ActivityTracker activity_;
   std::atomic<uint64_t> hits_{0}, misses_{0}, compiles_{0}, joins_{0},
       compile_errors_{0}, hot_hits_{0}, lease_waits_{0}, takeovers_{0},

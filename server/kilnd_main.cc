@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -25,11 +26,16 @@
 #include "cache/shared_tier.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
+#include "server/auth.h"
 #include "server/hit_socket_server.h"
 #include "server/kiln_service.h"
+#include "server/tls_files.h"
 #include "spdlog/spdlog.h"
 #include "support/hit_wire.h"
 
@@ -86,6 +92,31 @@ ABSL_FLAG(int32_t, shared_cache_error_ttl_ms, 30000,
           "how long a compile error stays cached in the shared tier");
 ABSL_FLAG(int32_t, test_compile_delay_ms, 0,
           "for tests: every compile sleeps this long first");
+ABSL_FLAG(std::string, tls_cert, "",
+          "TLS: the server's certificate chain (PEM); with --tls_key, gRPC "
+          "serves TLS only. Re-read when the file changes (--tls_refresh_"
+          "seconds)");
+ABSL_FLAG(std::string, tls_key, "", "TLS: the server's private key (PEM)");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "mTLS: CA bundle (PEM) that clients' certificates must chain to; "
+          "set, every client must present one");
+ABSL_FLAG(int32_t, tls_refresh_seconds, 60,
+          "how often gRPC's file watcher re-reads the TLS files (new "
+          "handshakes get new contents)");
+ABSL_FLAG(std::string, auth_tokens, "",
+          "token file (server/auth.h: `sha256-hex roles [name]` lines, roles "
+          "compile, read-stats, admin); set, every RPC needs a token with "
+          "its role. Re-read on SIGHUP");
+ABSL_FLAG(bool, insecure_listen, false,
+          "serve gRPC, the hit socket or /metrics off loopback without TLS "
+          "and tokens (a trusted network only)");
+ABSL_FLAG(int32_t, max_queued_compiles_per_token, 16,
+          "compiles one token (or, under mTLS without tokens, one client "
+          "certificate) may have waiting for a thread before "
+          "RESOURCE_EXHAUSTED (0: no limit)");
+ABSL_FLAG(int32_t, max_running_compiles_per_token, 0,
+          "compiles of one token (or client certificate) running at once; "
+          "its others wait while other callers' run (0: no limit)");
 ABSL_FLAG(std::string, compiler_identity, "",
           "for tests: store artifacts under this compiler identity instead "
           "of this build's (stands for a kilnd of another build)");
@@ -106,6 +137,87 @@ std::string AutoHitListen(absl::string_view listen) {
   return hit_wire::JoinHostPort(host, port_number == 0 ? 0 : port_number + 1);
 }
 
+// Whether `address` ("HOST:PORT" or "unix:PATH") can be reached from this
+// host only.
+bool IsLocalAddress(absl::string_view address) {
+  if (absl::StartsWith(address, "unix:")) return true;
+  std::string host, port;
+  if (!hit_wire::SplitHostPort(address, &host, &port)) return false;
+  return absl::StartsWith(host, "127.") || host == "localhost" ||
+         host == "::1" || host == "[::1]";
+}
+
+// "HOST:PORT" with HOST replaced by 127.0.0.1 (a unix:PATH as it is).
+std::string OnLoopback(absl::string_view address) {
+  std::string host, port;
+  int port_number = 0;
+  if (absl::StartsWith(address, "unix:") ||
+      !hit_wire::SplitHostPort(address, &host, &port) ||
+      !absl::SimpleAtoi(port, &port_number))
+    return std::string(address);
+  return hit_wire::JoinHostPort("127.0.0.1", port_number);
+}
+
+// gRPC's server credentials: TLS (files re-read by gRPC's file watcher)
+// when --tls_cert is set, else plaintext.
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
+  if (absl::GetFlag(FLAGS_tls_cert).empty())
+    return grpc::InsecureServerCredentials();
+  auto provider =
+      std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+          absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_cert),
+          absl::GetFlag(FLAGS_tls_client_ca),
+          static_cast<unsigned>(
+              std::max(1, absl::GetFlag(FLAGS_tls_refresh_seconds))));
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (!absl::GetFlag(FLAGS_tls_client_ca).empty()) {
+    options.watch_root_certs();
+    options.set_cert_request_type(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
+TlsFiles TlsFilesFromFlags() {
+  return TlsFiles{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                  absl::GetFlag(FLAGS_tls_client_ca)};
+}
+
+// SIGHUP: the token file again (kept as it was if the new one does not
+// parse), and a check of the TLS files gRPC's watcher will pick up.
+void Reload(Authenticator* auth) {
+  if (auth != nullptr) {
+    absl::StatusOr<size_t> tokens = auth->Reload();
+    if (tokens.ok()) {
+      spdlog::info("event=tokens_reloaded file={} tokens={}", auth->path(),
+                   *tokens);
+    } else {
+      spdlog::error(
+          "event=tokens_reload_failed file={} status=\"{}\" (the previous "
+          "tokens stay in force)",
+          auth->path(), tokens.status().ToString());
+    }
+  }
+  if (!absl::GetFlag(FLAGS_tls_cert).empty()) {
+    absl::StatusOr<TlsFilesInfo> tls = CheckTlsFiles(TlsFilesFromFlags());
+    if (tls.ok()) {
+      spdlog::info(
+          "event=tls_files_checked subject=\"{}\" not_after={} "
+          "(new handshakes use them within {} s)",
+          tls->subject, absl::FormatTime(tls->not_after, absl::UTCTimeZone()),
+          absl::GetFlag(FLAGS_tls_refresh_seconds));
+    } else {
+      spdlog::error(
+          "event=tls_files_invalid status=\"{}\" (gRPC keeps serving the "
+          "last valid ones)",
+          tls.status().ToString());
+    }
+  }
+}
+
 std::string DefaultDataDir() {
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
     return absl::StrCat(xdg, "/kiln");
@@ -116,13 +228,21 @@ std::string DefaultDataDir() {
 
 // Waits for SIGTERM/SIGINT (blocked in every thread) or, with `idle_exit`
 // > 0, until `service` has been idle that long; logs why it returns.
+// SIGHUP (also in `stop_signals`) calls `on_hup` and goes on waiting.
 void WaitForStop(const sigset_t& stop_signals, const KilnService& service,
-                 absl::Duration idle_exit) {
+                 absl::Duration idle_exit,
+                 const std::function<void()>& on_hup) {
   if (idle_exit <= absl::ZeroDuration()) {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    spdlog::info("event=stopping signal={}", sig);
-    return;
+    for (;;) {
+      int sig = 0;
+      sigwait(&stop_signals, &sig);
+      if (sig == SIGHUP) {
+        on_hup();
+        continue;
+      }
+      spdlog::info("event=stopping signal={}", sig);
+      return;
+    }
   }
   // Checked a few times per idle period, at least once a second.
   const absl::Duration poll = std::min(
@@ -130,6 +250,10 @@ void WaitForStop(const sigset_t& stop_signals, const KilnService& service,
   const timespec poll_ts = absl::ToTimespec(poll);
   for (;;) {
     const int sig = sigtimedwait(&stop_signals, nullptr, &poll_ts);
+    if (sig == SIGHUP) {
+      on_hup();
+      continue;
+    }
     if (sig > 0) {
       spdlog::info("event=stopping signal={}", sig);
       return;
@@ -156,7 +280,71 @@ int Main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);  // reload (tokens, TLS check)
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  // Who may reach kilnd, decided before anything listens (README.md,
+  // "Running kilnd for a team").
+  const bool tls = !absl::GetFlag(FLAGS_tls_cert).empty() ||
+                   !absl::GetFlag(FLAGS_tls_key).empty();
+  if (tls) {
+    if (absl::GetFlag(FLAGS_tls_cert).empty() ||
+        absl::GetFlag(FLAGS_tls_key).empty()) {
+      spdlog::critical("event=bad_flags reason=\"--tls_cert and --tls_key go "
+                       "together\"");
+      return 2;
+    }
+    absl::StatusOr<TlsFilesInfo> files = CheckTlsFiles(TlsFilesFromFlags());
+    if (!files.ok()) {
+      spdlog::critical("event=tls_files_invalid status=\"{}\"",
+                       files.status().ToString());
+      return 1;
+    }
+    spdlog::info("event=tls subject=\"{}\" not_after={} client_cas={}",
+                 files->subject,
+                 absl::FormatTime(files->not_after, absl::UTCTimeZone()),
+                 files->client_cas);
+  } else if (!absl::GetFlag(FLAGS_tls_client_ca).empty()) {
+    spdlog::critical(
+        "event=bad_flags reason=\"--tls_client_ca needs --tls_cert and "
+        "--tls_key\"");
+    return 2;
+  }
+  std::unique_ptr<Authenticator> auth;
+  if (!absl::GetFlag(FLAGS_auth_tokens).empty()) {
+    auto loaded = Authenticator::Load(absl::GetFlag(FLAGS_auth_tokens));
+    if (!loaded.ok()) {
+      spdlog::critical("event=tokens_invalid status=\"{}\"",
+                       loaded.status().ToString());
+      return 1;
+    }
+    auth = *std::move(loaded);
+  }
+  const bool insecure_ok = absl::GetFlag(FLAGS_insecure_listen);
+  // Off this host, only TLS with tokens or client certificates, or with the
+  // operator's explicit word.
+  auto refuse_off_host = [&](absl::string_view flag,
+                             absl::string_view address) {
+    spdlog::critical(
+        "event=refused_insecure_listen flag=--{} address={} reason=\"off "
+        "loopback without TLS and tokens (or client certificates), anyone "
+        "who reaches the port could compile, list and evict the cache; set "
+        "--tls_cert/--tls_key and --auth_tokens (or --tls_client_ca), or "
+        "--insecure_listen on a trusted network\"",
+        std::string(flag), std::string(address));
+    return 2;
+  };
+  const bool mtls = tls && !absl::GetFlag(FLAGS_tls_client_ca).empty();
+  if (!IsLocalAddress(absl::GetFlag(FLAGS_listen)) &&
+      !(tls && (auth || mtls)) && !insecure_ok)
+    return refuse_off_host("listen", absl::GetFlag(FLAGS_listen));
+  // /metrics is plain HTTP without authentication (the counters GetStats
+  // gives the read-stats role): with TLS or tokens, on this host only.
+  if (!absl::GetFlag(FLAGS_metrics_listen).empty() &&
+      !IsLocalAddress(absl::GetFlag(FLAGS_metrics_listen)) &&
+      (tls || auth) && !insecure_ok)
+    return refuse_off_host("metrics_listen",
+                           absl::GetFlag(FLAGS_metrics_listen));
 
   ArtifactStoreOptions store_options;
   store_options.data_dir = absl::GetFlag(FLAGS_data_dir).empty()
@@ -209,7 +397,12 @@ int Main(int argc, char** argv) {
   options.hot_cache_bytes = static_cast<uint64_t>(
       std::max<int64_t>(0, absl::GetFlag(FLAGS_hot_cache_bytes)));
   options.compiler_identity = absl::GetFlag(FLAGS_compiler_identity);
+  options.per_token_limits.max_queued_per_identity = static_cast<size_t>(
+      std::max(0, absl::GetFlag(FLAGS_max_queued_compiles_per_token)));
+  options.per_token_limits.max_running_per_identity =
+      std::max(0, absl::GetFlag(FLAGS_max_running_compiles_per_token));
   KilnService service(store->get(), options);
+  service.set_authenticator(auth.get());
   // The exposer holds collectables weakly: this shared_ptr keeps it alive.
   auto metrics = std::make_shared<ServerMetrics>(
       [&service] { return service.CurrentStats(); });
@@ -240,9 +433,28 @@ int Main(int argc, char** argv) {
     hit_options.listen = hit_flag == "auto"
                              ? AutoHitListen(absl::GetFlag(FLAGS_listen))
                              : hit_flag;
+    // The hit socket speaks plaintext and checks no client certificate:
+    // with TLS or tokens it serves this host only (auto: moved to
+    // loopback; named off loopback: refused). Tokens travel in its
+    // requests; under mTLS without tokens, auto leaves it off (it would
+    // let local callers skip the certificate check).
+    if ((tls || auth) && !IsLocalAddress(hit_options.listen)) {
+      if (hit_flag != "auto" && !insecure_ok)
+        return refuse_off_host("hit_listen", hit_flag);
+      if (hit_flag == "auto") hit_options.listen = OnLoopback(hit_options.listen);
+    }
+    if (hit_flag == "auto" && !absl::GetFlag(FLAGS_tls_client_ca).empty() &&
+        !auth) {
+      spdlog::info("event=hit_socket_off reason=\"mTLS without tokens\"");
+      hit_options.listen.clear();
+    }
     hit_options.max_connections =
         std::max(1, absl::GetFlag(FLAGS_hit_max_connections));
-    auto started = HitSocketServer::Start(
+    auto started =
+        hit_options.listen.empty()
+            ? absl::StatusOr<std::unique_ptr<HitSocketServer>>(
+                  absl::FailedPreconditionError("off under mTLS"))
+            : HitSocketServer::Start(
         hit_options, [&service](absl::string_view request) {
           return service.LookupOnHitSocket(request);
         });
@@ -252,6 +464,8 @@ int Main(int argc, char** argv) {
       advertised.set_tcp_port(static_cast<uint32_t>(hit_socket->port()));
       advertised.set_unix_path(hit_socket->unix_path());
       service.set_hit_socket(advertised);
+      service.set_hit_socket_local_only(
+          (tls || auth) && IsLocalAddress(hit_options.listen));
     } else if (hit_flag == "auto") {
       spdlog::warn("event=hit_socket_unavailable address={} status=\"{}\"",
                    hit_options.listen, started.status().ToString());
@@ -266,8 +480,8 @@ int Main(int argc, char** argv) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), ServerCredentials(),
+                           &port);
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.RegisterService(&service);
@@ -280,14 +494,16 @@ int Main(int argc, char** argv) {
   spdlog::info(
       "event=serving address={} port={} hit_socket={} data_dir={} "
       "compile_threads={} hot_cache_bytes={} idle_exit_seconds={} "
-      "shared_cache={}",
+      "shared_cache={} tls={} mtls={} tokens={}",
       absl::GetFlag(FLAGS_listen), port,
       !hit_socket                       ? std::string("off")
       : hit_socket->unix_path().empty() ? absl::StrCat(hit_socket->port())
                                         : hit_socket->unix_path(),
       store_options.data_dir, options.compile_threads, options.hot_cache_bytes,
       absl::GetFlag(FLAGS_idle_exit_seconds),
-      shared ? absl::GetFlag(FLAGS_shared_cache) : std::string("off"));
+      shared ? absl::GetFlag(FLAGS_shared_cache) : std::string("off"), tls,
+      !absl::GetFlag(FLAGS_tls_client_ca).empty(),
+      auth ? absl::GetFlag(FLAGS_auth_tokens) : std::string("off"));
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
     std::ofstream(tmp) << port << "\n" << metrics_port << "\n";
@@ -296,7 +512,8 @@ int Main(int argc, char** argv) {
   }
   std::thread stopper([&] {
     WaitForStop(stop_signals, service,
-                absl::Seconds(absl::GetFlag(FLAGS_idle_exit_seconds)));
+                absl::Seconds(absl::GetFlag(FLAGS_idle_exit_seconds)),
+                [&auth] { Reload(auth.get()); });
     server->Shutdown(std::chrono::system_clock::now() +
                      std::chrono::seconds(30));
   });

@@ -247,6 +247,9 @@ def _declare(lib):
         "kiln_status_free": (None, [vp]),
         "kiln_client_create": (status, [ctypes.c_char_p, ctypes.c_double,
                                         ctypes.c_int, p(vp)]),
+        "kiln_client_create_with_auth": (
+            status, [ctypes.c_char_p, ctypes.c_double, ctypes.c_int]
+            + [ctypes.c_char_p] * 6 + [p(vp)]),
         "kiln_client_destroy": (None, [vp]),
         "kiln_client_counters": (None, [vp, p(ctypes.c_uint64),
                                         p(ctypes.c_uint64),
@@ -764,16 +767,30 @@ def supported_ops():
 class Client:
     """kiln::Client for CPU and CUDA executables (kiln_c.h). `server`: "HOST:PORT"
     or "unix:PATH", or a fleet's replicas as "HOST:PORT,HOST:PORT,..." (keys
-    spread over them, failover); None: $KILN_SERVER, else 127.0.0.1:7733."""
+    spread over them, failover); None: $KILN_SERVER, else 127.0.0.1:7733.
 
-    def __init__(self, server=None, rpc_deadline_seconds=0.0, max_retries=-1):
+    kilnd with tokens and TLS (README.md, "Running kilnd for a team"):
+    `token` (else $KILN_TOKEN), `token_file` (its first line; else
+    $KILN_TOKEN_FILE), `tls_ca` (PEM CA bundle, TLS; else $KILN_TLS_CA),
+    `tls_cert`/`tls_key` (mTLS; else $KILN_TLS_CERT/$KILN_TLS_KEY),
+    `tls_server_name` (else $KILN_TLS_SERVER_NAME)."""
+
+    def __init__(self, server=None, rpc_deadline_seconds=0.0, max_retries=-1,
+                 token=None, token_file=None, tls_ca=None, tls_cert=None,
+                 tls_key=None, tls_server_name=None):
         self._lib = load_library()
         self._handle = None
         self._kiln_allocators = {}  # device -> _Allocator (allocator="kiln")
         handle = ctypes.c_void_p()
-        _check(self._lib, self._lib.kiln_client_create(
+
+        def c_str(value):
+            return os.fsencode(value) if value else None
+
+        _check(self._lib, self._lib.kiln_client_create_with_auth(
             server.encode() if server else None, float(rpc_deadline_seconds),
-            int(max_retries), ctypes.byref(handle)))
+            int(max_retries), c_str(token), c_str(token_file), c_str(tls_ca),
+            c_str(tls_cert), c_str(tls_key), c_str(tls_server_name),
+            ctypes.byref(handle)))
         self._handle = handle
 
     def close(self):

@@ -43,8 +43,12 @@ def have_torch():
 class Daemon:
     """kilnd on 127.0.0.1:0 with its own data dir."""
 
-    def __init__(self):
+    def __init__(self, extra_args=(), tokens=None):
         self.dir = tempfile.TemporaryDirectory(prefix="kiln_py_test_")
+        if tokens is not None:  # a token file's text: --auth_tokens
+            tokens_file = pathlib.Path(self.dir.name) / "tokens"
+            tokens_file.write_text(tokens)
+            extra_args = [*extra_args, f"--auth_tokens={tokens_file}"]
         port_file = pathlib.Path(self.dir.name) / "port"
         # Its output goes to a file: a daemon left behind must not hold
         # ctest's pipe open.
@@ -52,7 +56,8 @@ class Daemon:
         self.proc = subprocess.Popen([
             os.environ["KILN_KILND"], "--listen=127.0.0.1:0",
             "--metrics_listen=127.0.0.1:0", "--compile_threads=2",
-            f"--data_dir={self.dir.name}/data", f"--port_file={port_file}"],
+            f"--data_dir={self.dir.name}/data", f"--port_file={port_file}",
+            *extra_args],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.port = 0
         try:
@@ -107,6 +112,48 @@ class WithoutDaemon(unittest.TestCase):
             client.cuda_executable("{}", allocator="torch", device=0)
         self.assertEqual(cm.exception.code_name, "FAILED_PRECONDITION")
         self.assertIn("PyTorch", cm.exception.message)
+
+
+class WithTokens(unittest.TestCase):
+    """kilnd with --auth_tokens: kiln.Client(token=...) or $KILN_TOKEN."""
+
+    TOKEN = "python-test-token"
+
+    @classmethod
+    def setUpClass(cls):
+        import hashlib
+        digest = hashlib.sha256(cls.TOKEN.encode()).hexdigest()
+        cls.daemon = Daemon(tokens=f"{digest} compile py\n")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+
+    def test_token_from_argument_environment_or_file(self):
+        graph = (EXAMPLES / "chain10.json").read_text()
+        with self.assertRaises(kiln.KilnError) as cm:
+            kiln.Client(self.daemon.address, max_retries=0).cpu_executable(
+                graph)
+        self.assertEqual(cm.exception.code_name, "UNAUTHENTICATED")
+        self.assertIn("needs a token", cm.exception.message)
+        with self.assertRaises(kiln.KilnError) as cm:
+            kiln.Client(self.daemon.address, max_retries=0,
+                        token="wrong").cpu_executable(graph)
+        self.assertEqual(cm.exception.code_name, "UNAUTHENTICATED")
+        kiln.Client(self.daemon.address, token=self.TOKEN).cpu_executable(
+            graph)
+        os.environ["KILN_TOKEN"] = self.TOKEN
+        try:
+            kiln.Client(self.daemon.address).cpu_executable(graph)
+        finally:
+            del os.environ["KILN_TOKEN"]
+        token_file = pathlib.Path(self.daemon.dir.name) / "my-token"
+        token_file.write_text(self.TOKEN + "\n")
+        kiln.Client(self.daemon.address,
+                    token_file=str(token_file)).cpu_executable(graph)
+        with self.assertRaises(kiln.KilnError) as cm:
+            kiln.Client(self.daemon.address, tls_ca="/no/such/ca.pem")
+        self.assertEqual(cm.exception.code_name, "NOT_FOUND")
 
 
 class WithDaemon(unittest.TestCase):

@@ -53,8 +53,16 @@ class DaemonProcess {
         0)
       pid_ = -1;
     const absl::Time until = absl::Now() + absl::Seconds(30);
-    while (absl::Now() < until && !std::filesystem::exists(port_file))
+    while (absl::Now() < until && !std::filesystem::exists(port_file)) {
+      // A daemon that refused to start does not keep us waiting.
+      int status = 0;
+      if (pid_ > 0 && waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        early_exit_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        return;
+      }
       absl::SleepFor(absl::Milliseconds(20));
+    }
     std::ifstream(port_file) >> port_;
   }
   DaemonProcess(const DaemonProcess&) = delete;
@@ -66,6 +74,13 @@ class DaemonProcess {
     }
   }
   int port() const { return port_; }
+  // The exit status of a daemon that exited before serving (refused its
+  // flags), else nullopt.
+  std::optional<int> early_exit() const { return early_exit_; }
+  // Sends `sig` (SIGHUP: reload) to the running daemon.
+  void Signal(int sig) const {
+    if (pid_ > 0) kill(pid_, sig);
+  }
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
   // Waits up to `timeout` for the daemon to exit by itself: its exit status
   // (-1 if killed by a signal), or nullopt if it still runs.
@@ -94,6 +109,7 @@ class DaemonProcess {
  private:
   pid_t pid_ = -1;
   int port_ = 0;
+  std::optional<int> early_exit_;
 };
 
 }  // namespace kiln::testing

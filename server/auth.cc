@@ -1,0 +1,171 @@
+#include "server/auth.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace kiln {
+namespace {
+
+constexpr uint32_t kAllRoles = static_cast<uint32_t>(Role::kCompile) |
+                               static_cast<uint32_t>(Role::kReadStats) |
+                               static_cast<uint32_t>(Role::kAdmin);
+
+absl::StatusOr<uint32_t> ParseRoles(absl::string_view text) {
+  uint32_t roles = 0;
+  for (absl::string_view name : absl::StrSplit(text, ',')) {
+    if (name == "compile") {
+      roles |= static_cast<uint32_t>(Role::kCompile);
+    } else if (name == "read-stats") {
+      roles |= static_cast<uint32_t>(Role::kReadStats);
+    } else if (name == "admin") {
+      roles |= kAllRoles;  // admin implies every other role
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown role '", name, "' (roles: compile, read-stats, admin)"));
+    }
+  }
+  return roles;
+}
+
+// Equal without an early exit: the time depends on the length only.
+bool ConstantTimeEqual(const Sha256Digest& a, const Sha256Digest& b) {
+  uint8_t diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read the token file '", path, "'"));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+absl::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kCompile:
+      return "compile";
+    case Role::kReadStats:
+      return "read-stats";
+    case Role::kAdmin:
+      return "admin";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(
+    absl::string_view text, absl::string_view origin) {
+  std::vector<TokenEntry> entries;
+  absl::flat_hash_set<std::string> hashes, names;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    auto error = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(origin, ":", line_number, ": ", what,
+                       " (expected: sha256-hex roles [name])"));
+    };
+    if (fields.size() < 2 || fields.size() > 3)
+      return error(absl::StrCat(fields.size(), " fields"));
+    TokenEntry entry;
+    const std::string hex = absl::AsciiStrToLower(fields[0]);
+    if (hex.size() != 64 || !HexToDigest(hex, &entry.hash))
+      return error("the first field is not a SHA-256 in 64 hex digits");
+    absl::StatusOr<uint32_t> roles = ParseRoles(fields[1]);
+    if (!roles.ok()) return error(roles.status().message());
+    entry.roles = *roles;
+    entry.name = fields.size() == 3 ? std::string(fields[2])
+                                    : absl::StrCat("token-", hex.substr(0, 8));
+    if (!hashes.insert(hex).second) return error("a hash listed twice");
+    if (!names.insert(entry.name).second)
+      return error(absl::StrCat("the name '", entry.name, "' is used twice"));
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+Authenticator::Authenticator(std::string path, std::vector<TokenEntry> entries)
+    : path_(std::move(path)),
+      entries_(
+          std::make_shared<const std::vector<TokenEntry>>(std::move(entries))) {
+}
+
+absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Load(
+    std::string path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<std::vector<TokenEntry>> entries = ParseTokenFile(*text, path);
+  if (!entries.ok()) return entries.status();
+  return std::unique_ptr<Authenticator>(
+      new Authenticator(std::move(path), *std::move(entries)));
+}
+
+absl::StatusOr<size_t> Authenticator::Reload() {
+  absl::StatusOr<std::string> text = ReadFile(path_);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<std::vector<TokenEntry>> entries =
+      ParseTokenFile(*text, path_);
+  if (!entries.ok()) return entries.status();
+  const size_t count = entries->size();
+  auto table =
+      std::make_shared<const std::vector<TokenEntry>>(*std::move(entries));
+  absl::MutexLock lock(&mu_);
+  entries_ = std::move(table);
+  return count;
+}
+
+absl::StatusOr<Identity> Authenticator::Check(absl::string_view authorization,
+                                              Role needed,
+                                              absl::string_view method) const {
+  if (authorization.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        method,
+        " needs a token: send \"authorization: Bearer <token>\" (kilnctl "
+        "--token, $KILN_TOKEN or $KILN_TOKEN_FILE)"));
+  }
+  absl::string_view token = authorization;
+  if (!absl::ConsumePrefix(&token, "Bearer ") || token.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        method, ": the authorization metadata is not \"Bearer <token>\""));
+  }
+  const Sha256Digest hash = Sha256(token);
+  std::shared_ptr<const std::vector<TokenEntry>> entries;
+  {
+    absl::MutexLock lock(&mu_);
+    entries = entries_;
+  }
+  // Every entry is compared, whatever matched.
+  const TokenEntry* found = nullptr;
+  for (const TokenEntry& entry : *entries) {
+    if (ConstantTimeEqual(entry.hash, hash)) found = &entry;
+  }
+  if (found == nullptr) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        method, ": unknown token (not in kilnd's token file, or removed)"));
+  }
+  if ((found->roles & static_cast<uint32_t>(needed)) == 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(method, " needs the role '", RoleName(needed),
+                     "', which token '", found->name, "' does not have"));
+  }
+  return Identity{found->name};
+}
+
+}  // namespace kiln
