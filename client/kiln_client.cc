@@ -1,6 +1,7 @@
 #include "client/kiln_client.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "grpcpp/grpcpp.h"
 #include "kiln/v1/service.grpc.pb.h"
+#include "support/artifact_signature.h"
 #include "support/sha256.h"
 
 namespace kiln {
@@ -50,8 +52,9 @@ class CpuExecutableHandle final : public Executable {
 class ClientImpl final : public Client {
  public:
   ClientImpl(const ClientOptions& options,
-             std::shared_ptr<grpc::Channel> channel)
+             std::shared_ptr<grpc::Channel> channel, TrustedKeys trusted)
       : options_(options),
+        trusted_(std::move(trusted)),
         stub_(v1::Kiln::NewStub(channel)),
         lookup_(channel, options.server, options.use_hit_socket),
         pool_(std::make_shared<ThreadPool>(options.runtime_threads)) {}
@@ -201,6 +204,11 @@ class ClientImpl final : public Client {
       absl::StatusOr<ReceivedArtifact> found =
           ParseLookupResponse(std::move(response));
       if (!found.ok()) return found.status();
+      if (!trusted_.empty()) {
+        absl::Status v =
+            trusted_.Verify(found->ArtifactDigest(), found->signature());
+        if (!v.ok()) return Refused(v, key);
+      }
       fetched.received.emplace(*std::move(found));
       return fetched;
     }
@@ -211,8 +219,27 @@ class ClientImpl final : public Client {
     });
     Count(&Counters::compiles);
     if (!s.ok()) return FromGrpc(s);
+    if (!trusted_.empty()) {
+      // kilnd signed the serialization it caches; the parsed message
+      // serializes back to the same bytes.
+      absl::Status v =
+          trusted_.Verify(Sha256(compiled.artifact().SerializeAsString()),
+                          compiled.artifact_signature());
+      if (!v.ok()) return Refused(v, key);
+    }
     fetched.compiled = std::move(*compiled.mutable_artifact());
     return fetched;
+  }
+
+  // `verify`'s status, naming the server and the key.
+  absl::Status Refused(const absl::Status& verify, const std::string& key) {
+    Sha256Digest digest{};
+    if (key.size() == digest.size())
+      std::memcpy(digest.data(), key.data(), digest.size());
+    return absl::Status(
+        verify.code(),
+        absl::StrCat("artifact ", DigestToHex(digest).substr(0, 16), " from ",
+                     options_.server, ": ", verify.message()));
   }
 
   template <typename Map, typename Key>
@@ -259,6 +286,7 @@ class ClientImpl final : public Client {
   }
 
   const ClientOptions options_;
+  const TrustedKeys trusted_;
   std::unique_ptr<v1::Kiln::Stub> stub_;
   LookupChannel lookup_;
   std::shared_ptr<ThreadPool> pool_;
@@ -291,6 +319,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
       env && std::string(env) == "0") {
     o.use_hit_socket = false;
   }
+  if (o.trusted_keys.empty()) {
+    const char* env = std::getenv("KILN_TRUSTED_KEYS");
+    if (env != nullptr) o.trusted_keys = env;
+  }
+  absl::StatusOr<TrustedKeys> trusted = TrustedKeys::Parse(o.trusted_keys);
+  if (!trusted.ok()) return trusted.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
@@ -299,7 +333,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   if (!channel)
     return absl::InvalidArgumentError(
         absl::StrCat("cannot create a channel to '", o.server, "'"));
-  return std::unique_ptr<Client>(new ClientImpl(o, std::move(channel)));
+  return std::unique_ptr<Client>(
+      new ClientImpl(o, std::move(channel), *std::move(trusted)));
 }
 
 }  // namespace kiln

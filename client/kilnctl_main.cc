@@ -6,6 +6,7 @@
 //                              [--sizes=s0=8,..]
 //   kilnctl explain GRAPH.json [--target=...]
 //   kilnctl info
+//   kilnctl public-key
 //   kilnctl ls [--limit=N]
 //   kilnctl evict KEY|--all
 //   kilnctl bench GRAPH.json [--seconds=5] [--concurrency=4] [--requests=N]
@@ -310,7 +311,9 @@ int Stats(v1::Kiln::Stub& stub) {
         absl::StrFormat("%.6f", s.compile_seconds_saved()),
         ",\"queue_depth\":", s.queue_depth(), ",\"hot_hits\":", s.hot_hits(),
         ",\"hot_entries\":", s.hot_entries(), ",\"hot_bytes\":", s.hot_bytes(),
-        ",\"hot_capacity_bytes\":", s.hot_capacity_bytes(), "}\n");
+        ",\"hot_capacity_bytes\":", s.hot_capacity_bytes(),
+        ",\"store_recoveries\":", s.store_recoveries(),
+        ",\"store_recovery_dropped\":", s.store_recovery_dropped(), "}\n");
     return 0;
   }
   const uint64_t lookups = s.hits() + s.misses();
@@ -340,6 +343,31 @@ int Stats(v1::Kiln::Stub& stub) {
   for (const auto& [name, value] : rows) {
     std::cout << absl::StrFormat("%-20s %s\n", name, value);
   }
+  if (s.store_recoveries() > 0) {
+    std::cout << absl::StrFormat("%-20s %s\n", "store damaged at start",
+                                 s.store_last_recovery());
+  }
+  return 0;
+}
+
+// public-key: the public key kilnd signs artifacts with, as 64 hex digits
+// (what clients put in KILN_TRUSTED_KEYS). Shown as this server reports it:
+// compare it with `kilnd --print_public_key` on kilnd's host before
+// trusting it.
+int PublicKey(v1::Kiln::Stub& stub) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::ServerInfo info;
+  if (grpc::Status st =
+          stub.GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
+      !st.ok())
+    return Fail("public-key", st);
+  if (info.signing_public_key().empty()) {
+    std::cerr << "public-key: kilnd at " << ServerAddress()
+              << " signs no artifacts (--signing_key=off)\n";
+    return 1;
+  }
+  std::cout << absl::BytesToHexString(info.signing_public_key()) << "\n";
   return 0;
 }
 
@@ -864,6 +892,8 @@ usage: kilnctl [--server=HOST:PORT] SUBCOMMAND [ARGS] [FLAGS]
   health                 grpc.health.v1 check; prints SERVING, exit 0
   stats [--json]         cache and compile counters (--json: one object)
   info                   kilnd's version and where its hit socket listens
+  public-key             the Ed25519 public key kilnd signs artifacts with
+                         (64 hex digits, for KILN_TRUSTED_KEYS)
   compile GRAPH.json [--target=cpu|sm_XX] [--fast_math] [--run]
                      [--sizes=s0=8] [--seed=N]
                          key and outcome (hit, compiled, joined); --run runs
@@ -908,10 +938,12 @@ int Main(int argc, char** argv) {
     return Health();
   }
   auto stub = v1::Kiln::NewStub(MakeChannel());
-  if (command == "stats" || command == "ls" || command == "info") {
+  if (command == "stats" || command == "ls" || command == "info" ||
+      command == "public-key") {
     if (!args.empty())
       return Usage(absl::StrCat(command, " takes no arguments"));
     if (command == "info") return Info(*stub);
+    if (command == "public-key") return PublicKey(*stub);
     return command == "stats" ? Stats(*stub) : Ls(*stub);
   }
   if (command == "evict") return Evict(*stub, args);

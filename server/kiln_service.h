@@ -28,6 +28,7 @@
 #include "server/hot_artifacts.h"
 #include "server/inflight_compiles.h"
 #include "server/metrics.h"
+#include "support/artifact_signature.h"
 
 namespace kiln {
 
@@ -43,6 +44,9 @@ struct KilnServiceOptions {
   // (compiler/compiler_identity.h). Empty: this build's CompilerIdentity().
   // Tests set another to stand for a kilnd of another build.
   std::string compiler_identity;
+  // Signs every artifact served (support/artifact_signature.h); null: none
+  // is signed. Not owned; must outlive the service.
+  const ArtifactSigner* signer = nullptr;
 };
 
 class KilnService final
@@ -118,6 +122,9 @@ class KilnService final
   Sha256Digest StoreKeyOf(const Sha256Digest& request_key) const;
 
   grpc::Status Done(const char* method, grpc::Status status);
+  // The signature of an artifact serialized as `artifact_bytes` (empty when
+  // kilnd has no signer).
+  std::string SignArtifact(absl::string_view artifact_bytes) const;
 
   ArtifactStore* const store_;
   ServerMetrics* metrics_ = nullptr;

@@ -139,6 +139,13 @@ std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
   out.push_back(Scalar("kiln_hot_cache_bytes",
                        "Bytes charged to kilnd's in-memory copy",
                        MetricType::Gauge, s.hot_bytes()));
+  out.push_back(Scalar("kiln_store_recoveries_total",
+                       "Times the artifact store was found damaged at open "
+                       "and repaired or moved aside (see the log)",
+                       MetricType::Counter, s.store_recoveries()));
+  out.push_back(Scalar("kiln_store_recovery_dropped_total",
+                       "Entries dropped by the repair of a damaged store",
+                       MetricType::Counter, s.store_recovery_dropped()));
   return out;
 }
 
