@@ -61,6 +61,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "kiln/v1/service.grpc.pb.h"
+#include "support/artifact_signature.h"
 #include "support/sha256.h"
 
     ABSL_FLAG(std::string, server, "",
@@ -90,6 +91,10 @@ ABSL_FLAG(double, seconds, 5, "bench: at most this long, in seconds");
 ABSL_FLAG(int32_t, concurrency, 4, "bench: client threads");
 ABSL_FLAG(int64_t, requests, 1000000,
           "bench: at most this many Lookups in all");
+ABSL_FLAG(std::string, trusted_keys, "",
+          "public keys of the kilnds whose artifacts compile --run and bench "
+          "--mode=client load (64 hex digits each, comma-separated; empty: "
+          "$KILN_TRUSTED_KEYS); unsigned or foreign artifacts are refused");
 ABSL_FLAG(bool, verify, true,
           "bench --mode=proto|raw: check each artifact's binary against its "
           "SHA-256, as a client does before loading it");
@@ -503,6 +508,22 @@ int Compile(v1::Kiln::Stub& stub, const std::string& path) {
     return Fail(absl::StrCat("compile ", path), s);
   PrintCompileResponse(resp);
   if (!absl::GetFlag(FLAGS_run)) return 0;
+  // As kiln::Client does: with trusted keys, the signature is checked
+  // before the artifact's code is loaded.
+  std::string trusted_text = absl::GetFlag(FLAGS_trusted_keys);
+  if (const char* env = std::getenv("KILN_TRUSTED_KEYS");
+      trusted_text.empty() && env != nullptr)
+    trusted_text = env;
+  absl::StatusOr<TrustedKeys> trusted = TrustedKeys::Parse(trusted_text);
+  if (!trusted.ok()) return FailMessage(trusted.status().ToString());
+  if (!trusted->empty()) {
+    if (absl::Status v =
+            trusted->Verify(Sha256(resp.artifact().SerializeAsString()),
+                            resp.artifact_signature());
+        !v.ok())
+      return FailMessage(absl::StrCat("run: ", v.ToString()));
+    std::cout << "signed   by a trusted key\n";
+  }
   absl::StatusOr<bool> pass = RunAndCompare(*req, resp.artifact());
   if (!pass.ok()) {
     return FailMessage(absl::StrCat("run: ", pass.status().ToString()));
@@ -864,6 +885,7 @@ int Bench(v1::Kiln::Stub& stub, const std::string& path) {
     options.server = ServerAddress();
     options.use_hit_socket = absl::GetFlag(FLAGS_hit_socket);
     options.runtime_threads = 1;
+    options.trusted_keys = absl::GetFlag(FLAGS_trusted_keys);
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
     if (!client.ok()) return FailMessage(client.status().ToString());
     auto first = (*client)->GetExecutable(*req);
@@ -898,7 +920,9 @@ usage: kilnctl [--server=HOST:PORT] SUBCOMMAND [ARGS] [FLAGS]
                      [--sizes=s0=8] [--seed=N]
                          key and outcome (hit, compiled, joined); --run runs
                          the artifact on seeded random inputs and compares
-                         with the reference evaluator (PASS/FAIL)
+                         with the reference evaluator (PASS/FAIL); with
+                         --trusted_keys or $KILN_TRUSTED_KEYS, only if kilnd's
+                         signature verifies
   explain GRAPH.json     the guard key's components and canonical text
   ls [--limit=N]         cached entries: key, bytes, compile ms, last access
   evict KEY|--all        drop one entry (KEY or a unique prefix) or all

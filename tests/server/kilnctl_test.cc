@@ -135,6 +135,19 @@ TEST_F(KilnctlTest, PublicKeyIsKilndsSigningKey) {
   ASSERT_EQ(local.exit_code, 0) << local;
   EXPECT_EQ(std::string(absl::StripAsciiWhitespace(local.output)), printed);
   EXPECT_EQ(Run({"public-key", "extra"}).exit_code, 2);
+
+  // compile --run loads the artifact only if it is signed by a trusted key.
+  const Result trusted = Run({"compile", Example("chain10.json"), "--run",
+                              "--trusted_keys=" + printed});
+  EXPECT_EQ(trusted.exit_code, 0) << trusted;
+  EXPECT_TRUE(absl::StrContains(trusted.output, "signed   by a trusted key"))
+      << trusted;
+  const Result stranger = Run({"compile", Example("chain10.json"), "--run",
+                               "--trusted_keys=" + std::string(64, 'a')});
+  EXPECT_EQ(stranger.exit_code, 1) << stranger;
+  EXPECT_TRUE(absl::StrContains(stranger.output, "PERMISSION_DENIED"))
+      << stranger;
+  EXPECT_FALSE(absl::StrContains(stranger.output, "PASS")) << stranger;
 }
 
 TEST_F(KilnctlTest, Health) {
