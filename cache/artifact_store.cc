@@ -436,10 +436,9 @@ namespace {
 // `dir`.damaged-<UTC time>, with -2, -3... if that exists already.
 std::string DamagedName(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  const std::string base =
-      absl::StrCat(dir, ".damaged-",
-                   absl::FormatTime("%Y%m%dT%H%M%SZ", absl::Now(),
-                                    absl::UTCTimeZone()));
+  const std::string base = absl::StrCat(
+      dir, ".damaged-",
+      absl::FormatTime("%Y%m%dT%H%M%SZ", absl::Now(), absl::UTCTimeZone()));
   std::string name = base;
   for (int i = 2; std::filesystem::exists(name); ++i) {
     name = absl::StrCat(base, "-", i);
@@ -489,10 +488,10 @@ absl::Status ArtifactStore::Impl::Recover(const absl::Status& damage) {
     std::error_code error;
     std::filesystem::rename(dir, aside, error);
     if (error) {
-      return absl::DataLossError(absl::StrCat(
-          damage.message(), "; repair failed (", status.message(),
-          ") and moving the store aside to ", aside,
-          " failed: ", error.message()));
+      return absl::DataLossError(
+          absl::StrCat(damage.message(), "; repair failed (", status.message(),
+                       ") and moving the store aside to ", aside,
+                       " failed: ", error.message()));
     }
     if (absl::Status s = PrepareDataDir(dir, /*read_only=*/false); !s.ok()) {
       return s;
@@ -565,8 +564,9 @@ absl::StatusOr<uint64_t> ArtifactStore::Impl::SweepAfterRepair() {
   }
   for (const std::string& key : orphans) batch.Delete(artifacts_, key);
   absl::MutexLock write_lock(&write_mu_);
-  if (absl::Status s = WriteLocked(&batch, "cannot drop entries the repair "
-                                           "left inconsistent");
+  if (absl::Status s = WriteLocked(&batch,
+                                   "cannot drop entries the repair "
+                                   "left inconsistent");
       !s.ok()) {
     return s;
   }

@@ -162,9 +162,8 @@ void HitSocketServer::Serve(Connection* connection) {
     int64_t busy = 0;
     if (!connection->idle_since.compare_exchange_strong(busy, since))
       break;  // chosen to be closed
-    absl::Status s = hit_wire::ReadFull(fd, header, 1,
-                                        absl::Now() + options_.idle_timeout,
-                                        stop_fd_.get());
+    absl::Status s = hit_wire::ReadFull(
+        fd, header, 1, absl::Now() + options_.idle_timeout, stop_fd_.get());
     // The request has begun: it must arrive whole by `request_deadline`,
     // however slowly its bytes trickle in.
     const absl::Time request_deadline = absl::Now() + options_.io_timeout;

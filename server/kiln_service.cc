@@ -56,9 +56,8 @@ grpc::Slice SignatureField(const std::string& signature) {
   std::string field(16 + signature.size(), '\0');
   uint8_t* begin = reinterpret_cast<uint8_t*>(field.data());
   uint8_t* end = CodedOutputStream::WriteTagToArray(
-      WireFormatLite::MakeTag(
-          v1::LookupResponse::kArtifactSignatureFieldNumber,
-          WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
+      WireFormatLite::MakeTag(v1::LookupResponse::kArtifactSignatureFieldNumber,
+                              WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
       begin);
   end = CodedOutputStream::WriteVarint64ToArray(signature.size(), end);
   std::memcpy(end, signature.data(), signature.size());
@@ -272,8 +271,8 @@ grpc::ServerUnaryReactor* KilnService::Lookup(grpc::CallbackServerContext* ctx,
     const grpc::Slice slices[] = {
         LookupResponseHeader((*hot)->artifact_bytes.size()),
         (*hot)->artifact_bytes, (*hot)->signature_field};
-    *response = grpc::ByteBuffer(
-        slices, (*hot)->signature_field.size() > 0 ? 3 : 2);
+    *response =
+        grpc::ByteBuffer(slices, (*hot)->signature_field.size() > 0 ? 3 : 2);
   }
   reactor->Finish(Done("Lookup", ToGrpc(hot.status())));
   return reactor;

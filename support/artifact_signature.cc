@@ -65,17 +65,16 @@ absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
 // Writes `key` as PEM to a new file `path` (0600, O_EXCL: never replaces a
 // key another kilnd just wrote).
 absl::Status WriteNewKey(EVP_PKEY* key, const std::string& path) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                      0600);
+  const int fd =
+      open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoStatus("cannot create the signing key", path);
   FILE* file = fdopen(fd, "w");
   if (file == nullptr) {
     close(fd);
     return ErrnoStatus("cannot open the signing key", path);
   }
-  const bool written =
-      PEM_write_PrivateKey(file, key, nullptr, nullptr, 0, nullptr, nullptr) ==
-      1;
+  const bool written = PEM_write_PrivateKey(file, key, nullptr, nullptr, 0,
+                                            nullptr, nullptr) == 1;
   const bool synced = fflush(file) == 0 && fsync(fileno(file)) == 0;
   const bool closed = fclose(file) == 0;
   if (!written || !synced || !closed) {
@@ -134,10 +133,10 @@ absl::StatusOr<std::unique_ptr<ArtifactSigner>> ArtifactSigner::LoadOrCreate(
         path, "`)"));
   }
   if (stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "the signing key ", path, " is readable by others (mode ",
-        absl::StrCat(absl::Hex(st.st_mode & 0777)),
-        "); make it owner-only: chmod 600 ", path));
+    return absl::PermissionDeniedError(
+        absl::StrCat("the signing key ", path, " is readable by others (mode ",
+                     absl::StrCat(absl::Hex(st.st_mode & 0777)),
+                     "); make it owner-only: chmod 600 ", path));
   }
   auto key = std::make_unique<Key>();
   key->pkey = std::move(pkey);
@@ -212,7 +211,8 @@ absl::Status TrustedKeys::Verify(const Sha256Digest& artifact_digest,
         continue;
       }
       if (EVP_DigestVerify(
-              ctx.get(), reinterpret_cast<const unsigned char*>(signature.data()),
+              ctx.get(),
+              reinterpret_cast<const unsigned char*>(signature.data()),
               signature.size(),
               reinterpret_cast<const unsigned char*>(message.data()),
               message.size()) == 1) {
@@ -221,8 +221,7 @@ absl::Status TrustedKeys::Verify(const Sha256Digest& artifact_digest,
     }
   }
   return absl::PermissionDeniedError(absl::StrCat(
-      "the artifact's signature does not verify with any of the ",
-      keys_.size(),
+      "the artifact's signature does not verify with any of the ", keys_.size(),
       " trusted key(s) (signed by another key, or changed since it was "
       "signed): not loaded"));
 }

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <iostream>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -168,8 +168,7 @@ TEST_P(DamagedFileTest, StoreOpensServesWhatIsIntactAndTakesNewEntries) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EachKind, DamagedFileTest,
-                         ::testing::Values(".sst", ".blob", ".log",
-                                           "MANIFEST"),
+                         ::testing::Values(".sst", ".blob", ".log", "MANIFEST"),
                          [](const auto& info) {
                            std::string name = info.param;
                            return name[0] == '.' ? name.substr(1) : name;

@@ -3,12 +3,12 @@
 #include <random>
 
 #include "absl/strings/match.h"
-#include "runtime/cuda_driver.h"
 #include "client/kiln_client.h"
-#include "support/artifact_signature.h"
-#include "graph/import.h"
 #include "compiler/reference.h"
+#include "graph/import.h"
 #include "gtest/gtest.h"
+#include "runtime/cuda_driver.h"
+#include "support/artifact_signature.h"
 #include "tests/server/daemon.h"
 #include "tests/unit/numerics.h"
 
@@ -236,9 +236,9 @@ TEST(ClientNoServer, UnavailableAfterBoundedRetries) {
 std::string PublicKeyHex(Daemon& daemon) {
   grpc::ClientContext ctx;
   v1::ServerInfo info;
-  EXPECT_TRUE(
-      daemon.Stub()->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info)
-          .ok());
+  EXPECT_TRUE(daemon.Stub()
+                  ->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info)
+                  .ok());
   EXPECT_EQ(info.signing_public_key().size(), kEd25519PublicKeyBytes);
   return KeyToHex(info.signing_public_key());
 }

@@ -408,9 +408,9 @@ TEST(HitSocketLimitsTest, IdleConnectionsMakeRoomWhenSlotsRunOut) {
   }
   // The four longest idle went, in that order; the others stay.
   for (int i = 0; i < 8; ++i) {
-    EXPECT_EQ(ClosedByServer(idle[i].get(), absl::Milliseconds(i < 4 ? 2000
-                                                                      : 100)),
-              i < 4)
+    EXPECT_EQ(
+        ClosedByServer(idle[i].get(), absl::Milliseconds(i < 4 ? 2000 : 100)),
+        i < 4)
         << "idle connection " << i;
   }
 }

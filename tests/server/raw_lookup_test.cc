@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/cpu_executable.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "gtest/gtest.h"
 #include "kiln/v1/service.pb.h"
+#include "runtime/cpu_executable.h"
 #include "support/artifact_signature.h"
 #include "support/sha256.h"
 #include "tests/server/daemon.h"
@@ -184,9 +184,9 @@ TEST_F(RawLookupTest, LoadsVerifiedPiecesAndRefusesCorruptOnes) {
       absl::StatusOr<ReceivedArtifact> parsed =
           ParseLookupResponse(std::move(forged_slices));
       if (!parsed.ok()) continue;  // not even a LookupResponse any more
-      EXPECT_EQ(trusted.Verify(parsed->ArtifactDigest(), parsed->signature())
-                    .code(),
-                absl::StatusCode::kPermissionDenied)
+      EXPECT_EQ(
+          trusted.Verify(parsed->ArtifactDigest(), parsed->signature()).code(),
+          absl::StatusCode::kPermissionDenied)
           << "flipped byte at " << at;
     }
   }
