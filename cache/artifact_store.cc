@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "cache/artifact_format.h"
 #include "cache/rocksdb_status.h"
 #include "rocksdb/cache.h"
@@ -128,8 +129,23 @@ class ArtifactStore::Impl {
   const ArtifactStoreOptions& options() const { return options_; }
 
  private:
+  // RocksDB's options for the store's database and its column families.
+  void DatabaseOptions(rocksdb::DBOptions* db_options,
+                       std::vector<rocksdb::ColumnFamilyDescriptor>* families);
   // Opens db_ and the handles; read-only when `read_only`.
   absl::Status OpenDatabase(bool read_only);
+  // OpenDatabase, CheckFormat, LoadStats and LoadIndex; closes the database
+  // again if one of them fails.
+  absl::Status OpenAndLoad();
+  // After `damage` (DATA_LOSS) at open: RocksDB's RepairDB, then a sweep
+  // that drops entries the repair left inconsistent; if that fails, moves the
+  // data dir aside and opens an empty store. Records what it did in
+  // recovery_.
+  absl::Status Recover(const absl::Status& damage);
+  // After a repair: drops index records whose artifact is missing or fails
+  // verification, and artifacts without an index record. Returns how many
+  // entries it dropped.
+  absl::StatusOr<uint64_t> SweepAfterRepair();
   // Closes db_ (if open) and drops the handles.
   void CloseDatabase();
   absl::Status CheckFormat();
@@ -225,6 +241,12 @@ class ArtifactStore::Impl {
   uint64_t put_bytes_since_reclaim_ ABSL_GUARDED_BY(mu_) = 0;
   bool counters_dirty_ ABSL_GUARDED_BY(mu_) = false;
 
+  // What the open found damaged and did about it (in memory only: a reset
+  // loses the persisted counters with the rest).
+  uint64_t recoveries_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t recovery_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_recovery_ ABSL_GUARDED_BY(mu_);
+
   absl::Mutex flusher_mu_;
   bool stop_flusher_ ABSL_GUARDED_BY(flusher_mu_) = false;
   bool flush_requested_ ABSL_GUARDED_BY(flusher_mu_) = false;
@@ -250,10 +272,12 @@ absl::Status ArtifactStore::Impl::Open() {
     return s;
   }
   write_options_.sync = options_.sync_writes;
-  if (absl::Status s = OpenDatabase(options_.read_only); !s.ok()) return s;
-  if (absl::Status s = CheckFormat(); !s.ok()) return s;
-  if (absl::Status s = LoadStats(); !s.ok()) return s;
-  if (absl::Status s = LoadIndex(); !s.ok()) return s;
+  if (absl::Status s = OpenAndLoad(); !s.ok()) {
+    // A cache can always start again: damaged files cost recompiles, not
+    // the service. Read-only opens (tools inspecting a dir) change nothing.
+    if (options_.read_only || !absl::IsDataLoss(s)) return s;
+    if (absl::Status r = Recover(s); !r.ok()) return r;
+  }
   if (!options_.read_only) {
     absl::MutexLock lock(&write_mu_);
     if (absl::Status s = EvictToCapacityLocked(); !s.ok()) return s;
@@ -269,7 +293,9 @@ absl::Status ArtifactStore::Impl::Open() {
   return absl::OkStatus();
 }
 
-absl::Status ArtifactStore::Impl::OpenDatabase(bool read_only) {
+void ArtifactStore::Impl::DatabaseOptions(
+    rocksdb::DBOptions* db_options_out,
+    std::vector<rocksdb::ColumnFamilyDescriptor>* families_out) {
   const rocksdb::CompressionType compression = PickCompression();
   std::shared_ptr<rocksdb::Cache> cache;
   if (options_.block_cache_bytes > 0) {
@@ -334,12 +360,19 @@ absl::Status ArtifactStore::Impl::OpenDatabase(bool read_only) {
   small_options.write_buffer_size = std::min<uint64_t>(write_buffer, 8 << 20);
   small_options.level_compaction_dynamic_level_bytes = true;
 
-  const std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+  *db_options_out = db_options;
+  *families_out = {
       {rocksdb::kDefaultColumnFamilyName, small_options},
       {format::kArtifactsFamily, artifact_options},
       {format::kAccessFamily, small_options},
       {format::kMetaFamily, small_options},
   };
+}
+
+absl::Status ArtifactStore::Impl::OpenDatabase(bool read_only) {
+  rocksdb::DBOptions db_options;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  DatabaseOptions(&db_options, &families);
   std::vector<rocksdb::ColumnFamilyHandle*> raw_handles;
   rocksdb::DB* raw_db = nullptr;
   rocksdb::Status status =
@@ -379,6 +412,169 @@ void ArtifactStore::Impl::CloseDatabase() {
                   options_.data_dir, s.ToString());
   }
   db_.reset();
+}
+
+absl::Status ArtifactStore::Impl::OpenAndLoad() {
+  absl::Status status = OpenDatabase(options_.read_only);
+  if (status.ok()) status = CheckFormat();
+  if (status.ok()) status = LoadStats();
+  if (status.ok()) status = LoadIndex();
+  if (!status.ok()) {
+    CloseDatabase();
+    absl::MutexLock lock(&mu_);
+    counters_ = StatsRecord();
+    index_.clear();
+    lru_.clear();
+    pending_access_.clear();
+    bytes_ = 0;
+  }
+  return status;
+}
+
+namespace {
+
+// `dir`.damaged-<UTC time>, with -2, -3... if that exists already.
+std::string DamagedName(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const std::string base = absl::StrCat(
+      dir, ".damaged-",
+      absl::FormatTime("%Y%m%dT%H%M%SZ", absl::Now(), absl::UTCTimeZone()));
+  std::string name = base;
+  for (int i = 2; std::filesystem::exists(name); ++i) {
+    name = absl::StrCat(base, "-", i);
+  }
+  return name;
+}
+
+}  // namespace
+
+absl::Status ArtifactStore::Impl::Recover(const absl::Status& damage) {
+  const std::string& dir = options_.data_dir;
+  spdlog::error(
+      "artifact store {}: DAMAGED at open ({}); repairing it with RocksDB's "
+      "RepairDB (unreadable files go to {}/lost)",
+      dir, damage.ToString(), dir);
+  rocksdb::DBOptions db_options;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  DatabaseOptions(&db_options, &families);
+  absl::Status status = FromRocksDb(
+      rocksdb::RepairDB(dir, db_options, families, families[0].options),
+      "cannot repair the artifact store", dir);
+  if (status.ok()) status = OpenAndLoad();
+  uint64_t dropped = 0;
+  if (status.ok()) {
+    absl::StatusOr<uint64_t> swept = SweepAfterRepair();
+    if (swept.ok()) {
+      dropped = *swept;
+    } else {
+      status = swept.status();
+      CloseDatabase();
+    }
+  }
+  std::string what;
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    what = absl::StrCat("repaired after \"", damage.message(), "\": kept ",
+                        index_.size(), " entries, dropped ", dropped,
+                        " inconsistent ones");
+  } else {
+    // Start empty; the damaged files stay, renamed, for inspection (and to
+    // be deleted by whoever looks at them).
+    const std::string aside = DamagedName(dir);
+    spdlog::error(
+        "artifact store {}: repair failed ({}); moving the store aside to {} "
+        "and starting EMPTY",
+        dir, status.ToString(), aside);
+    std::error_code error;
+    std::filesystem::rename(dir, aside, error);
+    if (error) {
+      return absl::DataLossError(
+          absl::StrCat(damage.message(), "; repair failed (", status.message(),
+                       ") and moving the store aside to ", aside,
+                       " failed: ", error.message()));
+    }
+    if (absl::Status s = PrepareDataDir(dir, /*read_only=*/false); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = OpenAndLoad(); !s.ok()) return s;
+    what = absl::StrCat("damaged (\"", damage.message(),
+                        "\"), repair failed; moved aside to ", aside,
+                        " and started empty");
+  }
+  spdlog::error("artifact store {}: RECOVERED: {}", dir, what);
+  absl::MutexLock lock(&mu_);
+  ++recoveries_;
+  recovery_dropped_ += dropped;
+  last_recovery_ = what;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ArtifactStore::Impl::SweepAfterRepair() {
+  std::vector<Sha256Digest> indexed;
+  {
+    absl::MutexLock lock(&mu_);
+    indexed.reserve(index_.size());
+    for (const auto& [key, record] : index_) indexed.push_back(key);
+  }
+  // Every indexed entry must read back and verify: one Get each, so that one
+  // unreadable value costs that entry only.
+  std::vector<Sha256Digest> bad;
+  for (const Sha256Digest& key : indexed) {
+    rocksdb::PinnableSlice value;
+    const rocksdb::Status status =
+        db_->Get(read_options_, artifacts_, KeySlice(key), &value);
+    format::DecodedValue decoded;
+    if (status.ok() && format::DecodeValue(key, ToAbsl(value), &decoded).ok())
+      continue;
+    if (!status.ok() && !status.IsNotFound() && !status.IsCorruption()) {
+      return FromRocksDb(status, "cannot verify the repaired store",
+                         options_.data_dir);
+    }
+    bad.push_back(key);
+  }
+  // Artifacts without an index record take disk the budget does not see.
+  // An iterator stops at the first unreadable block: what it could not
+  // reach stays (harmless but for the disk), logged.
+  std::vector<std::string> orphans;
+  {
+    absl::flat_hash_set<Sha256Digest> known(indexed.begin(), indexed.end());
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(read_options_, artifacts_));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      const rocksdb::Slice key = it->key();
+      Sha256Digest digest{};
+      if (key.size() == digest.size()) {
+        std::copy(key.data(), key.data() + key.size(), digest.begin());
+        if (known.contains(digest)) continue;
+      }
+      orphans.push_back(key.ToString());
+    }
+    if (!it->status().ok()) {
+      spdlog::warn(
+          "artifact store {}: after the repair, the scan for artifacts "
+          "without an index record stopped early: {}",
+          options_.data_dir, it->status().ToString());
+    }
+  }
+  if (bad.empty() && orphans.empty()) return 0;
+  rocksdb::WriteBatch batch;
+  for (const Sha256Digest& key : bad) {
+    batch.Delete(artifacts_, KeySlice(key));
+    batch.Delete(access_, KeySlice(key));
+  }
+  for (const std::string& key : orphans) batch.Delete(artifacts_, key);
+  absl::MutexLock write_lock(&write_mu_);
+  if (absl::Status s = WriteLocked(&batch,
+                                   "cannot drop entries the repair "
+                                   "left inconsistent");
+      !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  for (const Sha256Digest& key : bad) EraseFromIndexLocked(key);
+  counters_.corrupt_dropped += bad.size() + orphans.size();
+  counters_dirty_ = true;
+  return bad.size() + orphans.size();
 }
 
 absl::Status ArtifactStore::Impl::CheckFormat() {
@@ -1009,6 +1205,9 @@ CacheStats ArtifactStore::Impl::Stats() const {
   stats.corrupt_dropped = counters_.corrupt_dropped;
   stats.io_errors = counters_.io_errors;
   stats.compile_seconds_saved = counters_.compile_seconds_saved;
+  stats.recoveries = recoveries_;
+  stats.recovery_dropped = recovery_dropped_;
+  stats.last_recovery = last_recovery_;
   return stats;
 }
 

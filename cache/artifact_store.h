@@ -30,6 +30,22 @@
 //    capacity clamped to [4, 64] MiB) and evicted artifacts' space awaiting
 //    compaction. The store compacts when the files pass 1.5x the live bytes
 //    plus the WAL allowance (see ReclaimSpace).
+//  - Damage. A store whose files RocksDB finds corrupt at open (a flipped
+//    byte in a table file, a blob file's header, the MANIFEST...) does not
+//    stop the open: the store runs RocksDB's RepairDB (unreadable files go
+//    to <data_dir>/lost), then reads back and verifies every indexed entry,
+//    dropping those that fail and artifacts that lost their index record.
+//    If the repair fails or the repaired database cannot be opened, the dir
+//    is renamed to <data_dir>.damaged-<UTC time> and the store starts
+//    empty. Either way it logs at error level and reports it in
+//    CacheStats::recoveries / recovery_dropped / last_recovery. Corruption
+//    RocksDB finds only on a read (data blocks, blob values) drops that
+//    entry (see Integrity). Read-only opens never repair. Limits: RocksDB
+//    7.8's repair does not take blob files back, so entries stored in them
+//    (payloads of blob_min_bytes or more) are dropped by the sweep; entries
+//    in a table file the repair cannot read, and writes after a damaged
+//    WAL record (point-in-time recovery, as after a crash), are lost without
+//    being counted.
 //  - Stats. Counters live in memory and are persisted with the access batches
 //    and on close. After a crash the counters (hits, misses, puts, evictions,
 //    corrupt_dropped, deletes, compile_seconds_saved) may lag by at most one
@@ -58,7 +74,8 @@
 //                       error and not reopened yet (the operation may
 //                       succeed later).
 //  DATA_LOSS            the database's own files are corrupt beyond one entry
-//                       (e.g. at open).
+//                       (read-only open; or a damaged store that could be
+//                       neither repaired nor moved aside).
 //  INTERNAL             anything RocksDB reports that fits none of the above.
 //
 // Thread-safety: every method of ArtifactStore may be called concurrently from
@@ -172,6 +189,14 @@ struct CacheStats {
   uint64_t corrupt_dropped = 0;  // entries that failed verification
   uint64_t io_errors = 0;        // operations that failed with an I/O error
   double compile_seconds_saved = 0;  // sum of compile_seconds over all hits
+  // Damage found at open (see "Damage" in the file comment), for this open
+  // only (not persisted): recoveries (0 or 1), the entries the repair's
+  // sweep dropped (also counted in corrupt_dropped; entries in files the
+  // repair could not read, or in a store moved aside, are gone uncounted)
+  // and what was done, in words (empty if nothing).
+  uint64_t recoveries = 0;
+  uint64_t recovery_dropped = 0;
+  std::string last_recovery;
 };
 
 class ArtifactStore {

@@ -122,7 +122,11 @@ void kiln_status_free(kiln_status* status);
  * comma-separated list of a fleet's replicas: keys spread over them, with
  * failover; NULL or "": $KILN_SERVER, else 127.0.0.1:7733). `rpc_deadline_seconds` <= 0 and
  * `max_retries` < 0 keep kiln::ClientOptions' defaults (5 minutes, 5
- * retries on UNAVAILABLE). Does not contact the server yet. */
+ * retries on UNAVAILABLE). Does not contact the server yet. With
+ * $KILN_TRUSTED_KEYS set (kilnd public keys, 64 hex digits each,
+ * comma-separated: `kilnctl public-key`), artifacts not signed by one of them
+ * are refused with KILN_PERMISSION_DENIED before any code is loaded; a
+ * malformed list fails here with KILN_INVALID_ARGUMENT. */
 kiln_status* kiln_client_create(const char* server, double rpc_deadline_seconds,
                                 int max_retries, kiln_client** out);
 /* kiln_client_create for kilnd with tokens and/or TLS (README.md, "Running

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -24,6 +25,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "grpcpp/grpcpp.h"
 #include "kiln/v1/service.grpc.pb.h"
+#include "support/artifact_signature.h"
 #include "support/sha256.h"
 
 namespace kiln {
@@ -73,10 +75,12 @@ constexpr absl::Duration kAvoidUnavailable = absl::Seconds(5);
 class ClientImpl final : public Client {
  public:
   ClientImpl(const ClientOptions& options, Connection connection,
-             std::vector<std::unique_ptr<Replica>> replicas)
+             std::vector<std::unique_ptr<Replica>> replicas,
+             TrustedKeys trusted)
       : options_(options),
         connection_(std::move(connection)),
         replicas_(std::move(replicas)),
+        trusted_(std::move(trusted)),
         pool_(std::make_shared<ThreadPool>(options.runtime_threads)) {}
 
   absl::StatusOr<std::shared_ptr<const Executable>> GetExecutable(
@@ -227,6 +231,11 @@ class ClientImpl final : public Client {
       absl::StatusOr<ReceivedArtifact> found =
           ParseLookupResponse(std::move(response));
       if (!found.ok()) return found.status();
+      if (!trusted_.empty()) {
+        absl::Status v =
+            trusted_.Verify(found->ArtifactDigest(), found->signature());
+        if (!v.ok()) return Refused(v, key);
+      }
       fetched.received.emplace(*std::move(found));
       return fetched;
     }
@@ -237,8 +246,27 @@ class ClientImpl final : public Client {
     });
     Count(&Counters::compiles);
     if (!s.ok()) return FromGrpc(s);
+    if (!trusted_.empty()) {
+      // kilnd signed the serialization it caches; the parsed message
+      // serializes back to the same bytes.
+      absl::Status v =
+          trusted_.Verify(Sha256(compiled.artifact().SerializeAsString()),
+                          compiled.artifact_signature());
+      if (!v.ok()) return Refused(v, key);
+    }
     fetched.compiled = std::move(*compiled.mutable_artifact());
     return fetched;
+  }
+
+  // `verify`'s status, naming the server and the key.
+  absl::Status Refused(const absl::Status& verify, const std::string& key) {
+    Sha256Digest digest{};
+    if (key.size() == digest.size())
+      std::memcpy(digest.data(), key.data(), digest.size());
+    return absl::Status(
+        verify.code(),
+        absl::StrCat("artifact ", DigestToHex(digest).substr(0, 16), " from ",
+                     options_.server, ": ", verify.message()));
   }
 
   template <typename Map, typename Key>
@@ -323,6 +351,7 @@ class ClientImpl final : public Client {
   const ClientOptions options_;
   const Connection connection_;
   const std::vector<std::unique_ptr<Replica>> replicas_;
+  const TrustedKeys trusted_;
   std::shared_ptr<ThreadPool> pool_;
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const Executable>> loaded_;
@@ -353,6 +382,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
       env && std::string(env) == "0") {
     o.use_hit_socket = false;
   }
+  if (o.trusted_keys.empty()) {
+    const char* env = std::getenv("KILN_TRUSTED_KEYS");
+    if (env != nullptr) o.trusted_keys = env;
+  }
+  absl::StatusOr<TrustedKeys> trusted = TrustedKeys::Parse(o.trusted_keys);
+  if (!trusted.ok()) return trusted.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
@@ -373,8 +408,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     return absl::InvalidArgumentError(
         absl::StrCat("no server address in '", o.server, "'"));
   }
-  return std::unique_ptr<Client>(
-      new ClientImpl(o, *std::move(connection), std::move(replicas)));
+  return std::unique_ptr<Client>(new ClientImpl(
+      o, *std::move(connection), std::move(replicas), *std::move(trusted)));
 }
 
 }  // namespace kiln

@@ -37,7 +37,9 @@
 //
 // Errors: the daemon's status (INVALID_ARGUMENT/UNIMPLEMENTED name node,
 // op and reason); UNAVAILABLE after the retries are spent; DATA_LOSS for an
-// artifact whose binary does not match its hash.
+// artifact whose binary does not match its hash; PERMISSION_DENIED, with
+// trusted keys configured (ClientOptions::trusted_keys), for an artifact
+// not signed by one of them (checked first, before anything is loaded).
 //
 // CUDA: GetCudaExecutable is the same flow for a request that names a CUDA
 // target (`sm_XX`); the artifact (a cubin the daemon cross-compiled, no GPU
@@ -91,6 +93,13 @@ struct ClientOptions {
   // $KILN_TOKEN, $KILN_TOKEN_FILE, $KILN_TLS_CA, $KILN_TLS_CERT,
   // $KILN_TLS_KEY, $KILN_TLS_SERVER_NAME, $KILN_TLS.
   ConnectionOptions connection;
+  // Public keys (64 hex digits each, comma- or space-separated; what
+  // `kilnctl public-key` prints) of the kilnds whose artifacts this client
+  // loads; empty: $KILN_TRUSTED_KEYS; both empty: no signature is checked.
+  // With keys, an artifact that is unsigned or not signed by one of them
+  // (support/artifact_signature.h) is refused with PERMISSION_DENIED before
+  // any of its code is loaded. Several keys: rotation.
+  std::string trusted_keys;
 };
 
 class Executable {

@@ -6,6 +6,7 @@
 //                              [--sizes=s0=8,..]
 //   kilnctl explain GRAPH.json [--target=...]
 //   kilnctl info
+//   kilnctl public-key
 //   kilnctl ls [--limit=N]
 //   kilnctl evict KEY|--all
 //   kilnctl bench GRAPH.json [--seconds=5] [--concurrency=4] [--requests=N]
@@ -61,6 +62,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "kiln/v1/service.grpc.pb.h"
+#include "support/artifact_signature.h"
 #include "support/sha256.h"
 
     ABSL_FLAG(std::string, server, "",
@@ -105,6 +107,10 @@ ABSL_FLAG(double, seconds, 5, "bench: at most this long, in seconds");
 ABSL_FLAG(int32_t, concurrency, 4, "bench: client threads");
 ABSL_FLAG(int64_t, requests, 1000000,
           "bench: at most this many Lookups in all");
+ABSL_FLAG(std::string, trusted_keys, "",
+          "public keys of the kilnds whose artifacts compile --run and bench "
+          "--mode=client load (64 hex digits each, comma-separated; empty: "
+          "$KILN_TRUSTED_KEYS); unsigned or foreign artifacts are refused");
 ABSL_FLAG(bool, verify, true,
           "bench --mode=proto|raw: check each artifact's binary against its "
           "SHA-256, as a client does before loading it");
@@ -359,7 +365,9 @@ int Stats(v1::Kiln::Stub& stub) {
         ",\"shared_bytes_written\":", s.shared_bytes_written(),
         ",\"shared_corrupt\":", s.shared_corrupt(),
         ",\"shared_error_hits\":", s.shared_error_hits(),
-        ",\"shared_failures\":", s.shared_failures(), "}\n");
+        ",\"shared_failures\":", s.shared_failures(),
+        ",\"store_recoveries\":", s.store_recoveries(),
+        ",\"store_recovery_dropped\":", s.store_recovery_dropped(), "}\n");
     return 0;
   }
   const uint64_t lookups = s.hits() + s.misses();
@@ -408,6 +416,31 @@ int Stats(v1::Kiln::Stub& stub) {
   for (const auto& [name, value] : rows) {
     std::cout << absl::StrFormat("%-20s %s\n", name, value);
   }
+  if (s.store_recoveries() > 0) {
+    std::cout << absl::StrFormat("%-20s %s\n", "store damaged at start",
+                                 s.store_last_recovery());
+  }
+  return 0;
+}
+
+// public-key: the public key kilnd signs artifacts with, as 64 hex digits
+// (what clients put in KILN_TRUSTED_KEYS). Shown as this server reports it:
+// compare it with `kilnd --print_public_key` on kilnd's host before
+// trusting it.
+int PublicKey(v1::Kiln::Stub& stub) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::ServerInfo info;
+  if (grpc::Status st =
+          stub.GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
+      !st.ok())
+    return Fail("public-key", st);
+  if (info.signing_public_key().empty()) {
+    std::cerr << "public-key: kilnd at " << ServerAddress()
+              << " signs no artifacts (--signing_key=off)\n";
+    return 1;
+  }
+  std::cout << absl::BytesToHexString(info.signing_public_key()) << "\n";
   return 0;
 }
 
@@ -543,6 +576,22 @@ int Compile(v1::Kiln::Stub& stub, const std::string& path) {
     return Fail(absl::StrCat("compile ", path), s);
   PrintCompileResponse(resp);
   if (!absl::GetFlag(FLAGS_run)) return 0;
+  // As kiln::Client does: with trusted keys, the signature is checked
+  // before the artifact's code is loaded.
+  std::string trusted_text = absl::GetFlag(FLAGS_trusted_keys);
+  if (const char* env = std::getenv("KILN_TRUSTED_KEYS");
+      trusted_text.empty() && env != nullptr)
+    trusted_text = env;
+  absl::StatusOr<TrustedKeys> trusted = TrustedKeys::Parse(trusted_text);
+  if (!trusted.ok()) return FailMessage(trusted.status().ToString());
+  if (!trusted->empty()) {
+    if (absl::Status v =
+            trusted->Verify(Sha256(resp.artifact().SerializeAsString()),
+                            resp.artifact_signature());
+        !v.ok())
+      return FailMessage(absl::StrCat("run: ", v.ToString()));
+    std::cout << "signed   by a trusted key\n";
+  }
   absl::StatusOr<bool> pass = RunAndCompare(*req, resp.artifact());
   if (!pass.ok()) {
     return FailMessage(absl::StrCat("run: ", pass.status().ToString()));
@@ -906,6 +955,7 @@ int Bench(v1::Kiln::Stub& stub, const std::string& path) {
     options.use_hit_socket = absl::GetFlag(FLAGS_hit_socket);
     options.runtime_threads = 1;
     options.connection = ConnectionFlags();
+    options.trusted_keys = absl::GetFlag(FLAGS_trusted_keys);
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
     if (!client.ok()) return FailMessage(client.status().ToString());
     auto first = (*client)->GetExecutable(*req);
@@ -934,11 +984,15 @@ usage: kilnctl [--server=HOST:PORT] SUBCOMMAND [ARGS] [FLAGS]
   health                 grpc.health.v1 check; prints SERVING, exit 0
   stats [--json]         cache and compile counters (--json: one object)
   info                   kilnd's version and where its hit socket listens
+  public-key             the Ed25519 public key kilnd signs artifacts with
+                         (64 hex digits, for KILN_TRUSTED_KEYS)
   compile GRAPH.json [--target=cpu|sm_XX] [--fast_math] [--run]
                      [--sizes=s0=8] [--seed=N]
                          key and outcome (hit, compiled, joined); --run runs
                          the artifact on seeded random inputs and compares
-                         with the reference evaluator (PASS/FAIL)
+                         with the reference evaluator (PASS/FAIL); with
+                         --trusted_keys or $KILN_TRUSTED_KEYS, only if kilnd's
+                         signature verifies
   explain GRAPH.json     the guard key's components and canonical text
   ls [--limit=N]         cached entries: key, bytes, compile ms, last access
   evict KEY|--all        drop one entry (KEY or a unique prefix) or all
@@ -987,10 +1041,12 @@ int Main(int argc, char** argv) {
     return Health();
   }
   auto stub = v1::Kiln::NewStub(MakeChannel());
-  if (command == "stats" || command == "ls" || command == "info") {
+  if (command == "stats" || command == "ls" || command == "info" ||
+      command == "public-key") {
     if (!args.empty())
       return Usage(absl::StrCat(command, " takes no arguments"));
     if (command == "info") return Info(*stub);
+    if (command == "public-key") return PublicKey(*stub);
     return command == "stats" ? Stats(*stub) : Ls(*stub);
   }
   if (command == "evict") return Evict(*stub, args);

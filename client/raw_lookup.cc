@@ -222,6 +222,28 @@ size_t ReceivedArtifact::binary_size() const {
   return n;
 }
 
+Sha256Digest ReceivedArtifact::ArtifactDigest() const {
+  Sha256Hasher hasher;
+  size_t skip = artifact_offset_;
+  size_t left = artifact_length_;
+  for (const grpc::Slice& slice : slices_) {
+    if (left == 0) break;
+    size_t size = slice.size();
+    const char* data = reinterpret_cast<const char*>(slice.begin());
+    if (skip >= size) {
+      skip -= size;
+      continue;
+    }
+    data += skip;
+    size -= skip;
+    skip = 0;
+    const size_t take = std::min(size, left);
+    hasher.Update(absl::string_view(data, take));
+    left -= take;
+  }
+  return hasher.Finish();
+}
+
 absl::StatusOr<ReceivedArtifact> ParseLookupResponse(
     std::vector<grpc::Slice> slices) {
   ReceivedArtifact got;
@@ -237,6 +259,14 @@ absl::StatusOr<ReceivedArtifact> ParseLookupResponse(
   bool saw_cpu = false;
   bool saw_cuda = false;
   while (const uint32_t tag = in.ReadTag()) {
+    if (WireFormatLite::GetTagFieldNumber(tag) ==
+            v1::LookupResponse::kArtifactSignatureFieldNumber &&
+        IsLengthDelimited(tag)) {
+      if (!WireFormatLite::ReadBytes(&in, &got.signature_)) {
+        return Malformed("a truncated signature");
+      }
+      continue;
+    }
     if (WireFormatLite::GetTagFieldNumber(tag) !=
             v1::LookupResponse::kArtifactFieldNumber ||
         !IsLengthDelimited(tag)) {
@@ -252,6 +282,8 @@ absl::StatusOr<ReceivedArtifact> ParseLookupResponse(
     if (!in.ReadVarint32(&artifact_length)) {
       return Malformed("a truncated length");
     }
+    got.artifact_offset_ = static_cast<size_t>(in.CurrentPosition());
+    got.artifact_length_ = artifact_length;
     const CodedInputStream::Limit artifact_limit =
         in.PushLimit(static_cast<int>(artifact_length));
     {

@@ -41,6 +41,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "kiln/v1/artifact.pb.h"
+#include "support/sha256.h"
 
 namespace kiln {
 
@@ -103,6 +104,12 @@ class ReceivedArtifact {
   absl::Span<const absl::string_view> binary() const { return binary_; }
   size_t binary_size() const;
 
+  // LookupResponse.artifact_signature (empty if none), and the SHA-256 of
+  // the artifact's bytes as received, which it signs
+  // (support/artifact_signature.h). ArtifactDigest hashes them each call.
+  const std::string& signature() const { return signature_; }
+  Sha256Digest ArtifactDigest() const;
+
  private:
   friend absl::StatusOr<ReceivedArtifact> ParseLookupResponse(
       std::vector<grpc::Slice> slices);
@@ -112,6 +119,9 @@ class ReceivedArtifact {
   std::deque<std::string> copied_;   // small pieces copied out (see .cc)
   v1::Artifact artifact_;
   std::vector<absl::string_view> binary_;
+  std::string signature_;
+  size_t artifact_offset_ = 0;  // where the artifact's bytes start in slices_
+  size_t artifact_length_ = 0;
 };
 
 // Parses the bytes of a LookupResponse (as RawLookupStub::Lookup returns

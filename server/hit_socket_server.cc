@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <system_error>
 
@@ -84,7 +85,8 @@ void HitSocketServer::AcceptLoop() {
         }
         break;
       }
-      if (open_connections_.load() >= options_.max_connections) {
+      if (open_connections_.load() >= options_.max_connections &&
+          !CloseAnIdleConnection()) {
         // Closed at once: the client falls back to gRPC.
         spdlog::warn("event=hit_socket_full connections={}",
                      open_connections_.load());
@@ -123,20 +125,66 @@ void HitSocketServer::ReapFinished() {
   for (Connection& c : done) c.thread.join();
 }
 
+bool HitSocketServer::CloseAnIdleConnection() {
+  // Rounded up: a server of one slot keeps its one idle connection.
+  const int64_t keep = static_cast<int64_t>(std::ceil(
+      options_.idle_share * static_cast<double>(options_.max_connections)));
+  absl::MutexLock lock(&mu_);
+  int64_t idle = 0;
+  Connection* oldest = nullptr;
+  int64_t oldest_since = 0;
+  for (Connection& c : connections_) {
+    const int64_t since = c.idle_since.load();
+    if (since <= 0 || c.finished) continue;
+    ++idle;
+    if (oldest == nullptr || since < oldest_since) {
+      oldest = &c;
+      oldest_since = since;
+    }
+  }
+  if (oldest == nullptr || idle <= keep) return false;
+  // Lost the race if its next request began meanwhile.
+  if (!oldest->idle_since.compare_exchange_strong(oldest_since, kClosing))
+    return false;
+  // Its thread wakes from poll, reads end-of-file and closes.
+  if (oldest->fd.valid()) ::shutdown(oldest->fd.get(), SHUT_RDWR);
+  idle_closed_.fetch_add(1);
+  spdlog::info("event=hit_socket_idle_closed idle={} keep={}", idle, keep);
+  return true;
+}
+
 void HitSocketServer::Serve(Connection* connection) {
   const int fd = connection->fd.get();
   std::string request;
   for (;;) {
     char header[hit_wire::kRequestHeaderBytes];
-    absl::Status s =
-        hit_wire::ReadFull(fd, header, sizeof(header),
-                           absl::Now() + options_.idle_timeout, stop_fd_.get());
+    int64_t since = absl::ToUnixNanos(absl::Now());
+    int64_t busy = 0;
+    if (!connection->idle_since.compare_exchange_strong(busy, since))
+      break;  // chosen to be closed
+    absl::Status s = hit_wire::ReadFull(
+        fd, header, 1, absl::Now() + options_.idle_timeout, stop_fd_.get());
+    // The request has begun: it must arrive whole by `request_deadline`,
+    // however slowly its bytes trickle in.
+    const absl::Time request_deadline = absl::Now() + options_.io_timeout;
+    if (s.ok() && !connection->idle_since.compare_exchange_strong(since, 0))
+      break;  // chosen to be closed just as the request began
+    if (s.ok()) {
+      s = hit_wire::ReadFull(fd, header + 1, sizeof(header) - 1,
+                             request_deadline, stop_fd_.get());
+    }
     uint32_t length = 0;
     if (s.ok()) s = hit_wire::DecodeRequestHeader(header, &length);
     if (s.ok()) {
       request.resize(length);
-      s = hit_wire::ReadFull(fd, request.data(), length,
-                             absl::Now() + options_.io_timeout, stop_fd_.get());
+      s = hit_wire::ReadFull(fd, request.data(), length, request_deadline,
+                             stop_fd_.get());
+    }
+    if (absl::IsDeadlineExceeded(s) && absl::Now() >= request_deadline &&
+        connection->idle_since.load() == 0) {
+      timed_out_requests_.fetch_add(1);
+      spdlog::info("event=hit_socket_request_timeout timeout_ms={}",
+                   absl::ToInt64Milliseconds(options_.io_timeout));
     }
     if (!s.ok()) {
       // A clean close, an idle connection, stopping, or a peer that does not
@@ -164,9 +212,9 @@ void HitSocketServer::Serve(Connection* connection) {
     s = hit_wire::WriteFull(fd, pieces, absl::Now() + options_.io_timeout);
     if (!s.ok()) break;
   }
+  absl::MutexLock lock(&mu_);
   connection->fd.reset();
   open_connections_.fetch_sub(1);
-  absl::MutexLock lock(&mu_);
   connection->finished = true;
 }
 

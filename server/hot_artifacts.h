@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -33,6 +34,11 @@ namespace kiln {
 struct HotArtifact {
   grpc::Slice artifact_bytes;  // a serialized kiln.v1.Artifact
   absl::Time created;          // the store entry's CachedArtifact::created
+  // kilnd's signature of artifact_bytes (support/artifact_signature.h), and
+  // LookupResponse's field artifact_signature holding it, as sent after
+  // the artifact; both empty when kilnd signs nothing.
+  std::string signature;
+  grpc::Slice signature_field;
 };
 
 class HotArtifacts {

@@ -50,6 +50,24 @@ grpc::Slice LookupResponseHeader(size_t artifact_bytes) {
   return grpc::Slice(header, static_cast<size_t>(end - header));
 }
 
+// LookupResponse's field artifact_signature holding `signature` (empty for
+// none): what follows the artifact's bytes in a Lookup response.
+grpc::Slice SignatureField(const std::string& signature) {
+  if (signature.empty()) return grpc::Slice();
+  using google::protobuf::internal::WireFormatLite;
+  using google::protobuf::io::CodedOutputStream;
+  std::string field(16 + signature.size(), '\0');
+  uint8_t* begin = reinterpret_cast<uint8_t*>(field.data());
+  uint8_t* end = CodedOutputStream::WriteTagToArray(
+      WireFormatLite::MakeTag(v1::LookupResponse::kArtifactSignatureFieldNumber,
+                              WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
+      begin);
+  end = CodedOutputStream::WriteVarint64ToArray(signature.size(), end);
+  std::memcpy(end, signature.data(), signature.size());
+  end += signature.size();
+  return grpc::Slice(begin, static_cast<size_t>(end - begin));
+}
+
 // The bytes of a ByteBuffer as one string (requests here are small).
 std::string BufferBytes(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
@@ -155,6 +173,9 @@ std::shared_ptr<const HotArtifact> KilnService::FindHot(const Sha256Digest& key,
   auto hot = std::make_shared<HotArtifact>();
   hot->artifact_bytes = grpc::Slice(payload.data(), payload.size());
   hot->created = (*got)->created;
+  // Signed once as it enters memory: hits send the signature kept here.
+  hot->signature = SignArtifact(payload);
+  hot->signature_field = SignatureField(hot->signature);
   hot_.Insert(key, hot);
   return hot;
 }
@@ -378,6 +399,7 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
       return Done("Compile", grpc::Status(grpc::StatusCode::INTERNAL,
                                           "cannot parse a cached artifact"));
     }
+    resp->set_artifact_signature(hot->signature);
   } else {
     misses_.fetch_add(1);
     InflightCompiles::Ticket ticket = inflight_.Join(key);
@@ -419,6 +441,10 @@ grpc::Status KilnService::Compile(grpc::ServerContext* ctx,
       return Done("Compile", ToGrpc(result.status()));
     }
     *resp->mutable_artifact() = **result;
+    // Over the serialization the cache holds (and a client re-makes).
+    if (options_.signer != nullptr)
+      resp->set_artifact_signature(
+          SignArtifact((*result)->SerializeAsString()));
   }
   const v1::Artifact& artifact = resp->artifact();
   resp->set_outcome(outcome);
@@ -455,8 +481,9 @@ grpc::ServerUnaryReactor* KilnService::Lookup(grpc::CallbackServerContext* ctx,
     // shared with HotArtifacts, not copied.
     const grpc::Slice slices[] = {
         LookupResponseHeader((*hot)->artifact_bytes.size()),
-        (*hot)->artifact_bytes};
-    *response = grpc::ByteBuffer(slices, 2);
+        (*hot)->artifact_bytes, (*hot)->signature_field};
+    *response =
+        grpc::ByteBuffer(slices, (*hot)->signature_field.size() > 0 ? 3 : 2);
   }
   reactor->Finish(Done("Lookup", ToGrpc(hot.status())));
   return reactor;
@@ -501,6 +528,8 @@ HitReply KilnService::LookupOnHitSocket(absl::string_view request) {
                              slice.size());
   };
   reply.pieces = {view(held->header), view(held->hot->artifact_bytes)};
+  if (held->hot->signature_field.size() > 0)
+    reply.pieces.push_back(view(held->hot->signature_field));
   reply.keep_alive = std::move(held);
   return reply;
 }
@@ -542,6 +571,8 @@ grpc::Status KilnService::GetServerInfo(grpc::ServerContext* ctx,
   if ((hit_socket_.tcp_port() != 0 || !hit_socket_.unix_path().empty()) &&
       (!hit_socket_local_only_ || IsLocalPeer(ctx->peer())))
     *resp->mutable_hit_socket() = hit_socket_;
+  if (options_.signer != nullptr)
+    resp->set_signing_public_key(options_.signer->public_key());
   for (const std::string& op : OpSignatures::Get().Names()) {
     if (OpLowerings::Get().Find(op) != nullptr) resp->add_supported_ops(op);
   }
@@ -595,7 +626,15 @@ v1::Stats KilnService::CurrentStats() const {
     resp->set_shared_error_hits(t.error_hits);
     resp->set_shared_failures(t.failures);
   }
+  resp->set_store_recoveries(s.recoveries);
+  resp->set_store_recovery_dropped(s.recovery_dropped);
+  resp->set_store_last_recovery(s.last_recovery);
   return stats;
+}
+
+std::string KilnService::SignArtifact(absl::string_view artifact_bytes) const {
+  if (options_.signer == nullptr) return "";
+  return options_.signer->Sign(Sha256(artifact_bytes));
 }
 
 grpc::Status KilnService::Done(const char* method, grpc::Status status) {

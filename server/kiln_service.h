@@ -40,6 +40,7 @@
 #include "server/hot_artifacts.h"
 #include "server/inflight_compiles.h"
 #include "server/metrics.h"
+#include "support/artifact_signature.h"
 
 namespace kiln {
 
@@ -68,6 +69,9 @@ struct KilnServiceOptions {
   // (server/compile_pool.h); apply to callers named by a token or, without
   // tokens, by a verified client certificate (mTLS).
   CompilePoolLimits per_token_limits;
+  // Signs every artifact served (support/artifact_signature.h); null: none
+  // is signed. Not owned; must outlive the service.
+  const ArtifactSigner* signer = nullptr;
 };
 
 class KilnService final
@@ -177,6 +181,9 @@ class KilnService final
   // logs refusals. Without an authenticator: the anonymous identity.
   absl::StatusOr<Identity> Authorize(const grpc::ServerContextBase& ctx,
                                      Role role, const char* method) const;
+  // The signature of an artifact serialized as `artifact_bytes` (empty when
+  // kilnd has no signer).
+  std::string SignArtifact(absl::string_view artifact_bytes) const;
 
   ArtifactStore* const store_;
   ServerMetrics* metrics_ = nullptr;

@@ -9,7 +9,9 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <thread>
@@ -37,6 +39,7 @@
 #include "server/kiln_service.h"
 #include "server/tls_files.h"
 #include "spdlog/spdlog.h"
+#include "support/artifact_signature.h"
 #include "support/hit_wire.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7733",
@@ -66,8 +69,16 @@ ABSL_FLAG(std::string, hit_listen, "auto",
 ABSL_FLAG(int32_t, hit_max_connections, 256,
           "hit socket connections at once (one thread each); more are closed "
           "and those clients use gRPC");
+ABSL_FLAG(int32_t, hit_request_timeout_ms, 10000,
+          "a hit socket request must arrive whole this long after its first "
+          "byte (else its connection is closed); also the limit for writing "
+          "a response");
+ABSL_FLAG(int32_t, hit_idle_timeout_seconds, 600,
+          "hit socket connections idle this long are closed");
 ABSL_FLAG(std::string, port_file, "",
-          "write the bound port here once serving (for tests and scripts)");
+          "once serving, write the bound ports here, one a line: gRPC, "
+          "/metrics, hit socket (0: off or a Unix socket); for tests and "
+          "scripts");
 ABSL_FLAG(int32_t, idle_exit_seconds, 0,
           "exit (as on SIGTERM: drain, close the cache) after this many "
           "seconds with no RPC in flight and none served (0: never); the "
@@ -117,6 +128,14 @@ ABSL_FLAG(int32_t, max_queued_compiles_per_token, 16,
 ABSL_FLAG(int32_t, max_running_compiles_per_token, 0,
           "compiles of one token (or client certificate) running at once; "
           "its others wait while other callers' run (0: no limit)");
+ABSL_FLAG(std::string, signing_key, "",
+          "Ed25519 private key (PEM) kilnd signs every artifact with; "
+          "created (mode 0600) if absent. Empty: DATA_DIR-signing-key.pem "
+          "next to the data dir; off: sign nothing. Clients that trust its "
+          "public key (kilnctl public-key) refuse anything else");
+ABSL_FLAG(bool, print_public_key, false,
+          "print the public key of --signing_key (64 hex digits, what "
+          "clients put in KILN_TRUSTED_KEYS) and exit");
 ABSL_FLAG(std::string, compiler_identity, "",
           "for tests: store artifacts under this compiler identity instead "
           "of this build's (stands for a kilnd of another build)");
@@ -352,6 +371,39 @@ int Main(int argc, char** argv) {
                                : absl::GetFlag(FLAGS_data_dir);
   store_options.capacity_bytes =
       static_cast<uint64_t>(absl::GetFlag(FLAGS_cache_bytes));
+  // The signing key first: --print_public_key needs no store.
+  std::unique_ptr<ArtifactSigner> signer;
+  if (std::string key_path = absl::GetFlag(FLAGS_signing_key);
+      key_path != "off") {
+    if (key_path.empty()) {
+      std::string dir = store_options.data_dir;
+      while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+      key_path = dir + "-signing-key.pem";
+      // The data dir's parent (~/.cache) may not exist yet.
+      std::error_code ignored;
+      std::filesystem::create_directories(
+          std::filesystem::path(key_path).parent_path(), ignored);
+    }
+    auto loaded = ArtifactSigner::LoadOrCreate(key_path, /*create=*/true);
+    if (!loaded.ok()) {
+      spdlog::critical("event=signing_key_failed path={} status=\"{}\"",
+                       key_path, loaded.status().ToString());
+      return 1;
+    }
+    signer = *std::move(loaded);
+    if (!absl::GetFlag(FLAGS_print_public_key)) {
+      spdlog::info("event=signing key={} public_key={}", key_path,
+                   signer->public_key_hex());
+    }
+  }
+  if (absl::GetFlag(FLAGS_print_public_key)) {
+    if (!signer) {
+      spdlog::critical("--print_public_key with --signing_key=off");
+      return 1;
+    }
+    std::printf("%s\n", signer->public_key_hex().c_str());
+    return 0;
+  }
   auto store = ArtifactStore::Open(store_options);
   if (!store.ok()) {
     spdlog::critical("event=open_failed status=\"{}\"",
@@ -382,6 +434,10 @@ int Main(int argc, char** argv) {
     }
     shared = *std::move(opened);
   }
+  if (const CacheStats stats = (*store)->Stats(); stats.recoveries > 0) {
+    spdlog::error("event=store_recovered data_dir={} what=\"{}\"",
+                  store_options.data_dir, stats.last_recovery);
+  }
   KilnServiceOptions options;
   options.shared = shared.get();
   options.test_compile_delay = absl::Milliseconds(
@@ -401,17 +457,20 @@ int Main(int argc, char** argv) {
       std::max(0, absl::GetFlag(FLAGS_max_queued_compiles_per_token)));
   options.per_token_limits.max_running_per_identity =
       std::max(0, absl::GetFlag(FLAGS_max_running_compiles_per_token));
+  options.signer = signer.get();
   KilnService service(store->get(), options);
   service.set_authenticator(auth.get());
   // The exposer holds collectables weakly: this shared_ptr keeps it alive.
   auto metrics = std::make_shared<ServerMetrics>(
       [&service] { return service.CurrentStats(); });
   service.set_metrics(metrics.get());
-  // /metrics is an aid, not a reason to refuse service: a port that cannot
-  // be bound is logged and skipped.
+  // A /metrics port that cannot be bound stops the start: skipping it would
+  // leave a second kilnd on the host scraped as the first one (same port)
+  // with nobody told. Port 0 picks a free one (written to --port_file).
   std::unique_ptr<prometheus::Exposer> exposer;
   int metrics_port = 0;
   if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
+    std::string error;
     try {
       exposer = std::make_unique<prometheus::Exposer>(
           absl::GetFlag(FLAGS_metrics_listen));
@@ -419,8 +478,18 @@ int Main(int argc, char** argv) {
       if (!exposer->GetListeningPorts().empty())
         metrics_port = exposer->GetListeningPorts()[0];
     } catch (const std::exception& e) {
-      spdlog::warn("event=metrics_unavailable address={} error=\"{}\"",
-                   absl::GetFlag(FLAGS_metrics_listen), e.what());
+      error = e.what();
+    }
+    if (metrics_port == 0) {
+      spdlog::critical(
+          "event=listen_failed what=metrics address={} error=\"{}\" "
+          "hint=\"is another kilnd (or something else) serving on this "
+          "port? give each kilnd its own --metrics_listen, or HOST:0 for a "
+          "free port (written to --port_file), or --metrics_listen= for "
+          "none\"",
+          absl::GetFlag(FLAGS_metrics_listen),
+          error.empty() ? "no port bound" : error);
+      return 1;
     }
   }
 
@@ -450,6 +519,10 @@ int Main(int argc, char** argv) {
     }
     hit_options.max_connections =
         std::max(1, absl::GetFlag(FLAGS_hit_max_connections));
+    hit_options.io_timeout = absl::Milliseconds(
+        std::max(1, absl::GetFlag(FLAGS_hit_request_timeout_ms)));
+    hit_options.idle_timeout = absl::Seconds(
+        std::max(1, absl::GetFlag(FLAGS_hit_idle_timeout_seconds)));
     auto started =
         hit_options.listen.empty()
             ? absl::StatusOr<std::unique_ptr<HitSocketServer>>(
@@ -492,10 +565,10 @@ int Main(int argc, char** argv) {
     return 1;
   }
   spdlog::info(
-      "event=serving address={} port={} hit_socket={} data_dir={} "
-      "compile_threads={} hot_cache_bytes={} idle_exit_seconds={} "
+      "event=serving address={} port={} metrics_port={} hit_socket={} "
+      "data_dir={} compile_threads={} hot_cache_bytes={} idle_exit_seconds={} "
       "shared_cache={} tls={} mtls={} tokens={}",
-      absl::GetFlag(FLAGS_listen), port,
+      absl::GetFlag(FLAGS_listen), port, metrics_port,
       !hit_socket                       ? std::string("off")
       : hit_socket->unix_path().empty() ? absl::StrCat(hit_socket->port())
                                         : hit_socket->unix_path(),
@@ -506,7 +579,11 @@ int Main(int argc, char** argv) {
       auth ? absl::GetFlag(FLAGS_auth_tokens) : std::string("off"));
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
-    std::ofstream(tmp) << port << "\n" << metrics_port << "\n";
+    // Line by line, so that readers of the first line(s) of older kilnds'
+    // files keep working.
+    std::ofstream(tmp) << port << "\n"
+                       << metrics_port << "\n"
+                       << (hit_socket ? hit_socket->port() : 0) << "\n";
     std::rename(tmp.c_str(),
                 absl::GetFlag(FLAGS_port_file).c_str());  // appears whole
   }

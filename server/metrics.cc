@@ -171,6 +171,13 @@ std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
                          "Shared-tier calls failed or skipped while down",
                          MetricType::Counter, s.shared_failures()));
   }
+  out.push_back(Scalar("kiln_store_recoveries_total",
+                       "Times the artifact store was found damaged at open "
+                       "and repaired or moved aside (see the log)",
+                       MetricType::Counter, s.store_recoveries()));
+  out.push_back(Scalar("kiln_store_recovery_dropped_total",
+                       "Entries dropped by the repair of a damaged store",
+                       MetricType::Counter, s.store_recovery_dropped()));
   return out;
 }
 

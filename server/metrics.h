@@ -1,8 +1,9 @@
 // Prometheus metrics of kilnd, served as text on --metrics_listen /metrics:
 // requests by method and status, compile latency histogram, and at scrape
 // time the cache and service counters (hits, misses, joins, compiles,
-// entries, bytes, evictions, corrupt, compile seconds saved, queue depth;
-// with a shared tier kiln_shared_cache_up and its kiln_shared_cache_*).
+// entries, bytes, evictions, corrupt, compile seconds saved, queue depth,
+// store recoveries; with a shared tier kiln_shared_cache_up and its
+// kiln_shared_cache_*).
 //
 // Thread-safety: all methods are thread-safe.
 #ifndef KILN_SERVER_METRICS_H_

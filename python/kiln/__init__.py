@@ -26,7 +26,10 @@ default 127.0.0.1:7733 when it answers, else a per-user kilnd started on a
 Unix socket, kiln/autostart.py), KILN_AUTOSTART=0 (never start one),
 KILN_LIB (libkiln_c.so), KILN_KILND (the kilnd to start),
 KILN_IDLE_EXIT_SECONDS (the started kilnd exits after that long without an
-RPC; default 1800, 0: never), KILN_LOG=fallback.
+RPC; default 1800, 0: never), KILN_LOG=fallback, KILN_TRUSTED_KEYS (kilnd
+public keys, 64 hex digits each, comma-separated: `kilnctl public-key`;
+artifacts not signed by one of them are refused, KilnError with
+PERMISSION_DENIED, before any code is loaded).
 
 Not yet (issue 15): CUDA tensors in the backend (they run eagerly; the
 binding's CudaExecutable works), `make wheel`, output strides and aliases

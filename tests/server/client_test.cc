@@ -3,11 +3,12 @@
 #include <random>
 
 #include "absl/strings/match.h"
-#include "runtime/cuda_driver.h"
 #include "client/kiln_client.h"
-#include "graph/import.h"
 #include "compiler/reference.h"
+#include "graph/import.h"
 #include "gtest/gtest.h"
+#include "runtime/cuda_driver.h"
+#include "support/artifact_signature.h"
 #include "tests/server/daemon.h"
 #include "tests/unit/numerics.h"
 
@@ -226,6 +227,108 @@ TEST(ClientNoServer, UnavailableAfterBoundedRetries) {
   ASSERT_TRUE(client.ok());
   auto r = (*client)->GetExecutable(Request("chain10.json"));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+}
+
+// Issue 18.3: a client that trusts kilnd's public key loads its artifacts
+// (by Compile, by Lookup over the hit socket and over gRPC); one that
+// trusts only other keys, or gets unsigned artifacts, refuses them with
+// PERMISSION_DENIED before loading anything.
+std::string PublicKeyHex(Daemon& daemon) {
+  grpc::ClientContext ctx;
+  v1::ServerInfo info;
+  EXPECT_TRUE(daemon.Stub()
+                  ->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info)
+                  .ok());
+  EXPECT_EQ(info.signing_public_key().size(), kEd25519PublicKeyBytes);
+  return KeyToHex(info.signing_public_key());
+}
+
+std::unique_ptr<Client> TrustingClient(Daemon& daemon,
+                                       const std::string& trusted_keys,
+                                       bool use_hit_socket = true) {
+  ClientOptions o;
+  o.server = daemon.address();
+  o.runtime_threads = 1;
+  o.max_retries = 0;
+  o.trusted_keys = trusted_keys;
+  o.use_hit_socket = use_hit_socket;
+  auto c = Client::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *std::move(c) : nullptr;
+}
+
+TEST_F(ClientTest, SignedArtifactsAreLoadedOnlyFromTrustedKeys) {
+  const std::string key = PublicKeyHex(*daemon_);
+  const std::string stranger = ArtifactSigner::Generate()->public_key_hex();
+  const v1::CompileRequest req = Request("chain10.json");
+
+  // Compiled: the Compile response's signature.
+  auto trusting = TrustingClient(*daemon_, key);
+  auto compiled = trusting->GetExecutable(req);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  EXPECT_EQ(trusting->counters().compiles, 1u);
+  // Looked up: over the hit socket, and over gRPC.
+  for (bool hit_socket : {true, false}) {
+    auto fresh = TrustingClient(*daemon_, key, hit_socket);
+    auto looked_up = fresh->GetExecutable(req);
+    ASSERT_TRUE(looked_up.ok()) << looked_up.status();
+    EXPECT_EQ(fresh->counters().lookup_hits, 1u);
+  }
+  // Rotation: the old key and the new one.
+  auto rotating = TrustingClient(*daemon_, stranger + "," + key);
+  EXPECT_TRUE(rotating->GetExecutable(req).ok());
+
+  // Trusting another key only: refused on Lookup and on Compile.
+  for (bool hit_socket : {true, false}) {
+    auto refusing = TrustingClient(*daemon_, stranger, hit_socket);
+    auto refused = refusing->GetExecutable(req);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied)
+        << refused.status();
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), "not loaded"));
+  }
+  auto refusing = TrustingClient(*daemon_, stranger);
+  v1::CompileRequest other = req;
+  other.mutable_graph()->mutable_nodes(1)->set_op("aten.cos.default");
+  auto refused = refusing->GetExecutable(other);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied)
+      << refused.status();
+  EXPECT_EQ(refusing->counters().compiles, 1u);
+
+  // A client without trusted keys checks nothing (today's behaviour).
+  auto plain = TrustingClient(*daemon_, "");
+  EXPECT_TRUE(plain->GetExecutable(other).ok());
+
+  // A malformed key list fails at Connect, naming the entry.
+  ClientOptions bad;
+  bad.server = daemon_->address();
+  bad.trusted_keys = "not-a-key";
+  auto connect = Client::Connect(bad);
+  EXPECT_EQ(connect.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(connect.status().message(), "not-a-key"));
+}
+
+TEST(UnsignedArtifactsTest, ClientThatTrustsKeysRefusesUnsignedArtifacts) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      absl::StrCat("kiln_unsigned_", getpid(), "_", rand());
+  std::filesystem::create_directories(dir);
+  {
+    Daemon daemon((dir / "data").string(), (dir / "port").string(),
+                  {"--signing_key=off"});
+    ASSERT_GT(daemon.port(), 0);
+    const std::string any_key = ArtifactSigner::Generate()->public_key_hex();
+    const v1::CompileRequest req = Request("chain10.json");
+    auto client = TrustingClient(daemon, any_key);
+    auto compiled = client->GetExecutable(req);  // by Compile
+    EXPECT_EQ(compiled.status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_TRUE(absl::StrContains(compiled.status().message(), "unsigned"))
+        << compiled.status();
+    auto again = TrustingClient(daemon, any_key)->GetExecutable(req);
+    EXPECT_EQ(again.status().code(), absl::StatusCode::kPermissionDenied)
+        << again.status();  // by Lookup
+    EXPECT_TRUE(TrustingClient(daemon, "")->GetExecutable(req).ok());
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -54,12 +54,12 @@ class DaemonProcess {
       pid_ = -1;
     const absl::Time until = absl::Now() + absl::Seconds(30);
     while (absl::Now() < until && !std::filesystem::exists(port_file)) {
-      // A daemon that refused to start does not keep us waiting.
+      // A daemon that exits before serving (a startup error) ends the wait.
       int status = 0;
       if (pid_ > 0 && waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
         early_exit_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        return;
+        break;
       }
       absl::SleepFor(absl::Milliseconds(20));
     }
@@ -85,6 +85,7 @@ class DaemonProcess {
   // Waits up to `timeout` for the daemon to exit by itself: its exit status
   // (-1 if killed by a signal), or nullopt if it still runs.
   std::optional<int> WaitForExit(absl::Duration timeout) {
+    if (pid_ <= 0 && early_exit_.has_value()) return early_exit_;
     const absl::Time until = absl::Now() + timeout;
     while (pid_ > 0) {
       int status = 0;
@@ -109,7 +110,7 @@ class DaemonProcess {
  private:
   pid_t pid_ = -1;
   int port_ = 0;
-  std::optional<int> early_exit_;
+  std::optional<int> early_exit_;  // exit status of a daemon that never served
 };
 
 }  // namespace kiln::testing

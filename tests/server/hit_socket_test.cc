@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -257,6 +258,161 @@ TEST(HitSocketLimitsTest, FullOrOffHitSocketFallsBackToGrpc) {
     EXPECT_EQ(got->artifact().guard_key(), compiled.guard_key());
   }
   std::filesystem::remove_all(dir);
+}
+
+// A started daemon with `flags`, the guard key of a compiled example, and its
+// hit socket's address.
+struct HitDaemon {
+  explicit HitDaemon(const std::vector<std::string>& flags)
+      : dir(MadeDir(std::filesystem::temp_directory_path() /
+                    absl::StrCat("kiln_hit_limits_", getpid(), "_", rand()))),
+        daemon((dir / "data").string(), (dir / "port").string(), flags) {
+    if (daemon.port() == 0) return;
+    grpc::ClientContext compile_ctx;
+    v1::CompileResponse compiled;
+    EXPECT_TRUE(daemon.Stub()
+                    ->Compile(&compile_ctx, Request("chain10.json"), &compiled)
+                    .ok());
+    key = compiled.guard_key();
+    grpc::ClientContext info_ctx;
+    v1::ServerInfo info;
+    EXPECT_TRUE(
+        daemon.Stub()
+            ->GetServerInfo(&info_ctx, v1::GetServerInfoRequest(), &info)
+            .ok());
+    address = absl::StrCat("127.0.0.1:", info.hit_socket().tcp_port());
+  }
+  ~HitDaemon() { std::filesystem::remove_all(dir); }
+  static std::filesystem::path MadeDir(const std::filesystem::path& path) {
+    std::filesystem::create_directories(path);
+    return path;
+  }
+  std::filesystem::path dir;
+  Daemon daemon;
+  std::string key;
+  std::string address;
+};
+
+// `count` connections to `address` that each send `sent` (nothing if empty)
+// and then nothing more.
+std::vector<hit_wire::UniqueFd> Stalled(const std::string& address, int count,
+                                        absl::string_view sent) {
+  std::vector<hit_wire::UniqueFd> fds;
+  for (int i = 0; i < count; ++i) {
+    absl::StatusOr<hit_wire::UniqueFd> fd = hit_wire::Connect(address, Soon());
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    if (!fd.ok()) break;
+    if (!sent.empty()) {
+      const absl::string_view pieces[] = {sent};
+      EXPECT_TRUE(hit_wire::WriteFull(fd->get(), pieces, Soon()).ok());
+    }
+    fds.push_back(*std::move(fd));
+  }
+  return fds;
+}
+
+// Whether the server closed `fd` (end of file or reset) within `timeout`.
+bool ClosedByServer(int fd, absl::Duration timeout) {
+  char byte;
+  absl::Status s = hit_wire::ReadFull(fd, &byte, 1, absl::Now() + timeout);
+  return absl::IsOutOfRange(s) || absl::IsUnavailable(s);
+}
+
+// Issue 18.6: 300 connections that send one byte of a request and then
+// nothing (slow-loris) hold every slot only until the request limit
+// (--hit_request_timeout_ms, 1 s here, 10 s by default) passes: then they
+// are closed and a client gets its hits on the hit socket again.
+TEST(HitSocketLimitsTest, SlowConnectionsDoNotHoldTheSlots) {
+  HitDaemon d({"--hit_request_timeout_ms=1000"});
+  ASSERT_GT(d.daemon.port(), 0);
+  ASSERT_FALSE(d.key.empty());
+  const absl::Time start = absl::Now();
+  std::vector<hit_wire::UniqueFd> slow = Stalled(d.address, 300, "K");
+  ASSERT_EQ(slow.size(), 300u);
+  // Hits through the hit socket itself (no gRPC fallback) within the bound:
+  // the request limit plus slack for the 2-core box.
+  const absl::Duration bound = absl::Seconds(1) + absl::Seconds(4);
+  absl::Status last;
+  int attempts = 0;
+  for (;;) {
+    HitSocketClient hit(d.address);
+    std::vector<grpc::Slice> got;
+    ++attempts;
+    last = hit.Lookup(d.key, absl::Now() + absl::Seconds(5), &got);
+    if (last.ok()) {
+      absl::StatusOr<ReceivedArtifact> parsed =
+          ParseLookupResponse(std::move(got));
+      ASSERT_TRUE(parsed.ok()) << parsed.status();
+      EXPECT_EQ(parsed->artifact().guard_key(), d.key);
+      break;
+    }
+    ASSERT_LT(absl::Now() - start, bound)
+        << "no hit on the hit socket while 300 slow connections were open: "
+        << last;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  std::cout << "hit after " << absl::Now() - start << " (" << attempts
+            << " attempts)\n";
+  // The slow connections were closed by the server, not left open.
+  int closed = 0;
+  for (const hit_wire::UniqueFd& fd : slow)
+    closed += ClosedByServer(fd.get(), absl::Seconds(3)) ? 1 : 0;
+  EXPECT_EQ(closed, 300);
+}
+
+// A request that trickles in (a byte every 200 ms) is cut at the limit too:
+// the limit runs from its first byte, not from the last one.
+TEST(HitSocketLimitsTest, TricklingRequestIsClosedAtTheLimit) {
+  HitDaemon d({"--hit_request_timeout_ms=1000"});
+  ASSERT_GT(d.daemon.port(), 0);
+  std::vector<hit_wire::UniqueFd> fds = Stalled(d.address, 1, "");
+  ASSERT_EQ(fds.size(), 1u);
+  const absl::Time start = absl::Now();
+  // A header announcing 1000 bytes, then its body one byte at a time.
+  char header[hit_wire::kRequestHeaderBytes];
+  hit_wire::EncodeRequestHeader(1000, header);
+  std::string stream(header, sizeof(header));
+  stream.append(1000, 'x');
+  bool closed = false;
+  for (size_t i = 0; i < stream.size() && !closed; ++i) {
+    if (::send(fds[0].get(), &stream[i], 1, MSG_NOSIGNAL) != 1) {
+      closed = true;
+      break;
+    }
+    closed = ClosedByServer(fds[0].get(), absl::Milliseconds(200));
+    ASSERT_LT(absl::Now() - start, absl::Seconds(5)) << "never closed";
+  }
+  EXPECT_TRUE(closed);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(900));
+}
+
+// With every slot taken by idle connections, a new one closes the
+// longest-idle one (idle connections beyond half of the slots go first)
+// and gets its hit on the hit socket.
+TEST(HitSocketLimitsTest, IdleConnectionsMakeRoomWhenSlotsRunOut) {
+  HitDaemon d({"--hit_max_connections=8"});
+  ASSERT_GT(d.daemon.port(), 0);
+  std::vector<hit_wire::UniqueFd> idle;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<hit_wire::UniqueFd> one = Stalled(d.address, 1, "");
+    ASSERT_EQ(one.size(), 1u);
+    idle.push_back(std::move(one[0]));
+    absl::SleepFor(absl::Milliseconds(30));  // a clear order of idleness
+  }
+  std::vector<std::unique_ptr<HitSocketClient>> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.push_back(std::make_unique<HitSocketClient>(d.address));
+    std::vector<grpc::Slice> got;
+    absl::Status s = clients.back()->Lookup(d.key, Soon(), &got);
+    EXPECT_TRUE(s.ok()) << "client " << i << ": " << s;
+  }
+  // The four longest idle went, in that order; the others stay.
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(
+        ClosedByServer(idle[i].get(), absl::Milliseconds(i < 4 ? 2000 : 100)),
+        i < 4)
+        << "idle connection " << i;
+  }
 }
 
 // kilnd on a Unix socket advertises PATH.hits; a client that reaches gRPC

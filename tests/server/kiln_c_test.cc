@@ -11,6 +11,7 @@
 // Links libkiln_c.so only (no kiln_proto: see tests/server/daemon_process.h).
 #include "client/kiln_c.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -402,6 +403,35 @@ TEST_F(KilnCTest, CpuStridedInputsAndSymbolicSizes) {
   EXPECT_EQ(Code(cuda), KILN_INVALID_ARGUMENT);
   EXPECT_TRUE(absl::StrContains(Message(cuda), "not a CPU target"))
       << Message(cuda);
+}
+
+// $KILN_TRUSTED_KEYS reaches C API (and so Python) clients: an artifact not
+// signed by a trusted key is refused with KILN_PERMISSION_DENIED, and a
+// malformed list fails at kiln_client_create.
+TEST_F(KilnCTest, TrustedKeysFromTheEnvironment) {
+  const std::string json = GraphJson("softmax.json");
+  ASSERT_EQ(setenv("KILN_TRUSTED_KEYS", std::string(64, 'a').c_str(), 1), 0);
+  {
+    ClientPtr client = NewClient();
+    kiln_cpu_executable* raw = nullptr;
+    Status s(kiln_client_get_cpu_executable(client.get(), json.data(),
+                                            json.size(), "cpu", 0, &raw));
+    EXPECT_EQ(Code(s), KILN_PERMISSION_DENIED) << Message(s);
+    EXPECT_EQ(raw, nullptr);
+  }
+  ASSERT_EQ(setenv("KILN_TRUSTED_KEYS", "nonsense", 1), 0);
+  kiln_client* c = nullptr;
+  Status bad(kiln_client_create(daemon_->address().c_str(), 60, 2, &c));
+  EXPECT_EQ(Code(bad), KILN_INVALID_ARGUMENT) << Message(bad);
+  EXPECT_TRUE(absl::StrContains(Message(bad), "nonsense"));
+  EXPECT_EQ(c, nullptr);
+  unsetenv("KILN_TRUSTED_KEYS");
+  ClientPtr plain = NewClient();
+  kiln_cpu_executable* raw = nullptr;
+  Status ok(kiln_client_get_cpu_executable(plain.get(), json.data(),
+                                           json.size(), "cpu", 0, &raw));
+  EXPECT_EQ(ok, nullptr) << Message(ok);
+  CpuExePtr exe(raw);
 }
 
 TEST(KilnC, SupportedOps) {

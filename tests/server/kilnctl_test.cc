@@ -37,9 +37,10 @@ std::ostream& operator<<(std::ostream& os, const Result& r) {
   return os << "exit " << r.exit_code << ", output:\n" << r.output;
 }
 
-// Runs kilnctl with `args`; returns its exit status and output.
-Result Kilnctl(const std::vector<std::string>& args) {
-  std::vector<std::string> all = {KILN_KILNCTL};
+// Runs `binary` with `args`; returns its exit status and output.
+Result RunBinary(const std::string& binary,
+                 const std::vector<std::string>& args) {
+  std::vector<std::string> all = {binary};
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : all) argv.push_back(a.data());
@@ -69,6 +70,11 @@ Result Kilnctl(const std::vector<std::string>& args) {
   waitpid(pid, &status, 0);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// Runs kilnctl with `args`; returns its exit status and output.
+Result Kilnctl(const std::vector<std::string>& args) {
+  return RunBinary(KILN_KILNCTL, args);
 }
 
 // The 64 hex digits after "key" at the start of a line, or "".
@@ -115,6 +121,34 @@ class KilnctlTest : public DaemonTest {
     return path;
   }
 };
+
+// public-key prints what kilnd signs with: the key `kilnd --print_public_key`
+// prints on kilnd's host (the daemon's key next to its data dir).
+TEST_F(KilnctlTest, PublicKeyIsKilndsSigningKey) {
+  const Result r = Run({"public-key"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::string printed(absl::StripAsciiWhitespace(r.output));
+  EXPECT_EQ(printed.size(), 64u) << r;
+  const Result local = RunBinary(
+      KILN_KILND,
+      {"--data_dir=" + (dir_ / "data").string(), "--print_public_key"});
+  ASSERT_EQ(local.exit_code, 0) << local;
+  EXPECT_EQ(std::string(absl::StripAsciiWhitespace(local.output)), printed);
+  EXPECT_EQ(Run({"public-key", "extra"}).exit_code, 2);
+
+  // compile --run loads the artifact only if it is signed by a trusted key.
+  const Result trusted = Run({"compile", Example("chain10.json"), "--run",
+                              "--trusted_keys=" + printed});
+  EXPECT_EQ(trusted.exit_code, 0) << trusted;
+  EXPECT_TRUE(absl::StrContains(trusted.output, "signed   by a trusted key"))
+      << trusted;
+  const Result stranger = Run({"compile", Example("chain10.json"), "--run",
+                               "--trusted_keys=" + std::string(64, 'a')});
+  EXPECT_EQ(stranger.exit_code, 1) << stranger;
+  EXPECT_TRUE(absl::StrContains(stranger.output, "PERMISSION_DENIED"))
+      << stranger;
+  EXPECT_FALSE(absl::StrContains(stranger.output, "PASS")) << stranger;
+}
 
 TEST_F(KilnctlTest, Health) {
   const Result r = Run({"health"});

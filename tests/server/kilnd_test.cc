@@ -1,8 +1,12 @@
 // kilnd end to end: a real daemon process on an ephemeral loopback port with
 // a temporary data dir; real compiles, real RocksDB, real execution of the
 // returned artifacts against the reference evaluator.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <random>
 #include <thread>
@@ -368,6 +372,101 @@ TEST_F(KilndTest, BusyDaemonDoesNotExitUntilIdle) {
   ASSERT_TRUE(status.has_value()) << "kilnd still runs after 30 s idle";
   EXPECT_EQ(*status, 0);
   EXPECT_GE(absl::Now() - quiet, absl::Milliseconds(1500));
+}
+
+// Flips 20 bytes in the middle of every file of the data dir whose name
+// starts with `prefix` or ends with `suffix`; returns how many files.
+int DamageFiles(const std::string& dir, const std::string& prefix,
+                const std::string& suffix) {
+  int damaged = 0;
+  for (const auto& file : std::filesystem::directory_iterator(dir)) {
+    const std::string name = file.path().filename().string();
+    const bool match =
+        name.rfind(prefix, 0) == 0 ||
+        (name.size() >= suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0);
+    if (!match) continue;
+    const int fd = open(file.path().c_str(), O_RDWR);
+    if (fd < 0) continue;
+    const off_t size = lseek(fd, 0, SEEK_END);
+    for (off_t at = std::max<off_t>(0, size / 2 - 10);
+         at < size && at < size / 2 + 10; ++at) {
+      char byte;
+      if (pread(fd, &byte, 1, at) == 1) {
+        byte = static_cast<char>(byte ^ 0x5a);
+        (void)!pwrite(fd, &byte, 1, at);
+      }
+    }
+    close(fd);
+    ++damaged;
+  }
+  return damaged;
+}
+
+// Issue 18.5: bytes flipped in the store's MANIFEST and write-ahead log at
+// rest: kilnd still starts, reports the recovery (stats and /metrics), and
+// serves a correct artifact (kept by the repair, or compiled again).
+TEST_F(KilndTest, DamagedStoreIsRecoveredAndServiceGoesOn) {
+  const v1::CompileRequest req = Request("chain10.json");
+  {
+    Daemon d(data_dir(), port_file());
+    ASSERT_GT(d.port(), 0);
+    v1::CompileResponse resp;
+    ASSERT_TRUE(Call(*d.Stub(), req, &resp).ok());
+    EXPECT_EQ(d.Stop(), 0);
+  }
+  ASSERT_GE(DamageFiles(data_dir(), "MANIFEST", ".log"), 2);
+  Daemon d(data_dir(), port_file());
+  ASSERT_GT(d.port(), 0) << "kilnd did not start on a damaged store";
+  auto stub = d.Stub();
+  const v1::Stats s = Stats(*stub);
+  EXPECT_EQ(s.store_recoveries(), 1u);
+  EXPECT_FALSE(s.store_last_recovery().empty());
+  v1::CompileResponse resp;
+  ASSERT_TRUE(Call(*stub, req, &resp).ok());
+  ExpectMatchesReference(req, resp.artifact());
+  v1::CompileResponse hit;
+  ASSERT_TRUE(Call(*stub, req, &hit).ok());
+  EXPECT_EQ(hit.outcome(), v1::CompileResponse::HIT);
+}
+
+// Issue 18.7: the port file names the gRPC, /metrics and hit socket ports,
+// one a line (the first line alone is what older readers take).
+TEST_F(KilndTest, PortFileNamesEveryPort) {
+  Daemon d(data_dir(), port_file());
+  ASSERT_GT(d.port(), 0);
+  std::ifstream in(port_file());
+  int grpc_port = 0, metrics_port = 0, hit_port = 0;
+  in >> grpc_port >> metrics_port >> hit_port;
+  EXPECT_EQ(grpc_port, d.port());
+  EXPECT_GT(metrics_port, 0);  // --metrics_listen=127.0.0.1:0
+  grpc::ClientContext ctx;
+  v1::ServerInfo info;
+  ASSERT_TRUE(
+      d.Stub()->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());
+  EXPECT_GT(hit_port, 0);
+  EXPECT_EQ(hit_port, static_cast<int>(info.hit_socket().tcp_port()));
+  EXPECT_NE(hit_port, metrics_port);
+  EXPECT_NE(hit_port, grpc_port);
+
+  // A second kilnd asked for the first one's /metrics port does not start
+  // without it: it exits with an error before serving (no port file).
+  const std::string second_port_file = (dir_ / "port2").string();
+  Daemon second((dir_ / "data2").string(), second_port_file,
+                {absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port)});
+  EXPECT_EQ(second.port(), 0);
+  const std::optional<int> status = second.WaitForExit(absl::Seconds(30));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(*status, 1);
+  EXPECT_FALSE(std::filesystem::exists(second_port_file));
+  // --metrics_listen= (none): the port file says 0 for it.
+  Daemon third((dir_ / "data3").string(), (dir_ / "port3").string(),
+               {"--metrics_listen="});
+  ASSERT_GT(third.port(), 0);
+  std::ifstream in3((dir_ / "port3").string());
+  int p1 = 0, p2 = -1;
+  in3 >> p1 >> p2;
+  EXPECT_EQ(p2, 0);
 }
 
 }  // namespace

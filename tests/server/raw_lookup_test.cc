@@ -12,11 +12,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/cpu_executable.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "gtest/gtest.h"
 #include "kiln/v1/service.pb.h"
+#include "runtime/cpu_executable.h"
+#include "support/artifact_signature.h"
 #include "support/sha256.h"
 #include "tests/server/daemon.h"
 
@@ -155,6 +156,40 @@ TEST_F(RawLookupTest, LoadsVerifiedPiecesAndRefusesCorruptOnes) {
   absl::StatusOr<ReceivedArtifact> got = ParseLookupResponse(std::move(slices));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(Joined(got->binary()), compiled.artifact().cpu().shared_object());
+
+  // The signature kilnd sent after the artifact covers the artifact's bytes
+  // as received; a flipped byte anywhere in them breaks it.
+  {
+    grpc::ClientContext info_ctx;
+    v1::ServerInfo info;
+    ASSERT_TRUE(
+        stub->GetServerInfo(&info_ctx, v1::GetServerInfoRequest(), &info).ok());
+    TrustedKeys trusted;
+    ASSERT_TRUE(trusted.Add(info.signing_public_key()).ok());
+    ASSERT_EQ(got->signature().size(), kEd25519SignatureBytes);
+    EXPECT_TRUE(trusted.Verify(got->ArtifactDigest(), got->signature()).ok());
+    EXPECT_EQ(got->ArtifactDigest(),
+              Sha256(compiled.artifact().SerializeAsString()));
+    grpc::ClientContext again_ctx;
+    std::vector<grpc::Slice> again;
+    ASSERT_TRUE(raw.Lookup(&again_ctx, compiled.guard_key(), &again).ok());
+    std::string bytes;
+    for (const grpc::Slice& s : again)
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    for (size_t at : {size_t{8}, bytes.size() / 2, bytes.size() - 80}) {
+      std::string forged = bytes;
+      forged[at] ^= 0x01;
+      std::vector<grpc::Slice> forged_slices;
+      forged_slices.emplace_back(forged);
+      absl::StatusOr<ReceivedArtifact> parsed =
+          ParseLookupResponse(std::move(forged_slices));
+      if (!parsed.ok()) continue;  // not even a LookupResponse any more
+      EXPECT_EQ(
+          trusted.Verify(parsed->ArtifactDigest(), parsed->signature()).code(),
+          absl::StatusCode::kPermissionDenied)
+          << "flipped byte at " << at;
+    }
+  }
 
   // One flipped byte in a copy of the pieces: refused, nothing loaded.
   std::string corrupt = Joined(got->binary());
