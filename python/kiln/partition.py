@@ -67,6 +67,12 @@ _STATIC_TRAILING_DIMS = {
     "aten._adaptive_avg_pool2d_backward.default": 2,
 }
 
+# Convolutions lay out their windows at compile time: the batch may be
+# symbolic, the channels and spatial sizes of every tensor must be static.
+_CONV_OPS = frozenset({
+    "aten.convolution.default", "aten.convolution_backward.default",
+})
+
 
 def _is_compound(size: object) -> bool:
     """Whether a size is symbolic and not a plain symbol (s0*s1, 2*s0)."""
@@ -96,6 +102,12 @@ def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
                 any(_is_compound(s) for s in first.shape)):
             return ("a reshape of a compound symbolic size (Kiln's graph "
                     "format names it as a symbol of its own)")
+    if name in _CONV_OPS and any(
+            isinstance(t, torch.Tensor) and
+            any(isinstance(s, torch.SymInt) for s in t.shape[1:])
+            for t in inputs):
+        return ("needs its channels and spatial sizes static (the batch may "
+                "be symbolic)")
     trailing = _STATIC_TRAILING_DIMS.get(name)
     if trailing and any(isinstance(s, torch.SymInt)
                         for s in first.shape[-trailing:]):
