@@ -251,10 +251,16 @@ absl::StatusOr<Shapes> ConvolutionBackwardShape(const OpContext& ctx) {
   if (ctx.arg(10).ints.size() != 3) {
     return ctx.Invalid("output_mask must have 3 entries");
   }
-  const std::vector<SymExpr> bias{SymExpr(g->out_channels)};
-  if (!ctx.arg(3).is_none() && ctx.arg(3).ints != bias) {
+  // grad_bias has bias_sizes ([O]; PyTorch passes [0] for a convolution
+  // without bias, whose grad_bias the mask turns off), [O] when None.
+  const std::vector<SymExpr> channels{SymExpr(g->out_channels)};
+  const std::vector<SymExpr> bias =
+      ctx.arg(3).is_none() ? channels : ctx.arg(3).ints;
+  const bool grad_bias = ctx.arg(10).ints[2].AsConstant().value_or(1) != 0;
+  if (grad_bias && bias != channels) {
     return ctx.Invalid(absl::StrCat("bias_sizes must be [", g->out_channels,
-                                    "], got ", ShapeString(ctx.arg(3).ints)));
+                                    "] for grad_bias, got ",
+                                    ShapeString(bias)));
   }
   return Shapes{ctx.type(1).sizes, ctx.type(2).sizes, bias};
 }

@@ -118,6 +118,14 @@ TEST(Conv, HandWorkedBackward) {
   ExpectOutput(*r, 0, kF32, {1, 1, 3}, {0, 0, 0});
   ExpectOutput(*r, 1, kF32, {1, 1, 2}, {21, 32});
   ExpectOutput(*r, 2, kF32, {1}, {0});
+  // Without a bias PyTorch passes bias_sizes [0] and no grad_bias.
+  r = RunTracked(kConvBackward, in,
+                 Concat(Concat({In(0), In(1), In(2), Ints({0})},
+                               Geometry({1}, {0}, {1}, false, {0}, 1)),
+                        {Ints({1, 1, 0})}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 1, kF32, {1, 1, 2}, {21, 32});
+  ExpectOutput(*r, 2, kF32, {0}, {});
   // Transposed: y = [1, 1, 3, 2, 2, 0] above from x = [1, 2]; with
   // grad_output [1, 2, 3, 4, 5, 6]: grad_input[i] = sum_k go[2i + k]
   // = [6, 12], grad_weight[k] = go[k] + 2 go[2 + k] = [7, 10, 13].
@@ -343,7 +351,9 @@ TestCase BackwardCase(const Conv& c, std::vector<int64_t> mask) {
               GraphInput{c.dtype, WeightSizes(c), {}, false}},
              {},
              3};
-  t.extra.push_back(c.bias ? Ints({c.o}) : NoneArg());
+  // As PyTorch: bias_sizes [0] without a bias (its mask bit then 0).
+  if (!c.bias) mask[2] = 0;
+  t.extra.push_back(Ints({c.bias ? c.o : 0}));
   for (const v1::Argument& a : GeometryOf(c)) t.extra.push_back(a);
   t.extra.push_back(Ints(std::move(mask)));
   return t;
@@ -538,7 +548,7 @@ TEST(ConvCompiled, OutputMask) {
   Conv c;
   c.padding = {1};
   c.stride = {2};
-  c.groups = 1;
+  c.bias = true;
   for (bool transposed : {false, true}) {
     c.transposed = transposed;
     c.output_padding = {transposed ? 1 : 0};
