@@ -61,7 +61,8 @@ SymExpr Product(const std::vector<SymExpr>& s) {
 
 // The multi-index of `flat` over row-major `sizes`, written as a reshape
 // writes it (ir::Affine folds it back when the reader is contiguous).
-std::vector<Expr> Unflatten(const Expr& flat, const std::vector<SymExpr>& sizes) {
+std::vector<Expr> Unflatten(const Expr& flat,
+                            const std::vector<SymExpr>& sizes) {
   std::vector<Expr> idx(sizes.size());
   SymExpr stride(1);
   for (size_t a = sizes.size(); a-- > 0;) {
@@ -113,9 +114,9 @@ LoweredValue Im2Col(LowerContext& ctx, const LoweredValue& src,
   auto source_index = [&](const std::vector<Expr>& v, bool clamp) {
     std::vector<Expr> idx{v[2 + dims], ir::Add(ir::Mul(v[0], C(cg)), v[1])};
     for (int d = 0; d < dims; ++d) {
-      Expr i = ir::Add(ir::Add(ir::Mul(v[3 + dims + d], C(g.stride[d])),
-                               C(-g.padding[d])),
-                       ir::Mul(v[2 + d], C(g.dilation[d])));
+      Expr i = ir::Add(
+          ir::Add(ir::Mul(v[3 + dims + d], C(g.stride[d])), C(-g.padding[d])),
+          ir::Mul(v[2 + d], C(g.dilation[d])));
       idx.push_back(clamp ? Clamp(i, in[d]) : i);
     }
     return idx;
@@ -168,8 +169,8 @@ LoweredValue WeightMatrix(const LoweredValue& w, int64_t groups) {
   std::vector<SymExpr> rest(w.sizes.begin() + 1, w.sizes.end());
   std::vector<Expr> idx{ir::Add(ir::Mul(ir::Var(0), C(ag)), ir::Var(1))};
   for (Expr& e : Unflatten(ir::Var(2), rest)) idx.push_back(std::move(e));
-  return LowerContext::Remap(
-      w, idx, {SymExpr(groups), SymExpr(ag), Product(rest)});
+  return LowerContext::Remap(w, idx,
+                             {SymExpr(groups), SymExpr(ag), Product(rest)});
 }
 
 // `v` ([N, C, *S]) as the per-group matrix [G, C/G, N * prod(S)].
@@ -207,23 +208,24 @@ LoweredValue ConvForward(LowerContext& ctx, const LoweredValue& src,
   const LoweredValue a = WeightMatrix(w, g.groups);
   const LoweredValue p = ops::AddGemm(
       ctx, a, col, 1.0, {a.sizes[0], a.sizes[1], col.sizes[2]}, kF32);
-  return ToNchw(p, g.groups, *a.sizes[1].AsConstant(), src.sizes[0],
-                positions);
+  return ToNchw(p, g.groups, *a.sizes[1].AsConstant(), src.sizes[0], positions);
 }
 
 // A transposed convolution of `src` ([N, C, *small]) with `w`
 // ([C, O/G, *K]) onto positions `large`: [N, O, *large] in float32.
-absl::StatusOr<LoweredValue> ConvTransposed(
-    LowerContext& ctx, const LoweredValue& src, const LoweredValue& w,
-    const ConvGeometry& g, const std::vector<SymExpr>& large) {
+absl::StatusOr<LoweredValue> ConvTransposed(LowerContext& ctx,
+                                            const LoweredValue& src,
+                                            const LoweredValue& w,
+                                            const ConvGeometry& g,
+                                            const std::vector<SymExpr>& large) {
   const int dims = g.dims;
   const int64_t og = *w.sizes[1].AsConstant();
   const int64_t kk = g.kernel_elements();
   const std::vector<SymExpr> small = Spatial(src);
   const LoweredValue a = Transposed(WeightMatrix(w, g.groups));
   const LoweredValue b = GroupMatrix(src, g.groups);
-  const LoweredValue cols = ops::AddGemm(
-      ctx, a, b, 1.0, {a.sizes[0], a.sizes[1], b.sizes[2]}, kF32);
+  const LoweredValue cols =
+      ops::AddGemm(ctx, a, b, 1.0, {a.sizes[0], a.sizes[1], b.sizes[2]}, kF32);
   // Space (n, o, *y, *k), reducing *k: y = i * stride - padding +
   // k * dilation for the source position i it comes from.
   std::vector<SymExpr> space{src.sizes[0], SymExpr(g.groups * og)};
@@ -247,15 +249,14 @@ absl::StatusOr<LoweredValue> ConvTransposed(
   cols_sizes.insert(cols_sizes.end(), small.begin(), small.end());
   auto [gr, o] = GroupOf(ir::Var(1), g.groups, og);
   const Expr row = ir::Add(ir::Mul(o, C(kk)), Flatten(k, KernelSizes(g)));
-  const Expr body =
-      ir::Select(valid,
-                 LowerContext::Read(cols, {gr, row, Flatten(j, cols_sizes)}),
-                 ir::Const(0, kF32));
+  const Expr body = ir::Select(
+      valid, LowerContext::Read(cols, {gr, row, Flatten(j, cols_sizes)}),
+      ir::Const(0, kF32));
   std::vector<bool> reduced(space.size(), false);
   for (int d = 0; d < dims; ++d) reduced[2 + dims + d] = true;
-  auto r = ops::LowerReductionOver(ctx, LoweredValue{.sizes = space}, reduced,
-                                   false, ReduceKind::kSum, kF32, kF32, body,
-                                   nullptr);
+  auto r =
+      ops::LowerReductionOver(ctx, LoweredValue{.sizes = space}, reduced, false,
+                              ReduceKind::kSum, kF32, kF32, body, nullptr);
   if (!r.ok()) return r.status();
   return (*r)[0];
 }
@@ -371,9 +372,9 @@ absl::StatusOr<std::vector<LoweredValue>> LowerConvolutionBackward(
   } else {
     std::vector<bool> reduced(gy.sizes.size(), true);
     reduced[1] = false;
-    auto r = ops::LowerReductionOver(ctx, gy, reduced, false, ReduceKind::kSum,
-                                     kF32, ctx.out_type(2).dtype, nullptr,
-                                     nullptr);
+    auto r =
+        ops::LowerReductionOver(ctx, gy, reduced, false, ReduceKind::kSum, kF32,
+                                ctx.out_type(2).dtype, nullptr, nullptr);
     if (!r.ok()) return r.status();
     out.push_back((*r)[0]);
   }

@@ -22,8 +22,7 @@ std::vector<SymExpr> SymSizes(const HostTensor& t) {
 
 absl::StatusOr<ConvGeometry> GeometryOf(const RefContext& ctx, int input,
                                         int weight, int first_arg) {
-  return ops::ConvGeometryOf(ctx.node, first_arg,
-                             SymSizes(ctx.tensors[input]),
+  return ops::ConvGeometryOf(ctx.node, first_arg, SymSizes(ctx.tensors[input]),
                              SymSizes(ctx.tensors[weight]));
 }
 
@@ -74,8 +73,8 @@ void ForEachTerm(const ConvGeometry& g,
         for (int64_t o = 0; o < og; ++o) {
           const int64_t xc = n * g.in_channels + gr * cg + c;
           const int64_t yc = n * g.out_channels + gr * og + o;
-          const int64_t wc = g.transposed ? (gr * cg + c) * og + o
-                                          : (gr * og + o) * cg + c;
+          const int64_t wc =
+              g.transposed ? (gr * cg + c) * og + o : (gr * og + o) * cg + c;
           for (int64_t a0 = 0; a0 < small[0]; ++a0)
             for (int64_t a1 = 0; a1 < small[1]; ++a1)
               for (int64_t a2 = 0; a2 < small[2]; ++a2)
@@ -109,9 +108,8 @@ absl::StatusOr<std::vector<HostTensor>> ConvolutionReference(
   int64_t numel = 1;
   for (int64_t s : sizes) numel *= s;
   std::vector<double> y(numel, 0);
-  ForEachTerm(*g, [&](int64_t xi, int64_t wi, int64_t yi) {
-    y[yi] += x[xi] * w[wi];
-  });
+  ForEachTerm(
+      *g, [&](int64_t xi, int64_t wi, int64_t yi) { y[yi] += x[xi] * w[wi]; });
   if (ctx.arg(2).kind == Attr::Kind::kTensor) {
     const std::vector<double> b = Doubles(ctx.tensors[2]);
     const int64_t plane = numel / std::max<int64_t>(sizes[0] * sizes[1], 1);

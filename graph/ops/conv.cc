@@ -39,9 +39,9 @@ absl::StatusOr<std::vector<int64_t>> ExpandedInts(const Node& node, int arg,
                                                   int64_t min) {
   const std::vector<SymExpr>& v = node.args[arg].ints;
   if (static_cast<int>(v.size()) != dims && v.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " must have one entry or ", dims, " (one per spatial dim), got ",
-        v.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must have one entry or ", dims,
+                     " (one per spatial dim), got ", v.size()));
   }
   std::vector<int64_t> out;
   for (int d = 0; d < dims; ++d) {
@@ -51,9 +51,9 @@ absl::StatusOr<std::vector<int64_t>> ExpandedInts(const Node& node, int arg,
           absl::StrCat(what, " must be static ints"));
     }
     if (*c < min) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " must be ", min == 0 ? "non-negative" : "positive", ", got ",
-          *c));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " must be ",
+                       min == 0 ? "non-negative" : "positive", ", got ", *c));
     }
     out.push_back(*c);
   }
@@ -101,8 +101,8 @@ absl::StatusOr<ConvGeometry> ConvGeometryOf(
   g.stride = *stride;
   g.padding = *padding;
   g.dilation = *dilation;
-  g.output_padding = g.transposed ? *output_padding
-                                  : std::vector<int64_t>(g.dims, 0);
+  g.output_padding =
+      g.transposed ? *output_padding : std::vector<int64_t>(g.dims, 0);
   std::vector<int64_t> w;
   for (const SymExpr& e : weight) {
     auto s = StaticSize(e, "weight sizes");
@@ -131,8 +131,9 @@ absl::StatusOr<ConvGeometry> ConvGeometryOf(
     if (w[1] * g.groups != g.in_channels || w[0] % g.groups != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "weight of size ", ShapeString(weight), " and groups = ", g.groups,
-          " expect input[1] = ", w[1] * g.groups, " and weight[0] divisible by ",
-          g.groups, ", got input of size ", ShapeString(input)));
+          " expect input[1] = ", w[1] * g.groups,
+          " and weight[0] divisible by ", g.groups, ", got input of size ",
+          ShapeString(input)));
     }
     g.out_channels = w[0];
   }
@@ -162,10 +163,10 @@ absl::StatusOr<ConvGeometry> ConvGeometryOf(
     } else if (auto i = in.AsConstant()) {
       const int64_t num = *i + 2 * p - span - 1;
       if (num < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the padded input's spatial size ", *i + 2 * p,
-            " is smaller than the dilated kernel's ", span + 1,
-            " (dim ", d + 2, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("the padded input's spatial size ", *i + 2 * p,
+                         " is smaller than the dilated kernel's ", span + 1,
+                         " (dim ", d + 2, ")"));
       }
       out = SymExpr(num / s + 1);
     } else if (s == 1) {
@@ -203,8 +204,9 @@ absl::StatusOr<DType> OneFloatDType(const OpContext& ctx,
     dtype = d;
   }
   if (!IsFloating(*dtype)) {
-    return ctx.Invalid(absl::StrCat("convolutions of ", DTypeName(*dtype),
-                                    " are not supported (floating dtypes only)"));
+    return ctx.Invalid(
+        absl::StrCat("convolutions of ", DTypeName(*dtype),
+                     " are not supported (floating dtypes only)"));
   }
   return *dtype;
 }
@@ -224,9 +226,8 @@ absl::StatusOr<Shapes> ConvolutionShape(const OpContext& ctx) {
   if (!g.ok()) return g.status();
   if (ctx.is_tensor(2) &&
       ctx.type(2).sizes != std::vector<SymExpr>{SymExpr(g->out_channels)}) {
-    return ctx.Invalid(absl::StrCat("bias must have shape [",
-                                    g->out_channels, "], got ",
-                                    ShapeString(ctx.type(2).sizes)));
+    return ctx.Invalid(absl::StrCat("bias must have shape [", g->out_channels,
+                                    "], got ", ShapeString(ctx.type(2).sizes)));
   }
   return Shapes{g->out_sizes};
 }
@@ -273,7 +274,8 @@ absl::StatusOr<std::vector<DType>> ConvolutionBackwardDType(
 }
 
 std::vector<ArgSpec> GeometryArgs() {
-  return {Arg("stride", ArgKind::kIntList), Arg("padding", ArgKind::kIntList),
+  return {Arg("stride", ArgKind::kIntList),
+          Arg("padding", ArgKind::kIntList),
           Arg("dilation", ArgKind::kIntList),
           Arg("transposed", ArgKind::kBool),
           Arg("output_padding", ArgKind::kIntList),
@@ -301,19 +303,18 @@ void RegisterConvSignatures(OpSignatures& table) {
                                    ops::GeometryArgs()),
              .shape = ops::ConvolutionShape,
              .dtype = ops::ConvolutionDType});
-  table.Add(
-      {.name = "aten.convolution_backward.default",
-       .op_class = OpClass::kExtern,
-       .schema = ops::Concat(
-           ops::Concat({Arg("grad_output", ArgKind::kTensor),
-                        Arg("input", ArgKind::kTensor),
-                        Arg("weight", ArgKind::kTensor),
-                        Arg("bias_sizes", ArgKind::kOptionalIntList)},
-                       ops::GeometryArgs()),
-           {Arg("output_mask", ArgKind::kIntList)}),
-       .num_outputs = 3,
-       .shape = ops::ConvolutionBackwardShape,
-       .dtype = ops::ConvolutionBackwardDType});
+  table.Add({.name = "aten.convolution_backward.default",
+             .op_class = OpClass::kExtern,
+             .schema = ops::Concat(
+                 ops::Concat({Arg("grad_output", ArgKind::kTensor),
+                              Arg("input", ArgKind::kTensor),
+                              Arg("weight", ArgKind::kTensor),
+                              Arg("bias_sizes", ArgKind::kOptionalIntList)},
+                             ops::GeometryArgs()),
+                 {Arg("output_mask", ArgKind::kIntList)}),
+             .num_outputs = 3,
+             .shape = ops::ConvolutionBackwardShape,
+             .dtype = ops::ConvolutionBackwardDType});
 }
 
 }  // namespace kiln

@@ -39,8 +39,8 @@ std::vector<v1::Argument> Geometry(std::vector<int64_t> stride,
                                    bool transposed,
                                    std::vector<int64_t> output_padding,
                                    int64_t groups) {
-  return {Ints(stride),         Ints(padding), Ints(dilation), B(transposed),
-          Ints(output_padding), I(groups)};
+  return {Ints(stride),  Ints(padding),        Ints(dilation),
+          B(transposed), Ints(output_padding), I(groups)};
 }
 
 std::vector<v1::Argument> Concat(std::vector<v1::Argument> a,
@@ -55,25 +55,25 @@ TEST(Conv, HandWorkedForward) {
   const HostTensor x = F32({1, 1, 5}, {1, 2, 3, 4, 5});
   const HostTensor w = F32({1, 1, 3}, {1, 0, -1});
   // y[p] = x[p] - x[p + 2].
-  CheckOp(kConv, {x, w},
-          Concat({In(0), In(1), NoneArg()},
-                 Geometry({1}, {0}, {1}, false, {0}, 1)),
-          kF32, {1, 1, 3}, {-2, -2, -2});
+  CheckOp(
+      kConv, {x, w},
+      Concat({In(0), In(1), NoneArg()}, Geometry({1}, {0}, {1}, false, {0}, 1)),
+      kF32, {1, 1, 3}, {-2, -2, -2});
   // Padding 1: zeros at both ends.
-  CheckOp(kConv, {x, w},
-          Concat({In(0), In(1), NoneArg()},
-                 Geometry({1}, {1}, {1}, false, {0}, 1)),
-          kF32, {1, 1, 5}, {-2, -2, -2, -2, 4});
+  CheckOp(
+      kConv, {x, w},
+      Concat({In(0), In(1), NoneArg()}, Geometry({1}, {1}, {1}, false, {0}, 1)),
+      kF32, {1, 1, 5}, {-2, -2, -2, -2, 4});
   // Stride 2 keeps positions 0, 2, 4 of that.
-  CheckOp(kConv, {x, w},
-          Concat({In(0), In(1), NoneArg()},
-                 Geometry({2}, {1}, {1}, false, {0}, 1)),
-          kF32, {1, 1, 3}, {-2, -2, 4});
+  CheckOp(
+      kConv, {x, w},
+      Concat({In(0), In(1), NoneArg()}, Geometry({2}, {1}, {1}, false, {0}, 1)),
+      kF32, {1, 1, 3}, {-2, -2, 4});
   // Dilation 2: y[p] = x[p] - x[p + 4].
-  CheckOp(kConv, {x, w},
-          Concat({In(0), In(1), NoneArg()},
-                 Geometry({1}, {0}, {2}, false, {0}, 1)),
-          kF32, {1, 1, 1}, {-4});
+  CheckOp(
+      kConv, {x, w},
+      Concat({In(0), In(1), NoneArg()}, Geometry({1}, {0}, {2}, false, {0}, 1)),
+      kF32, {1, 1, 1}, {-4});
   // Two groups of one channel, 1x1 kernels, a bias per output channel;
   // one int for all spatial dims.
   CheckOp(kConv,
@@ -83,16 +83,16 @@ TEST(Conv, HandWorkedForward) {
           kF32, {1, 2, 2, 2}, {12, 14, 16, 18, 35, 38, 41, 44});
   // Transposed, stride 2, output_padding 1: each input spreads over three
   // outputs, two apart; size (2 - 1) * 2 + 2 + 1 + 1 = 6.
-  CheckOp(kConv, {F32({1, 1, 2}, {1, 2}), F32({1, 1, 3}, {1, 1, 1})},
-          Concat({In(0), In(1), NoneArg()},
-                 Geometry({2}, {0}, {1}, true, {1}, 1)),
-          kF32, {1, 1, 6}, {1, 1, 3, 2, 2, 0});
+  CheckOp(
+      kConv, {F32({1, 1, 2}, {1, 2}), F32({1, 1, 3}, {1, 1, 1})},
+      Concat({In(0), In(1), NoneArg()}, Geometry({2}, {0}, {1}, true, {1}, 1)),
+      kF32, {1, 1, 6}, {1, 1, 3, 2, 2, 0});
   // bfloat16 rounds the result once: 1.5 * 1.5 * 3 = 6.75 is exact.
-  CheckOp(kConv, {BF16({1, 1, 3}, {1.5, 1.5, 1.5}),
-                  BF16({1, 1, 3}, {1.5, 1.5, 1.5})},
-          Concat({In(0), In(1), NoneArg()},
-                 Geometry({1}, {0}, {1}, false, {0}, 1)),
-          kBF16, {1, 1, 1}, {6.75}, 0);
+  CheckOp(
+      kConv,
+      {BF16({1, 1, 3}, {1.5, 1.5, 1.5}), BF16({1, 1, 3}, {1.5, 1.5, 1.5})},
+      Concat({In(0), In(1), NoneArg()}, Geometry({1}, {0}, {1}, false, {0}, 1)),
+      kBF16, {1, 1, 1}, {6.75}, 0);
 }
 
 TEST(Conv, HandWorkedBackward) {
@@ -158,18 +158,18 @@ TEST(Conv, InvalidArguments) {
                 Concat({In(0), In(1), NoneArg()},
                        Geometry({1, 1}, {0}, {1}, false, {0}, 1)),
                 {"stride must have one entry or 1"});
-  ExpectInvalid(kConv, {F32({1, 1, 5}, {}), F32({1, 1, 3}, {})},
-                Concat({In(0), In(1), NoneArg()},
-                       Geometry({2}, {0}, {1}, true, {2}, 1)),
-                {"output_padding must be smaller"});
-  ExpectInvalid(kConv, {F32({1, 4, 5}, {}), F32({3, 2, 3}, {})},
-                Concat({In(0), In(1), NoneArg()},
-                       Geometry({1}, {0}, {1}, false, {0}, 2)),
-                {"divisible by 2"});
-  ExpectInvalid(kConv, {F32({1, 1, 5}, {}), F32({2, 1, 3}, {}), F32({3}, {})},
-                Concat({In(0), In(1), In(2)},
-                       Geometry({1}, {0}, {1}, false, {0}, 1)),
-                {"bias must have shape [2]"});
+  ExpectInvalid(
+      kConv, {F32({1, 1, 5}, {}), F32({1, 1, 3}, {})},
+      Concat({In(0), In(1), NoneArg()}, Geometry({2}, {0}, {1}, true, {2}, 1)),
+      {"output_padding must be smaller"});
+  ExpectInvalid(
+      kConv, {F32({1, 4, 5}, {}), F32({3, 2, 3}, {})},
+      Concat({In(0), In(1), NoneArg()}, Geometry({1}, {0}, {1}, false, {0}, 2)),
+      {"divisible by 2"});
+  ExpectInvalid(
+      kConv, {F32({1, 1, 5}, {}), F32({2, 1, 3}, {}), F32({3}, {})},
+      Concat({In(0), In(1), In(2)}, Geometry({1}, {0}, {1}, false, {0}, 1)),
+      {"bias must have shape [2]"});
   ExpectInvalid(kConvBackward,
                 {F32({1, 1, 4}, {}), F32({1, 1, 5}, {}), F32({1, 1, 3}, {})},
                 Concat(Concat({In(0), In(1), In(2), NoneArg()},
@@ -192,16 +192,14 @@ struct Conv {
   bool channels_last = false;  // the input's storage as [N, *S, C]
   bool symbolic_batch = false;
   std::string ToString() const {
-    return absl::StrCat("n", n, " c", c, " o", o, " in[",
-                        absl::StrJoin(in, ","), "] k[",
-                        absl::StrJoin(kernel, ","), "] s",
-                        absl::StrJoin(stride, ","), " p",
-                        absl::StrJoin(padding, ","), " d",
-                        absl::StrJoin(dilation, ","), " op",
-                        absl::StrJoin(output_padding, ","), " t", transposed,
-                        " g", groups, " bias", bias, " ", DTypeName(dtype),
-                        channels_last ? " channels_last" : "",
-                        symbolic_batch ? " dynamic" : "");
+    return absl::StrCat(
+        "n", n, " c", c, " o", o, " in[", absl::StrJoin(in, ","), "] k[",
+        absl::StrJoin(kernel, ","), "] s", absl::StrJoin(stride, ","), " p",
+        absl::StrJoin(padding, ","), " d", absl::StrJoin(dilation, ","), " op",
+        absl::StrJoin(output_padding, ","), " t", transposed, " g", groups,
+        " bias", bias, " ", DTypeName(dtype),
+        channels_last ? " channels_last" : "",
+        symbolic_batch ? " dynamic" : "");
   }
 };
 
@@ -214,10 +212,9 @@ std::vector<int64_t> OutputSizes(const Conv& c) {
   for (size_t d = 0; d < c.in.size(); ++d) {
     const int64_t s = At(c.stride, d), p = At(c.padding, d);
     const int64_t span = At(c.dilation, d) * (c.kernel[d] - 1);
-    out.push_back(c.transposed
-                      ? (c.in[d] - 1) * s - 2 * p + span +
-                            At(c.output_padding, d) + 1
-                      : (c.in[d] + 2 * p - span - 1) / s + 1);
+    out.push_back(c.transposed ? (c.in[d] - 1) * s - 2 * p + span +
+                                     At(c.output_padding, d) + 1
+                               : (c.in[d] + 2 * p - span - 1) / s + 1);
   }
   return out;
 }
@@ -259,7 +256,8 @@ std::vector<int64_t> ChannelsLastStrides(const std::vector<int64_t>& s) {
 
 std::vector<int64_t> ContiguousOf(const std::vector<int64_t>& s) {
   std::vector<int64_t> st(s.size(), 1);
-  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * std::max<int64_t>(s[d], 1);
+  for (size_t d = s.size(); d-- > 1;)
+    st[d - 1] = st[d] * std::max<int64_t>(s[d], 1);
   return st;
 }
 
@@ -370,7 +368,8 @@ TestCase WithBatch(TestCase t, int64_t n) {
 // Compiles the case for this CPU, runs it (for each batch in `batches`
 // when the batch is symbolic) and compares every output with the
 // reference; returns the artifact.
-v1::Artifact CheckCompiled(const TestCase& c, std::vector<int64_t> batches = {}) {
+v1::Artifact CheckCompiled(const TestCase& c,
+                           std::vector<int64_t> batches = {}) {
   v1::CompileRequest req;
   *req.mutable_graph() = CaseGraph(c);
   *req.mutable_target()->mutable_cpu() = HostCpuTarget();
@@ -552,11 +551,10 @@ TEST(ConvCompiled, OutputMask) {
   for (bool transposed : {false, true}) {
     c.transposed = transposed;
     c.output_padding = {transposed ? 1 : 0};
-    for (const std::vector<int64_t>& mask :
-         std::vector<std::vector<int64_t>>{{1, 0, 0}, {0, 1, 0}, {0, 1, 1},
-                                           {0, 0, 1}}) {
-      SCOPED_TRACE(absl::StrCat(c.ToString(), " mask ",
-                                absl::StrJoin(mask, ",")));
+    for (const std::vector<int64_t>& mask : std::vector<std::vector<int64_t>>{
+             {1, 0, 0}, {0, 1, 0}, {0, 1, 1}, {0, 0, 1}}) {
+      SCOPED_TRACE(
+          absl::StrCat(c.ToString(), " mask ", absl::StrJoin(mask, ",")));
       const v1::Artifact a = CheckCompiled(BackwardCase(c, mask));
       EXPECT_EQ(CountCalls(a), mask[0] + mask[1]);
     }
@@ -632,8 +630,7 @@ TEST(ConvCompiled, RandomGeometries) {
       c.padding.push_back(pick(0, 1));
       c.in.push_back(pick(c.dilation[d] * (c.kernel[d] - 1) + 1, 7 - dims));
       c.output_padding.push_back(
-          c.transposed ? pick(0, std::max(c.stride[d], c.dilation[d]) - 1)
-                       : 0);
+          c.transposed ? pick(0, std::max(c.stride[d], c.dilation[d]) - 1) : 0);
     }
     CheckBoth(c);
   }
