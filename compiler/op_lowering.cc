@@ -18,6 +18,7 @@ const OpLowerings& OpLowerings::Get() {
     RegisterMatmulLowerings(*table);
     RegisterNormLowerings(*table);
     RegisterPoolingLowerings(*table);
+    RegisterConvLowerings(*table);
     RegisterGatherScatterLowerings(*table);
     return table.release();  // lives for the process
   }();

@@ -42,6 +42,7 @@ void RegisterCompositeLowerings(OpLowerings& table);
 void RegisterMatmulLowerings(OpLowerings& table);
 void RegisterNormLowerings(OpLowerings& table);
 void RegisterPoolingLowerings(OpLowerings& table);
+void RegisterConvLowerings(OpLowerings& table);
 void RegisterGatherScatterLowerings(OpLowerings& table);
 
 }  // namespace kiln

@@ -18,6 +18,7 @@ const OpReferences& OpReferences::Get() {
     RegisterMatmulReferences(*table);
     RegisterNormReferences(*table);
     RegisterPoolingReferences(*table);
+    RegisterConvReferences(*table);
     RegisterGatherScatterReferences(*table);
     return table.release();  // lives for the process
   }();

@@ -56,6 +56,7 @@ void RegisterCompositeReferences(OpReferences& table);
 void RegisterMatmulReferences(OpReferences& table);
 void RegisterNormReferences(OpReferences& table);
 void RegisterPoolingReferences(OpReferences& table);
+void RegisterConvReferences(OpReferences& table);
 void RegisterGatherScatterReferences(OpReferences& table);
 
 }  // namespace kiln

@@ -36,6 +36,7 @@ const OpSignatures& OpSignatures::Get() {
     RegisterMatmulSignatures(*table);
     RegisterNormSignatures(*table);
     RegisterPoolingSignatures(*table);
+    RegisterConvSignatures(*table);
     RegisterGatherScatterSignatures(*table);
     return table.release();  // lives for the process
   }();

@@ -148,6 +148,7 @@ void RegisterCompositeSignatures(OpSignatures& table);
 void RegisterMatmulSignatures(OpSignatures& table);
 void RegisterNormSignatures(OpSignatures& table);
 void RegisterPoolingSignatures(OpSignatures& table);
+void RegisterConvSignatures(OpSignatures& table);
 void RegisterGatherScatterSignatures(OpSignatures& table);
 
 }  // namespace kiln

@@ -1,6 +1,7 @@
 // Building blocks of the compiler's lowering tables
 // (compiler/ops/*_lowering.cc): reductions over a lowered value, reading
-// a kept-dim reduction broadcast, and a pointwise node over the output.
+// a kept-dim reduction broadcast, a pointwise node over the output, and the
+// extern GEMM nodes of the matrix products and convolutions (issue 16).
 #ifndef KILN_COMPILER_OPS_LOWERING_UTIL_H_
 #define KILN_COMPILER_OPS_LOWERING_UTIL_H_
 
@@ -25,6 +26,20 @@ Expr ReadKept(const LoweredValue& r, const std::vector<bool>& reduced);
 // A pointwise node over the op's output (its sizes and dtype) computing
 // `body`, cast to the output dtype: what a creation op or cat lowers to.
 LoweredValue PointwiseOutput(LowerContext& ctx, Expr body);
+
+// `v` converted to `dtype` in a contiguous node of its own.
+LoweredValue Materialize(LowerContext& ctx, const LoweredValue& v, DType dtype);
+
+// alpha * x @ y as an extern GEMM node (loop_ir.h, GemmCall) of `sizes`
+// ([m, n], or [batch, m, n] with x and y of rank 3) whose matrices are in
+// `data` (accumulating in float32). An operand the library can read in
+// place (an input or realized node through an affine view with a unit row
+// or column stride) is passed as it is; any other (a broadcast, a gather, a
+// non-affine view, another dtype) is first written contiguously in `data`
+// by a Kiln kernel.
+LoweredValue AddGemm(LowerContext& ctx, const LoweredValue& x,
+                     const LoweredValue& y, double alpha,
+                     const std::vector<SymExpr>& sizes, DType data);
 
 }  // namespace kiln::ops
 

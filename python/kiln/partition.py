@@ -67,6 +67,12 @@ _STATIC_TRAILING_DIMS = {
     "aten._adaptive_avg_pool2d_backward.default": 2,
 }
 
+# Convolutions lay out their windows at compile time: the batch may be
+# symbolic, the channels and spatial sizes of every tensor must be static.
+_CONV_OPS = frozenset({
+    "aten.convolution.default", "aten.convolution_backward.default",
+})
+
 
 # Scatters are quadratic reductions in Kiln (gather_scatter_lowering.cc):
 # compiled only when every size is static (the work is then bounded).
@@ -111,6 +117,12 @@ def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
                for t in inputs + [out]):
             return ("a scatter over symbolic sizes (Kiln's scatters are "
                     "quadratic reductions, compiled only for static sizes)")
+    if name in _CONV_OPS and any(
+            isinstance(t, torch.Tensor) and
+            any(isinstance(s, torch.SymInt) for s in t.shape[1:])
+            for t in inputs):
+        return ("needs its channels and spatial sizes static (the batch may "
+                "be symbolic)")
     trailing = _STATIC_TRAILING_DIMS.get(name)
     if trailing and any(isinstance(s, torch.SymInt)
                         for s in first.shape[-trailing:]):

@@ -64,6 +64,10 @@ struct GraphGenOptions {
   // then: artifact_digest_test records the artifacts of seeds 0..199. Seeds
   // from here on draw those ops too.
   uint64_t first_issue17_seed = 200;
+  // full_op_set: seeds from here on also draw the convolutions
+  // (convolution, convolution_backward; issue 16) when extern_ops is set;
+  // earlier seeds keep their graphs.
+  uint64_t first_conv_seed = 2500;
   // full_op_set: draw the matrix products (mm, addmm, bmm, baddbmm), which
   // CUDA targets do not compile until their cuBLASLt extern call exists.
   bool extern_ops = true;
@@ -356,7 +360,10 @@ struct Operand {
 class OpSetGen {
  public:
   OpSetGen(uint64_t seed, const GraphGenOptions& o)
-      : rng_(seed), o_(o), issue17_(seed >= o.first_issue17_seed) {}
+      : rng_(seed),
+        o_(o),
+        issue17_(seed >= o.first_issue17_seed),
+        conv_(seed >= o.first_conv_seed) {}
 
   v1::Graph Build();
 
@@ -506,6 +513,7 @@ class OpSetGen {
   bool NormPool();
   // Issue 16: matrix products.
   bool Matmul(const OpValue& a);
+  bool Conv();
   // The gather/scatter family of issue 17.2 (embedding ... cumsum), over
   // static shapes, with index tensors made in range from int inputs.
   bool GatherScatter(const OpValue& a);
@@ -518,6 +526,7 @@ class OpSetGen {
   Rng rng_;
   const GraphGenOptions& o_;
   bool issue17_;                    // draw AliasCopyOrLike and NormPool too
+  bool conv_;                       // draw Conv too
   std::vector<std::string> sinks_;  // returned, never reused
   v1::Graph g_;
   std::deque<OpValue> values_;  // stable addresses
@@ -1877,6 +1886,95 @@ inline bool OpSetGen::Matmul(const OpValue& a) {
   return true;
 }
 
+// convolution or convolution_backward over fresh float inputs of small
+// static sizes: 1 to 3 spatial dims, stride, padding, dilation, groups,
+// transposed with output_padding, a bias or none, and for the backward op
+// an output_mask; all outputs returned.
+inline bool OpSetGen::Conv() {
+  if (!o_.extern_ops) return false;
+  std::vector<v1::DType> floats;
+  for (v1::DType d : o_.dtypes) {
+    if (IsFloatDType(d)) floats.push_back(d);
+  }
+  if (floats.empty()) return false;
+  const v1::DType dt = rng_.Pick(floats);
+  const int dims = 1 + rng_.Below(3);
+  const int64_t groups = 1 + rng_.Below(2);
+  const bool transposed = rng_.Chance(30);
+  const int64_t c = groups * (1 + rng_.Below(3));
+  const int64_t o = groups * (1 + rng_.Below(3));
+  std::vector<int64_t> in, kernel, stride, pad, dil, out_pad, out;
+  for (int d = 0; d < dims; ++d) {
+    kernel.push_back(1 + rng_.Below(dims == 3 ? 2 : 3));
+    stride.push_back(1 + rng_.Below(2));
+    dil.push_back(1 + rng_.Below(2));
+    pad.push_back(rng_.Below(2));
+    const int64_t span = dil[d] * (kernel[d] - 1);
+    in.push_back(std::max<int64_t>(1, span + 1 - 2 * pad[d]) +
+                 rng_.Below(dims == 3 ? 2 : 4));
+    out_pad.push_back(transposed ? rng_.Below(static_cast<int>(
+                                       std::max(stride[d], dil[d])))
+                                 : 0);
+    out.push_back(transposed ? (in[d] - 1) * stride[d] - 2 * pad[d] + span +
+                                   out_pad[d] + 1
+                             : (in[d] + 2 * pad[d] - span - 1) / stride[d] + 1);
+    if (out.back() < 1) return false;
+  }
+  const int64_t n = 1 + rng_.Below(2);
+  auto shape = [](std::vector<int64_t> head, const std::vector<int64_t>& s) {
+    head.insert(head.end(), s.begin(), s.end());
+    GenShape g;
+    for (int64_t v : head) g.push_back(GenDim{"", v});
+    return g;
+  };
+  const std::string x = NewInput(shape({n, c}, in), dt)->name;
+  const std::string w =
+      NewInput(shape(transposed ? std::vector<int64_t>{c, o / groups}
+                                : std::vector<int64_t>{o, c / groups},
+                     kernel),
+               dt)
+          ->name;
+  const bool biased = rng_.Chance(50);
+  const bool backward = rng_.Chance(40);
+  v1::Node* node;
+  if (backward) {
+    const std::string gy = NewInput(shape({n, o}, out), dt)->name;
+    node = Node("aten.convolution_backward.default", Fresh());
+    for (int k = 1; k < 3; ++k) node->add_outputs(Fresh());
+    Ref(node, gy);
+    Ref(node, x);
+    Ref(node, w);
+    if (biased) {
+      Ints(node, {o});
+    } else {
+      node->add_args()->mutable_none();
+    }
+  } else {
+    const std::string b = biased ? NewInput(shape({o}, {}), dt)->name : "";
+    node = Node("aten.convolution.default", Fresh());
+    Ref(node, x);
+    Ref(node, w);
+    if (biased) {
+      Ref(node, b);
+    } else {
+      node->add_args()->mutable_none();
+    }
+  }
+  Ints(node, stride);
+  Ints(node, pad);
+  Ints(node, dil);
+  Bool(node, transposed);
+  Ints(node, out_pad);
+  Int(node, groups);
+  if (backward) {
+    static const std::vector<int64_t> kMasks[] = {
+        {1, 1, 1}, {1, 1, 0}, {0, 1, 1}, {1, 0, 0}};
+    Ints(node, kMasks[rng_.Below(4)]);
+  }
+  for (const std::string& name : node->outputs()) sinks_.push_back(name);
+  return true;
+}
+
 // The size of `shape`'s dims d in [from, to) multiplied, as a GenDim.
 inline GenDim ProductDim(const GenShape& shape, size_t from, size_t to,
                          int64_t max_symbol) {
@@ -3158,13 +3256,14 @@ inline v1::Graph OpSetGen::Build() {
   }
 
   const int target = 1 + rng_.Below(std::max(1, o_.max_nodes));
-  static const int kWeights[] = {12, 7,  4, 20, 6, 5, 5, 5, 7,
-                                 7,  12, 4, 14, 3, 3, 6, 14, 6, 12};
+  static const int kWeights[] = {12, 7,  4, 20, 6, 5, 5, 5, 7, 7,
+                                 12, 4, 14, 3, 3, 6, 14, 6, 12, 8};
   // The families after the first 15 (AliasCopyOrLike, NormPool, Matmul,
   // GatherScatter) only where issue17_ (seeds from first_issue17_seed on),
+  // and the last (Conv) only where conv_ (seeds from first_conv_seed on),
   // so that earlier seeds keep their graphs.
-  const int families =
-      static_cast<int>(std::size(kWeights)) - (issue17_ ? 0 : 4);
+  const int families = static_cast<int>(std::size(kWeights)) -
+                       (conv_ ? 0 : 1) - (issue17_ ? 0 : 4);
   int total_weight = 0;
   for (int f = 0; f < families; ++f) total_weight += kWeights[f];
   std::vector<std::string> produced;
@@ -3233,6 +3332,9 @@ inline v1::Graph OpSetGen::Build() {
         break;
       case 18:
         ok = GatherScatter(a);
+        break;
+      case 19:
+        ok = Conv();
         break;
       default:
         ok = Creation();

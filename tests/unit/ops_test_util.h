@@ -158,6 +158,13 @@ inline const std::vector<std::string>& MatmulSuiteOps() {
   return *ops;
 }
 
+// The convolutions (ops_conv_test.cc).
+inline const std::vector<std::string>& ConvSuiteOps() {
+  static const auto* ops = new std::vector<std::string>{
+      "aten.convolution.default", "aten.convolution_backward.default"};
+  return *ops;
+}
+
 // The gather/scatter family (ops_indexing_test.cc).
 inline const std::vector<std::string>& IndexingSuiteOps() {
   static const auto* ops = new std::vector<std::string>{
