@@ -19,6 +19,7 @@ const OpLowerings& OpLowerings::Get() {
     RegisterNormLowerings(*table);
     RegisterPoolingLowerings(*table);
     RegisterGatherScatterLowerings(*table);
+    RegisterRandomLowerings(*table);
     return table.release();  // lives for the process
   }();
   return *table;

@@ -43,6 +43,7 @@ void RegisterMatmulLowerings(OpLowerings& table);
 void RegisterNormLowerings(OpLowerings& table);
 void RegisterPoolingLowerings(OpLowerings& table);
 void RegisterGatherScatterLowerings(OpLowerings& table);
+void RegisterRandomLowerings(OpLowerings& table);
 
 }  // namespace kiln
 

@@ -19,6 +19,7 @@ const OpReferences& OpReferences::Get() {
     RegisterNormReferences(*table);
     RegisterPoolingReferences(*table);
     RegisterGatherScatterReferences(*table);
+    RegisterRandomReferences(*table);
     return table.release();  // lives for the process
   }();
   return *table;

@@ -57,6 +57,7 @@ void RegisterMatmulReferences(OpReferences& table);
 void RegisterNormReferences(OpReferences& table);
 void RegisterPoolingReferences(OpReferences& table);
 void RegisterGatherScatterReferences(OpReferences& table);
+void RegisterRandomReferences(OpReferences& table);
 
 }  // namespace kiln
 

@@ -37,6 +37,7 @@ const OpSignatures& OpSignatures::Get() {
     RegisterNormSignatures(*table);
     RegisterPoolingSignatures(*table);
     RegisterGatherScatterSignatures(*table);
+    RegisterRandomSignatures(*table);
     return table.release();  // lives for the process
   }();
   return *table;

@@ -149,6 +149,7 @@ void RegisterMatmulSignatures(OpSignatures& table);
 void RegisterNormSignatures(OpSignatures& table);
 void RegisterPoolingSignatures(OpSignatures& table);
 void RegisterGatherScatterSignatures(OpSignatures& table);
+void RegisterRandomSignatures(OpSignatures& table);
 
 }  // namespace kiln
 

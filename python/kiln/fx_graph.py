@@ -56,6 +56,15 @@ _NEUTRAL_KWARGS = {
 }
 
 
+# Kiln's random ops (graph/ops/random.h): each takes Kiln's `seed` keyword
+# (an int64 0-dim input drawn per call from torch's generator, one per
+# partition) and `offset` (the op's stream: 0, 1, ... in the partition).
+RANDOM_OPS = frozenset({
+    "aten.native_dropout.default", "aten.rand.default", "aten.randn.default",
+    "aten.rand_like.default", "aten.randn_like.default", "aten.bernoulli.p",
+    "aten.bernoulli.default"})
+
+
 # Ops that are their input's value in a functional graph: the same ref.
 IDENTITY_OPS = frozenset({"aten.alias.default"})
 _IDENTITY_OPS = IDENTITY_OPS
@@ -393,6 +402,9 @@ class KilnGraph:
     scalar_inputs: Kiln inputs that are symbolic scalars (SymInt/SymFloat
         placeholders), passed as 0-dim tensors of this dtype.
     dynamic: whether any size is symbolic.
+    seeded: whether the graph has random ops; then its last tensor_inputs
+        entry is one past the placeholders: the caller appends a fresh seed
+        (an int64 0-dim tensor, draw_seed()) to the FX arguments.
     """
 
     graph: Dict[str, Any]
@@ -403,6 +415,7 @@ class KilnGraph:
     scalar_inputs: Dict[int, torch.dtype]
     dynamic: bool
     symbol_of: Dict[Any, str] = field(default_factory=dict)
+    seeded: bool = False
 
     @property
     def json(self) -> str:
@@ -425,6 +438,8 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
     output_node: Optional[torch.fx.Node] = None
     dynamic = False
     num_placeholders = 0
+    seed_ref: Optional[str] = None
+    random_streams = 0
 
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -522,6 +537,19 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                 arg = _argument(v, symbols, refs)
                 arg["name"] = k
                 args.append(arg)
+            if name in RANDOM_OPS:
+                if seed_ref is None:
+                    # Placeholders come first in an FX graph: the seed is
+                    # FX argument num_placeholders (appended per call).
+                    seed_ref = f"in{len(inputs)}"
+                    inputs.append({"name": seed_ref, "meta": {
+                        "dtype": dtype_name(torch.int64), "sizes": [],
+                        "device": "CPU"}})
+                    tensor_inputs.append(num_placeholders)
+                    input_meta.append(torch.empty((), dtype=torch.int64))
+                args.append({"ref": seed_ref, "name": "seed"})
+                args.append({"i": random_streams, "name": "offset"})
+                random_streams += 1
             val = _val(node)
             if isinstance(val, (list, tuple)):
                 names = [f"{node.name}_{i}" for i in range(len(val))]
@@ -562,7 +590,16 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
     return KilnGraph(graph=graph, tensor_inputs=tensor_inputs, outputs=outputs,
                      output_meta=output_meta, input_meta=input_meta,
                      scalar_inputs=scalar_inputs, dynamic=dynamic,
-                     symbol_of=dict(symbols.names))
+                     symbol_of=dict(symbols.names),
+                     seeded=seed_ref is not None)
+
+
+def draw_seed() -> torch.Tensor:
+    """A seed for one call of a partition with random ops, drawn from
+    torch's default CPU generator as Inductor's inductor_seeds does
+    (torch.randint(2**63 - 1)): torch.manual_seed(s) makes runs
+    reproducible and each call draws new numbers."""
+    return torch.randint(2**63 - 1, (), dtype=torch.int64)
 
 
 def contiguous_strides(sizes: Sequence[int]) -> Tuple[int, ...]:
