@@ -2519,7 +2519,11 @@ inline bool OpSetGen::Random(const OpValue& a) {
   if (k <= 1) {
     // rand / randn over a's sizes (a DimList when dynamic), or rand_like /
     // randn_like of a float a; dtype given or not.
-    const bool like = fa && rng_.Chance(50);
+    // A size list cannot spell a compound size (cat's): then *_like only.
+    bool compound = false;
+    for (const GenDim& g : a.shape) compound |= IsCompound(g);
+    if (compound && !fa) return false;
+    const bool like = fa && (compound || rng_.Chance(50));
     const bool normal = k == 1;
     v1::Node* n = Node(absl::StrCat(normal ? "aten.randn" : "aten.rand",
                                     like ? "_like" : "", ".default"),
