@@ -2623,7 +2623,13 @@ inline bool OpSetGen::Random(const OpValue& a) {
   for (const OpValue& c : values_) {
     if (c.dtype == v1::BOOL && c.exact() && c.shape == a.shape) mask = &c;
   }
-  if (mask == nullptr) mask = NewInput(a.shape, v1::BOOL);
+  if (mask == nullptr) {
+    // A new input cannot have a compound size (cat's).
+    for (const GenDim& g : a.shape) {
+      if (IsCompound(g)) return false;
+    }
+    mask = NewInput(a.shape, v1::BOOL);
+  }
   v1::Node* n = Node("aten.native_dropout_backward.default", v.name);
   Ref(n, a.name);
   Ref(n, mask->name);
