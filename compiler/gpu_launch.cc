@@ -40,6 +40,7 @@ int64_t MathCalls(const Kernel& kernel) {
       case ExprOp::kErf:
       case ExprOp::kPow:
       case ExprOp::kAtan2:
+      case ExprOp::kPhilox:
         ++calls;
         break;
       default:

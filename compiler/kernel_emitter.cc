@@ -9,6 +9,7 @@
 #include "llvm/IR/Verifier.h"
 #include "llvm/Support/ModRef.h"
 #include "llvm/Support/raw_ostream.h"
+#include "support/philox.h"
 
 namespace kiln {
 
@@ -507,6 +508,9 @@ Value* KernelEmitterBase::EmitUncached(const Expr& e) {
     case ExprOp::kSelect:
       return b_.CreateSelect(EmitExpr(e->args[0]), EmitExpr(e->args[1]),
                              EmitExpr(e->args[2]));
+    case ExprOp::kPhilox:
+      return EmitPhilox(EmitExpr(e->args[0]), EmitExpr(e->args[1]),
+                        EmitExpr(e->args[2]), static_cast<int>(e->i));
     default:
       break;
   }
@@ -514,6 +518,34 @@ Value* KernelEmitterBase::EmitUncached(const Expr& e) {
     return EmitUnary(e->op, EmitExpr(e->args[0]), e->args[0]->dtype, d);
   return EmitBinary(e->op, EmitExpr(e->args[0]), EmitExpr(e->args[1]),
                     e->args[0]->dtype, d);
+}
+
+Value* KernelEmitterBase::EmitPhilox(Value* seed, Value* offset, Value* index,
+                                     int word) {
+  llvm::Type* i32 = b_.getInt32Ty();
+  llvm::Type* i64 = b_.getInt64Ty();
+  auto lo = [&](Value* v) { return b_.CreateTrunc(v, i32); };
+  auto hi = [&](Value* v) { return b_.CreateTrunc(b_.CreateLShr(v, 32), i32); };
+  Value* c[4] = {lo(index), hi(index), lo(offset), hi(offset)};
+  Value* k0 = lo(seed);
+  Value* k1 = hi(seed);
+  for (int r = 0; r < kPhiloxRounds; ++r) {
+    Value* p0 = b_.CreateMul(b_.CreateZExt(c[0], i64),
+                             b_.getInt64(kPhiloxM0), "", /*HasNUW=*/true);
+    Value* p1 = b_.CreateMul(b_.CreateZExt(c[2], i64),
+                             b_.getInt64(kPhiloxM1), "", /*HasNUW=*/true);
+    Value* n0 = b_.CreateXor(b_.CreateXor(hi(p1), c[1]), k0);
+    Value* n1 = lo(p1);
+    Value* n2 = b_.CreateXor(b_.CreateXor(hi(p0), c[3]), k1);
+    Value* n3 = lo(p0);
+    c[0] = n0;
+    c[1] = n1;
+    c[2] = n2;
+    c[3] = n3;
+    k0 = b_.CreateAdd(k0, b_.getInt32(kPhiloxW0));
+    k1 = b_.CreateAdd(k1, b_.getInt32(kPhiloxW1));
+  }
+  return b_.CreateZExt(c[word & 3], i64);
 }
 
 Value* KernelEmitterBase::EmitUnary(ExprOp op, Value* x, DType in, DType out) {

@@ -143,6 +143,9 @@ class KernelEmitterBase {
   Value* NanPropagate(Value* r, Value* a, Value* b);
   Value* EmitFloatBinary(ExprOp op, Value* a, Value* b, DType out);
   Value* EmitIntBinary(ExprOp op, Value* a, Value* b, DType in, DType out);
+  // ExprOp::kPhilox: the ten rounds of support/philox.h inline on i32
+  // values (32x32->64 products), word `word` zero-extended to i64.
+  Value* EmitPhilox(Value* seed, Value* offset, Value* index, int word);
   // i64 kiln_ipow(i64 base, i64 exp): wrapping; negative exponents give
   // 1, -1 or 0 as the reference does.
   llvm::Function* IntPowFunction();

@@ -82,6 +82,10 @@ Expr Select(Expr cond, Expr a, Expr b) {
   return Make(ExprOp::kSelect, d,
               {std::move(cond), std::move(a), std::move(b)});
 }
+Expr Philox(Expr seed, Expr offset, Expr index, int word) {
+  return Make(ExprOp::kPhilox, DType::kInt64,
+              {std::move(seed), std::move(offset), std::move(index)}, 0, word);
+}
 
 Expr Add(Expr a, Expr b) {
   auto ca = IntValue(a), cb = IntValue(b);
@@ -307,6 +311,8 @@ const char* OpName(ExprOp op) {
       return "bitor";
     case ExprOp::kSelect:
       return "select";
+    case ExprOp::kPhilox:
+      return "philox";
   }
   return "?";
 }
@@ -343,6 +349,7 @@ std::string ToString(const Expr& e, const std::vector<std::string>& names) {
   if (e->op == ExprOp::kLoad) head = absl::StrCat("%", e->index);
   if (e->op == ExprOp::kLoadBuffer) head = absl::StrCat("buf", e->index);
   if (e->op == ExprOp::kCast) head = absl::StrCat("to_", DTypeName(e->dtype));
+  if (e->op == ExprOp::kPhilox) head = absl::StrCat("philox", e->i);
   return absl::StrCat(
       head, e->op == ExprOp::kLoad || e->op == ExprOp::kLoadBuffer ? "[" : "(",
       absl::StrJoin(parts, ", "),
@@ -385,6 +392,9 @@ Expr Rewriter::Recons(const std::shared_ptr<ExprNode>& n) {
       return ir::LoadBuffer(n->index, n->args[0], n->dtype);
     case ExprOp::kSelect:
       return ir::Select(n->args[0], n->args[1], n->args[2]);
+    case ExprOp::kPhilox:
+      return ir::Philox(n->args[0], n->args[1], n->args[2],
+                        static_cast<int>(n->i));
     case ExprOp::kCast:
       return ir::Cast(n->args[0], n->dtype);
     default:

@@ -95,6 +95,10 @@ enum class ExprOp : uint8_t {
   kBitOr,
   // Ternary.
   kSelect,  // args[0] ? args[1] : args[2]
+  // Random bits (support/philox.h): word `i` (0..3) of Philox4x32-10 for
+  // key args[0] (seed), stream args[1] (offset) and counter args[2] (the
+  // element's index), all int64; the value is the uint32 word as int64.
+  kPhilox,
 };
 
 struct ExprNode;
@@ -124,6 +128,9 @@ Expr Cast(Expr x, DType to);
 Expr Unary(ExprOp op, Expr x, DType dtype);
 Expr Binary(ExprOp op, Expr a, Expr b, DType dtype);
 Expr Select(Expr cond, Expr a, Expr b);
+// Word `word` (0..3) of Philox4x32-10(seed, offset, index) as int64 in
+// [0, 2^32) (ExprOp::kPhilox).
+Expr Philox(Expr seed, Expr offset, Expr index, int word);
 // Index arithmetic on int64 expressions.
 Expr Add(Expr a, Expr b);
 Expr Mul(Expr a, Expr b);

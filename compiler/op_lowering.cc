@@ -20,6 +20,7 @@ const OpLowerings& OpLowerings::Get() {
     RegisterPoolingLowerings(*table);
     RegisterConvLowerings(*table);
     RegisterGatherScatterLowerings(*table);
+    RegisterRandomLowerings(*table);
     return table.release();  // lives for the process
   }();
   return *table;

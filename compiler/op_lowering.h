@@ -44,6 +44,7 @@ void RegisterNormLowerings(OpLowerings& table);
 void RegisterPoolingLowerings(OpLowerings& table);
 void RegisterConvLowerings(OpLowerings& table);
 void RegisterGatherScatterLowerings(OpLowerings& table);
+void RegisterRandomLowerings(OpLowerings& table);
 
 }  // namespace kiln
 

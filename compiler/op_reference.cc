@@ -20,6 +20,7 @@ const OpReferences& OpReferences::Get() {
     RegisterPoolingReferences(*table);
     RegisterConvReferences(*table);
     RegisterGatherScatterReferences(*table);
+    RegisterRandomReferences(*table);
     return table.release();  // lives for the process
   }();
   return *table;

@@ -58,6 +58,7 @@ void RegisterNormReferences(OpReferences& table);
 void RegisterPoolingReferences(OpReferences& table);
 void RegisterConvReferences(OpReferences& table);
 void RegisterGatherScatterReferences(OpReferences& table);
+void RegisterRandomReferences(OpReferences& table);
 
 }  // namespace kiln
 

@@ -38,6 +38,7 @@ const OpSignatures& OpSignatures::Get() {
     RegisterPoolingSignatures(*table);
     RegisterConvSignatures(*table);
     RegisterGatherScatterSignatures(*table);
+    RegisterRandomSignatures(*table);
     return table.release();  // lives for the process
   }();
   return *table;

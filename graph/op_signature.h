@@ -150,6 +150,7 @@ void RegisterNormSignatures(OpSignatures& table);
 void RegisterPoolingSignatures(OpSignatures& table);
 void RegisterConvSignatures(OpSignatures& table);
 void RegisterGatherScatterSignatures(OpSignatures& table);
+void RegisterRandomSignatures(OpSignatures& table);
 
 }  // namespace kiln
 

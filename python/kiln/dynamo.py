@@ -60,7 +60,8 @@ import torch.fx
 
 from . import _binding
 from .autostart import resolve_server
-from .fx_graph import KilnGraph, Unsupported, is_contiguous, to_kiln_graph
+from .fx_graph import (KilnGraph, Unsupported, draw_seed, is_contiguous,
+                       to_kiln_graph)
 from .partition import KilnOperatorSupport, partition
 
 __all__ = ["ExplainReport", "KilnBackend", "default_backend", "explain"]
@@ -242,6 +243,8 @@ class KilnPartition(torch.nn.Module):
         if fast is None:
             return self.forward(*args)
         try:
+            if self.graph.seeded:
+                return fast(*args, draw_seed())
             return fast(*args)
         except Exception as e:  # noqa: BLE001 (KilnError: a guard, memory)
             return self._failed(e, args)
@@ -263,7 +266,8 @@ class KilnPartition(torch.nn.Module):
         return self.eager(*args)
 
     def forward(self, *args: Any) -> Any:
-        tensors = [args[i] for i in self.graph.tensor_inputs]
+        kiln_args = args + (draw_seed(),) if self.graph.seeded else args
+        tensors = [kiln_args[i] for i in self.graph.tensor_inputs]
         for k, dtype in self.graph.scalar_inputs.items():
             tensors[k] = torch.tensor(tensors[k], dtype=dtype,
                                       device=self.graph.device)

@@ -67,6 +67,15 @@ def _neutral_kwarg(key: str, value: Any) -> bool:
     return key in _NEUTRAL_KWARGS and value in _NEUTRAL_KWARGS[key]
 
 
+# Kiln's random ops (graph/ops/random.h): each takes Kiln's `seed` keyword
+# (an int64 0-dim input drawn per call from torch's generator, one per
+# partition) and `offset` (the op's stream: 0, 1, ... in the partition).
+RANDOM_OPS = frozenset({
+    "aten.native_dropout.default", "aten.rand.default", "aten.randn.default",
+    "aten.rand_like.default", "aten.randn_like.default", "aten.bernoulli.p",
+    "aten.bernoulli.default"})
+
+
 # Ops that are their input's value in a functional graph: the same ref.
 IDENTITY_OPS = frozenset({"aten.alias.default"})
 _IDENTITY_OPS = IDENTITY_OPS
@@ -412,6 +421,9 @@ class KilnGraph:
     dynamic: whether any size is symbolic.
     device: the one device of every tensor of the graph (CPU or a CUDA
         device): the executable is compiled for it.
+    seeded: whether the graph has random ops; then its last tensor_inputs
+        entry is one past the placeholders: the caller appends a fresh seed
+        (an int64 0-dim tensor, draw_seed()) to the FX arguments.
     """
 
     graph: Dict[str, Any]
@@ -423,6 +435,7 @@ class KilnGraph:
     dynamic: bool
     symbol_of: Dict[Any, str] = field(default_factory=dict)
     device: torch.device = torch.device("cpu")
+    seeded: bool = False
 
     @property
     def json(self) -> str:
@@ -452,6 +465,8 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
         if len(devices) > 1:
             raise Unsupported("tensors on several devices: " + ", ".join(
                 f"{n} on {d}" for d, n in devices.items()))
+    seed_ref: Optional[str] = None
+    random_streams = 0
 
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -550,6 +565,19 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                 arg = _argument(v, symbols, refs)
                 arg["name"] = k
                 args.append(arg)
+            if name in RANDOM_OPS:
+                if seed_ref is None:
+                    # Placeholders come first in an FX graph: the seed is
+                    # FX argument num_placeholders (appended per call).
+                    seed_ref = f"in{len(inputs)}"
+                    inputs.append({"name": seed_ref, "meta": {
+                        "dtype": dtype_name(torch.int64), "sizes": [],
+                        "device": "CPU"}})
+                    tensor_inputs.append(num_placeholders)
+                    input_meta.append(torch.empty((), dtype=torch.int64))
+                args.append({"ref": seed_ref, "name": "seed"})
+                args.append({"i": random_streams, "name": "offset"})
+                random_streams += 1
             val = _val(node)
             for t in val if isinstance(val, (list, tuple)) else [val]:
                 if isinstance(t, torch.Tensor):
@@ -596,7 +624,17 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
     return KilnGraph(graph=graph, tensor_inputs=tensor_inputs, outputs=outputs,
                      output_meta=output_meta, input_meta=input_meta,
                      scalar_inputs=scalar_inputs, dynamic=dynamic,
-                     symbol_of=dict(symbols.names), device=device)
+                     symbol_of=dict(symbols.names), device=device,
+                     seeded=seed_ref is not None)
+
+
+def draw_seed(device: torch.device = torch.device("cpu")) -> torch.Tensor:
+    """A seed for one call of a partition with random ops, drawn from
+    torch's default generator of `device` as Inductor's inductor_seeds does
+    (torch.randint(2**63 - 1)): torch.manual_seed(s) makes runs
+    reproducible and each call draws new numbers. On the device, as the
+    partition's other inputs."""
+    return torch.randint(2**63 - 1, (), dtype=torch.int64, device=device)
 
 
 def contiguous_strides(sizes: Sequence[int]) -> Tuple[int, ...]:

@@ -643,6 +643,11 @@ TEST(CudaCodegen, RandomGraphsOverTheWholeOpSetCompile) {
   graph_gen::GraphGenOptions with_issue17 = random_graphs::Options();
   with_issue17.first_issue17_seed = 0;
   CompileRandomGraphs(with_issue17, count, /*fast_math=*/false, &ops);
+  // And a quarter as many new graphs that draw the random ops (issue 17.3)
+  // too: Philox in PTX.
+  graph_gen::GraphGenOptions with_random = with_issue17;
+  with_random.first_random_seed = 0;
+  CompileRandomGraphs(with_random, count / 4, /*fast_math=*/false, &ops);
   if (count >= 600) {
     for (const std::string& op : OpSignatures::Get().Names()) {
       if (OpSignatures::Get().Find(op)->op_class == OpClass::kExtern) continue;

@@ -68,6 +68,10 @@ struct GraphGenOptions {
   // (convolution, convolution_backward; issue 16) when extern_ops is set;
   // earlier seeds keep their graphs.
   uint64_t first_conv_seed = 2500;
+  // full_op_set: seeds from here on draw the random ops too (issue 17.3:
+  // native_dropout and its backward, rand/randn(_like), bernoulli), with a
+  // seed input; earlier seeds keep their graphs.
+  uint64_t first_random_seed = 3000;
   // full_op_set: draw the matrix products (mm, addmm, bmm, baddbmm), which
   // CUDA targets do not compile until their cuBLASLt extern call exists.
   bool extern_ops = true;
@@ -363,7 +367,8 @@ class OpSetGen {
       : rng_(seed),
         o_(o),
         issue17_(seed >= o.first_issue17_seed),
-        conv_(seed >= o.first_conv_seed) {}
+        conv_(seed >= o.first_conv_seed),
+        random_(issue17_ && seed >= o.first_random_seed) {}
 
   v1::Graph Build();
 
@@ -522,11 +527,20 @@ class OpSetGen {
   const OpValue* IndexValues(const GenShape& shape, int64_t n, bool negative);
   // A scalar operand fitting `dtype` (float, int or bool kind).
   Operand ScalarFor(v1::DType dtype);
+  // Issue 17.3: the random ops, drawing from one seed input per graph,
+  // each op its own stream (offset).
+  bool Random(const OpValue& a);
+  // Appends the seed (the graph's int64 0-dim seed input, made on first
+  // use) and the next offset to `n`.
+  void Seeded(v1::Node* n);
 
   Rng rng_;
   const GraphGenOptions& o_;
   bool issue17_;                    // draw AliasCopyOrLike and NormPool too
   bool conv_;                       // draw Conv too
+  bool random_;                     // draw Random too
+  std::string seed_;                // the seed input, once made
+  int streams_ = 0;                 // random ops so far (their offsets)
   std::vector<std::string> sinks_;  // returned, never reused
   v1::Graph g_;
   std::deque<OpValue> values_;  // stable addresses
@@ -2577,6 +2591,149 @@ inline bool OpSetGen::NormPool() {
   return true;
 }
 
+inline void OpSetGen::Seeded(v1::Node* n) {
+  if (seed_.empty()) {
+    v1::Input* in = g_.add_inputs();
+    seed_ = absl::StrCat("x", g_.inputs_size() - 1);
+    in->set_name(seed_);
+    in->mutable_meta()->set_dtype(v1::INT64);
+    in->mutable_meta()->set_device(v1::CPU);
+  }
+  v1::Argument* a = n->add_args();
+  a->set_name("seed");
+  a->set_ref(seed_);
+  Int(n, streams_++, "offset");
+}
+
+inline bool OpSetGen::Random(const OpValue& a) {
+  const int k = rng_.Below(7);
+  const bool fa = IsFloatDType(a.dtype);
+  OpValue v;
+  v.name = Fresh();
+  v.shape = a.shape;
+  v.dtype = fa ? a.dtype : v1::FLOAT32;
+  if (k <= 1) {
+    // rand / randn over a's sizes (a DimList when dynamic), or rand_like /
+    // randn_like of a float a; dtype given or not.
+    // A size list cannot spell a compound size (cat's): then *_like only.
+    bool compound = false;
+    for (const GenDim& g : a.shape) compound |= IsCompound(g);
+    if (compound && !fa) return false;
+    const bool like = fa && (compound || rng_.Chance(50));
+    const bool normal = k == 1;
+    v1::Node* n = Node(absl::StrCat(normal ? "aten.randn" : "aten.rand",
+                                    like ? "_like" : "", ".default"),
+                       v.name);
+    if (like) {
+      Ref(n, a.name);
+    } else {
+      Sizes(n, a.shape);
+      v.dtype = v1::FLOAT32;
+    }
+    if (rng_.Chance(50)) {
+      v.dtype = rng_.Pick(std::vector<v1::DType>{v1::FLOAT32, v1::FLOAT16,
+                                                 v1::BFLOAT16});
+      DTypeArg(n, v.dtype, "dtype");
+    }
+    Seeded(n);
+    // Uniforms are exact on both sides; normals differ by the kernels'
+    // float32 log/cos (a few float32 ulps of |z| <= 5.8).
+    v.mag = normal ? 6 : 1;
+    v.nonneg = !normal;
+    v.err = normal ? Inexact(8 * UlpOf(v1::FLOAT32) * 6, 6, v.dtype) : 0;
+    Keep(std::move(v));
+    return true;
+  }
+  if (k == 2) {
+    // bernoulli.p of any a: 0/1 in a's dtype.
+    v.dtype = a.dtype;
+    v1::Node* n = Node("aten.bernoulli.p", v.name);
+    Ref(n, a.name);
+    if (rng_.Chance(70)) {
+      Scalar(n, Operand{nullptr,
+                        rng_.Pick(std::vector<double>{0.0, 0.3, 0.5, 1.0}),
+                        'f'});
+    }
+    Seeded(n);
+    v.mag = 1;
+    v.integral = v.nonneg = true;
+    Keep(std::move(v));
+    return true;
+  }
+  if (k == 3) {
+    // bernoulli.default over exact probabilities: a rand_like of a float a.
+    if (!fa) return false;
+    const std::string p = Fresh();
+    v1::Node* n = Node("aten.rand_like.default", p);
+    Ref(n, a.name);
+    Seeded(n);
+    n = Node("aten.bernoulli.default", v.name);
+    Ref(n, p);
+    Seeded(n);
+    v.mag = 1;
+    v.integral = v.nonneg = true;
+    Keep(std::move(v));
+    return true;
+  }
+  if (!fa) return false;
+  const double p = rng_.Pick(std::vector<double>{0.1, 0.5, 0.25});
+  const double scale = 1 / (1 - p);
+  if (k <= 5) {
+    // native_dropout: (a * mask * scale, mask); train true, None or false.
+    const int train = rng_.Below(4);  // 0, 1: true; 2: None; 3: false
+    const bool drops = train < 3;
+    v.mag = a.mag * (drops ? scale : 1);
+    v.err = drops && !a.exact() ? Inexact(a.err * scale, v.mag, a.dtype)
+                                : a.err;
+    v.lo = 0;
+    v.nonneg = a.nonneg;
+    if (!MagOk(v.mag, v.dtype) || !ErrOk(v.err, v.dtype)) return false;
+    const std::string mask = Fresh();
+    v1::Node* n = Node("aten.native_dropout.default", v.name);
+    n->add_outputs(mask);
+    Ref(n, a.name);
+    Scalar(n, Operand{nullptr, p, 'f'});
+    if (train == 2) {
+      n->add_args()->mutable_none();
+    } else {
+      Bool(n, train < 2);
+    }
+    Seeded(n);
+    Keep(std::move(v));
+    OpValue m;
+    m.name = mask;
+    m.shape = a.shape;
+    m.dtype = v1::BOOL;
+    m.mag = 1;
+    m.integral = m.nonneg = true;
+    Keep(std::move(m));
+    return true;
+  }
+  // native_dropout_backward(a, mask, scale) with a mask from a bool value
+  // of the pool of a's shape, else a new bool input.
+  v.mag = a.mag * scale;
+  v.err = a.exact() ? 0 : Inexact(a.err * scale, v.mag, a.dtype);
+  v.nonneg = a.nonneg;
+  if (!MagOk(v.mag, v.dtype) || !ErrOk(v.err, v.dtype)) return false;
+  const OpValue* mask = nullptr;
+  for (const OpValue& c : values_) {
+    if (c.dtype == v1::BOOL && c.exact() && c.shape == a.shape) mask = &c;
+  }
+  if (mask == nullptr) {
+    // A new input cannot have a compound size (cat's).
+    for (const GenDim& g : a.shape) {
+      if (IsCompound(g)) return false;
+    }
+    mask = NewInput(a.shape, v1::BOOL);
+  }
+  v1::Node* n = Node("aten.native_dropout_backward.default", v.name);
+  Ref(n, a.name);
+  Ref(n, mask->name);
+  Scalar(n, Operand{nullptr, scale, 'f'});
+  Keep(std::move(v));
+  return true;
+}
+
 inline bool OpSetGen::Creation() {
   const int k = rng_.Below(3);
   OpValue v;
@@ -3256,14 +3413,18 @@ inline v1::Graph OpSetGen::Build() {
   }
 
   const int target = 1 + rng_.Below(std::max(1, o_.max_nodes));
-  static const int kWeights[] = {12, 7,  4, 20, 6, 5, 5, 5, 7, 7,
-                                 12, 4, 14, 3, 3, 6, 14, 6, 12, 8};
+  // 19: Conv (from first_conv_seed), 20: Random (from first_random_seed).
+  static const int kWeights[] = {12, 7,  4, 20, 6, 5, 5, 5, 7, 7, 12,
+                                 4,  14, 3, 3,  6, 14, 6, 12, 8, 14};
   // The families after the first 15 (AliasCopyOrLike, NormPool, Matmul,
   // GatherScatter) only where issue17_ (seeds from first_issue17_seed on),
   // and the last (Conv) only where conv_ (seeds from first_conv_seed on),
   // so that earlier seeds keep their graphs.
+  // The conditional families are the last ones, conv before random (the
+  // random seed range starts after the convolutions').
   const int families = static_cast<int>(std::size(kWeights)) -
-                       (conv_ ? 0 : 1) - (issue17_ ? 0 : 4);
+                       (random_ ? 0 : 1) - (conv_ ? 0 : 1) -
+                       (issue17_ ? 0 : 4);
   int total_weight = 0;
   for (int f = 0; f < families; ++f) total_weight += kWeights[f];
   std::vector<std::string> produced;
@@ -3335,6 +3496,9 @@ inline v1::Graph OpSetGen::Build() {
         break;
       case 19:
         ok = Conv();
+        break;
+      case 20:
+        ok = Random(a);
         break;
       default:
         ok = Creation();

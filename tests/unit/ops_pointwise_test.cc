@@ -29,7 +29,8 @@ TEST(OpCoverage, EveryRegisteredOpIsCovered) {
   for (const auto* list : {&PointwiseSuiteOps(), &ReductionSuiteOps(),
                            &ShapeSuiteOps(), &CompositeSuiteOps(),
                            &NormSuiteOps(), &IndexingSuiteOps(),
-                           &MatmulSuiteOps(), &ConvSuiteOps()}) {
+                           &MatmulSuiteOps(), &ConvSuiteOps(),
+                           &RandomSuiteOps()}) {
     for (const std::string& op : *list) {
       EXPECT_TRUE(covered.insert(op).second) << op << " is listed twice";
     }

@@ -180,6 +180,16 @@ inline const std::vector<std::string>& IndexingSuiteOps() {
   return *ops;
 }
 
+// The random ops (ops_random_test.cc).
+inline const std::vector<std::string>& RandomSuiteOps() {
+  static const auto* ops = new std::vector<std::string>{
+      "aten.native_dropout.default", "aten.native_dropout_backward.default",
+      "aten.rand.default",           "aten.rand_like.default",
+      "aten.randn.default",          "aten.randn_like.default",
+      "aten.bernoulli.p",            "aten.bernoulli.default"};
+  return *ops;
+}
+
 // ---- running ops, recording coverage ----
 
 // Ops that some test in this binary ran successfully.

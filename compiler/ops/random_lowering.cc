@@ -1,0 +1,152 @@
+// Lowerings of the random ops (signatures in graph/ops/random.cc): pointwise
+// nodes whose bodies draw ExprOp::kPhilox words at the element's row-major
+// index, so random numbers fuse with their neighbours like any pointwise
+// op. The arithmetic on the words is graph/ops/random.h's, the same as the
+// reference's (compiler/ops/random_reference.cc).
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "compiler/op_lowering.h"
+#include "compiler/ops/lowering_util.h"
+#include "graph/ops/random.h"
+
+namespace kiln {
+namespace {
+
+constexpr DType kF32 = DType::kFloat32;
+
+// The row-major linear index of the vars of `sizes`.
+Expr LinearIndex(const std::vector<SymExpr>& sizes) {
+  Expr index = ir::IntConst(0);
+  Expr stride = ir::IntConst(1);
+  for (int d = static_cast<int>(sizes.size()) - 1; d >= 0; --d) {
+    index = ir::Add(index, ir::Mul(ir::Var(d), stride));
+    stride = ir::Mul(stride, ir::FromSym(sizes[d]));
+  }
+  return index;
+}
+
+// Word `word` of the op's Philox stream at each element of `sizes`.
+Expr Word(const LowerContext& ctx, const std::vector<SymExpr>& sizes,
+          int word) {
+  const ops::RandomArgs at = ops::RandomArgsOf(ctx.node());
+  const Expr seed = LowerContext::Read(ctx.value(at.seed), {});
+  return ir::Philox(seed, ir::IntConst(ctx.arg(at.offset).i),
+                    LinearIndex(sizes), word);
+}
+
+// The low `bits` bits of `word` as an int64.
+Expr LowBits(const Expr& word, int bits) {
+  return ir::Binary(ExprOp::kBitAnd, word,
+                    ir::IntConst((int64_t{1} << bits) - 1), DType::kInt64);
+}
+
+// A float32 uniform in [0, 1) of `bits` bits (exact).
+Expr Uniform(const Expr& word, int bits) {
+  return ir::Binary(ExprOp::kMul, ir::Cast(LowBits(word, bits), kF32),
+                    ir::Const(std::ldexp(1.0, -bits), kF32), kF32);
+}
+
+// Bernoulli draw (bool) of `word` against an integer threshold.
+Expr Draw(const Expr& word, int64_t threshold) {
+  return ir::Binary(ExprOp::kLt, LowBits(word, ops::kBernoulliBits),
+                    ir::IntConst(threshold), DType::kBool);
+}
+
+Expr MulF(Expr a, Expr b) {
+  return ir::Binary(ExprOp::kMul, std::move(a), std::move(b), kF32);
+}
+
+absl::StatusOr<std::vector<LoweredValue>> LowerRand(LowerContext& ctx) {
+  const TensorType& out = ctx.out_type();
+  return std::vector<LoweredValue>{ops::PointwiseOutput(
+      ctx, Uniform(Word(ctx, out.sizes, 0), ops::UniformBits(out.dtype)))};
+}
+
+// Box-Muller: sqrt(-2 log(1 - u1)) * cos(2 pi u2), in float32.
+absl::StatusOr<std::vector<LoweredValue>> LowerRandn(LowerContext& ctx) {
+  const std::vector<SymExpr>& sizes = ctx.out_type().sizes;
+  const Expr u1 = Uniform(Word(ctx, sizes, 0), ops::kBernoulliBits);
+  const Expr u2 = Uniform(Word(ctx, sizes, 1), ops::kBernoulliBits);
+  const Expr log1m = ir::Unary(
+      ExprOp::kLog, ir::Binary(ExprOp::kSub, ir::Const(1, kF32), u1, kF32),
+      kF32);
+  const Expr radius =
+      ir::Unary(ExprOp::kSqrt, MulF(ir::Const(-2, kF32), log1m), kF32);
+  const Expr theta = MulF(ir::Const(ops::kTwoPi, kF32), u2);
+  return std::vector<LoweredValue>{ops::PointwiseOutput(
+      ctx, MulF(radius, ir::Unary(ExprOp::kCos, theta, kF32)))};
+}
+
+absl::StatusOr<std::vector<LoweredValue>> LowerBernoulliP(LowerContext& ctx) {
+  const std::vector<SymExpr>& sizes = ctx.out_type().sizes;
+  const int64_t threshold =
+      ops::BernoulliThreshold(ctx.arg(1).ScalarAsDouble());
+  return std::vector<LoweredValue>{
+      ops::PointwiseOutput(ctx, Draw(Word(ctx, sizes, 0), threshold))};
+}
+
+// bernoulli.default: 1 iff a 24-bit uniform < p.
+absl::StatusOr<std::vector<LoweredValue>> LowerBernoulli(LowerContext& ctx) {
+  const std::vector<SymExpr>& sizes = ctx.out_type().sizes;
+  const Expr u = Uniform(Word(ctx, sizes, 0), ops::kBernoulliBits);
+  return std::vector<LoweredValue>{ops::PointwiseOutput(
+      ctx, ir::Binary(ExprOp::kLt, u, ctx.Operand(0, sizes, kF32),
+                      DType::kBool))};
+}
+
+// A bool pointwise node over `sizes` computing `body`.
+LoweredValue BoolNode(LowerContext& ctx, const std::vector<SymExpr>& sizes,
+                      Expr body) {
+  LoopNode node;
+  node.kind = LoopNode::Kind::kPointwise;
+  node.dtype = DType::kBool;
+  node.sizes = sizes;
+  node.body = std::move(body);
+  return ctx.AddNode(std::move(node));
+}
+
+// native_dropout: keep = bernoulli(1 - p), output = input * keep * scale in
+// float32; not training: (input itself, ones).
+absl::StatusOr<std::vector<LoweredValue>> LowerNativeDropout(
+    LowerContext& ctx) {
+  const std::vector<SymExpr>& sizes = ctx.out_type(0).sizes;
+  if (!ops::DropoutTrains(ctx.node())) {
+    return std::vector<LoweredValue>{
+        ctx.value(0), BoolNode(ctx, sizes, ir::IntConst(1, DType::kBool))};
+  }
+  const double p = ctx.arg(1).ScalarAsDouble();
+  const Expr keep =
+      Draw(Word(ctx, sizes, 0), ops::BernoulliThreshold(1.0 - p));
+  const Expr out =
+      MulF(MulF(ctx.Operand(0, sizes, kF32), ir::Cast(keep, kF32)),
+           ir::Const(ops::DropoutScale(p), kF32));
+  LoweredValue out_value = ops::PointwiseOutput(ctx, out);
+  return std::vector<LoweredValue>{out_value, BoolNode(ctx, sizes, keep)};
+}
+
+// native_dropout_backward: grad_output * mask * scale, in float32.
+absl::StatusOr<std::vector<LoweredValue>> LowerNativeDropoutBackward(
+    LowerContext& ctx) {
+  const std::vector<SymExpr>& sizes = ctx.out_type().sizes;
+  const Expr body = MulF(MulF(ctx.Operand(0, sizes, kF32),
+                              ctx.Operand(1, sizes, kF32)),
+                         ir::Const(ctx.arg(2).ScalarAsDouble(), kF32));
+  return std::vector<LoweredValue>{ops::PointwiseOutput(ctx, body)};
+}
+
+}  // namespace
+
+void RegisterRandomLowerings(OpLowerings& table) {
+  table.Add("aten.native_dropout.default", LowerNativeDropout);
+  table.Add("aten.native_dropout_backward.default", LowerNativeDropoutBackward);
+  table.Add("aten.rand.default", LowerRand);
+  table.Add("aten.rand_like.default", LowerRand);
+  table.Add("aten.randn.default", LowerRandn);
+  table.Add("aten.randn_like.default", LowerRandn);
+  table.Add("aten.bernoulli.p", LowerBernoulliP);
+  table.Add("aten.bernoulli.default", LowerBernoulli);
+}
+
+}  // namespace kiln
