@@ -244,7 +244,7 @@ class KilnPartition(torch.nn.Module):
             return self.forward(*args)
         try:
             if self.graph.seeded:
-                return fast(*args, draw_seed())
+                return fast(*args, draw_seed(self.graph.device))
             return fast(*args)
         except Exception as e:  # noqa: BLE001 (KilnError: a guard, memory)
             return self._failed(e, args)
@@ -266,7 +266,8 @@ class KilnPartition(torch.nn.Module):
         return self.eager(*args)
 
     def forward(self, *args: Any) -> Any:
-        kiln_args = args + (draw_seed(),) if self.graph.seeded else args
+        kiln_args = (args + (draw_seed(self.graph.device),) if self.graph.seeded
+                     else args)
         tensors = [kiln_args[i] for i in self.graph.tensor_inputs]
         for k, dtype in self.graph.scalar_inputs.items():
             tensors[k] = torch.tensor(tensors[k], dtype=dtype,

@@ -50,12 +50,7 @@ TOLERANCES: Dict[torch.dtype, Tuple[float, float, float, float]] = {
 
 # Known failures, each a bug to fix in the backend (xfail strict: the test
 # fails once it passes, so the mark gets removed).
-KNOWN: Dict[str, str] = {
-    "nanogpt-float32-dynamic":
-        "fx_graph.py names an input size 16*s0 as a fresh symbol k0 (the "
-        "wire format has no compound sizes), so kilnd cannot prove a "
-        "backward view's 1024*s0 == 64*k0 and rejects the partition",
-}
+KNOWN: Dict[str, str] = {}
 
 # Why a partition may stay eager in bfloat16 (documented in README.md:
 # native_layer_norm's mean/rstd are float32 in Kiln for half inputs).

@@ -413,19 +413,18 @@ TEST_F(FleetTest, CorruptOrForeignValuesAreNeverServed) {
 TEST_F(FleetTest, CompileErrorsAreCachedBriefly) {
   auto a = StartReplica(0).Stub();
   auto b = StartReplica(1).Stub();
-  // mm for a CUDA target: imported fine, refused by the compiler
-  // (UNIMPLEMENTED until the cuBLASLt call exists), or by a build without
-  // the CUDA backend, also UNIMPLEMENTED.
+  // A scatter over a symbolic size: imported fine, refused by the compiler
+  // with UNIMPLEMENTED (its quadratic reduction has no size bound).
   v1::CompileRequest bad;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
-                  R"({"inputs": [
-      {"name": "a", "meta": {"dtype": "FLOAT32", "sizes": [{"value": "8"}, {"value": "16"}]}},
-      {"name": "b", "meta": {"dtype": "FLOAT32", "sizes": [{"value": "16"}, {"value": "4"}]}}],
-    "nodes": [{"op": "aten.mm.default", "args": [{"ref": "a"}, {"ref": "b"}], "outputs": ["y"]}],
+                  R"({"symbols": [{"name": "s0"}], "inputs": [
+      {"name": "g", "meta": {"dtype": "FLOAT32", "sizes": [{"symbol": "s0"}, {"value": "4"}]}},
+      {"name": "i", "meta": {"dtype": "INT64", "sizes": [{"symbol": "s0"}]}}],
+    "nodes": [{"op": "aten.embedding_dense_backward.default", "args": [{"ref": "g"}, {"ref": "i"}, {"i": "10"}, {"i": "-1"}, {"b": false}], "outputs": ["y"]}],
     "outputs": ["y"]})",
                   bad.mutable_graph())
                   .ok());
-  bad.mutable_target()->mutable_cuda()->set_arch("sm_90");
+  *bad.mutable_target()->mutable_cpu() = HostCpuTarget();
   v1::CompileResponse ra, rb;
   const grpc::Status sa = Call(*a, bad, &ra);
   ASSERT_EQ(sa.error_code(), grpc::StatusCode::UNIMPLEMENTED)

@@ -3420,13 +3420,16 @@ inline v1::Graph OpSetGen::Build() {
   // GatherScatter) only where issue17_ (seeds from first_issue17_seed on),
   // and the last (Conv) only where conv_ (seeds from first_conv_seed on),
   // so that earlier seeds keep their graphs.
-  // The conditional families are the last ones, conv before random (the
-  // random seed range starts after the convolutions').
-  const int families = static_cast<int>(std::size(kWeights)) -
-                       (random_ ? 0 : 1) - (conv_ ? 0 : 1) -
-                       (issue17_ ? 0 : 4);
+  // Families a seed does not draw weigh 0 (the draws of the others are the
+  // same as when those families did not exist): 15..18 before
+  // first_issue17_seed, Conv and Random outside their ranges.
+  int weights[std::size(kWeights)];
+  std::copy(std::begin(kWeights), std::end(kWeights), weights);
+  if (!issue17_) std::fill(weights + 15, weights + 19, 0);
+  if (!conv_) weights[19] = 0;
+  if (!random_) weights[20] = 0;
   int total_weight = 0;
-  for (int f = 0; f < families; ++f) total_weight += kWeights[f];
+  for (int w : weights) total_weight += w;
   std::vector<std::string> produced;
   for (int attempt = 0; attempt < 40 * target && op_count_ < target;
        ++attempt) {
@@ -3436,7 +3439,7 @@ inline v1::Graph OpSetGen::Build() {
                                   rng_.Below(std::min<int>(3, values_.size()))]
                         : Pick();
     int w = rng_.Below(total_weight), family = 0;
-    while (w >= kWeights[family]) w -= kWeights[family++];
+    while (w >= weights[family]) w -= weights[family++];
     const size_t before = values_.size();
     bool ok = false;
     switch (family) {
