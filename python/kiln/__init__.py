@@ -10,8 +10,8 @@ The three lines a user writes::
 The Dynamo backend (kiln/dynamo.py) takes the graph through AOTAutograd with
 Core ATen decompositions (forward and backward), partitions it by what Kiln
 compiles (kiln/partition.py), sends each supported partition to kilnd once
-(kiln/fx_graph.py turns it into a kiln.v1.Graph) and runs it on the CPU
-runtime without copies; everything else runs eagerly. ``KILN_LOG=fallback``
+(kiln/fx_graph.py turns it into a kiln.v1.Graph) and runs it on the CPU or
+CUDA runtime without copies; everything else runs eagerly. ``KILN_LOG=fallback``
 logs per op why it did not run in Kiln; ``kiln.explain(model, *inputs)``
 returns that report.
 
@@ -31,9 +31,9 @@ public keys, 64 hex digits each, comma-separated: `kilnctl public-key`;
 artifacts not signed by one of them are refused, KilnError with
 PERMISSION_DENIED, before any code is loaded).
 
-Not yet (issue 15): CUDA tensors in the backend (they run eagerly; the
-binding's CudaExecutable works), `make wheel`, output strides and aliases
-in the wire format, a CPython extension for the call path.
+CPU and CUDA tensors both run in Kiln (a partition's tensors on one
+device). Not yet (issue 15): `make wheel`, output strides and aliases in
+the wire format.
 """
 
 from __future__ import annotations
