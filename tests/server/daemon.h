@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -37,6 +38,23 @@ class Daemon : public DaemonProcess {
         address(), grpc::InsecureChannelCredentials(), args));
   }
 };
+
+// Compile on `stub` with a 120 s deadline.
+inline grpc::Status Call(v1::Kiln::Stub& stub, const v1::CompileRequest& req,
+                         v1::CompileResponse* resp) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::seconds(120));
+  return stub.Compile(&ctx, req, resp);
+}
+
+// GetStats on `stub` (a failed call fails the test).
+inline v1::Stats Stats(v1::Kiln::Stub& stub) {
+  grpc::ClientContext ctx;
+  v1::Stats s;
+  EXPECT_TRUE(stub.GetStats(&ctx, v1::GetStatsRequest(), &s).ok());
+  return s;
+}
 
 // A test with its own temp dir and a kilnd serving from it.
 class DaemonTest : public ::testing::Test {

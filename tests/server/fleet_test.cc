@@ -34,6 +34,8 @@ namespace kiln {
 namespace {
 
 using testing::Daemon;
+using testing::Call;
+using testing::Stats;
 using testing::LayerNormRequest;
 using testing::Request;
 
@@ -125,21 +127,6 @@ class RedisProcess {
   std::string socket_, log_;
   pid_t pid_ = -1;
 };
-
-grpc::Status Call(v1::Kiln::Stub& stub, const v1::CompileRequest& req,
-                  v1::CompileResponse* resp) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::seconds(120));
-  return stub.Compile(&ctx, req, resp);
-}
-
-v1::Stats Stats(v1::Kiln::Stub& stub) {
-  grpc::ClientContext ctx;
-  v1::Stats s;
-  EXPECT_TRUE(stub.GetStats(&ctx, v1::GetStatsRequest(), &s).ok());
-  return s;
-}
 
 // The store key (request key + compiler identity) as 64 hex digits.
 std::string StoreKeyHex(v1::Kiln::Stub& stub, const v1::CompileRequest& req) {

@@ -19,14 +19,8 @@ namespace kiln {
 namespace {
 
 using testing::Daemon;
+using testing::Stats;
 using testing::Request;
-
-v1::Stats Stats(v1::Kiln::Stub& stub) {
-  grpc::ClientContext ctx;
-  v1::Stats s;
-  EXPECT_TRUE(stub.GetStats(&ctx, v1::GetStatsRequest(), &s).ok());
-  return s;
-}
 
 v1::CompileResponse Compile(v1::Kiln::Stub& stub, const std::string& graph) {
   grpc::ClientContext ctx;

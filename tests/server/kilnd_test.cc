@@ -29,22 +29,9 @@ namespace kiln {
 namespace {
 
 using testing::Daemon;
+using testing::Call;
+using testing::Stats;
 using testing::Request;
-
-grpc::Status Call(v1::Kiln::Stub& stub, const v1::CompileRequest& req,
-                  v1::CompileResponse* resp) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::seconds(120));
-  return stub.Compile(&ctx, req, resp);
-}
-
-v1::Stats Stats(v1::Kiln::Stub& stub) {
-  grpc::ClientContext ctx;
-  v1::Stats s;
-  EXPECT_TRUE(stub.GetStats(&ctx, v1::GetStatsRequest(), &s).ok());
-  return s;
-}
 
 // Runs the artifact on seeded inputs and compares with the reference.
 void ExpectMatchesReference(const v1::CompileRequest& req,
