@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build python-env test serve fuzz bench bundle check-bundle format clean
+.PHONY: all deps configure build python-env test serve fuzz bench bundle check-bundle wheel format clean
 
 all: build
 
@@ -59,6 +59,12 @@ BUNDLE_EXTRA ?=
 bundle: deps
 	@bash deploy/bundle.sh --build-dir $(BUNDLE_BUILD) --jobs $(JOBS) $(foreach f,$(BUNDLE_EXTRA),--extra $(f))
 
+# The pip-installable wheel (deploy/wheel.sh): dist/kiln-VERSION-py3-none-linux_x86_64.whl
+# from the Release tree of `make bundle`, self-contained (kilnd, kilnctl,
+# libkiln_c.so and their libraries inside): pip install dist/kiln-*.whl
+wheel: deps
+	@bash deploy/wheel.sh --build-dir $(BUNDLE_BUILD) --jobs $(JOBS) --out-dir dist
+
 check-bundle: bundle
 	@bash deploy/check-bundle.sh $(BUNDLE_BUILD)/kiln-linux-x86_64.tar.xz
 
@@ -66,4 +72,4 @@ format:
 	@find compiler cache server client tests bench -name '*.cc' -o -name '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(FUZZ_BUILD) $(BUNDLE_BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD) $(BUNDLE_BUILD) dist

@@ -7,13 +7,20 @@
 #
 #   deploy/bundle.sh [--build-dir DIR] [--out FILE] [--jobs N]
 #                    [--extra BINARY]...   # more executables for kiln/bin
+#                    [--from-build]        # DIR is built already (any build
+#                                          # type): stage its binaries as they are
+#                    [--stage-only]        # stop after staging; print the
+#                                          # staged kiln/ folder (deploy/wheel.sh)
 #
 # Layout of the tarball (README.md, "Relocatable bundle"):
 #   kiln/bin            kilnd, kilnctl, the --extra binaries (RPATH $ORIGIN/../lib)
 #   kiln/lib            libkiln_client.so, libkiln_c.so and the private shared libraries (RPATH $ORIGIN)
 #   kiln/lib/pkgconfig  kiln_client.pc
 #   kiln/include        the client's public headers, Abseil's and Protobuf's
-#   kiln/python/kiln    the Python binding (ctypes over ../lib/libkiln_c.so)
+#   kiln/python/kiln    the Python binding (ctypes over ../lib/libkiln_c.so;
+#                       the extension _kiln_call in kiln/lib when the build
+#                       has one, else built on first use from
+#                       kiln/share/kiln/src, kiln/_ext_build.py)
 #   kiln/share/kiln     libdevice.10.bc, link/ (glibc's libc.so, libm.so,
 #                       libmvec.so for lld), examples/graphs/*.json,
 #                       tests/python_binding_test.py (GPU + PyTorch)
@@ -27,6 +34,8 @@ BUILD="$ROOT/build-bundle"
 OUT=""
 JOBS=2
 EXTRAS=()
+FROM_BUILD=0
+STAGE_ONLY=0
 MAX_BYTES=$((64 * 1024 * 1024))
 
 die() { echo "bundle.sh: $*" >&2; exit 1; }
@@ -42,6 +51,8 @@ while [ $# -gt 0 ]; do
     --jobs=*) JOBS="${1#*=}"; shift ;;
     --extra) EXTRAS+=("$(realpath -m "${2:?--extra needs a value}")"); shift 2 ;;
     --extra=*) EXTRAS+=("$(realpath -m "${1#*=}")"); shift ;;
+    --from-build) FROM_BUILD=1; shift ;;
+    --stage-only) STAGE_ONLY=1; shift ;;
     -h|--help) usage 0 ;;
     *) echo "bundle.sh: unknown argument '$1'" >&2; usage 2 ;;
   esac
@@ -66,7 +77,11 @@ done
 # --- Release build ----------------------------------------------------------
 LOG="$BUILD/bundle-build.log"
 mkdir -p "$BUILD"
-if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+if [ "$FROM_BUILD" = 1 ]; then
+  for f in server/kilnd client/kilnctl client/libkiln_c.so; do
+    [ -e "$BUILD/$f" ] || die "--from-build: $BUILD/$f not found (build it first)"
+  done
+elif ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
          -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_FUZZERS=OFF \
          -DKILN_BUILD_SHARED_CLIENT=ON &&
        cmake --build "$BUILD" -j "$JOBS" --target kilnd kilnctl kiln_client_shared kiln_c; } >"$LOG" 2>&1; then
@@ -85,10 +100,15 @@ for f in ${EXTRAS[@]+"${EXTRAS[@]}"}; do
   [ ! -e "$K/bin/$(basename "$f")" ] || die "--extra $f: $(basename "$f") is already in kiln/bin"
   install -m 0755 "$f" "$K/bin/"
 done
-CLIENT_SO=$(readlink -f "$BUILD/client/libkiln_client.so")
-CLIENT_SONAME=$(patchelf --print-soname "$CLIENT_SO")
-install -m 0644 "$CLIENT_SO" "$K/lib/$CLIENT_SONAME"
-ln -s "$CLIENT_SONAME" "$K/lib/libkiln_client.so"
+# libkiln_client.so (the C++ API) is built only with KILN_BUILD_SHARED_CLIENT
+# (the Release build above); a --from-build tree may lack it.
+CLIENT_SONAME=""
+if [ -e "$BUILD/client/libkiln_client.so" ]; then
+  CLIENT_SO=$(readlink -f "$BUILD/client/libkiln_client.so")
+  CLIENT_SONAME=$(patchelf --print-soname "$CLIENT_SO")
+  install -m 0644 "$CLIENT_SO" "$K/lib/$CLIENT_SONAME"
+  ln -s "$CLIENT_SONAME" "$K/lib/libkiln_client.so"
+fi
 C_SO=$(readlink -f "$BUILD/client/libkiln_c.so")
 C_SONAME=$(patchelf --print-soname "$C_SO")
 install -m 0644 "$C_SO" "$K/lib/$C_SONAME"
@@ -116,7 +136,7 @@ is_system_lib() {
 # Every non-system dependency of the staged ELF files, by soname: ldd gives
 # the transitive closure, resolved the way this machine resolves it.
 declare -A DEPS=()
-for elf in "$K"/bin/* "$K/lib/$CLIENT_SONAME" "$K/lib/$C_SONAME"; do
+for elf in "$K"/bin/* ${CLIENT_SONAME:+"$K/lib/$CLIENT_SONAME"} "$K/lib/$C_SONAME"; do
   ldd_out=$(ldd "$elf") || die "ldd $elf failed"
   while read -r name arrow path _; do
     [ "$arrow" = "=>" ] || continue
@@ -126,7 +146,7 @@ for elf in "$K"/bin/* "$K/lib/$CLIENT_SONAME" "$K/lib/$C_SONAME"; do
   done <<<"$ldd_out"
 done
 for name in "${!DEPS[@]}"; do
-  [ "$name" = "$CLIENT_SONAME" ] || [ "$name" = "$C_SONAME" ] && continue
+  { [ "$name" = "$CLIENT_SONAME" ] || [ "$name" = "$C_SONAME" ]; } && continue
   install -m 0644 "$(readlink -f "${DEPS[$name]}")" "$K/lib/$name"
 done
 
@@ -188,8 +208,17 @@ for lib in libc.so.6 libm.so.6 libmvec.so.1; do
 done
 install -m 0644 "$LIBDEVICE" "$K/share/kiln/libdevice.10.bc"
 install -m 0644 "$ROOT"/examples/graphs/*.json "$K/share/kiln/examples/graphs/"
-mkdir -p "$K/python/kiln" "$K/share/kiln/tests"
+mkdir -p "$K/python/kiln" "$K/share/kiln/tests" "$K/share/kiln/src"
 install -m 0644 "$ROOT"/python/kiln/*.py "$K/python/kiln/"
+# The CPython extension: the build's (for its Python), and its source for
+# any other Python (kiln/_ext_build.py compiles it on first use).
+for f in "$BUILD"/client/_kiln_call*.so; do
+  [ -e "$f" ] || continue
+  install -m 0644 "$f" "$K/lib/"
+  strip --strip-unneeded "$K/lib/$(basename "$f")"
+  patchelf --force-rpath --set-rpath '$ORIGIN' "$K/lib/$(basename "$f")"
+done
+install -m 0644 "$ROOT/python/ext/kiln_call.c" "$K/share/kiln/src/"
 install -m 0644 "$ROOT/tests/gpu/python_binding_test.py" "$K/share/kiln/tests/"
 install -m 0644 "$ROOT/deploy/bundle-README.txt" "$K/README"
 {
@@ -198,6 +227,11 @@ install -m 0644 "$ROOT/deploy/bundle-README.txt" "$K/README"
   echo "libdevice: $LIBDEVICE"
   echo "extra: ${EXTRAS[*]+${EXTRAS[*]}}"
 } >"$K/VERSION"
+
+if [ "$STAGE_ONLY" = 1 ]; then
+  echo "$K"
+  exit 0
+fi
 
 # --- Pack -------------------------------------------------------------------
 mkdir -p "$(dirname "$OUT")"

@@ -4,15 +4,19 @@
 # glibc >= 2.36 and, for bench and python, python3 with torch):
 #
 #   make bundle BUNDLE_EXTRA="build/tests/gpu/cuda_gpu_test build/bench/gpu/cuda_bench build/tests/unit/cuda_runtime_test"
-#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|bench|all [OUT_DIR]
+#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|bench|all [OUT_DIR]
 #
 # tests: cuda_runtime_test and cuda_gpu_test (its Client test starts the
 # bundle's kilnd); python: the Python binding with PyTorch
 # (kiln/share/kiln/tests/python_binding_test.py, both allocators);
 # backend: the model suite through torch.compile(backend=kiln) on the GPU
 # (tests/gpu/backend_gpu_test.py); pybench: bench/python/gpu_gemm.py and
-# step_time.py --device cuda; all: tests, python and backend. $PYTHON names
-# the interpreter (default python3).
+# step_time.py --device cuda; coverage: bench/python/coverage.py --device
+# cuda over the suite and bench/python/zoo.py; callcost:
+# bench/python/call_cost.py --device cuda against the bundle's kilnd; all:
+# tests, python and backend. $PYTHON names the interpreter (default python3).
+# The extension _kiln_call is built for $PYTHON on first use when the bundle's
+# was built for another Python (kiln/_ext_build.py; needs cc and Python.h).
 #
 # kilnd's CUDA compiles need nvJitLink 13: $KILN_NVJITLINK, else ldconfig's,
 # else the CUDA toolkit's, else one from a pip wheel (nvidia-nvjitlink) in
@@ -64,6 +68,18 @@ fi
 if [[ $what == pybench ]]; then
   "${PYTHON:-python3}" "$here/bench/python/gpu_gemm.py" || status=1
   "${PYTHON:-python3}" "$here/bench/python/step_time.py" --device cuda || status=1
+fi
+if [[ $what == coverage ]]; then
+  (cd "$here/bench/python" && "${PYTHON:-python3}" coverage.py --device cuda \
+     $(sed -n 's/^ALL = \[\(.*\)\]/\1/p' zoo.py | tr -d '",' | sed 's/[^ ]\+/zoo:&/g')) || status=1
+fi
+if [[ $what == callcost ]]; then
+  "$K/bin/kilnd" --listen=127.0.0.1:0 --metrics_listen= --port_file="$work/port" \
+    --data_dir="$work/data" >"$work/kilnd.log" 2>&1 &
+  for _ in $(seq 100); do [[ -s $work/port ]] && break; sleep 0.1; done
+  PYTHONPATH=$K/python "${PYTHON:-python3}" "$here/bench/python/call_cost.py" --device cuda \
+    --server "127.0.0.1:$(head -1 "$work/port")" || status=1
+  kill %1 || true
 fi
 if [[ $what == bench ]]; then
   KILN_CUDA_BENCH=$K/bin/cuda_bench "$here/bench/gpu/run.sh" "$out" || status=1

@@ -9,6 +9,7 @@ with its count (and why).
     $PY bench/python/coverage.py                     # the suite
     $PY bench/python/coverage.py --dynamic --dtype bfloat16
     $PY bench/python/coverage.py mypkg.models:make_resnet --no-suite
+    $PY bench/python/coverage.py --device cuda zoo:gpt2   # bench/python/zoo.py
 
 A `module:callable` (module importable from the current directory or
 PYTHONPATH) returns either a models.ModelSpec, or (model, inputs) with
@@ -50,9 +51,20 @@ def _sum_loss(out: Any) -> Optional[torch.Tensor]:
     return torch.stack(parts).sum() if parts else None
 
 
+DEVICE = torch.device("cpu")
+
+
+def _to_device(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.to(DEVICE)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_device(v) for v in x)
+    return x
+
+
 def _spec_runner(spec: ModelSpec, dtype: torch.dtype) -> Tuple[nn.Module, Runner]:
-    model = spec.make(dtype)
-    args, target = spec.example(dtype=dtype)
+    model = spec.make(dtype).to(DEVICE)
+    args, target = _to_device(spec.example(dtype=dtype))
 
     def run(compiled: Callable[..., Any]) -> None:
         spec.loss(compiled(*args), target).backward()
@@ -75,9 +87,10 @@ def _user_runner(obj: Any, dtype: torch.dtype) -> Tuple[nn.Module, Runner]:
                              "without Conv2d or Linear: return (model, inputs)")
         obj = (obj, (x,))
     model, inputs = obj
-    model = model.to(dtype)
+    model = model.to(dtype).to(DEVICE)
     inputs = tuple(x.to(dtype) if isinstance(x, torch.Tensor) and
                    x.is_floating_point() else x for x in inputs)
+    inputs = _to_device(inputs)
 
     def run(compiled: Callable[..., Any]) -> None:
         loss = _sum_loss(compiled(*inputs))
@@ -154,7 +167,10 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32",
                     choices=["float32", "bfloat16"])
     ap.add_argument("--models", help="comma-separated suite models (default all)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     a = ap.parse_args()
+    global DEVICE
+    DEVICE = torch.device(a.device)
     dtype = getattr(torch, a.dtype)
     runs: List[Tuple[str, nn.Module, Runner]] = []
     if not a.no_suite:
@@ -166,7 +182,7 @@ def main() -> None:
     daemon = None if a.server else Kilnd()
     server = a.server or daemon.address
     try:
-        print(f"kiln coverage: torch {torch.__version__}, {a.dtype}, "
+        print(f"kiln coverage: torch {torch.__version__}, {a.device}, {a.dtype}, "
               f"{'dynamic' if a.dynamic else 'static'}, server {server}\n")
         rows = [(name, measure(name, model, run, server, a.dynamic))
                 for name, model, run in runs]

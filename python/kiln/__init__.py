@@ -53,7 +53,8 @@ __all__ = [
 
 
 def backend(server: Optional[str] = None, fast_math: bool = False,
-            fallback: str = "eager") -> Callable[..., Any]:
+            fallback: str = "eager",
+            attention: Optional[str] = None) -> Callable[..., Any]:
     """A configured Dynamo backend for ``torch.compile(backend=...)``.
 
     server: kilnd's address ("HOST:PORT" or "unix:PATH"; None: $KILN_SERVER,
@@ -62,10 +63,15 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     fallback: "eager" (default: a partition Kiln cannot compile, or an
     unreachable server, runs eagerly with one warning) or "error" (raise
     KilnError instead). Ops Kiln does not have always run eagerly.
+    attention: how scaled_dot_product_attention runs (kiln/attention.py):
+    "auto" (None: $KILN_ATTENTION, else "auto": as GEMMs and a softmax in
+    Kiln, except on CUDA above 2^24 score elements, where PyTorch's fused
+    kernel runs eagerly), "decompose" (always in Kiln) or "eager" (never).
     """
     from .dynamo import KilnBackend  # noqa: PLC0415 (needs torch)
 
-    return KilnBackend(server=server, fast_math=fast_math, fallback=fallback)
+    return KilnBackend(server=server, fast_math=fast_math, fallback=fallback,
+                       attention=attention)
 
 
 def explain(model: Callable[..., Any], *inputs: Any,

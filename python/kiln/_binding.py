@@ -10,9 +10,9 @@ running on torch tensors and allocator="torch" need it.
     (y,) = cpu(torch.randn(64, 1024))           # zero-copy in and out
 
 The library is found as $KILN_LIB (the file, or a directory holding
-libkiln_c.so), else in the relocatable bundle's kiln/lib next to this
-package (kiln/python/kiln), else in a source tree's build/client, else by the
-dynamic loader.
+libkiln_c.so), else in a wheel's kiln/_native/lib, else in the relocatable
+bundle's kiln/lib next to this package (kiln/python/kiln), else in a source
+tree's build/client, else by the dynamic loader.
 
 Memory (allocator=):
   "torch"  outputs and intermediates come from PyTorch's caching allocator
@@ -47,6 +47,7 @@ kiln_c.h).
 
 Fast call path: where the CPython extension _kiln_call (python/ext, built
 with the library when python3-dev is installed) sits next to libkiln_c.so,
+or can be built on first use for this Python (kiln/_ext_build.py),
 CPU executables are called through it (CpuExecutable.call_path, what the
 Dynamo backend uses): a few hundred nanoseconds of Python work per tensor
 instead of ctypes' microseconds. KILN_NO_EXTENSION=1, or no extension, keeps
@@ -133,6 +134,7 @@ def _candidates():
         yield p / "libkiln_c.so" if p.is_dir() else p
         return
     here = pathlib.Path(__file__).resolve().parent
+    yield here / "_native" / "lib" / "libkiln_c.so.1"  # wheel (make wheel)
     yield here.parent.parent / "lib" / "libkiln_c.so"  # bundle: kiln/python/kiln
     yield here.parent.parent / "build" / "client" / "libkiln_c.so"  # source tree
     found = ctypes.util.find_library("kiln_c")
@@ -198,7 +200,19 @@ def _load_extension():
             return module
         except ImportError:
             return None
-    return None
+    # Not built for this Python: build it now (kiln/_ext_build.py).
+    from . import _ext_build  # noqa: PLC0415
+
+    path = _ext_build.build(_lib_path)
+    if path is None:
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location("kiln._kiln_call", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    except ImportError:
+        return None
 
 
 def _dtype_error(what, index, dtype):

@@ -13,9 +13,11 @@ tensors allocated here with torch.empty, CUDA outputs are allocated by
 PyTorch's caching allocator. Everything else runs eagerly in between.
 
 Outputs: a partition output that is one of its inputs is returned as
-itself; an output whose expected strides (the fake tensor's) are not
-contiguous is copied once into a tensor of those strides (Kiln writes
-contiguous outputs; the wire format has no output strides yet).
+itself; an output whose expected strides (the fake tensor's) are a dense
+layout in another dim order (a transpose, channels-last) is written by Kiln
+in that order and handed over as a permuted view (kiln/fx_graph.py,
+permuted_layout: no copy); any other non-contiguous expectation (gaps,
+overlaps) is copied once into a tensor of those strides.
 
 Call path: a partition without scalar inputs or restrided outputs is
 called through the extension _kiln_call where it is built (kiln._binding's
@@ -59,6 +61,7 @@ import torch
 import torch.fx
 
 from . import _binding
+from .attention import resolve_policy, rewrite_attention
 from .autostart import resolve_server
 from .fx_graph import (KilnGraph, Unsupported, draw_seed, is_contiguous,
                        to_kiln_graph)
@@ -218,7 +221,11 @@ class KilnPartition(torch.nn.Module):
         self._cuda = graph.device.type == "cuda"
         # CPU executables take the outputs' sizes when they are static.
         sizes = () if self._cuda else (self._static_sizes,)
-        if not graph.scalar_inputs and all(s is None for s in self._strides):
+        # Outputs Kiln writes in a permuted order (KilnGraph.output_perms):
+        # permuted back here, a view.
+        self._perms = [(j, p) for j, p in enumerate(graph.output_perms) if p]
+        if not graph.scalar_inputs and not self._perms and \
+                all(s is None for s in self._strides):
             self._fast = exe.call_path(graph.tensor_inputs, graph.outputs,
                                        tuple_output, *sizes)
         else:
@@ -284,6 +291,8 @@ class KilnPartition(torch.nn.Module):
                 self.exe.run_into(tensors, outs)
         except Exception as e:  # noqa: BLE001 (KilnError: a guard, memory)
             return self._failed(e, args)
+        for j, perm in self._perms:
+            outs[j] = outs[j].permute(perm)
         for j, want in enumerate(self._strides):
             if want is not None:
                 strides = self._expected_strides(j, tensors)
@@ -303,9 +312,11 @@ class KilnBackend:
     the fallback report of every graph it compiled."""
 
     def __init__(self, server: Optional[str] = None, fast_math: bool = False,
-                 fallback: str = "eager") -> None:
+                 fallback: str = "eager",
+                 attention: Optional[str] = None) -> None:
         if fallback not in ("eager", "error"):
             raise ValueError(f"fallback={fallback!r}: expected 'eager' or 'error'")
+        self.attention = resolve_policy(attention)
         self.server = server
         self.fast_math = bool(fast_math)
         self.fallback = fallback
@@ -326,6 +337,9 @@ class KilnBackend:
     # -- Dynamo entry ------------------------------------------------------
     def __call__(self, gm: torch.fx.GraphModule,
                  example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        # Attention as products and a softmax (kiln/attention.py), before
+        # AOTAutograd derives the backward from them.
+        rewrite_attention(gm, self.attention)
         return self._aot(gm, example_inputs)
 
     def counters(self) -> Dict[str, int]:

@@ -421,6 +421,11 @@ class KilnGraph:
     dynamic: whether any size is symbolic.
     device: the one device of every tensor of the graph (CPU or a CUDA
         device): the executable is compiled for it.
+    output_perms: per Kiln output, None, or the dims to permute it by
+        (Tensor.permute) to get the layout PyTorch expects: Kiln writes that
+        output contiguously in the expected layout's order (a permute node
+        before it in the graph), so the caller's permute is a view, not a
+        copy (permuted_layout()).
     seeded: whether the graph has random ops; then its last tensor_inputs
         entry is one past the placeholders: the caller appends a fresh seed
         (an int64 0-dim tensor, draw_seed()) to the FX arguments.
@@ -436,6 +441,7 @@ class KilnGraph:
     symbol_of: Dict[Any, str] = field(default_factory=dict)
     device: torch.device = torch.device("cpu")
     seeded: bool = False
+    output_perms: List[Optional[List[int]]] = field(default_factory=list)
 
     @property
     def json(self) -> str:
@@ -616,6 +622,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
         outputs.append(("kiln", len(kiln_outputs)))
         kiln_outputs.append(name)
         output_meta.append(_val(r))
+    output_perms = _permute_outputs(nodes, kiln_outputs, output_meta)
     device = next(iter(devices), torch.device("cpu"))
     for i in inputs:  # scalar inputs too: they are passed on the device
         i["meta"]["device"] = "CUDA" if device.type == "cuda" else "CPU"
@@ -625,7 +632,60 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                      output_meta=output_meta, input_meta=input_meta,
                      scalar_inputs=scalar_inputs, dynamic=dynamic,
                      symbol_of=dict(symbols.names), device=device,
-                     seeded=seed_ref is not None)
+                     seeded=seed_ref is not None, output_perms=output_perms)
+
+
+def _hint(size: Any) -> int:
+    if isinstance(size, torch.SymInt):
+        hint = size.node.hint
+        return int(hint) if hint is not None else 0
+    return int(size)
+
+
+def permuted_layout(t: torch.Tensor) -> Optional[List[int]]:
+    """For a tensor PyTorch expects non-contiguous: the dims p such that
+    t.permute(p) is contiguous (a dense layout in another dim order, as a
+    transpose or a channels-last tensor has), or None when there is none
+    (gaps, overlaps, or strides that cannot be proved, e.g. symbolic ones
+    whose order depends on the sizes). Decided on the expressions: the
+    example sizes only order the candidates."""
+    if t.dim() < 2:
+        return None
+    order = sorted(range(t.dim()), key=lambda d: (-_hint(t.stride()[d]), d))
+    if order == list(range(t.dim())):
+        return None
+    try:
+        if not is_contiguous(t.permute(order)):
+            return None
+    except Exception:  # noqa: BLE001 (an expression sympy cannot compare)
+        return None
+    return order
+
+
+def _permute_outputs(nodes: List[Dict[str, Any]], kiln_outputs: List[str],
+                     output_meta: List[torch.Tensor]) -> List[Optional[List[int]]]:
+    """Rewrites each Kiln output whose expected layout is a permuted dense
+    one as a permute node (so Kiln writes the expected layout contiguously)
+    and returns, per output, the inverse permutation the caller applies (a
+    view), or None. output_meta then holds the permuted (contiguous) metas."""
+    perms: List[Optional[List[int]]] = []
+    for j, meta in enumerate(output_meta):
+        order = None if is_contiguous(meta) else permuted_layout(meta)
+        if order is None:
+            perms.append(None)
+            continue
+        name = f"{kiln_outputs[j]}__layout"
+        nodes.append({"op": "aten.permute.default",
+                      "args": [{"ref": kiln_outputs[j]},
+                               {"ints": {"values": order}}],
+                      "outputs": [name]})
+        kiln_outputs[j] = name
+        output_meta[j] = meta.permute(order)
+        inverse = [0] * len(order)
+        for k, d in enumerate(order):
+            inverse[d] = k
+        perms.append(inverse)
+    return perms
 
 
 def draw_seed(device: torch.device = torch.device("cpu")) -> torch.Tensor:

@@ -289,6 +289,50 @@ def test_dynamic_non_contiguous_outputs(daemon):
     assert backend.report.dynamic_partitions == 1
 
 
+def test_permuted_outputs_are_written_in_place_not_copied(daemon, monkeypatch):
+    """An output PyTorch expects in a permuted dense layout (a transpose, a
+    channels-last tensor) is written by Kiln in that order and handed over
+    as a view: no partition keeps a copy for it (KilnPartition._strides
+    all None) and each has the permutation (fx_graph.permuted_layout)."""
+    from kiln import dynamo
+
+    parts = []
+    init = dynamo.KilnPartition.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        parts.append(self)
+
+    monkeypatch.setattr(dynamo.KilnPartition, "__init__", record)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    def f(x, y):
+        return (x * 2 + 1).sin(), (y.t() * 3).exp()
+
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    y = torch.randn(6, 7)
+    for dynamic in (False, True):
+        torch._dynamo.reset()
+        parts.clear()
+        compiled = torch.compile(f, backend=backend, dynamic=dynamic)
+        got, want = compiled(x, y), f(x, y)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+            assert g.stride() == w.stride()
+        assert parts and all(all(s is None for s in p._strides) for p in parts)
+        assert sorted(len(perm) for p in parts for _, perm in p._perms) == [2, 4]
+
+
+def test_permuted_layout_rules():
+    from kiln.fx_graph import permuted_layout
+
+    assert permuted_layout(torch.empty(3, 4).t()) == [1, 0]
+    assert permuted_layout(torch.empty(2, 3, 4, 5).to(
+        memory_format=torch.channels_last)) == [0, 2, 3, 1]
+    assert permuted_layout(torch.empty(6, 8)[:, ::2]) is None  # gaps
+    assert permuted_layout(torch.empty(4, 1).expand(4, 5)) is None  # overlap
+
+
 def test_dynamic_shapes(daemon):
     backend = kiln.backend(server=daemon.address, fallback="error")
     model = SoftmaxLayerNorm(d=16)

@@ -1,0 +1,197 @@
+"""Attention as Kiln compiles it.
+
+PyTorch's ``F.scaled_dot_product_attention`` reaches a backend as one fused
+vendor kernel per device (flash attention for the CPU, flash, memory-
+efficient or cuDNN attention on CUDA), each with a backward op of its own.
+Kiln writes attention as what those kernels compute instead: two matrix
+products (Kiln's GEMM extern: BLAS on the CPU, cuBLASLt on CUDA) around a
+masked softmax (fused Kiln kernels), so the projections, the mask, the
+softmax and the reshapes around it land in one Kiln partition, forward and
+backward (AOTAutograd derives the backward from these ops: two more
+products per input and the softmax's backward).
+
+rewrite_attention() does it on Dynamo's graph, before AOTAutograd traces
+it: each call of scaled_dot_product_attention (or of
+F.multi_head_attention_forward, nn.MultiheadAttention's, which Dynamo keeps
+as one call and which calls it inside) whose score matrix
+(batch x heads x L x S) is at most `max_scores` elements becomes a call of
+sdpa_math(); larger ones keep the fused kernel (it never materialises the
+scores: at long sequences it needs far less memory than two GEMMs and a
+softmax). The policy, from kiln.backend(attention=...) or KILN_ATTENTION:
+
+  "auto"      the default: decomposed on the CPU; on CUDA up to 2^24 score
+              elements (64 MiB in float32), beyond that the fused kernel.
+  "decompose" always decomposed.
+  "eager"     never: attention runs as PyTorch's fused kernel, eagerly.
+
+Numerics: float16/bfloat16 inputs are computed in float32 (as the fused
+kernels accumulate) and the output rounded once; masks follow PyTorch's
+rules (a boolean mask keeps True, a float mask is added; is_causal is the
+top-left lower triangle), dropout is PyTorch's (native_dropout, Kiln's
+Philox kernels), GQA repeats key and value heads (enable_gqa). A row whose
+every score is masked gives NaN, as PyTorch's math path does (the fused
+kernels give 0 or NaN depending on the kernel).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+from typing import Any, Optional
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+__all__ = ["ATTENTION_POLICIES", "resolve_policy", "rewrite_attention",
+           "sdpa_math"]
+
+ATTENTION_POLICIES = ("auto", "decompose", "eager")
+
+# "auto" on CUDA: the largest score matrix decomposed, in elements.
+CUDA_MAX_SCORES = 1 << 24
+
+_SDPA_TARGETS = {F.scaled_dot_product_attention,
+                 torch._C._nn.scaled_dot_product_attention}
+
+# Dynamo keeps nn.MultiheadAttention's functional form as one call; with
+# need_weights=False it calls scaled_dot_product_attention inside, and
+# mha_math takes its other branch (the same attention as bmm and softmax).
+_MHA_TARGETS = {F.multi_head_attention_forward}
+
+
+def resolve_policy(policy: Optional[str]) -> str:
+    """The attention policy: `policy`, else $KILN_ATTENTION, else "auto".
+    Raises ValueError naming the choices for anything else."""
+    value = policy if policy is not None else os.environ.get(
+        "KILN_ATTENTION", "auto")
+    if value not in ATTENTION_POLICIES:
+        raise ValueError(f"attention={value!r}: expected one of "
+                         f"{', '.join(ATTENTION_POLICIES)}")
+    return value
+
+
+def sdpa_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              attn_mask: Optional[torch.Tensor] = None,
+              dropout_p: float = 0.0, is_causal: bool = False,
+              scale: Optional[float] = None,
+              enable_gqa: bool = False) -> torch.Tensor:
+    """scaled_dot_product_attention as matrix products and a softmax, with
+    PyTorch's semantics for every argument (see the module docstring)."""
+    dtype = query.dtype
+    compute = (torch.float32 if dtype in (torch.float16, torch.bfloat16)
+               else dtype)
+    q, k, v = query.to(compute), key.to(compute), value.to(compute)
+    if enable_gqa and k.dim() >= 3 and q.size(-3) != k.size(-3):
+        rep = q.size(-3) // k.size(-3)
+        k = k.repeat_interleave(rep, dim=-3)
+        v = v.repeat_interleave(rep, dim=-3)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.size(-1)) if isinstance(q.size(-1), int) \
+            else torch.sym_float(q.size(-1)) ** -0.5
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if is_causal:
+        rows = torch.arange(q.size(-2), device=q.device).unsqueeze(-1)
+        cols = torch.arange(k.size(-2), device=q.device)
+        scores = scores.masked_fill(cols > rows, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
+        else:
+            scores = scores + attn_mask.to(compute)
+    probs = torch.softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        probs = F.dropout(probs, p=dropout_p, training=True)
+    return torch.matmul(probs, v).to(dtype)
+
+
+_MHA_SIGNATURE = inspect.signature(F.multi_head_attention_forward)
+
+
+def _mha_arguments(args: Any, kwargs: Any) -> "inspect.BoundArguments":
+    bound = _MHA_SIGNATURE.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound
+
+
+def mha_math(*args: Any, **kwargs: Any) -> Any:
+    """F.multi_head_attention_forward with need_weights=False computed by
+    its need_weights=True branch (the same attention, written as bmm,
+    softmax and dropout) and returned as the need_weights=False call
+    returns it: (output, None). The averaged weights it also computes are
+    dead code, which AOTAutograd removes."""
+    bound = _mha_arguments(args, kwargs)
+    bound.arguments["need_weights"] = True
+    bound.arguments["average_attn_weights"] = False
+    out, _ = F.multi_head_attention_forward(*bound.args, **bound.kwargs)
+    return out, None
+
+
+def _hint(size: Any) -> int:
+    """A size's value in the example inputs (a SymInt's hint)."""
+    if isinstance(size, torch.SymInt):
+        hint = size.node.hint
+        return int(hint) if hint is not None else 1 << 62
+    return int(size)
+
+
+def _scores(node: torch.fx.Node) -> Optional[int]:
+    """Elements of the score matrix of an SDPA or MHA call, from Dynamo's
+    example values; None when unknown."""
+    vals = []
+    for a in node.args[:2]:
+        v = a.meta.get("example_value") if isinstance(a, torch.fx.Node) else None
+        if not isinstance(v, torch.Tensor) or v.dim() < 2:
+            return None
+        vals.append(v)
+    q, k = vals
+    if node.target in _MHA_TARGETS:
+        # (L, N, E) and (S, N, E), or unbatched (L, E); heads: argument 3.
+        heads = node.args[3] if len(node.args) > 3 else node.kwargs.get(
+            "num_heads", 1)
+        n = _hint(q.shape[0]) * _hint(k.shape[0]) * _hint(heads)
+        return n * _hint(q.shape[1]) if q.dim() == 3 else n
+    n = _hint(q.shape[-2]) * _hint(k.shape[-2])
+    for s in q.shape[:-2]:
+        n *= _hint(s)
+    return n
+
+
+def _device(node: torch.fx.Node) -> Optional[torch.device]:
+    a = node.args[0] if node.args else None
+    v = a.meta.get("example_value") if isinstance(a, torch.fx.Node) else None
+    return v.device if isinstance(v, torch.Tensor) else None
+
+
+def rewrite_attention(gm: torch.fx.GraphModule, policy: str) -> int:
+    """Replaces the scaled_dot_product_attention calls of Dynamo's graph
+    `gm` that `policy` decomposes by sdpa_math (in place; recompiles gm).
+    Returns how many were replaced."""
+    if policy == "eager":
+        return 0
+    replaced = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or (node.target not in _SDPA_TARGETS and
+                                          node.target not in _MHA_TARGETS):
+            continue
+        if node.target in _MHA_TARGETS:
+            try:
+                bound = _mha_arguments(node.args, node.kwargs)
+            except TypeError:
+                continue
+            if bound.arguments["need_weights"] is not False:
+                continue  # already bmm and softmax
+        if policy == "auto":
+            device = _device(node)
+            n = _scores(node)
+            if device is None or n is None:
+                continue
+            if device.type != "cpu" and n > CUDA_MAX_SCORES:
+                continue
+        node.target = mha_math if node.target in _MHA_TARGETS else sdpa_math
+        replaced += 1
+    if replaced:
+        gm.recompile()
+    return replaced
+

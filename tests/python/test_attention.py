@@ -1,0 +1,182 @@
+"""Attention in Kiln (kiln/attention.py, issue 16 item 5): every argument of
+F.scaled_dot_product_attention and of nn.MultiheadAttention, forward and
+backward through torch.compile(backend=kiln) against eager PyTorch on
+random inputs, with a real kilnd; and the policy switch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import kiln
+from kiln.attention import resolve_policy, sdpa_math
+
+FUSED = {"aten._scaled_dot_product_flash_attention_for_cpu.default",
+         "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"}
+
+
+def _run(fn, backend, *inputs, dynamic=False):
+    """fn on copies of inputs eagerly and compiled: outputs and grads."""
+    results = []
+    for compiled in (False, True):
+        xs = [x.detach().clone().requires_grad_(x.is_floating_point())
+              for x in inputs]
+        f = torch.compile(fn, backend=backend, dynamic=dynamic) if compiled else fn
+        out = f(*xs)
+        grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(7),
+                           dtype=torch.float32).to(out.dtype)
+        out.backward(grad)
+        results.append((out, [x.grad for x in xs if x.requires_grad]))
+    return results
+
+
+def _close(a, b, dtype):
+    tol = {torch.float32: (2e-5, 1e-4), torch.bfloat16: (2e-2, 2e-2)}[dtype]
+    torch.testing.assert_close(a, b, atol=tol[0], rtol=tol[1])
+
+
+def _no_fused(report):
+    """Neither the fused attention op nor its backward reached the graph,
+    and every compute node ran in Kiln (what fell back are views)."""
+    assert not FUSED & set(report.ops), report
+    assert report.op("aten.bmm.default").kiln >= 2, report
+    for op, reasons in report.fallbacks.items():
+        assert all("view" in r for r in reasons), (op, reasons)
+
+
+CASES = [
+    dict(),
+    dict(is_causal=True),
+    dict(is_causal=True, l=5, s=9),   # top-left causal with L < S
+    dict(is_causal=True, l=9, s=5),
+    dict(mask="bool"),
+    dict(mask="float", scale=0.37),
+    dict(mask="bool-broadcast"),
+    dict(gqa=True, is_causal=True),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16],
+                         ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(
+    f"{k}={v}" for k, v in c.items()) or "plain")
+def test_sdpa_arguments_match_eager(daemon, case, dtype):
+    case = dict(case)
+    g = torch.Generator().manual_seed(1)
+    b, h, e = 2, 4, 16
+    l, s = case.pop("l", 7), case.pop("s", 7)
+    hk = 2 if case.pop("gqa", False) else h
+    q = torch.randn(b, h, l, e, generator=g).to(dtype)
+    k = torch.randn(b, hk, s, e, generator=g).to(dtype)
+    v = torch.randn(b, hk, s, e, generator=g).to(dtype)
+    mask_kind = case.pop("mask", None)
+    kwargs = dict(case, enable_gqa=hk != h)
+    extra = ()
+    if mask_kind == "bool":
+        extra = (torch.rand(b, 1, l, s, generator=g) > 0.3,)
+    elif mask_kind == "bool-broadcast":
+        extra = (torch.rand(l, s, generator=g) > 0.3,)
+    elif mask_kind == "float":
+        extra = (torch.randn(b, h, l, s, generator=g).to(dtype),)
+    for m in extra:  # no row fully masked (PyTorch's kernels differ there)
+        if m.dtype == torch.bool:
+            m[..., 0] = True
+
+    def fn(q, k, v, *mask):
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask[0] if mask else None, **kwargs)
+
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    (a, ga), (c, gc) = _run(fn, backend, q, k, v, *extra)
+    _close(a, c, dtype)
+    for x, y in zip(ga, gc):
+        _close(x, y, dtype)
+    _no_fused(backend.report)
+
+
+def test_sdpa_dynamic_sequence_length(daemon):
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    for t in (6, 11):
+        g = torch.Generator().manual_seed(t)
+        q, k, v = (torch.randn(2, 2, t, 8, generator=g) for _ in range(3))
+        (a, ga), (c, gc) = _run(fn, backend, q, k, v, dynamic=True)
+        _close(a, c, torch.float32)
+        for x, y in zip(ga, gc):
+            _close(x, y, torch.float32)
+    assert not FUSED & set(backend.report.ops)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(), dict(key_padding_mask=True), dict(causal=True),
+], ids=["plain", "key_padding_mask", "causal"])
+def test_multihead_attention_module(daemon, kw):
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(32, 4, batch_first=True)
+    x = torch.randn(3, 7, 32)
+    call = {}
+    if kw.get("key_padding_mask"):
+        kpm = torch.zeros(3, 7, dtype=torch.bool)
+        kpm[1, 5:] = True
+        call["key_padding_mask"] = kpm
+    if kw.get("causal"):
+        call["attn_mask"] = nn.Transformer.generate_square_subsequent_mask(7)
+        call["is_causal"] = True
+
+    def fn(x):
+        return mha(x, x, x, need_weights=False, **call)[0]
+
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    (a, ga), (c, gc) = _run(fn, backend, x)
+    _close(a, c, torch.float32)
+    _close(ga[0], gc[0], torch.float32)
+    _no_fused(backend.report)
+
+
+def test_attention_dropout_trains_in_kiln(daemon):
+    """Dropout inside attention runs as Kiln's Philox dropout (its
+    distribution and backward are checked in test_random_models.py): here,
+    that it compiles whole, forward and backward, and that with p=0.5 about
+    half of a large probability matrix is dropped (v = identity exposes the
+    dropped probabilities)."""
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    torch.manual_seed(0)
+    q = torch.randn(2, 2, 64, 64, requires_grad=True)
+    eye = torch.eye(64).expand(2, 2, 64, 64)
+    out = torch.compile(lambda q, v: F.scaled_dot_product_attention(
+        q, q, v, dropout_p=0.5), backend=backend)(q, eye)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(q.grad).all()
+    dropped = (out == 0).float().mean().item()
+    assert 0.45 < dropped < 0.55, dropped
+    assert backend.report.op("aten.native_dropout.default").kiln == 1
+    assert not FUSED & set(backend.report.ops)
+
+
+def test_policy_eager_keeps_the_fused_kernel(daemon, monkeypatch):
+    monkeypatch.setenv("KILN_ATTENTION", "eager")
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    q = torch.randn(2, 2, 5, 8)
+    torch.compile(lambda q: F.scaled_dot_product_attention(q, q, q),
+                  backend=backend)(q)
+    assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in \
+        backend.report.ops
+
+
+def test_policy_names():
+    assert resolve_policy("decompose") == "decompose"
+    with pytest.raises(ValueError, match="auto, decompose, eager"):
+        resolve_policy("fused")
+
+
+def test_sdpa_math_matches_eager_without_compiling():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 4, 8, generator=g) for _ in range(3))
+    torch.testing.assert_close(
+        sdpa_math(q, k, v, is_causal=True),
+        F.scaled_dot_product_attention(q, k, v, is_causal=True))
