@@ -420,6 +420,10 @@ int Stats(v1::Kiln::Stub& stub) {
     std::cout << absl::StrFormat("%-20s %s\n", "store damaged at start",
                                  s.store_last_recovery());
   }
+  if (s.reload_failures() > 0) {
+    std::cout << absl::StrFormat("%-20s %d (token or TLS files; see log)\n",
+                                 "reload failures", s.reload_failures());
+  }
   return 0;
 }
 

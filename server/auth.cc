@@ -1,11 +1,13 @@
 #include "server/auth.h"
 
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -32,6 +34,18 @@ absl::StatusOr<uint32_t> ParseRoles(absl::string_view text) {
     }
   }
   return roles;
+}
+
+// `expires=` value: RFC 3339 or unix seconds.
+absl::StatusOr<absl::Time> ParseExpiry(absl::string_view text) {
+  int64_t seconds = 0;
+  if (absl::SimpleAtoi(text, &seconds)) return absl::FromUnixSeconds(seconds);
+  absl::Time t;
+  std::string error;
+  if (absl::ParseTime(absl::RFC3339_full, text, &t, &error)) return t;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "expires='", text,
+      "' is neither RFC 3339 (2027-01-31T00:00:00Z) nor unix seconds"));
 }
 
 // Equal without an early exit: the time depends on the length only.
@@ -80,11 +94,18 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(
     auto error = [&](absl::string_view what) {
       return absl::InvalidArgumentError(
           absl::StrCat(origin, ":", line_number, ": ", what,
-                       " (expected: sha256-hex roles [name])"));
+                       " (expected: sha256-hex roles [name] [expires=WHEN])"));
     };
+    TokenEntry entry;
+    if (fields.size() >= 3 && absl::StartsWith(fields.back(), "expires=")) {
+      absl::StatusOr<absl::Time> expires =
+          ParseExpiry(fields.back().substr(std::strlen("expires=")));
+      if (!expires.ok()) return error(expires.status().message());
+      entry.expires = *expires;
+      fields.pop_back();
+    }
     if (fields.size() < 2 || fields.size() > 3)
       return error(absl::StrCat(fields.size(), " fields"));
-    TokenEntry entry;
     const std::string hex = absl::AsciiStrToLower(fields[0]);
     if (hex.size() != 64 || !HexToDigest(hex, &entry.hash))
       return error("the first field is not a SHA-256 in 64 hex digits");
@@ -133,7 +154,8 @@ absl::StatusOr<size_t> Authenticator::Reload() {
 
 absl::StatusOr<Identity> Authenticator::Check(absl::string_view authorization,
                                               Role needed,
-                                              absl::string_view method) const {
+                                              absl::string_view method,
+                                              absl::Time now) const {
   if (authorization.empty()) {
     return absl::UnauthenticatedError(absl::StrCat(
         method,
@@ -159,6 +181,12 @@ absl::StatusOr<Identity> Authenticator::Check(absl::string_view authorization,
   if (found == nullptr) {
     return absl::UnauthenticatedError(absl::StrCat(
         method, ": unknown token (not in kilnd's token file, or removed)"));
+  }
+  if (now >= found->expires) {
+    return absl::UnauthenticatedError(
+        absl::StrCat(method, ": token '", found->name, "' expired at ",
+                     absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", found->expires,
+                                      absl::UTCTimeZone())));
   }
   if ((found->roles & static_cast<uint32_t>(needed)) == 0) {
     return absl::PermissionDeniedError(

@@ -19,7 +19,10 @@
 //   admin       Evict, ListEntries, and every other role's RPCs
 //
 // The name (default: "token-" and the hash's first 8 hex digits) is the
-// identity in logs and the unit of the per-token compile limits. A file
+// identity in logs and the unit of the per-token compile limits. An
+// optional last field `expires=WHEN` (RFC 3339, e.g. 2027-01-31T00:00:00Z,
+// or unix seconds) ends the token's validity: from then on it gets
+// UNAUTHENTICATED ("token 'ci' expired at ..."), without a reload. A file
 // that does not parse is refused whole (at start: kilnd exits; on SIGHUP:
 // the previous tokens stay and the error is logged).
 //
@@ -41,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "support/sha256.h"
 
 namespace kiln {
@@ -72,11 +76,13 @@ struct TokenEntry {
   Sha256Digest hash{};
   uint32_t roles = 0;  // bits of Role; admin implies the others
   std::string name;
+  absl::Time expires = absl::InfiniteFuture();  // `expires=`; none: never
 };
 
 // Parses a token file's text (`origin` names it in errors). Errors:
 // INVALID_ARGUMENT naming the line and what is wrong (a hash that is not
-// 64 hex digits, an unknown role, a duplicate hash or name).
+// 64 hex digits, an unknown role, a duplicate hash or name, an `expires=`
+// that is neither RFC 3339 nor unix seconds).
 absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(
     absl::string_view text, absl::string_view origin);
 
@@ -92,11 +98,13 @@ class Authenticator {
 
   // The identity behind `authorization` (the value of the request's
   // "authorization" metadata, "Bearer <token>"; empty when absent) if it
-  // holds `needed`. Errors: UNAUTHENTICATED for a missing, malformed or
-  // unknown token; PERMISSION_DENIED naming the role `method` needs and the
-  // token's name.
+  // holds `needed` at `now`. Errors: UNAUTHENTICATED for a missing,
+  // malformed or unknown token, or one whose `expires=` is not after `now`
+  // (naming the token and the time); PERMISSION_DENIED naming the role
+  // `method` needs and the token's name.
   absl::StatusOr<Identity> Check(absl::string_view authorization, Role needed,
-                                 absl::string_view method) const;
+                                 absl::string_view method,
+                                 absl::Time now = absl::Now()) const;
 
   const std::string& path() const { return path_; }
 

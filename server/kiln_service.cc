@@ -629,6 +629,7 @@ v1::Stats KilnService::CurrentStats() const {
   resp->set_store_recoveries(s.recoveries);
   resp->set_store_recovery_dropped(s.recovery_dropped);
   resp->set_store_last_recovery(s.last_recovery);
+  resp->set_reload_failures(reload_failures_.load());
   return stats;
 }
 

@@ -123,6 +123,9 @@ class KilnService final
   // may do everything (kilnd on loopback). Call before serving; must
   // outlive the service.
   void set_authenticator(const Authenticator* auth) { auth_ = auth; }
+  // Counts a re-read of the token or TLS files that failed (Stats
+  // .reload_failures, kiln_reload_failures_total). Thread-safe.
+  void CountReloadFailure() { reload_failures_.fetch_add(1); }
 
   // Finishes queued and running compiles (they land in the cache).
   void Drain();
@@ -200,7 +203,7 @@ class KilnService final
   ActivityTracker activity_;
   std::atomic<uint64_t> hits_{0}, misses_{0}, compiles_{0}, joins_{0},
       compile_errors_{0}, hot_hits_{0}, lease_waits_{0}, takeovers_{0},
-      shared_rejected_{0};
+      shared_rejected_{0}, reload_failures_{0};
 };
 
 }  // namespace kiln

@@ -124,6 +124,48 @@ TEST(AuthenticatorTest, ChecksTokensAndRolesWithClearErrors) {
     EXPECT_TRUE(a.Check("Bearer ta", role, "X").ok()) << RoleName(role);
 }
 
+TEST(TokenFileTest, ExpiresTakesRfc3339OrUnixSeconds) {
+  auto entries = ParseTokenFile(
+      absl::StrCat(HashOf("a"), " compile ci expires=2027-01-31T12:00:00Z\n",
+                   HashOf("b"), " admin expires=1800000000\n", HashOf("c"),
+                   " read-stats\n"),
+      "tokens");
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 3u);
+  EXPECT_EQ((*entries)[0].name, "ci");
+  EXPECT_EQ((*entries)[0].expires,
+            absl::FromCivil(absl::CivilSecond(2027, 1, 31, 12, 0, 0),
+                            absl::UTCTimeZone()));
+  EXPECT_EQ((*entries)[1].name, "token-" + HashOf("b").substr(0, 8));
+  EXPECT_EQ((*entries)[1].expires, absl::FromUnixSeconds(1800000000));
+  EXPECT_EQ((*entries)[2].expires, absl::InfiniteFuture());
+  auto bad = ParseTokenFile(
+      absl::StrCat(HashOf("a"), " compile ci expires=next-week\n"), "tokens");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(std::string(bad.status().message()),
+            "tokens:1: expires='next-week' is neither RFC 3339 "
+            "(2027-01-31T00:00:00Z) nor unix seconds (expected: sha256-hex "
+            "roles [name] [expires=WHEN])");
+}
+
+TEST(AuthenticatorTest, AnExpiredTokenIsRefusedNamingWhen) {
+  TempDir dir;
+  const std::string path = dir.File(
+      "tokens", absl::StrCat(HashOf("tc"), " compile ci expires=1800000000\n"));
+  auto auth = Authenticator::Load(path);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  const absl::Time expires = absl::FromUnixSeconds(1800000000);
+  EXPECT_TRUE((*auth)
+                  ->Check("Bearer tc", Role::kCompile, "Compile",
+                          expires - absl::Seconds(1))
+                  .ok());
+  auto expired =
+      (*auth)->Check("Bearer tc", Role::kCompile, "Compile", expires);
+  EXPECT_TRUE(absl::IsUnauthenticated(expired.status()));
+  EXPECT_EQ(std::string(expired.status().message()),
+            "Compile: token 'ci' expired at 2027-01-15T08:00:00Z");
+}
+
 TEST(AuthenticatorTest, ReloadTakesTheNewFileAndKeepsTheOldOnError) {
   TempDir dir;
   const std::string path =
