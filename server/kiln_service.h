@@ -123,6 +123,13 @@ class KilnService final
   // may do everything (kilnd on loopback). Call before serving; must
   // outlive the service.
   void set_authenticator(const Authenticator* auth) { auth_ = auth; }
+  // Roles by client certificate (server/auth.h, kilnd under mTLS with
+  // --client_cert_roles): set, an RPC without a token (or every RPC, when
+  // there is no authenticator) is authorized by the common name of the
+  // caller's verified client certificate. The hit socket, which sees no
+  // certificate, is unaffected. Call before serving; must outlive the
+  // service.
+  void set_cert_roles(const CertRoles* roles) { cert_roles_ = roles; }
   // Counts a re-read of the token or TLS files that failed (Stats
   // .reload_failures, kiln_reload_failures_total). Thread-safe.
   void CountReloadFailure() { reload_failures_.fetch_add(1); }
@@ -191,6 +198,7 @@ class KilnService final
   ArtifactStore* const store_;
   ServerMetrics* metrics_ = nullptr;
   const Authenticator* auth_ = nullptr;
+  const CertRoles* cert_roles_ = nullptr;
   const KilnServiceOptions options_;
   const std::string identity_;  // options_.compiler_identity or the build's
   InflightCompiles inflight_;

@@ -125,6 +125,11 @@ ABSL_FLAG(std::string, auth_tokens, "",
           "token file (server/auth.h: `sha256-hex roles [name]` lines, roles "
           "compile, read-stats, admin); set, every RPC needs a token with "
           "its role. Re-read on SIGHUP");
+ABSL_FLAG(std::string, client_cert_roles, "",
+          "mTLS: file of `roles common-name` lines (server/auth.h): a caller "
+          "without a token gets the roles of its verified client "
+          "certificate's common name (none listed: UNAUTHENTICATED). Needs "
+          "--tls_client_ca. Re-read on SIGHUP");
 ABSL_FLAG(bool, insecure_listen, false,
           "serve gRPC, the hit socket or /metrics off loopback without TLS "
           "and tokens (a trusted network only)");
@@ -249,9 +254,24 @@ class TlsReloader {
   std::string last_error_;
 };
 
-// SIGHUP: the token file again (kept as it was if the new one does not
-// parse), and the TLS files (installed only if they pass the check).
-void Reload(Authenticator* auth, TlsReloader* tls, KilnService* service) {
+// SIGHUP: the token file and the client certificate roles file again (each
+// kept as it was if the new one does not parse), and the TLS files
+// (installed only if they pass the check).
+void Reload(Authenticator* auth, CertRoles* cert_roles, TlsReloader* tls,
+            KilnService* service) {
+  if (cert_roles != nullptr) {
+    absl::StatusOr<size_t> names = cert_roles->Reload();
+    if (names.ok()) {
+      spdlog::info("event=client_cert_roles_reloaded file={} names={}",
+                   cert_roles->path(), *names);
+    } else {
+      service->CountReloadFailure();
+      spdlog::error(
+          "event=client_cert_roles_reload_failed file={} status=\"{}\" (the "
+          "previous roles stay in force)",
+          cert_roles->path(), names.status().ToString());
+    }
+  }
   if (auth != nullptr) {
     absl::StatusOr<size_t> tokens = auth->Reload();
     if (tokens.ok()) {
@@ -384,6 +404,22 @@ int Main(int argc, char** argv) {
       return 1;
     }
     auth = *std::move(loaded);
+  }
+  std::unique_ptr<CertRoles> cert_roles;
+  if (!absl::GetFlag(FLAGS_client_cert_roles).empty()) {
+    if (absl::GetFlag(FLAGS_tls_client_ca).empty()) {
+      spdlog::critical(
+          "event=bad_flags reason=\"--client_cert_roles needs "
+          "--tls_client_ca (client certificates are verified against it)\"");
+      return 2;
+    }
+    auto loaded = CertRoles::Load(absl::GetFlag(FLAGS_client_cert_roles));
+    if (!loaded.ok()) {
+      spdlog::critical("event=client_cert_roles_invalid status=\"{}\"",
+                       loaded.status().ToString());
+      return 1;
+    }
+    cert_roles = *std::move(loaded);
   }
   const bool insecure_ok = absl::GetFlag(FLAGS_insecure_listen);
   // Off this host, only TLS with tokens or client certificates, or with the
@@ -523,6 +559,7 @@ int Main(int argc, char** argv) {
   options.signer = signer.get();
   KilnService service(store->get(), options);
   service.set_authenticator(auth.get());
+  service.set_cert_roles(cert_roles.get());
   // The exposer holds collectables weakly: this shared_ptr keeps it alive.
   auto metrics = std::make_shared<ServerMetrics>(
       [&service] { return service.CurrentStats(); });
@@ -568,16 +605,19 @@ int Main(int argc, char** argv) {
     // The hit socket speaks plaintext and checks no client certificate:
     // with TLS or tokens it serves this host only (auto: moved to
     // loopback; named off loopback: refused). Tokens travel in its
-    // requests; under mTLS without tokens, auto leaves it off (it would
-    // let local callers skip the certificate check).
+    // requests; under mTLS without tokens, or with roles by client
+    // certificate, auto leaves it off (it would let local callers skip the
+    // certificate check, or refuse callers that have only a certificate).
     if ((tls || auth) && !IsLocalAddress(hit_options.listen)) {
       if (hit_flag != "auto" && !insecure_ok)
         return refuse_off_host("hit_listen", hit_flag);
       if (hit_flag == "auto") hit_options.listen = OnLoopback(hit_options.listen);
     }
     if (hit_flag == "auto" && !absl::GetFlag(FLAGS_tls_client_ca).empty() &&
-        !auth) {
-      spdlog::info("event=hit_socket_off reason=\"mTLS without tokens\"");
+        (!auth || cert_roles)) {
+      spdlog::info(
+          "event=hit_socket_off reason=\"{}\"",
+          cert_roles ? "roles by client certificate" : "mTLS without tokens");
       hit_options.listen.clear();
     }
     hit_options.max_connections =
@@ -630,7 +670,7 @@ int Main(int argc, char** argv) {
   spdlog::info(
       "event=serving address={} port={} metrics_port={} hit_socket={} "
       "data_dir={} compile_threads={} hot_cache_bytes={} idle_exit_seconds={} "
-      "shared_cache={} tls={} mtls={} tokens={}",
+      "shared_cache={} tls={} mtls={} tokens={} client_cert_roles={}",
       absl::GetFlag(FLAGS_listen), port, metrics_port,
       !hit_socket                       ? std::string("off")
       : hit_socket->unix_path().empty() ? absl::StrCat(hit_socket->port())
@@ -639,7 +679,8 @@ int Main(int argc, char** argv) {
       absl::GetFlag(FLAGS_idle_exit_seconds),
       shared ? absl::GetFlag(FLAGS_shared_cache) : std::string("off"), tls,
       !absl::GetFlag(FLAGS_tls_client_ca).empty(),
-      auth ? absl::GetFlag(FLAGS_auth_tokens) : std::string("off"));
+      auth ? absl::GetFlag(FLAGS_auth_tokens) : std::string("off"),
+      cert_roles ? absl::GetFlag(FLAGS_client_cert_roles) : std::string("off"));
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
     // Line by line, so that readers of the first line(s) of older kilnds'
@@ -658,7 +699,9 @@ int Main(int argc, char** argv) {
     WaitForStop(
         stop_signals, service,
         absl::Seconds(absl::GetFlag(FLAGS_idle_exit_seconds)),
-        [&] { Reload(auth.get(), tls_reloader.get(), &service); },
+        [&] {
+          Reload(auth.get(), cert_roles.get(), tls_reloader.get(), &service);
+        },
         tls_reloader ? absl::Seconds(std::max(
                            0, absl::GetFlag(FLAGS_tls_refresh_seconds)))
                      : absl::ZeroDuration(),

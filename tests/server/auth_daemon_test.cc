@@ -684,6 +684,95 @@ TEST_F(AuthDaemonTest, AnExpiredTokenIsRefused) {
   EXPECT_EQ(daemon_->Stop(), 0);
 }
 
+// --client_cert_roles under mTLS: a caller without a token gets the roles
+// of its client certificate's common name; an unlisted certificate is
+// UNAUTHENTICATED; a token still counts when kilnd has tokens; SIGHUP
+// re-reads the file (a broken one keeps the previous roles).
+TEST_F(AuthDaemonTest, ClientCertificateRolesUnderMtls) {
+  TestCert ca = MakeCert("kiln test ca", nullptr, false);
+  ca.Write(Path("ca"));
+  MakeCert("kilnd", &ca, true).Write(Path("server"));
+  for (const char* name : {"alice", "ops", "mallory"})
+    MakeCert(name, &ca, false).Write(Path(name));
+  WriteFile("roles", "compile alice\nadmin ops\n");
+  Start({TokensFlag(), "--tls_cert=" + Path("server.crt"),
+         "--tls_key=" + Path("server.key"), "--tls_client_ca=" + Path("ca.crt"),
+         "--client_cert_roles=" + Path("roles")});
+  ASSERT_GT(daemon_->port(), 0);
+  std::map<std::string, std::unique_ptr<v1::Kiln::Stub>> stubs;
+  for (const char* name : {"alice", "ops", "mallory"}) {
+    ConnectionOptions o;
+    o.tls_ca = Path("ca.crt");
+    o.tls_cert = Path(absl::StrCat(name, ".crt"));
+    o.tls_key = Path(absl::StrCat(name, ".key"));
+    absl::StatusOr<Connection> c = ResolveConnection(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    stubs[name] = StubFor(daemon_->address(), c->credentials);
+  }
+  const std::vector<Rpc> rpcs = EveryRpc(std::string(32, '\x02'));
+  auto rpc = [&](const std::string& name) {
+    for (const Rpc& r : rpcs)
+      if (r.name == name) return r;
+    ADD_FAILURE() << name;
+    return rpcs[0];
+  };
+  auto call = [&](const std::string& who, const std::string& method,
+                  const std::string& token = "") {
+    return CallWith(rpc(method), *stubs[who], token);
+  };
+  // alice: compile only.
+  for (const char* method : {"Compile", "Lookup", "GetServerInfo"}) {
+    grpc::Status s = call("alice", method);
+    EXPECT_NE(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method;
+    EXPECT_NE(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << method;
+  }
+  grpc::Status denied = call("alice", "Evict");
+  EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(denied.error_message(),
+            "Evict needs the role 'admin', which client certificate 'alice' "
+            "does not have");
+  // ops: admin.
+  for (const char* method : {"Evict", "ListEntries", "GetStats"}) {
+    grpc::Status s = call("ops", method);
+    EXPECT_TRUE(s.ok()) << method << ": " << s.error_message();
+  }
+  // mallory: a valid certificate, not listed; a token still counts.
+  grpc::Status unlisted = call("mallory", "GetServerInfo");
+  EXPECT_EQ(unlisted.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(unlisted.error_message(),
+            "GetServerInfo: client certificate 'mallory' is not in kilnd's "
+            "client certificate roles file");
+  grpc::Status with_token = call("mallory", "Evict", kAdminToken);
+  EXPECT_TRUE(with_token.ok()) << with_token.error_message();
+  EXPECT_EQ(call("mallory", "Evict", "wrong-token").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  // SIGHUP: a broken file keeps the roles; a good one replaces them.
+  WriteFile("roles", "superuser alice\n");
+  daemon_->Signal(SIGHUP);
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_TRUE(call("alice", "GetServerInfo").ok());
+  WriteFile("roles", "read-stats mallory\n");
+  daemon_->Signal(SIGHUP);
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  grpc::Status mallory_stats;
+  do {
+    absl::SleepFor(absl::Milliseconds(100));
+    mallory_stats = call("mallory", "GetStats");
+  } while (!mallory_stats.ok() && absl::Now() < until);
+  EXPECT_TRUE(mallory_stats.ok()) << mallory_stats.error_message();
+  EXPECT_EQ(call("alice", "GetServerInfo").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  v1::Stats stats;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(
+        stubs["mallory"]->GetStats(&ctx, v1::GetStatsRequest(), &stats).ok());
+  }
+  EXPECT_EQ(stats.reload_failures(), 1u);
+  EXPECT_EQ(daemon_->Stop(), 0);
+}
+
 TEST_F(AuthDaemonTest, OneTokensBurstIsCappedAndOthersStillCompile) {
   WriteFile("tokens", absl::StrCat(TokenLine("alice-token", "compile", "alice"),
                                    TokenLine("bob-token", "compile", "bob")));

@@ -166,6 +166,64 @@ TEST(AuthenticatorTest, AnExpiredTokenIsRefusedNamingWhen) {
             "Compile: token 'ci' expired at 2027-01-15T08:00:00Z");
 }
 
+TEST(CertRolesTest, ParsesLinesAndRefusesBadOnesNamingThem) {
+  auto entries = ParseCertRolesFile(
+      "# roles common-name\ncompile ci-runner\n\nadmin  ops bot \n", "roles");
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 2u);
+  EXPECT_EQ((*entries)[0].common_name, "ci-runner");
+  EXPECT_EQ((*entries)[0].roles, static_cast<uint32_t>(Role::kCompile));
+  EXPECT_EQ((*entries)[1].common_name, "ops bot");
+  EXPECT_EQ((*entries)[1].roles, 7u);
+  struct Case {
+    std::string text, message;
+  } cases[] = {
+      {"compile\n", "roles:1: no common name (expected: roles common-name)"},
+      {"\nroot alice\n", "roles:2: unknown role 'root'"},
+      {"compile alice\nadmin alice\n",
+       "roles:2: the name 'alice' is listed twice"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ParseCertRolesFile(c.text, "roles");
+    ASSERT_FALSE(bad.ok()) << c.text;
+    EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+    EXPECT_NE(bad.status().message().find(c.message), std::string::npos)
+        << bad.status();
+  }
+}
+
+TEST(CertRolesTest, ChecksTheCommonNameAndItsRoles) {
+  TempDir dir;
+  const std::string path = dir.File("roles", "compile alice\nadmin ops\n");
+  auto roles = CertRoles::Load(path);
+  ASSERT_TRUE(roles.ok()) << roles.status();
+  auto alice = (*roles)->Check("alice", Role::kCompile, "Compile");
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  EXPECT_EQ(alice->FairUseKey(), "client certificate 'alice'");
+  auto denied = (*roles)->Check("alice", Role::kAdmin, "Evict");
+  EXPECT_TRUE(absl::IsPermissionDenied(denied.status()));
+  EXPECT_EQ(std::string(denied.status().message()),
+            "Evict needs the role 'admin', which client certificate 'alice' "
+            "does not have");
+  EXPECT_TRUE((*roles)->Check("ops", Role::kAdmin, "Evict").ok());
+  auto unknown = (*roles)->Check("mallory", Role::kCompile, "Compile");
+  EXPECT_TRUE(absl::IsUnauthenticated(unknown.status()));
+  EXPECT_EQ(std::string(unknown.status().message()),
+            "Compile: client certificate 'mallory' is not in kilnd's client "
+            "certificate roles file");
+  EXPECT_TRUE(absl::IsUnauthenticated(
+      (*roles)->Check("", Role::kCompile, "Compile").status()));
+  dir.File("roles", "not-a-role alice\n");
+  EXPECT_TRUE(absl::IsInvalidArgument((*roles)->Reload().status()));
+  EXPECT_TRUE((*roles)->Check("alice", Role::kCompile, "Compile").ok());
+  dir.File("roles", "read-stats mallory\n");
+  ASSERT_TRUE((*roles)->Reload().ok());
+  EXPECT_TRUE((*roles)->Check("mallory", Role::kReadStats, "GetStats").ok());
+  EXPECT_TRUE(absl::IsUnauthenticated(
+      (*roles)->Check("alice", Role::kCompile, "Compile").status()));
+  EXPECT_TRUE(absl::IsNotFound(CertRoles::Load(dir.Path("none")).status()));
+}
+
 TEST(AuthenticatorTest, ReloadTakesTheNewFileAndKeepsTheOldOnError) {
   TempDir dir;
   const std::string path =
