@@ -367,7 +367,8 @@ int Stats(v1::Kiln::Stub& stub) {
         ",\"shared_error_hits\":", s.shared_error_hits(),
         ",\"shared_failures\":", s.shared_failures(),
         ",\"store_recoveries\":", s.store_recoveries(),
-        ",\"store_recovery_dropped\":", s.store_recovery_dropped(), "}\n");
+        ",\"store_recovery_dropped\":", s.store_recovery_dropped(),
+        ",\"reload_failures\":", s.reload_failures(), "}\n");
     return 0;
   }
   const uint64_t lookups = s.hits() + s.misses();

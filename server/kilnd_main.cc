@@ -482,7 +482,15 @@ int Main(int argc, char** argv) {
     std::printf("%s\n", signer->public_key_hex().c_str());
     return 0;
   }
-  // gRPC reads checked copies of the TLS files (server/tls_files.h).
+  auto store = ArtifactStore::Open(store_options);
+  if (!store.ok()) {
+    spdlog::critical("event=open_failed status=\"{}\"",
+                     store.status().ToString());
+    return 1;
+  }
+  // gRPC reads checked copies of the TLS files (server/tls_files.h). Made
+  // after the store is open: its lock keeps a second kilnd on this data
+  // dir from replacing the first one's copies in DATA_DIR-tls.
   std::unique_ptr<TlsFileInstaller> tls_files;
   if (tls) {
     const std::string tls_dir = absl::GetFlag(FLAGS_tls_dir).empty()
@@ -502,12 +510,6 @@ int Main(int argc, char** argv) {
         "refresh_seconds={}",
         info.subject, absl::FormatTime(info.not_after, absl::UTCTimeZone()),
         info.client_cas, tls_dir, absl::GetFlag(FLAGS_tls_refresh_seconds));
-  }
-  auto store = ArtifactStore::Open(store_options);
-  if (!store.ok()) {
-    spdlog::critical("event=open_failed status=\"{}\"",
-                     store.status().ToString());
-    return 1;
   }
   std::unique_ptr<SharedTier> shared;
   if (!absl::GetFlag(FLAGS_shared_cache).empty()) {
