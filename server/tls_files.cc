@@ -186,8 +186,25 @@ absl::StatusOr<std::unique_ptr<TlsFileInstaller>> TlsFileInstaller::Create(
   if (!pem.ok()) return pem.status();
   absl::StatusOr<TlsFilesInfo> checked = CheckTlsPem(*pem, source);
   if (!checked.ok()) return checked.status();
-  // A previous run's copies (a kilnd that was killed) go first.
+  // A previous run's copies (a kilnd that was killed) go first, but only
+  // if the directory holds nothing else: --tls_dir pointed at the
+  // operator's own certificate directory must not be wiped.
   std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    int n = 0;
+    const bool ours = name == "current" || name == "current.tmp" ||
+                      (absl::StartsWith(name, "gen-") &&
+                       absl::SimpleAtoi(absl::string_view(name).substr(4), &n));
+    if (!ours) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the TLS copies' directory '", dir, "' holds '", name,
+          "', which kilnd did not make; give --tls_dir a new or empty "
+          "directory of its own (kilnd empties it at start and removes it "
+          "at exit)"));
+    }
+  }
+  error.clear();
   std::filesystem::remove_all(dir, error);
   if (error) {
     return absl::InternalError(absl::StrCat(

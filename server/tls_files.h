@@ -79,8 +79,10 @@ class TlsFileInstaller {
   // Reads and checks `source` and installs it as generation 1 in `dir`
   // (created 0700; a previous run's generations in it are removed). On
   // success `*info` (if non-null) describes the installed files. Errors:
-  // ReadTlsFiles', CheckTlsPem's; INTERNAL when `dir` cannot be made or
-  // written (naming the path and errno's text).
+  // ReadTlsFiles', CheckTlsPem's; FAILED_PRECONDITION when `dir` exists
+  // and holds anything but an earlier installer's files (never removed);
+  // INTERNAL when `dir` cannot be made or written (naming the path and
+  // errno's text).
   static absl::StatusOr<std::unique_ptr<TlsFileInstaller>> Create(
       const TlsFiles& source, const std::string& dir,
       TlsFilesInfo* info = nullptr);

@@ -3,12 +3,14 @@
 // (server/compile_pool.h), and kilnd's TLS file check (server/tls_files.h).
 #include "server/auth.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -361,6 +363,67 @@ TEST(TlsFilesTest, AcceptsAMatchingPairAndNamesWhatIsWrong) {
   EXPECT_TRUE(absl::IsInvalidArgument(
       CheckTlsFiles({dir.Path("server.key"), dir.Path("server.key"), ""})
           .status()));
+}
+
+// The installer behind SIGHUP reloads: checked copies in a private
+// directory, replaced only by files that pass the check.
+TEST(TlsFilesTest, InstallerCopiesCheckedFilesPrivatelyAndKeepsThemOnError) {
+  TempDir dir;
+  testing::TestCert ca = testing::MakeCert("kiln test ca", nullptr, false);
+  testing::MakeCert("kilnd", &ca, true).Write(dir.Path("a"));
+  testing::MakeCert("kilnd", &ca, true).Write(dir.Path("b"));
+  ca.Write(dir.Path("ca"));
+  std::filesystem::copy_file(dir.Path("a.crt"), dir.Path("server.crt"));
+  std::filesystem::copy_file(dir.Path("a.key"), dir.Path("server.key"));
+  const TlsFiles source{dir.Path("server.crt"), dir.Path("server.key"),
+                        dir.Path("ca.crt")};
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  TlsFilesInfo info;
+  auto installer = TlsFileInstaller::Create(source, dir.Path("copies"), &info);
+  ASSERT_TRUE(installer.ok()) << installer.status();
+  EXPECT_EQ(info.client_cas, 1);
+  const TlsFiles& installed = (*installer)->installed();
+  EXPECT_EQ(read(installed.cert_chain), read(dir.Path("a.crt")));
+  EXPECT_EQ(read(installed.client_ca), read(dir.Path("ca.crt")));
+  struct stat st = {};
+  ASSERT_EQ(stat(dir.Path("copies").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(stat(installed.private_key.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  auto same = (*installer)->Reload();
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_FALSE(same->changed);
+  EXPECT_EQ((*installer)->generation(), 1);
+
+  // A key of another certificate: refused, the copies stay.
+  std::filesystem::copy_file(dir.Path("b.key"), dir.Path("server.key"),
+                             std::filesystem::copy_options::overwrite_existing);
+  auto mismatch = (*installer)->Reload();
+  EXPECT_TRUE(absl::IsInvalidArgument(mismatch.status()));
+  EXPECT_EQ(read(installed.private_key), read(dir.Path("a.key")));
+  EXPECT_EQ((*installer)->generation(), 1);
+
+  std::filesystem::copy_file(dir.Path("b.crt"), dir.Path("server.crt"),
+                             std::filesystem::copy_options::overwrite_existing);
+  auto changed = (*installer)->Reload();
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(changed->changed);
+  EXPECT_EQ((*installer)->generation(), 2);
+  EXPECT_EQ(read(installed.cert_chain), read(dir.Path("b.crt")));
+  EXPECT_EQ(read(installed.private_key), read(dir.Path("b.key")));
+
+  // A directory with someone else's files is never emptied.
+  auto foreign = TlsFileInstaller::Create(source, dir.Path(""));
+  EXPECT_TRUE(absl::IsFailedPrecondition(foreign.status()));
+  EXPECT_TRUE(std::filesystem::exists(dir.Path("a.crt")));
+  installer->reset();
+  EXPECT_FALSE(std::filesystem::exists(dir.Path("copies")));
 }
 
 }  // namespace
