@@ -240,6 +240,17 @@ kiln_status* kiln_client_create_with_auth(
     const char* tls_cert, const char* tls_key, const char* tls_server_name,
     kiln_client** out) {
   if (!out) return kiln::NullArgument("kiln_client_create_with_auth", "out");
+  return kiln_client_create_with_trust(
+      server, rpc_deadline_seconds, max_retries, token, token_file, tls_ca,
+      tls_cert, tls_key, tls_server_name, nullptr, out);
+}
+
+kiln_status* kiln_client_create_with_trust(
+    const char* server, double rpc_deadline_seconds, int max_retries,
+    const char* token, const char* token_file, const char* tls_ca,
+    const char* tls_cert, const char* tls_key, const char* tls_server_name,
+    const char* trusted_keys, kiln_client** out) {
+  if (!out) return kiln::NullArgument("kiln_client_create_with_trust", "out");
   *out = nullptr;
   kiln::ClientOptions options;
   auto set = [](std::string* field, const char* value) {
@@ -251,6 +262,7 @@ kiln_status* kiln_client_create_with_auth(
   set(&options.connection.tls_cert, tls_cert);
   set(&options.connection.tls_key, tls_key);
   set(&options.connection.tls_server_name, tls_server_name);
+  set(&options.trusted_keys, trusted_keys);
   if (server) options.server = server;
   if (rpc_deadline_seconds > 0) {
     options.rpc_deadline = absl::Seconds(rpc_deadline_seconds);

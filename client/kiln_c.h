@@ -65,8 +65,8 @@ extern "C" {
 #endif
 
 /* Bumped when a declaration here changes or is added (2: CPU executables,
- * kiln_supported_ops). */
-#define KILN_C_API_VERSION 2
+ * kiln_supported_ops; 3: kiln_client_create_with_trust). */
+#define KILN_C_API_VERSION 3
 int kiln_c_api_version(void);
 
 /* Status codes (= absl::StatusCode = grpc::StatusCode). */
@@ -144,6 +144,17 @@ kiln_status* kiln_client_create_with_auth(
     const char* token, const char* token_file, const char* tls_ca,
     const char* tls_cert, const char* tls_key, const char* tls_server_name,
     kiln_client** out);
+/* kiln_client_create_with_auth with the trusted kilnd public keys given
+ * here (`trusted_keys`: 64 hex digits each, comma-separated; NULL or "":
+ * $KILN_TRUSTED_KEYS, as kiln_client_create). With keys, artifacts not
+ * signed by one of them are refused with KILN_PERMISSION_DENIED before any
+ * code is loaded. Errors: kiln_client_create_with_auth's, and
+ * INVALID_ARGUMENT for a malformed key list. */
+kiln_status* kiln_client_create_with_trust(
+    const char* server, double rpc_deadline_seconds, int max_retries,
+    const char* token, const char* token_file, const char* tls_ca,
+    const char* tls_cert, const char* tls_key, const char* tls_server_name,
+    const char* trusted_keys, kiln_client** out);
 void kiln_client_destroy(kiln_client* client);
 /* kiln::Client::Counters; any pointer may be NULL. */
 void kiln_client_counters(const kiln_client* client, uint64_t* local_hits,

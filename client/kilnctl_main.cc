@@ -367,7 +367,8 @@ int Stats(v1::Kiln::Stub& stub) {
         ",\"shared_error_hits\":", s.shared_error_hits(),
         ",\"shared_failures\":", s.shared_failures(),
         ",\"store_recoveries\":", s.store_recoveries(),
-        ",\"store_recovery_dropped\":", s.store_recovery_dropped(), "}\n");
+        ",\"store_recovery_dropped\":", s.store_recovery_dropped(),
+        ",\"reload_failures\":", s.reload_failures(), "}\n");
     return 0;
   }
   const uint64_t lookups = s.hits() + s.misses();
@@ -419,6 +420,10 @@ int Stats(v1::Kiln::Stub& stub) {
   if (s.store_recoveries() > 0) {
     std::cout << absl::StrFormat("%-20s %s\n", "store damaged at start",
                                  s.store_last_recovery());
+  }
+  if (s.reload_failures() > 0) {
+    std::cout << absl::StrFormat("%-20s %d (token or TLS files; see log)\n",
+                                 "reload failures", s.reload_failures());
   }
   return 0;
 }

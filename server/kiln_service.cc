@@ -11,11 +11,12 @@
 #include "compiler/compile.h"
 #include "compiler/compiler_identity.h"
 #include "compiler/op_lowering.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "graph/guard_key.h"
 #include "graph/import.h"
 #include "graph/op_signature.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/wire_format_lite.h"
+#include "grpc/grpc_security_constants.h"
 #include "spdlog/spdlog.h"
 
 namespace kiln {
@@ -109,7 +110,7 @@ KilnService::~KilnService() { Drain(); }
 
 absl::StatusOr<Identity> KilnService::Authorize(
     const grpc::ServerContextBase& ctx, Role role, const char* method) const {
-  if (auth_ == nullptr) {
+  if (auth_ == nullptr && cert_roles_ == nullptr) {
     // Without tokens, a verified client certificate (mTLS) still names the
     // caller for the per-caller compile limits.
     std::shared_ptr<const grpc::AuthContext> peer = ctx.auth_context();
@@ -128,7 +129,22 @@ absl::StatusOr<Identity> KilnService::Authorize(
       it == metadata.end()
           ? absl::string_view()
           : absl::string_view(it->second.data(), it->second.size());
-  absl::StatusOr<Identity> identity = auth_->Check(authorization, role, method);
+  absl::StatusOr<Identity> identity;
+  if (cert_roles_ != nullptr && (auth_ == nullptr || authorization.empty())) {
+    // By the verified client certificate's common name.
+    std::string common_name;
+    std::shared_ptr<const grpc::AuthContext> peer = ctx.auth_context();
+    if (peer != nullptr && peer->IsPeerAuthenticated()) {
+      for (const grpc::string_ref& cn :
+           peer->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)) {
+        common_name.assign(cn.data(), cn.size());
+        break;
+      }
+    }
+    identity = cert_roles_->Check(common_name, role, method);
+  } else {
+    identity = auth_->Check(authorization, role, method);
+  }
   if (!identity.ok()) {
     spdlog::warn("rpc={} outcome=denied peer={} status=\"{}\"", method,
                  ctx.peer(), identity.status().ToString());
@@ -629,6 +645,7 @@ v1::Stats KilnService::CurrentStats() const {
   resp->set_store_recoveries(s.recoveries);
   resp->set_store_recovery_dropped(s.recovery_dropped);
   resp->set_store_last_recovery(s.last_recovery);
+  resp->set_reload_failures(reload_failures_.load());
   return stats;
 }
 

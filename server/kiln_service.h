@@ -123,6 +123,16 @@ class KilnService final
   // may do everything (kilnd on loopback). Call before serving; must
   // outlive the service.
   void set_authenticator(const Authenticator* auth) { auth_ = auth; }
+  // Roles by client certificate (server/auth.h, kilnd under mTLS with
+  // --client_cert_roles): set, an RPC without a token (or every RPC, when
+  // there is no authenticator) is authorized by the common name of the
+  // caller's verified client certificate. The hit socket, which sees no
+  // certificate, is unaffected. Call before serving; must outlive the
+  // service.
+  void set_cert_roles(const CertRoles* roles) { cert_roles_ = roles; }
+  // Counts a re-read of the token or TLS files that failed (Stats
+  // .reload_failures, kiln_reload_failures_total). Thread-safe.
+  void CountReloadFailure() { reload_failures_.fetch_add(1); }
 
   // Finishes queued and running compiles (they land in the cache).
   void Drain();
@@ -188,6 +198,7 @@ class KilnService final
   ArtifactStore* const store_;
   ServerMetrics* metrics_ = nullptr;
   const Authenticator* auth_ = nullptr;
+  const CertRoles* cert_roles_ = nullptr;
   const KilnServiceOptions options_;
   const std::string identity_;  // options_.compiler_identity or the build's
   InflightCompiles inflight_;
@@ -200,7 +211,7 @@ class KilnService final
   ActivityTracker activity_;
   std::atomic<uint64_t> hits_{0}, misses_{0}, compiles_{0}, joins_{0},
       compile_errors_{0}, hot_hits_{0}, lease_waits_{0}, takeovers_{0},
-      shared_rejected_{0};
+      shared_rejected_{0}, reload_failures_{0};
 };
 
 }  // namespace kiln

@@ -105,19 +105,31 @@ ABSL_FLAG(int32_t, test_compile_delay_ms, 0,
           "for tests: every compile sleeps this long first");
 ABSL_FLAG(std::string, tls_cert, "",
           "TLS: the server's certificate chain (PEM); with --tls_key, gRPC "
-          "serves TLS only. Re-read when the file changes (--tls_refresh_"
-          "seconds)");
+          "serves TLS only. Checked and installed at start and on SIGHUP "
+          "(see --tls_refresh_seconds); a file that fails the check is "
+          "logged and the previous one stays in use");
 ABSL_FLAG(std::string, tls_key, "", "TLS: the server's private key (PEM)");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "mTLS: CA bundle (PEM) that clients' certificates must chain to; "
           "set, every client must present one");
-ABSL_FLAG(int32_t, tls_refresh_seconds, 60,
-          "how often gRPC's file watcher re-reads the TLS files (new "
-          "handshakes get new contents)");
+ABSL_FLAG(int32_t, tls_refresh_seconds, 0,
+          "0: the TLS files are re-read on SIGHUP only; N > 0: also every N "
+          "seconds, and installed when they changed and pass the check (for "
+          "files renewed without a signal, e.g. a mounted Kubernetes "
+          "Secret). New handshakes use installed files within a second");
+ABSL_FLAG(std::string, tls_dir, "",
+          "directory (created 0700, removed at exit) where kilnd keeps the "
+          "checked copies of the TLS files that gRPC reads; default "
+          "DATA_DIR-tls next to the data dir");
 ABSL_FLAG(std::string, auth_tokens, "",
           "token file (server/auth.h: `sha256-hex roles [name]` lines, roles "
           "compile, read-stats, admin); set, every RPC needs a token with "
           "its role. Re-read on SIGHUP");
+ABSL_FLAG(std::string, client_cert_roles, "",
+          "mTLS: file of `roles common-name` lines (server/auth.h): a caller "
+          "without a token gets the roles of its verified client "
+          "certificate's common name (none listed: UNAUTHENTICATED). Needs "
+          "--tls_client_ca. Re-read on SIGHUP");
 ABSL_FLAG(bool, insecure_listen, false,
           "serve gRPC, the hit socket or /metrics off loopback without TLS "
           "and tokens (a trusted network only)");
@@ -177,20 +189,20 @@ std::string OnLoopback(absl::string_view address) {
   return hit_wire::JoinHostPort("127.0.0.1", port_number);
 }
 
-// gRPC's server credentials: TLS (files re-read by gRPC's file watcher)
-// when --tls_cert is set, else plaintext.
-std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
-  if (absl::GetFlag(FLAGS_tls_cert).empty())
-    return grpc::InsecureServerCredentials();
+// gRPC's server credentials: TLS over the files `tls` installs (gRPC's
+// file watcher re-reads them every second, so what kilnd installs is in
+// use within a second), else plaintext.
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(
+    const TlsFileInstaller* tls) {
+  if (tls == nullptr) return grpc::InsecureServerCredentials();
+  const TlsFiles& files = tls->installed();
   auto provider =
       std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-          absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_cert),
-          absl::GetFlag(FLAGS_tls_client_ca),
-          static_cast<unsigned>(
-              std::max(1, absl::GetFlag(FLAGS_tls_refresh_seconds))));
+          files.private_key, files.cert_chain, files.client_ca,
+          /*refresh_interval_sec=*/1);
   grpc::experimental::TlsServerCredentialsOptions options(provider);
   options.watch_identity_key_cert_pairs();
-  if (!absl::GetFlag(FLAGS_tls_client_ca).empty()) {
+  if (!files.client_ca.empty()) {
     options.watch_root_certs();
     options.set_cert_request_type(
         GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
@@ -205,36 +217,75 @@ TlsFiles TlsFilesFromFlags() {
                   absl::GetFlag(FLAGS_tls_client_ca)};
 }
 
-// SIGHUP: the token file again (kept as it was if the new one does not
-// parse), and a check of the TLS files gRPC's watcher will pick up.
-void Reload(Authenticator* auth) {
+// Re-reads the TLS files (SIGHUP, or every --tls_refresh_seconds) and
+// installs them when they changed and pass the check; on failure keeps
+// the installed ones, logs and counts it. `periodic`: a timed check, which
+// logs and counts each distinct failure once (not every N seconds).
+class TlsReloader {
+ public:
+  TlsReloader(TlsFileInstaller* tls, KilnService* service)
+      : tls_(tls), service_(service) {}
+  void Run(bool periodic) {
+    absl::StatusOr<TlsFileInstaller::Reloaded> r = tls_->Reload();
+    if (!r.ok()) {
+      const std::string error = r.status().ToString();
+      if (periodic && error == last_error_) return;
+      last_error_ = error;
+      service_->CountReloadFailure();
+      spdlog::error(
+          "event=tls_reload_failed status=\"{}\" (the installed "
+          "certificate, generation {}, stays in use)",
+          error, tls_->generation());
+      return;
+    }
+    last_error_.clear();
+    if (!r->changed && periodic) return;
+    spdlog::info(
+        "event={} subject=\"{}\" not_after={} client_cas={} generation={}{}",
+        r->changed ? "tls_reloaded" : "tls_unchanged", r->info.subject,
+        absl::FormatTime(r->info.not_after, absl::UTCTimeZone()),
+        r->info.client_cas, tls_->generation(),
+        r->changed ? " (new handshakes use it within a second)" : "");
+  }
+
+ private:
+  TlsFileInstaller* const tls_;
+  KilnService* const service_;
+  std::string last_error_;
+};
+
+// SIGHUP: the token file and the client certificate roles file again (each
+// kept as it was if the new one does not parse), and the TLS files
+// (installed only if they pass the check).
+void Reload(Authenticator* auth, CertRoles* cert_roles, TlsReloader* tls,
+            KilnService* service) {
+  if (cert_roles != nullptr) {
+    absl::StatusOr<size_t> names = cert_roles->Reload();
+    if (names.ok()) {
+      spdlog::info("event=client_cert_roles_reloaded file={} names={}",
+                   cert_roles->path(), *names);
+    } else {
+      service->CountReloadFailure();
+      spdlog::error(
+          "event=client_cert_roles_reload_failed file={} status=\"{}\" (the "
+          "previous roles stay in force)",
+          cert_roles->path(), names.status().ToString());
+    }
+  }
   if (auth != nullptr) {
     absl::StatusOr<size_t> tokens = auth->Reload();
     if (tokens.ok()) {
       spdlog::info("event=tokens_reloaded file={} tokens={}", auth->path(),
                    *tokens);
     } else {
+      service->CountReloadFailure();
       spdlog::error(
           "event=tokens_reload_failed file={} status=\"{}\" (the previous "
           "tokens stay in force)",
           auth->path(), tokens.status().ToString());
     }
   }
-  if (!absl::GetFlag(FLAGS_tls_cert).empty()) {
-    absl::StatusOr<TlsFilesInfo> tls = CheckTlsFiles(TlsFilesFromFlags());
-    if (tls.ok()) {
-      spdlog::info(
-          "event=tls_files_checked subject=\"{}\" not_after={} "
-          "(new handshakes use them within {} s)",
-          tls->subject, absl::FormatTime(tls->not_after, absl::UTCTimeZone()),
-          absl::GetFlag(FLAGS_tls_refresh_seconds));
-    } else {
-      spdlog::error(
-          "event=tls_files_invalid status=\"{}\" (gRPC keeps serving the "
-          "last valid ones)",
-          tls.status().ToString());
-    }
-  }
+  if (tls != nullptr) tls->Run(/*periodic=*/false);
 }
 
 std::string DefaultDataDir() {
@@ -247,11 +298,13 @@ std::string DefaultDataDir() {
 
 // Waits for SIGTERM/SIGINT (blocked in every thread) or, with `idle_exit`
 // > 0, until `service` has been idle that long; logs why it returns.
-// SIGHUP (also in `stop_signals`) calls `on_hup` and goes on waiting.
+// SIGHUP (also in `stop_signals`) calls `on_hup` and goes on waiting; with
+// `tick_every` > 0, `on_tick` is called about that often.
 void WaitForStop(const sigset_t& stop_signals, const KilnService& service,
-                 absl::Duration idle_exit,
-                 const std::function<void()>& on_hup) {
-  if (idle_exit <= absl::ZeroDuration()) {
+                 absl::Duration idle_exit, const std::function<void()>& on_hup,
+                 absl::Duration tick_every = absl::ZeroDuration(),
+                 const std::function<void()>& on_tick = nullptr) {
+  if (idle_exit <= absl::ZeroDuration() && tick_every <= absl::ZeroDuration()) {
     for (;;) {
       int sig = 0;
       sigwait(&stop_signals, &sig);
@@ -264,9 +317,13 @@ void WaitForStop(const sigset_t& stop_signals, const KilnService& service,
     }
   }
   // Checked a few times per idle period, at least once a second.
-  const absl::Duration poll = std::min(
-      absl::Seconds(1), std::max(idle_exit / 4, absl::Milliseconds(10)));
+  const absl::Duration poll =
+      idle_exit <= absl::ZeroDuration()
+          ? absl::Seconds(1)
+          : std::min(absl::Seconds(1),
+                     std::max(idle_exit / 4, absl::Milliseconds(10)));
   const timespec poll_ts = absl::ToTimespec(poll);
+  absl::Time next_tick = absl::Now() + tick_every;
   for (;;) {
     const int sig = sigtimedwait(&stop_signals, nullptr, &poll_ts);
     if (sig == SIGHUP) {
@@ -277,6 +334,11 @@ void WaitForStop(const sigset_t& stop_signals, const KilnService& service,
       spdlog::info("event=stopping signal={}", sig);
       return;
     }
+    if (tick_every > absl::ZeroDuration() && absl::Now() >= next_tick) {
+      on_tick();
+      next_tick = absl::Now() + tick_every;
+    }
+    if (idle_exit <= absl::ZeroDuration()) continue;
     const absl::Duration idle = absl::FromChrono(service.activity().IdleFor());
     if (idle >= idle_exit) {
       spdlog::info("event=stopping reason=idle idle_seconds={:.1f}",
@@ -299,8 +361,16 @@ int Main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGHUP);  // reload (tokens, TLS check)
+  sigaddset(&stop_signals, SIGHUP);  // reload (tokens, TLS files)
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  ArtifactStoreOptions store_options;
+  store_options.data_dir = absl::GetFlag(FLAGS_data_dir).empty()
+                               ? DefaultDataDir()
+                               : absl::GetFlag(FLAGS_data_dir);
+  while (store_options.data_dir.size() > 1 &&
+         store_options.data_dir.back() == '/')
+    store_options.data_dir.pop_back();
 
   // Who may reach kilnd, decided before anything listens (README.md,
   // "Running kilnd for a team").
@@ -319,10 +389,6 @@ int Main(int argc, char** argv) {
                        files.status().ToString());
       return 1;
     }
-    spdlog::info("event=tls subject=\"{}\" not_after={} client_cas={}",
-                 files->subject,
-                 absl::FormatTime(files->not_after, absl::UTCTimeZone()),
-                 files->client_cas);
   } else if (!absl::GetFlag(FLAGS_tls_client_ca).empty()) {
     spdlog::critical(
         "event=bad_flags reason=\"--tls_client_ca needs --tls_cert and "
@@ -338,6 +404,22 @@ int Main(int argc, char** argv) {
       return 1;
     }
     auth = *std::move(loaded);
+  }
+  std::unique_ptr<CertRoles> cert_roles;
+  if (!absl::GetFlag(FLAGS_client_cert_roles).empty()) {
+    if (absl::GetFlag(FLAGS_tls_client_ca).empty()) {
+      spdlog::critical(
+          "event=bad_flags reason=\"--client_cert_roles needs "
+          "--tls_client_ca (client certificates are verified against it)\"");
+      return 2;
+    }
+    auto loaded = CertRoles::Load(absl::GetFlag(FLAGS_client_cert_roles));
+    if (!loaded.ok()) {
+      spdlog::critical("event=client_cert_roles_invalid status=\"{}\"",
+                       loaded.status().ToString());
+      return 1;
+    }
+    cert_roles = *std::move(loaded);
   }
   const bool insecure_ok = absl::GetFlag(FLAGS_insecure_listen);
   // Off this host, only TLS with tokens or client certificates, or with the
@@ -365,10 +447,6 @@ int Main(int argc, char** argv) {
     return refuse_off_host("metrics_listen",
                            absl::GetFlag(FLAGS_metrics_listen));
 
-  ArtifactStoreOptions store_options;
-  store_options.data_dir = absl::GetFlag(FLAGS_data_dir).empty()
-                               ? DefaultDataDir()
-                               : absl::GetFlag(FLAGS_data_dir);
   store_options.capacity_bytes =
       static_cast<uint64_t>(absl::GetFlag(FLAGS_cache_bytes));
   // The signing key first: --print_public_key needs no store.
@@ -409,6 +487,29 @@ int Main(int argc, char** argv) {
     spdlog::critical("event=open_failed status=\"{}\"",
                      store.status().ToString());
     return 1;
+  }
+  // gRPC reads checked copies of the TLS files (server/tls_files.h). Made
+  // after the store is open: its lock keeps a second kilnd on this data
+  // dir from replacing the first one's copies in DATA_DIR-tls.
+  std::unique_ptr<TlsFileInstaller> tls_files;
+  if (tls) {
+    const std::string tls_dir = absl::GetFlag(FLAGS_tls_dir).empty()
+                                    ? store_options.data_dir + "-tls"
+                                    : absl::GetFlag(FLAGS_tls_dir);
+    TlsFilesInfo info;
+    auto installed =
+        TlsFileInstaller::Create(TlsFilesFromFlags(), tls_dir, &info);
+    if (!installed.ok()) {
+      spdlog::critical("event=tls_files_invalid status=\"{}\"",
+                       installed.status().ToString());
+      return 1;
+    }
+    tls_files = *std::move(installed);
+    spdlog::info(
+        "event=tls subject=\"{}\" not_after={} client_cas={} copies={} "
+        "refresh_seconds={}",
+        info.subject, absl::FormatTime(info.not_after, absl::UTCTimeZone()),
+        info.client_cas, tls_dir, absl::GetFlag(FLAGS_tls_refresh_seconds));
   }
   std::unique_ptr<SharedTier> shared;
   if (!absl::GetFlag(FLAGS_shared_cache).empty()) {
@@ -460,6 +561,7 @@ int Main(int argc, char** argv) {
   options.signer = signer.get();
   KilnService service(store->get(), options);
   service.set_authenticator(auth.get());
+  service.set_cert_roles(cert_roles.get());
   // The exposer holds collectables weakly: this shared_ptr keeps it alive.
   auto metrics = std::make_shared<ServerMetrics>(
       [&service] { return service.CurrentStats(); });
@@ -505,16 +607,19 @@ int Main(int argc, char** argv) {
     // The hit socket speaks plaintext and checks no client certificate:
     // with TLS or tokens it serves this host only (auto: moved to
     // loopback; named off loopback: refused). Tokens travel in its
-    // requests; under mTLS without tokens, auto leaves it off (it would
-    // let local callers skip the certificate check).
+    // requests; under mTLS without tokens, or with roles by client
+    // certificate, auto leaves it off (it would let local callers skip the
+    // certificate check, or refuse callers that have only a certificate).
     if ((tls || auth) && !IsLocalAddress(hit_options.listen)) {
       if (hit_flag != "auto" && !insecure_ok)
         return refuse_off_host("hit_listen", hit_flag);
       if (hit_flag == "auto") hit_options.listen = OnLoopback(hit_options.listen);
     }
     if (hit_flag == "auto" && !absl::GetFlag(FLAGS_tls_client_ca).empty() &&
-        !auth) {
-      spdlog::info("event=hit_socket_off reason=\"mTLS without tokens\"");
+        (!auth || cert_roles)) {
+      spdlog::info(
+          "event=hit_socket_off reason=\"{}\"",
+          cert_roles ? "roles by client certificate" : "mTLS without tokens");
       hit_options.listen.clear();
     }
     hit_options.max_connections =
@@ -553,8 +658,8 @@ int Main(int argc, char** argv) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), ServerCredentials(),
-                           &port);
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
+                           ServerCredentials(tls_files.get()), &port);
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.RegisterService(&service);
@@ -567,7 +672,7 @@ int Main(int argc, char** argv) {
   spdlog::info(
       "event=serving address={} port={} metrics_port={} hit_socket={} "
       "data_dir={} compile_threads={} hot_cache_bytes={} idle_exit_seconds={} "
-      "shared_cache={} tls={} mtls={} tokens={}",
+      "shared_cache={} tls={} mtls={} tokens={} client_cert_roles={}",
       absl::GetFlag(FLAGS_listen), port, metrics_port,
       !hit_socket                       ? std::string("off")
       : hit_socket->unix_path().empty() ? absl::StrCat(hit_socket->port())
@@ -576,7 +681,8 @@ int Main(int argc, char** argv) {
       absl::GetFlag(FLAGS_idle_exit_seconds),
       shared ? absl::GetFlag(FLAGS_shared_cache) : std::string("off"), tls,
       !absl::GetFlag(FLAGS_tls_client_ca).empty(),
-      auth ? absl::GetFlag(FLAGS_auth_tokens) : std::string("off"));
+      auth ? absl::GetFlag(FLAGS_auth_tokens) : std::string("off"),
+      cert_roles ? absl::GetFlag(FLAGS_client_cert_roles) : std::string("off"));
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
     // Line by line, so that readers of the first line(s) of older kilnds'
@@ -587,10 +693,21 @@ int Main(int argc, char** argv) {
     std::rename(tmp.c_str(),
                 absl::GetFlag(FLAGS_port_file).c_str());  // appears whole
   }
+  std::unique_ptr<TlsReloader> tls_reloader;
+  if (tls_files) {
+    tls_reloader = std::make_unique<TlsReloader>(tls_files.get(), &service);
+  }
   std::thread stopper([&] {
-    WaitForStop(stop_signals, service,
-                absl::Seconds(absl::GetFlag(FLAGS_idle_exit_seconds)),
-                [&auth] { Reload(auth.get()); });
+    WaitForStop(
+        stop_signals, service,
+        absl::Seconds(absl::GetFlag(FLAGS_idle_exit_seconds)),
+        [&] {
+          Reload(auth.get(), cert_roles.get(), tls_reloader.get(), &service);
+        },
+        tls_reloader ? absl::Seconds(std::max(
+                           0, absl::GetFlag(FLAGS_tls_refresh_seconds)))
+                     : absl::ZeroDuration(),
+        [&] { tls_reloader->Run(/*periodic=*/true); });
     server->Shutdown(std::chrono::system_clock::now() +
                      std::chrono::seconds(30));
   });

@@ -178,6 +178,10 @@ std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
   out.push_back(Scalar("kiln_store_recovery_dropped_total",
                        "Entries dropped by the repair of a damaged store",
                        MetricType::Counter, s.store_recovery_dropped()));
+  out.push_back(Scalar("kiln_reload_failures_total",
+                       "Re-reads of the token or TLS files that failed (the "
+                       "previous ones stayed in force; see the log)",
+                       MetricType::Counter, s.reload_failures()));
   return out;
 }
 

@@ -53,8 +53,12 @@ __all__ = [
 
 
 def backend(server: Optional[str] = None, fast_math: bool = False,
-            fallback: str = "eager",
-            attention: Optional[str] = None) -> Callable[..., Any]:
+            fallback: str = "eager", attention: Optional[str] = None, *,
+            token: Optional[str] = None,
+            token_file: Optional[str] = None, trusted_keys: Any = None,
+            tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
+            tls_key: Optional[str] = None,
+            tls_server_name: Optional[str] = None) -> Callable[..., Any]:
     """A configured Dynamo backend for ``torch.compile(backend=...)``.
 
     server: kilnd's address ("HOST:PORT" or "unix:PATH"; None: $KILN_SERVER,
@@ -67,11 +71,24 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     "auto" (None: $KILN_ATTENTION, else "auto": as GEMMs and a softmax in
     Kiln, except on CUDA above 2^24 score elements, where PyTorch's fused
     kernel runs eagerly), "decompose" (always in Kiln) or "eager" (never).
+
+    A kilnd with tokens, TLS or signed artifacts (README.md, "Running kilnd
+    for a team"), each keyword else its environment variable, as
+    kiln.Client takes them: token ($KILN_TOKEN) or token_file
+    ($KILN_TOKEN_FILE, its first line); trusted_keys (kilnd public keys, a
+    list or comma-separated, 64 hex digits each; $KILN_TRUSTED_KEYS:
+    artifacts not signed by one are refused before any code loads);
+    tls_ca, tls_cert, tls_key, tls_server_name ($KILN_TLS_CA, ...). A
+    token kilnd refuses fails the compile: eager with one warning, or
+    KilnError (UNAUTHENTICATED, PERMISSION_DENIED) with fallback="error".
     """
     from .dynamo import KilnBackend  # noqa: PLC0415 (needs torch)
 
     return KilnBackend(server=server, fast_math=fast_math, fallback=fallback,
-                       attention=attention)
+                       attention=attention, token=token, token_file=token_file,
+                       trusted_keys=trusted_keys, tls_ca=tls_ca,
+                       tls_cert=tls_cert, tls_key=tls_key,
+                       tls_server_name=tls_server_name)
 
 
 def explain(model: Callable[..., Any], *inputs: Any,
@@ -79,7 +96,8 @@ def explain(model: Callable[..., Any], *inputs: Any,
     """Compiles ``model`` with the Kiln backend on ``inputs`` (forward, and
     backward when an output requires grad) and returns the report: per op,
     how many nodes ran in Kiln and how many fell back and why; the number of
-    partitions. kwargs go to kiln.backend (server, fast_math, fallback)."""
+    partitions. kwargs go to kiln.backend (server, fast_math, fallback,
+    token, trusted_keys, ...)."""
     from .dynamo import explain as _explain  # noqa: PLC0415 (needs torch)
 
     return _explain(model, *inputs, **kwargs)

@@ -66,7 +66,7 @@ import threading
 __all__ = ["Client", "CpuExecutable", "CudaExecutable", "CudaOutput",
            "KilnError", "extension", "load_library", "supported_ops"]
 
-C_API_VERSION = 2  # kiln_c.h's KILN_C_API_VERSION this binding speaks
+C_API_VERSION = 3  # kiln_c.h's KILN_C_API_VERSION this binding speaks
 
 _CODES = [
     "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
@@ -264,6 +264,9 @@ def _declare(lib):
         "kiln_client_create_with_auth": (
             status, [ctypes.c_char_p, ctypes.c_double, ctypes.c_int]
             + [ctypes.c_char_p] * 6 + [p(vp)]),
+        "kiln_client_create_with_trust": (
+            status, [ctypes.c_char_p, ctypes.c_double, ctypes.c_int]
+            + [ctypes.c_char_p] * 7 + [p(vp)]),
         "kiln_client_destroy": (None, [vp]),
         "kiln_client_counters": (None, [vp, p(ctypes.c_uint64),
                                         p(ctypes.c_uint64),
@@ -787,11 +790,17 @@ class Client:
     `token` (else $KILN_TOKEN), `token_file` (its first line; else
     $KILN_TOKEN_FILE), `tls_ca` (PEM CA bundle, TLS; else $KILN_TLS_CA),
     `tls_cert`/`tls_key` (mTLS; else $KILN_TLS_CERT/$KILN_TLS_KEY),
-    `tls_server_name` (else $KILN_TLS_SERVER_NAME)."""
+    `tls_server_name` (else $KILN_TLS_SERVER_NAME).
+
+    `trusted_keys`: kilnd public keys (64 hex digits each; a list or a
+    comma-separated string; else $KILN_TRUSTED_KEYS): artifacts not signed
+    by one of them are refused (KilnError PERMISSION_DENIED) before any of
+    their code is loaded. Raises KilnError (INVALID_ARGUMENT for a malformed
+    key, NOT_FOUND for a file that cannot be read)."""
 
     def __init__(self, server=None, rpc_deadline_seconds=0.0, max_retries=-1,
                  token=None, token_file=None, tls_ca=None, tls_cert=None,
-                 tls_key=None, tls_server_name=None):
+                 tls_key=None, tls_server_name=None, trusted_keys=None):
         self._lib = load_library()
         self._handle = None
         self._kiln_allocators = {}  # device -> _Allocator (allocator="kiln")
@@ -800,11 +809,13 @@ class Client:
         def c_str(value):
             return os.fsencode(value) if value else None
 
-        _check(self._lib, self._lib.kiln_client_create_with_auth(
+        if trusted_keys is not None and not isinstance(trusted_keys, str):
+            trusted_keys = ",".join(trusted_keys)
+        _check(self._lib, self._lib.kiln_client_create_with_trust(
             server.encode() if server else None, float(rpc_deadline_seconds),
             int(max_retries), c_str(token), c_str(token_file), c_str(tls_ca),
             c_str(tls_cert), c_str(tls_key), c_str(tls_server_name),
-            ctypes.byref(handle)))
+            c_str(trusted_keys), ctypes.byref(handle)))
         self._handle = handle
 
     def close(self):

@@ -28,7 +28,14 @@ ctypes.
 
 Server: kiln.backend(server=...), else $KILN_SERVER, else 127.0.0.1:7733
 when it answers, else a per-user kilnd on a Unix socket started on first use
-(kiln/autostart.py; KILN_AUTOSTART=0 turns that off).
+(kiln/autostart.py; KILN_AUTOSTART=0 turns that off). A kilnd with tokens,
+TLS or signed artifacts (README.md, "Running kilnd for a team"):
+kiln.backend(token=... or token_file=..., trusted_keys=[...], tls_ca=...,
+tls_cert=..., tls_key=..., tls_server_name=...), each else its environment
+variable (KILN_TOKEN, KILN_TOKEN_FILE, KILN_TRUSTED_KEYS, KILN_TLS_CA, ...).
+A token kilnd refuses (UNAUTHENTICATED, PERMISSION_DENIED) or an artifact
+not signed by a trusted key is a failed compile: eager with one warning,
+or KilnError with fallback="error".
 
 Failures: an op Kiln lacks runs eagerly, always. A server that cannot be
 reached or a partition that fails to compile runs eagerly with one warning
@@ -150,29 +157,34 @@ def _log_enabled() -> bool:
     return "fallback" in os.environ.get("KILN_LOG", "").split(",")
 
 
-_CLIENTS: Dict[Tuple[str, int], "_binding.Client"] = {}
+# How a backend reaches kilnd beyond its address: kiln.Client's keyword
+# arguments (token, token_file, trusted_keys, tls_*) as sorted pairs, the
+# unset ones left out.
+_Auth = Tuple[Tuple[str, str], ...]
+_CLIENTS: Dict[Tuple[str, int, _Auth], "_binding.Client"] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
-def _client(server: str, max_retries: int) -> "_binding.Client":
-    """One kiln Client per (server, retries) for the process, so that its
-    in-process cache serves every graph of every backend."""
-    key = (server, max_retries)
+def _client(server: str, max_retries: int, auth: _Auth = ()) -> "_binding.Client":
+    """One kiln Client per (server, retries, credentials) for the process,
+    so that its in-process cache serves every graph of every backend."""
+    key = (server, max_retries, auth)
     with _CLIENTS_LOCK:
         c = _CLIENTS.get(key)
         if c is None:
             c = _CLIENTS[key] = _binding.Client(
-                key[0], rpc_deadline_seconds=300, max_retries=max_retries)
+                server, rpc_deadline_seconds=300, max_retries=max_retries,
+                **dict(auth))
         return c
 
 
-def _drop_client(server: str, max_retries: int) -> None:
+def _drop_client(server: str, max_retries: int, auth: _Auth = ()) -> None:
     """Forgets the client of a server that was unreachable: its gRPC channel
     waits out a reconnect backoff (seconds) before it tries again, so the
     next attempt gets a new channel. (Loaded executables stay alive in the
     partitions that hold them.)"""
     with _CLIENTS_LOCK:
-        _CLIENTS.pop((server, max_retries), None)
+        _CLIENTS.pop((server, max_retries, auth), None)
 
 
 class KilnPartition(torch.nn.Module):
@@ -313,10 +325,27 @@ class KilnBackend:
 
     def __init__(self, server: Optional[str] = None, fast_math: bool = False,
                  fallback: str = "eager",
-                 attention: Optional[str] = None) -> None:
+                 attention: Optional[str] = None, token: Optional[str] = None,
+                 token_file: Optional[str] = None,
+                 trusted_keys: Optional[Any] = None,
+                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
+                 tls_key: Optional[str] = None,
+                 tls_server_name: Optional[str] = None) -> None:
         if fallback not in ("eager", "error"):
             raise ValueError(f"fallback={fallback!r}: expected 'eager' or 'error'")
         self.attention = resolve_policy(attention)
+        if trusted_keys is not None and not isinstance(trusted_keys, str):
+            trusted_keys = ",".join(trusted_keys)
+        auth = {"token": token, "token_file": token_file,
+                "trusted_keys": trusted_keys, "tls_ca": tls_ca,
+                "tls_cert": tls_cert, "tls_key": tls_key,
+                "tls_server_name": tls_server_name}
+        for name, value in auth.items():
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise TypeError(f"{name}: expected a string, got "
+                                f"{type(value).__name__}")
+        self._auth: _Auth = tuple(sorted((k, os.fspath(v))
+                                         for k, v in auth.items() if v))
         self.server = server
         self.fast_math = bool(fast_math)
         self.fallback = fallback
@@ -348,7 +377,7 @@ class KilnBackend:
         {"local_hits", "lookup_hits", "compiles"} (kiln_client_counters)."""
         if self._address is None:
             self._address = resolve_server(self.server)
-        return _client(self._address, 1).counters()
+        return _client(self._address, 1, self._auth).counters()
 
     def ops(self) -> frozenset:
         if self._ops is None:
@@ -432,7 +461,7 @@ class KilnBackend:
         if self._address is None:
             self._address = resolve_server(self.server)
         try:
-            client = _client(self._address, 1)
+            client = _client(self._address, 1, self._auth)
             if graph.device.type == "cuda":
                 index = graph.device.index or 0
                 major, minor = torch.cuda.get_device_capability(index)
@@ -446,11 +475,17 @@ class KilnBackend:
             if self.fallback == "error":
                 raise
             if e.code_name == "UNAVAILABLE":
-                _drop_client(self._address, 1)
+                _drop_client(self._address, 1, self._auth)
                 self._server_down = f"kilnd unreachable ({e.message})"
                 self._server_down_until = time.monotonic() + _RETRY_SECONDS
                 self._warn_once(f"kiln: kilnd unreachable, running eagerly: {e}")
                 return self._server_down
+            if e.code_name in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+                # kilnd refused the token, or this client the artifact's
+                # signature (trusted_keys).
+                self._warn_once(f"kiln: refused (check the token and the "
+                                f"trusted keys), running eagerly: {e}")
+                return f"refused: {e}"
             self._warn_once(f"kiln: a partition failed to compile, running it "
                             f"eagerly: {e}")
             return f"compile failed: {e}"

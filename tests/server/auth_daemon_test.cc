@@ -6,6 +6,7 @@
 // per-token compile queue limit.
 #include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <filesystem>
@@ -400,8 +401,8 @@ TEST_F(AuthDaemonTest, TlsAndMtlsHandshakesAndCertificateReload) {
   MakeCert("mallory", &other_ca, false).Write(Path("foreign_client"));
   MakeCert("bob", &ca, false, -7200, -3600).Write(Path("expired_client"));
   Start({TokensFlag(), "--tls_cert=" + Path("server.crt"),
-         "--tls_key=" + Path("server.key"), "--tls_client_ca=" + Path("ca.crt"),
-         "--tls_refresh_seconds=1"});
+         "--tls_key=" + Path("server.key"),
+         "--tls_client_ca=" + Path("ca.crt")});
   ASSERT_GT(daemon_->port(), 0);
 
   auto tls_client = [&](const std::string& ca_name,
@@ -471,13 +472,13 @@ TEST_F(AuthDaemonTest, TlsAndMtlsHandshakesAndCertificateReload) {
   EXPECT_EQ((*again)->counters().lookup_hits, 1u);
 
   // Reload: the server's certificate and key replaced by one from another
-  // CA; new handshakes use it within the refresh interval.
+  // CA; new handshakes use it soon after SIGHUP.
   MakeCert("kilnd", &other_ca, true).Write(Path("next"));
   std::filesystem::rename(Path("next.key"), Path("server.key.tmp"));
   std::filesystem::rename(Path("next.crt"), Path("server.crt.tmp"));
   std::filesystem::rename(Path("server.key.tmp"), Path("server.key"));
   std::filesystem::rename(Path("server.crt.tmp"), Path("server.crt"));
-  daemon_->Signal(SIGHUP);  // logs the check; gRPC's watcher reloads
+  daemon_->Signal(SIGHUP);  // checks and installs them
   const absl::Time until = absl::Now() + absl::Seconds(20);
   grpc::Status with_new_ca;
   do {
@@ -488,6 +489,287 @@ TEST_F(AuthDaemonTest, TlsAndMtlsHandshakesAndCertificateReload) {
   v1::ServerInfo unused;
   EXPECT_EQ(info(tls_client("ca", "client"), &unused).error_code(),
             grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(daemon_->Stop(), 0);
+}
+
+// SIGHUP installs new TLS files, and only then: files rotated on disk are
+// not served before it (a client trusting only the new CA fails), are
+// within a few seconds after it (server certificate and mTLS client CA
+// together), and files that fail the check (garbage, an expired
+// certificate, a key of another certificate) are never served: the old
+// certificate stays, the failure is counted.
+TEST_F(AuthDaemonTest, SighupInstallsCheckedTlsFilesAndOnlyThen) {
+  TestCert ca_a = MakeCert("ca A", nullptr, false);
+  TestCert ca_b = MakeCert("ca B", nullptr, false);
+  TestCert clients_x = MakeCert("client ca X", nullptr, false);
+  TestCert clients_y = MakeCert("client ca Y", nullptr, false);
+  ca_a.Write(Path("ca_a"));
+  ca_b.Write(Path("ca_b"));
+  MakeCert("alice", &clients_x, false).Write(Path("alice_x"));
+  MakeCert("bob", &clients_y, false).Write(Path("bob_y"));
+  MakeCert("kilnd", &ca_a, true).Write(Path("a"));
+  MakeCert("kilnd", &ca_b, true).Write(Path("b"));
+  MakeCert("kilnd", &ca_b, true, -7200, -3600).Write(Path("expired"));
+  clients_x.Write(Path("clients_x"));
+  clients_y.Write(Path("clients_y"));
+  auto install = [&](const std::string& cert, const std::string& key,
+                     const std::string& client_ca) {
+    std::filesystem::copy_file(
+        Path(key), Path("server.key.tmp"),
+        std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::copy_file(
+        Path(cert), Path("server.crt.tmp"),
+        std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::copy_file(
+        Path(client_ca), Path("clients.crt.tmp"),
+        std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::rename(Path("server.key.tmp"), Path("server.key"));
+    std::filesystem::rename(Path("server.crt.tmp"), Path("server.crt"));
+    std::filesystem::rename(Path("clients.crt.tmp"), Path("clients.crt"));
+  };
+  install("a.crt", "a.key", "clients_x.crt");
+  Start({TokensFlag(), "--tls_cert=" + Path("server.crt"),
+         "--tls_key=" + Path("server.key"),
+         "--tls_client_ca=" + Path("clients.crt")});
+  ASSERT_GT(daemon_->port(), 0);
+
+  // GetServerInfo (or, with `stats`, GetStats) over a fresh connection that
+  // trusts only `ca` and presents `client`.
+  auto call = [&](const std::string& ca, const std::string& client,
+                  v1::Stats* stats = nullptr) {
+    ConnectionOptions o;
+    o.tls_ca = Path(ca + ".crt");
+    o.tls_cert = Path(client + ".crt");
+    o.tls_key = Path(client + ".key");
+    o.token = kAdminToken;
+    absl::StatusOr<Connection> c = ResolveConnection(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    auto stub = StubFor(daemon_->address(), c->credentials);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    AddAuthorization(*c, &ctx);
+    if (stats != nullptr)
+      return stub->GetStats(&ctx, v1::GetStatsRequest(), stats);
+    v1::ServerInfo unused;
+    return stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &unused);
+  };
+  // Polls `call(ca, client)` until it succeeds or `within` passes.
+  auto ok_within = [&](const std::string& ca, const std::string& client,
+                       absl::Duration within) {
+    const absl::Time until = absl::Now() + within;
+    grpc::Status s;
+    do {
+      s = call(ca, client);
+      if (s.ok()) break;
+      absl::SleepFor(absl::Milliseconds(100));
+    } while (absl::Now() < until);
+    return s;
+  };
+  grpc::Status first = call("ca_a", "alice_x");
+  ASSERT_TRUE(first.ok()) << first.error_message();
+
+  // kilnd's private copies: a directory only it can read.
+  struct stat st = {};
+  ASSERT_EQ(stat(Path("data-tls").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(stat(Path("data-tls/current/key.pem").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  // Rotated on disk, no signal: gRPC (which re-reads what it watches every
+  // second) still serves A and takes only X's clients.
+  install("b.crt", "b.key", "clients_y.crt");
+  absl::SleepFor(absl::Milliseconds(2500));
+  EXPECT_EQ(call("ca_b", "bob_y").error_code(), grpc::StatusCode::UNAVAILABLE);
+  grpc::Status still_a = call("ca_a", "alice_x");
+  EXPECT_TRUE(still_a.ok()) << still_a.error_message();
+
+  // SIGHUP: B and client CA Y within a few seconds; A and X no more.
+  daemon_->Signal(SIGHUP);
+  grpc::Status now_b = ok_within("ca_b", "bob_y", absl::Seconds(5));
+  ASSERT_TRUE(now_b.ok()) << now_b.error_message();
+  EXPECT_EQ(call("ca_a", "alice_x").error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(call("ca_b", "alice_x").error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+
+  // Files that fail the check, each followed by SIGHUP: B stays.
+  struct Bad {
+    std::string what, cert, key;
+  } bad[] = {
+      {"garbage certificate", "garbage.crt", "b.key"},
+      {"expired certificate", "expired.crt", "expired.key"},
+      {"key of another certificate", "a.crt", "b.key"},
+  };
+  std::ofstream(Path("garbage.crt")) << "not a certificate\n";
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.what);
+    install(b.cert, b.key, "clients_y.crt");
+    daemon_->Signal(SIGHUP);
+    absl::SleepFor(absl::Milliseconds(2500));
+    grpc::Status kept = call("ca_b", "bob_y");
+    EXPECT_TRUE(kept.ok()) << kept.error_message();
+  }
+  v1::Stats stats;
+  grpc::Status got = call("ca_b", "bob_y", &stats);
+  ASSERT_TRUE(got.ok()) << got.error_message();
+  EXPECT_EQ(stats.reload_failures(), 3u);
+
+  // Good files again: served after the next SIGHUP.
+  install("a.crt", "a.key", "clients_x.crt");
+  daemon_->Signal(SIGHUP);
+  grpc::Status back_to_a = ok_within("ca_a", "alice_x", absl::Seconds(5));
+  EXPECT_TRUE(back_to_a.ok()) << back_to_a.error_message();
+  EXPECT_EQ(daemon_->Stop(), 0);
+  EXPECT_FALSE(std::filesystem::exists(Path("data-tls")));  // removed at exit
+}
+
+// --tls_refresh_seconds=N: files renewed without a signal (a mounted
+// Kubernetes Secret) are checked every N seconds and installed if valid.
+TEST_F(AuthDaemonTest, TlsRefreshSecondsInstallsRenewedFilesWithoutASignal) {
+  TestCert ca_a = MakeCert("ca A", nullptr, false);
+  TestCert ca_b = MakeCert("ca B", nullptr, false);
+  ca_a.Write(Path("ca_a"));
+  ca_b.Write(Path("ca_b"));
+  MakeCert("kilnd", &ca_a, true).Write(Path("server"));
+  Start({TokensFlag(), "--tls_cert=" + Path("server.crt"),
+         "--tls_key=" + Path("server.key"), "--tls_refresh_seconds=1"});
+  ASSERT_GT(daemon_->port(), 0);
+  auto call = [&](const std::string& ca) {
+    ConnectionOptions o;
+    o.tls_ca = Path(ca + ".crt");
+    o.token = kCompileToken;
+    absl::StatusOr<Connection> c = ResolveConnection(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    auto stub = StubFor(daemon_->address(), c->credentials);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    AddAuthorization(*c, &ctx);
+    v1::ServerInfo unused;
+    return stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &unused);
+  };
+  ASSERT_TRUE(call("ca_a").ok());
+  MakeCert("kilnd", &ca_b, true).Write(Path("next"));
+  std::filesystem::rename(Path("next.key"), Path("server.key"));
+  std::filesystem::rename(Path("next.crt"), Path("server.crt"));
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  grpc::Status with_b;
+  do {
+    absl::SleepFor(absl::Milliseconds(200));
+    with_b = call("ca_b");
+  } while (!with_b.ok() && absl::Now() < until);
+  EXPECT_TRUE(with_b.ok()) << with_b.error_message();
+  EXPECT_EQ(daemon_->Stop(), 0);
+}
+
+// A token line's expires= (RFC 3339 or unix seconds): past it, the token
+// gets UNAUTHENTICATED naming the token and the time.
+TEST_F(AuthDaemonTest, AnExpiredTokenIsRefused) {
+  const std::string future = absl::FormatTime(
+      absl::RFC3339_sec, absl::Now() + absl::Hours(24), absl::UTCTimeZone());
+  WriteFile("tokens", absl::StrCat(DigestToHex(Sha256("old-token")),
+                                   " compile old expires=1700000000\n",
+                                   DigestToHex(Sha256("new-token")),
+                                   " compile new expires=", future, "\n"));
+  Start({TokensFlag()});
+  ASSERT_GT(daemon_->port(), 0);
+  auto stub = StubFor(daemon_->address());
+  const Rpc info = EveryRpc("")[3];
+  ASSERT_EQ(info.name, "GetServerInfo");
+  grpc::Status expired = CallWith(info, *stub, "old-token");
+  EXPECT_EQ(expired.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(expired.error_message(),
+            "GetServerInfo: token 'old' expired at 2023-11-14T22:13:20Z");
+  grpc::Status valid = CallWith(info, *stub, "new-token");
+  EXPECT_TRUE(valid.ok()) << valid.error_message();
+  EXPECT_EQ(daemon_->Stop(), 0);
+}
+
+// --client_cert_roles under mTLS: a caller without a token gets the roles
+// of its client certificate's common name; an unlisted certificate is
+// UNAUTHENTICATED; a token still counts when kilnd has tokens; SIGHUP
+// re-reads the file (a broken one keeps the previous roles).
+TEST_F(AuthDaemonTest, ClientCertificateRolesUnderMtls) {
+  TestCert ca = MakeCert("kiln test ca", nullptr, false);
+  ca.Write(Path("ca"));
+  MakeCert("kilnd", &ca, true).Write(Path("server"));
+  for (const char* name : {"alice", "ops", "mallory"})
+    MakeCert(name, &ca, false).Write(Path(name));
+  WriteFile("roles", "compile alice\nadmin ops\n");
+  Start({TokensFlag(), "--tls_cert=" + Path("server.crt"),
+         "--tls_key=" + Path("server.key"), "--tls_client_ca=" + Path("ca.crt"),
+         "--client_cert_roles=" + Path("roles")});
+  ASSERT_GT(daemon_->port(), 0);
+  std::map<std::string, std::unique_ptr<v1::Kiln::Stub>> stubs;
+  for (const char* name : {"alice", "ops", "mallory"}) {
+    ConnectionOptions o;
+    o.tls_ca = Path("ca.crt");
+    o.tls_cert = Path(absl::StrCat(name, ".crt"));
+    o.tls_key = Path(absl::StrCat(name, ".key"));
+    absl::StatusOr<Connection> c = ResolveConnection(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    stubs[name] = StubFor(daemon_->address(), c->credentials);
+  }
+  const std::vector<Rpc> rpcs = EveryRpc(std::string(32, '\x02'));
+  auto rpc = [&](const std::string& name) {
+    for (const Rpc& r : rpcs)
+      if (r.name == name) return r;
+    ADD_FAILURE() << name;
+    return rpcs[0];
+  };
+  auto call = [&](const std::string& who, const std::string& method,
+                  const std::string& token = "") {
+    return CallWith(rpc(method), *stubs[who], token);
+  };
+  // alice: compile only.
+  for (const char* method : {"Compile", "Lookup", "GetServerInfo"}) {
+    grpc::Status s = call("alice", method);
+    EXPECT_NE(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method;
+    EXPECT_NE(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << method;
+  }
+  grpc::Status denied = call("alice", "Evict");
+  EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(denied.error_message(),
+            "Evict needs the role 'admin', which client certificate 'alice' "
+            "does not have");
+  // ops: admin.
+  for (const char* method : {"Evict", "ListEntries", "GetStats"}) {
+    grpc::Status s = call("ops", method);
+    EXPECT_TRUE(s.ok()) << method << ": " << s.error_message();
+  }
+  // mallory: a valid certificate, not listed; a token still counts.
+  grpc::Status unlisted = call("mallory", "GetServerInfo");
+  EXPECT_EQ(unlisted.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(unlisted.error_message(),
+            "GetServerInfo: client certificate 'mallory' is not in kilnd's "
+            "client certificate roles file");
+  grpc::Status with_token = call("mallory", "Evict", kAdminToken);
+  EXPECT_TRUE(with_token.ok()) << with_token.error_message();
+  EXPECT_EQ(call("mallory", "Evict", "wrong-token").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  // SIGHUP: a broken file keeps the roles; a good one replaces them.
+  WriteFile("roles", "superuser alice\n");
+  daemon_->Signal(SIGHUP);
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_TRUE(call("alice", "GetServerInfo").ok());
+  WriteFile("roles", "read-stats mallory\n");
+  daemon_->Signal(SIGHUP);
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  grpc::Status mallory_stats;
+  do {
+    absl::SleepFor(absl::Milliseconds(100));
+    mallory_stats = call("mallory", "GetStats");
+  } while (!mallory_stats.ok() && absl::Now() < until);
+  EXPECT_TRUE(mallory_stats.ok()) << mallory_stats.error_message();
+  EXPECT_EQ(call("alice", "GetServerInfo").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  v1::Stats stats;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(
+        stubs["mallory"]->GetStats(&ctx, v1::GetStatsRequest(), &stats).ok());
+  }
+  EXPECT_EQ(stats.reload_failures(), 1u);
   EXPECT_EQ(daemon_->Stop(), 0);
 }
 

@@ -3,12 +3,14 @@
 // (server/compile_pool.h), and kilnd's TLS file check (server/tls_files.h).
 #include "server/auth.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -122,6 +124,106 @@ TEST(AuthenticatorTest, ChecksTokensAndRolesWithClearErrors) {
   EXPECT_TRUE(a.Check("Bearer ts", Role::kReadStats, "GetStats").ok());
   for (Role role : {Role::kCompile, Role::kReadStats, Role::kAdmin})
     EXPECT_TRUE(a.Check("Bearer ta", role, "X").ok()) << RoleName(role);
+}
+
+TEST(TokenFileTest, ExpiresTakesRfc3339OrUnixSeconds) {
+  auto entries = ParseTokenFile(
+      absl::StrCat(HashOf("a"), " compile ci expires=2027-01-31T12:00:00Z\n",
+                   HashOf("b"), " admin expires=1800000000\n", HashOf("c"),
+                   " read-stats\n"),
+      "tokens");
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 3u);
+  EXPECT_EQ((*entries)[0].name, "ci");
+  EXPECT_EQ((*entries)[0].expires,
+            absl::FromCivil(absl::CivilSecond(2027, 1, 31, 12, 0, 0),
+                            absl::UTCTimeZone()));
+  EXPECT_EQ((*entries)[1].name, "token-" + HashOf("b").substr(0, 8));
+  EXPECT_EQ((*entries)[1].expires, absl::FromUnixSeconds(1800000000));
+  EXPECT_EQ((*entries)[2].expires, absl::InfiniteFuture());
+  auto bad = ParseTokenFile(
+      absl::StrCat(HashOf("a"), " compile ci expires=next-week\n"), "tokens");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(std::string(bad.status().message()),
+            "tokens:1: expires='next-week' is neither RFC 3339 "
+            "(2027-01-31T00:00:00Z) nor unix seconds (expected: sha256-hex "
+            "roles [name] [expires=WHEN])");
+}
+
+TEST(AuthenticatorTest, AnExpiredTokenIsRefusedNamingWhen) {
+  TempDir dir;
+  const std::string path = dir.File(
+      "tokens", absl::StrCat(HashOf("tc"), " compile ci expires=1800000000\n"));
+  auto auth = Authenticator::Load(path);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  const absl::Time expires = absl::FromUnixSeconds(1800000000);
+  EXPECT_TRUE((*auth)
+                  ->Check("Bearer tc", Role::kCompile, "Compile",
+                          expires - absl::Seconds(1))
+                  .ok());
+  auto expired =
+      (*auth)->Check("Bearer tc", Role::kCompile, "Compile", expires);
+  EXPECT_TRUE(absl::IsUnauthenticated(expired.status()));
+  EXPECT_EQ(std::string(expired.status().message()),
+            "Compile: token 'ci' expired at 2027-01-15T08:00:00Z");
+}
+
+TEST(CertRolesTest, ParsesLinesAndRefusesBadOnesNamingThem) {
+  auto entries = ParseCertRolesFile(
+      "# roles common-name\ncompile ci-runner\n\nadmin  ops bot \n", "roles");
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 2u);
+  EXPECT_EQ((*entries)[0].common_name, "ci-runner");
+  EXPECT_EQ((*entries)[0].roles, static_cast<uint32_t>(Role::kCompile));
+  EXPECT_EQ((*entries)[1].common_name, "ops bot");
+  EXPECT_EQ((*entries)[1].roles, 7u);
+  struct Case {
+    std::string text, message;
+  } cases[] = {
+      {"compile\n", "roles:1: no common name (expected: roles common-name)"},
+      {"\nroot alice\n", "roles:2: unknown role 'root'"},
+      {"compile alice\nadmin alice\n",
+       "roles:2: the name 'alice' is listed twice"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ParseCertRolesFile(c.text, "roles");
+    ASSERT_FALSE(bad.ok()) << c.text;
+    EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+    EXPECT_NE(bad.status().message().find(c.message), std::string::npos)
+        << bad.status();
+  }
+}
+
+TEST(CertRolesTest, ChecksTheCommonNameAndItsRoles) {
+  TempDir dir;
+  const std::string path = dir.File("roles", "compile alice\nadmin ops\n");
+  auto roles = CertRoles::Load(path);
+  ASSERT_TRUE(roles.ok()) << roles.status();
+  auto alice = (*roles)->Check("alice", Role::kCompile, "Compile");
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  EXPECT_EQ(alice->FairUseKey(), "client certificate 'alice'");
+  auto denied = (*roles)->Check("alice", Role::kAdmin, "Evict");
+  EXPECT_TRUE(absl::IsPermissionDenied(denied.status()));
+  EXPECT_EQ(std::string(denied.status().message()),
+            "Evict needs the role 'admin', which client certificate 'alice' "
+            "does not have");
+  EXPECT_TRUE((*roles)->Check("ops", Role::kAdmin, "Evict").ok());
+  auto unknown = (*roles)->Check("mallory", Role::kCompile, "Compile");
+  EXPECT_TRUE(absl::IsUnauthenticated(unknown.status()));
+  EXPECT_EQ(std::string(unknown.status().message()),
+            "Compile: client certificate 'mallory' is not in kilnd's client "
+            "certificate roles file");
+  EXPECT_TRUE(absl::IsUnauthenticated(
+      (*roles)->Check("", Role::kCompile, "Compile").status()));
+  dir.File("roles", "not-a-role alice\n");
+  EXPECT_TRUE(absl::IsInvalidArgument((*roles)->Reload().status()));
+  EXPECT_TRUE((*roles)->Check("alice", Role::kCompile, "Compile").ok());
+  dir.File("roles", "read-stats mallory\n");
+  ASSERT_TRUE((*roles)->Reload().ok());
+  EXPECT_TRUE((*roles)->Check("mallory", Role::kReadStats, "GetStats").ok());
+  EXPECT_TRUE(absl::IsUnauthenticated(
+      (*roles)->Check("alice", Role::kCompile, "Compile").status()));
+  EXPECT_TRUE(absl::IsNotFound(CertRoles::Load(dir.Path("none")).status()));
 }
 
 TEST(AuthenticatorTest, ReloadTakesTheNewFileAndKeepsTheOldOnError) {
@@ -261,6 +363,67 @@ TEST(TlsFilesTest, AcceptsAMatchingPairAndNamesWhatIsWrong) {
   EXPECT_TRUE(absl::IsInvalidArgument(
       CheckTlsFiles({dir.Path("server.key"), dir.Path("server.key"), ""})
           .status()));
+}
+
+// The installer behind SIGHUP reloads: checked copies in a private
+// directory, replaced only by files that pass the check.
+TEST(TlsFilesTest, InstallerCopiesCheckedFilesPrivatelyAndKeepsThemOnError) {
+  TempDir dir;
+  testing::TestCert ca = testing::MakeCert("kiln test ca", nullptr, false);
+  testing::MakeCert("kilnd", &ca, true).Write(dir.Path("a"));
+  testing::MakeCert("kilnd", &ca, true).Write(dir.Path("b"));
+  ca.Write(dir.Path("ca"));
+  std::filesystem::copy_file(dir.Path("a.crt"), dir.Path("server.crt"));
+  std::filesystem::copy_file(dir.Path("a.key"), dir.Path("server.key"));
+  const TlsFiles source{dir.Path("server.crt"), dir.Path("server.key"),
+                        dir.Path("ca.crt")};
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  TlsFilesInfo info;
+  auto installer = TlsFileInstaller::Create(source, dir.Path("copies"), &info);
+  ASSERT_TRUE(installer.ok()) << installer.status();
+  EXPECT_EQ(info.client_cas, 1);
+  const TlsFiles& installed = (*installer)->installed();
+  EXPECT_EQ(read(installed.cert_chain), read(dir.Path("a.crt")));
+  EXPECT_EQ(read(installed.client_ca), read(dir.Path("ca.crt")));
+  struct stat st = {};
+  ASSERT_EQ(stat(dir.Path("copies").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(stat(installed.private_key.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  auto same = (*installer)->Reload();
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_FALSE(same->changed);
+  EXPECT_EQ((*installer)->generation(), 1);
+
+  // A key of another certificate: refused, the copies stay.
+  std::filesystem::copy_file(dir.Path("b.key"), dir.Path("server.key"),
+                             std::filesystem::copy_options::overwrite_existing);
+  auto mismatch = (*installer)->Reload();
+  EXPECT_TRUE(absl::IsInvalidArgument(mismatch.status()));
+  EXPECT_EQ(read(installed.private_key), read(dir.Path("a.key")));
+  EXPECT_EQ((*installer)->generation(), 1);
+
+  std::filesystem::copy_file(dir.Path("b.crt"), dir.Path("server.crt"),
+                             std::filesystem::copy_options::overwrite_existing);
+  auto changed = (*installer)->Reload();
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(changed->changed);
+  EXPECT_EQ((*installer)->generation(), 2);
+  EXPECT_EQ(read(installed.cert_chain), read(dir.Path("b.crt")));
+  EXPECT_EQ(read(installed.private_key), read(dir.Path("b.key")));
+
+  // A directory with someone else's files is never emptied.
+  auto foreign = TlsFileInstaller::Create(source, dir.Path(""));
+  EXPECT_TRUE(absl::IsFailedPrecondition(foreign.status()));
+  EXPECT_TRUE(std::filesystem::exists(dir.Path("a.crt")));
+  installer->reset();
+  EXPECT_FALSE(std::filesystem::exists(dir.Path("copies")));
 }
 
 }  // namespace
