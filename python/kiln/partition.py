@@ -9,8 +9,12 @@ reason, which the fallback report (kiln/dynamo.py) counts per op.
 
 partition() runs torch's CapabilityBasedPartitioner with it: supported
 regions become submodules ``kiln_0``, ``kiln_1``, ... (one Kiln compile
-each); views at a partition's edge stay outside (so no partition returns a
-view of its input), and partitions of views alone are dropped.
+each). Views that only feed a partition go in with it (Kiln reads the
+viewed tensor in place), as do views of values it computes that leave it
+(Kiln writes that shape or layout directly); views of its inputs, expands
+and views of values it returns anyway stay outside (_trim_views: no
+partition returns a view of its input, and free eager views are not
+materialised); partitions of views alone are dropped.
 """
 
 from __future__ import annotations
@@ -40,6 +44,11 @@ VIEW_OPS = frozenset({
     "aten.t.default", "aten.transpose.int", "aten.clone.default",
     "aten.as_strided.default", "aten.expand_copy.default",
 })
+
+
+# Views that Kiln would write out in full when they leave a partition.
+_MATERIALISING_VIEWS = frozenset({"aten.expand.default",
+                                  "aten.expand_copy.default"})
 
 
 # Reshapes: Kiln's graph format has no compound sizes, so an input dim such
@@ -178,6 +187,51 @@ class PartitionResult:
     left_out: Dict[str, List[str]] = field(default_factory=dict)
 
 
+def _is_view(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and op_name(node.target) in VIEW_OPS
+
+
+def _view_source(n: torch.fx.Node,
+                 nodes: Dict[torch.fx.Node, None]) -> "torch.fx.Node | None":
+    """The node a chain of views ending at n starts from: the first
+    non-view ancestor inside the partition, or None when the chain reaches
+    outside (n's value is then a view of a partition input)."""
+    while _is_view(n):
+        args = n.all_input_nodes
+        if not args or args[0] not in nodes:
+            return None
+        n = args[0]
+    return n
+
+
+def _trim_views(nodes: Dict[torch.fx.Node, None]) -> None:
+    """Takes out of a partition (its node set, in place) the views whose
+    result leaves it and that Kiln should not materialise:
+      - a view of a partition input (the partition would return a view of
+        its own input: eager keeps it a free view);
+      - an expand (a broadcast would be written out in full);
+      - a view of a value the partition returns anyway (eager's view shares
+        its storage; a Kiln output would be a second buffer).
+    Any other view that leaves the partition stays in: Kiln writes the
+    viewed value in that shape (a permuted layout as a view: fx_graph's
+    output_perms), e.g. a weight's gradient t(mm(...)). A view that only
+    feeds the partition stays in too: Kiln reads the viewed tensor in place
+    (a weight's t(), a reshape of an input)."""
+    changed = True
+    while changed:
+        changed = False
+        for n in list(nodes):
+            if not _is_view(n) or all(u in nodes for u in n.users):
+                continue
+            source = _view_source(n, nodes)
+            remove = (source is None or
+                      op_name(n.target) in _MATERIALISING_VIEWS or
+                      any(u not in nodes for u in source.users))
+            if remove:
+                del nodes[n]
+                changed = True
+
+
 def partition(gm: torch.fx.GraphModule,
               support: KilnOperatorSupport) -> PartitionResult:
     """Partitions `gm` in place (see the module docstring)."""
@@ -189,7 +243,8 @@ def partition(gm: torch.fx.GraphModule,
         gm, support, allows_single_node_partition=True,
         non_compute_ops=sorted(view_names))
     proposed = partitioner.propose_partitions()
-    partitioner.remove_bookend_non_compute_ops(proposed)
+    for p in proposed:
+        _trim_views(p.nodes)
     kept, left_out = [], {}
     for p in proposed:
         compute = [n for n in p.nodes if n.op == "call_function" and
