@@ -61,7 +61,7 @@ import torch.fx
 from . import _binding
 from .autostart import resolve_server
 from .fx_graph import (KilnGraph, Unsupported, draw_seed, is_contiguous,
-                       to_kiln_graph)
+                       size_input_tensor, to_kiln_graph)
 from .partition import KilnOperatorSupport, partition
 
 __all__ = ["ExplainReport", "KilnBackend", "default_backend", "explain"]
@@ -196,7 +196,12 @@ class KilnPartition(torch.nn.Module):
         # symbols of the inputs' sizes (evaluated per call).
         self._strides: List[Any] = []
         self._symbol_dims: Dict[Any, Tuple[int, int]] = {}  # symbol -> (input, dim)
+        for k, expr in graph.size_inputs.items():
+            if expr.is_Symbol:
+                self._symbol_dims.setdefault(expr, (k, 0))
         for k, m in enumerate(graph.input_meta):
+            if m is None:  # a size input
+                continue
             for d, size in enumerate(m.shape):
                 if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
                     self._symbol_dims.setdefault(size.node.expr, (k, d))
@@ -218,7 +223,8 @@ class KilnPartition(torch.nn.Module):
         self._cuda = graph.device.type == "cuda"
         # CPU executables take the outputs' sizes when they are static.
         sizes = () if self._cuda else (self._static_sizes,)
-        if not graph.scalar_inputs and all(s is None for s in self._strides):
+        if not graph.scalar_inputs and not graph.size_inputs and \
+                all(s is None for s in self._strides):
             self._fast = exe.call_path(graph.tensor_inputs, graph.outputs,
                                        tuple_output, *sizes)
         else:
@@ -272,6 +278,8 @@ class KilnPartition(torch.nn.Module):
         for k, dtype in self.graph.scalar_inputs.items():
             tensors[k] = torch.tensor(tensors[k], dtype=dtype,
                                       device=self.graph.device)
+        for k in self.graph.size_inputs:
+            tensors[k] = size_input_tensor(tensors[k], self.graph.device)
         try:
             if self._run is not None:
                 outs = list(self._run(*tensors))

@@ -42,20 +42,6 @@ VIEW_OPS = frozenset({
 })
 
 
-# Reshapes: Kiln's graph format has no compound sizes, so an input dim such
-# as s0*s1 reaches kilnd as a symbol of its own (kiln/fx_graph.py), and a
-# reshape between it and its factors cannot be proved; such a reshape runs
-# eagerly (a view: no copy).
-_RESHAPE_OPS = frozenset({
-    "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
-})
-
-# Matrix products likewise: their inner sizes must be proved equal.
-_PRODUCT_OPS = frozenset({
-    "aten.mm.default", "aten.addmm.default", "aten.bmm.default",
-    "aten.baddbmm.default",
-})
-
 # Ops whose lowering needs some trailing dims of input 0 static (their
 # windows are laid out at compile time): refused when those are symbolic.
 _STATIC_TRAILING_DIMS = {
@@ -82,34 +68,12 @@ _SCATTER_OPS = frozenset({
 })
 
 
-def _is_compound(size: object) -> bool:
-    """Whether a size is symbolic and not a plain symbol (s0*s1, 2*s0)."""
-    if not isinstance(size, torch.SymInt):
-        return False
-    try:
-        return not size.node.expr.is_Symbol
-    except AttributeError:
-        return True
-
-
 def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
     """Why Kiln cannot take this node for its input's sizes, or None."""
     inputs = [a.meta.get("val") for a in node.all_input_nodes]
     first = inputs[0] if inputs else None
     if not isinstance(first, torch.Tensor):
         return None
-    if name in _PRODUCT_OPS and any(
-            isinstance(t, torch.Tensor) and any(_is_compound(d) for d in t.shape)
-            for t in inputs):
-        return ("a matrix product over a compound symbolic size (Kiln's "
-                "graph format names it as a symbol of its own)")
-    if name in _RESHAPE_OPS:
-        out = node.meta.get("val")
-        if (isinstance(out, torch.Tensor) and
-                tuple(first.shape) != tuple(out.shape) and
-                any(_is_compound(s) for s in first.shape)):
-            return ("a reshape of a compound symbolic size (Kiln's graph "
-                    "format names it as a symbol of its own)")
     if name in _SCATTER_OPS:
         out = node.meta.get("val")
         if any(isinstance(t, torch.Tensor) and
