@@ -196,9 +196,9 @@ class KilnPartition(torch.nn.Module):
         # symbols of the inputs' sizes (evaluated per call).
         self._strides: List[Any] = []
         self._symbol_dims: Dict[Any, Tuple[int, int]] = {}  # symbol -> (input, dim)
-        for k, expr in graph.size_inputs.items():
-            if expr.is_Symbol:
-                self._symbol_dims.setdefault(expr, (k, 0))
+        for k, size_input in graph.size_inputs.items():
+            if size_input.expr.is_Symbol:
+                self._symbol_dims.setdefault(size_input.expr, (k, 0))
         for k, m in enumerate(graph.input_meta):
             if m is None:  # a size input
                 continue
@@ -278,8 +278,9 @@ class KilnPartition(torch.nn.Module):
         for k, dtype in self.graph.scalar_inputs.items():
             tensors[k] = torch.tensor(tensors[k], dtype=dtype,
                                       device=self.graph.device)
-        for k in self.graph.size_inputs:
-            tensors[k] = size_input_tensor(tensors[k], self.graph.device)
+        for k, size_input in self.graph.size_inputs.items():
+            tensors[k] = size_input_tensor(size_input.value(tensors[k]),
+                                           self.graph.device)
         try:
             if self._run is not None:
                 outs = list(self._run(*tensors))

@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.fx
 
-__all__ = ["IDENTITY_OPS", "KilnGraph", "Unsupported", "check_node_args",
+__all__ = ["IDENTITY_OPS", "KilnGraph", "SizeInput", "Unsupported", "check_node_args",
            "dtype_name", "is_contiguous", "op_name", "to_kiln_graph"]
 
 _DTYPES = {
@@ -493,6 +493,23 @@ class _AnyRefs(dict):
 
 
 @dataclass
+class SizeInput:
+    """A Kiln input that binds symbol `expr`. dim None: its FX argument
+    (tensor_inputs) is a SymInt of that value; else a tensor whose size
+    along `dim` is coeff * value + offset."""
+
+    expr: Any
+    dim: Optional[int] = None
+    coeff: int = 1
+    offset: int = 0
+
+    def value(self, arg: Any) -> int:
+        if self.dim is None:
+            return int(arg)
+        return (int(arg.shape[self.dim]) - self.offset) // self.coeff
+
+
+@dataclass
 class KilnGraph:
     """A kiln.v1.Graph for an FX graph, and how to call it.
 
@@ -504,9 +521,9 @@ class KilnGraph:
     input_meta: each Kiln input's fake tensor.
     scalar_inputs: Kiln inputs that are symbolic scalars (SymInt/SymFloat
         placeholders), passed as 0-dim tensors of this dtype.
-    size_inputs: Kiln inputs that bind a symbol from a SymInt placeholder
-        (the sympy expression): passed as a bool tensor of shape (value,)
-        with stride 0 (size_input_tensor); their input_meta is None.
+    size_inputs: Kiln inputs that bind a symbol no tensor input's dim is:
+        passed as a bool tensor of shape (value,) with stride 0
+        (size_input_tensor); see SizeInput; their input_meta is None.
     dynamic: whether any size is symbolic.
     device: the one device of every tensor of the graph (CPU or a CUDA
         device): the executable is compiled for it.
@@ -521,7 +538,7 @@ class KilnGraph:
     output_meta: List[torch.Tensor]
     input_meta: List[torch.Tensor]
     scalar_inputs: Dict[int, torch.dtype]
-    size_inputs: Dict[int, Any]
+    size_inputs: Dict[int, "SizeInput"]
     dynamic: bool
     symbol_of: Dict[Any, str] = field(default_factory=dict)
     device: torch.device = torch.device("cpu")
@@ -530,15 +547,6 @@ class KilnGraph:
     @property
     def json(self) -> str:
         return json.dumps(self.graph, separators=(",", ":"))
-
-
-def num_placeholders_before(gm: torch.fx.GraphModule,
-                            node: torch.fx.Node) -> int:
-    """The FX argument position of placeholder `node`."""
-    for i, p in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
-        if p is node:
-            return i
-    raise ValueError(f"{node.name} is not a placeholder")
 
 
 def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
@@ -568,6 +576,8 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
     random_streams = 0
     size_inputs: Dict[int, Any] = {}
 
+    placeholders_index = {n: i for i, n in enumerate(
+        n for n in gm.graph.nodes if n.op == "placeholder")}
     # Symbols first: every input dim that is exactly a symbol binds it.
     for node in gm.graph.nodes:
         val = node.meta.get("val") if node.op == "placeholder" else None
@@ -599,10 +609,42 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
         inputs.append({"name": name, "meta": {
             "dtype": "BOOL", "sizes": [{"symbol": symbols.bind(expr)}],
             "strides": [{"value": 0}]}})
-        tensor_inputs.append(num_placeholders_before(gm, node))
+        tensor_inputs.append(placeholders_index[node])
         input_meta.append(None)
-        size_inputs[len(inputs) - 1] = expr
+        size_inputs[len(inputs) - 1] = SizeInput(expr)
         dynamic = True
+    # A symbol s still unbound that a tensor input's dim gives as a*s + c
+    # (a view x[:, 1:-1] has size s - 2 and strides over s): a size input
+    # too, of value (that dim's size - c) / a, computed per call. Kiln checks
+    # the dim against a*s + c like any compound size.
+    for node in gm.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        for d, size in enumerate(val.shape):
+            expr = _sym_expr(size)
+            if expr is None or expr.is_Integer or expr.is_Symbol or \
+                    len(expr.free_symbols) != 1:
+                continue
+            sym = next(iter(expr.free_symbols))
+            if sym in symbols.bound:
+                continue
+            try:
+                terms = poly_terms(expr)
+            except Unsupported:
+                continue
+            a = sum(c for c, fs in terms if fs == [sym])
+            c = sum(c for c, fs in terms if not fs)
+            if a < 1 or any(fs and fs != [sym] for _, fs in terms):
+                continue
+            name = f"in{len(inputs)}"
+            inputs.append({"name": name, "meta": {
+                "dtype": "BOOL", "sizes": [{"symbol": symbols.bind(sym)}],
+                "strides": [{"value": 0}]}})
+            tensor_inputs.append(placeholders_index[node])
+            input_meta.append(None)
+            size_inputs[len(inputs) - 1] = SizeInput(sym, d, a, c)
+            dynamic = True
 
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -621,15 +663,19 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                 [symbols.stride(s) for s in val.stride()]
             offset = val.storage_offset()
             if _sym_expr(offset) is not None and not _sym_expr(offset).is_Integer:
-                raise Unsupported(f"input {node.name}: symbolic storage offset")
-            offset = int(offset)
+                # A view at a symbolic offset (a slice of a dynamic dim):
+                # the runtime passes the data pointer with the offset
+                # applied, so only the alignment class is unknown.
+                offset, aligned = 0, False
+            else:
+                offset = int(offset)
+                # PyTorch's allocations are 64-byte (CPU) or 512-byte
+                # (CUDA) aligned; a storage offset keeps 16 bytes only at
+                # multiples of 16 bytes.
+                aligned = (offset * val.element_size()) % 16 == 0
             meta: Dict[str, Any] = {
                 "dtype": dtype_name(val.dtype), "sizes": sizes,
-                "strides": strides,
-                # PyTorch's allocations are 64-byte (CPU) or 512-byte (CUDA)
-                # aligned; a storage offset keeps 16 bytes only at multiples
-                # of 16 bytes.
-                "alignment": 16 if (offset * val.element_size()) % 16 == 0 else 0,
+                "strides": strides, "alignment": 16 if aligned else 0,
             }
             if offset:
                 meta["storage_offset"] = offset

@@ -81,3 +81,53 @@ def test_encoder_layer_dynamic_sequence_lengths(daemon):
     assert report.dynamic_partitions > 0
     assert report.compiled_partitions == report.partitions, str(report)
     assert report.kiln_nodes >= MIN_KILN_NODES, str(report)
+
+
+class _Shifted(torch.nn.Module):
+    """Slices of a dynamic sequence dim as language models write them
+    (x[:, :-1], x[:, 1:], x[:, 1:-1], x[:, -2:]) and two Kiln cannot say
+    as polynomials (x[:, :3] would clamp for short sequences; x[:, ::2]
+    has a ceiling): those run eagerly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.lin(x))
+        a = h[:, :-1] * 2 + h[:, 1:]
+        b = (h[:, 1:-1] * h[:, 2:]).sum(1) + h[:, -2:].mean(1)
+        c = h[:, ::2].sum(1) + h[:, :3].sum(1)
+        return a.sum(1) + b + c
+
+
+def test_slices_of_dynamic_dims(daemon):
+    torch.manual_seed(0)
+    eager = _Shifted()
+    mine = copy.deepcopy(eager)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    compiled = torch.compile(mine, backend=backend, dynamic=True)
+    graphs = None
+    for seq in (7, 10):
+        x = torch.randn(3, seq, 16)
+        eager.zero_grad(set_to_none=True)
+        mine.zero_grad(set_to_none=True)
+        out_e, out_k = eager(x), compiled(x)
+        torch.testing.assert_close(out_k, out_e, atol=1e-5, rtol=1e-5)
+        out_e.sum().backward()
+        out_k.sum().backward()
+        for p_e, p_k in zip(eager.parameters(), mine.parameters()):
+            torch.testing.assert_close(p_k.grad, p_e.grad, atol=1e-5,
+                                       rtol=1e-4)
+        if graphs is None:
+            graphs = backend.report.graphs
+    report = backend.report
+    print(f"\nslices, seq 7 and 10: {report}")
+    assert report.graphs == graphs
+    assert report.compiled_partitions == report.partitions, str(report)
+    # Before: one node (the partitions failed on the slices and on a
+    # symbolic storage offset); now 37 of 64.
+    assert report.kiln_nodes >= 30, str(report)
+    reasons = {r for rs in report.fallbacks.values() for r in rs}
+    assert any("start=0 end=3" in r for r in reasons), reasons
+    assert any("FloorDiv" in r for r in reasons), reasons
