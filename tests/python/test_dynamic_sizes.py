@@ -125,9 +125,10 @@ def test_slices_of_dynamic_dims(daemon):
     print(f"\nslices, seq 7 and 10: {report}")
     assert report.graphs == graphs
     assert report.compiled_partitions == report.partitions, str(report)
-    # Before: one node (the partitions failed on the slices and on a
-    # symbolic storage offset); now 37 of 64.
-    assert report.kiln_nodes >= 30, str(report)
+    # Before, the partitions holding these slices failed to compile (slice
+    # with an end on a symbolic dim, inputs at a symbolic storage offset)
+    # and ran eagerly; measured now: 54 of 89 nodes.
+    assert report.kiln_nodes >= 45, str(report)
     reasons = {r for rs in report.fallbacks.values() for r in rs}
     assert any("start=0 end=3" in r for r in reasons), reasons
     assert any("FloorDiv" in r for r in reasons), reasons
