@@ -185,10 +185,9 @@ class Importer {
                                            " is out of range (|c| <= 2^40)"));
       }
       if (t.symbols_size() > kMaxTermSymbols) {
-        return Invalid(where, absl::StrCat(what, ": a term has ",
-                                           t.symbols_size(),
-                                           " symbols, more than ",
-                                           kMaxTermSymbols));
+        return Invalid(where,
+                       absl::StrCat(what, ": a term has ", t.symbols_size(),
+                                    " symbols, more than ", kMaxTermSymbols));
       }
       SymExpr term(t.coeff());
       for (const std::string& name : t.symbols()) {
@@ -213,10 +212,9 @@ class Importer {
   absl::Status CheckNonNegative(const SymExpr& e, absl::string_view where,
                                 absl::string_view what) {
     if (e.NonNegativeFrom(kMinSymbolValue)) return absl::OkStatus();
-    return Invalid(where,
-                   absl::StrCat(what, " = ", Text(e),
-                                " can be negative for symbol values >= ",
-                                kMinSymbolValue));
+    return Invalid(where, absl::StrCat(what, " = ", Text(e),
+                                       " can be negative for symbol values >= ",
+                                       kMinSymbolValue));
   }
 
   // Every symbol of `e` is bound from an input's plain dim (the runtime
@@ -227,12 +225,11 @@ class Importer {
       for (int s : t.symbols) {
         if (!bound_symbols_.contains(s)) {
           return Invalid(
-              where,
-              absl::StrCat(what, " = ", Text(e), " uses symbol '",
-                           graph_.symbols[s].name,
-                           "', which no input has as a dim's size (Kiln "
-                           "binds each symbol from an input dim that is "
-                           "exactly that symbol)"));
+              where, absl::StrCat(what, " = ", Text(e), " uses symbol '",
+                                  graph_.symbols[s].name,
+                                  "', which no input has as a dim's size (Kiln "
+                                  "binds each symbol from an input dim that is "
+                                  "exactly that symbol)"));
         }
       }
     }
@@ -453,8 +450,7 @@ class Importer {
           if (!e->IsConstant()) {
             if (absl::Status s = CheckNonNegative(*e, where, what); !s.ok())
               return s;
-            if (absl::Status s = CheckBound(*e, where, what); !s.ok())
-              return s;
+            if (absl::Status s = CheckBound(*e, where, what); !s.ok()) return s;
           }
           out.push_back(*std::move(e));
         } else {

@@ -44,9 +44,9 @@ std::optional<SymSliceBounds> SymbolicSlice(const SymExpr& n,
     return std::nullopt;
   };
   std::optional<SymExpr> s = bound(start.value_or(0));
-  std::optional<SymExpr> e =
-      !end || *end >= (int64_t{1} << 62) ? std::optional<SymExpr>(n)
-                                         : bound(*end);
+  std::optional<SymExpr> e = !end || *end >= (int64_t{1} << 62)
+                                 ? std::optional<SymExpr>(n)
+                                 : bound(*end);
   if (!s || !e) return std::nullopt;
   SymExpr length = *e - *s;
   if (!length.NonNegativeFrom(kMinSymbolValue)) return std::nullopt;

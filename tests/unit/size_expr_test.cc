@@ -61,8 +61,8 @@ std::string G(const std::string& nodes, const std::string& outputs = "[\"y\"]",
 
 std::string View(const std::string& dims, const std::string& out = "y",
                  const std::string& self = "x") {
-  return absl::StrCat(R"({"op": "aten.view.default", "args": [{"ref": ")",
-                      self, R"("}, {"dims": {"values": [)", dims,
+  return absl::StrCat(R"({"op": "aten.view.default", "args": [{"ref": ")", self,
+                      R"("}, {"dims": {"values": [)", dims,
                       R"(]}}], "outputs": [")", out, R"("]})");
 }
 
@@ -75,12 +75,11 @@ std::string Full(const std::string& dims) {
 
 std::string Input(const std::string& name, const std::string& sizes,
                   const std::string& strides = "") {
-  return absl::StrCat(R"(, {"name": ")", name,
-                      R"(", "meta": {"dtype": "FLOAT32", "sizes": [)", sizes,
-                      "]",
-                      strides.empty() ? "" : absl::StrCat(R"(, "strides": [)",
-                                                          strides, "]"),
-                      "}}");
+  return absl::StrCat(
+      R"(, {"name": ")", name, R"(", "meta": {"dtype": "FLOAT32", "sizes": [)",
+      sizes, "]",
+      strides.empty() ? "" : absl::StrCat(R"(, "strides": [)", strides, "]"),
+      "}}");
 }
 
 TEST(SymExprTest, NonNegativeFromTwo) {
@@ -105,12 +104,15 @@ struct Bad {
 
 TEST(SizeExprImportTest, BadExpressionsAreInvalidArgumentsNamingWhere) {
   const std::vector<Bad> cases = {
-      {"undeclared symbol", G(View(Expr({"2:s9"}))),
+      {"undeclared symbol",
+       G(View(Expr({"2:s9"}))),
        {"node 0", "aten.view.default", "symbol 's9'", "not declared"}},
-      {"size that can be negative", G(View(Expr({"1:s0*s1", "-1:s0", "-5:"}))),
+      {"size that can be negative",
+       G(View(Expr({"1:s0*s1", "-1:s0", "-5:"}))),
        {"node 0", "aten.view.default", "argument 'size' entry 0",
         "can be negative"}},
-      {"coefficient out of range", G(View(Expr({"2199023255552:s0"}))),
+      {"coefficient out of range",
+       G(View(Expr({"2199023255552:s0"}))),
        {"node 0", "argument 'size' entry 0", "coefficient", "out of range"}},
       {"merged coefficient out of range",
        G(View(Expr({"1099511627776:s0", "1099511627776:s0"}))),
@@ -124,10 +126,12 @@ TEST(SizeExprImportTest, BadExpressionsAreInvalidArgumentsNamingWhere) {
       {"too many symbols in a term",
        G(View(Expr({"1:s0*s0*s0*s0*s0*s0*s0*s0*s0"}))),
        {"node 0", "9 symbols", "more than 8"}},
-      {"symbol no input binds", G(View(Expr({"8:s0*s1*s2"}))),
+      {"symbol no input binds",
+       G(View(Expr({"8:s0*s1*s2"}))),
        {"node 0", "argument 'size' entry 0", "symbol 's2'",
         "no input has as a dim's size"}},
-      {"plain symbol no input binds", G(View(R"({"symbol": "s2"}, {"value": -1})")),
+      {"plain symbol no input binds",
+       G(View(R"({"symbol": "s2"}, {"value": -1})")),
        {"node 0", "symbol 's2'", "no input has as a dim's size"}},
       {"compound input size over an unbound symbol",
        G(R"({"op": "aten.sin.default", "args": [{"ref": "z"}], "outputs": ["y"]})",
@@ -164,15 +168,16 @@ TEST(SizeExprImportTest, BadExpressionsAreInvalidArgumentsNamingWhere) {
 }
 
 TEST(SizeExprImportTest, CompoundSizesImportAsPolynomials) {
-  auto g = ImportGraph(Parse(G(
-      absl::StrCat(View(Expr({"1:s1*s0"}) + R"(, {"value": 8})", "flat"), ",",
-                   View(Expr({"8:s0", "-8:"}) + R"(, {"symbol": "s1"})", "y",
-                        "z")),
-      R"(["flat", "y"])",
-      Input("z", absl::StrCat(Expr({"1:s0", "-1:"}), R"(, {"value": 8}, )",
-                              R"({"symbol": "s1"})"),
-            absl::StrCat(Expr({"8:s1"}), R"(, {"expr": {"terms": []}}, )",
-                         R"({"value": 1})")))));
+  auto g = ImportGraph(Parse(
+      G(absl::StrCat(
+            View(Expr({"1:s1*s0"}) + R"(, {"value": 8})", "flat"), ",",
+            View(Expr({"8:s0", "-8:"}) + R"(, {"symbol": "s1"})", "y", "z")),
+        R"(["flat", "y"])",
+        Input("z",
+              absl::StrCat(Expr({"1:s0", "-1:"}), R"(, {"value": 8}, )",
+                           R"({"symbol": "s1"})"),
+              absl::StrCat(Expr({"8:s1"}), R"(, {"expr": {"terms": []}}, )",
+                           R"({"value": 1})")))));
   ASSERT_TRUE(g.ok()) << g.status();
   const auto names = g->SymbolNames();
   EXPECT_EQ(g->type(g->outputs[0]).sizes[0].ToString(names), "s0*s1");
@@ -191,15 +196,21 @@ std::string Key(const std::string& json) {
 }
 
 TEST(SizeExprKeyTest, CanonicalWhateverTheOrderOfFactorsAndTerms) {
-  const std::string base = Key(G(Full(Expr({"1:s0*s1", "-1:s0"}) + R"(, {"value": 8})")));
+  const std::string base =
+      Key(G(Full(Expr({"1:s0*s1", "-1:s0"}) + R"(, {"value": 8})")));
   // Factors swapped, terms swapped, a term split in two.
-  EXPECT_EQ(Key(G(Full(Expr({"1:s1*s0", "-1:s0"}) + R"(, {"value": 8})"))), base);
-  EXPECT_EQ(Key(G(Full(Expr({"-1:s0", "1:s0*s1"}) + R"(, {"value": 8})"))), base);
-  EXPECT_EQ(Key(G(Full(Expr({"3:s1*s0", "-1:s0", "-2:s0*s1"}) + R"(, {"value": 8})"))),
+  EXPECT_EQ(Key(G(Full(Expr({"1:s1*s0", "-1:s0"}) + R"(, {"value": 8})"))),
+            base);
+  EXPECT_EQ(Key(G(Full(Expr({"-1:s0", "1:s0*s1"}) + R"(, {"value": 8})"))),
+            base);
+  EXPECT_EQ(Key(G(Full(Expr({"3:s1*s0", "-1:s0", "-2:s0*s1"}) +
+                       R"(, {"value": 8})"))),
             base);
   // A different polynomial is a different key.
-  EXPECT_NE(Key(G(Full(Expr({"1:s0*s1", "-1:s1"}) + R"(, {"value": 8})"))), base);
-  EXPECT_NE(Key(G(Full(Expr({"1:s0*s0", "-1:s0"}) + R"(, {"value": 8})"))), base);
+  EXPECT_NE(Key(G(Full(Expr({"1:s0*s1", "-1:s1"}) + R"(, {"value": 8})"))),
+            base);
+  EXPECT_NE(Key(G(Full(Expr({"1:s0*s0", "-1:s0"}) + R"(, {"value": 8})"))),
+            base);
 }
 
 TEST(SizeExprKeyTest, TrivialExpressionsAreTheirPlainForms) {
@@ -210,17 +221,17 @@ TEST(SizeExprKeyTest, TrivialExpressionsAreTheirPlainForms) {
   // A product stride said either way.
   const std::string sin =
       R"({"op": "aten.sin.default", "args": [{"ref": "z"}], "outputs": ["y"]})";
-  EXPECT_EQ(
-      Key(G(sin, "[\"y\"]",
-            Input("z", R"({"symbol": "s0"}, {"value": 2})",
-                  R"({"value": 4, "symbols": ["s1"]}, {"value": 1})"))),
-      Key(G(sin, "[\"y\"]",
-            Input("z", R"({"symbol": "s0"}, {"value": 2})",
-                  absl::StrCat(Expr({"4:s1"}), R"(, {"value": 1})")))));
+  EXPECT_EQ(Key(G(sin, "[\"y\"]",
+                  Input("z", R"({"symbol": "s0"}, {"value": 2})",
+                        R"({"value": 4, "symbols": ["s1"]}, {"value": 1})"))),
+            Key(G(sin, "[\"y\"]",
+                  Input("z", R"({"symbol": "s0"}, {"value": 2})",
+                        absl::StrCat(Expr({"4:s1"}), R"(, {"value": 1})")))));
 }
 
 TEST(SizeExprKeyTest, ExplainShowsThePolynomial) {
-  auto g = ImportGraph(Parse(G(Full(Expr({"1:s1*s0", "-1:s0"}) + R"(, {"value": 8})"))));
+  auto g = ImportGraph(
+      Parse(G(Full(Expr({"1:s1*s0", "-1:s0"}) + R"(, {"value": 8})"))));
   ASSERT_TRUE(g.ok()) << g.status();
   v1::Target target;
   target.mutable_cpu()->set_triple("x86_64-unknown-linux-gnu");
@@ -320,17 +331,17 @@ TEST(SizeExprCompileTest, SlicesOfSymbolicDimsMatchReference) {
         R"(], "outputs": [")", out, R"("]})");
   };
   v1::CompileRequest req;
-  *req.mutable_graph() = Parse(G(
-      absl::StrCat(
-          slice("a", R"({"i": 0})", R"({"i": -1})"), ",",
-          slice("b", R"({"i": 1})", R"({"i": -1})"), ",",
-          slice("c", R"({"i": -2})", R"({"none": {}})"), ",",
-          slice("d", R"({"none": {}})", R"({"i": 2})"), ",",
-          R"({"op": "aten.mul.Tensor", "args": [{"ref": "a"}, {"f": 3.0}],)"
-          R"( "outputs": ["a3"]},)",
-          scatter("e", "a3", R"({"i": 1})", R"({"none": {}})"), ",",
-          scatter("f", "c", R"({"i": -2})", R"({"none": {}})")),
-      R"(["a", "b", "c", "d", "e", "f"])"));
+  *req.mutable_graph() = Parse(
+      G(absl::StrCat(
+            slice("a", R"({"i": 0})", R"({"i": -1})"), ",",
+            slice("b", R"({"i": 1})", R"({"i": -1})"), ",",
+            slice("c", R"({"i": -2})", R"({"none": {}})"), ",",
+            slice("d", R"({"none": {}})", R"({"i": 2})"), ",",
+            R"({"op": "aten.mul.Tensor", "args": [{"ref": "a"}, {"f": 3.0}],)"
+            R"( "outputs": ["a3"]},)",
+            scatter("e", "a3", R"({"i": 1})", R"({"none": {}})"), ",",
+            scatter("f", "c", R"({"i": -2})", R"({"none": {}})")),
+        R"(["a", "b", "c", "d", "e", "f"])"));
   *req.mutable_target()->mutable_cpu() = HostCpuTarget();
   auto artifact = Compile(req);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
