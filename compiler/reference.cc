@@ -36,6 +36,8 @@ absl::StatusOr<std::vector<int64_t>> BindSymbols(
         }
         continue;
       }
+      // A compound size (s0*s1) is checked once every symbol is bound.
+      if (!type.sizes[d].AsSymbol()) continue;
       const int sym = *type.sizes[d].AsSymbol();
       const SymbolInfo& info = graph.symbols[sym];
       if (values[sym] >= 0 && values[sym] != actual) {
@@ -55,6 +57,20 @@ absl::StatusOr<std::vector<int64_t>> BindSymbols(
   }
   for (size_t s = 0; s < values.size(); ++s) {
     if (values[s] < 0) values[s] = kMinSymbolValue;  // unused by the inputs
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorType& type = graph.type(graph.inputs[i].value);
+    for (int d = 0; d < type.rank(); ++d) {
+      const SymExpr& e = type.sizes[d];
+      if (e.IsConstant() || e.AsSymbol()) continue;
+      const int64_t want = e.Evaluate(values);
+      if (inputs[i].sizes()[d] != want) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input ", i, " '", graph.values[graph.inputs[i].value].name,
+            "': size ", inputs[i].sizes()[d], " of dim ", d, ", expected ",
+            e.ToString(graph.SymbolNames()), " = ", want));
+      }
+    }
   }
   return values;
 }

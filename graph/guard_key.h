@@ -21,8 +21,11 @@
 //                 %3 = aten.mul.Tensor(self=%2, other=f:0.5/0x3fe0...)
 //                      : float32[s0, 16]     (on one line)
 //               Floats carry their bit pattern; strings are C-escaped.
-//   input.<i>   per input: dtype, rank, sizes (static value or canonical
-//               symbol), strides (SymExprs; a dim of static size 1 gets
+//   input.<i>   per input: dtype, rank, sizes (static value, canonical
+//               symbol or polynomial over canonical symbols, e.g.
+//               "s0*s1", "-1 + s0": SymExpr's canonical form, so the order
+//               a request gives terms and factors in does not matter),
+//               strides (SymExprs; a dim of static size 1 gets
 //               stride 0, all strides of a tensor with a static 0 size are
 //               0), alignment class (align16 when >= 16 bytes, else align<16)
 //   symbols     per symbol in canonical numbering: max (inf when unbounded),

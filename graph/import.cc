@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,10 @@ namespace {
 // Largest size, stride or size-list entry accepted anywhere: far enough
 // below 2^63 that products of two stay representable.
 constexpr int64_t kMaxExtent = int64_t{1} << 40;
+// Limits of a SizeExpr (graph.proto): they keep every product and the
+// non-negativity test's expansion far from int64 overflow.
+constexpr int kMaxExprTerms = 16;
+constexpr int kMaxTermSymbols = 8;
 
 absl::Status Invalid(absl::string_view where, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
@@ -104,6 +109,7 @@ class Importer {
                        " inputs, more than the limit of ", limits_.max_inputs));
     }
     if (absl::Status s = ImportSymbols(); !s.ok()) return s;
+    CollectBoundSymbols();
     // Where each name is defined, to tell "undefined" from "defined later".
     for (int n = 0; n < proto_.nodes_size(); ++n) {
       for (const std::string& out : proto_.nodes(n).outputs())
@@ -163,6 +169,88 @@ class Importer {
     return SymExpr::Symbol(it->second);
   }
 
+  // A wire polynomial as a SymExpr: every symbol declared, within the
+  // limits of SizeExpr (graph.proto). `what` names it in messages.
+  absl::StatusOr<SymExpr> ImportSizeExpr(const v1::SizeExpr& e,
+                                         absl::string_view where,
+                                         absl::string_view what) {
+    if (e.terms_size() > kMaxExprTerms) {
+      return Invalid(where, absl::StrCat(what, " has ", e.terms_size(),
+                                         " terms, more than ", kMaxExprTerms));
+    }
+    SymExpr result;
+    for (const v1::SizeExpr::Term& t : e.terms()) {
+      if (t.coeff() > kMaxExtent || t.coeff() < -kMaxExtent) {
+        return Invalid(where, absl::StrCat(what, ": coefficient ", t.coeff(),
+                                           " is out of range (|c| <= 2^40)"));
+      }
+      if (t.symbols_size() > kMaxTermSymbols) {
+        return Invalid(where,
+                       absl::StrCat(what, ": a term has ", t.symbols_size(),
+                                    " symbols, more than ", kMaxTermSymbols));
+      }
+      SymExpr term(t.coeff());
+      for (const std::string& name : t.symbols()) {
+        auto sym = SymbolRef(name, absl::StrCat(where, ": ", what));
+        if (!sym.ok()) return sym.status();
+        term = term * *sym;
+      }
+      result = result + term;
+    }
+    // Terms given twice may have merged into one past the limits.
+    for (const SymExpr::Term& t : result.terms()) {
+      if (t.coeff > kMaxExtent || t.coeff < -kMaxExtent) {
+        return Invalid(where, absl::StrCat(what, " = ", Text(result),
+                                           ": a coefficient is out of range "
+                                           "(|c| <= 2^40)"));
+      }
+    }
+    return result;
+  }
+
+  // A size that must be >= 0 for every value of its symbols (>= 2).
+  absl::Status CheckNonNegative(const SymExpr& e, absl::string_view where,
+                                absl::string_view what) {
+    if (e.NonNegativeFrom(kMinSymbolValue)) return absl::OkStatus();
+    return Invalid(where, absl::StrCat(what, " = ", Text(e),
+                                       " can be negative for symbol values >= ",
+                                       kMinSymbolValue));
+  }
+
+  // Every symbol of `e` is bound from an input's plain dim (the runtime
+  // reads symbols only there; compiler/build_artifact.cc).
+  absl::Status CheckBound(const SymExpr& e, absl::string_view where,
+                          absl::string_view what) {
+    for (const SymExpr::Term& t : e.terms()) {
+      for (int s : t.symbols) {
+        if (!bound_symbols_.contains(s)) {
+          return Invalid(
+              where, absl::StrCat(what, " = ", Text(e), " uses symbol '",
+                                  graph_.symbols[s].name,
+                                  "', which no input has as a dim's size (Kiln "
+                                  "binds each symbol from an input dim that is "
+                                  "exactly that symbol)"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::string Text(const SymExpr& e) const {
+    return e.ToString(graph_.SymbolNames());
+  }
+
+  // The symbols that are some input dim's whole size.
+  void CollectBoundSymbols() {
+    for (const v1::Input& in : proto_.inputs()) {
+      for (const v1::Dim& d : in.meta().sizes()) {
+        if (d.kind_case() != v1::Dim::kSymbol) continue;
+        auto it = symbol_ids_.find(d.symbol());
+        if (it != symbol_ids_.end()) bound_symbols_.insert(it->second);
+      }
+    }
+  }
+
   absl::Status ImportInput(int i) {
     const v1::Input& in = proto_.inputs(i);
     const v1::TensorMeta& meta = in.meta();
@@ -188,6 +276,17 @@ class Importer {
         auto e = SymbolRef(dim.symbol(), where);
         if (!e.ok()) return e.status();
         type.sizes.push_back(*e);
+      } else if (dim.kind_case() == v1::Dim::kExpr) {
+        const std::string what = absl::StrCat("size of dim ", d);
+        auto e = ImportSizeExpr(dim.expr(), where, what);
+        if (!e.ok()) return e.status();
+        if (absl::Status s = CheckNonNegative(*e, where, what); !s.ok())
+          return s;
+        if (absl::Status s = CheckBound(*e, where, what); !s.ok()) return s;
+        if (auto c = e->AsConstant(); c && *c > kMaxExtent)
+          return Invalid(where,
+                         absl::StrCat("size of dim ", d, " exceeds 2^40"));
+        type.sizes.push_back(*std::move(e));
       } else {
         if (dim.value() < 0)
           return Invalid(where, absl::StrCat("size ", dim.value(), " of dim ",
@@ -210,6 +309,24 @@ class Importer {
     } else {
       for (int d = 0; d < meta.strides_size(); ++d) {
         const v1::Stride& st = meta.strides(d);
+        if (st.has_expr()) {
+          const std::string what = absl::StrCat("stride of dim ", d);
+          if (st.value() != 0 || st.symbols_size() != 0) {
+            return Invalid(where, absl::StrCat(what,
+                                               " sets both expr and "
+                                               "value/symbols"));
+          }
+          auto e = ImportSizeExpr(st.expr(), where, what);
+          if (!e.ok()) return e.status();
+          if (absl::Status s = CheckNonNegative(*e, where, what); !s.ok())
+            return s;
+          if (absl::Status s = CheckBound(*e, where, what); !s.ok()) return s;
+          if (auto c = e->AsConstant(); c && *c > kMaxExtent)
+            return Invalid(where,
+                           absl::StrCat("stride of dim ", d, " exceeds 2^40"));
+          gi.strides.push_back(*std::move(e));
+          continue;
+        }
         if (st.value() < 0) {
           return Invalid(
               where, absl::StrCat(
@@ -307,19 +424,35 @@ class Importer {
                    absl::StrCat("refers to undefined value '", name, "'"));
   }
 
+  // `name`: the schema argument's, for messages.
   absl::StatusOr<std::vector<SymExpr>> ImportIntList(const v1::Argument& a,
-                                                     absl::string_view where) {
+                                                     absl::string_view where,
+                                                     absl::string_view name) {
     std::vector<SymExpr> out;
     if (a.kind_case() == v1::Argument::kI) {
       out.push_back(SymExpr(a.i()));
     } else if (a.kind_case() == v1::Argument::kInts) {
       for (int64_t v : a.ints().values()) out.push_back(SymExpr(v));
     } else {
-      for (const v1::Dim& d : a.dims().values()) {
+      for (int i = 0; i < a.dims().values_size(); ++i) {
+        const v1::Dim& d = a.dims().values(i);
+        const std::string what =
+            absl::StrCat("argument '", name, "' entry ", i);
         if (d.kind_case() == v1::Dim::kSymbol) {
           auto e = SymbolRef(d.symbol(), where);
           if (!e.ok()) return e.status();
+          if (absl::Status s = CheckBound(*e, where, what); !s.ok()) return s;
           out.push_back(*e);
+        } else if (d.kind_case() == v1::Dim::kExpr) {
+          auto e = ImportSizeExpr(d.expr(), where, what);
+          if (!e.ok()) return e.status();
+          // A constant keeps the meaning of a static entry (-1: inferred).
+          if (!e->IsConstant()) {
+            if (absl::Status s = CheckNonNegative(*e, where, what); !s.ok())
+              return s;
+            if (absl::Status s = CheckBound(*e, where, what); !s.ok()) return s;
+          }
+          out.push_back(*std::move(e));
         } else {
           out.push_back(SymExpr(d.value()));
         }
@@ -386,7 +519,7 @@ class Importer {
       case ArgKind::kIntList:
       case ArgKind::kOptionalIntList: {
         if (k != K::kI && k != K::kInts && k != K::kDims) return mismatch();
-        auto list = ImportIntList(a, where);
+        auto list = ImportIntList(a, where, spec.name);
         if (!list.ok()) return list.status();
         return Attr::Ints(*std::move(list));
       }
@@ -547,6 +680,7 @@ class Importer {
   const ImportLimits& limits_;
   Graph graph_;
   absl::flat_hash_map<std::string, int> symbol_ids_;
+  absl::flat_hash_set<int> bound_symbols_;  // see CollectBoundSymbols
   absl::flat_hash_map<std::string, ValueId> value_ids_;
   absl::flat_hash_map<std::string, int> defined_by_node_;  // first definition
 };

@@ -112,6 +112,19 @@ std::optional<SymExpr> SymExpr::DivExact(const SymExpr& a, const SymExpr& b) {
   return r;
 }
 
+bool SymExpr::NonNegativeFrom(int64_t min) const {
+  SymExpr shifted;
+  for (const Term& t : terms_) {
+    SymExpr product(t.coeff);
+    for (int s : t.symbols) product = product * (SymExpr(min) + Symbol(s));
+    shifted = shifted + product;
+  }
+  for (const Term& t : shifted.terms_) {
+    if (t.coeff < 0) return false;
+  }
+  return true;
+}
+
 int64_t SymExpr::Evaluate(absl::Span<const int64_t> values) const {
   uint64_t sum = 0;
   for (const Term& t : terms_) {

@@ -50,6 +50,15 @@ class SymExpr {
   // term dividing every term of a); nullopt otherwise.
   static std::optional<SymExpr> DivExact(const SymExpr& a, const SymExpr& b);
 
+  // Whether the expression is >= 0 whenever every symbol is >= `min`,
+  // by a sufficient test: after substituting s = min + t for each symbol,
+  // every coefficient of the polynomial in the t's is >= 0. Exact for
+  // a*s + b; conservative otherwise (may say false for a polynomial that
+  // is non-negative, such as s0^2 - 2*s0*s1 + s1^2).
+  // Coefficients must be small enough that the expansion does not wrap
+  // (the importer bounds them).
+  bool NonNegativeFrom(int64_t min) const;
+
   // Value with symbol i bound to values[i].
   int64_t Evaluate(absl::Span<const int64_t> values) const;
 

@@ -16,21 +16,27 @@ namespace {
 using ops::OptionalInt;
 using ops::WrapCheckedDim;
 
-// slice: start + i * step along `dim`; a symbolic dim starts at the given
-// start (the shape rule allows no end).
+// slice: start + i * step along `dim`; on a symbolic dim the start is a
+// polynomial (ops::SymbolicSlice, which the shape rule checked).
 absl::StatusOr<std::vector<LoweredValue>> LowerSlice(LowerContext& ctx) {
   const LoweredValue& v = ctx.value(0);
   const int rank = static_cast<int>(v.sizes.size());
   const int d = WrapCheckedDim(ctx.arg(1).i, rank);
   const int64_t step = ctx.arg(4).i;
-  int64_t start = OptionalInt(ctx.arg(2)).value_or(0);
+  Expr start;
   if (auto n = v.sizes[d].AsConstant()) {
-    start = ops::ClampSlice(*n, OptionalInt(ctx.arg(2)),
-                            OptionalInt(ctx.arg(3)), step)
-                .start;
+    start = ir::IntConst(ops::ClampSlice(*n, OptionalInt(ctx.arg(2)),
+                                         OptionalInt(ctx.arg(3)), step)
+                             .start);
+  } else {
+    std::optional<ops::SymSliceBounds> b = ops::SymbolicSlice(
+        v.sizes[d], OptionalInt(ctx.arg(2)), OptionalInt(ctx.arg(3)), step);
+    if (!b) return absl::InternalError("slice bounds not checked");
+    start = b->start.IsConstant() ? ir::IntConst(*b->start.AsConstant())
+                                  : ir::FromSym(b->start);
   }
   std::vector<Expr> j = IdentityIndex(rank);
-  j[d] = ir::Add(ir::IntConst(start), ir::Mul(ir::Var(d), ir::IntConst(step)));
+  j[d] = ir::Add(start, ir::Mul(ir::Var(d), ir::IntConst(step)));
   return std::vector<LoweredValue>{
       LowerContext::Remap(v, j, ctx.out_type().sizes)};
 }
@@ -86,19 +92,35 @@ absl::StatusOr<std::vector<LoweredValue>> LowerSliceScatter(LowerContext& ctx) {
   const int rank = static_cast<int>(sizes.size());
   const int d = WrapCheckedDim(ctx.arg(2).i, rank);
   const int64_t step = ctx.arg(5).i;
-  const ops::SliceBounds b =
-      ops::ClampSlice(*sizes[d].AsConstant(), OptionalInt(ctx.arg(3)),
-                      OptionalInt(ctx.arg(4)), step);
-  if (b.length == 0) {  // nothing replaced: self
-    return std::vector<LoweredValue>{ops::PointwiseOutput(
-        ctx, LowerContext::Read(ctx.value(0), IdentityIndex(rank)))};
+  // Start and length: constants, or polynomials on a symbolic dim (step 1,
+  // length >= 1; checked by the shape rule).
+  Expr start, length, last;
+  if (auto n = sizes[d].AsConstant()) {
+    const ops::SliceBounds b = ops::ClampSlice(*n, OptionalInt(ctx.arg(3)),
+                                               OptionalInt(ctx.arg(4)), step);
+    if (b.length == 0) {  // nothing replaced: self
+      return std::vector<LoweredValue>{ops::PointwiseOutput(
+          ctx, LowerContext::Read(ctx.value(0), IdentityIndex(rank)))};
+    }
+    start = ir::IntConst(b.start);
+    length = ir::IntConst(b.length * step);
+    last = ir::IntConst(b.length - 1);
+  } else {
+    std::optional<ops::SymSliceBounds> b = ops::SymbolicSlice(
+        sizes[d], OptionalInt(ctx.arg(3)), OptionalInt(ctx.arg(4)), step);
+    if (!b) return absl::InternalError("slice_scatter bounds not checked");
+    auto sym = [](const SymExpr& e) {
+      return e.IsConstant() ? ir::IntConst(*e.AsConstant()) : ir::FromSym(e);
+    };
+    start = sym(b->start);
+    length = sym(b->length);
+    last = sym(b->length - SymExpr(1));
   }
   const Expr v = ir::Var(d);
-  const Expr rel = IntBinary(ExprOp::kSub, v, ir::IntConst(b.start));
+  const Expr rel = IntBinary(ExprOp::kSub, v, start);
   Expr in_slice = ir::Binary(
       ExprOp::kAnd, IntBinary(ExprOp::kGe, rel, ir::IntConst(0), DType::kBool),
-      IntBinary(ExprOp::kLt, rel, ir::IntConst(b.length * step), DType::kBool),
-      DType::kBool);
+      IntBinary(ExprOp::kLt, rel, length, DType::kBool), DType::kBool);
   if (step != 1) {
     in_slice =
         ir::Binary(ExprOp::kAnd, in_slice,
@@ -108,7 +130,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerSliceScatter(LowerContext& ctx) {
   }
   Expr pos = ir::FloorDiv(rel, ir::IntConst(step));
   pos = IntBinary(ExprOp::kMin, IntBinary(ExprOp::kMax, pos, ir::IntConst(0)),
-                  ir::IntConst(b.length - 1));
+                  last);
   return std::vector<LoweredValue>{ops::PointwiseOutput(
       ctx, ScatterBody(ctx, d, std::move(in_slice), std::move(pos), false))};
 }

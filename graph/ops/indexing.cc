@@ -25,6 +25,34 @@ SliceBounds ClampSlice(int64_t n, std::optional<int64_t> start,
   return {s, (e - s + step - 1) / step};
 }
 
+std::optional<SymSliceBounds> SymbolicSlice(const SymExpr& n,
+                                            std::optional<int64_t> start,
+                                            std::optional<int64_t> end,
+                                            int64_t step) {
+  if (step != 1) return std::nullopt;
+  // A bound b in [-2, 2] that PyTorch never clamps: 0 <= b <= n, or
+  // 0 <= n + b for a negative b, for every value of n's symbols.
+  auto bound = [&](int64_t b) -> std::optional<SymExpr> {
+    if (b >= 0 && b <= kMinSymbolValue &&
+        (n - SymExpr(b)).NonNegativeFrom(kMinSymbolValue)) {
+      return SymExpr(b);
+    }
+    if (b < 0 && b >= -kMinSymbolValue &&
+        (n + SymExpr(b)).NonNegativeFrom(kMinSymbolValue)) {
+      return n + SymExpr(b);
+    }
+    return std::nullopt;
+  };
+  std::optional<SymExpr> s = bound(start.value_or(0));
+  std::optional<SymExpr> e = !end || *end >= (int64_t{1} << 62)
+                                 ? std::optional<SymExpr>(n)
+                                 : bound(*end);
+  if (!s || !e) return std::nullopt;
+  SymExpr length = *e - *s;
+  if (!length.NonNegativeFrom(kMinSymbolValue)) return std::nullopt;
+  return SymSliceBounds{*s, std::move(length)};
+}
+
 std::optional<int64_t> OptionalInt(const Attr& a) {
   if (a.is_none()) return std::nullopt;
   return a.i;
@@ -60,16 +88,17 @@ absl::StatusOr<Shapes> SliceShape(const OpContext& ctx) {
     out[*d] = SymExpr(ops::ClampSlice(*n, start, end, step).length);
     return Shapes{out};
   }
-  // A symbolic size s >= 2: `start` in [0, 2] to the end, step 1.
-  const int64_t s = start.value_or(0);
-  const bool to_end = !end || *end >= (int64_t{1} << 62);
-  if (step != 1 || !to_end || s < 0 || s > kMinSymbolValue) {
-    return ctx.Invalid(absl::StrCat("slice of symbolic dim ", *d, " (",
-                                    out[*d].ToString(ctx.graph().SymbolNames()),
-                                    ") supports only start in [0, ",
-                                    kMinSymbolValue, "], no end and step 1"));
+  // A symbolic size: bounds that are polynomials (ops::SymbolicSlice).
+  std::optional<ops::SymSliceBounds> b =
+      ops::SymbolicSlice(out[*d], start, end, step);
+  if (!b) {
+    return ctx.Invalid(absl::StrCat(
+        "slice of symbolic dim ", *d, " (",
+        out[*d].ToString(ctx.graph().SymbolNames()),
+        ") supports only step 1 and start/end in [-2, 2] (or no end) with a "
+        "length that is never negative"));
   }
-  out[*d] = out[*d] - SymExpr(s);
+  out[*d] = b->length;
   return Shapes{out};
 }
 
@@ -114,7 +143,8 @@ absl::Status CheckScatterSource(const OpContext& ctx,
   return absl::OkStatus();
 }
 
-// slice_scatter(self, src, dim, start, end, step): static dims only.
+// slice_scatter(self, src, dim, start, end, step): a symbolic dim as slice
+// allows it (ops::SymbolicSlice), with a slice never empty.
 absl::StatusOr<Shapes> SliceScatterShape(const OpContext& ctx) {
   std::vector<SymExpr> slice = ctx.type(0).sizes;
   if (slice.empty())
@@ -126,12 +156,21 @@ absl::StatusOr<Shapes> SliceScatterShape(const OpContext& ctx) {
     return ctx.Invalid(absl::StrCat("slice step must be positive, got ", step));
   auto n = slice[*d].AsConstant();
   if (!n) {
-    return ctx.Invalid(absl::StrCat("slice_scatter along symbolic dim ", *d,
-                                    " is not supported"));
+    std::optional<ops::SymSliceBounds> b = ops::SymbolicSlice(
+        slice[*d], OptionalInt(ctx.arg(3)), OptionalInt(ctx.arg(4)), step);
+    // The lowering reads src at a clamped position: src must not be empty.
+    if (!b || !(b->length - SymExpr(1)).NonNegativeFrom(kMinSymbolValue)) {
+      return ctx.Invalid(absl::StrCat(
+          "slice_scatter along symbolic dim ", *d,
+          " supports only step 1 and start/end in [-2, 2] (or no end) with "
+          "a length that is never below 1"));
+    }
+    slice[*d] = b->length;
+  } else {
+    slice[*d] = SymExpr(ops::ClampSlice(*n, OptionalInt(ctx.arg(3)),
+                                        OptionalInt(ctx.arg(4)), step)
+                            .length);
   }
-  slice[*d] = SymExpr(ops::ClampSlice(*n, OptionalInt(ctx.arg(3)),
-                                      OptionalInt(ctx.arg(4)), step)
-                          .length);
   if (absl::Status s = CheckScatterSource(ctx, slice); !s.ok()) return s;
   return Shapes{ctx.type(0).sizes};
 }

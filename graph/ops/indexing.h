@@ -21,6 +21,20 @@ struct SliceBounds {
 SliceBounds ClampSlice(int64_t n, std::optional<int64_t> start,
                        std::optional<int64_t> end, int64_t step);
 
+// PyTorch's slice bounds on a symbolic dim of size n (a polynomial in
+// symbols >= 2) as polynomials, where they are polynomials for every value
+// of the symbols: step 1, a start in [0, 2] or [-2, -1] (n + start), an end
+// absent, in [0, 2] or in [-2, -1] (n + end), none of them ever clamped
+// (0 <= bound <= n) and a length end - start never negative.
+// nullopt otherwise (then the op needs a static dim).
+struct SymSliceBounds {
+  SymExpr start, length;
+};
+std::optional<SymSliceBounds> SymbolicSlice(const SymExpr& n,
+                                            std::optional<int64_t> start,
+                                            std::optional<int64_t> end,
+                                            int64_t step);
+
 // An int? argument: none, or its value.
 std::optional<int64_t> OptionalInt(const Attr& a);
 

@@ -71,7 +71,7 @@ from . import _binding
 from .attention import resolve_policy, rewrite_attention
 from .autostart import resolve_server
 from .fx_graph import (KilnGraph, Unsupported, draw_seed, is_contiguous,
-                       to_kiln_graph)
+                       size_input_tensor, to_kiln_graph)
 from .partition import KilnOperatorSupport, partition
 
 __all__ = ["ExplainReport", "KilnBackend", "default_backend", "explain"]
@@ -211,7 +211,12 @@ class KilnPartition(torch.nn.Module):
         # symbols of the inputs' sizes (evaluated per call).
         self._strides: List[Any] = []
         self._symbol_dims: Dict[Any, Tuple[int, int]] = {}  # symbol -> (input, dim)
+        for k, size_input in graph.size_inputs.items():
+            if size_input.expr.is_Symbol:
+                self._symbol_dims.setdefault(size_input.expr, (k, 0))
         for k, m in enumerate(graph.input_meta):
+            if m is None:  # a size input
+                continue
             for d, size in enumerate(m.shape):
                 if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
                     self._symbol_dims.setdefault(size.node.expr, (k, d))
@@ -236,7 +241,8 @@ class KilnPartition(torch.nn.Module):
         # Outputs Kiln writes in a permuted order (KilnGraph.output_perms):
         # permuted back here, a view.
         self._perms = [(j, p) for j, p in enumerate(graph.output_perms) if p]
-        if not graph.scalar_inputs and not self._perms and \
+        if not graph.scalar_inputs and not graph.size_inputs and \
+                not self._perms and \
                 all(s is None for s in self._strides):
             self._fast = exe.call_path(graph.tensor_inputs, graph.outputs,
                                        tuple_output, *sizes)
@@ -291,6 +297,9 @@ class KilnPartition(torch.nn.Module):
         for k, dtype in self.graph.scalar_inputs.items():
             tensors[k] = torch.tensor(tensors[k], dtype=dtype,
                                       device=self.graph.device)
+        for k, size_input in self.graph.size_inputs.items():
+            tensors[k] = size_input_tensor(size_input.value(tensors[k]),
+                                           self.graph.device)
         try:
             if self._run is not None:
                 outs = list(self._run(*tensors))

@@ -6,10 +6,15 @@ protobuf JSON mapping, the form client/request_json.h reads.
     exe = client.cpu_executable(graph.json)
 
 Tensor placeholders become Graph.inputs with their dtype, sizes, strides and
-storage offset; SymInt sizes become Graph.symbols (a size that is a plain
-symbol keeps its name, "s0"; a compound size such as s0*16 gets a symbol of
-its own, which Kiln binds from the actual size); contiguous inputs are sent
-without strides. SymInt placeholders are not inputs (Kiln binds every symbol
+storage offset; SymInt sizes become Graph.symbols: a size that is a plain
+symbol keeps its name ("s0") and binds it (Kiln reads a symbol's value from
+an input dim that is exactly it); a size that is a polynomial in bound
+symbols (s0*s1, s0 - 1, 64*s0 + 64) is a SizeExpr; a compound input size
+over symbols nothing binds gets a symbol of its own ("k0"). Floor division,
+modulo, min/max cannot be said: such nodes run eagerly. A SymInt placeholder
+used in a size list whose symbols no tensor binds becomes a size input
+(KilnGraph.size_inputs). Contiguous inputs are sent without strides.
+SymInt placeholders are not inputs (Kiln binds every symbol
 from the tensors' sizes), except where an op takes one as a scalar operand
 (mean's backward divides by a symbolic count): such a SymInt/SymFloat is a
 0-dim input (KilnGraph.scalar_inputs) and a Scalar overload becomes its
@@ -33,7 +38,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.fx
 
-__all__ = ["IDENTITY_OPS", "KilnGraph", "Unsupported", "check_node_args",
+__all__ = ["IDENTITY_OPS", "KilnGraph", "SizeInput", "Unsupported", "check_node_args",
            "dtype_name", "is_contiguous", "op_name", "to_kiln_graph"]
 
 _DTYPES = {
@@ -108,40 +113,117 @@ def _sym_expr(value: Any) -> Any:
     return None
 
 
+def _non_polynomial(expr: Any) -> str:
+    """What makes `expr` not a polynomial, for the reason."""
+    import sympy  # noqa: PLC0415 (torch's dependency)
+    kinds = sorted({type(f).__name__ for f in expr.atoms(sympy.Function)})
+    if kinds:
+        return ", ".join(kinds)
+    return "not a polynomial with integer coefficients"
+
+
+def poly_terms(expr: Any) -> List[Tuple[int, List[Any]]]:
+    """`expr` (a sympy expression of a SymInt) as polynomial terms
+    (coeff, [symbol, ...]) (a symbol repeated for a power); raises
+    Unsupported for floor division, modulo, min/max and the like."""
+    import sympy  # noqa: PLC0415
+    e = sympy.expand(expr)
+    syms = sorted(e.free_symbols, key=str)
+    if not syms:
+        if not e.is_Integer:
+            raise Unsupported(f"size {expr} is not an integer")
+        return [(int(e), [])] if int(e) != 0 else []
+    if e.atoms(sympy.Function) or not e.is_polynomial(*syms):
+        raise Unsupported(f"size {expr} is not a polynomial in the sizes "
+                          f"({_non_polynomial(expr)})")
+    terms = []
+    for monom, coeff in sympy.Poly(e, *syms).terms():
+        if not coeff.is_Integer:
+            raise Unsupported(f"size {expr} has a non-integer coefficient")
+        factors = [s for s, k in zip(syms, monom) for _ in range(int(k))]
+        terms.append((int(coeff), factors))
+    return terms
+
+
 class _Symbols:
-    """The symbols of one graph: plain symbols keep their names; compound
-    expressions get fresh names ("k0", ...)."""
+    """The symbols of one graph. Plain symbols keep their names ("s0");
+    a size that is a polynomial in symbols the inputs bind (an input dim
+    that is exactly the symbol) becomes a SizeExpr; a compound input size
+    over symbols nothing binds gets a symbol of its own ("k0", bound from
+    that dim)."""
 
     def __init__(self) -> None:
         self.names: Dict[Any, str] = {}  # sympy expr -> symbol name
+        self.bound: set = set()  # sympy symbols bound by an input dim
+        self._fresh = 0
+
+    def bind(self, expr: Any) -> str:
+        """Declares `expr` as a symbol bound by an input dim; its name."""
+        name = self.names.get(expr)
+        if name is None:
+            if expr.is_Symbol:
+                name = str(expr)
+            else:
+                name = f"k{self._fresh}"
+                self._fresh += 1
+            self.names[expr] = name
+        if expr.is_Symbol:
+            self.bound.add(expr)
+        return name
+
+    def _poly(self, expr: Any) -> Optional[Dict[str, Any]]:
+        """expr as {"expr": SizeExpr} over bound symbols, None when it uses
+        a symbol nothing binds. Raises Unsupported for non-polynomials."""
+        terms = poly_terms(expr)
+        if any(f not in self.bound for _, fs in terms for f in fs):
+            return None
+        return {"expr": {"terms": [
+            {"coeff": c, "symbols": [self.names[f] for f in fs]}
+            for c, fs in terms]}}
 
     def dim(self, size: Any) -> Dict[str, Any]:
+        """An input's size (plain symbols were bound beforehand)."""
         expr = _sym_expr(size)
         if expr is None:
             return {"value": int(size)}
         if expr.is_Integer:
             return {"value": int(expr)}
-        name = self.names.get(expr)
-        if name is None:
-            name = str(expr) if expr.is_Symbol else f"k{len(self.names)}"
-            self.names[expr] = name
-        return {"symbol": name}
+        if expr in self.names:
+            return {"symbol": self.names[expr]}
+        if expr.is_Symbol:
+            return {"symbol": self.bind(expr)}
+        try:
+            poly = self._poly(expr)
+        except Unsupported:  # FloorDiv(s0, 2): a symbol of its own
+            poly = None
+        if poly is not None:
+            return poly
+        return {"symbol": self.bind(expr)}
 
     def arg_dim(self, size: Any) -> Dict[str, Any]:
-        """A size in an op's argument: only a plain symbol already bound by
-        an input (or a constant) can be said."""
+        """A size in an op's argument: a constant, a symbol or a
+        polynomial over the symbols the inputs bind."""
         expr = _sym_expr(size)
         if expr is None or expr.is_Integer:
             return {"value": int(expr if expr is not None else size)}
         name = self.names.get(expr)
-        if name is None:
-            raise Unsupported(f"size {expr} in an argument is not an input's size")
-        return {"symbol": name}
+        if name is not None:
+            return {"symbol": name}
+        poly = self._poly(expr)
+        if poly is None:
+            unbound = sorted(str(f) for _, fs in poly_terms(expr) for f in fs
+                             if f not in self.bound)
+            raise Unsupported(
+                f"size {expr} in an argument uses {', '.join(unbound)}, "
+                "which no input of the partition has as a size")
+        return poly
 
     def stride(self, stride: Any) -> Dict[str, Any]:
         expr = _sym_expr(stride)
         if expr is None or expr.is_Integer:
             return {"value": int(expr if expr is not None else stride)}
+        if expr in self.names:
+            return {"value": 1, "symbols": [self.names[expr]]}
         value, symbols = 1, []
         for factor in expr.as_ordered_factors():
             if factor.is_Integer:
@@ -149,9 +231,14 @@ class _Symbols:
                 continue
             base, exp = factor.as_base_exp()
             if base not in self.names or not exp.is_Integer or exp < 1:
-                raise Unsupported(f"stride {expr} is not a product of sizes")
+                break
             symbols += [self.names[base]] * int(exp)
-        return {"value": value, "symbols": symbols}
+        else:
+            return {"value": value, "symbols": symbols}
+        poly = self._poly(expr)
+        if poly is None:
+            raise Unsupported(f"stride {expr} uses a symbol no input size binds")
+        return poly
 
     def declared(self) -> List[Dict[str, Any]]:
         return [{"name": n} for n in self.names.values()]
@@ -227,9 +314,8 @@ def _argument(value: Any, symbols: Optional[_Symbols],
             if not isinstance(v, (int, torch.SymInt)) or isinstance(v, bool):
                 raise Unsupported(f"a list holding a {type(v).__name__}")
             if symbols is None:  # only checking
-                if _sym_expr(v) is not None and not _sym_expr(v).is_Symbol \
-                        and not _sym_expr(v).is_Integer:
-                    raise Unsupported(f"size {_sym_expr(v)} in an argument")
+                if _sym_expr(v) is not None:
+                    poly_terms(_sym_expr(v))  # raises for non-polynomials
                 dims.append({})
             else:
                 dims.append(symbols.arg_dim(v))
@@ -407,6 +493,23 @@ class _AnyRefs(dict):
 
 
 @dataclass
+class SizeInput:
+    """A Kiln input that binds symbol `expr`. dim None: its FX argument
+    (tensor_inputs) is a SymInt of that value; else a tensor whose size
+    along `dim` is coeff * value + offset."""
+
+    expr: Any
+    dim: Optional[int] = None
+    coeff: int = 1
+    offset: int = 0
+
+    def value(self, arg: Any) -> int:
+        if self.dim is None:
+            return int(arg)
+        return (int(arg.shape[self.dim]) - self.offset) // self.coeff
+
+
+@dataclass
 class KilnGraph:
     """A kiln.v1.Graph for an FX graph, and how to call it.
 
@@ -418,6 +521,9 @@ class KilnGraph:
     input_meta: each Kiln input's fake tensor.
     scalar_inputs: Kiln inputs that are symbolic scalars (SymInt/SymFloat
         placeholders), passed as 0-dim tensors of this dtype.
+    size_inputs: Kiln inputs that bind a symbol no tensor input's dim is:
+        passed as a bool tensor of shape (value,) with stride 0
+        (size_input_tensor); see SizeInput; their input_meta is None.
     dynamic: whether any size is symbolic.
     device: the one device of every tensor of the graph (CPU or a CUDA
         device): the executable is compiled for it.
@@ -437,6 +543,7 @@ class KilnGraph:
     output_meta: List[torch.Tensor]
     input_meta: List[torch.Tensor]
     scalar_inputs: Dict[int, torch.dtype]
+    size_inputs: Dict[int, "SizeInput"]
     dynamic: bool
     symbol_of: Dict[Any, str] = field(default_factory=dict)
     device: torch.device = torch.device("cpu")
@@ -473,6 +580,77 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                 f"{n} on {d}" for d, n in devices.items()))
     seed_ref: Optional[str] = None
     random_streams = 0
+    size_inputs: Dict[int, Any] = {}
+
+    placeholders_index = {n: i for i, n in enumerate(
+        n for n in gm.graph.nodes if n.op == "placeholder")}
+    # Symbols first: every input dim that is exactly a symbol binds it.
+    for node in gm.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        if isinstance(val, torch.Tensor):
+            for size in val.shape:
+                expr = _sym_expr(size)
+                if expr is not None and expr.is_Symbol:
+                    symbols.bind(expr)
+    # A SymInt placeholder used in a size list whose symbols no tensor input
+    # binds is passed as a "size input": a tensor of shape (value,) with
+    # stride 0 (built per call, no data), which binds it in Kiln.
+    size_args = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        for a in list(node.args) + list(node.kwargs.values()):
+            if isinstance(a, (list, tuple)):
+                size_args.update(v for v in a if isinstance(v, torch.fx.Node))
+    for node in gm.graph.nodes:
+        if node.op != "placeholder" or node not in size_args:
+            continue
+        expr = _sym_expr(node.meta.get("val"))
+        if expr is None or expr.is_Integer or expr in symbols.names:
+            continue
+        if not expr.is_Symbol and all(f in symbols.bound
+                                      for f in expr.free_symbols):
+            continue
+        name = f"in{len(inputs)}"
+        inputs.append({"name": name, "meta": {
+            "dtype": "BOOL", "sizes": [{"symbol": symbols.bind(expr)}],
+            "strides": [{"value": 0}]}})
+        tensor_inputs.append(placeholders_index[node])
+        input_meta.append(None)
+        size_inputs[len(inputs) - 1] = SizeInput(expr)
+        dynamic = True
+    # A symbol s still unbound that a tensor input's dim gives as a*s + c
+    # (a view x[:, 1:-1] has size s - 2 and strides over s): a size input
+    # too, of value (that dim's size - c) / a, computed per call. Kiln checks
+    # the dim against a*s + c like any compound size.
+    for node in gm.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        for d, size in enumerate(val.shape):
+            expr = _sym_expr(size)
+            if expr is None or expr.is_Integer or expr.is_Symbol or \
+                    len(expr.free_symbols) != 1:
+                continue
+            sym = next(iter(expr.free_symbols))
+            if sym in symbols.bound:
+                continue
+            try:
+                terms = poly_terms(expr)
+            except Unsupported:
+                continue
+            a = sum(c for c, fs in terms if fs == [sym])
+            c = sum(c for c, fs in terms if not fs)
+            if a < 1 or any(fs and fs != [sym] for _, fs in terms):
+                continue
+            name = f"in{len(inputs)}"
+            inputs.append({"name": name, "meta": {
+                "dtype": "BOOL", "sizes": [{"symbol": symbols.bind(sym)}],
+                "strides": [{"value": 0}]}})
+            tensor_inputs.append(placeholders_index[node])
+            input_meta.append(None)
+            size_inputs[len(inputs) - 1] = SizeInput(sym, d, a, c)
+            dynamic = True
 
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -491,15 +669,19 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                 [symbols.stride(s) for s in val.stride()]
             offset = val.storage_offset()
             if _sym_expr(offset) is not None and not _sym_expr(offset).is_Integer:
-                raise Unsupported(f"input {node.name}: symbolic storage offset")
-            offset = int(offset)
+                # A view at a symbolic offset (a slice of a dynamic dim):
+                # the runtime passes the data pointer with the offset
+                # applied, so only the alignment class is unknown.
+                offset, aligned = 0, False
+            else:
+                offset = int(offset)
+                # PyTorch's allocations are 64-byte (CPU) or 512-byte
+                # (CUDA) aligned; a storage offset keeps 16 bytes only at
+                # multiples of 16 bytes.
+                aligned = (offset * val.element_size()) % 16 == 0
             meta: Dict[str, Any] = {
                 "dtype": dtype_name(val.dtype), "sizes": sizes,
-                "strides": strides,
-                # PyTorch's allocations are 64-byte (CPU) or 512-byte (CUDA)
-                # aligned; a storage offset keeps 16 bytes only at multiples
-                # of 16 bytes.
-                "alignment": 16 if (offset * val.element_size()) % 16 == 0 else 0,
+                "strides": strides, "alignment": 16 if aligned else 0,
             }
             if offset:
                 meta["storage_offset"] = offset
@@ -630,7 +812,8 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
              "outputs": kiln_outputs}
     return KilnGraph(graph=graph, tensor_inputs=tensor_inputs, outputs=outputs,
                      output_meta=output_meta, input_meta=input_meta,
-                     scalar_inputs=scalar_inputs, dynamic=dynamic,
+                     scalar_inputs=scalar_inputs, size_inputs=size_inputs,
+                     dynamic=dynamic,
                      symbol_of=dict(symbols.names), device=device,
                      seeded=seed_ref is not None, output_perms=output_perms)
 
@@ -686,6 +869,12 @@ def _permute_outputs(nodes: List[Dict[str, Any]], kiln_outputs: List[str],
             inverse[d] = k
         perms.append(inverse)
     return perms
+
+
+def size_input_tensor(value: int, device: torch.device) -> torch.Tensor:
+    """What a size input (KilnGraph.size_inputs) is passed as: shape
+    (value,), stride 0, one byte of storage."""
+    return torch.zeros((), dtype=torch.bool, device=device).expand(int(value))
 
 
 def draw_seed(device: torch.device = torch.device("cpu")) -> torch.Tensor:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Mapping
+from typing import Dict, FrozenSet, List, Mapping, Tuple
 
 import torch
 import torch.fx
@@ -50,21 +50,6 @@ VIEW_OPS = frozenset({
 _MATERIALISING_VIEWS = frozenset({"aten.expand.default",
                                   "aten.expand_copy.default"})
 
-
-# Reshapes: Kiln's graph format has no compound sizes, so an input dim such
-# as s0*s1 reaches kilnd as a symbol of its own (kiln/fx_graph.py), and a
-# reshape between it and its factors cannot be proved; such a reshape runs
-# eagerly (a view: no copy).
-_RESHAPE_OPS = frozenset({
-    "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
-})
-
-# Matrix products likewise: their inner sizes must be proved equal.
-_PRODUCT_OPS = frozenset({
-    "aten.mm.default", "aten.addmm.default", "aten.bmm.default",
-    "aten.baddbmm.default",
-})
-
 # Ops whose lowering needs some trailing dims of input 0 static (their
 # windows are laid out at compile time): refused when those are symbolic.
 _STATIC_TRAILING_DIMS = {
@@ -91,14 +76,66 @@ _SCATTER_OPS = frozenset({
 })
 
 
-def _is_compound(size: object) -> bool:
-    """Whether a size is symbolic and not a plain symbol (s0*s1, 2*s0)."""
-    if not isinstance(size, torch.SymInt):
-        return False
-    try:
-        return not size.node.expr.is_Symbol
-    except AttributeError:
-        return True
+# Slices: (dim, start, end, step) argument positions. On a symbolic dim
+# Kiln takes bounds that are polynomials (graph/ops/indexing.h,
+# SymbolicSlice): step 1, start/end in [-2, 2] or no end, never clamped, a
+# length never negative (slice_scatter: never below 1).
+_SLICE_OPS = {
+    "aten.slice.Tensor": (1, 2, 3, 4),
+    "aten.slice_scatter.default": (2, 3, 4, 5),
+}
+
+
+def _schema_args(node: torch.fx.Node) -> List[object]:
+    """node's arguments in schema order, defaults filled in."""
+    out = []
+    for i, sa in enumerate(node.target._schema.arguments):
+        if i < len(node.args):
+            out.append(node.args[i])
+        elif sa.name in node.kwargs:
+            out.append(node.kwargs[sa.name])
+        else:
+            out.append(sa.default_value if sa.has_default_value() else None)
+    return out
+
+
+def _slice_reason(node: torch.fx.Node, name: str,
+                  self_val: torch.Tensor) -> "str | None":
+    """Why Kiln cannot take a slice over a symbolic dim, or None."""
+    dim_i, start_i, end_i, step_i = _SLICE_OPS[name]
+    args = _schema_args(node)
+    dim, start, end, step = (args[dim_i], args[start_i], args[end_i],
+                             args[step_i])
+    if not all(v is None or isinstance(v, int) for v in (dim, start, end, step)):
+        return None  # refused by the argument check
+    dim = dim or 0
+    if not -self_val.dim() <= dim < self_val.dim():
+        return None
+    size = self_val.shape[dim]
+    if not isinstance(size, torch.SymInt) or size.node.expr.is_Integer:
+        return None
+    why = (f"a slice of symbolic dim {dim} ({size.node.expr}) with start="
+           f"{start} end={end} step={step} (Kiln takes step 1, start and end "
+           "in [-2, 2] or no end, on a dim that is one symbol)")
+    if not size.node.expr.is_Symbol or (step or 1) != 1:
+        return why
+
+    def bound(b: int) -> "Tuple[int, int] | None":  # (coeff of n, constant)
+        if 0 <= b <= 2:
+            return (0, b)
+        if -2 <= b < 0:
+            return (1, b)
+        return None
+
+    s = bound(start or 0)
+    e = (1, 0) if end is None or end >= 2**62 else bound(end)
+    if s is None or e is None:
+        return why
+    a, c = e[0] - s[0], e[1] - s[1]  # length = a * n + c, n >= 2
+    least = 1 if name == "aten.slice_scatter.default" else 0
+    if a < 0 or 2 * a + c < least:
+        return why
+    return None
 
 
 def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
@@ -107,18 +144,10 @@ def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
     first = inputs[0] if inputs else None
     if not isinstance(first, torch.Tensor):
         return None
-    if name in _PRODUCT_OPS and any(
-            isinstance(t, torch.Tensor) and any(_is_compound(d) for d in t.shape)
-            for t in inputs):
-        return ("a matrix product over a compound symbolic size (Kiln's "
-                "graph format names it as a symbol of its own)")
-    if name in _RESHAPE_OPS:
-        out = node.meta.get("val")
-        if (isinstance(out, torch.Tensor) and
-                tuple(first.shape) != tuple(out.shape) and
-                any(_is_compound(s) for s in first.shape)):
-            return ("a reshape of a compound symbolic size (Kiln's graph "
-                    "format names it as a symbol of its own)")
+    if name in _SLICE_OPS:
+        why = _slice_reason(node, name, node.args[0].meta.get("val"))
+        if why is not None:
+            return why
     if name in _SCATTER_OPS:
         out = node.meta.get("val")
         if any(isinstance(t, torch.Tensor) and
