@@ -226,8 +226,17 @@ class KilnPartition(torch.nn.Module):
             elif all(isinstance(s, int) for s in m.stride()):
                 self._strides.append(tuple(m.stride()))
             else:
-                self._strides.append([s.node.expr if isinstance(s, torch.SymInt)
-                                      else s for s in m.stride()])
+                exprs = [s.node.expr if isinstance(s, torch.SymInt) else s
+                         for s in m.stride()]
+                unbound = {sym for e in exprs
+                           for sym in getattr(e, "free_symbols", ())
+                           } - set(self._symbol_dims)
+                if unbound:
+                    raise Unsupported(
+                        "an output's expected strides depend on sizes the "
+                        "partition's inputs do not give ("
+                        f"{', '.join(sorted(map(str, unbound)))})")
+                self._strides.append(exprs)
         # The extension's callable for the whole call (None: the Python
         # path): when every Kiln input is a tensor argument and every output
         # is wanted contiguous.
@@ -503,9 +512,12 @@ class KilnBackend:
                 for d, m in zip(exe.output_dtypes, graph.output_meta)):
             return "Kiln's output dtypes differ from PyTorch's"
         out_node = next(n for n in sub.graph.nodes if n.op == "output")
-        wrapper = KilnPartition(name, sub, graph, exe, self,
-                                tuple_output=isinstance(out_node.args[0],
-                                                        (list, tuple)))
+        try:
+            wrapper = KilnPartition(name, sub, graph, exe, self,
+                                    tuple_output=isinstance(out_node.args[0],
+                                                            (list, tuple)))
+        except Unsupported as e:
+            return f"partition not expressible: {e}"
         setattr(module, name, wrapper)
         return None
 

@@ -29,7 +29,8 @@ from torch.fx.node import _get_qualified_name
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .fx_graph import IDENTITY_OPS, Unsupported, check_node_args, op_name
+from .fx_graph import (IDENTITY_OPS, Unsupported, check_node_args,
+                       is_contiguous, op_name, permuted_layout)
 
 __all__ = ["KilnOperatorSupport", "PartitionResult", "partition", "VIEW_OPS"]
 
@@ -233,6 +234,18 @@ def _view_source(n: torch.fx.Node,
     return n
 
 
+def _dense_layout(n: torch.fx.Node) -> bool:
+    """Whether Kiln can hand n's value over in the layout PyTorch expects
+    without a copy: contiguous, or a permuted dense layout."""
+    val = n.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return False
+    try:
+        return is_contiguous(val) or permuted_layout(val) is not None
+    except Exception:  # noqa: BLE001 (an expression sympy cannot compare)
+        return False
+
+
 def _trim_views(nodes: Dict[torch.fx.Node, None]) -> None:
     """Takes out of a partition (its node set, in place) the views whose
     result leaves it and that Kiln should not materialise:
@@ -240,7 +253,9 @@ def _trim_views(nodes: Dict[torch.fx.Node, None]) -> None:
         its own input: eager keeps it a free view);
       - an expand (a broadcast would be written out in full);
       - a view of a value the partition returns anyway (eager's view shares
-        its storage; a Kiln output would be a second buffer).
+        its storage; a Kiln output would be a second buffer);
+      - a view whose layout is neither contiguous nor a permuted dense one
+        (a slice with gaps: Kiln would write it and copy it into place).
     Any other view that leaves the partition stays in: Kiln writes the
     viewed value in that shape (a permuted layout as a view: fx_graph's
     output_perms), e.g. a weight's gradient t(mm(...)). A view that only
@@ -253,9 +268,15 @@ def _trim_views(nodes: Dict[torch.fx.Node, None]) -> None:
             if not _is_view(n) or all(u in nodes for u in n.users):
                 continue
             source = _view_source(n, nodes)
-            remove = (source is None or
-                      op_name(n.target) in _MATERIALISING_VIEWS or
-                      any(u not in nodes for u in source.users))
+            # Only views at an end move out (one whose input comes from
+            # outside, or one that nothing inside uses): taking out a view
+            # between two nodes of the partition would make it depend on
+            # itself.
+            trailing = all(u not in nodes for u in n.users)
+            remove = source is None or (trailing and (
+                op_name(n.target) in _MATERIALISING_VIEWS or
+                any(u not in nodes for u in source.users) or
+                not _dense_layout(n)))
             if remove:
                 del nodes[n]
                 changed = True

@@ -17,13 +17,17 @@ FUSED = {"aten._scaled_dot_product_flash_attention_for_cpu.default",
          "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"}
 
 
-def _run(fn, backend, *inputs, dynamic=False):
-    """fn on copies of inputs eagerly and compiled: outputs and grads."""
+def _run(fn, backend, *inputs, dynamic=False, compiled=None, mark=None):
+    """fn on copies of inputs eagerly and compiled (torch.compile with
+    backend, or `compiled`): outputs and grads."""
     results = []
-    for compiled in (False, True):
+    for use in (False, True):
         xs = [x.detach().clone().requires_grad_(x.is_floating_point())
               for x in inputs]
-        f = torch.compile(fn, backend=backend, dynamic=dynamic) if compiled else fn
+        for x in xs if mark is not None else ():
+            torch._dynamo.mark_dynamic(x, mark)
+        f = fn if not use else compiled or torch.compile(
+            fn, backend=backend, dynamic=dynamic)
         out = f(*xs)
         grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(7),
                            dtype=torch.float32).to(out.dtype)
@@ -97,15 +101,18 @@ def test_sdpa_arguments_match_eager(daemon, case, dtype):
 
 
 def test_sdpa_dynamic_sequence_length(daemon):
+    """The sequence length symbolic (as a model's batch and heads are
+    usually static in its code)."""
     backend = kiln.backend(server=daemon.address, fallback="error")
 
     def fn(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
+    compiled = torch.compile(fn, backend=backend)
     for t in (6, 11):
         g = torch.Generator().manual_seed(t)
-        q, k, v = (torch.randn(2, 2, t, 8, generator=g) for _ in range(3))
-        (a, ga), (c, gc) = _run(fn, backend, q, k, v, dynamic=True)
+        q, k, v = (torch.randn(3, 4, t, 8, generator=g) for _ in range(3))
+        (a, ga), (c, gc) = _run(fn, None, q, k, v, compiled=compiled, mark=2)
         _close(a, c, torch.float32)
         for x, y in zip(ga, gc):
             _close(x, y, torch.float32)
