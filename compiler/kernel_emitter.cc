@@ -1,10 +1,12 @@
 #include "compiler/kernel_emitter.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "graph/host_tensor.h"
 #include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/MDBuilder.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/Support/ModRef.h"
@@ -55,6 +57,7 @@ void KernelEmitterBase::ApplyFastMathFlags() {
 }
 
 absl::Status KernelEmitterBase::FinishFunction() {
+  if (err_site_ != nullptr) EmitErrorFlush();
   b_.CreateRetVoid();
   std::string err;
   llvm::raw_string_ostream os(err);
@@ -511,6 +514,8 @@ Value* KernelEmitterBase::EmitUncached(const Expr& e) {
     case ExprOp::kPhilox:
       return EmitPhilox(EmitExpr(e->args[0]), EmitExpr(e->args[1]),
                         EmitExpr(e->args[2]), static_cast<int>(e->i));
+    case ExprOp::kCheck:
+      return EmitCheck(e);
     default:
       break;
   }
@@ -518,6 +523,79 @@ Value* KernelEmitterBase::EmitUncached(const Expr& e) {
     return EmitUnary(e->op, EmitExpr(e->args[0]), e->args[0]->dtype, d);
   return EmitBinary(e->op, EmitExpr(e->args[0]), EmitExpr(e->args[1]),
                     e->args[0]->dtype, d);
+}
+
+Value* KernelEmitterBase::EmitCheck(const Expr& e) {
+  Value* value = EmitExpr(e->args[0]);
+  Value* bad = EmitExpr(e->args[1]);
+  Value* index = EmitExpr(e->args[2]);
+  if (e->index < 0 || e->index >= static_cast<int>(base_.size()) ||
+      (err_slot_ >= 0 && err_slot_ != e->index)) {
+    status_ = absl::InternalError(absl::StrCat(
+        "kernel ", kernel_.name, ": an index check without its error word"));
+    return value;
+  }
+  llvm::Type* i64 = b_.getInt64Ty();
+  if (err_site_ == nullptr) {
+    // Locals in the entry block (SROA makes them SSA), zeroed there.
+    err_slot_ = e->index;
+    llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
+    b_.SetInsertPoint(entry_, entry_->begin());
+    err_site_ = b_.CreateAlloca(i64, nullptr, "oob.site");
+    err_index_ = b_.CreateAlloca(i64, nullptr, "oob.index");
+    b_.CreateStore(b_.getInt64(0), err_site_);
+    b_.CreateStore(b_.getInt64(0), err_index_);
+    b_.restoreIP(saved);
+  }
+  if (e->i < 0 ||
+      e->i >= static_cast<int64_t>(program_.index_checks.size())) {
+    status_ = absl::InternalError(absl::StrCat(
+        "kernel ", kernel_.name, ": index check ", e->i, " has no site"));
+    return value;
+  }
+  if (std::find(err_sites_.begin(), err_sites_.end(), e->i) ==
+      err_sites_.end()) {
+    err_sites_.push_back(static_cast<int>(e->i));
+  }
+  Value* site = b_.CreateLoad(i64, err_site_);
+  b_.CreateStore(b_.CreateSelect(bad, b_.getInt64(e->i + 1), site), err_site_);
+  Value* last = b_.CreateLoad(i64, err_index_);
+  b_.CreateStore(b_.CreateSelect(bad, index, last), err_index_);
+  return value;
+}
+
+void KernelEmitterBase::EmitErrorFlush() {
+  llvm::Type* i64 = b_.getInt64Ty();
+  Value* site = b_.CreateLoad(i64, err_site_, "oob.site.final");
+  Value* index = b_.CreateLoad(i64, err_index_, "oob.index.final");
+  auto* flush = llvm::BasicBlock::Create(ctx_, "oob.flush", fn_);
+  auto* store = llvm::BasicBlock::Create(ctx_, "oob.store", fn_);
+  auto* done = llvm::BasicBlock::Create(ctx_, "oob.done", fn_);
+  llvm::MDBuilder md(ctx_);
+  b_.CreateCondBr(b_.CreateICmpNE(site, b_.getInt64(0)), flush, done,
+                  md.createBranchWeights(1, 1 << 20));
+  b_.SetInsertPoint(flush);
+  Value* word = base_[err_slot_];
+  Value* cas = b_.CreateAtomicCmpXchg(
+      word, b_.getInt64(0), site, llvm::MaybeAlign(8),
+      llvm::AtomicOrdering::Monotonic, llvm::AtomicOrdering::Monotonic);
+  b_.CreateCondBr(b_.CreateExtractValue(cas, 1), store, done);
+  b_.SetInsertPoint(store);
+  b_.CreateStore(index, b_.CreateInBoundsGEP(i64, word, b_.getInt64(1)));
+  // The size the site checked against, from the symbols (entry values).
+  Value* size = b_.getInt64(0);
+  for (int s : err_sites_) {
+    Value* n = b_.getInt64(0);
+    for (const SymExpr::Term& t : program_.index_checks[s].size.terms()) {
+      Value* term = b_.getInt64(t.coeff);
+      for (int sym : t.symbols) term = b_.CreateMul(term, syms_[sym]);
+      n = b_.CreateAdd(n, term);
+    }
+    size = b_.CreateSelect(b_.CreateICmpEQ(site, b_.getInt64(s + 1)), n, size);
+  }
+  b_.CreateStore(size, b_.CreateInBoundsGEP(i64, word, b_.getInt64(2)));
+  b_.CreateBr(done);
+  b_.SetInsertPoint(done);
 }
 
 Value* KernelEmitterBase::EmitPhilox(Value* seed, Value* offset, Value* index,

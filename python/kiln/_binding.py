@@ -88,13 +88,32 @@ _DTYPE_CODES = {name: code for code, (name, _, _) in _DTYPES.items()}
 
 
 class KilnError(RuntimeError):
-    """A Kiln status: .code (int), .code_name ("INVALID_ARGUMENT"), .message."""
+    """A Kiln status: .code (int), .code_name ("INVALID_ARGUMENT"), .message.
+
+    KilnError(11, ...) (OUT_OF_RANGE: a graph read an index out of range)
+    is a KilnIndexError, also an IndexError as PyTorch raises, wherever it
+    is made (here or in the _kiln_call extension)."""
+
+    def __new__(cls, code, message):
+        if cls is KilnError and code == _OUT_OF_RANGE:
+            cls = KilnIndexError
+        return super().__new__(cls, code, message)
 
     def __init__(self, code, message):
         self.code = code
         self.code_name = _CODES[code] if 0 <= code < len(_CODES) else str(code)
         self.message = message
         super().__init__(f"{self.code_name}: {message}")
+
+
+_OUT_OF_RANGE = 11
+
+
+class KilnIndexError(KilnError, IndexError):
+    """OUT_OF_RANGE: an index (embedding, gather, index_select, index,
+    index_put, scatter, nll_loss target) outside its dim, e.g. "node 7
+    (aten.embedding.default): index 50300 is out of range for dimension 0
+    of size 50257". An IndexError, as PyTorch raises for the same call."""
 
 
 class _TensorView(ctypes.Structure):

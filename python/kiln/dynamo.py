@@ -28,7 +28,12 @@ Server: kiln.backend(server=...), else $KILN_SERVER, else 127.0.0.1:7733
 when it answers, else a per-user kilnd on a Unix socket started on first use
 (kiln/autostart.py; KILN_AUTOSTART=0 turns that off).
 
-Failures: an op Kiln lacks runs eagerly, always. A server that cannot be
+Failures: an op Kiln lacks runs eagerly, always. An index out of range
+(embedding, gather, index_select, index, index_put, scatter, nll_loss
+target) raises kiln.KilnIndexError, an IndexError as in eager PyTorch,
+naming Kiln's node and op; it is never retried eagerly. On CUDA, as
+PyTorch's device-side assert, it is raised by a later call of the same
+partition (CudaExecutable.Run's comment). A server that cannot be
 reached or a partition that fails to compile runs eagerly with one warning
 per backend (fallback="eager", the default), or raises KilnError
 (fallback="error"). Graphs compiled within 10 s after kilnd was unreachable
@@ -250,6 +255,12 @@ class KilnPartition(torch.nn.Module):
             return self._failed(e, args)
 
     def _failed(self, e: Exception, args: Tuple[Any, ...]) -> Any:
+        if isinstance(e, _binding.KilnIndexError):
+            # The user's error, not Kiln's: an index out of range raises
+            # IndexError as PyTorch would, whatever the fallback (running
+            # the partition eagerly would only raise PyTorch's own).
+            raise _binding.KilnIndexError(e.code, f"{self.name}: {e.message}") \
+                from None
         if self.backend.fallback == "error":
             if isinstance(e, _binding.KilnError):
                 got = ", ".join(
