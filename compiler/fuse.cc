@@ -19,6 +19,17 @@ void CollectLoads(const Expr& e, absl::flat_hash_set<int>& nodes,
   for (const Expr& a : e->args) CollectLoads(a, nodes, seen);
 }
 
+// Whether `e` (null: no) holds an ExprOp::kCheck; `seen` spares shared
+// subexpressions a second walk.
+bool HasCheck(const Expr& e, absl::flat_hash_set<const ExprNode*>& seen) {
+  if (!e || !seen.insert(e.get()).second) return false;
+  if (e->op == ExprOp::kCheck) return true;
+  for (const Expr& a : e->args) {
+    if (HasCheck(a, seen)) return true;
+  }
+  return false;
+}
+
 absl::flat_hash_set<int> LoadsOf(const Expr& e) {
   absl::flat_hash_set<int> nodes;
   absl::flat_hash_set<const ExprNode*> seen;
@@ -414,17 +425,27 @@ class Fuser {
         if (st.kind != Stage::Kind::kReduce)
           st.buffer_slot = slot(buffer_of.at(-1 - st.buffer_slot));
       }
-      int error_slot = -1;  // assigned on the first check met
-      ir::Rewriter to_error_slot([&](const Expr& x) -> std::optional<Expr> {
-        if (x->op != ExprOp::kCheck) return std::nullopt;
-        if (error_slot < 0) error_slot = slot(error_word());
-        return ir::Check(x->args[0], x->args[1], x->args[2],
-                         static_cast<int>(x->i), error_slot);
-      });
-      for (Stage& st : kernel.stages) {
-        st.value = to_error_slot.Run(st.value);
-        st.finalize = to_error_slot.Run(st.finalize);
-        st.offset = to_error_slot.Run(st.offset);
+      // Only kernels that check an index are rewritten (a Rewriter merges
+      // structurally equal subexpressions, which would change the code of
+      // the others).
+      absl::flat_hash_set<const ExprNode*> seen;
+      bool checks = false;
+      for (const Stage& st : kernel.stages) {
+        checks = checks || HasCheck(st.value, seen) ||
+                 HasCheck(st.finalize, seen) || HasCheck(st.offset, seen);
+      }
+      if (checks) {
+        const int error_slot = slot(error_word());
+        ir::Rewriter to_error_slot([&](const Expr& x) -> std::optional<Expr> {
+          if (x->op != ExprOp::kCheck) return std::nullopt;
+          return ir::Check(x->args[0], x->args[1], x->args[2],
+                           static_cast<int>(x->i), error_slot);
+        });
+        for (Stage& st : kernel.stages) {
+          st.value = to_error_slot.Run(st.value);
+          st.finalize = to_error_slot.Run(st.finalize);
+          st.offset = to_error_slot.Run(st.offset);
+        }
       }
       p.kernels.push_back(std::move(kernel));
     }
