@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "graph/host_tensor.h"
@@ -57,7 +58,7 @@ void KernelEmitterBase::ApplyFastMathFlags() {
 }
 
 absl::Status KernelEmitterBase::FinishFunction() {
-  if (err_site_ != nullptr) EmitErrorFlush();
+  if (!err_sites_.empty()) EmitErrorFlush();
   b_.CreateRetVoid();
   std::string err;
   llvm::raw_string_ostream os(err);
@@ -530,72 +531,77 @@ Value* KernelEmitterBase::EmitCheck(const Expr& e) {
   Value* bad = EmitExpr(e->args[1]);
   Value* index = EmitExpr(e->args[2]);
   if (e->index < 0 || e->index >= static_cast<int>(base_.size()) ||
-      (err_slot_ >= 0 && err_slot_ != e->index)) {
-    status_ = absl::InternalError(absl::StrCat(
-        "kernel ", kernel_.name, ": an index check without its error word"));
-    return value;
-  }
-  llvm::Type* i64 = b_.getInt64Ty();
-  if (err_site_ == nullptr) {
-    // Locals in the entry block (SROA makes them SSA), zeroed there.
-    err_slot_ = e->index;
-    llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
-    b_.SetInsertPoint(entry_, entry_->begin());
-    err_site_ = b_.CreateAlloca(i64, nullptr, "oob.site");
-    err_index_ = b_.CreateAlloca(i64, nullptr, "oob.index");
-    b_.CreateStore(b_.getInt64(0), err_site_);
-    b_.CreateStore(b_.getInt64(0), err_index_);
-    b_.restoreIP(saved);
-  }
-  if (e->i < 0 ||
+      (err_slot_ >= 0 && err_slot_ != e->index) || e->i < 0 ||
       e->i >= static_cast<int64_t>(program_.index_checks.size())) {
     status_ = absl::InternalError(absl::StrCat(
-        "kernel ", kernel_.name, ": index check ", e->i, " has no site"));
+        "kernel ", kernel_.name, ": index check ", e->i,
+        " without its site or error word"));
     return value;
   }
-  if (std::find(err_sites_.begin(), err_sites_.end(), e->i) ==
-      err_sites_.end()) {
-    err_sites_.push_back(static_cast<int>(e->i));
+  err_slot_ = e->index;
+  llvm::Type* i64 = b_.getInt64Ty();
+  auto it = std::find_if(err_sites_.begin(), err_sites_.end(),
+                         [&](const ErrorSite& s) { return s.site == e->i; });
+  if (it == err_sites_.end()) {
+    // Locals in the entry block (SROA makes them SSA), set there.
+    ErrorSite site;
+    site.site = static_cast<int>(e->i);
+    llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
+    b_.SetInsertPoint(entry_, entry_->begin());
+    site.seen = b_.CreateAlloca(b_.getInt32Ty(), nullptr, "oob.seen");
+    site.index = b_.CreateAlloca(i64, nullptr, "oob.index");
+    b_.CreateStore(b_.getInt32(0), site.seen);
+    b_.CreateStore(b_.getInt64(std::numeric_limits<int64_t>::min()),
+                   site.index);
+    b_.restoreIP(saved);
+    err_sites_.push_back(site);
+    it = err_sites_.end() - 1;
   }
-  Value* site = b_.CreateLoad(i64, err_site_);
-  b_.CreateStore(b_.CreateSelect(bad, b_.getInt64(e->i + 1), site), err_site_);
-  Value* last = b_.CreateLoad(i64, err_index_);
-  b_.CreateStore(b_.CreateSelect(bad, index, last), err_index_);
+  // seen |= bad; index = max(index, bad ? raw : INT64_MIN): an or and a
+  // max reduction, which the loop vectoriser takes.
+  llvm::Type* i32 = b_.getInt32Ty();
+  b_.CreateStore(
+      b_.CreateOr(b_.CreateLoad(i32, it->seen), b_.CreateZExt(bad, i32)),
+      it->seen);
+  Value* candidate = b_.CreateSelect(
+      bad, index, b_.getInt64(std::numeric_limits<int64_t>::min()));
+  b_.CreateStore(
+      b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax,
+                               b_.CreateLoad(i64, it->index), candidate),
+      it->index);
   return value;
 }
 
 void KernelEmitterBase::EmitErrorFlush() {
   llvm::Type* i64 = b_.getInt64Ty();
-  Value* site = b_.CreateLoad(i64, err_site_, "oob.site.final");
-  Value* index = b_.CreateLoad(i64, err_index_, "oob.index.final");
-  auto* flush = llvm::BasicBlock::Create(ctx_, "oob.flush", fn_);
-  auto* store = llvm::BasicBlock::Create(ctx_, "oob.store", fn_);
-  auto* done = llvm::BasicBlock::Create(ctx_, "oob.done", fn_);
   llvm::MDBuilder md(ctx_);
-  b_.CreateCondBr(b_.CreateICmpNE(site, b_.getInt64(0)), flush, done,
-                  md.createBranchWeights(1, 1 << 20));
-  b_.SetInsertPoint(flush);
   Value* word = base_[err_slot_];
-  Value* cas = b_.CreateAtomicCmpXchg(
-      word, b_.getInt64(0), site, llvm::MaybeAlign(8),
-      llvm::AtomicOrdering::Monotonic, llvm::AtomicOrdering::Monotonic);
-  b_.CreateCondBr(b_.CreateExtractValue(cas, 1), store, done);
-  b_.SetInsertPoint(store);
-  b_.CreateStore(index, b_.CreateInBoundsGEP(i64, word, b_.getInt64(1)));
-  // The size the site checked against, from the symbols (entry values).
-  Value* size = b_.getInt64(0);
-  for (int s : err_sites_) {
+  for (const ErrorSite& site : err_sites_) {
+    Value* seen = b_.CreateLoad(b_.getInt32Ty(), site.seen, "oob.seen.final");
+    auto* flush = llvm::BasicBlock::Create(ctx_, "oob.flush", fn_);
+    auto* store = llvm::BasicBlock::Create(ctx_, "oob.store", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "oob.done", fn_);
+    b_.CreateCondBr(b_.CreateICmpNE(seen, b_.getInt32(0)), flush, done,
+                    md.createBranchWeights(1, 1 << 20));
+    b_.SetInsertPoint(flush);
+    Value* cas = b_.CreateAtomicCmpXchg(
+        word, b_.getInt64(0), b_.getInt64(site.site + 1), llvm::MaybeAlign(8),
+        llvm::AtomicOrdering::Monotonic, llvm::AtomicOrdering::Monotonic);
+    b_.CreateCondBr(b_.CreateExtractValue(cas, 1), store, done);
+    b_.SetInsertPoint(store);
+    b_.CreateStore(b_.CreateLoad(i64, site.index),
+                   b_.CreateInBoundsGEP(i64, word, b_.getInt64(1)));
+    // The size the site checked against, from the symbols (entry values).
     Value* n = b_.getInt64(0);
-    for (const SymExpr::Term& t : program_.index_checks[s].size.terms()) {
+    for (const SymExpr::Term& t : program_.index_checks[site.site].size.terms()) {
       Value* term = b_.getInt64(t.coeff);
       for (int sym : t.symbols) term = b_.CreateMul(term, syms_[sym]);
       n = b_.CreateAdd(n, term);
     }
-    size = b_.CreateSelect(b_.CreateICmpEQ(site, b_.getInt64(s + 1)), n, size);
+    b_.CreateStore(n, b_.CreateInBoundsGEP(i64, word, b_.getInt64(2)));
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
   }
-  b_.CreateStore(size, b_.CreateInBoundsGEP(i64, word, b_.getInt64(2)));
-  b_.CreateBr(done);
-  b_.SetInsertPoint(done);
 }
 
 Value* KernelEmitterBase::EmitPhilox(Value* seed, Value* offset, Value* index,
