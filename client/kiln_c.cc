@@ -431,8 +431,7 @@ kiln_status* kiln_cuda_executable_run(const kiln_cuda_executable* exe,
 kiln_status* kiln_cuda_executable_check_index_errors(
     const kiln_cuda_executable* exe, void* stream, int wait) {
   if (!exe) {
-    return kiln::NullArgument("kiln_cuda_executable_check_index_errors",
-                              "exe");
+    return kiln::NullArgument("kiln_cuda_executable_check_index_errors", "exe");
   }
   return kiln::ToC(exe->exe->CheckIndexErrors(
       static_cast<kiln::cuda::Stream>(stream), wait != 0));

@@ -65,8 +65,9 @@ extern "C" {
 #endif
 
 /* Bumped when a declaration here changes or is added (2: CPU executables,
- * kiln_supported_ops). */
-#define KILN_C_API_VERSION 2
+ * kiln_supported_ops; 3: kiln_cuda_executable_check_index_errors, and
+ * OUT_OF_RANGE from runs for indices out of range). */
+#define KILN_C_API_VERSION 3
 int kiln_c_api_version(void);
 
 /* Status codes (= absl::StatusCode = grpc::StatusCode). */

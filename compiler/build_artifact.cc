@@ -78,12 +78,11 @@ v1::Program BuildProgram(const FusedProgram& fused,
   v1::Program program;
   for (const ProgramBuffer& b : fused.buffers) {
     v1::BufferSpec* spec = program.add_buffers();
-    spec->set_kind(b.kind == ProgramBuffer::Kind::kInput ? v1::BufferSpec::INPUT
-                   : b.kind == ProgramBuffer::Kind::kOutput
-                       ? v1::BufferSpec::OUTPUT
-                   : b.kind == ProgramBuffer::Kind::kError
-                       ? v1::BufferSpec::ERROR
-                       : v1::BufferSpec::TEMP);
+    spec->set_kind(
+        b.kind == ProgramBuffer::Kind::kInput    ? v1::BufferSpec::INPUT
+        : b.kind == ProgramBuffer::Kind::kOutput ? v1::BufferSpec::OUTPUT
+        : b.kind == ProgramBuffer::Kind::kError  ? v1::BufferSpec::ERROR
+                                                 : v1::BufferSpec::TEMP);
     spec->set_index(b.index);
     spec->set_dtype(WireDType(b.dtype));
     *spec->mutable_elements() = ToSymPoly(b.elements);

@@ -533,9 +533,9 @@ Value* KernelEmitterBase::EmitCheck(const Expr& e) {
   if (e->index < 0 || e->index >= static_cast<int>(base_.size()) ||
       (err_slot_ >= 0 && err_slot_ != e->index) || e->i < 0 ||
       e->i >= static_cast<int64_t>(program_.index_checks.size())) {
-    status_ = absl::InternalError(absl::StrCat(
-        "kernel ", kernel_.name, ": index check ", e->i,
-        " without its site or error word"));
+    status_ = absl::InternalError(
+        absl::StrCat("kernel ", kernel_.name, ": index check ", e->i,
+                     " without its site or error word"));
     return value;
   }
   err_slot_ = e->index;
@@ -593,7 +593,8 @@ void KernelEmitterBase::EmitErrorFlush() {
                    b_.CreateInBoundsGEP(i64, word, b_.getInt64(1)));
     // The size the site checked against, from the symbols (entry values).
     Value* n = b_.getInt64(0);
-    for (const SymExpr::Term& t : program_.index_checks[site.site].size.terms()) {
+    for (const SymExpr::Term& t :
+         program_.index_checks[site.site].size.terms()) {
       Value* term = b_.getInt64(t.coeff);
       for (int sym : t.symbols) term = b_.CreateMul(term, syms_[sym]);
       n = b_.CreateAdd(n, term);

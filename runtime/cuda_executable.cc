@@ -81,10 +81,10 @@ absl::Status CudaExecutable::TakeIndexError(cuda::Stream stream) const {
   if (error_mirror_ == nullptr) return absl::OkStatus();
   absl::Status error = kiln::TakeIndexError(artifact_.program(), error_mirror_);
   if (error.ok()) return error;
-  if (absl::Status s = driver_->Check(
-          driver_->api().cuMemsetD8Async(error_word_, 0, kErrorWordBytes,
-                                         stream),
-          "cuMemsetD8Async");
+  if (absl::Status s =
+          driver_->Check(driver_->api().cuMemsetD8Async(
+                             error_word_, 0, kErrorWordBytes, stream),
+                         "cuMemsetD8Async");
       !s.ok()) {
     return s;
   }

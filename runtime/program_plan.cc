@@ -169,21 +169,19 @@ absl::Status IndexErrorStatus(const v1::Program& program,
   const int64_t site_plus_one = word[0], index = word[1], size = word[2];
   if (site_plus_one == 0) return absl::OkStatus();
   if (site_plus_one < 0 || site_plus_one > program.index_checks_size()) {
-    return absl::InternalError(absl::StrCat(
-        "the error word names index check ", site_plus_one - 1, " of ",
-        program.index_checks_size()));
+    return absl::InternalError(absl::StrCat("the error word names index check ",
+                                            site_plus_one - 1, " of ",
+                                            program.index_checks_size()));
   }
   const v1::IndexCheck& c = program.index_checks(site_plus_one - 1);
   const std::string where = absl::StrCat("node ", c.node(), " (", c.op(), ")");
   if (c.kind() == v1::IndexCheck::TARGET) {
-    return absl::OutOfRangeError(absl::StrCat(where, ": Target ", index,
-                                              " is out of bounds (", size,
-                                              " classes)"));
+    return absl::OutOfRangeError(absl::StrCat(
+        where, ": Target ", index, " is out of bounds (", size, " classes)"));
   }
-  return absl::OutOfRangeError(
-      absl::StrCat(where, ": index ", index,
-                   " is out of range for dimension ", c.dim(), " of size ",
-                   size));
+  return absl::OutOfRangeError(absl::StrCat(where, ": index ", index,
+                                            " is out of range for dimension ",
+                                            c.dim(), " of size ", size));
 }
 
 absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
@@ -328,7 +326,7 @@ absl::StatusOr<ProgramPlan> PlanProgram(const v1::Artifact& artifact,
         if (out.error_buffer >= 0 || *dtype != DType::kInt64 || n != 3) {
           return absl::InvalidArgumentError(absl::StrCat(
               "artifact: buffer ", b,
-               " is a second error word or not an int64 word of 3 elements"));
+              " is a second error word or not an int64 word of 3 elements"));
         }
         out.error_buffer = b;
         break;

@@ -100,8 +100,8 @@ int Run() {
                         {4096, 1024}, {4096, 1024}, 1024, {"x", "-1", "idx"},
                         rng));
   cases.push_back(OneOp("index_select 16384 of 4096x256",
-                        "aten.index_select.default", {4096, 256}, {16384},
-                        4096, {"x", "0", "idx"}, rng));
+                        "aten.index_select.default", {4096, 256}, {16384}, 4096,
+                        {"x", "0", "idx"}, rng));
   ThreadPool pool(2);
   std::printf("| gather | checked ms | unchecked ms | ratio |\n");
   std::printf("| --- | ---: | ---: | ---: |\n");
@@ -125,7 +125,8 @@ int Run() {
     auto co = (*ce)->Run(c.inputs, &pool);
     auto uo = (*ue)->Run(c.inputs, &pool);
     if (!co.ok() || !uo.ok()) {
-      std::fprintf(stderr, "%s: %s %s\n", c.name, co.status().ToString().c_str(),
+      std::fprintf(stderr, "%s: %s %s\n", c.name,
+                   co.status().ToString().c_str(),
                    uo.status().ToString().c_str());
       return 1;
     }
@@ -133,10 +134,10 @@ int Run() {
     // round's median of each (the machine may be shared).
     double c_ms = 1e30, u_ms = 1e30;
     for (int round = 0; round < 5; ++round) {
-      c_ms = std::min(c_ms,
-                      MedianMs([&] { (void)(*ce)->Run(c.inputs, &pool); }));
-      u_ms = std::min(u_ms,
-                      MedianMs([&] { (void)(*ue)->Run(c.inputs, &pool); }));
+      c_ms =
+          std::min(c_ms, MedianMs([&] { (void)(*ce)->Run(c.inputs, &pool); }));
+      u_ms =
+          std::min(u_ms, MedianMs([&] { (void)(*ue)->Run(c.inputs, &pool); }));
     }
     std::printf("| %s | %.3f | %.3f | %.2f |\n", c.name, c_ms, u_ms,
                 c_ms / u_ms);

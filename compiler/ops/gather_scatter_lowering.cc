@@ -55,8 +55,7 @@ Expr Or(Expr a, Expr b) {
 // negative, then clamped into [0, n - 1] so that no load leaves the
 // buffer, and checked against [-n, n) (a violation is recorded for this
 // node, see the file comment).
-Expr SafeIndex(LowerContext& ctx, const Expr& raw, const SymExpr& n,
-               int dim) {
+Expr SafeIndex(LowerContext& ctx, const Expr& raw, const SymExpr& n, int dim) {
   const Expr i = ir::Cast(raw, DType::kInt64);
   const Expr size = ir::FromSym(n);
   const Expr wrapped = ir::Select(Lt(i, Int(0)), ir::Add(i, size), i);
@@ -219,9 +218,9 @@ LoweredValue AddPointwise(LowerContext& ctx, std::vector<SymExpr> sizes,
 // t is out of bounds."); the value is t itself.
 Expr CheckedTarget(LowerContext& ctx, const Expr& t, const SymExpr& classes,
                    int64_t ignore_index) {
-  const Expr bad = And(ir::Binary(ExprOp::kNe, t, Int(ignore_index),
-                                  DType::kBool),
-                       Or(Lt(t, Int(0)), Ge(t, ir::FromSym(classes))));
+  const Expr bad =
+      And(ir::Binary(ExprOp::kNe, t, Int(ignore_index), DType::kBool),
+          Or(Lt(t, Int(0)), Ge(t, ir::FromSym(classes))));
   return ir::Check(t, bad, t,
                    ctx.AddIndexCheck(IndexCheck::Kind::kTarget, 0, classes));
 }
@@ -241,9 +240,9 @@ NllSample NllSampleExprs(LowerContext& ctx, int self_arg, int target_arg,
   const std::vector<Expr> i =
       batched ? std::vector<Expr>{ir::Var(0)} : std::vector<Expr>{};
   const SymExpr& classes = self.sizes.back();
-  const Expr t = CheckedTarget(
-      ctx, ir::Cast(LowerContext::Read(target, i), DType::kInt64), classes,
-      ctx.arg(ignore_arg).i);
+  const Expr t =
+      CheckedTarget(ctx, ir::Cast(LowerContext::Read(target, i), DType::kInt64),
+                    classes, ctx.arg(ignore_arg).i);
   const Expr c = ir::Binary(
       ExprOp::kMax,
       ir::Binary(ExprOp::kMin, t, ir::Add(ir::FromSym(classes), Int(-1)),
@@ -321,9 +320,9 @@ absl::StatusOr<std::vector<LoweredValue>> LowerNllLossBackward(
   const Expr c = ir::Var(batched ? 1 : 0);
   const std::vector<Expr> i =
       batched ? std::vector<Expr>{ir::Var(0)} : std::vector<Expr>{};
-  const Expr t = CheckedTarget(
-      ctx, ir::Cast(LowerContext::Read(target, i), DType::kInt64),
-      self.sizes.back(), ctx.arg(5).i);
+  const Expr t =
+      CheckedTarget(ctx, ir::Cast(LowerContext::Read(target, i), DType::kInt64),
+                    self.sizes.back(), ctx.arg(5).i);
   const Expr hit = And(
       Eq(t, c), ir::Binary(ExprOp::kNe, t, Int(ctx.arg(5).i), DType::kBool));
   const LoweredValue& grad = ctx.value(0);

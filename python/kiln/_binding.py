@@ -65,7 +65,7 @@ import threading
 __all__ = ["Client", "CpuExecutable", "CudaExecutable", "CudaOutput",
            "KilnError", "extension", "load_library", "supported_ops"]
 
-C_API_VERSION = 2  # kiln_c.h's KILN_C_API_VERSION this binding speaks
+C_API_VERSION = 3  # kiln_c.h's KILN_C_API_VERSION this binding speaks
 
 _CODES = [
     "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
@@ -291,6 +291,8 @@ def _declare(lib):
         "kiln_cuda_executable_run": (status, [vp, p(_TensorView),
                                               ctypes.c_size_t, vp, p(vp),
                                               ctypes.c_size_t]),
+        "kiln_cuda_executable_check_index_errors": (status,
+                                                    [vp, vp, ctypes.c_int]),
         "kiln_cuda_tensor_data": (ctypes.c_uint64, [vp]),
         "kiln_cuda_tensor_dtype": (ctypes.c_int, [vp]),
         "kiln_cuda_tensor_rank": (ctypes.c_int, [vp]),
@@ -571,6 +573,17 @@ class CudaExecutable:
         return [CudaOutput(self._lib, outs[i], self.device,
                            self._allocator_keep)
                 for i in range(self.num_outputs)]
+
+    def check_index_errors(self, stream=None, wait=True):
+        """Raises KilnIndexError (an IndexError) when a run read an index
+        out of range (PyTorch's device-side assert; otherwise the next run
+        raises it), clearing it; with wait, first synchronises `stream` (a
+        CUstream as int; default: torch's current stream of the device)."""
+        if stream is None:
+            torch = _torch()
+            stream = torch.cuda.current_stream(self.device).cuda_stream
+        _check(self._lib, self._lib.kiln_cuda_executable_check_index_errors(
+            self._handle, ctypes.c_void_p(stream), 1 if wait else 0))
 
     def call_path(self, input_indices, outputs, tuple_output=True,
                   _keep_alive=True):

@@ -11,8 +11,8 @@
 
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
-#include "graph/import.h"
 #include "google/protobuf/util/json_util.h"
+#include "graph/import.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_executable.h"
 #include "runtime/program_plan.h"
@@ -109,8 +109,8 @@ absl::Status RunIntoOutputs(const CpuExecutable& exe,
                             std::vector<HostTensor>& out) {
   std::vector<HostBufferView> views;
   for (const HostTensor& t : in) {
-    views.push_back({const_cast<uint8_t*>(t.data()), t.dtype(), t.sizes(),
-                     t.strides()});
+    views.push_back(
+        {const_cast<uint8_t*>(t.data()), t.dtype(), t.sizes(), t.strides()});
   }
   auto sizes = exe.OutputSizes(views);
   if (!sizes.ok()) return sizes.status();
@@ -145,8 +145,7 @@ void CheckOutOfRange(const std::string& op, const std::vector<HostTensor>& in,
   std::vector<HostTensor> got;
   const absl::Status s = RunIntoOutputs(**exe, in, got);
   ASSERT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
-  EXPECT_NE(s.message().find("node 0 (" + op + "): "), std::string::npos)
-      << s;
+  EXPECT_NE(s.message().find("node 0 (" + op + "): "), std::string::npos) << s;
   EXPECT_NE(s.message().find(detail), std::string::npos) << s;
   ASSERT_GT(got.size(), static_cast<size_t>(o));
   ExpectValuesNear(got[o], clamped);
@@ -616,10 +615,9 @@ TEST(IndexingOutOfRange, ScattersAndIndexPut) {
   const HostTensor zeros = F32({2, 3}, {0, 0, 0, 0, 0, 0});
   const std::string dim1 = " is out of range for dimension 1 of size 3";
   // Clamped: the bad index hits the last (first) column.
-  CheckOutOfRange("aten.scatter_add.default",
-                  {zeros, I64({1, 2}, {0, 5}), M23()},
-                  {In(0), I(1), In(1), In(2)}, {1, 0, 2, 0, 0, 0},
-                  "index 5" + dim1);
+  CheckOutOfRange(
+      "aten.scatter_add.default", {zeros, I64({1, 2}, {0, 5}), M23()},
+      {In(0), I(1), In(1), In(2)}, {1, 0, 2, 0, 0, 0}, "index 5" + dim1);
   CheckOutOfRange("aten.scatter.src", {zeros, I64({1, 1}, {-4}), M23()},
                   {In(0), I(1), In(1), In(2)}, {1, 0, 0, 0, 0, 0},
                   "index -4" + dim1);
@@ -659,10 +657,10 @@ TEST(IndexingOutOfRange, EmbeddingBackwardAndNllLoss) {
                   {In(0), In(1), NoneArg(), I(2), I(-100)}, {5},
                   "Target -1 is out of bounds (2 classes)");
   const std::string bwd = "aten.nll_loss_backward.default";
-  CheckOutOfRange(bwd,
-                  {F32({}, {1}), LogProbs(), I64({3}, {1, 0, 7}), F32({}, {1})},
-                  {In(0), In(1), In(2), NoneArg(), I(2), I(-100), In(3)},
-                  {0, -1, -1, 0, 0, 0}, "Target 7 is out of bounds (2 classes)");
+  CheckOutOfRange(
+      bwd, {F32({}, {1}), LogProbs(), I64({3}, {1, 0, 7}), F32({}, {1})},
+      {In(0), In(1), In(2), NoneArg(), I(2), I(-100), In(3)},
+      {0, -1, -1, 0, 0, 0}, "Target 7 is out of bounds (2 classes)");
   // ignore_index itself is never out of bounds.
   CheckBoth(fwd, {LogProbs(), I64({3}, {1, -7, 0})},
             {In(0), In(1), NoneArg(), I(2), I(-7)}, kF32, {}, {7});
@@ -716,8 +714,8 @@ TEST(IndexingOutOfRange, NamesTheNodeAndResetsPerRun) {
 // Programs without a data-dependent index have no error word and no check
 // sites (their artifacts are as before; artifact_digest_test pins bytes).
 TEST(IndexingOutOfRange, NoErrorWordWithoutGathers) {
-  auto exe = CompileOneOp("aten.add.Tensor", {M23(), M23()}, {In(0), In(1)},
-                          -1);
+  auto exe =
+      CompileOneOp("aten.add.Tensor", {M23(), M23()}, {In(0), In(1)}, -1);
   ASSERT_TRUE(exe.ok()) << exe.status();
   const v1::Program& p = (*exe)->artifact().program();
   EXPECT_EQ(p.index_checks_size(), 0);
@@ -766,9 +764,9 @@ TEST(IndexingOutOfRange, ErrorWordsAndTheirChecks) {
   EXPECT_EQ(mirror[0], 0);
   EXPECT_TRUE(TakeIndexError(p, mirror).ok());
 
-  auto compiled = CompileOneOp("aten.gather.default",
-                               {M23(), I64({1, 2}, {0, 1})},
-                               {In(0), I(1), In(1)}, -1);
+  auto compiled =
+      CompileOneOp("aten.gather.default", {M23(), I64({1, 2}, {0, 1})},
+                   {In(0), I(1), In(1)}, -1);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const v1::Artifact& good = (*compiled)->artifact();
   int error_buffer = -1;
