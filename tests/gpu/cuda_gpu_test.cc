@@ -498,15 +498,16 @@ TEST(CudaGpu, FissionedMultiPassRowsMatchReference) {
 // enqueues nothing; the run after that works and gives PyTorch's values.
 TEST(CudaGpu, OutOfRangeIndexIsReportedAndReset) {
   REQUIRE_GPU(gpu);
-  v1::CompileRequest req;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(R"({"graph": {
+  const char* json = R"({"graph": {
     "inputs": [
       {"name": "w", "meta": {"dtype": "FLOAT32", "sizes": [{"value": 5},
                                                          {"value": 3}]}},
       {"name": "i", "meta": {"dtype": "INT64", "sizes": [{"value": 4}]}}],
     "nodes": [{"op": "aten.embedding.default",
                "args": [{"ref": "w"}, {"ref": "i"}], "outputs": ["y"]}],
-    "outputs": ["y"]}})", &req).ok());
+    "outputs": ["y"]}})";
+  v1::CompileRequest req;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &req).ok());
   req.mutable_target()->mutable_cuda()->set_arch(gpu->arch);
   auto artifact = Compile(req);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
