@@ -440,6 +440,15 @@ kiln_status* kiln_cuda_executable_run(const kiln_cuda_executable* exe,
   return nullptr;
 }
 
+kiln_status* kiln_cuda_executable_check_index_errors(
+    const kiln_cuda_executable* exe, void* stream, int wait) {
+  if (!exe) {
+    return kiln::NullArgument("kiln_cuda_executable_check_index_errors", "exe");
+  }
+  return kiln::ToC(exe->exe->CheckIndexErrors(
+      static_cast<kiln::cuda::Stream>(stream), wait != 0));
+}
+
 uint64_t kiln_cuda_tensor_data(const kiln_cuda_tensor* tensor) {
   return tensor ? tensor->tensor.data() : 0;
 }

@@ -65,8 +65,10 @@ extern "C" {
 #endif
 
 /* Bumped when a declaration here changes or is added (2: CPU executables,
- * kiln_supported_ops; 3: kiln_client_create_with_trust). */
-#define KILN_C_API_VERSION 3
+ * kiln_supported_ops; 3: kiln_client_create_with_trust; 4:
+ * kiln_cuda_executable_check_index_errors, and OUT_OF_RANGE from runs for
+ * indices out of range). */
+#define KILN_C_API_VERSION 4
 int kiln_c_api_version(void);
 
 /* Status codes (= absl::StatusCode = grpc::StatusCode). */
@@ -241,13 +243,24 @@ typedef struct kiln_tensor_view {
  * kiln_cuda_executable_num_outputs), whose memory is ready when `stream`
  * reaches this point. Errors: INVALID_ARGUMENT naming the input, dim and
  * guard, a bad dtype/rank or a wrong count; RESOURCE_EXHAUSTED when the
- * allocator gives nothing; the driver's status. On error no handle is
- * written. */
+ * allocator gives nothing; OUT_OF_RANGE when an earlier run of `exe` read
+ * an index out of range (PyTorch's device-side assert, reported at a later
+ * call: see kiln_cuda_executable_check_index_errors); the driver's status.
+ * On error no handle is written. */
 kiln_status* kiln_cuda_executable_run(const kiln_cuda_executable* exe,
                                       const kiln_tensor_view* inputs,
                                       size_t num_inputs, void* stream,
                                       kiln_cuda_tensor** outputs,
                                       size_t num_outputs);
+
+/* kiln::CudaExecutable::CheckIndexErrors: OUT_OF_RANGE ("node 7
+ * (aten.embedding.default): index 50300 is out of range for dimension 0 of
+ * size 50257"), cleared once reported, when a run of `exe` read an index
+ * out of range and that run's error word has reached the host; with `wait`
+ * nonzero it first synchronises `stream`, so every run enqueued on it is
+ * accounted for. NULL otherwise. */
+kiln_status* kiln_cuda_executable_check_index_errors(
+    const kiln_cuda_executable* exe, void* stream, int wait);
 
 /* ---- outputs ----------------------------------------------------------- */
 
@@ -333,7 +346,9 @@ kiln_status* kiln_cpu_executable_output_sizes(const kiln_cpu_executable* exe,
  * are written; reads the inputs only during the call; copies nothing.
  * Errors: INVALID_ARGUMENT naming the input or output and the guard or
  * size it fails, a bad dtype/rank or a wrong count; RESOURCE_EXHAUSTED
- * when a temporary cannot be allocated. */
+ * when a temporary cannot be allocated; OUT_OF_RANGE naming the node, op,
+ * index and size when the graph reads an index out of range (PyTorch's
+ * IndexError; the outputs then hold clamped reads). */
 kiln_status* kiln_cpu_executable_run(const kiln_cpu_executable* exe,
                                      const kiln_tensor_view* inputs,
                                      size_t num_inputs,

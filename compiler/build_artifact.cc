@@ -78,13 +78,30 @@ v1::Program BuildProgram(const FusedProgram& fused,
   v1::Program program;
   for (const ProgramBuffer& b : fused.buffers) {
     v1::BufferSpec* spec = program.add_buffers();
-    spec->set_kind(b.kind == ProgramBuffer::Kind::kInput ? v1::BufferSpec::INPUT
-                   : b.kind == ProgramBuffer::Kind::kOutput
-                       ? v1::BufferSpec::OUTPUT
-                       : v1::BufferSpec::TEMP);
+    spec->set_kind(
+        b.kind == ProgramBuffer::Kind::kInput    ? v1::BufferSpec::INPUT
+        : b.kind == ProgramBuffer::Kind::kOutput ? v1::BufferSpec::OUTPUT
+        : b.kind == ProgramBuffer::Kind::kError  ? v1::BufferSpec::ERROR
+                                                 : v1::BufferSpec::TEMP);
     spec->set_index(b.index);
     spec->set_dtype(WireDType(b.dtype));
     *spec->mutable_elements() = ToSymPoly(b.elements);
+  }
+  // The check sites, only where a kernel records them (fusion adds the
+  // error word then).
+  bool has_error_word = false;
+  for (const ProgramBuffer& b : fused.buffers)
+    has_error_word |= b.kind == ProgramBuffer::Kind::kError;
+  if (has_error_word) {
+    for (const IndexCheck& c : fused.index_checks) {
+      v1::IndexCheck* check = program.add_index_checks();
+      check->set_kind(c.kind == IndexCheck::Kind::kTarget
+                          ? v1::IndexCheck::TARGET
+                          : v1::IndexCheck::INDEX);
+      check->set_node(c.node);
+      check->set_op(c.op);
+      check->set_dim(c.dim);
+    }
   }
   std::vector<int> last_use(fused.buffers.size(), -1);
   for (size_t k = 0; k < fused.kernels.size(); ++k) {

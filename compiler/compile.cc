@@ -176,6 +176,17 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   lower_options.half_precision_gemm = cuda;  // cuBLASLt takes f16/bf16
   absl::StatusOr<LoopGraph> loops = Lower(request.graph, lower_options);
   if (!loops.ok()) return loops.status();
+  if (!env.index_checks && !loops->index_checks.empty()) {
+    ir::Rewriter unchecked([](const Expr& x) -> std::optional<Expr> {
+      if (x->op != ExprOp::kCheck) return std::nullopt;
+      return x->args[0];
+    });
+    for (LoopNode& n : loops->nodes) {
+      n.body = unchecked.Run(n.body);
+      n.finalize = unchecked.Run(n.finalize);
+    }
+    loops->index_checks.clear();
+  }
   dump.Write("02-loops.txt", loops->ToString());
 
   absl::StatusOr<FusedProgram> fused = Fuse(*loops, FuseOptions{env.fuse});

@@ -73,6 +73,11 @@ struct CompileEnv {
   // (NvptxOptimizeOptions::precompiled_trig). Off only to measure what that
   // saves; the PTX is the same.
   bool cuda_precompiled_trig = true;
+  // Out-of-range index checks (loop_ir.h, IndexCheck). Off only to measure
+  // what they cost (bench/compiler/index_check_bench.cc): indices are still
+  // clamped, but a bad one is never reported. Not part of the guard key, so
+  // never use it for artifacts that reach a cache.
+  bool index_checks = true;
 };
 
 // Compiles a request imported once (kilnd imports and keys each request

@@ -19,6 +19,17 @@ void CollectLoads(const Expr& e, absl::flat_hash_set<int>& nodes,
   for (const Expr& a : e->args) CollectLoads(a, nodes, seen);
 }
 
+// Whether `e` (null: no) holds an ExprOp::kCheck; `seen` spares shared
+// subexpressions a second walk.
+bool HasCheck(const Expr& e, absl::flat_hash_set<const ExprNode*>& seen) {
+  if (!e || !seen.insert(e.get()).second) return false;
+  if (e->op == ExprOp::kCheck) return true;
+  for (const Expr& a : e->args) {
+    if (HasCheck(a, seen)) return true;
+  }
+  return false;
+}
+
 absl::flat_hash_set<int> LoadsOf(const Expr& e) {
   absl::flat_hash_set<int> nodes;
   absl::flat_hash_set<const ExprNode*> seen;
@@ -265,6 +276,7 @@ class Fuser {
   absl::StatusOr<FusedProgram> Finish() {
     FusedProgram p;
     p.symbol_names = g_.symbol_names;
+    p.index_checks = g_.index_checks;
     // Program buffers: inputs, then outputs, then temps as needed.
     absl::flat_hash_map<int, int> buffer_of;  // node -> program buffer
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
@@ -375,8 +387,23 @@ class Fuser {
       st.offset =
           FlatOffset(ps.index, ContiguousStrides(g_.nodes[ps.node].sizes));
     }
-    // Slots: each kernel's buffers in first-use order; loads become flat
-    // offsets into them.
+    // The error word of the index checks, added (last) only when a kernel
+    // checks an index, so programs without checks are unchanged.
+    int error_buffer = -1;
+    auto error_word = [&] {
+      if (error_buffer < 0) {
+        ProgramBuffer b;
+        b.kind = ProgramBuffer::Kind::kError;
+        b.dtype = DType::kInt64;
+        b.elements = SymExpr(3);
+        b.strides = {SymExpr(1)};
+        error_buffer = static_cast<int>(p.buffers.size());
+        p.buffers.push_back(std::move(b));
+      }
+      return error_buffer;
+    };
+    // Slots: each kernel's buffers in first-use order, the error word
+    // after all others; loads become flat offsets into them.
     for (KernelBuild& kb : kernels_) {
       Kernel& kernel = kb.kernel;
       absl::flat_hash_map<int, int> slot_of;  // program buffer -> slot
@@ -397,6 +424,28 @@ class Fuser {
         if (st.finalize) st.finalize = to_buffers.Run(st.finalize);
         if (st.kind != Stage::Kind::kReduce)
           st.buffer_slot = slot(buffer_of.at(-1 - st.buffer_slot));
+      }
+      // Only kernels that check an index are rewritten (a Rewriter merges
+      // structurally equal subexpressions, which would change the code of
+      // the others).
+      absl::flat_hash_set<const ExprNode*> seen;
+      bool checks = false;
+      for (const Stage& st : kernel.stages) {
+        checks = checks || HasCheck(st.value, seen) ||
+                 HasCheck(st.finalize, seen) || HasCheck(st.offset, seen);
+      }
+      if (checks) {
+        const int error_slot = slot(error_word());
+        ir::Rewriter to_error_slot([&](const Expr& x) -> std::optional<Expr> {
+          if (x->op != ExprOp::kCheck) return std::nullopt;
+          return ir::Check(x->args[0], x->args[1], x->args[2],
+                           static_cast<int>(x->i), error_slot);
+        });
+        for (Stage& st : kernel.stages) {
+          st.value = to_error_slot.Run(st.value);
+          st.finalize = to_error_slot.Run(st.finalize);
+          st.offset = to_error_slot.Run(st.offset);
+        }
       }
       p.kernels.push_back(std::move(kernel));
     }

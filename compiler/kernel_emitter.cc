@@ -1,10 +1,13 @@
 #include "compiler/kernel_emitter.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "graph/host_tensor.h"
 #include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/MDBuilder.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/Support/ModRef.h"
@@ -55,6 +58,7 @@ void KernelEmitterBase::ApplyFastMathFlags() {
 }
 
 absl::Status KernelEmitterBase::FinishFunction() {
+  if (!err_sites_.empty()) EmitErrorFlush();
   b_.CreateRetVoid();
   std::string err;
   llvm::raw_string_ostream os(err);
@@ -511,6 +515,8 @@ Value* KernelEmitterBase::EmitUncached(const Expr& e) {
     case ExprOp::kPhilox:
       return EmitPhilox(EmitExpr(e->args[0]), EmitExpr(e->args[1]),
                         EmitExpr(e->args[2]), static_cast<int>(e->i));
+    case ExprOp::kCheck:
+      return EmitCheck(e);
     default:
       break;
   }
@@ -518,6 +524,85 @@ Value* KernelEmitterBase::EmitUncached(const Expr& e) {
     return EmitUnary(e->op, EmitExpr(e->args[0]), e->args[0]->dtype, d);
   return EmitBinary(e->op, EmitExpr(e->args[0]), EmitExpr(e->args[1]),
                     e->args[0]->dtype, d);
+}
+
+Value* KernelEmitterBase::EmitCheck(const Expr& e) {
+  Value* value = EmitExpr(e->args[0]);
+  Value* bad = EmitExpr(e->args[1]);
+  Value* index = EmitExpr(e->args[2]);
+  if (e->index < 0 || e->index >= static_cast<int>(base_.size()) ||
+      (err_slot_ >= 0 && err_slot_ != e->index) || e->i < 0 ||
+      e->i >= static_cast<int64_t>(program_.index_checks.size())) {
+    status_ = absl::InternalError(
+        absl::StrCat("kernel ", kernel_.name, ": index check ", e->i,
+                     " without its site or error word"));
+    return value;
+  }
+  err_slot_ = e->index;
+  llvm::Type* i64 = b_.getInt64Ty();
+  auto it = std::find_if(err_sites_.begin(), err_sites_.end(),
+                         [&](const ErrorSite& s) { return s.site == e->i; });
+  if (it == err_sites_.end()) {
+    // Locals in the entry block (SROA makes them SSA), set there.
+    ErrorSite site;
+    site.site = static_cast<int>(e->i);
+    llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
+    b_.SetInsertPoint(entry_, entry_->begin());
+    site.seen = b_.CreateAlloca(b_.getInt32Ty(), nullptr, "oob.seen");
+    site.index = b_.CreateAlloca(i64, nullptr, "oob.index");
+    b_.CreateStore(b_.getInt32(0), site.seen);
+    b_.CreateStore(b_.getInt64(std::numeric_limits<int64_t>::min()),
+                   site.index);
+    b_.restoreIP(saved);
+    err_sites_.push_back(site);
+    it = err_sites_.end() - 1;
+  }
+  // seen |= bad; index = max(index, bad ? raw : INT64_MIN): an or and a
+  // max reduction, which the loop vectoriser takes.
+  llvm::Type* i32 = b_.getInt32Ty();
+  b_.CreateStore(
+      b_.CreateOr(b_.CreateLoad(i32, it->seen), b_.CreateZExt(bad, i32)),
+      it->seen);
+  Value* candidate = b_.CreateSelect(
+      bad, index, b_.getInt64(std::numeric_limits<int64_t>::min()));
+  b_.CreateStore(
+      b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax,
+                               b_.CreateLoad(i64, it->index), candidate),
+      it->index);
+  return value;
+}
+
+void KernelEmitterBase::EmitErrorFlush() {
+  llvm::Type* i64 = b_.getInt64Ty();
+  llvm::MDBuilder md(ctx_);
+  Value* word = base_[err_slot_];
+  for (const ErrorSite& site : err_sites_) {
+    Value* seen = b_.CreateLoad(b_.getInt32Ty(), site.seen, "oob.seen.final");
+    auto* flush = llvm::BasicBlock::Create(ctx_, "oob.flush", fn_);
+    auto* store = llvm::BasicBlock::Create(ctx_, "oob.store", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "oob.done", fn_);
+    b_.CreateCondBr(b_.CreateICmpNE(seen, b_.getInt32(0)), flush, done,
+                    md.createBranchWeights(1, 1 << 20));
+    b_.SetInsertPoint(flush);
+    Value* cas = b_.CreateAtomicCmpXchg(
+        word, b_.getInt64(0), b_.getInt64(site.site + 1), llvm::MaybeAlign(8),
+        llvm::AtomicOrdering::Monotonic, llvm::AtomicOrdering::Monotonic);
+    b_.CreateCondBr(b_.CreateExtractValue(cas, 1), store, done);
+    b_.SetInsertPoint(store);
+    b_.CreateStore(b_.CreateLoad(i64, site.index),
+                   b_.CreateInBoundsGEP(i64, word, b_.getInt64(1)));
+    // The size the site checked against, from the symbols (entry values).
+    Value* n = b_.getInt64(0);
+    for (const SymExpr::Term& t :
+         program_.index_checks[site.site].size.terms()) {
+      Value* term = b_.getInt64(t.coeff);
+      for (int sym : t.symbols) term = b_.CreateMul(term, syms_[sym]);
+      n = b_.CreateAdd(n, term);
+    }
+    b_.CreateStore(n, b_.CreateInBoundsGEP(i64, word, b_.getInt64(2)));
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+  }
 }
 
 Value* KernelEmitterBase::EmitPhilox(Value* seed, Value* offset, Value* index,

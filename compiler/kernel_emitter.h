@@ -60,6 +60,8 @@ class KernelEmitterBase {
 
   // Returns from the kernel function and verifies it: INTERNAL naming the
   // kernel when LLVM rejects it, else the first error met while emitting.
+  // A kernel with index checks first writes the last violation it met to
+  // the error word (EmitCheck).
   absl::Status FinishFunction();
 
   // ---- loops and stages ----
@@ -146,6 +148,16 @@ class KernelEmitterBase {
   // ExprOp::kPhilox: the ten rounds of support/philox.h inline on i32
   // values (32x32->64 products), word `word` zero-extended to i64.
   Value* EmitPhilox(Value* seed, Value* offset, Value* index, int word);
+  // ExprOp::kCheck (loop_ir.h, IndexCheck): the checked value. Per check
+  // site the kernel keeps two locals, whether an index failed (an or) and
+  // the largest failing index (a max), reductions the loop vectoriser
+  // takes, so the common path costs a compare, an or, a select and a max
+  // per index read and no branch. FinishFunction writes each site that
+  // failed to the error word once: a compare-and-swap of word[0] from 0 to
+  // site + 1 (the first writer wins) and, when it wins, word[1] = that
+  // index and word[2] = the site's size.
+  Value* EmitCheck(const Expr& e);
+  void EmitErrorFlush();
   // i64 kiln_ipow(i64 base, i64 exp): wrapping; negative exponents give
   // 1, -1 or 0 as the reference does.
   llvm::Function* IntPowFunction();
@@ -161,6 +173,15 @@ class KernelEmitterBase {
   llvm::BasicBlock* entry_ = nullptr;
   std::vector<Value*> base_, syms_, dim_size_, vars_, acc_value_;
   std::vector<DType> acc_dtype_;  // dtype of acc_value_[slot]
+  // The index checks' locals per site, in first-use order, and the error
+  // word's slot (-1: the kernel has no check).
+  struct ErrorSite {
+    int site = 0;
+    llvm::AllocaInst* seen = nullptr;   // i32: some index failed
+    llvm::AllocaInst* index = nullptr;  // i64: the largest that failed
+  };
+  std::vector<ErrorSite> err_sites_;
+  int err_slot_ = -1;
   std::vector<int> outer_dims_, inner_dims_;
   std::vector<absl::flat_hash_map<const ExprNode*, Value*>> memo_;
   std::vector<Expr> keep_alive_;

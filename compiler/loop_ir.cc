@@ -87,6 +87,14 @@ Expr Philox(Expr seed, Expr offset, Expr index, int word) {
               {std::move(seed), std::move(offset), std::move(index)}, 0, word);
 }
 
+Expr Check(Expr value, Expr bad, Expr raw, int site, int error_slot) {
+  if (auto c = IntValue(bad); c && *c == 0) return value;
+  const DType d = value->dtype;
+  return Make(ExprOp::kCheck, d,
+              {std::move(value), std::move(bad), std::move(raw)}, 0, site,
+              error_slot);
+}
+
 Expr Add(Expr a, Expr b) {
   auto ca = IntValue(a), cb = IntValue(b);
   if (ca && cb) return IntConst(*ca + *cb);
@@ -313,6 +321,8 @@ const char* OpName(ExprOp op) {
       return "select";
     case ExprOp::kPhilox:
       return "philox";
+    case ExprOp::kCheck:
+      return "check";
   }
   return "?";
 }
@@ -350,6 +360,7 @@ std::string ToString(const Expr& e, const std::vector<std::string>& names) {
   if (e->op == ExprOp::kLoadBuffer) head = absl::StrCat("buf", e->index);
   if (e->op == ExprOp::kCast) head = absl::StrCat("to_", DTypeName(e->dtype));
   if (e->op == ExprOp::kPhilox) head = absl::StrCat("philox", e->i);
+  if (e->op == ExprOp::kCheck) head = absl::StrCat("check", e->i);
   return absl::StrCat(
       head, e->op == ExprOp::kLoad || e->op == ExprOp::kLoadBuffer ? "[" : "(",
       absl::StrJoin(parts, ", "),
@@ -395,6 +406,9 @@ Expr Rewriter::Recons(const std::shared_ptr<ExprNode>& n) {
     case ExprOp::kPhilox:
       return ir::Philox(n->args[0], n->args[1], n->args[2],
                         static_cast<int>(n->i));
+    case ExprOp::kCheck:
+      return ir::Check(n->args[0], n->args[1], n->args[2],
+                       static_cast<int>(n->i), n->index);
     case ExprOp::kCast:
       return ir::Cast(n->args[0], n->dtype);
     default:
@@ -742,6 +756,7 @@ std::string FusedProgram::ToString() const {
     const ProgramBuffer& buf = buffers[b];
     const char* kind = buf.kind == ProgramBuffer::Kind::kInput    ? "input"
                        : buf.kind == ProgramBuffer::Kind::kOutput ? "output"
+                       : buf.kind == ProgramBuffer::Kind::kError  ? "error"
                                                                   : "temp";
     absl::StrAppend(&out, "buffer ", b, ": ", kind, " ", buf.index, " ",
                     DTypeName(buf.dtype), " x ",

@@ -99,6 +99,16 @@ enum class ExprOp : uint8_t {
   // key args[0] (seed), stream args[1] (offset) and counter args[2] (the
   // element's index), all int64; the value is the uint32 word as int64.
   kPhilox,
+  // An index read from data, checked (issue 17.2): the value of args[0]
+  // (the index, already clamped into its dim by the lowering, so no load
+  // leaves its buffer); when args[1] (bool) holds, the kernel also records
+  // a violation of check site `i` (LoopGraph::index_checks) with the
+  // offending index args[2] (int64) in the program's error word, buffer
+  // slot `index` (-1 before fusion). See IndexCheck. Evaluated wherever
+  // its value is: an index a kernel computes but does not need (the other
+  // arm of a select) is still checked; one no kernel computes (a gather
+  // whose output is partly unused) is not.
+  kCheck,
 };
 
 struct ExprNode;
@@ -131,6 +141,10 @@ Expr Select(Expr cond, Expr a, Expr b);
 // Word `word` (0..3) of Philox4x32-10(seed, offset, index) as int64 in
 // [0, 2^32) (ExprOp::kPhilox).
 Expr Philox(Expr seed, Expr offset, Expr index, int word);
+// ExprOp::kCheck: `value`, recording site `site` with index `raw` when `bad`
+// holds (folds to `value` when `bad` is constant false). `error_slot` is
+// the error word's buffer slot, set by fusion.
+Expr Check(Expr value, Expr bad, Expr raw, int site, int error_slot = -1);
 // Index arithmetic on int64 expressions.
 Expr Add(Expr a, Expr b);
 Expr Mul(Expr a, Expr b);
@@ -255,8 +269,38 @@ struct LoopNode {
   int output_index = -1;  // >= 0: this node is graph output #output_index
 };
 
+// Out-of-range indices (issue 17.2). Every index an op reads from data is
+// checked where it is read (ExprOp::kCheck): the kernel clamps it, so memory
+// outside a buffer is never touched, and records a violation in the
+// program's error word, an int64[3] buffer (ProgramBuffer::Kind::kError)
+// that the runtime zeroes before a run and reads after it:
+//   word[0] = site + 1 of a violated check (0: none), word[1] = the index,
+//   word[2] = the size it was checked against.
+// Each kernel keeps, per check site, whether an index failed and the
+// largest index that failed (an or and a max reduction in registers, which
+// loops vectorise with) and writes them once, at its end, with a
+// compare-and-swap on word[0] (the first writer wins, so words 1 and 2
+// belong to word[0]); the common path costs a compare, an or, a select
+// and a max per index read, no branch and no atomic
+// (bench/compiler/index_check_bench.cc). The runtime turns a set word into
+// OUT_OF_RANGE naming the site's node and op (runtime/program_plan.h,
+// IndexErrorStatus).
+struct IndexCheck {
+  enum class Kind : uint8_t {
+    kIndex,   // an index into a dim of `size`: valid in [-size, size)
+    kTarget,  // a class target (nll_loss): valid in [0, size) or ignored
+  };
+  Kind kind = Kind::kIndex;
+  int node = -1;   // the graph node that reads the index
+  std::string op;  // its op, e.g. "aten.embedding.default"
+  int dim = 0;     // the dim the index selects along
+  SymExpr size;    // that dim's size (classes, for kTarget)
+};
+
 struct LoopGraph {
   std::vector<std::string> symbol_names;
+  // Check sites, numbered by ExprOp::kCheck's `i`.
+  std::vector<IndexCheck> index_checks;
   std::vector<LoopNode> nodes;
   // Graph output o is node outputs[o] (a node per output position).
   std::vector<int> outputs;
@@ -304,7 +348,10 @@ struct Kernel {
 };
 
 struct ProgramBuffer {
-  enum class Kind : uint8_t { kInput, kOutput, kTemp };
+  // kError: the error word of the index checks (IndexCheck), int64[3],
+  // zeroed by the runtime before the program runs; at most one per program,
+  // added only when some kernel checks an index.
+  enum class Kind : uint8_t { kInput, kOutput, kTemp, kError };
   Kind kind = Kind::kTemp;
   int index = -1;  // input / output number
   DType dtype = DType::kFloat32;
@@ -314,6 +361,7 @@ struct ProgramBuffer {
 
 struct FusedProgram {
   std::vector<std::string> symbol_names;
+  std::vector<IndexCheck> index_checks;  // from the LoopGraph
   std::vector<ProgramBuffer> buffers;
   std::vector<Kernel> kernels;  // in execution order
   std::string ToString() const;

@@ -68,6 +68,26 @@ LoweredValue LowerContext::Remap(const LoweredValue& v,
   return w;
 }
 
+int LowerContext::AddIndexCheck(IndexCheck::Kind kind, int dim,
+                                const SymExpr& size) {
+  std::vector<IndexCheck>& checks = loops_.index_checks;
+  for (size_t c = 0; c < checks.size(); ++c) {
+    const IndexCheck& k = checks[c];
+    if (k.node == node_index_ && k.kind == kind && k.dim == dim &&
+        k.size == size) {
+      return static_cast<int>(c);
+    }
+  }
+  IndexCheck check;
+  check.kind = kind;
+  check.node = node_index_;
+  check.op = node_.op->name;
+  check.dim = dim;
+  check.size = size;
+  checks.push_back(std::move(check));
+  return static_cast<int>(checks.size()) - 1;
+}
+
 absl::Status LowerContext::Unimplemented(absl::string_view what) const {
   return absl::UnimplementedError(
       absl::StrCat("node ", node_index_, " (", node_.op->name, "): ", what));

@@ -83,6 +83,11 @@ class LowerContext {
                             const std::vector<Expr>& v_index,
                             std::vector<SymExpr> sizes);
 
+  // Registers an index check of this node (loop_ir.h, IndexCheck: the
+  // node and op are this context's) and returns its site number for
+  // ir::Check. The same (kind, dim, size) twice gives the same site.
+  int AddIndexCheck(IndexCheck::Kind kind, int dim, const SymExpr& size);
+
   absl::Status Unimplemented(absl::string_view what) const;
   const LoopGraph& loops() const { return loops_; }
 

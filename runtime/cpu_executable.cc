@@ -211,6 +211,9 @@ absl::Status CpuExecutable::Execute(absl::Span<const int64_t> symbols,
     buffers[plan_.outputs[o].buffer] = output_data[o];
   for (const auto& [buffer, input] : plan_.input_buffers)
     buffers[buffer] = input_data[input];
+  // The index checks' error word, zeroed per run (program_plan.h).
+  alignas(16) int64_t error_word[3] = {0, 0, 0};
+  if (plan_.error_buffer >= 0) buffers[plan_.error_buffer] = error_word;
   // Temps: a freed block is reused by a later allocation of a size it can
   // hold (unfused programs free and allocate one temp per op).
   std::vector<std::unique_ptr<void, FreeDeleter>> temps(plan_.num_temps);
@@ -293,7 +296,9 @@ absl::Status CpuExecutable::Execute(absl::Span<const int64_t> symbols,
       }
     }
   }
-  return absl::OkStatus();
+  // The whole program ran (every index clamped); a recorded violation
+  // fails the call.
+  return IndexErrorStatus(program, error_word);
 }
 
 }  // namespace kiln

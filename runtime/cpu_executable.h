@@ -55,8 +55,11 @@ class CpuExecutable {
 
   // Checks the guards and runs. Inputs may be strided views (their strides
   // must match the guarded ones). Outputs are new contiguous tensors.
-  // Errors: INVALID_ARGUMENT naming the input, dim and the guard it fails.
-  // `pool` may be null (run on the calling thread).
+  // Errors: INVALID_ARGUMENT naming the input, dim and the guard it fails;
+  // OUT_OF_RANGE naming the node, op, index and size when the program read
+  // an index outside its dim (program_plan.h, IndexErrorStatus; the
+  // outputs are then not meaningful). `pool` may be null (run on the
+  // calling thread).
   absl::StatusOr<std::vector<HostTensor>> Run(
       absl::Span<const HostTensor> inputs, ThreadPool* pool = nullptr) const;
 
@@ -66,7 +69,8 @@ class CpuExecutable {
   // checked), and runs, writing output o into outputs[o].data. Outputs must
   // not overlap the inputs or each other. Errors: INVALID_ARGUMENT naming
   // the input or output and what is wrong; RESOURCE_EXHAUSTED when a
-  // temporary cannot be allocated. `pool` may be null.
+  // temporary cannot be allocated; OUT_OF_RANGE for an index read out of
+  // range, as Run. `pool` may be null.
   absl::Status RunInto(absl::Span<const HostBufferView> inputs,
                        absl::Span<const HostBufferView> outputs,
                        ThreadPool* pool = nullptr) const;

@@ -94,6 +94,8 @@ absl::StatusOr<std::unique_ptr<Driver>> Driver::Open(const char* library) {
   KILN_RESOLVE(cuMemcpyHtoDAsync_v2)
   KILN_RESOLVE(cuMemcpyDtoHAsync_v2)
   KILN_RESOLVE(cuMemcpyDtoDAsync_v2)
+  KILN_RESOLVE(cuMemHostAlloc)
+  KILN_RESOLVE(cuMemFreeHost)
   KILN_RESOLVE(cuMemsetD8_v2)
   KILN_RESOLVE(cuMemsetD8Async)
   KILN_RESOLVE(cuStreamCreate)

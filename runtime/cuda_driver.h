@@ -112,6 +112,8 @@ struct DriverApi {
                                  Stream stream);
   Result (*cuMemcpyDtoDAsync_v2)(DevicePtr dst, DevicePtr src, size_t bytes,
                                  Stream stream);
+  Result (*cuMemHostAlloc)(void** ptr, size_t bytes, unsigned int flags);
+  Result (*cuMemFreeHost)(void* ptr);
   Result (*cuMemsetD8_v2)(DevicePtr dst, unsigned char value, size_t count);
   Result (*cuMemsetD8Async)(DevicePtr dst, unsigned char value, size_t count,
                             Stream stream);

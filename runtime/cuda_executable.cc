@@ -64,7 +64,48 @@ DeviceTensor::DeviceTensor(DeviceAllocation storage, DType dtype,
   numel_ = stride;
 }
 
-CudaExecutable::~CudaExecutable() = default;
+CudaExecutable::~CudaExecutable() {
+  if (error_word_ == 0 && error_mirror_ == nullptr) return;
+  absl::StatusOr<cuda::ScopedContext> scope =
+      cuda::ScopedContext::Enter(*driver_, context_->get());
+  if (!scope.ok()) return;  // the context is gone, and its memory with it
+  if (error_word_ != 0) driver_->api().cuMemFree_v2(error_word_);
+  if (error_mirror_ != nullptr) driver_->api().cuMemFreeHost(error_mirror_);
+}
+
+namespace {
+constexpr size_t kErrorWordBytes = 3 * sizeof(int64_t);
+}  // namespace
+
+absl::Status CudaExecutable::TakeIndexError(cuda::Stream stream) const {
+  if (error_mirror_ == nullptr) return absl::OkStatus();
+  absl::Status error = kiln::TakeIndexError(artifact_.program(), error_mirror_);
+  if (error.ok()) return error;
+  if (absl::Status s =
+          driver_->Check(driver_->api().cuMemsetD8Async(
+                             error_word_, 0, kErrorWordBytes, stream),
+                         "cuMemsetD8Async");
+      !s.ok()) {
+    return s;
+  }
+  return error;
+}
+
+absl::Status CudaExecutable::CheckIndexErrors(cuda::Stream stream,
+                                              bool synchronize) const {
+  if (error_mirror_ == nullptr) return absl::OkStatus();
+  absl::StatusOr<cuda::ScopedContext> scope =
+      cuda::ScopedContext::Enter(*driver_, context_->get());
+  if (!scope.ok()) return scope.status();
+  if (synchronize) {
+    if (absl::Status s = driver_->Check(
+            driver_->api().cuStreamSynchronize(stream), "cuStreamSynchronize");
+        !s.ok()) {
+      return s;
+    }
+  }
+  return TakeIndexError(stream);
+}
 
 absl::StatusOr<std::unique_ptr<CudaExecutable>> CudaExecutable::Load(
     const v1::Artifact& artifact, const CudaLoadOptions& options) {
@@ -210,6 +251,31 @@ absl::Status CudaExecutable::LoadModule(const CudaLoadOptions& options) {
     gemm_ = *std::move(gemm);
   }
 
+  if (plan_.error_buffer >= 0) {
+    // The error word and its mirror, zeroed, with the context current.
+    absl::StatusOr<cuda::ScopedContext> scope =
+        cuda::ScopedContext::Enter(*driver_, context_->get());
+    if (!scope.ok()) return scope.status();
+    if (absl::Status s = driver_->Check(
+            api.cuMemAlloc_v2(&error_word_, kErrorWordBytes), "cuMemAlloc");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = driver_->Check(
+            api.cuMemsetD8_v2(error_word_, 0, kErrorWordBytes), "cuMemsetD8");
+        !s.ok()) {
+      return s;
+    }
+    void* mirror = nullptr;
+    if (absl::Status s = driver_->Check(
+            api.cuMemHostAlloc(&mirror, kErrorWordBytes, 0), "cuMemHostAlloc");
+        !s.ok()) {
+      return s;
+    }
+    error_mirror_ = static_cast<int64_t*>(mirror);
+    std::memset(error_mirror_, 0, kErrorWordBytes);
+  }
+
   allocator_ = options.allocator;
   if (allocator_ == nullptr) {
     auto own = CachingDeviceAllocator::Create(device_ordinal_);
@@ -235,9 +301,12 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
   absl::StatusOr<cuda::ScopedContext> scope =
       cuda::ScopedContext::Enter(*driver_, context_->get());
   if (!scope.ok()) return scope.status();
+  // An earlier run's out-of-range index fails this call (Run's comment).
+  if (absl::Status s = TakeIndexError(stream); !s.ok()) return s;
 
   absl::InlinedVector<cuda::DevicePtr, 16> buffers(plan_.element_size.size(),
                                                    0);
+  if (plan_.error_buffer >= 0) buffers[plan_.error_buffer] = error_word_;
   for (const auto& [buffer, input] : plan_.input_buffers)
     buffers[buffer] = inputs[input].data;
 
@@ -346,6 +415,17 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
         }
         break;
       }
+    }
+  }
+  if (error_mirror_ != nullptr) {
+    // Pinned memory: the copy is asynchronous; the next Run (or
+    // CheckIndexErrors) reads it.
+    if (absl::Status s = driver_->Check(
+            driver_->api().cuMemcpyDtoHAsync_v2(error_mirror_, error_word_,
+                                                kErrorWordBytes, stream),
+            "cuMemcpyDtoHAsync");
+        !s.ok()) {
+      return s;
     }
   }
   return outputs;

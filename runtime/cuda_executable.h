@@ -131,8 +131,27 @@ class CudaExecutable {
   // allocator runs out of memory; the driver's status when a launch fails
   // (work enqueued before it stays enqueued; memory is still freed in
   // stream order).
+  //
+  // Out-of-range indices (artifact.proto, IndexCheck) are PyTorch's
+  // device-side assert made a status, asynchronous like it: the kernels
+  // clamp every index (never reading outside a buffer) and record the first
+  // violation in this executable's error word in device memory, which each
+  // Run copies, stream-ordered and without synchronising, into pinned host
+  // memory after its last step. A later Run that finds a violation there
+  // fails with OUT_OF_RANGE ("node 7 (aten.embedding.default): index 50300
+  // is out of range for dimension 0 of size 50257") before enqueuing
+  // anything, and clears the word (stream-ordered), so the call after it
+  // runs normally. To learn about a run's indices without another Run,
+  // call CheckIndexErrors. Runs in flight on other streams may make one
+  // violation be reported twice, or by a Run on another stream.
   absl::StatusOr<std::vector<DeviceTensor>> Run(
       absl::Span<const DeviceTensorView> inputs, cuda::Stream stream) const;
+
+  // OUT_OF_RANGE (and clears it) when a Run read an index out of range and
+  // its error word has reached the host; with `synchronize`, first waits
+  // for `stream` (cuStreamSynchronize), so every Run enqueued on it before
+  // is accounted for. OK for a program that reads no index from data.
+  absl::Status CheckIndexErrors(cuda::Stream stream, bool synchronize) const;
 
   const v1::Artifact& artifact() const { return artifact_; }
   const std::shared_ptr<DeviceAllocator>& allocator() const {
@@ -157,6 +176,14 @@ class CudaExecutable {
   // evaluates sizes; pointers into artifact_.
   ProgramPlan plan_;
   std::vector<cuda::Function> functions_;  // per launch, in plan_ order
+  // The index checks' error word (int64[3]) in device memory, sticky until
+  // a Run or CheckIndexErrors reports it, and its pinned host mirror; 0 and
+  // null when the program checks no index.
+  cuda::DevicePtr error_word_ = 0;
+  int64_t* error_mirror_ = nullptr;
+  // Reports and clears the mirror's violation (the device word's clear is
+  // enqueued on `stream`); the executable's context must be current.
+  absl::Status TakeIndexError(cuda::Stream stream) const;
   // cuBLASLt for the extern calls (null when the program makes none).
   std::unique_ptr<CudaGemm> gemm_;
 };

@@ -1,6 +1,7 @@
 #include "runtime/program_plan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <optional>
 
@@ -150,6 +151,39 @@ absl::StatusOr<GemmMatrix> ResolveMatrix(const char* name, int64_t offset,
 
 }  // namespace
 
+absl::Status TakeIndexError(const v1::Program& program, int64_t* mirror) {
+  std::atomic_ref<int64_t> site(mirror[0]);
+  int64_t word[3] = {site.load(std::memory_order_acquire), 0, 0};
+  if (word[0] == 0) return absl::OkStatus();
+  word[1] = std::atomic_ref<int64_t>(mirror[1]).load(std::memory_order_relaxed);
+  word[2] = std::atomic_ref<int64_t>(mirror[2]).load(std::memory_order_relaxed);
+  int64_t expected = word[0];
+  if (!site.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) {
+    return absl::OkStatus();  // another caller took it
+  }
+  return IndexErrorStatus(program, word);
+}
+
+absl::Status IndexErrorStatus(const v1::Program& program,
+                              const int64_t word[3]) {
+  const int64_t site_plus_one = word[0], index = word[1], size = word[2];
+  if (site_plus_one == 0) return absl::OkStatus();
+  if (site_plus_one < 0 || site_plus_one > program.index_checks_size()) {
+    return absl::InternalError(absl::StrCat("the error word names index check ",
+                                            site_plus_one - 1, " of ",
+                                            program.index_checks_size()));
+  }
+  const v1::IndexCheck& c = program.index_checks(site_plus_one - 1);
+  const std::string where = absl::StrCat("node ", c.node(), " (", c.op(), ")");
+  if (c.kind() == v1::IndexCheck::TARGET) {
+    return absl::OutOfRangeError(absl::StrCat(
+        where, ": Target ", index, " is out of bounds (", size, " classes)"));
+  }
+  return absl::OutOfRangeError(absl::StrCat(where, ": index ", index,
+                                            " is out of range for dimension ",
+                                            c.dim(), " of size ", size));
+}
+
 absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
                                       absl::Span<const int64_t> symbols,
                                       absl::Span<const int64_t> elements) {
@@ -283,10 +317,28 @@ absl::StatusOr<ProgramPlan> PlanProgram(const v1::Artifact& artifact,
       case v1::BufferSpec::TEMP:
         out.temp_slot[b] = out.num_temps++;
         break;
+      case v1::BufferSpec::ERROR: {
+        const std::optional<int64_t> n =
+            spec.elements().terms_size() == 1 &&
+                    spec.elements().terms(0).symbols_size() == 0
+                ? std::optional<int64_t>(spec.elements().terms(0).coeff())
+                : std::nullopt;
+        if (out.error_buffer >= 0 || *dtype != DType::kInt64 || n != 3) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "artifact: buffer ", b,
+              " is a second error word or not an int64 word of 3 elements"));
+        }
+        out.error_buffer = b;
+        break;
+      }
       default:
         return absl::InvalidArgumentError(
             absl::StrCat("artifact: buffer ", b, " has no kind"));
     }
+  }
+  if ((out.error_buffer >= 0) != (program.index_checks_size() > 0)) {
+    return absl::InvalidArgumentError(
+        "artifact: index checks without an error word, or the reverse");
   }
   for (int o = 0; o < artifact.outputs_size(); ++o) {
     if (!output_seen[o]) {

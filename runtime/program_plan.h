@@ -61,6 +61,10 @@ struct ProgramPlan {
   std::vector<int64_t> element_size;  // per buffer, bytes
   int num_temps = 0;
   int max_params = 0;  // buffers + symbols of the widest launch
+  // The ERROR buffer of the index checks (artifact.proto, IndexCheck): the
+  // runtime binds it to a zeroed int64[3] word and reads it after the run
+  // (IndexErrorStatus); -1 when the program checks no index.
+  int error_buffer = -1;
 };
 
 // What a runtime's launches can take.
@@ -102,12 +106,33 @@ absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
                                       absl::Span<const int64_t> symbols,
                                       absl::Span<const int64_t> elements);
 
+// The status of a run whose error word (artifact.proto, IndexCheck) is
+// `word` = {site + 1, index, size}: OK when word[0] is 0, else OUT_OF_RANGE
+// as PyTorch raises an IndexError, naming the node, its op, the index and
+// the dim's size:
+//   "node 7 (aten.embedding.default): index 50300 is out of range for
+//    dimension 0 of size 50257"
+//   "node 3 (aten.nll_loss_forward.default): Target 5 is out of bounds
+//    (3 classes)"
+// A site the program does not have (a corrupt word) is INTERNAL.
+absl::Status IndexErrorStatus(const v1::Program& program,
+                              const int64_t word[3]);
+
+// Takes the error word a device run left in host memory (`mirror`, written
+// asynchronously by a copy from the device, e.g. pinned memory): when
+// mirror[0] is set, clears it with a compare-and-swap (of concurrent
+// takers one gets the error, the others OK) and returns IndexErrorStatus
+// of what it held; OK when it is clear.
+absl::Status TakeIndexError(const v1::Program& program, int64_t* mirror);
+
 // Checks `artifact`'s input guards, buffers, output specs and steps: every
 // symbol a polynomial uses exists, every dtype is known, each output has
 // exactly one buffer of its dtype, temps are allocated before use and freed
 // once, launches name a kernel and pass existing buffers, extern calls name
 // this runtime's library and a GEMM over existing buffers of its dtype, in
-// a dtype pair it takes, that writes neither an input nor an operand.
+// a dtype pair it takes, that writes neither an input nor an operand; an
+// ERROR buffer is unique, INT64 of 3 elements, and present exactly when
+// there are index checks.
 // Errors: INVALID_ARGUMENT "artifact: ..." naming the buffer, step or
 // kernel at fault.
 absl::StatusOr<ProgramPlan> PlanProgram(const v1::Artifact& artifact,

@@ -7,13 +7,16 @@
 // fuse into their consumers like any view; fusion materialises what such a
 // load reads through like any other load (compiler/fuse.cc).
 //
-// Out-of-range indices: PyTorch raises an IndexError; Kiln's kernels have no
-// error path, so every index read from data is wrapped (negative counts
-// from the end) and then clamped into [0, n): an out-of-range index reads
-// the nearest valid element and memory outside a buffer is never touched.
-// The reference evaluator reports them as OUT_OF_RANGE. A gather from a dim
-// of static size 0 (an error in PyTorch whenever there is an index) gives
-// zeros.
+// Out-of-range indices: PyTorch raises an IndexError. Every index read
+// from data goes through SafeIndex: wrapped when negative and clamped into
+// [0, n), so memory outside a buffer is never touched, and checked
+// (ir::Check): an index outside [-n, n) records this node's check site in
+// the program's error word, which the runtime turns into OUT_OF_RANGE
+// naming node, op, index and size (loop_ir.h, IndexCheck). nll_loss
+// targets are checked against [0, C) unless they equal ignore_index. The
+// reference evaluator reports the same as OUT_OF_RANGE. A gather from a
+// dim of static size 0 (an error in PyTorch whenever there is an index)
+// gives zeros.
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -44,16 +47,25 @@ Expr And(Expr a, Expr b) {
   return ir::Binary(ExprOp::kAnd, std::move(a), std::move(b), DType::kBool);
 }
 
-// An index read from data, for a dim of size n: wrapped when negative,
-// then clamped into [0, n - 1] so that no load leaves the buffer.
-Expr SafeIndex(const Expr& raw, const SymExpr& n) {
+Expr Or(Expr a, Expr b) {
+  return ir::Binary(ExprOp::kOr, std::move(a), std::move(b), DType::kBool);
+}
+
+// An index read from data along dim `dim` of size n: wrapped when
+// negative, then clamped into [0, n - 1] so that no load leaves the
+// buffer, and checked against [-n, n) (a violation is recorded for this
+// node, see the file comment).
+Expr SafeIndex(LowerContext& ctx, const Expr& raw, const SymExpr& n, int dim) {
   const Expr i = ir::Cast(raw, DType::kInt64);
   const Expr size = ir::FromSym(n);
   const Expr wrapped = ir::Select(Lt(i, Int(0)), ir::Add(i, size), i);
   const Expr hi = ir::Add(size, Int(-1));
-  return ir::Binary(ExprOp::kMax,
-                    ir::Binary(ExprOp::kMin, wrapped, hi, DType::kInt64),
-                    Int(0), DType::kInt64);
+  const Expr clamped = ir::Binary(
+      ExprOp::kMax, ir::Binary(ExprOp::kMin, wrapped, hi, DType::kInt64),
+      Int(0), DType::kInt64);
+  const Expr bad = Or(Lt(i, ir::Mul(size, Int(-1))), Ge(i, size));
+  return ir::Check(clamped, bad, i,
+                   ctx.AddIndexCheck(IndexCheck::Kind::kIndex, dim, n));
 }
 
 bool StaticallyEmpty(const SymExpr& n) { return n == SymExpr(0); }
@@ -68,8 +80,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerEmbedding(LowerContext& ctx) {
   const LoweredValue& indices = ctx.value(1);
   if (StaticallyEmpty(weight.sizes[0])) return Zeros(ctx);
   const int r = static_cast<int>(indices.sizes.size());
-  const Expr row =
-      SafeIndex(LowerContext::Read(indices, IdentityIndex(r)), weight.sizes[0]);
+  const Expr row = SafeIndex(ctx, LowerContext::Read(indices, IdentityIndex(r)),
+                             weight.sizes[0], 0);
   return std::vector<LoweredValue>{
       LowerContext::Remap(weight, {row, ir::Var(r)}, ctx.out_type().sizes)};
 }
@@ -85,7 +97,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerIndexSelect(LowerContext& ctx) {
   std::vector<Expr> at;
   if (!index.sizes.empty()) at.push_back(ir::Var(d));
   std::vector<Expr> j = IdentityIndex(rank);
-  j[d] = SafeIndex(LowerContext::Read(index, at), self.sizes[d]);
+  j[d] = SafeIndex(ctx, LowerContext::Read(index, at), self.sizes[d], d);
   return std::vector<LoweredValue>{
       LowerContext::Remap(self, j, ctx.out_type().sizes)};
 }
@@ -103,8 +115,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerGather(LowerContext& ctx) {
   const int d = WrapCheckedDim(ctx.arg(1).i, rank);
   if (StaticallyEmpty(self.sizes[d])) return Zeros(ctx);
   std::vector<Expr> j = IdentityIndex(rank);
-  j[d] = SafeIndex(LowerContext::Read(index, IdentityIndex(out_rank)),
-                   self.sizes[d]);
+  j[d] = SafeIndex(ctx, LowerContext::Read(index, IdentityIndex(out_rank)),
+                   self.sizes[d], d);
   return std::vector<LoweredValue>{
       LowerContext::Remap(self, j, ctx.out_type().sizes)};
 }
@@ -122,8 +134,9 @@ absl::StatusOr<std::vector<LoweredValue>> LowerIndexTensor(LowerContext& ctx) {
   std::vector<Expr> j;
   for (int i = 0; i < k; ++i) {
     if (StaticallyEmpty(self.sizes[i])) return Zeros(ctx);
-    j.push_back(SafeIndex(LowerContext::ReadBroadcast(ctx.value_of(ts[i]), b),
-                          self.sizes[i]));
+    j.push_back(SafeIndex(ctx,
+                          LowerContext::ReadBroadcast(ctx.value_of(ts[i]), b),
+                          self.sizes[i], i));
   }
   for (int m = 0; m < rest; ++m) j.push_back(ir::Var(b_rank + m));
   return std::vector<LoweredValue>{LowerContext::Remap(self, j, out)};
@@ -200,10 +213,22 @@ LoweredValue AddPointwise(LowerContext& ctx, std::vector<SymExpr> sizes,
   return ctx.AddNode(std::move(node));
 }
 
+// A target `t` (int64) of nll_loss over `classes`, checked: outside
+// [0, classes) and not ignore_index records a violation (PyTorch's "Target
+// t is out of bounds."); the value is t itself.
+Expr CheckedTarget(LowerContext& ctx, const Expr& t, const SymExpr& classes,
+                   int64_t ignore_index) {
+  const Expr bad =
+      And(ir::Binary(ExprOp::kNe, t, Int(ignore_index), DType::kBool),
+          Or(Lt(t, Int(0)), Ge(t, ir::FromSym(classes))));
+  return ir::Check(t, bad, t,
+                   ctx.AddIndexCheck(IndexCheck::Kind::kTarget, 0, classes));
+}
+
 // Per sample (var 0 of a [N] space, or no var for a 1-D input): its target,
 // whether it is ignored, its weight (0 when ignored) and its loss
 // -weight * self[target] (0 when ignored), in float32. The target is
-// clamped into [0, C) for the loads only.
+// checked, and clamped into [0, C) for the loads only.
 struct NllSample {
   Expr ignored, weight, loss;
 };
@@ -214,8 +239,10 @@ NllSample NllSampleExprs(LowerContext& ctx, int self_arg, int target_arg,
   const bool batched = self.sizes.size() == 2;
   const std::vector<Expr> i =
       batched ? std::vector<Expr>{ir::Var(0)} : std::vector<Expr>{};
-  const Expr t = ir::Cast(LowerContext::Read(target, i), DType::kInt64);
   const SymExpr& classes = self.sizes.back();
+  const Expr t =
+      CheckedTarget(ctx, ir::Cast(LowerContext::Read(target, i), DType::kInt64),
+                    classes, ctx.arg(ignore_arg).i);
   const Expr c = ir::Binary(
       ExprOp::kMax,
       ir::Binary(ExprOp::kMin, t, ir::Add(ir::FromSym(classes), Int(-1)),
@@ -293,7 +320,9 @@ absl::StatusOr<std::vector<LoweredValue>> LowerNllLossBackward(
   const Expr c = ir::Var(batched ? 1 : 0);
   const std::vector<Expr> i =
       batched ? std::vector<Expr>{ir::Var(0)} : std::vector<Expr>{};
-  const Expr t = ir::Cast(LowerContext::Read(target, i), DType::kInt64);
+  const Expr t =
+      CheckedTarget(ctx, ir::Cast(LowerContext::Read(target, i), DType::kInt64),
+                    self.sizes.back(), ctx.arg(5).i);
   const Expr hit = And(
       Eq(t, c), ir::Binary(ExprOp::kNe, t, Int(ctx.arg(5).i), DType::kBool));
   const LoweredValue& grad = ctx.value(0);
@@ -388,7 +417,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerEmbeddingBackward(
   std::vector<Expr> t;
   for (int k = 0; k < t_rank; ++k) t.push_back(ir::Var(2 + k));
   const Expr raw = ir::Cast(LowerContext::Read(indices, t), DType::kInt64);
-  Expr hit = Eq(SafeIndex(raw, out.sizes[0]), ir::Var(0));
+  Expr hit = Eq(SafeIndex(ctx, raw, out.sizes[0], 0), ir::Var(0));
   if (ctx.arg(3).i >= 0) {
     hit =
         And(hit, ir::Binary(ExprOp::kNe, raw, Int(ctx.arg(3).i), DType::kBool));
@@ -410,7 +439,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerEmbeddingBackward(
     std::vector<Expr> ct;
     for (int k = 0; k < t_rank; ++k) ct.push_back(ir::Var(1 + k));
     const Expr craw = ir::Cast(LowerContext::Read(indices, ct), DType::kInt64);
-    Expr chit = Eq(SafeIndex(craw, out.sizes[0]), ir::Var(0));
+    Expr chit = Eq(SafeIndex(ctx, craw, out.sizes[0], 0), ir::Var(0));
     if (ctx.arg(3).i >= 0) {
       chit = And(
           chit, ir::Binary(ExprOp::kNe, craw, Int(ctx.arg(3).i), DType::kBool));
@@ -487,7 +516,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerScatterCommon(LowerContext& ctx,
   reduced[r] = true;
   const ScatterSite site = ScatterSiteOf(self.sizes, index.sizes, dim);
   const Expr target =
-      SafeIndex(LowerContext::Read(index, site.q), self.sizes[dim]);
+      SafeIndex(ctx, LowerContext::Read(index, site.q), self.sizes[dim], dim);
   const Expr hit = And(site.within, Eq(target, ir::Var(dim)));
   auto src_at = [&](const std::vector<Expr>& q) {
     return ctx.is_tensor(3) ? LowerContext::Read(ctx.value(3), q)
@@ -583,7 +612,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerIndexPut(LowerContext& ctx) {
   Expr hit;
   for (int j = 0; j < k; ++j) {
     const LoweredValue& t = ctx.value_of(ts[j]);
-    const Expr i = SafeIndex(ReadBroadcastAt(t, b, bvars), self.sizes[j]);
+    const Expr i =
+        SafeIndex(ctx, ReadBroadcastAt(t, b, bvars), self.sizes[j], j);
     hit = And(hit, Eq(i, ir::Var(j)));
   }
   // values over B + self's dims after k.

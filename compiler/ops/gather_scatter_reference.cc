@@ -1,7 +1,8 @@
 // Reference semantics of the gather/scatter ops (signatures in
 // graph/ops/gather_scatter.cc): plain loops over the output reading the
 // source at the index the index tensor gives. An index outside [-n, n) is
-// OUT_OF_RANGE naming the op, as PyTorch raises an IndexError; negative
+// OUT_OF_RANGE naming the op, as PyTorch raises an IndexError (compiled
+// code reports the same, see gather_scatter_lowering.cc); negative
 // indices count from the end (index, index_select, gather, embedding do not
 // wrap in PyTorch's kernels for all devices, but the CPU ones of
 // index/index_put do; Kiln wraps everywhere, the reference too).

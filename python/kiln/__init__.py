@@ -41,14 +41,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ._binding import (C_API_VERSION, Client, CpuExecutable, CudaExecutable,
-                       CudaOutput, KilnError, load_library, supported_ops)
+                       CudaOutput, KilnError, KilnIndexError, load_library,
+                       supported_ops)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .dynamo import ExplainReport
 
 __all__ = [
     "C_API_VERSION", "Client", "CpuExecutable", "CudaExecutable", "CudaOutput",
-    "KilnError", "backend", "explain", "load_library", "supported_ops",
+    "KilnError", "KilnIndexError", "backend", "explain", "load_library", "supported_ops",
 ]
 
 

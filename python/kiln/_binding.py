@@ -66,7 +66,7 @@ import threading
 __all__ = ["Client", "CpuExecutable", "CudaExecutable", "CudaOutput",
            "KilnError", "extension", "load_library", "supported_ops"]
 
-C_API_VERSION = 3  # kiln_c.h's KILN_C_API_VERSION this binding speaks
+C_API_VERSION = 4  # kiln_c.h's KILN_C_API_VERSION this binding speaks
 
 _CODES = [
     "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
@@ -89,13 +89,32 @@ _DTYPE_CODES = {name: code for code, (name, _, _) in _DTYPES.items()}
 
 
 class KilnError(RuntimeError):
-    """A Kiln status: .code (int), .code_name ("INVALID_ARGUMENT"), .message."""
+    """A Kiln status: .code (int), .code_name ("INVALID_ARGUMENT"), .message.
+
+    KilnError(11, ...) (OUT_OF_RANGE: a graph read an index out of range)
+    is a KilnIndexError, also an IndexError as PyTorch raises, wherever it
+    is made (here or in the _kiln_call extension)."""
+
+    def __new__(cls, code, message):
+        if cls is KilnError and code == _OUT_OF_RANGE:
+            cls = KilnIndexError
+        return super().__new__(cls, code, message)
 
     def __init__(self, code, message):
         self.code = code
         self.code_name = _CODES[code] if 0 <= code < len(_CODES) else str(code)
         self.message = message
         super().__init__(f"{self.code_name}: {message}")
+
+
+_OUT_OF_RANGE = 11
+
+
+class KilnIndexError(KilnError, IndexError):
+    """OUT_OF_RANGE: an index (embedding, gather, index_select, index,
+    index_put, scatter, nll_loss target) outside its dim, e.g. "node 7
+    (aten.embedding.default): index 50300 is out of range for dimension 0
+    of size 50257". An IndexError, as PyTorch raises for the same call."""
 
 
 class _TensorView(ctypes.Structure):
@@ -289,6 +308,8 @@ def _declare(lib):
         "kiln_cuda_executable_run": (status, [vp, p(_TensorView),
                                               ctypes.c_size_t, vp, p(vp),
                                               ctypes.c_size_t]),
+        "kiln_cuda_executable_check_index_errors": (status,
+                                                    [vp, vp, ctypes.c_int]),
         "kiln_cuda_tensor_data": (ctypes.c_uint64, [vp]),
         "kiln_cuda_tensor_dtype": (ctypes.c_int, [vp]),
         "kiln_cuda_tensor_rank": (ctypes.c_int, [vp]),
@@ -569,6 +590,17 @@ class CudaExecutable:
         return [CudaOutput(self._lib, outs[i], self.device,
                            self._allocator_keep)
                 for i in range(self.num_outputs)]
+
+    def check_index_errors(self, stream=None, wait=True):
+        """Raises KilnIndexError (an IndexError) when a run read an index
+        out of range (PyTorch's device-side assert; otherwise the next run
+        raises it), clearing it; with wait, first synchronises `stream` (a
+        CUstream as int; default: torch's current stream of the device)."""
+        if stream is None:
+            torch = _torch()
+            stream = torch.cuda.current_stream(self.device).cuda_stream
+        _check(self._lib, self._lib.kiln_cuda_executable_check_index_errors(
+            self._handle, ctypes.c_void_p(stream), 1 if wait else 0))
 
     def call_path(self, input_indices, outputs, tuple_output=True,
                   _keep_alive=True):

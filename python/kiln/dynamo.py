@@ -37,7 +37,12 @@ A token kilnd refuses (UNAUTHENTICATED, PERMISSION_DENIED) or an artifact
 not signed by a trusted key is a failed compile: eager with one warning,
 or KilnError with fallback="error".
 
-Failures: an op Kiln lacks runs eagerly, always. A server that cannot be
+Failures: an op Kiln lacks runs eagerly, always. An index out of range
+(embedding, gather, index_select, index, index_put, scatter, nll_loss
+target) raises kiln.KilnIndexError, an IndexError as in eager PyTorch,
+naming Kiln's node and op; it is never retried eagerly. On CUDA, as
+PyTorch's device-side assert, it is raised by a later call of the same
+partition (CudaExecutable.Run's comment). A server that cannot be
 reached or a partition that fails to compile runs eagerly with one warning
 per backend (fallback="eager", the default), or raises KilnError
 (fallback="error"). Graphs compiled within 10 s after kilnd was unreachable
@@ -284,6 +289,12 @@ class KilnPartition(torch.nn.Module):
             return self._failed(e, args)
 
     def _failed(self, e: Exception, args: Tuple[Any, ...]) -> Any:
+        if isinstance(e, _binding.KilnIndexError):
+            # The user's error, not Kiln's: an index out of range raises
+            # IndexError as PyTorch would, whatever the fallback (running
+            # the partition eagerly would only raise PyTorch's own).
+            raise _binding.KilnIndexError(e.code, f"{self.name}: {e.message}") \
+                from None
         if self.backend.fallback == "error":
             if isinstance(e, _binding.KilnError):
                 got = ", ".join(

@@ -491,6 +491,68 @@ TEST(CudaGpu, FissionedMultiPassRowsMatchReference) {
   }
 }
 
+// Out-of-range indices on the GPU (issue 17.2): a run of an embedding with
+// an id past the table is enqueued and clamped (nothing outside a buffer
+// is read); the violation is reported, as PyTorch's device-side assert is,
+// by CheckIndexErrors after a sync, or by the next Run, which then
+// enqueues nothing; the run after that works and gives PyTorch's values.
+TEST(CudaGpu, OutOfRangeIndexIsReportedAndReset) {
+  REQUIRE_GPU(gpu);
+  const char* json = R"({"graph": {
+    "inputs": [
+      {"name": "w", "meta": {"dtype": "FLOAT32", "sizes": [{"value": 5},
+                                                         {"value": 3}]}},
+      {"name": "i", "meta": {"dtype": "INT64", "sizes": [{"value": 4}]}}],
+    "nodes": [{"op": "aten.embedding.default",
+               "args": [{"ref": "w"}, {"ref": "i"}], "outputs": ["y"]}],
+    "outputs": ["y"]}})";
+  v1::CompileRequest req;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &req).ok());
+  req.mutable_target()->mutable_cuda()->set_arch(gpu->arch);
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CudaExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  HostTensor w = HostTensor::Empty(DType::kFloat32, {5, 3});
+  for (int64_t k = 0; k < 15; ++k) w.SetDoubleAt(k, static_cast<double>(k));
+  auto ids = [](std::vector<int64_t> v) {
+    HostTensor t = HostTensor::Empty(DType::kInt64, {4});
+    for (int64_t k = 0; k < 4; ++k) t.SetIntAt(k, v[k]);
+    return t;
+  };
+  auto run = [&](const HostTensor& i) -> absl::StatusOr<HostTensor> {
+    auto dw = gpu_testing::Upload(*gpu, w);
+    auto di = gpu_testing::Upload(*gpu, i);
+    if (!dw.ok()) return dw.status();
+    if (!di.ok()) return di.status();
+    auto got = (*exe)->Run({dw->view(), di->view()}, nullptr);
+    if (!got.ok()) return got.status();
+    return gpu_testing::Download(*gpu, (*got)[0], nullptr);
+  };
+  const std::string message =
+      "node 0 (aten.embedding.default): index 9 is out of range for "
+      "dimension 0 of size 5";
+  // Reported by CheckIndexErrors after a sync.
+  ASSERT_TRUE(run(ids({0, 9, 1, 2})).ok());
+  EXPECT_EQ((*exe)->CheckIndexErrors(nullptr, /*synchronize=*/true),
+            absl::OutOfRangeError(message));
+  EXPECT_TRUE((*exe)->CheckIndexErrors(nullptr, true).ok());
+  // Reported by the next Run (the bad run's copy has reached the host: the
+  // download synchronised), which enqueues nothing.
+  ASSERT_TRUE(run(ids({0, 9, 1, 2})).ok());
+  EXPECT_EQ(run(ids({0, 1, 2, 3})).status(), absl::OutOfRangeError(message));
+  // Too negative, and a good run after it with a wrapping negative index.
+  ASSERT_TRUE(run(ids({-6, 0, 0, 0})).ok());
+  EXPECT_EQ((*exe)->CheckIndexErrors(nullptr, true).code(),
+            absl::StatusCode::kOutOfRange);
+  auto good = run(ids({4, -1, 0, 2}));
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE((*exe)->CheckIndexErrors(nullptr, true).ok());
+  const std::vector<double> want = {12, 13, 14, 12, 13, 14, 0, 1, 2, 6, 7, 8};
+  for (int64_t k = 0; k < 12; ++k)
+    EXPECT_EQ(good->GetDoubleAt(k), want[k]) << k;
+}
+
 // kiln::Client::GetCudaExecutable end to end: kilnd cross-compiles the
 // example graphs for this GPU, the client loads them and they match the
 // reference; repeats come from the in-process cache, a second client gets

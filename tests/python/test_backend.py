@@ -172,6 +172,36 @@ def test_embedding_cross_entropy_forward_backward(daemon):
         assert all("view" in r for r in reasons), (op, reasons)
 
 
+@pytest.mark.parametrize("fallback", ["error", "eager"])
+def test_out_of_range_index_raises_index_error_like_eager(daemon, fallback):
+    # An id past the vocabulary (or below -V): IndexError as eager raises,
+    # naming Kiln's node and op, whatever the fallback; never a silent
+    # clamped read or an eager retry. A good call afterwards works.
+    backend = kiln.backend(server=daemon.address, fallback=fallback)
+    torch.manual_seed(2)
+    emb = torch.nn.Embedding(50, 8)
+    compiled = torch.compile(lambda ids: emb(ids) * 2.0, backend=backend)
+    good = torch.randint(0, 50, (4, 6))
+    torch.testing.assert_close(compiled(good), emb(good) * 2.0)
+    for bad_id in (50, 1000, -51):
+        bad = good.clone()
+        bad[1, 3] = bad_id
+        with pytest.raises(IndexError):
+            emb(bad)  # eager
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(IndexError) as info:
+                compiled(bad)
+        assert not kiln_warnings(caught), caught
+        assert isinstance(info.value, kiln.KilnIndexError)
+        message = str(info.value)
+        assert "aten.embedding.default" in message, message
+        assert (f"index {bad_id} is out of range for dimension 0 of size 50"
+                in message), message
+        torch.testing.assert_close(compiled(good), emb(good) * 2.0)
+    assert backend.report.op("aten.embedding.default").kiln >= 1
+
+
 def test_fast_math_is_another_compile(daemon):
     """fast_math=True is part of the request: a second compile (another
     guard key) whose results stay close to eager's."""

@@ -248,6 +248,42 @@ TEST(CudaCodegen, GatherScatterGraphsCompile) {
   }
 }
 
+// Out-of-range indices (issue 17.2) on the GPU: every kernel that reads
+// an index from data takes the error word (an ERROR buffer, one more
+// parameter) and writes it only on its cold path, with a 64-bit
+// compare-and-swap in global memory; no kernel without a check gets it.
+TEST(CudaCodegen, IndexChecksWriteTheErrorWord) {
+  auto a = Compile(ForGpu(Request("embedding_cross_entropy.json")));
+  ASSERT_TRUE(a.ok()) << a.status();
+  const v1::Program& p = a->program();
+  ASSERT_GT(p.index_checks_size(), 0);
+  int error_buffer = -1;
+  for (int b = 0; b < p.buffers_size(); ++b) {
+    if (p.buffers(b).kind() == v1::BufferSpec::ERROR) {
+      EXPECT_EQ(error_buffer, -1);
+      error_buffer = b;
+      EXPECT_EQ(p.buffers(b).dtype(), v1::INT64);
+    }
+  }
+  ASSERT_GE(error_buffer, 0);
+  const std::string& ptx = a->cuda().ptx();
+  int with = 0;
+  for (const v1::Step& step : p.steps()) {
+    if (!step.has_launch()) continue;
+    const v1::Launch& l = step.launch();
+    bool takes = false;
+    for (int b : l.buffers()) takes |= b == error_buffer;
+    const size_t at = ptx.find(absl::StrCat(".entry ", l.kernel(), "("));
+    ASSERT_NE(at, std::string::npos) << l.kernel();
+    const size_t end = ptx.find(".entry ", at + 1);
+    const std::string body = ptx.substr(at, end - at);
+    EXPECT_EQ(absl::StrContains(body, "atom.global.cas.b64"), takes)
+        << l.kernel();
+    with += takes;
+  }
+  EXPECT_GT(with, 0);
+}
+
 TEST(CudaCodegen, ArchitecturesAndErrors) {
   for (const char* arch : {"sm_80", "sm_90", "sm_100"}) {
     auto a = Compile(ForGpu(Request("softmax.json"), arch));

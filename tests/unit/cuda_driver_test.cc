@@ -75,6 +75,8 @@ KILN_CHECK_ABI(cuMemcpyDtoH_v2);
 KILN_CHECK_ABI(cuMemcpyHtoDAsync_v2);
 KILN_CHECK_ABI(cuMemcpyDtoHAsync_v2);
 KILN_CHECK_ABI(cuMemcpyDtoDAsync_v2);
+KILN_CHECK_ABI(cuMemHostAlloc);
+KILN_CHECK_ABI(cuMemFreeHost);
 KILN_CHECK_ABI(cuMemsetD8_v2);
 KILN_CHECK_ABI(cuMemsetD8Async);
 KILN_CHECK_ABI(cuStreamCreate);

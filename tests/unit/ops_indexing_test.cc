@@ -3,16 +3,19 @@
 // machine (the same inputs, including non-contiguous ones), negative dims
 // and indices, broadcasting, empty tensors, every dtype, int32 and int64
 // indices, and what an out-of-range index does (OUT_OF_RANGE in the
-// reference; clamped, never outside a buffer, in compiled code).
+// reference; in compiled code clamped, never outside a buffer, and
+// OUT_OF_RANGE naming node, op, index and size after the run).
 #include <random>
 #include <string>
 #include <vector>
 
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
+#include "google/protobuf/util/json_util.h"
 #include "graph/import.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_executable.h"
+#include "runtime/program_plan.h"
 #include "runtime/thread_pool.h"
 #include "tests/unit/example_graphs.h"
 #include "tests/unit/numerics.h"
@@ -99,18 +102,57 @@ void CheckBoth(const std::string& op, const std::vector<HostTensor>& in,
   ExpectValuesNear(got[o], values);
 }
 
-// An out-of-range index: OUT_OF_RANGE from the reference naming the op;
-// the compiled kernel runs (clamped) and gives `clamped`.
+// Runs the compiled `exe` over caller memory (RunInto), returning its
+// status and leaving the outputs in `out`.
+absl::Status RunIntoOutputs(const CpuExecutable& exe,
+                            const std::vector<HostTensor>& in,
+                            std::vector<HostTensor>& out) {
+  std::vector<HostBufferView> views;
+  for (const HostTensor& t : in) {
+    views.push_back(
+        {const_cast<uint8_t*>(t.data()), t.dtype(), t.sizes(), t.strides()});
+  }
+  auto sizes = exe.OutputSizes(views);
+  if (!sizes.ok()) return sizes.status();
+  out.clear();
+  const v1::Artifact& a = exe.artifact();
+  for (size_t o = 0; o < sizes->size(); ++o) {
+    out.push_back(HostTensor::Empty(static_cast<DType>(a.outputs(o).dtype()),
+                                    (*sizes)[o]));
+  }
+  std::vector<HostBufferView> outs;
+  for (HostTensor& t : out)
+    outs.push_back({t.data(), t.dtype(), t.sizes(), t.strides()});
+  ThreadPool pool(2);
+  return exe.RunInto(views, outs, &pool);
+}
+
+// An out-of-range index: OUT_OF_RANGE from the reference naming the op; the
+// compiled program fails the same way, its message naming node 0, the op
+// and `detail` ("index 7 is out of range for dimension 0 of size 2"),
+// after kernels that clamp every index (never reading outside a buffer):
+// output `o` holds `clamped`.
 void CheckOutOfRange(const std::string& op, const std::vector<HostTensor>& in,
                      const std::vector<v1::Argument>& args,
-                     const std::vector<double>& clamped) {
+                     const std::vector<double>& clamped,
+                     const std::string& detail = "", int o = 0) {
   SCOPED_TRACE(op);
   auto r = RunOp(op, in, args);
   ASSERT_EQ(r.status().code(), absl::StatusCode::kOutOfRange) << r.status();
   EXPECT_NE(r.status().message().find(op), std::string::npos);
-  std::vector<HostTensor> got = RunCompiled(op, in, args);
-  ASSERT_EQ(got.size(), 1u);
-  ExpectValuesNear(got[0], clamped);
+  auto exe = CompileOneOp(op, in, args, -1);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  std::vector<HostTensor> got;
+  const absl::Status s = RunIntoOutputs(**exe, in, got);
+  ASSERT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+  EXPECT_NE(s.message().find("node 0 (" + op + "): "), std::string::npos) << s;
+  EXPECT_NE(s.message().find(detail), std::string::npos) << s;
+  ASSERT_GT(got.size(), static_cast<size_t>(o));
+  ExpectValuesNear(got[o], clamped);
+  // Run fails the same way.
+  ThreadPool pool(2);
+  EXPECT_EQ((*exe)->Run(in, &pool).status().code(),
+            absl::StatusCode::kOutOfRange);
 }
 
 // ---- embedding ----
@@ -538,6 +580,220 @@ TEST(IndexingGraphs, EmbeddingCrossEntropyForwardBackward) {
 
 TEST(IndexingGraphs, GatherScatterMix) {
   ExpectExampleMatchesReference("gather_scatter_mix.json", {0, 16, 33, 0});
+}
+
+// ---- out-of-range indices in compiled code (issue 17.2) ----
+//
+// Each op that reads indices from data: an index too large and one too
+// negative each fail the compiled run with OUT_OF_RANGE naming node, op,
+// index and size, after kernels that clamped it (the outputs hold clamped
+// reads); in-range negative indices still wrap (the CheckBoth tests above).
+
+TEST(IndexingOutOfRange, EmbeddingIndexSelectGatherIndex) {
+  const std::string dim0 = " is out of range for dimension 0 of size 2";
+  const std::string dim1 = " is out of range for dimension 1 of size 3";
+  CheckOutOfRange("aten.embedding.default", {M23(), I64({2}, {1, 7})},
+                  {In(0), In(1)}, {4, 5, 6, 4, 5, 6}, "index 7" + dim0);
+  CheckOutOfRange("aten.embedding.default", {M23(), I32({2}, {-3, 0})},
+                  {In(0), In(1)}, {1, 2, 3, 1, 2, 3}, "index -3" + dim0);
+  CheckOutOfRange("aten.index_select.default", {M23(), I64({2}, {0, 3})},
+                  {In(0), I(1), In(1)}, {1, 3, 4, 6}, "index 3" + dim1);
+  CheckOutOfRange("aten.index_select.default", {M23(), I64({1}, {-4})},
+                  {In(0), I(-1), In(1)}, {1, 4}, "index -4" + dim1);
+  CheckOutOfRange("aten.gather.default", {M23(), I64({1, 2}, {2, 3})},
+                  {In(0), I(1), In(1)}, {3, 3}, "index 3" + dim1);
+  CheckOutOfRange("aten.gather.default", {M23(), I64({1, 1}, {-3})},
+                  {In(0), I(0), In(1)}, {1}, "index -3" + dim0);
+  CheckOutOfRange("aten.index.Tensor", {M23(), I64({2}, {1, 2})},
+                  {In(0), Refs({1})}, {4, 5, 6, 4, 5, 6}, "index 2" + dim0);
+  CheckOutOfRange("aten.index.Tensor", {Iota({3}), I64({2}, {-4, -1})},
+                  {In(0), Refs({1})}, {0, 2},
+                  "index -4 is out of range for dimension 0 of size 3");
+}
+
+TEST(IndexingOutOfRange, ScattersAndIndexPut) {
+  const HostTensor zeros = F32({2, 3}, {0, 0, 0, 0, 0, 0});
+  const std::string dim1 = " is out of range for dimension 1 of size 3";
+  // Clamped: the bad index hits the last (first) column.
+  CheckOutOfRange(
+      "aten.scatter_add.default", {zeros, I64({1, 2}, {0, 5}), M23()},
+      {In(0), I(1), In(1), In(2)}, {1, 0, 2, 0, 0, 0}, "index 5" + dim1);
+  CheckOutOfRange("aten.scatter.src", {zeros, I64({1, 1}, {-4}), M23()},
+                  {In(0), I(1), In(1), In(2)}, {1, 0, 0, 0, 0, 0},
+                  "index -4" + dim1);
+  CheckOutOfRange("aten.scatter.value", {F32({3}, {0, 0, 0}), I64({1}, {-9})},
+                  {In(0), I(0), In(1), F(1)}, {1, 0, 0},
+                  "index -9 is out of range for dimension 0 of size 3");
+  const HostTensor z32 = F32({3, 2}, {0, 0, 0, 0, 0, 0});
+  const HostTensor v = F32({2, 2}, {1, 2, 3, 4});
+  for (bool accumulate : {true, false}) {
+    SCOPED_TRACE(accumulate);
+    CheckOutOfRange("aten.index_put.default", {z32, I64({2}, {0, 3}), v},
+                    {In(0), Refs({1}), In(2), B(accumulate)},
+                    {1, 2, 0, 0, 3, 4},
+                    "index 3 is out of range for dimension 0 of size 3");
+    CheckOutOfRange("aten.index_put.default", {z32, I64({2}, {-4, 1}), v},
+                    {In(0), Refs({1}), In(2), B(accumulate)},
+                    {1, 2, 3, 4, 0, 0},
+                    "index -4 is out of range for dimension 0 of size 3");
+  }
+}
+
+TEST(IndexingOutOfRange, EmbeddingBackwardAndNllLoss) {
+  const std::string dim0 = " is out of range for dimension 0 of size 3";
+  const HostTensor g = F32({2, 2}, {1, 2, 3, 4});
+  CheckOutOfRange("aten.embedding_dense_backward.default",
+                  {g, I64({2}, {0, 3})}, {In(0), In(1), I(3), I(-1), B(false)},
+                  {1, 2, 0, 0, 3, 4}, "index 3" + dim0);
+  CheckOutOfRange("aten.embedding_dense_backward.default",
+                  {g, I64({2}, {-5, 1})}, {In(0), In(1), I(3), I(-1), B(false)},
+                  {1, 2, 3, 4, 0, 0}, "index -5" + dim0);
+  // nll_loss: targets in [0, C) or ignore_index; -1 is out of bounds.
+  const std::string fwd = "aten.nll_loss_forward.default";
+  CheckOutOfRange(fwd, {LogProbs(), I64({3}, {1, 2, 0})},
+                  {In(0), In(1), NoneArg(), I(0), I(-100)}, {2, 4, 5},
+                  "Target 2 is out of bounds (2 classes)");
+  CheckOutOfRange(fwd, {LogProbs(), I64({3}, {1, -1, -100})},
+                  {In(0), In(1), NoneArg(), I(2), I(-100)}, {5},
+                  "Target -1 is out of bounds (2 classes)");
+  const std::string bwd = "aten.nll_loss_backward.default";
+  CheckOutOfRange(
+      bwd, {F32({}, {1}), LogProbs(), I64({3}, {1, 0, 7}), F32({}, {1})},
+      {In(0), In(1), In(2), NoneArg(), I(2), I(-100), In(3)},
+      {0, -1, -1, 0, 0, 0}, "Target 7 is out of bounds (2 classes)");
+  // ignore_index itself is never out of bounds.
+  CheckBoth(fwd, {LogProbs(), I64({3}, {1, -7, 0})},
+            {In(0), In(1), NoneArg(), I(2), I(-7)}, kF32, {}, {7});
+}
+
+// The node named is the graph's, not the op's position: an embedding after
+// two other nodes; and an executable that failed runs good inputs again
+// (the error word is per run), through Run and RunInto, and in-range
+// negative indices wrap.
+TEST(IndexingOutOfRange, NamesTheNodeAndResetsPerRun) {
+  const char* json = R"({"graph": {
+    "inputs": [
+      {"name": "w", "meta": {"dtype": "FLOAT32", "sizes": [{"value": 4},
+                                                         {"value": 2}]}},
+      {"name": "i", "meta": {"dtype": "INT64", "sizes": [{"value": 3}]}}],
+    "nodes": [
+      {"op": "aten.mul.Tensor", "args": [{"ref": "w"}, {"ref": "w"}],
+       "outputs": ["w2"]},
+      {"op": "aten.add.Tensor", "args": [{"ref": "i"}, {"i": "1"}],
+       "outputs": ["j"]},
+      {"op": "aten.embedding.default", "args": [{"ref": "w2"}, {"ref": "j"}],
+       "outputs": ["y"]}],
+    "outputs": ["y"]}})";
+  v1::CompileRequest req;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &req).ok());
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  ASSERT_EQ(artifact->program().index_checks_size(), 1);
+  EXPECT_EQ(artifact->program().index_checks(0).node(), 2);
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  const HostTensor w = F32({4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  ThreadPool pool(2);
+  for (int round = 0; round < 2; ++round) {
+    auto bad = (*exe)->Run({w, I64({3}, {0, 3, 1})}, &pool);
+    ASSERT_EQ(bad.status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(bad.status().message(),
+              "node 2 (aten.embedding.default): index 4 is out of range for "
+              "dimension 0 of size 4");
+    // -5 + 1 = -4 wraps to row 0; -2 + 1 to row 3.
+    auto good = (*exe)->Run({w, I64({3}, {-5, -2, 2})}, &pool);
+    ASSERT_TRUE(good.ok()) << good.status();
+    ExpectValuesNear((*good)[0], {1, 4, 49, 64, 49, 64});
+    std::vector<HostTensor> out;
+    ASSERT_TRUE(RunIntoOutputs(**exe, {w, I64({3}, {0, 1, 2})}, out).ok());
+    ExpectValuesNear(out[0], {9, 16, 25, 36, 49, 64});
+  }
+}
+
+// Programs without a data-dependent index have no error word and no check
+// sites (their artifacts are as before; artifact_digest_test pins bytes).
+TEST(IndexingOutOfRange, NoErrorWordWithoutGathers) {
+  auto exe =
+      CompileOneOp("aten.add.Tensor", {M23(), M23()}, {In(0), In(1)}, -1);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  const v1::Program& p = (*exe)->artifact().program();
+  EXPECT_EQ(p.index_checks_size(), 0);
+  for (const v1::BufferSpec& b : p.buffers())
+    EXPECT_NE(b.kind(), v1::BufferSpec::ERROR);
+  auto gather = CompileOneOp("aten.embedding.default",
+                             {M23(), I64({2}, {0, 1})}, {In(0), In(1)}, -1);
+  ASSERT_TRUE(gather.ok()) << gather.status();
+  const v1::Program& q = (*gather)->artifact().program();
+  ASSERT_EQ(q.index_checks_size(), 1);
+  EXPECT_EQ(q.index_checks(0).op(), "aten.embedding.default");
+  int errors = 0;
+  for (const v1::BufferSpec& b : q.buffers())
+    errors += b.kind() == v1::BufferSpec::ERROR;
+  EXPECT_EQ(errors, 1);
+}
+
+// The runtimes' shared part (runtime/program_plan.h): the message of an
+// error word, taking a word a device run left in host memory, and the
+// checks of the ERROR buffer at load time.
+TEST(IndexingOutOfRange, ErrorWordsAndTheirChecks) {
+  v1::Program p;
+  v1::IndexCheck* c = p.add_index_checks();
+  c->set_node(7);
+  c->set_op("aten.embedding.default");
+  c->set_dim(0);
+  c = p.add_index_checks();
+  c->set_kind(v1::IndexCheck::TARGET);
+  c->set_node(3);
+  c->set_op("aten.nll_loss_forward.default");
+  const int64_t none[3] = {0, 5, 5};
+  EXPECT_TRUE(IndexErrorStatus(p, none).ok());
+  const int64_t first[3] = {1, 50300, 50257};
+  EXPECT_EQ(IndexErrorStatus(p, first),
+            absl::OutOfRangeError("node 7 (aten.embedding.default): index "
+                                  "50300 is out of range for dimension 0 of "
+                                  "size 50257"));
+  const int64_t second[3] = {2, -1, 10};
+  EXPECT_EQ(IndexErrorStatus(p, second),
+            absl::OutOfRangeError("node 3 (aten.nll_loss_forward.default): "
+                                  "Target -1 is out of bounds (10 classes)"));
+  const int64_t corrupt[3] = {3, 0, 0};
+  EXPECT_EQ(IndexErrorStatus(p, corrupt).code(), absl::StatusCode::kInternal);
+  int64_t mirror[3] = {1, 9, 4};
+  EXPECT_EQ(TakeIndexError(p, mirror).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(mirror[0], 0);
+  EXPECT_TRUE(TakeIndexError(p, mirror).ok());
+
+  auto compiled =
+      CompileOneOp("aten.gather.default", {M23(), I64({1, 2}, {0, 1})},
+                   {In(0), I(1), In(1)}, -1);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const v1::Artifact& good = (*compiled)->artifact();
+  int error_buffer = -1;
+  for (int b = 0; b < good.program().buffers_size(); ++b) {
+    if (good.program().buffers(b).kind() == v1::BufferSpec::ERROR)
+      error_buffer = b;
+  }
+  ASSERT_GE(error_buffer, 0);
+  LaunchLimits limits;
+  ASSERT_TRUE(PlanProgram(good, limits).ok());
+  EXPECT_EQ(PlanProgram(good, limits)->error_buffer, error_buffer);
+  v1::Artifact a = good;
+  a.mutable_program()->clear_index_checks();
+  EXPECT_EQ(PlanProgram(a, limits).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  a = good;
+  a.mutable_program()
+      ->mutable_buffers(error_buffer)
+      ->mutable_elements()
+      ->mutable_terms(0)
+      ->set_coeff(2);
+  EXPECT_EQ(PlanProgram(a, limits).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  a = good;
+  *a.mutable_program()->add_buffers() = good.program().buffers(error_buffer);
+  EXPECT_EQ(PlanProgram(a, limits).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
