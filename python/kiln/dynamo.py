@@ -62,6 +62,7 @@ from __future__ import annotations
 import collections
 import copy
 import os
+import re
 import sys
 import threading
 import time
@@ -426,10 +427,44 @@ class KilnBackend:
     # -- one AOTAutograd graph ---------------------------------------------
     def _compile_graph(self, gm: torch.fx.GraphModule,
                        example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        """Partitions gm, compiles each partition, returns the module.
+        A partition kilnd refuses because of one node (its error names
+        "node N (op)") is partitioned again without that node, up to
+        _NODE_RETRIES times per graph (fallback="eager"): with partitions
+        as large as whole graphs, one node Kiln cannot compile must not send
+        the whole graph back to eager."""
         from torch._functorch.aot_autograd import make_boxed_func  # noqa: PLC0415
 
+        pristine = None
+        excluded: Dict[str, str] = {}
+        for attempt in range(_NODE_RETRIES + 1):
+            if attempt == 0:
+                work = gm
+                if self.fallback == "eager":
+                    pristine = _copy_graph_module(gm)
+            else:
+                work = _copy_graph_module(pristine)
+            module, report, refused = self._compile_partitions(work, excluded)
+            if not refused or pristine is None or attempt == _NODE_RETRIES:
+                break
+            excluded.update(refused)
+        if refused:
+            self._warn_once("kiln: a partition failed to compile, running it "
+                            "eagerly: " + "; ".join(refused.values()))
+        with self._lock:
+            self.report.merge(report)
+        if _log_enabled():
+            print(report, file=sys.stderr)
+        return make_boxed_func(module)
+
+    def _compile_partitions(
+            self, gm: torch.fx.GraphModule, excluded: Dict[str, str]
+    ) -> Tuple[torch.fx.GraphModule, ExplainReport, Dict[str, str]]:
+        """One partitioning of gm (nodes named in `excluded` kept out with
+        their reason) and its compiles: (module, report, {node name: why}
+        for partitions kilnd refused because of one node)."""
         report = ExplainReport(graphs=1)
-        support = KilnOperatorSupport(self.ops())
+        support = KilnOperatorSupport(self.ops(), excluded)
         try:
             result = partition(gm, support)
         except Exception as e:  # noqa: BLE001 (never fail the user's graph)
@@ -441,19 +476,18 @@ class KilnBackend:
                 if node.op == "call_function" and _computes_tensors(node):
                     report.op(_op_name(node)).fallback[
                         f"partitioning failed: {e!r}"] += 1
-            with self._lock:
-                self.report.merge(report)
-            return make_boxed_func(gm)
+            return gm, report, {}
         for node, reason in support.reasons.items():
             if _computes_tensors(node):  # not SymInt arithmetic
                 report.op(_op_name(node)).fallback[reason] += 1
         for name, reasons in result.left_out.items():
             report.op(name).fallback.update(reasons)
         module = result.module
+        refused: Dict[str, str] = {}
         for name, ops in result.partitions.items():
             report.partitions += 1
             sub = getattr(module, name)
-            why = self._compile_partition(module, name, sub)
+            why = self._compile_partition(module, name, sub, refused)
             if why is None:
                 report.compiled_partitions += 1
                 report.dynamic_partitions += int(getattr(module, name).graph.dynamic)
@@ -463,16 +497,15 @@ class KilnBackend:
                 for op in ops:
                     report.op(op).fallback[why] += 1
         module.recompile()
-        with self._lock:
-            self.report.merge(report)
-        if _log_enabled():
-            print(report, file=sys.stderr)
-        return make_boxed_func(module)
+        return module, report, refused
 
     def _compile_partition(self, module: torch.fx.GraphModule, name: str,
-                           sub: torch.fx.GraphModule) -> Optional[str]:
+                           sub: torch.fx.GraphModule,
+                           refused: Optional[Dict[str, str]] = None
+                           ) -> Optional[str]:
         """Replaces submodule `name` by a KilnPartition; returns None, or
-        why it stays eager."""
+        why it stays eager. When kilnd refuses the graph because of one
+        node, that node's FX name and the reason go into `refused`."""
         try:
             graph = to_kiln_graph(sub)
         except Unsupported as e:
@@ -515,6 +548,12 @@ class KilnBackend:
                 self._warn_once(f"kiln: refused (check the token and the "
                                 f"trusted keys), running eagerly: {e}")
                 return f"refused: {e}"
+            node = _refused_node(e, graph)
+            if node is not None and refused is not None and \
+                    e.code_name in ("INVALID_ARGUMENT", "UNIMPLEMENTED"):
+                # Partitioned again without it (_compile_graph): no warning.
+                refused[node] = f"kilnd refused it: {e.message}"
+                return f"compile failed: {e}"
             self._warn_once(f"kiln: a partition failed to compile, running it "
                             f"eagerly: {e}")
             return f"compile failed: {e}"
@@ -538,6 +577,32 @@ class KilnBackend:
                 return
             self._warned = True
         warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+# How many times a graph is partitioned again without a node kilnd refused.
+_NODE_RETRIES = 3
+
+_NODE_IN_ERROR = re.compile(r"\bnode (\d+) \(")
+
+
+def _refused_node(e: "_binding.KilnError", graph: KilnGraph) -> Optional[str]:
+    """The FX node name behind the Kiln node an error names ("node N
+    (aten...)"), or None."""
+    m = _NODE_IN_ERROR.search(e.message)
+    if m is None:
+        return None
+    k = int(m.group(1))
+    origin = graph.node_origin
+    return origin[k] if 0 <= k < len(origin) else None
+
+
+def _copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A GraphModule over a copy of gm's graph (same node names, shared
+    meta values and attributes): partition() rewrites its argument."""
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return torch.fx.GraphModule(gm, graph)
 
 
 def _computes_tensors(node: torch.fx.Node) -> bool:

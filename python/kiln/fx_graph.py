@@ -532,6 +532,8 @@ class KilnGraph:
         output contiguously in the expected layout's order (a permute node
         before it in the graph), so the caller's permute is a view, not a
         copy (permuted_layout()).
+    node_origin: per node of `graph`, the name of the FX node it comes
+        from (None for none): kilnd's errors name nodes by index.
     seeded: whether the graph has random ops; then its last tensor_inputs
         entry is one past the placeholders: the caller appends a fresh seed
         (an int64 0-dim tensor, draw_seed()) to the FX arguments.
@@ -549,6 +551,7 @@ class KilnGraph:
     device: torch.device = torch.device("cpu")
     seeded: bool = False
     output_perms: List[Optional[List[int]]] = field(default_factory=list)
+    node_origin: List[Optional[str]] = field(default_factory=list)
 
     @property
     def json(self) -> str:
@@ -652,7 +655,12 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             size_inputs[len(inputs) - 1] = SizeInput(sym, d, a, c)
             dynamic = True
 
+    # Per Kiln node, the FX node it comes from (errors name Kiln nodes).
+    origin: List[Optional[str]] = []
+    current: Optional[str] = None
     for node in gm.graph.nodes:
+        origin.extend([current] * (len(nodes) - len(origin)))
+        current = node.name
         if node.op == "placeholder":
             placeholders[node] = num_placeholders
             num_placeholders += 1
@@ -804,7 +812,12 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
         outputs.append(("kiln", len(kiln_outputs)))
         kiln_outputs.append(name)
         output_meta.append(_val(r))
+    origin.extend([current] * (len(nodes) - len(origin)))
     output_perms = _permute_outputs(nodes, kiln_outputs, output_meta)
+    value_origin = {out: origin[k] for k, n in enumerate(nodes[:len(origin)])
+                    for out in n["outputs"]}
+    for n in nodes[len(origin):]:  # the permutes of outputs
+        origin.append(value_origin.get(n["args"][0].get("ref")))
     device = next(iter(devices), torch.device("cpu"))
     for i in inputs:  # scalar inputs too: they are passed on the device
         i["meta"]["device"] = "CUDA" if device.type == "cuda" else "CPU"
@@ -815,7 +828,8 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                      scalar_inputs=scalar_inputs, size_inputs=size_inputs,
                      dynamic=dynamic,
                      symbol_of=dict(symbols.names), device=device,
-                     seeded=seed_ref is not None, output_perms=output_perms)
+                     seeded=seed_ref is not None, output_perms=output_perms,
+                     node_origin=origin)
 
 
 def _hint(size: Any) -> int:

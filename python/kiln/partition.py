@@ -171,12 +171,16 @@ def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
 
 class KilnOperatorSupport(OperatorSupportBase):
     """Supported: call_function nodes of Kiln's ops (and getitem) whose
-    arguments Kiln's graph format can hold. `reasons` maps each refused
-    node to why."""
+    arguments Kiln's graph format can hold, except those named in
+    `excluded` (FX node name -> reason: kilnd refused them before).
+    `reasons` maps each refused node to why."""
 
-    def __init__(self, ops: FrozenSet[str]) -> None:
+    def __init__(self, ops: FrozenSet[str],
+                 excluded: Mapping[str, str] = {}) -> None:  # noqa: B006
         super().__init__()
         self.ops = ops
+        # FX node name -> why: nodes kilnd refused in an earlier attempt.
+        self.excluded = dict(excluded)
         self.reasons: Dict[torch.fx.Node, str] = {}
 
     def is_node_supported(self, submodules: Mapping[str, torch.nn.Module],
@@ -192,6 +196,8 @@ class KilnOperatorSupport(OperatorSupportBase):
         return False
 
     def _reason(self, node: torch.fx.Node) -> "str | None":
+        if node.name in self.excluded:
+            return self.excluded[node.name]
         if not isinstance(node.target, torch._ops.OpOverload):
             return f"{op_name(node.target)} is not an ATen op"
         name = op_name(node.target)

@@ -765,3 +765,35 @@ def test_autostarted_daemon_exits_when_idle(tmp_path):
     finally:
         if _running(pid):
             os.kill(pid, 9)
+
+
+def test_a_node_kilnd_refuses_runs_eagerly_and_the_rest_in_kiln(daemon):
+    """kilnd refuses an accumulating scatter over more than 2^32 steps
+    (UNIMPLEMENTED naming the node) that the partitioner cannot see coming:
+    the graph is partitioned again without that node, which runs eagerly
+    with the reason, and its neighbours compile (dynamo._compile_graph).
+    With fallback="error" the refusal raises."""
+
+    def f(x, idx, v):
+        return torch.index_put(x * 2, (idx,), v, accumulate=True).sin() + 1
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1 << 17, generator=g)
+    idx = torch.randint(0, 1 << 17, (1 << 16,), generator=g)
+    v = torch.randn(1 << 16, generator=g)
+    backend = kiln.backend(server=daemon.address, fallback="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning: a node is left out
+        out = torch.compile(f, backend=backend)(x, idx, v)
+    torch.testing.assert_close(out, f(x, idx, v))
+    report = backend.report
+    assert report.compiled_partitions == report.partitions == 2, str(report)
+    reasons = report.fallbacks["aten.index_put.default"]
+    assert any("kilnd refused it" in r and "2^32" in r for r in reasons), reasons
+    assert report.op("aten.sin.default").kiln == 1
+    assert report.op("aten.mul.Tensor").kiln == 1
+
+    torch._dynamo.reset()
+    strict = kiln.backend(server=daemon.address, fallback="error")
+    with pytest.raises(Exception, match="2\\^32"):
+        torch.compile(f, backend=strict)(x, idx, v)
