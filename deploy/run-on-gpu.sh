@@ -4,7 +4,7 @@
 # glibc >= 2.36 and, for bench and python, python3 with torch):
 #
 #   make bundle BUNDLE_EXTRA="build/tests/gpu/cuda_gpu_test build/bench/gpu/cuda_bench build/tests/unit/cuda_runtime_test"
-#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|bench|all [OUT_DIR]
+#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|attention|bench|all [OUT_DIR]
 #
 # tests: cuda_runtime_test and cuda_gpu_test (its Client test starts the
 # bundle's kilnd); python: the Python binding with PyTorch
@@ -13,7 +13,8 @@
 # (tests/gpu/backend_gpu_test.py); pybench: bench/python/gpu_gemm.py and
 # step_time.py --device cuda; coverage: bench/python/coverage.py --device
 # cuda over the suite and bench/python/zoo.py; callcost:
-# bench/python/call_cost.py --device cuda against the bundle's kilnd; all:
+# bench/python/call_cost.py --device cuda against the bundle's kilnd;
+# attention: bench/python/attention.py --device cuda; all:
 # tests, python and backend. $PYTHON names the interpreter (default python3).
 # The extension _kiln_call is built for $PYTHON on first use when the bundle's
 # was built for another Python (kiln/_ext_build.py; needs cc and Python.h).
@@ -80,6 +81,9 @@ if [[ $what == callcost ]]; then
   PYTHONPATH=$K/python "${PYTHON:-python3}" "$here/bench/python/call_cost.py" --device cuda \
     --server "127.0.0.1:$(head -1 "$work/port")" || status=1
   kill %1 || true
+fi
+if [[ $what == attention ]]; then
+  "${PYTHON:-python3}" "$here/bench/python/attention.py" --device cuda || status=1
 fi
 if [[ $what == bench ]]; then
   KILN_CUDA_BENCH=$K/bin/cuda_bench "$here/bench/gpu/run.sh" "$out" || status=1

@@ -70,7 +70,7 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     KilnError instead). Ops Kiln does not have always run eagerly.
     attention: how scaled_dot_product_attention runs (kiln/attention.py):
     "auto" (None: $KILN_ATTENTION, else "auto": as GEMMs and a softmax in
-    Kiln, except on CUDA above 2^24 score elements, where PyTorch's fused
+    Kiln, except on CUDA above 2^20 score elements, where PyTorch's fused
     kernel runs eagerly), "decompose" (always in Kiln) or "eager" (never).
 
     A kilnd with tokens, TLS or signed artifacts (README.md, "Running kilnd

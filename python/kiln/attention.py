@@ -13,19 +13,24 @@ products per input and the softmax's backward).
 rewrite_attention() does it on Dynamo's graph, before AOTAutograd traces
 it: each call of scaled_dot_product_attention (or of
 F.multi_head_attention_forward, nn.MultiheadAttention's, which Dynamo keeps
-as one call and which calls it inside) whose score matrix
-(batch x heads x L x S) is at most `max_scores` elements becomes a call of
-sdpa_math(); larger ones keep the fused kernel (it never materialises the
-scores: at long sequences it needs far less memory than two GEMMs and a
-softmax). The policy, from kiln.backend(attention=...) or KILN_ATTENTION:
+as one call and which calls it inside) that the policy decomposes becomes a
+call of sdpa_math() (mha_math()); the others keep the fused kernel. The
+policy, from kiln.backend(attention=...) or KILN_ATTENTION:
 
-  "auto"      the default: decomposed on the CPU; on CUDA up to 2^24 score
-              elements (64 MiB in float32), beyond that the fused kernel.
+  "auto"      the default: decomposed on the CPU; on CUDA only small
+              attention (at most CUDA_MAX_SCORES = 2^20 score elements),
+              else the fused kernel (flash/memory-efficient attention,
+              eagerly): measured on an H100 (bench/python/attention.py),
+              fwd+bwd of causal bf16 attention at 8x12x256..4x16x2048 ran
+              4-7x slower as GEMMs and softmax than PyTorch's flash kernel,
+              which never writes the scores out.
   "decompose" always decomposed.
   "eager"     never: attention runs as PyTorch's fused kernel, eagerly.
 
-Numerics: float16/bfloat16 inputs are computed in float32 (as the fused
-kernels accumulate) and the output rounded once; masks follow PyTorch's
+Numerics: float16/bfloat16 products run in their dtype accumulating in
+float32 (rounded once, as PyTorch's own products), the scaling, masking
+and softmax in float32, the probabilities rounded to the inputs' dtype
+before the second product; masks follow PyTorch's
 rules (a boolean mask keeps True, a float mask is added; is_causal is the
 top-left lower triangle), dropout is PyTorch's (native_dropout, Kiln's
 Philox kernels), GQA repeats key and value heads (enable_gqa). A row whose
@@ -49,8 +54,14 @@ __all__ = ["ATTENTION_POLICIES", "resolve_policy", "rewrite_attention",
 
 ATTENTION_POLICIES = ("auto", "decompose", "eager")
 
-# "auto" on CUDA: the largest score matrix decomposed, in elements.
-CUDA_MAX_SCORES = 1 << 24
+# "auto" on CUDA: the largest score matrix (batch x heads x L x S elements)
+# decomposed. Small attention is host-bound: as GEMMs and softmax it joins
+# the partition around it (the suite's models on an H100, at most 2^16
+# scores: attention's training step 1.04x Inductor's decomposed, 1.24x with
+# the fused kernel between two partitions); from 6.3M scores on, PyTorch's
+# flash kernel is 4-7x faster (bench/python/attention.py). In between is
+# not measured.
+CUDA_MAX_SCORES = 1 << 20
 
 _SDPA_TARGETS = {F.scaled_dot_product_attention,
                  torch._C._nn.scaled_dot_product_attention}
@@ -82,7 +93,7 @@ def sdpa_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     dtype = query.dtype
     compute = (torch.float32 if dtype in (torch.float16, torch.bfloat16)
                else dtype)
-    q, k, v = query.to(compute), key.to(compute), value.to(compute)
+    q, k, v = query, key, value
     if enable_gqa and k.dim() >= 3 and q.size(-3) != k.size(-3):
         rep = q.size(-3) // k.size(-3)
         k = k.repeat_interleave(rep, dim=-3)
@@ -90,7 +101,9 @@ def sdpa_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if scale is None:
         scale = 1.0 / math.sqrt(q.size(-1)) if isinstance(q.size(-1), int) \
             else torch.sym_float(q.size(-1)) ** -0.5
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    # The products in the inputs' dtype (accumulating in float32: tensor
+    # cores on CUDA), the softmax in float32.
+    scores = torch.matmul(q, k.transpose(-2, -1)).to(compute) * scale
     if is_causal:
         rows = torch.arange(q.size(-2), device=q.device).unsqueeze(-1)
         cols = torch.arange(k.size(-2), device=q.device)
@@ -103,7 +116,7 @@ def sdpa_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     probs = torch.softmax(scores, dim=-1)
     if dropout_p > 0.0:
         probs = F.dropout(probs, p=dropout_p, training=True)
-    return torch.matmul(probs, v).to(dtype)
+    return torch.matmul(probs.to(dtype), v)
 
 
 _MHA_SIGNATURE = inspect.signature(F.multi_head_attention_forward)
@@ -147,10 +160,10 @@ def _scores(node: torch.fx.Node) -> Optional[int]:
         vals.append(v)
     q, k = vals
     if node.target in _MHA_TARGETS:
-        # (L, N, E) and (S, N, E), or unbatched (L, E); heads: argument 3.
-        heads = node.args[3] if len(node.args) > 3 else node.kwargs.get(
-            "num_heads", 1)
-        n = _hint(q.shape[0]) * _hint(k.shape[0]) * _hint(heads)
+        # (L, N, E) and (S, N, E), or unbatched (L, E); heads: argument 4.
+        bound = _mha_arguments(node.args, node.kwargs)
+        n = _hint(q.shape[0]) * _hint(k.shape[0]) * _hint(
+            bound.arguments["num_heads"])
         return n * _hint(q.shape[1]) if q.dim() == 3 else n
     n = _hint(q.shape[-2]) * _hint(k.shape[-2])
     for s in q.shape[:-2]:
@@ -184,11 +197,12 @@ def rewrite_attention(gm: torch.fx.GraphModule, policy: str) -> int:
                 continue  # already bmm and softmax
         if policy == "auto":
             device = _device(node)
-            n = _scores(node)
-            if device is None or n is None:
+            if device is None:
                 continue
-            if device.type != "cpu" and n > CUDA_MAX_SCORES:
-                continue
+            if device.type != "cpu":
+                n = _scores(node)
+                if n is None or n > CUDA_MAX_SCORES:
+                    continue
         node.target = mha_math if node.target in _MHA_TARGETS else sdpa_math
         replaced += 1
     if replaced:
