@@ -208,6 +208,21 @@ class Importer {
     return result;
   }
 
+  // An input's size or stride given as a polynomial: imported, >= 0 for
+  // every value of its symbols, over symbols the inputs bind, and a
+  // constant one at most 2^40.
+  absl::StatusOr<SymExpr> ImportExtent(const v1::SizeExpr& expr,
+                                       absl::string_view where,
+                                       absl::string_view what) {
+    auto e = ImportSizeExpr(expr, where, what);
+    if (!e.ok()) return e.status();
+    if (absl::Status s = CheckNonNegative(*e, where, what); !s.ok()) return s;
+    if (absl::Status s = CheckBound(*e, where, what); !s.ok()) return s;
+    if (auto c = e->AsConstant(); c && *c > kMaxExtent)
+      return Invalid(where, absl::StrCat(what, " exceeds 2^40"));
+    return e;
+  }
+
   // A size that must be >= 0 for every value of its symbols (>= 2).
   absl::Status CheckNonNegative(const SymExpr& e, absl::string_view where,
                                 absl::string_view what) {
@@ -277,15 +292,9 @@ class Importer {
         if (!e.ok()) return e.status();
         type.sizes.push_back(*e);
       } else if (dim.kind_case() == v1::Dim::kExpr) {
-        const std::string what = absl::StrCat("size of dim ", d);
-        auto e = ImportSizeExpr(dim.expr(), where, what);
+        auto e = ImportExtent(dim.expr(), where,
+                              absl::StrCat("size of dim ", d));
         if (!e.ok()) return e.status();
-        if (absl::Status s = CheckNonNegative(*e, where, what); !s.ok())
-          return s;
-        if (absl::Status s = CheckBound(*e, where, what); !s.ok()) return s;
-        if (auto c = e->AsConstant(); c && *c > kMaxExtent)
-          return Invalid(where,
-                         absl::StrCat("size of dim ", d, " exceeds 2^40"));
         type.sizes.push_back(*std::move(e));
       } else {
         if (dim.value() < 0)
@@ -316,14 +325,8 @@ class Importer {
                                                " sets both expr and "
                                                "value/symbols"));
           }
-          auto e = ImportSizeExpr(st.expr(), where, what);
+          auto e = ImportExtent(st.expr(), where, what);
           if (!e.ok()) return e.status();
-          if (absl::Status s = CheckNonNegative(*e, where, what); !s.ok())
-            return s;
-          if (absl::Status s = CheckBound(*e, where, what); !s.ok()) return s;
-          if (auto c = e->AsConstant(); c && *c > kMaxExtent)
-            return Invalid(where,
-                           absl::StrCat("stride of dim ", d, " exceeds 2^40"));
           gi.strides.push_back(*std::move(e));
           continue;
         }

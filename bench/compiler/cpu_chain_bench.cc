@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "runtime/cpu_executable.h"
+#include "bench/compiler/bench_timing.h"
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
 #include "graph/import.h"
@@ -24,22 +25,6 @@
 
 namespace kiln {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-template <typename F>
-double MedianMs(F&& f, int warmup = 2, int runs = 7) {
-  for (int i = 0; i < warmup; ++i) f();
-  std::vector<double> t;
-  for (int i = 0; i < runs; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    t.push_back(
-        std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 v1::Graph AddMulChain(int n, int64_t rows, int64_t cols) {
   v1::Graph g;

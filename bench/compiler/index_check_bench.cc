@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/compiler/bench_timing.h"
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
 #include "runtime/cpu_executable.h"
@@ -24,22 +25,6 @@
 
 namespace kiln {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-template <typename F>
-double MedianMs(F&& f, int warmup = 2, int runs = 7) {
-  for (int i = 0; i < warmup; ++i) f();
-  std::vector<double> t;
-  for (int i = 0; i < runs; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    t.push_back(
-        std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 void AddInput(v1::Graph& g, const std::string& name, v1::DType dtype,
               const std::vector<int64_t>& sizes) {

@@ -49,6 +49,8 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
+from .fx_graph import size_hint
+
 __all__ = ["ATTENTION_POLICIES", "resolve_policy", "rewrite_attention",
            "sdpa_math"]
 
@@ -142,11 +144,8 @@ def mha_math(*args: Any, **kwargs: Any) -> Any:
 
 
 def _hint(size: Any) -> int:
-    """A size's value in the example inputs (a SymInt's hint)."""
-    if isinstance(size, torch.SymInt):
-        hint = size.node.hint
-        return int(hint) if hint is not None else 1 << 62
-    return int(size)
+    """A size's example value; unknown counts as huge (not decomposed)."""
+    return size_hint(size, unknown=1 << 62)
 
 
 def _scores(node: torch.fx.Node) -> Optional[int]:

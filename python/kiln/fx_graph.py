@@ -595,6 +595,17 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                 expr = _sym_expr(size)
                 if expr is not None and expr.is_Symbol:
                     symbols.bind(expr)
+    def add_size_input(node: torch.fx.Node, expr: Any, spec: "SizeInput") -> None:
+        """A Kiln input of shape (value of expr,), stride 0, that binds
+        expr's symbol; `spec` says how the caller gets the value from the
+        FX argument of `node`."""
+        inputs.append({"name": f"in{len(inputs)}", "meta": {
+            "dtype": "BOOL", "sizes": [{"symbol": symbols.bind(expr)}],
+            "strides": [{"value": 0}]}})
+        tensor_inputs.append(placeholders_index[node])
+        input_meta.append(None)
+        size_inputs[len(inputs) - 1] = spec
+
     # A SymInt placeholder used in a size list whose symbols no tensor input
     # binds is passed as a "size input": a tensor of shape (value,) with
     # stride 0 (built per call, no data), which binds it in Kiln.
@@ -614,14 +625,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
         if not expr.is_Symbol and all(f in symbols.bound
                                       for f in expr.free_symbols):
             continue
-        name = f"in{len(inputs)}"
-        inputs.append({"name": name, "meta": {
-            "dtype": "BOOL", "sizes": [{"symbol": symbols.bind(expr)}],
-            "strides": [{"value": 0}]}})
-        tensor_inputs.append(placeholders_index[node])
-        input_meta.append(None)
-        size_inputs[len(inputs) - 1] = SizeInput(expr)
-        dynamic = True
+        add_size_input(node, expr, SizeInput(expr))
     # A symbol s still unbound that a tensor input's dim gives as a*s + c
     # (a view x[:, 1:-1] has size s - 2 and strides over s): a size input
     # too, of value (that dim's size - c) / a, computed per call. Kiln checks
@@ -646,14 +650,8 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             c = sum(c for c, fs in terms if not fs)
             if a < 1 or any(fs and fs != [sym] for _, fs in terms):
                 continue
-            name = f"in{len(inputs)}"
-            inputs.append({"name": name, "meta": {
-                "dtype": "BOOL", "sizes": [{"symbol": symbols.bind(sym)}],
-                "strides": [{"value": 0}]}})
-            tensor_inputs.append(placeholders_index[node])
-            input_meta.append(None)
-            size_inputs[len(inputs) - 1] = SizeInput(sym, d, a, c)
-            dynamic = True
+            add_size_input(node, sym, SizeInput(sym, d, a, c))
+    dynamic |= bool(size_inputs)
 
     # Per Kiln node, the FX node it comes from (errors name Kiln nodes).
     origin: List[Optional[str]] = []
@@ -832,10 +830,12 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                      node_origin=origin)
 
 
-def _hint(size: Any) -> int:
+def size_hint(size: Any, unknown: int = 0) -> int:
+    """A size's value in the example inputs: an int, a SymInt's hint, or
+    `unknown` for a SymInt without one."""
     if isinstance(size, torch.SymInt):
         hint = size.node.hint
-        return int(hint) if hint is not None else 0
+        return int(hint) if hint is not None else unknown
     return int(size)
 
 
@@ -848,7 +848,7 @@ def permuted_layout(t: torch.Tensor) -> Optional[List[int]]:
     example sizes only order the candidates."""
     if t.dim() < 2:
         return None
-    order = sorted(range(t.dim()), key=lambda d: (-_hint(t.stride()[d]), d))
+    order = sorted(range(t.dim()), key=lambda d: (-size_hint(t.stride()[d]), d))
     if order == list(range(t.dim())):
         return None
     try:
