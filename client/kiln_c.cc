@@ -73,6 +73,27 @@ kiln_status* NullArgument(const char* function, const char* argument) {
       absl::StrCat(function, ": ", argument, " is NULL")));
 }
 
+// The CompileOptions of KILN_OPTION_* flags; INVALID_ARGUMENT naming any
+// other bit.
+absl::StatusOr<v1::CompileOptions> CompileOptionsFromFlags(int flags) {
+  constexpr int kKnown = KILN_OPTION_FAST_MATH | KILN_OPTION_ALLOW_TF32 |
+                         KILN_OPTION_STRICT_FP16_REDUCTION |
+                         KILN_OPTION_STRICT_BF16_REDUCTION |
+                         KILN_OPTION_UNFUSED_GEMM_EPILOGUES;
+  if ((flags & ~kKnown) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options: unknown bits 0x", absl::Hex(flags & ~kKnown),
+        " (KILN_OPTION_* flags, kiln_c.h)"));
+  }
+  v1::CompileOptions o;
+  o.set_fast_math(flags & KILN_OPTION_FAST_MATH);
+  o.set_allow_tf32(flags & KILN_OPTION_ALLOW_TF32);
+  o.set_strict_fp16_reduction(flags & KILN_OPTION_STRICT_FP16_REDUCTION);
+  o.set_strict_bf16_reduction(flags & KILN_OPTION_STRICT_BF16_REDUCTION);
+  o.set_unfused_gemm_epilogues(flags & KILN_OPTION_UNFUSED_GEMM_EPILOGUES);
+  return o;
+}
+
 bool ValidDType(int32_t dtype) {
   return dtype >= static_cast<int>(DType::kFloat32) &&
          dtype <= static_cast<int>(DType::kBool);
@@ -321,7 +342,7 @@ void kiln_allocator_destroy(kiln_allocator* allocator) {
 
 kiln_status* kiln_client_get_cuda_executable(
     kiln_client* client, const char* graph_json, size_t graph_json_len,
-    const char* target, int fast_math, int device_ordinal,
+    const char* target, int options, int device_ordinal,
     kiln_allocator* allocator, kiln_cuda_executable** out) {
   constexpr char kFn[] = "kiln_client_get_cuda_executable";
   if (!out) return kiln::NullArgument(kFn, "out");
@@ -335,15 +356,18 @@ kiln_status* kiln_client_get_cuda_executable(
     return kiln::ToC(absl::InvalidArgumentError(absl::StrCat(
         "target '", target, "' is not a CUDA target (sm_XX, e.g. sm_90)")));
   }
+  absl::StatusOr<kiln::v1::CompileOptions> compile_options =
+      kiln::CompileOptionsFromFlags(options);
+  if (!compile_options.ok()) return kiln::ToC(compile_options.status());
   absl::StatusOr<kiln::v1::CompileRequest> request =
       kiln::RequestFromGraphJson(absl::string_view(graph_json, graph_json_len),
-                                 *parsed_target, fast_math != 0);
+                                 *parsed_target, *compile_options);
   if (!request.ok()) return kiln::ToC(request.status());
-  kiln::CudaLoadOptions options;
-  options.device_ordinal = device_ordinal;
-  if (allocator) options.allocator = allocator->allocator;
+  kiln::CudaLoadOptions load_options;
+  load_options.device_ordinal = device_ordinal;
+  if (allocator) load_options.allocator = allocator->allocator;
   absl::StatusOr<std::shared_ptr<const kiln::CudaExecutable>> exe =
-      client->client->GetCudaExecutable(*request, options);
+      client->client->GetCudaExecutable(*request, load_options);
   if (!exe.ok()) return kiln::ToC(exe.status());
   auto handle = std::make_unique<kiln_cuda_executable>();
   handle->exe = *std::move(exe);
@@ -514,7 +538,7 @@ void kiln_dlpack_delete(void* managed_tensor) {
 kiln_status* kiln_client_get_cpu_executable(kiln_client* client,
                                             const char* graph_json,
                                             size_t graph_json_len,
-                                            const char* target, int fast_math,
+                                            const char* target, int options,
                                             kiln_cpu_executable** out) {
   constexpr char kFn[] = "kiln_client_get_cpu_executable";
   if (!out) return kiln::NullArgument(kFn, "out");
@@ -528,9 +552,12 @@ kiln_status* kiln_client_get_cpu_executable(kiln_client* client,
     return kiln::ToC(absl::InvalidArgumentError(absl::StrCat(
         "target '", target, "' is not a CPU target (use \"cpu\")")));
   }
+  absl::StatusOr<kiln::v1::CompileOptions> compile_options =
+      kiln::CompileOptionsFromFlags(options);
+  if (!compile_options.ok()) return kiln::ToC(compile_options.status());
   absl::StatusOr<kiln::v1::CompileRequest> request =
       kiln::RequestFromGraphJson(absl::string_view(graph_json, graph_json_len),
-                                 *parsed_target, fast_math != 0);
+                                 *parsed_target, *compile_options);
   if (!request.ok()) return kiln::ToC(request.status());
   absl::StatusOr<std::shared_ptr<const kiln::Executable>> exe =
       client->client->GetExecutable(*request);

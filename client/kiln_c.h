@@ -67,8 +67,9 @@ extern "C" {
 /* Bumped when a declaration here changes or is added (2: CPU executables,
  * kiln_supported_ops; 3: kiln_client_create_with_trust; 4:
  * kiln_cuda_executable_check_index_errors, and OUT_OF_RANGE from runs for
- * indices out of range). */
-#define KILN_C_API_VERSION 4
+ * indices out of range; 5: the `options` flags of the get_*_executable
+ * calls, which took fast_math as 0 or 1). */
+#define KILN_C_API_VERSION 5
 int kiln_c_api_version(void);
 
 /* Status codes (= absl::StatusCode = grpc::StatusCode). */
@@ -193,12 +194,26 @@ kiln_status* kiln_allocator_create_caching(int device_ordinal,
 /* Drops this handle's reference; executables and outputs keep theirs. */
 void kiln_allocator_destroy(kiln_allocator* allocator);
 
+/* ---- compile options -------------------------------------------------- */
+
+/* The `options` of kiln_client_get_cuda_executable and
+ * kiln_client_get_cpu_executable: an or of these (0: none), each a
+ * kiln.v1.CompileOptions field (proto/kiln/v1/graph.proto). 1 is fast_math,
+ * so callers that passed fast_math as 0 or 1 keep their meaning. CPU
+ * targets ignore the matrix-product flags (they are not in CPU keys). Any
+ * other bit is INVALID_ARGUMENT. */
+#define KILN_OPTION_FAST_MATH 1
+#define KILN_OPTION_ALLOW_TF32 2             /* allow_tf32 */
+#define KILN_OPTION_STRICT_FP16_REDUCTION 4  /* strict_fp16_reduction */
+#define KILN_OPTION_STRICT_BF16_REDUCTION 8  /* strict_bf16_reduction */
+#define KILN_OPTION_UNFUSED_GEMM_EPILOGUES 16 /* unfused_gemm_epilogues */
+
 /* ---- CUDA executables -------------------------------------------------- */
 
 /* kiln::Client::GetCudaExecutable for the graph `graph_json` (kiln.v1.Graph
  * in the protobuf JSON mapping, as the files in examples/graphs;
  * `graph_json_len` bytes, need not be NUL-terminated) compiled for `target`
- * ("sm_90", ...) with CompileOptions.fast_math = `fast_math` != 0, loaded on
+ * ("sm_90", ...) with the CompileOptions of `options` (KILN_OPTION_*), loaded on
  * device `device_ordinal` with outputs and intermediates from `allocator`
  * (NULL: a CachingDeviceAllocator of the executable's own). The request is the
  * one `kilnctl compile GRAPH.json --target=...` sends (same guard key). Errors:
@@ -208,7 +223,7 @@ void kiln_allocator_destroy(kiln_allocator* allocator);
  * device, or it cannot run `target`; see kiln::Client::GetCudaExecutable. */
 kiln_status* kiln_client_get_cuda_executable(
     kiln_client* client, const char* graph_json, size_t graph_json_len,
-    const char* target, int fast_math, int device_ordinal,
+    const char* target, int options, int device_ordinal,
     kiln_allocator* allocator, kiln_cuda_executable** out);
 void kiln_cuda_executable_destroy(kiln_cuda_executable* exe);
 
@@ -296,7 +311,7 @@ void kiln_dlpack_delete(void* managed_tensor);
  * kiln_client_get_cuda_executable) compiled for the CPU target `target`
  * ("cpu" or NULL: this host's x86-64 level, kiln::Client's default target,
  * the one `kilnctl compile --target=cpu` sends, so the guard keys match)
- * with CompileOptions.fast_math = `fast_math` != 0, and loaded (its
+ * with the CompileOptions of `options` (KILN_OPTION_*), and loaded (its
  * binary's SHA-256 checked first). Served from the client's in-process
  * cache, kilnd's cache by Lookup, or a Compile. Errors: INVALID_ARGUMENT for
  * JSON that is not a graph, a target that is not a CPU target, a malformed
@@ -305,7 +320,7 @@ void kiln_dlpack_delete(void* managed_tensor);
 kiln_status* kiln_client_get_cpu_executable(kiln_client* client,
                                             const char* graph_json,
                                             size_t graph_json_len,
-                                            const char* target, int fast_math,
+                                            const char* target, int options,
                                             kiln_cpu_executable** out);
 void kiln_cpu_executable_destroy(kiln_cpu_executable* exe);
 

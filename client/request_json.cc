@@ -33,6 +33,14 @@ absl::StatusOr<v1::Target> TargetFromName(absl::string_view name,
 
 absl::StatusOr<v1::CompileRequest> RequestFromGraphJson(
     absl::string_view graph_json, const v1::Target& target, bool fast_math) {
+  v1::CompileOptions options;
+  options.set_fast_math(fast_math);
+  return RequestFromGraphJson(graph_json, target, options);
+}
+
+absl::StatusOr<v1::CompileRequest> RequestFromGraphJson(
+    absl::string_view graph_json, const v1::Target& target,
+    const v1::CompileOptions& options) {
   v1::CompileRequest req;
   const auto parsed = google::protobuf::util::JsonStringToMessage(
       google::protobuf::StringPiece(graph_json.data(), graph_json.size()),
@@ -42,7 +50,7 @@ absl::StatusOr<v1::CompileRequest> RequestFromGraphJson(
         "not a kiln.v1.Graph in JSON: ", std::string(parsed.message())));
   }
   *req.mutable_target() = target;
-  req.mutable_options()->set_fast_math(fast_math);
+  *req.mutable_options() = options;
   return req;
 }
 

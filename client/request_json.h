@@ -31,6 +31,10 @@ absl::StatusOr<v1::Target> TargetFromName(absl::string_view name,
 // INVALID_ARGUMENT "not a kiln.v1.Graph in JSON: <parser's message>".
 absl::StatusOr<v1::CompileRequest> RequestFromGraphJson(
     absl::string_view graph_json, const v1::Target& target, bool fast_math);
+// The same with every CompileOption.
+absl::StatusOr<v1::CompileRequest> RequestFromGraphJson(
+    absl::string_view graph_json, const v1::Target& target,
+    const v1::CompileOptions& options);
 
 }  // namespace kiln
 

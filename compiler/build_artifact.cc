@@ -32,7 +32,25 @@ v1::MatrixOperand MatrixOperandOf(const MatrixLayout& layout, int buffer) {
   return m;
 }
 
-// An extern kernel's call: slots 0, 1, 2 are A, B, C.
+v1::Gemm::Epilogue WireEpilogue(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kNone:
+      return v1::Gemm::EPILOGUE_NONE;
+    case GemmEpilogue::kBias:
+      return v1::Gemm::BIAS;
+    case GemmEpilogue::kRelu:
+      return v1::Gemm::RELU;
+    case GemmEpilogue::kReluBias:
+      return v1::Gemm::RELU_BIAS;
+    case GemmEpilogue::kGeluTanh:
+      return v1::Gemm::GELU_TANH;
+    case GemmEpilogue::kGeluTanhBias:
+      return v1::Gemm::GELU_TANH_BIAS;
+  }
+  return v1::Gemm::EPILOGUE_NONE;
+}
+
+// An extern kernel's call: slots 0, 1, 2 are A, B, C, 3 the bias.
 v1::ExternCall ExternCallStep(const GemmCall& gemm,
                               const std::vector<int>& buffers,
                               const FusedProgram& fused, bool cpu) {
@@ -50,6 +68,14 @@ v1::ExternCall ExternCallStep(const GemmCall& gemm,
   g->set_beta(0);
   g->set_dtype(WireDType(fused.buffers[buffers[2]].dtype));
   g->set_compute_dtype(WireDType(gemm.compute_dtype));
+  g->set_epilogue(WireEpilogue(gemm.epilogue));
+  if (EpilogueHasBias(gemm.epilogue)) {
+    MatrixLayout bias;
+    bias.offset = gemm.bias_offset;
+    *g->mutable_bias() = MatrixOperandOf(bias, buffers[3]);
+  }
+  g->set_tf32(gemm.tf32);
+  g->set_strict_reduction(gemm.strict_reduction);
   return call;
 }
 

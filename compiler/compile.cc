@@ -17,6 +17,7 @@
 #include "compiler/cuda_backend.h"
 #endif
 #include "compiler/fuse.h"
+#include "compiler/gemm_epilogue.h"
 #include "compiler/gpu_launch.h"
 #include "compiler/lower.h"
 #include "compiler/split_reductions.h"
@@ -174,6 +175,10 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
 
   LowerOptions lower_options;
   lower_options.half_precision_gemm = cuda;  // cuBLASLt takes f16/bf16
+  // (request.options is normalized: these are false for CPU targets.)
+  lower_options.tf32 = request.options.allow_tf32();
+  lower_options.strict_fp16_reduction = request.options.strict_fp16_reduction();
+  lower_options.strict_bf16_reduction = request.options.strict_bf16_reduction();
   absl::StatusOr<LoopGraph> loops = Lower(request.graph, lower_options);
   if (!loops.ok()) return loops.status();
   if (!env.index_checks && !loops->index_checks.empty()) {
@@ -188,6 +193,11 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
     loops->index_checks.clear();
   }
   dump.Write("02-loops.txt", loops->ToString());
+
+  if (cuda && !request.options.unfused_gemm_epilogues()) {
+    *loops = FoldGemmEpilogues(*std::move(loops));
+    dump.Write("02-epilogues.txt", loops->ToString());
+  }
 
   absl::StatusOr<FusedProgram> fused = Fuse(*loops, FuseOptions{env.fuse});
   if (!fused.ok()) return fused.status();

@@ -5,6 +5,8 @@
 //   ImportRequest     kiln.v1.CompileRequest -> ImportedRequest: target
 //                     checked, graph imported, request key (imported_request.h)
 //   Lower             Graph -> LoopGraph                        (lower.h)
+//   FoldGemmEpilogues LoopGraph -> LoopGraph (CUDA: bias, ReLU, tanh-GELU
+//                     into the cuBLASLt call)                   (gemm_epilogue.h)
 //   Fuse              LoopGraph -> FusedProgram                 (fuse.h)
 //   SplitLongReductions  FusedProgram -> FusedProgram (CUDA)    (split_reductions.h)
 //   PlanGpuLaunches   FusedProgram -> a GpuKernelPlan per kernel (CUDA; gpu_launch.h)
@@ -17,7 +19,8 @@
 //
 // With KILN_DUMP_DIR set, each stage writes its IR to
 // $KILN_DUMP_DIR/<first 16 hex digits of the request key>/NN-stage.txt:
-// 01-graph.txt, 02-loops.txt, 03-fused.txt, 03-split.txt (CUDA),
+// 01-graph.txt, 02-loops.txt, 02-epilogues.txt (CUDA), 03-fused.txt,
+// 03-split.txt (CUDA),
 // 04-gpu-plan.txt (CUDA), 04-llvm.ll, 05-llvm-opt.ll, 06-asm.s (CPU) or
 // 06-kernels.ptx, 07-nvjitlink.txt and 08-timings.txt (CUDA).
 //

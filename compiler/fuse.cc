@@ -12,12 +12,6 @@
 namespace kiln {
 namespace {
 
-void CollectLoads(const Expr& e, absl::flat_hash_set<int>& nodes,
-                  absl::flat_hash_set<const ExprNode*>& seen) {
-  if (!seen.insert(e.get()).second) return;
-  if (e->op == ExprOp::kLoad) nodes.insert(e->index);
-  for (const Expr& a : e->args) CollectLoads(a, nodes, seen);
-}
 
 // Whether `e` (null: no) holds an ExprOp::kCheck; `seen` spares shared
 // subexpressions a second walk.
@@ -30,12 +24,6 @@ bool HasCheck(const Expr& e, absl::flat_hash_set<const ExprNode*>& seen) {
   return false;
 }
 
-absl::flat_hash_set<int> LoadsOf(const Expr& e) {
-  absl::flat_hash_set<int> nodes;
-  absl::flat_hash_set<const ExprNode*> seen;
-  if (e) CollectLoads(e, nodes, seen);
-  return nodes;
-}
 
 // Where a node stored in (or accumulated by) a kernel can be read without
 // memory: its value as an expression over the kernel's vars, valid when a
@@ -89,8 +77,8 @@ class Fuser {
       stack.pop_back();
       if (reachable[n]) continue;
       reachable[n] = true;
-      for (int m : LoadsOf(g_.nodes[n].body)) stack.push_back(m);
-      for (int m : LoadsOf(g_.nodes[n].finalize)) stack.push_back(m);
+      for (int m : ir::LoadsOf(g_.nodes[n].body)) stack.push_back(m);
+      for (int m : ir::LoadsOf(g_.nodes[n].finalize)) stack.push_back(m);
       for (int m : g_.nodes[n].extern_inputs) stack.push_back(m);
     }
     extern_input_.assign(g_.nodes.size(), false);
@@ -145,7 +133,7 @@ class Fuser {
       return it->second.value;
     });
     Expr r = rw.Run(e);
-    for (int n : LoadsOf(r)) {
+    for (int n : ir::LoadsOf(r)) {
       if (k.values.contains(n)) return std::nullopt;
     }
     return r;
@@ -313,8 +301,8 @@ class Fuser {
     std::vector<absl::flat_hash_set<int>> loads(kernels_.size());
     for (size_t k = 0; k < kernels_.size(); ++k) {
       for (const Stage& st : kernels_[k].kernel.stages) {
-        for (int m : LoadsOf(st.value)) loads[k].insert(m);
-        for (int m : LoadsOf(st.finalize)) loads[k].insert(m);
+        for (int m : ir::LoadsOf(st.value)) loads[k].insert(m);
+        for (int m : ir::LoadsOf(st.finalize)) loads[k].insert(m);
       }
     }
     auto needs_buffer = [&](int n) {
@@ -377,9 +365,11 @@ class Fuser {
     }
     for (const auto& [kernel, n] : extern_nodes_) {
       const LoopNode& node = g_.nodes[n];
-      kernels_[kernel].kernel.buffers = {buffer_of.at(node.extern_inputs[0]),
-                                         buffer_of.at(node.extern_inputs[1]),
-                                         buffer_of.at(n)};
+      std::vector<int>& buffers = kernels_[kernel].kernel.buffers;
+      buffers = {buffer_of.at(node.extern_inputs[0]),
+                 buffer_of.at(node.extern_inputs[1]), buffer_of.at(n)};
+      if (EpilogueHasBias(node.gemm->epilogue))
+        buffers.push_back(buffer_of.at(node.extern_inputs[2]));
     }
     for (const PendingStore& ps : pending_stores_) {
       Stage& st = kernels_[ps.kernel].kernel.stages[ps.stage];

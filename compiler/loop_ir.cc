@@ -152,6 +152,22 @@ bool ContainsOp(const Expr& e, ExprOp op) {
   return false;
 }
 
+namespace {
+void CollectLoads(const Expr& e, absl::flat_hash_set<int>& nodes,
+                  absl::flat_hash_set<const ExprNode*>& seen) {
+  if (!seen.insert(e.get()).second) return;
+  if (e->op == ExprOp::kLoad) nodes.insert(e->index);
+  for (const Expr& a : e->args) CollectLoads(a, nodes, seen);
+}
+}  // namespace
+
+absl::flat_hash_set<int> LoadsOf(const Expr& e) {
+  absl::flat_hash_set<int> nodes;
+  absl::flat_hash_set<const ExprNode*> seen;
+  if (e) CollectLoads(e, nodes, seen);
+  return nodes;
+}
+
 bool Equal(const Expr& a, const Expr& b) {
   if (a == b) return true;
   if (a->hash != b->hash || a->op != b->op || a->dtype != b->dtype ||
@@ -615,6 +631,29 @@ std::optional<AffineForm> Affine(const Expr& e, int num_vars) {
 
 }  // namespace ir
 
+bool EpilogueHasBias(GemmEpilogue e) {
+  return e == GemmEpilogue::kBias || e == GemmEpilogue::kReluBias ||
+         e == GemmEpilogue::kGeluTanhBias;
+}
+
+const char* EpilogueName(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kNone:
+      return "none";
+    case GemmEpilogue::kBias:
+      return "bias";
+    case GemmEpilogue::kRelu:
+      return "relu";
+    case GemmEpilogue::kReluBias:
+      return "relu_bias";
+    case GemmEpilogue::kGeluTanh:
+      return "gelu_tanh";
+    case GemmEpilogue::kGeluTanhBias:
+      return "gelu_tanh_bias";
+  }
+  return "?";
+}
+
 bool IsBlasLayout(const MatrixLayout& layout) {
   return layout.row_stride == SymExpr(1) || layout.col_stride == SymExpr(1);
 }
@@ -671,6 +710,13 @@ std::string LoopGraph::ToString() const {
         break;
       case LoopNode::Kind::kPointwise:
         absl::StrAppend(&out, " = ", ir::ToString(node.body, symbol_names));
+        if (node.epilogue != GemmEpilogue::kNone)
+          absl::StrAppend(&out, "  [epilogue ", EpilogueName(node.epilogue),
+                          " of %", node.epilogue_source,
+                          node.epilogue_bias >= 0
+                              ? absl::StrCat(" bias %", node.epilogue_bias)
+                              : "",
+                          "]");
         break;
       case LoopNode::Kind::kReduction: {
         std::vector<std::string> dims;
@@ -694,6 +740,13 @@ std::string LoopGraph::ToString() const {
             " k ", g.k.ToString(symbol_names), " alpha ", g.alpha, " of %",
             node.extern_inputs[0], g.a.ToString(symbol_names), ", %",
             node.extern_inputs[1], g.b.ToString(symbol_names));
+        if (g.epilogue != GemmEpilogue::kNone)
+          absl::StrAppend(&out, " epilogue ", EpilogueName(g.epilogue));
+        if (EpilogueHasBias(g.epilogue))
+          absl::StrAppend(&out, " bias %", node.extern_inputs[2], "@",
+                          g.bias_offset.ToString(symbol_names));
+        if (g.tf32) absl::StrAppend(&out, " tf32");
+        if (g.strict_reduction) absl::StrAppend(&out, " strict_reduction");
         break;
       }
     }
@@ -722,6 +775,16 @@ std::string Kernel::ToString(const std::vector<std::string>& names) const {
                     " alpha ", gemm->alpha, "\n    a ", gemm->a.ToString(names),
                     "\n    b ", gemm->b.ToString(names), "\n    c ",
                     gemm->c.ToString(names), "\n");
+    if (gemm->epilogue != GemmEpilogue::kNone)
+      absl::StrAppend(&out, "    epilogue ", EpilogueName(gemm->epilogue),
+                      EpilogueHasBias(gemm->epilogue)
+                          ? absl::StrCat(" bias @",
+                                         gemm->bias_offset.ToString(names))
+                          : "",
+                      "\n");
+    if (gemm->tf32 || gemm->strict_reduction)
+      absl::StrAppend(&out, "    ", gemm->tf32 ? "tf32 " : "",
+                      gemm->strict_reduction ? "strict_reduction" : "", "\n");
   }
   for (size_t d = 0; d < dims.size(); ++d) {
     absl::StrAppend(&out, "  ", inner[d] ? "inner" : "outer", " v", d, " < ",

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "graph/dtype.h"
 #include "graph/sym_expr.h"
 
@@ -154,6 +155,8 @@ Expr Mod(Expr a, Expr b);
 Expr FromSym(const SymExpr& e);
 
 bool Equal(const Expr& a, const Expr& b);
+// The nodes `e` (null: none) reads with ExprOp::kLoad.
+absl::flat_hash_set<int> LoadsOf(const Expr& e);
 // Whether `e` (null: no) has a node of kind `op`.
 bool ContainsOp(const Expr& e, ExprOp op);
 // Replaces kVar i by vars[i].
@@ -225,11 +228,34 @@ struct MatrixLayout {
 // C[b] = alpha * A[b] @ B[b] for b < batch, A m x k, B k x n, C m x n, with
 // C contiguous. The operands are whole loop nodes (extern_inputs), read in
 // place through their layouts.
+//
+// The library may apply an epilogue before C is written (compiler/
+// gemm_epilogue.h folds one in): C = act(alpha * A @ B + bias[col]), bias a
+// vector of n elements (the node's extern_inputs[2], its kernel's buffer
+// slot 3), act the identity, ReLU or tanh-GELU, computed in compute_dtype
+// and rounded once.
+enum class GemmEpilogue : uint8_t {
+  kNone,
+  kBias,
+  kRelu,
+  kReluBias,
+  kGeluTanh,
+  kGeluTanhBias,
+};
+bool EpilogueHasBias(GemmEpilogue e);
+const char* EpilogueName(GemmEpilogue e);
+
 struct GemmCall {
   MatrixLayout a, b, c;
   SymExpr batch{1}, m{0}, n{0}, k{0};
   double alpha = 1;
   DType compute_dtype = DType::kFloat32;
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  SymExpr bias_offset{0};  // of bias[0] in the bias node's storage
+  // PyTorch's flags (CompileOptions): float32 inputs may be rounded to
+  // TF32; 16-bit split-K partial sums must not be reduced in 16 bits.
+  bool tf32 = false;
+  bool strict_reduction = false;
 };
 
 // Whether a library can read `layout` in place: its row or column stride is
@@ -264,7 +290,16 @@ struct LoopNode {
 
   // kExtern
   std::optional<GemmCall> gemm;
-  std::vector<int> extern_inputs;  // loop nodes, realized: A, B
+  std::vector<int> extern_inputs;  // loop nodes, realized: A, B[, bias]
+
+  // kPointwise: what a library call could compute in its epilogue instead
+  // (set by the lowerings of addmm's bias add, relu and tanh-gelu; read by
+  // compiler/gemm_epilogue.h): the node is `epilogue` applied element for
+  // element to node `epilogue_source` of the same sizes, plus for kBias
+  // node `epilogue_bias` (n elements, contiguous) broadcast along the rows.
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  int epilogue_source = -1;
+  int epilogue_bias = -1;
 
   int output_index = -1;  // >= 0: this node is graph output #output_index
 };
@@ -339,7 +374,8 @@ struct Kernel {
   std::vector<bool> inner;  // per dim: reduced (inner) or kept (outer)
   std::vector<Stage> stages;
   // An extern call instead of generated code (no dims, no stages): slots
-  // 0, 1, 2 are A, B and C (possibly the same buffer twice).
+  // 0, 1, 2 are A, B and C (possibly the same buffer twice), 3 the bias
+  // when the epilogue has one.
   std::optional<GemmCall> gemm;
   bool is_extern() const { return gemm.has_value(); }
 

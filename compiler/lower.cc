@@ -88,6 +88,44 @@ int LowerContext::AddIndexCheck(IndexCheck::Kind kind, int dim,
   return static_cast<int>(checks.size()) - 1;
 }
 
+namespace {
+
+// Whether `v` reads its node in place: the identity map over its sizes.
+bool ReadsInPlace(const LoweredValue& v) {
+  if (v.node < 0 || v.index.size() != v.sizes.size()) return false;
+  for (size_t d = 0; d < v.index.size(); ++d) {
+    if (!ir::Equal(v.index[d], ir::Var(static_cast<int>(d)))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void LowerContext::MarkEpilogue(const LoweredValue& result, GemmEpilogue kind,
+                                const LoweredValue& source,
+                                const LoweredValue* bias) {
+  if (!ReadsInPlace(result) || !ReadsInPlace(source) ||
+      source.sizes != result.sizes || result.sizes.empty()) {
+    return;
+  }
+  if ((kind == GemmEpilogue::kBias) != (bias != nullptr)) return;
+  if (bias != nullptr) {
+    const std::vector<SymExpr>& s = bias->sizes;
+    const bool vector = (s.size() == 1 || (s.size() == 2 && s[0] == SymExpr(1))) &&
+                        s.back() == result.sizes.back();
+    if (!vector || !ReadsInPlace(*bias)) return;
+    const LoopNode& b = loops_.nodes[bias->node];
+    if (b.kind == LoopNode::Kind::kInput && s.back() != SymExpr(1) &&
+        b.strides.back() != SymExpr(1)) {
+      return;
+    }
+  }
+  LoopNode& node = loops_.nodes[result.node];
+  node.epilogue = kind;
+  node.epilogue_source = source.node;
+  node.epilogue_bias = bias != nullptr ? bias->node : -1;
+}
+
 absl::Status LowerContext::Unimplemented(absl::string_view what) const {
   return absl::UnimplementedError(
       absl::StrCat("node ", node_index_, " (", node_.op->name, "): ", what));

@@ -36,6 +36,11 @@ struct LowerOptions {
   // (accumulating in float32; cuBLASLt) rather than float32 calls on
   // converted operands (CPU BLAS has no half-precision GEMM).
   bool half_precision_gemm = false;
+  // GemmCall::tf32 for float32 products, GemmCall::strict_reduction for
+  // float16 / bfloat16 ones (CompileOptions: PyTorch's flags).
+  bool tf32 = false;
+  bool strict_fp16_reduction = false;
+  bool strict_bf16_reduction = false;
 };
 
 // What an op's lowering sees and uses.
@@ -87,6 +92,16 @@ class LowerContext {
   // node and op are this context's) and returns its site number for
   // ir::Check. The same (kind, dim, size) twice gives the same site.
   int AddIndexCheck(IndexCheck::Kind kind, int dim, const SymExpr& size);
+
+  // Records on `result`'s node that it is `kind` applied element for
+  // element to `source` (+ `bias`, an n-vector along the last dim, for
+  // GemmEpilogue::kBias), so that compiler/gemm_epilogue.h may fold it into
+  // a library call producing `source`. Does nothing unless every value is
+  // read in place: `result` and `source` of the same sizes at the identity
+  // map, `bias` a contiguous vector ([n] or [1, n]) at its identity map.
+  void MarkEpilogue(const LoweredValue& result, GemmEpilogue kind,
+                    const LoweredValue& source,
+                    const LoweredValue* bias = nullptr);
 
   absl::Status Unimplemented(absl::string_view what) const;
   const LoopGraph& loops() const { return loops_; }

@@ -556,8 +556,18 @@ std::string TargetText(const v1::Target& target) {
   return "none";
 }
 
+// fast_math always; the later flags only when set (earlier keys unchanged).
 std::string OptionsText(const v1::CompileOptions& options) {
-  return absl::StrCat("fast_math=", options.fast_math() ? "true" : "false");
+  std::string text =
+      absl::StrCat("fast_math=", options.fast_math() ? "true" : "false");
+  if (options.allow_tf32()) absl::StrAppend(&text, " allow_tf32=true");
+  if (options.strict_fp16_reduction())
+    absl::StrAppend(&text, " strict_fp16_reduction=true");
+  if (options.strict_bf16_reduction())
+    absl::StrAppend(&text, " strict_bf16_reduction=true");
+  if (options.unfused_gemm_epilogues())
+    absl::StrAppend(&text, " unfused_gemm_epilogues=true");
+  return text;
 }
 
 KeyComponent MakeComponent(std::string name, std::string canonical) {
@@ -569,6 +579,18 @@ KeyComponent MakeComponent(std::string name, std::string canonical) {
 }
 
 }  // namespace
+
+v1::CompileOptions NormalizeOptions(const v1::CompileOptions& options,
+                                    const v1::Target& target) {
+  v1::CompileOptions normalized = options;
+  if (!target.has_cuda()) {
+    normalized.clear_allow_tf32();
+    normalized.clear_strict_fp16_reduction();
+    normalized.clear_strict_bf16_reduction();
+    normalized.clear_unfused_gemm_epilogues();
+  }
+  return normalized;
+}
 
 std::vector<KeyComponent> ExplainKey(const Graph& graph,
                                      const v1::Target& target,
@@ -584,7 +606,8 @@ std::vector<KeyComponent> ExplainKey(const Graph& graph,
   }
   components.push_back(MakeComponent("symbols", canon.SymbolsText()));
   components.push_back(MakeComponent("target", TargetText(target)));
-  components.push_back(MakeComponent("options", OptionsText(options)));
+  components.push_back(MakeComponent(
+      "options", OptionsText(NormalizeOptions(options, target))));
   return components;
 }
 

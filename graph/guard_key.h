@@ -35,7 +35,11 @@
 //               node order. Declared but unused symbols are not part of it.
 //   target      CPU triple, cpu and features (a set: split on ',', sorted,
 //               deduplicated) or CUDA arch
-//   options     the code-changing CompileOptions (fast_math)
+//   options     the code-changing CompileOptions after NormalizeOptions:
+//               fast_math, and for CUDA targets the matrix-product flags
+//               (allow_tf32, strict_fp16_reduction, strict_bf16_reduction,
+//               unfused_gemm_epilogues) when set, so keys of requests
+//               without them are those of earlier releases
 // The key is SHA-256 over the length-prefixed component names and their
 // hashes, in order.
 //
@@ -63,6 +67,13 @@ struct KeyComponent {
   std::string canonical;  // readable canonical encoding of the part
   Sha256Digest hash;      // SHA-256 of `canonical`
 };
+
+// `options` as they affect code for `target`: options a target ignores are
+// cleared (the matrix-product flags on CPU targets), so requests that differ
+// only in those share a key and an artifact. ImportRequest keeps the
+// normalized options; ExplainKey and ComputeGuardKey apply it themselves.
+v1::CompileOptions NormalizeOptions(const v1::CompileOptions& options,
+                                    const v1::Target& target);
 
 // Components in key order.
 std::vector<KeyComponent> ExplainKey(const Graph& graph,

@@ -11,7 +11,7 @@ absl::StatusOr<ImportedRequest> ImportRequest(
   if (!graph.ok()) return graph.status();
   ImportedRequest imported;
   imported.target = request.target();
-  imported.options = request.options();
+  imported.options = NormalizeOptions(request.options(), request.target());
   imported.key = ComputeGuardKey(*graph, request.target(), request.options());
   imported.graph = *std::move(graph);
   return imported;

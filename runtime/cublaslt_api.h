@@ -32,6 +32,7 @@ struct HeuristicResult {  // cublasLtMatmulHeuristicResult_t
 
 constexpr Status kSuccess = 0;
 constexpr int kComputeF32 = 68;  // CUBLAS_COMPUTE_32F
+constexpr int kComputeF32FastTf32 = 77;  // CUBLAS_COMPUTE_32F_FAST_TF32
 constexpr int kR32F = 0;         // CUDA_R_32F
 constexpr int kR16F = 2;         // CUDA_R_16F
 constexpr int kR16BF = 14;       // CUDA_R_16BF
@@ -39,9 +40,21 @@ constexpr int kOpN = 0;          // CUBLAS_OP_N
 constexpr int kOpT = 1;          // CUBLAS_OP_T
 constexpr int kDescTransA = 3;   // CUBLASLT_MATMUL_DESC_TRANSA
 constexpr int kDescTransB = 4;   // CUBLASLT_MATMUL_DESC_TRANSB
+constexpr int kDescEpilogue = 7;     // CUBLASLT_MATMUL_DESC_EPILOGUE
+constexpr int kDescBiasPointer = 8;  // CUBLASLT_MATMUL_DESC_BIAS_POINTER
+// cublasLtEpilogue_t
+constexpr uint32_t kEpilogueDefault = 1;
+constexpr uint32_t kEpilogueRelu = 2;
+constexpr uint32_t kEpilogueBias = 4;
+constexpr uint32_t kEpilogueReluBias = 6;
+constexpr uint32_t kEpilogueGelu = 32;  // tanh approximation
+constexpr uint32_t kEpilogueGeluBias = 36;
 constexpr int kLayoutBatchCount = 5;          // ..._LAYOUT_BATCH_COUNT
 constexpr int kLayoutStridedBatchOffset = 6;  // ..._STRIDED_BATCH_OFFSET
 constexpr int kPrefMaxWorkspaceBytes = 1;     // ..._PREF_MAX_WORKSPACE_BYTES
+constexpr int kPrefReductionSchemeMask = 3;   // ..._REDUCTION_SCHEME_MASK
+// cublasLtReductionScheme_t: partial sums kept in the compute type.
+constexpr uint32_t kReductionSchemeComputeType = 2;
 constexpr int kPrefMinAlignmentA = 5;         // ..._MIN_ALIGNMENT_A_BYTES
 constexpr int kPrefMinAlignmentB = 6;
 constexpr int kPrefMinAlignmentC = 7;

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -163,13 +164,38 @@ absl::StatusOr<const CublasLtLibrary*> CublasLtLibrary::Get() {
   return loaded->get();
 }
 
-// The cache key of one call: step, dtype, sizes, layouts and the operands'
-// address alignment (the heuristic's choice depends on each).
+// cuBLASLt's epilogue for Kiln's, or 0 for an unknown one.
+uint32_t LtEpilogue(v1::Gemm::Epilogue e) {
+  switch (e) {
+    case v1::Gemm::EPILOGUE_NONE:
+      return cublaslt::kEpilogueDefault;
+    case v1::Gemm::BIAS:
+      return cublaslt::kEpilogueBias;
+    case v1::Gemm::RELU:
+      return cublaslt::kEpilogueRelu;
+    case v1::Gemm::RELU_BIAS:
+      return cublaslt::kEpilogueReluBias;
+    case v1::Gemm::GELU_TANH:
+      return cublaslt::kEpilogueGelu;
+    case v1::Gemm::GELU_TANH_BIAS:
+      return cublaslt::kEpilogueGeluBias;
+    default:
+      return 0;
+  }
+}
+
+// The cache key of one call: step, dtype, sizes, layouts, options and the
+// operands' address alignment (the heuristic's choice depends on each).
 struct CudaGemm::Key {
   std::string bytes;
-  Key(int step, DType dtype, const GemmDims& d, uint32_t align_a,
-      uint32_t align_b, uint32_t align_c) {
+  Key(int step, DType dtype, const GemmDims& d, const Options& o,
+      uint32_t align_a, uint32_t align_b, uint32_t align_c,
+      uint32_t align_bias) {
     const int64_t values[] = {step,
+                              o.epilogue,
+                              o.tf32,
+                              o.strict_reduction,
+                              align_bias,
                               static_cast<int64_t>(dtype),
                               d.batch,
                               d.m,
@@ -195,6 +221,9 @@ struct CudaGemm::Plan {
   LtObject<cublaslt::Desc> desc;
   LtObject<cublaslt::Layout> a, b, c;  // the library's A, B and C/D
   cublaslt::Algo algo{};
+  // The bias pointer is an attribute of `desc`: calls with a bias set it
+  // and enqueue under this lock.
+  mutable absl::Mutex bias_mu;
 };
 
 absl::StatusOr<std::unique_ptr<CudaGemm>> CudaGemm::Create() {
@@ -226,13 +255,24 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
                            double alpha, double beta, cuda::DevicePtr a,
                            cuda::DevicePtr b, cuda::DevicePtr c,
                            cuda::DevicePtr workspace, size_t workspace_bytes,
-                           cuda::Stream stream) const {
+                           cuda::Stream stream, const Options& options) const {
   const int type = DataType(dtype);
   if (type < 0) {
     return absl::UnimplementedError(absl::StrCat(
         "cuBLASLt GEMM in ", DTypeName(dtype),
         ": Kiln calls it in float32, float16 and bfloat16"));
   }
+  const uint32_t epilogue = LtEpilogue(options.epilogue);
+  const bool has_bias = options.epilogue == v1::Gemm::BIAS ||
+                        options.epilogue == v1::Gemm::RELU_BIAS ||
+                        options.epilogue == v1::Gemm::GELU_TANH_BIAS;
+  if (epilogue == 0 || has_bias != (options.bias != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuBLASLt GEMM: epilogue ", options.epilogue,
+        has_bias ? " without a bias" : " is unknown or takes no bias"));
+  }
+  const cuda::DevicePtr bias_ptr =
+      has_bias ? options.bias + d.bias_offset * DTypeSize(dtype) : 0;
   if (d.batch == 0 || d.m == 0 || d.n == 0) return absl::OkStatus();
   const int64_t size = DTypeSize(dtype);
   const cuda::DevicePtr a_ptr = a + d.a.offset * size;
@@ -240,8 +280,10 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
   const cuda::DevicePtr c_ptr = c + d.c.offset * size;
   if (d.k == 0) {
     // Nothing to sum: C = beta * C, which Kiln only asks for with beta 0
-    // on a contiguous C.
-    if (beta != 0 || d.c.ld != d.n ||
+    // on a contiguous C (compiler/gemm_epilogue.h folds epilogues only
+    // into products over a static k > 0).
+    if (beta != 0 || options.epilogue != v1::Gemm::EPILOGUE_NONE ||
+        d.c.ld != d.n ||
         (d.batch > 1 && d.c.batch_stride != d.m * d.n)) {
       return absl::UnimplementedError(
           "a cuBLASLt GEMM over k = 0 with beta != 0 or a strided C");
@@ -253,8 +295,8 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
             c_ptr, 0, static_cast<size_t>(d.batch * d.m * d.n * size), stream),
         "cuMemsetD8Async");
   }
-  const Key key(step, dtype, d, Alignment(a_ptr), Alignment(b_ptr),
-                Alignment(c_ptr));
+  const Key key(step, dtype, d, options, Alignment(a_ptr), Alignment(b_ptr),
+                Alignment(c_ptr), has_bias ? Alignment(bias_ptr) : 0);
   const Plan* plan = PlanFor(key);
   const cublaslt::Api& api = lib_->api();
   if (plan == nullptr) {
@@ -263,13 +305,37 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
       return lib_->Check(s, call);
     };
     cublaslt::Desc desc = nullptr;
-    if (auto s = check(api.cublasLtMatmulDescCreate(&desc, cublaslt::kComputeF32,
-                                                    cublaslt::kR32F),
-                       "cublasLtMatmulDescCreate");
+    const int compute = options.tf32 && dtype == DType::kFloat32
+                            ? cublaslt::kComputeF32FastTf32
+                            : cublaslt::kComputeF32;
+    if (auto s = check(
+            api.cublasLtMatmulDescCreate(&desc, compute, cublaslt::kR32F),
+            "cublasLtMatmulDescCreate");
         !s.ok()) {
       return s;
     }
     fresh->desc = LtObject<cublaslt::Desc>(desc, api.cublasLtMatmulDescDestroy);
+    if (options.epilogue != v1::Gemm::EPILOGUE_NONE) {
+      if (auto s = check(
+              api.cublasLtMatmulDescSetAttribute(desc, cublaslt::kDescEpilogue,
+                                                 &epilogue, sizeof(epilogue)),
+              "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (has_bias) {
+      // Present for the heuristic; set again (under the plan's lock) for
+      // every call.
+      const void* bias = reinterpret_cast<const void*>(bias_ptr);
+      if (auto s = check(api.cublasLtMatmulDescSetAttribute(
+                             desc, cublaslt::kDescBiasPointer, &bias,
+                             sizeof(bias)),
+                         "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+          !s.ok()) {
+        return s;
+      }
+    }
     // C^T = B^T A^T, column-major: the library's A is Kiln's B, read as
     // n x k (B row-major is B^T column-major; a transposed B needs op T).
     const int op_a = d.b.transposed ? cublaslt::kOpT : cublaslt::kOpN;
@@ -354,6 +420,19 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
         !s.ok()) {
       return s;
     }
+    if (options.strict_reduction) {
+      // Split-K partial sums only in the compute type (float32); algorithms
+      // without split-K (scheme NONE) stay allowed.
+      const uint32_t mask = cublaslt::kReductionSchemeComputeType;
+      if (auto s = check(
+              api.cublasLtMatmulPreferenceSetAttribute(
+                  pref.get(), cublaslt::kPrefReductionSchemeMask, &mask,
+                  sizeof(mask)),
+              "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)");
+          !s.ok()) {
+        return s;
+      }
+    }
     for (int i = 0; i < 4; ++i) {
       if (auto s = check(api.cublasLtMatmulPreferenceSetAttribute(
                              pref.get(), align_attrs[i], &aligns[i],
@@ -386,6 +465,19 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
   }
   const float alpha_f = static_cast<float>(alpha);
   const float beta_f = static_cast<float>(beta);
+  std::optional<absl::MutexLock> bias_lock;
+  if (has_bias) {
+    bias_lock.emplace(&plan->bias_mu);
+    const void* bias = reinterpret_cast<const void*>(bias_ptr);
+    if (absl::Status s = lib_->Check(
+            api.cublasLtMatmulDescSetAttribute(
+                plan->desc.get(), cublaslt::kDescBiasPointer, &bias,
+                sizeof(bias)),
+            "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+        !s.ok()) {
+      return s;
+    }
+  }
   return lib_->Check(
       api.cublasLtMatmul(handle_, plan->desc.get(), &alpha_f,
                          reinterpret_cast<const void*>(b_ptr), plan->a.get(),

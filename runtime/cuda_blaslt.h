@@ -16,7 +16,10 @@
 // column-major, so C = A @ B is computed as C^T = B^T @ A^T: the library's
 // "A" is Kiln's B and its "B" is Kiln's A, each read in place (a transposed
 // operand is a transpose flag, never a copy). Data types: float32 (computed
-// in float32, no TF32), float16 and bfloat16 (accumulated in float32).
+// in float32, or with TF32 inputs when asked), float16 and bfloat16
+// (accumulated in float32). Epilogues (bias, ReLU, tanh-GELU) are
+// cuBLASLt's: the bias is a vector along Kiln's n, which is the column-major
+// result's rows, as cuBLASLt's bias is.
 //
 // Thread-safety: CudaGemm::Create may be called from any thread. Run may be
 // called concurrently from several threads; concurrent calls on different
@@ -34,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "graph/dtype.h"
+#include "kiln/v1/artifact.pb.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/program_plan.h"
 
@@ -55,18 +59,40 @@ class CudaGemm {
   // naming every library tried and why; INTERNAL for a failed handle.
   static absl::StatusOr<std::unique_ptr<CudaGemm>> Create();
 
+  // What a call applies besides the product (artifact.proto, Gemm).
+  struct Options {
+    // Applied before C is written: bias (n elements of `dtype` at
+    // `bias`, added to every row), ReLU, tanh-GELU, or both. NONE: none.
+    v1::Gemm::Epilogue epilogue = v1::Gemm::EPILOGUE_NONE;
+    cuda::DevicePtr bias = 0;
+    // float32 products may round their inputs to TF32.
+    bool tf32 = false;
+    // No split-K partial sums reduced in a 16-bit dtype.
+    bool strict_reduction = false;
+  };
+
   // Enqueues C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for
   // i < dims.batch on `stream`, `dtype` being A's, B's and C's (float32,
   // float16, bfloat16), at the offsets, strides and leading dimensions of
   // `dims` (from EvaluateGemm, which has checked them against the buffers).
   // `step` identifies the call within the executable (the cache key). A
-  // product over k = 0 writes zeros (beta must be 0). Errors: UNIMPLEMENTED
-  // for another dtype or a case cuBLASLt has no algorithm for, INTERNAL for
-  // a cuBLASLt failure (with its status string).
+  // product over k = 0 writes zeros (beta must be 0, no epilogue), then
+  // `options` apply (the bias at dims.bias_offset elements into `bias`).
+  // Errors: UNIMPLEMENTED for another dtype, an epilogue over k = 0 or a case
+  // cuBLASLt has no algorithm for, INTERNAL for a cuBLASLt failure (with its
+  // status string).
   absl::Status Run(int step, DType dtype, const GemmDims& dims, double alpha,
                    double beta, cuda::DevicePtr a, cuda::DevicePtr b,
                    cuda::DevicePtr c, cuda::DevicePtr workspace,
-                   size_t workspace_bytes, cuda::Stream stream) const;
+                   size_t workspace_bytes, cuda::Stream stream,
+                   const Options& options) const;
+  absl::Status Run(int step, DType dtype, const GemmDims& dims, double alpha,
+                   double beta, cuda::DevicePtr a, cuda::DevicePtr b,
+                   cuda::DevicePtr c, cuda::DevicePtr workspace,
+                   size_t workspace_bytes, cuda::Stream stream) const {
+    return Run(step, dtype, dims, alpha, beta, a, b, c, workspace,
+               workspace_bytes, stream, Options{});
+  }
 
   // The library that was loaded (its path or soname) and its version.
   const std::string& library() const;

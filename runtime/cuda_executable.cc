@@ -144,6 +144,7 @@ absl::StatusOr<std::unique_ptr<CudaExecutable>> CudaExecutable::Load(
   limits.max_block_threads = kMaxBlockThreads;
   limits.max_kernel_params = kMaxKernelParams;
   limits.extern_library = v1::ExternCall::CUBLASLT;
+  limits.gemm_epilogues = true;
   limits.gemm_dtypes = {{DType::kFloat32, DType::kFloat32},
                         {DType::kFloat16, DType::kFloat32},
                         {DType::kBFloat16, DType::kFloat32}};
@@ -406,10 +407,15 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
         absl::StatusOr<GemmDims> dims =
             EvaluateGemm(*e.gemm, symbols, elements);
         if (!dims.ok()) return dims.status();
+        CudaGemm::Options options;
+        options.epilogue = e.gemm->epilogue();
+        options.bias = e.bias >= 0 ? buffers[e.bias] : 0;
+        options.tf32 = e.gemm->tf32();
+        options.strict_reduction = e.gemm->strict_reduction();
         if (absl::Status s = gemm_->Run(
                 step.index, e.dtype, *dims, e.gemm->alpha(), e.gemm->beta(),
                 buffers[e.a], buffers[e.b], buffers[e.c], workspace.get(),
-                CudaGemm::kWorkspaceBytes, stream);
+                CudaGemm::kWorkspaceBytes, stream, options);
             !s.ok()) {
           return s;
         }

@@ -105,8 +105,51 @@ absl::StatusOr<ProgramPlan::Extern> PlanExtern(
   for (const v1::SymPoly* p : {&g.batch(), &g.m(), &g.n(), &g.k()}) {
     if (absl::Status s = CheckPoly(*p, num_symbols, where); !s.ok()) return s;
   }
+  if (g.epilogue() != v1::Gemm::EPILOGUE_NONE || g.tf32() ||
+      g.strict_reduction()) {
+    if (!limits.gemm_epilogues) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "artifact: ", where, " asks ", LibraryName(call.library()),
+          " for an epilogue, TF32 or a strict reduction, which this runtime "
+          "does not apply"));
+    }
+    if (!v1::Gemm::Epilogue_IsValid(g.epilogue())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "artifact: ", where, " has an unknown epilogue ", g.epilogue()));
+    }
+  }
+  const bool has_bias = g.epilogue() == v1::Gemm::BIAS ||
+                        g.epilogue() == v1::Gemm::RELU_BIAS ||
+                        g.epilogue() == v1::Gemm::GELU_TANH_BIAS;
+  if (has_bias != g.has_bias()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "artifact: ", where, has_bias ? " has a bias epilogue without a bias"
+                                      : " has a bias without a bias epilogue"));
+  }
+  if (has_bias) {
+    const int b = g.bias().buffer();
+    if (b < 0 || b >= num_buffers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("artifact: ", where, " passes buffer ", b, " of ",
+                       num_buffers, " as the bias"));
+    }
+    if (plan.temp_slot[b] >= 0 && !allocated[b]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("artifact: ", where, " uses temp buffer ", b,
+                       " while it is not allocated"));
+    }
+    if (DTypeFromWire(program.buffers(b).dtype()) != *dtype) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("artifact: ", where, "'s bias (buffer ", b,
+                       ") is not of the call's dtype"));
+    }
+    for (const v1::SymPoly* p : {&g.bias().offset(), &g.bias().col_stride()}) {
+      if (absl::Status s = CheckPoly(*p, num_symbols, where); !s.ok()) return s;
+    }
+    e.bias = b;
+  }
   if (program.buffers(e.c).kind() == v1::BufferSpec::INPUT || e.c == e.a ||
-      e.c == e.b) {
+      e.c == e.b || e.c == e.bias) {
     return absl::InvalidArgumentError(
         absl::StrCat("artifact: ", where, " writes buffer ", e.c,
                      ", which is an input or an operand of the call"));
@@ -231,6 +274,22 @@ absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
   if (d.c.transposed && d.m > 1 && d.n > 1) {
     return absl::InvalidArgumentError(
         "artifact: GEMM output C is not row-major");
+  }
+  if (gemm.has_bias()) {
+    d.bias_offset = EvaluateSymPoly(gemm.bias().offset(), symbols);
+    const int64_t stride = EvaluateSymPoly(gemm.bias().col_stride(), symbols);
+    if (d.n > 1 && stride != 1) {
+      return absl::InvalidArgumentError(
+          "artifact: the GEMM's bias vector is not contiguous");
+    }
+    if (d.bias_offset < 0 ||
+        (d.n > 0 && static_cast<__int128>(d.bias_offset) + d.n - 1 >=
+                        elements[gemm.bias().buffer()])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "artifact: the GEMM's bias reaches outside buffer ",
+          gemm.bias().buffer(), " (", elements[gemm.bias().buffer()],
+          " elements)"));
+    }
   }
   return d;
 }

@@ -36,7 +36,8 @@ struct ProgramPlan {
   struct Extern {
     const v1::Gemm* gemm = nullptr;
     int a = 0, b = 0, c = 0;
-    DType dtype = DType::kFloat32;          // of A, B and C
+    int bias = -1;  // the epilogue's bias vector, when it has one
+    DType dtype = DType::kFloat32;          // of A, B, C and the bias
     DType compute_dtype = DType::kFloat32;  // accumulation
   };
   struct Step {
@@ -79,6 +80,9 @@ struct LaunchLimits {
   v1::ExternCall::Library extern_library = v1::ExternCall::LIBRARY_UNSPECIFIED;
   // The (data, compute) dtype pairs its GEMMs take.
   std::vector<std::pair<DType, DType>> gemm_dtypes;
+  // Whether its GEMMs apply epilogues (v1::Gemm::epilogue) and take the
+  // tf32 and strict_reduction flags (cuBLASLt); a CPU BLAS does neither.
+  bool gemm_epilogues = false;
 };
 
 // One matrix of a GEMM as a library takes it, for given symbol values:
@@ -93,14 +97,16 @@ struct GemmMatrix {
 struct GemmDims {
   int64_t batch = 0, m = 0, n = 0, k = 0;
   GemmMatrix a, b, c;  // c is never transposed
+  int64_t bias_offset = 0;  // elements into the bias buffer, when there is one
 };
 
 // Evaluates a GEMM step for the symbol values and checks it against the
 // buffers' element counts (`elements`, indexed by buffer id): sizes are
 // non-negative and fit a 32-bit BLAS int, each matrix has a unit row or
 // column stride with a leading dimension the library accepts, strides are
-// non-negative, C is row-major, and every element any matrix may touch lies
-// inside its buffer. Errors: INVALID_ARGUMENT "artifact: ..." naming the
+// non-negative, C is row-major, and every element any matrix (and the
+// epilogue's bias vector, which must be contiguous) may touch lies inside
+// its buffer. Errors: INVALID_ARGUMENT "artifact: ..." naming the
 // operand and what is wrong. Runtimes call it before every extern call.
 absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
                                       absl::Span<const int64_t> symbols,

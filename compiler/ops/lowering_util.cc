@@ -110,6 +110,11 @@ LoweredValue AddGemm(LowerContext& ctx, const LoweredValue& x,
   g.c.col_stride = SymExpr(1);
   g.alpha = alpha;
   g.compute_dtype = DType::kFloat32;
+  const LowerOptions& options = ctx.options();
+  g.tf32 = options.tf32 && data == DType::kFloat32;
+  g.strict_reduction =
+      (data == DType::kFloat16 && options.strict_fp16_reduction) ||
+      (data == DType::kBFloat16 && options.strict_bf16_reduction);
   LoopNode node;
   node.kind = LoopNode::Kind::kExtern;
   node.dtype = data;

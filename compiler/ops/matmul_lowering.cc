@@ -70,7 +70,10 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAddmm(LowerContext& ctx) {
                    product, IdentityIndex(static_cast<int>(sizes.size()))),
                compute),
       compute);
-  return std::vector<LoweredValue>{ops::PointwiseOutput(ctx, sum)};
+  const LoweredValue result = ops::PointwiseOutput(ctx, sum);
+  if (beta == 1 && sizes.size() == 2)
+    ctx.MarkEpilogue(result, GemmEpilogue::kBias, product, &ctx.value(0));
+  return std::vector<LoweredValue>{result};
 }
 
 }  // namespace

@@ -349,6 +349,20 @@ constexpr PointwiseLowering kPointwiseLowerings[] = {
 
 // ---- the rules ----
 
+// relu and tanh-gelu of a value of the same dtype may become a library
+// call's epilogue (compiler/gemm_epilogue.h).
+void MarkActivation(LowerContext& ctx, const LoweredValue& result) {
+  const std::string& op = ctx.node().op->name;
+  GemmEpilogue kind = GemmEpilogue::kNone;
+  if (op == "aten.relu.default") {
+    kind = GemmEpilogue::kRelu;
+  } else if (op == "aten.gelu.default" && ctx.node().args[1].str == "tanh") {
+    kind = GemmEpilogue::kGeluTanh;
+  }
+  if (kind == GemmEpilogue::kNone || ctx.value(0).dtype != result.dtype) return;
+  ctx.MarkEpilogue(result, kind, ctx.value(0));
+}
+
 // One pointwise loop node over the output's sizes computing `expr`.
 absl::StatusOr<std::vector<LoweredValue>> LowerPointwise(
     const PointwiseSignature& op, PointwiseExprFn expr, LowerContext& ctx) {
@@ -373,7 +387,9 @@ absl::StatusOr<std::vector<LoweredValue>> LowerPointwise(
   node.dtype = out.dtype;
   node.sizes = out.sizes;
   node.body = ir::Cast(expr(x, math, ctx.node()), out.dtype);
-  return std::vector<LoweredValue>{ctx.AddNode(std::move(node))};
+  const LoweredValue result = ctx.AddNode(std::move(node));
+  MarkActivation(ctx, result);
+  return std::vector<LoweredValue>{result};
 }
 
 // Casts: the input read broadcast to the output, cast to its dtype.

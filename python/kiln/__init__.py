@@ -55,6 +55,7 @@ __all__ = [
 
 def backend(server: Optional[str] = None, fast_math: bool = False,
             fallback: str = "eager", attention: Optional[str] = None, *,
+            fuse_gemm_epilogues: bool = True,
             token: Optional[str] = None,
             token_file: Optional[str] = None, trusted_keys: Any = None,
             tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
@@ -72,6 +73,12 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     "auto" (None: $KILN_ATTENTION, else "auto": as GEMMs and a softmax in
     Kiln, except on CUDA above 2^20 score elements, where PyTorch's fused
     kernel runs eagerly), "decompose" (always in Kiln) or "eager" (never).
+    fuse_gemm_epilogues: on CUDA, a product's bias and ReLU / tanh-GELU are
+    applied by cuBLASLt as it writes the product, rounded once, as
+    PyTorch's own addmm does (default); False adds them in Kiln's kernels
+    after the product is rounded. TF32 and reduced-precision reductions
+    follow PyTorch's flags (torch.set_float32_matmul_precision,
+    torch.backends.cuda.matmul.allow_{fp16,bf16}_reduced_precision_reduction).
 
     A kilnd with tokens, TLS or signed artifacts (README.md, "Running kilnd
     for a team"), each keyword else its environment variable, as
@@ -86,6 +93,7 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     from .dynamo import KilnBackend  # noqa: PLC0415 (needs torch)
 
     return KilnBackend(server=server, fast_math=fast_math, fallback=fallback,
+                       fuse_gemm_epilogues=fuse_gemm_epilogues,
                        attention=attention, token=token, token_file=token_file,
                        trusted_keys=trusted_keys, tls_ca=tls_ca,
                        tls_cert=tls_cert, tls_key=tls_key,

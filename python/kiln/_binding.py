@@ -66,7 +66,15 @@ import threading
 __all__ = ["Client", "CpuExecutable", "CudaExecutable", "CudaOutput",
            "KilnError", "extension", "load_library", "supported_ops"]
 
-C_API_VERSION = 4  # kiln_c.h's KILN_C_API_VERSION this binding speaks
+C_API_VERSION = 5  # kiln_c.h's KILN_C_API_VERSION this binding speaks
+
+# kiln_c.h's KILN_OPTION_* flags: CompileOptions fields, or-ed into the
+# `options` of the executable calls.
+OPTION_FAST_MATH = 1
+OPTION_ALLOW_TF32 = 2
+OPTION_STRICT_FP16_REDUCTION = 4
+OPTION_STRICT_BF16_REDUCTION = 8
+OPTION_UNFUSED_GEMM_EPILOGUES = 16
 
 _CODES = [
     "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
@@ -873,10 +881,12 @@ class Client:
         return dict(zip(("local_hits", "lookup_hits", "compiles"),
                         (v.value for v in values)))
 
-    def cpu_executable(self, graph_json, target="cpu", fast_math=False):
+    def cpu_executable(self, graph_json, target="cpu", fast_math=False,
+                       options=0):
         """The executable for a kiln.v1.Graph (JSON text, bytes, or a dict in
         the protobuf JSON mapping) compiled by kilnd for this host's CPU
-        ("cpu") and loaded here. Raises KilnError."""
+        ("cpu") and loaded here. options: OPTION_* flags (fast_math adds
+        OPTION_FAST_MATH). Raises KilnError."""
         if self._handle is None:
             raise KilnError(9, "the client is closed")
         if isinstance(graph_json, dict):
@@ -886,17 +896,19 @@ class Client:
         out = ctypes.c_void_p()
         _check(self._lib, self._lib.kiln_client_get_cpu_executable(
             self._handle, graph_json, len(graph_json), target.encode(),
-            int(bool(fast_math)), ctypes.byref(out)))
+            int(options) | (OPTION_FAST_MATH if fast_math else 0),
+            ctypes.byref(out)))
         return CpuExecutable(self._lib, out)
 
     def cuda_executable(self, graph_json, target="sm_90", fast_math=False,
-                        allocator="torch", device=None):
+                        allocator="torch", device=None, options=0):
         """The executable for a kiln.v1.Graph (JSON text, bytes, or a dict
         in the protobuf JSON mapping, as examples/graphs/*.json) compiled by
         kilnd for `target`, loaded on CUDA device `device` (default: torch's
         current device, else 0). allocator: "torch" or "kiln" (module
-        docstring). Raises KilnError (FAILED_PRECONDITION without a CUDA
-        driver or device)."""
+        docstring). options: OPTION_* flags (fast_math adds
+        OPTION_FAST_MATH). Raises KilnError (FAILED_PRECONDITION without a
+        CUDA driver or device)."""
         if self._handle is None:
             raise KilnError(9, "the client is closed")
         if isinstance(graph_json, dict):
@@ -930,6 +942,6 @@ class Client:
         out = ctypes.c_void_p()
         _check(self._lib, self._lib.kiln_client_get_cuda_executable(
             self._handle, graph_json, len(graph_json), target.encode(),
-            int(bool(fast_math)), int(device),
+            int(options) | (OPTION_FAST_MATH if fast_math else 0), int(device),
             alloc.handle if alloc is not None else None, ctypes.byref(out)))
         return CudaExecutable(self._lib, out, keep)

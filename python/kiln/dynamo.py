@@ -354,7 +354,7 @@ class KilnBackend:
     the fallback report of every graph it compiled."""
 
     def __init__(self, server: Optional[str] = None, fast_math: bool = False,
-                 fallback: str = "eager",
+                 fallback: str = "eager", fuse_gemm_epilogues: bool = True,
                  attention: Optional[str] = None, token: Optional[str] = None,
                  token_file: Optional[str] = None,
                  trusted_keys: Optional[Any] = None,
@@ -378,6 +378,7 @@ class KilnBackend:
                                          for k, v in auth.items() if v))
         self.server = server
         self.fast_math = bool(fast_math)
+        self.fuse_gemm_epilogues = bool(fuse_gemm_epilogues)
         self.fallback = fallback
         self.report = ExplainReport()
         self._warned = False
@@ -392,6 +393,22 @@ class KilnBackend:
                                  bw_compiler=self._compile_graph,
                                  decompositions=self._decompositions)
         self.__name__ = "kiln"
+
+    def _cuda_options(self) -> int:
+        """The matrix-product CompileOptions of a CUDA graph: PyTorch's
+        flags as they are now (Dynamo guards on them, so a change
+        recompiles) and this backend's epilogue choice."""
+        matmul = torch.backends.cuda.matmul
+        flags = 0
+        if torch.get_float32_matmul_precision() != "highest":
+            flags |= _binding.OPTION_ALLOW_TF32
+        if not matmul.allow_fp16_reduced_precision_reduction:
+            flags |= _binding.OPTION_STRICT_FP16_REDUCTION
+        if not matmul.allow_bf16_reduced_precision_reduction:
+            flags |= _binding.OPTION_STRICT_BF16_REDUCTION
+        if not self.fuse_gemm_epilogues:
+            flags |= _binding.OPTION_UNFUSED_GEMM_EPILOGUES
+        return flags
 
     # -- Dynamo entry ------------------------------------------------------
     def __call__(self, gm: torch.fx.GraphModule,
@@ -529,7 +546,8 @@ class KilnBackend:
                 major, minor = torch.cuda.get_device_capability(index)
                 exe = client.cuda_executable(
                     graph.graph, target=f"sm_{major}{minor}",
-                    fast_math=self.fast_math, allocator="torch", device=index)
+                    fast_math=self.fast_math, allocator="torch", device=index,
+                    options=self._cuda_options())
             else:
                 exe = client.cpu_executable(graph.graph,
                                             fast_math=self.fast_math)

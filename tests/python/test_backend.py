@@ -222,6 +222,37 @@ def test_fast_math_is_another_compile(daemon):
     assert compiles[1] == backend.report.compiled_partitions, compiles
 
 
+def test_cuda_matmul_options_follow_pytorchs_flags():
+    """The CompileOptions a CUDA graph is compiled with are PyTorch's
+    matrix-product flags at compile time (TF32, reduced-precision
+    reductions) and the backend's fuse_gemm_epilogues: each a different
+    guard key (the flags' keys are checked in cuda_codegen_test)."""
+    from kiln import _binding
+    matmul = torch.backends.cuda.matmul
+    saved = (torch.get_float32_matmul_precision(),
+             matmul.allow_fp16_reduced_precision_reduction,
+             matmul.allow_bf16_reduced_precision_reduction)
+    try:
+        torch.set_float32_matmul_precision("highest")
+        matmul.allow_fp16_reduced_precision_reduction = True
+        matmul.allow_bf16_reduced_precision_reduction = True
+        assert kiln.backend()._cuda_options() == 0
+        assert (kiln.backend(fuse_gemm_epilogues=False)._cuda_options()
+                == _binding.OPTION_UNFUSED_GEMM_EPILOGUES)
+        torch.set_float32_matmul_precision("high")
+        assert kiln.backend()._cuda_options() == _binding.OPTION_ALLOW_TF32
+        torch.set_float32_matmul_precision("highest")
+        matmul.allow_fp16_reduced_precision_reduction = False
+        matmul.allow_bf16_reduced_precision_reduction = False
+        assert kiln.backend()._cuda_options() == (
+            _binding.OPTION_STRICT_FP16_REDUCTION
+            | _binding.OPTION_STRICT_BF16_REDUCTION)
+    finally:
+        torch.set_float32_matmul_precision(saved[0])
+        matmul.allow_fp16_reduced_precision_reduction = saved[1]
+        matmul.allow_bf16_reduced_precision_reduction = saved[2]
+
+
 def test_unsupported_ops_fall_back_and_are_reported(daemon):
     backend = kiln.backend(server=daemon.address, fallback="error")
     model = MLP()

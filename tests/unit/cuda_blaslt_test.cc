@@ -39,6 +39,20 @@ static_assert(cublaslt::kPrefMinAlignmentC ==
               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES);
 static_assert(cublaslt::kPrefMinAlignmentD ==
               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES);
+static_assert(cublaslt::kComputeF32FastTf32 == CUBLAS_COMPUTE_32F_FAST_TF32);
+static_assert(cublaslt::kDescEpilogue == CUBLASLT_MATMUL_DESC_EPILOGUE);
+static_assert(cublaslt::kDescBiasPointer == CUBLASLT_MATMUL_DESC_BIAS_POINTER);
+static_assert(cublaslt::kEpilogueDefault == CUBLASLT_EPILOGUE_DEFAULT);
+static_assert(cublaslt::kEpilogueRelu == CUBLASLT_EPILOGUE_RELU);
+static_assert(cublaslt::kEpilogueBias == CUBLASLT_EPILOGUE_BIAS);
+static_assert(cublaslt::kEpilogueReluBias == CUBLASLT_EPILOGUE_RELU_BIAS);
+static_assert(cublaslt::kEpilogueGelu == CUBLASLT_EPILOGUE_GELU);
+static_assert(cublaslt::kEpilogueGeluBias == CUBLASLT_EPILOGUE_GELU_BIAS);
+static_assert(cublaslt::kPrefReductionSchemeMask ==
+              CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK);
+static_assert(cublaslt::kReductionSchemeComputeType ==
+              CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+static_assert(sizeof(cublasLtEpilogue_t) == sizeof(uint32_t));
 static_assert(sizeof(cublaslt::Algo) == sizeof(cublasLtMatmulAlgo_t));
 static_assert(sizeof(cublaslt::HeuristicResult) ==
               sizeof(cublasLtMatmulHeuristicResult_t));

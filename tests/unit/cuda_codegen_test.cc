@@ -22,12 +22,15 @@
 #include "compiler/cuda_backend.h"
 #include "compiler/fuse.h"
 #include "compiler/gpu_launch.h"
+#include "graph/guard_key.h"
 #include "graph/import.h"
+#include "graph/imported_request.h"
 #include "compiler/lower.h"
 #include "graph/op_signature.h"
 #include "compiler/split_reductions.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "tests/unit/epilogue_graphs.h"
 #include "tests/unit/example_graphs.h"
 #include "tests/unit/graph_gen.h"
 #include "tests/unit/random_graphs.h"
@@ -727,6 +730,177 @@ TEST(CudaCodegen, MatrixProductsAreCublasLtCalls) {
   }
   EXPECT_EQ(products, 12);
   EXPECT_GT(dtypes.size(), 1u) << "only one GEMM dtype drawn";
+}
+
+// A linear layer's bias and activation are the cuBLASLt call's epilogue
+// (compiler/gemm_epilogue.h) when nothing else reads what they replace;
+// the matrix-product flags reach the call; CPU targets ignore them all.
+struct EpilogueProgram {
+  int calls = 0, launches = 0;
+  v1::Gemm gemm;  // the last call's
+};
+
+EpilogueProgram CompileLinear(const LinearCase& c,
+                              const v1::CompileOptions& options = {}) {
+  v1::CompileRequest req;
+  *req.mutable_graph() = LinearGraph(c);
+  *req.mutable_options() = options;
+  auto a = Compile(ForGpu(req, "sm_90"));
+  EXPECT_TRUE(a.ok()) << a.status();
+  EpilogueProgram p;
+  if (!a.ok()) return p;
+  EXPECT_EQ(CheckStructure(*a), "");
+  for (const v1::Step& step : a->program().steps()) {
+    if (step.has_launch()) ++p.launches;
+    if (!step.has_call()) continue;
+    ++p.calls;
+    p.gemm = step.call().gemm();
+  }
+  return p;
+}
+
+TEST(CudaCodegen, BiasAndActivationsAreCublasLtEpilogues) {
+  struct Want {
+    LinearCase c;
+    v1::Gemm::Epilogue epilogue;
+    int launches;
+  };
+  auto with = [](auto f) {
+    LinearCase c;
+    f(c);
+    return c;
+  };
+  const Want cases[] = {
+      {with([](LinearCase& c) { c.activation = "relu"; }), v1::Gemm::RELU_BIAS,
+       0},
+      {with([](LinearCase& c) { c.activation = "gelu_tanh"; }),
+       v1::Gemm::GELU_TANH_BIAS, 0},
+      {with([](LinearCase&) {}), v1::Gemm::BIAS, 0},
+      {with([](LinearCase& c) { c.bias_row = true; }), v1::Gemm::BIAS, 0},
+      // erf-GELU is not cuBLASLt's: the bias folds, the GELU is a kernel.
+      {with([](LinearCase& c) { c.activation = "gelu"; }), v1::Gemm::BIAS, 1},
+      // The pre-activation is read again (as AOTAutograd saves it for
+      // GELU's backward): the bias folds, the activation does not.
+      {with([](LinearCase& c) {
+         c.activation = "gelu_tanh";
+         c.sum_is_output = true;
+       }),
+       v1::Gemm::BIAS, 1},
+      {with([](LinearCase& c) {
+         c.bias = false;
+         c.activation = "relu";
+       }),
+       v1::Gemm::RELU, 0},
+      {with([](LinearCase& c) {
+         c.bias = false;
+         c.activation = "gelu_tanh";
+       }),
+       v1::Gemm::GELU_TANH, 0},
+      {with([](LinearCase& c) {
+         c.dtype = "BFLOAT16";
+         c.activation = "relu";
+       }),
+       v1::Gemm::RELU_BIAS, 0},
+      {with([](LinearCase& c) {
+         c.dtype = "FLOAT16";
+         c.activation = "gelu_tanh";
+       }),
+       v1::Gemm::GELU_TANH_BIAS, 0},
+      // Dynamic tokens fold; a dynamic k (possibly 0) does not.
+      {with([](LinearCase& c) {
+         c.symbolic_m = true;
+         c.activation = "relu";
+       }),
+       v1::Gemm::RELU_BIAS, 0},
+      {with([](LinearCase& c) {
+         c.symbolic_k = true;
+         c.activation = "relu";
+       }),
+       v1::Gemm::EPILOGUE_NONE, 1},
+  };
+  for (const Want& w : cases) {
+    SCOPED_TRACE(absl::StrCat(w.c.dtype, " act '", w.c.activation, "' bias ",
+                              w.c.bias, " row ", w.c.bias_row, " sum out ",
+                              w.c.sum_is_output, " sym m/k ", w.c.symbolic_m,
+                              w.c.symbolic_k));
+    const EpilogueProgram p = CompileLinear(w.c);
+    EXPECT_EQ(p.calls, 1);
+    EXPECT_EQ(p.gemm.epilogue(), w.epilogue);
+    EXPECT_EQ(p.launches, w.launches);
+    const bool bias = w.epilogue == v1::Gemm::BIAS ||
+                      w.epilogue == v1::Gemm::RELU_BIAS ||
+                      w.epilogue == v1::Gemm::GELU_TANH_BIAS;
+    EXPECT_EQ(p.gemm.has_bias(), bias);
+    EXPECT_FALSE(p.gemm.tf32());
+    EXPECT_FALSE(p.gemm.strict_reduction());
+    // Unfused: the bias and activation are Kiln kernels again.
+    v1::CompileOptions unfused;
+    unfused.set_unfused_gemm_epilogues(true);
+    const EpilogueProgram u = CompileLinear(w.c, unfused);
+    EXPECT_EQ(u.gemm.epilogue(), v1::Gemm::EPILOGUE_NONE);
+    EXPECT_FALSE(u.gemm.has_bias());
+    EXPECT_EQ(u.launches, w.c.bias || !w.c.activation.empty() ? 1 : 0);
+  }
+}
+
+TEST(CudaCodegen, MatmulFlagsReachTheCallAndTheKey) {
+  LinearCase f32;
+  LinearCase bf16;
+  bf16.dtype = "BFLOAT16";
+  LinearCase f16;
+  f16.dtype = "FLOAT16";
+  v1::CompileOptions tf32;
+  tf32.set_allow_tf32(true);
+  EXPECT_TRUE(CompileLinear(f32, tf32).gemm.tf32());
+  EXPECT_FALSE(CompileLinear(bf16, tf32).gemm.tf32());
+  v1::CompileOptions strict_bf16;
+  strict_bf16.set_strict_bf16_reduction(true);
+  EXPECT_TRUE(CompileLinear(bf16, strict_bf16).gemm.strict_reduction());
+  EXPECT_FALSE(CompileLinear(f16, strict_bf16).gemm.strict_reduction());
+  EXPECT_FALSE(CompileLinear(f32, strict_bf16).gemm.strict_reduction());
+  v1::CompileOptions strict_f16;
+  strict_f16.set_strict_fp16_reduction(true);
+  EXPECT_TRUE(CompileLinear(f16, strict_f16).gemm.strict_reduction());
+
+  // Keys: each flag is another CUDA artifact; CPU targets ignore them, and
+  // a request without them keeps the key it had before they existed.
+  auto key = [](const v1::Target& target, const v1::CompileOptions& o) {
+    v1::CompileRequest req;
+    *req.mutable_graph() = LinearGraph(LinearCase{});
+    *req.mutable_target() = target;
+    *req.mutable_options() = o;
+    auto imported = ImportRequest(req);
+    EXPECT_TRUE(imported.ok()) << imported.status();
+    return imported.ok() ? DigestToHex(imported->key) : std::string();
+  };
+  v1::Target cuda;
+  cuda.mutable_cuda()->set_arch("sm_90");
+  v1::Target cpu;
+  *cpu.mutable_cpu() = HostCpuTarget();
+  v1::CompileOptions unfused;
+  unfused.set_unfused_gemm_epilogues(true);
+  v1::CompileOptions strict_f16_bf16 = strict_f16;
+  strict_f16_bf16.set_strict_bf16_reduction(true);
+  const std::string none_cuda = key(cuda, {});
+  std::set<std::string> cuda_keys = {none_cuda};
+  for (const v1::CompileOptions& o :
+       {tf32, strict_bf16, strict_f16, unfused, strict_f16_bf16}) {
+    EXPECT_TRUE(cuda_keys.insert(key(cuda, o)).second) << o.DebugString();
+    EXPECT_EQ(key(cpu, o), key(cpu, {})) << o.DebugString();
+  }
+  // The options text of a request without the new flags is unchanged.
+  v1::CompileRequest req;
+  *req.mutable_graph() = LinearGraph(LinearCase{});
+  *req.mutable_target() = cuda;
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok());
+  for (const KeyComponent& c : ExplainKey(*graph, cuda, {})) {
+    if (c.name == "options") EXPECT_EQ(c.canonical, "fast_math=false");
+  }
+  for (const KeyComponent& c : ExplainKey(*graph, cuda, tf32)) {
+    if (c.name == "options")
+      EXPECT_EQ(c.canonical, "fast_math=false allow_tf32=true");
+  }
 }
 
 }  // namespace

@@ -436,6 +436,18 @@ TEST(MatmulRuntime, MalformedGemmStepsAreRefused) {
     ExpectRunRefused(a, "past the end of buffer 0");
   }
   {
+    // Epilogues and TF32 are cuBLASLt's; a CPU runtime refuses them.
+    v1::Artifact a = MmArtifact();
+    GemmOf(a)->set_epilogue(v1::Gemm::RELU);
+    ExpectLoadRefused(a, "for an epilogue, TF32 or a strict reduction");
+    v1::Artifact b = MmArtifact();
+    GemmOf(b)->set_tf32(true);
+    ExpectLoadRefused(b, "for an epilogue, TF32 or a strict reduction");
+    v1::Artifact c = MmArtifact();
+    GemmOf(c)->mutable_bias()->set_buffer(0);
+    ExpectLoadRefused(c, "a bias without a bias epilogue");
+  }
+  {
     // No unit stride.
     v1::Artifact a = MmArtifact();
     GemmOf(a)->mutable_b()->mutable_col_stride()->mutable_terms(0)->set_coeff(
