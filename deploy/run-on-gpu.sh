@@ -4,7 +4,7 @@
 # glibc >= 2.36 and, for bench and python, python3 with torch):
 #
 #   make bundle BUNDLE_EXTRA="build/tests/gpu/cuda_gpu_test build/bench/gpu/cuda_bench build/tests/unit/cuda_runtime_test"
-#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|attention|bench|all [OUT_DIR]
+#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|attention|trainops|gemm|bench|all [OUT_DIR]
 #
 # tests: cuda_runtime_test and cuda_gpu_test (its Client test starts the
 # bundle's kilnd); python: the Python binding with PyTorch
@@ -14,7 +14,9 @@
 # step_time.py --device cuda; coverage: bench/python/coverage.py --device
 # cuda over the suite and bench/python/zoo.py; callcost:
 # bench/python/call_cost.py --device cuda against the bundle's kilnd;
-# attention: bench/python/attention.py --device cuda; all:
+# attention: bench/python/attention.py --device cuda; trainops:
+# bench/python/train_ops.py --device cuda; gemm: bench/python/gpu_gemm.py
+# alone ($GEMM_ARGS passed on); all:
 # tests, python and backend. $PYTHON names the interpreter (default python3).
 # The extension _kiln_call is built for $PYTHON on first use when the bundle's
 # was built for another Python (kiln/_ext_build.py; needs cc and Python.h).
@@ -84,6 +86,13 @@ if [[ $what == callcost ]]; then
 fi
 if [[ $what == attention ]]; then
   "${PYTHON:-python3}" "$here/bench/python/attention.py" --device cuda || status=1
+fi
+if [[ $what == trainops ]]; then
+  "${PYTHON:-python3}" "$here/bench/python/train_ops.py" --device cuda || status=1
+fi
+if [[ $what == gemm ]]; then
+  # shellcheck disable=SC2086
+  "${PYTHON:-python3}" "$here/bench/python/gpu_gemm.py" ${GEMM_ARGS:-} || status=1
 fi
 if [[ $what == bench ]]; then
   KILN_CUDA_BENCH=$K/bin/cuda_bench "$here/bench/gpu/run.sh" "$out" || status=1

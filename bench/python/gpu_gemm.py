@@ -2,8 +2,13 @@
 partition each, its GEMM a cuBLASLt call from Kiln's CUDA runtime) against
 PyTorch's own call on the same tensors, side by side in one run, at the
 shapes of a Llama-7B layer and of BERT-base, in bfloat16, float16 and
-float32 (no TF32 on either side: PyTorch's default). Also relu(x @ w + b)
-as Kiln compiles it against torch._addmm_activation.
+float32 (no TF32 on either side: PyTorch's default), and float32 with TF32
+on both sides ("tf32": torch.set_float32_matmul_precision("high"), Kiln's
+CompileOptions.allow_tf32). Also relu(x @ w + b) and tanh-gelu(x @ w + b)
+as Kiln compiles them against torch._addmm_activation (cuBLASLt's fused
+epilogues on both sides). The "unfused" column is Kiln with
+CompileOptions.unfused_gemm_epilogues: the bias and activation as a Kiln
+kernel after the product (what Kiln did before the epilogues).
 
     KILN_LIB=.../libkiln_c.so KILN_KILND=.../kilnd python3 bench/python/gpu_gemm.py
 
@@ -28,7 +33,8 @@ import torch
 
 import kiln
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+          "tf32": torch.float32}
 WIRE = {torch.bfloat16: "BFLOAT16", torch.float16: "FLOAT16",
         torch.float32: "FLOAT32"}
 
@@ -46,6 +52,8 @@ CASES: List[Tuple[str, str, Tuple[int, int, int, int]]] = [
     ("bert ffn2 addmm 4096x768x3072", "addmm", (1, 4096, 768, 3072)),
     ("bert scores bmm 96x512x512x64", "bmm", (8 * 12, 512, 512, 64)),
     ("relu(x@w+b) 8192x1024x4096", "relu_addmm", (1, 8192, 1024, 4096)),
+    # GPT-2's MLP up-projection, 8 x 1024 tokens.
+    ("gelu_tanh(x@w+b) 8192x3072x768", "gelu_addmm", (1, 8192, 3072, 768)),
 ]
 
 
@@ -83,6 +91,11 @@ def graph(op: str, shape: Tuple[int, int, int, int], dtype: torch.dtype) -> Dict
             if op == "relu_addmm":
                 nodes.append({"op": "aten.relu.default", "args": [{"ref": "z"}],
                               "outputs": ["y"]})
+            if op == "gelu_addmm":
+                nodes.append({"op": "aten.gelu.default",
+                              "args": [{"ref": "z"},
+                                       {"name": "approximate", "str": "tanh"}],
+                              "outputs": ["y"]})
     return {"inputs": inputs, "nodes": nodes, "outputs": ["y"]}
 
 
@@ -102,7 +115,9 @@ def tensors(op: str, shape, dtype, device) -> Tuple[List[torch.Tensor], Callable
     bias = r(n)
     if op == "addmm":
         return [x, w.t(), bias], lambda: torch.addmm(bias, x, w.t())
-    return [x, w.t(), bias], lambda: torch._addmm_activation(bias, x, w.t())
+    gelu = op == "gelu_addmm"
+    return [x, w.t(), bias], lambda: torch._addmm_activation(
+        bias, x, w.t(), use_gelu=gelu)
 
 
 def time_cuda(fn: Callable[[], object], iters: int, repeats: int) -> float:
@@ -123,7 +138,9 @@ def time_cuda(fn: Callable[[], object], iters: int, repeats: int) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dtypes", default="bf16,fp16,fp32")
+    ap.add_argument("--dtypes", default="bf16,fp16,fp32,tf32")
+    ap.add_argument("--cases", default="",
+                    help="comma-separated substrings of case names (default all)")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--server", help="kilnd's address (default: a private one)")
@@ -141,28 +158,45 @@ def main() -> int:
     print(f"GEMMs on {torch.cuda.get_device_name(0)}, torch {torch.__version__}; "
           f"median of {args.repeats} x {args.iters} calls\n")
     print(f"{'case':<34}{'dtype':>6}{'torch us':>11}{'kiln us':>11}"
-          f"{'torch TF/s':>12}{'kiln TF/s':>11}{'kiln/torch':>12}  max|diff|")
+          f"{'unfused us':>12}{'torch TF/s':>12}{'kiln TF/s':>11}"
+          f"{'kiln/torch':>12}  max|diff|")
+    wanted = [c for c in args.cases.split(",") if c]
     try:
         for name, op, shape in CASES:
+            if wanted and not any(c in name for c in wanted):
+                continue
             for dname in args.dtypes.split(","):
                 dtype = DTYPES[dname]
+                tf32 = dname == "tf32"
+                torch.backends.cuda.matmul.allow_tf32 = tf32
                 inputs, eager = tensors(op, shape, dtype, device)
-                exe = client.cuda_executable(graph(op, shape, dtype),
-                                             target=f"sm_{major}{minor}",
-                                             device=0)
-                run = exe.call_path(range(len(inputs)), [("kiln", 0)], False) \
-                    or (lambda *a: exe(*a)[0])
 
-                def kiln_call():
-                    return run(*inputs)
+                def compiled(options):
+                    exe = client.cuda_executable(
+                        graph(op, shape, dtype), target=f"sm_{major}{minor}",
+                        device=0, options=options)
+                    run = exe.call_path(range(len(inputs)), [("kiln", 0)],
+                                        False) or (lambda *a: exe(*a)[0])
+                    return lambda: run(*inputs)
 
+                base = kiln._binding.OPTION_ALLOW_TF32 if tf32 else 0
+                kiln_call = compiled(base)
+                epilogue = op in ("addmm", "relu_addmm", "gelu_addmm")
+                unfused = compiled(
+                    base | kiln._binding.OPTION_UNFUSED_GEMM_EPILOGUES) \
+                    if epilogue else None
                 diff = (kiln_call().float() - eager().float()).abs().max().item()
                 t_torch = time_cuda(eager, args.iters, args.repeats)
                 t_kiln = time_cuda(kiln_call, args.iters, args.repeats)
+                t_unfused = time_cuda(unfused, args.iters, args.repeats) \
+                    if unfused else None
                 b, m, n, k = shape
                 flops = 2.0 * b * m * n * k
+                unfused_text = f"{t_unfused * 1e6:>12.1f}" if t_unfused \
+                    else f"{'-':>12}"
                 print(f"{name:<34}{dname:>6}{t_torch * 1e6:>11.1f}"
-                      f"{t_kiln * 1e6:>11.1f}{flops / t_torch / 1e12:>12.1f}"
+                      f"{t_kiln * 1e6:>11.1f}{unfused_text}"
+                      f"{flops / t_torch / 1e12:>12.1f}"
                       f"{flops / t_kiln / 1e12:>11.1f}"
                       f"{t_torch / t_kiln:>11.3f}x  {diff:.2e}", flush=True)
     finally:
