@@ -122,7 +122,10 @@ inline constexpr int kDefaultGroupsPerThread = 4;
 // the latter: its partial block runs the two-level reduction over a chunk
 // kept in registers, so it reads the chunk once only in the persistent form
 // (a chunk over kMaxPersistentRow, where no S fits, is fissioned instead).
-inline constexpr int64_t kSplitMaxRows = 256;
+// 1024 rather than 256 since batch norm (a row per channel: 64-512 rows of
+// N*H*W, 100352 at ResNet's 32x256x56x56) left half the H100 idle with a
+// block per row (bench/python/train_ops.py).
+inline constexpr int64_t kSplitMaxRows = 1024;
 inline constexpr int64_t kSplitTargetBlocks = 1024;
 inline constexpr int64_t kSplitMinChunk = 4096;
 

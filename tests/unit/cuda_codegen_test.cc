@@ -616,6 +616,9 @@ TEST(CudaCodegen, ChooseReductionSplits) {
   EXPECT_EQ(ChooseReductionSplits(8, 32768), 1);      // one persistent row each
   EXPECT_EQ(ChooseReductionSplits(1, 32768), 1);
   EXPECT_EQ(ChooseReductionSplits(8, 65536), 16);  // looped otherwise
+  // Batch norm's channels at ResNet shapes: 256 rows of 32*56*56.
+  EXPECT_EQ(ChooseReductionSplits(256, 32 * 56 * 56), 4);
+  EXPECT_EQ(ChooseReductionSplits(1024, 65536), 1);  // enough rows
 }
 
 // An artifact is a function of its request: the same request compiled
