@@ -780,6 +780,21 @@ Value* KernelEmitterBase::EmitFloatBinary(ExprOp op, Value* a, Value* b,
       return b_.CreateSelect(b_.CreateFCmpOEQ(b, F(0)), b_.CreateFDiv(a, b), r);
     }
     case ExprOp::kPow:
+      // Small integral exponents as products, as PyTorch's
+      // pow_tensor_scalar_optimized_kernel does on both devices (x.square()
+      // is pow(x, 2)): exact for 1, 2, -1, -2 and within an ulp or two of
+      // pow for 3, with pow's values at 0, inf and NaN. A libdevice powf per
+      // element made batch norm's backward reduction compute-bound on the
+      // GPU (pow(x, 1) from its decomposition).
+      if (auto* e = llvm::dyn_cast<llvm::ConstantFP>(b)) {
+        const double v = e->getValueAPF().convertToDouble();
+        if (v == 1) return a;
+        if (v == 2) return b_.CreateFMul(a, a);
+        if (v == 3) return b_.CreateFMul(b_.CreateFMul(a, a), a);
+        Value* one = llvm::ConstantFP::get(a->getType(), 1.0);
+        if (v == -1) return b_.CreateFDiv(one, a);
+        if (v == -2) return b_.CreateFDiv(one, b_.CreateFMul(a, a));
+      }
       return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, a, b);
     case ExprOp::kMax:
       return NanPropagate(b_.CreateSelect(b_.CreateFCmpOGT(a, b), a, b), a, b);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 #include <string>
+#include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -463,6 +464,25 @@ TEST(PointwisePow, AllOverloads) {
           {2}, {kSqrt2, 3});
   CheckOp("aten.pow.Tensor_Scalar", {I32({2}, {3, -2})}, {In(0), I(3)}, kI32,
           {2}, {27, -8});
+  // The small integral exponents code generation writes as products (as
+  // PyTorch does), with pow's values at 0, -0, inf and NaN.
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> x = {1.5, -2.0, 0.0, -0.0, inf, -inf, nan};
+  struct PowCase {
+    double e;
+    std::vector<double> want;
+  };
+  for (const PowCase& c : std::vector<PowCase>{
+           {1, {1.5, -2, 0, -0.0, inf, -inf, nan}},
+           {2, {2.25, 4, 0, 0, inf, inf, nan}},
+           {3, {3.375, -8, 0, -0.0, inf, -inf, nan}},
+           {-1, {1 / 1.5, -0.5, inf, -inf, 0, -0.0, nan}},
+           {-2, {1 / 2.25, 0.25, inf, inf, 0, 0, nan}}}) {
+    SCOPED_TRACE(c.e);
+    CheckOp("aten.pow.Tensor_Scalar", {F32({7}, x)}, {In(0), F(c.e)}, kF32,
+            {7}, c.want);
+  }
   CheckOp("aten.pow.Tensor_Scalar", {I32({1}, {4})}, {In(0), F(0.5)}, kF32, {1},
           {2});
   // Integral bases: a negative int Scalar exponent is an error (PyTorch:
