@@ -275,32 +275,43 @@ absl::StatusOr<std::vector<LoweredValue>> LowerBatchNormBackward(
             : Rsqrt(Add(ChannelRead(ctx, 4, 1), ir::Const(ctx.arg(8).f, kF32)));
   const Expr xhat = Mul(Sub(x, mean), rstd);
   const Expr w = ChannelRead(ctx, 2, 1);
+  // The two channel sums, each computed once (float32): grad_input takes
+  // their means, grad_weight and grad_bias the sums themselves.
+  const bool input_grad = MaskBit(ctx, 9, 0);
+  const bool need_sums = (input_grad && train) || MaskBit(ctx, 9, 1) ||
+                         MaskBit(ctx, 9, 2);
+  LoweredValue sum_gx, sum_g;
+  if (need_sums) {
+    auto s = SumOver(ctx, in, reduced, false, Mul(g, xhat), kF32);
+    if (!s.ok()) return s.status();
+    sum_gx = *s;
+    s = SumOver(ctx, in, reduced, false, g, kF32);
+    if (!s.ok()) return s.status();
+    sum_g = *s;
+  }
   std::vector<LoweredValue> outs;
-  if (!MaskBit(ctx, 9, 0)) {
+  if (!input_grad) {
     outs.push_back(ZerosOutput(ctx, 0));
   } else if (!train) {
     outs.push_back(OutputNode(ctx, 0, Mul(Mul(g, rstd), w)));
   } else {
-    auto m1 = SumOver(ctx, in, reduced, false, g, kF32, /*mean=*/true);
-    if (!m1.ok()) return m1.status();
-    auto m2 = SumOver(ctx, in, reduced, false, Mul(g, xhat), kF32,
-                      /*mean=*/true);
-    if (!m2.ok()) return m2.status();
+    // The means as SumOver(mean=true) computes them: sum / count.
+    const Expr n = ChannelCount(in);
+    const Expr mean_g = ir::Binary(ExprOp::kDiv, AtChannel(sum_g), n, kF32);
+    const Expr mean_gx =
+        ir::Binary(ExprOp::kDiv, AtChannel(sum_gx), n, kF32);
     outs.push_back(OutputNode(
         ctx, 0,
-        Mul(Mul(rstd, w),
-            Sub(Sub(g, AtChannel(*m1)), Mul(xhat, AtChannel(*m2))))));
+        Mul(Mul(rstd, w), Sub(Sub(g, mean_g), Mul(xhat, mean_gx)))));
   }
-  const Expr bodies[] = {Mul(g, xhat), g};
+  const LoweredValue* sums[] = {&sum_gx, &sum_g};
   for (int k = 0; k < 2; ++k) {
     if (!MaskBit(ctx, 9, k + 1)) {
       outs.push_back(ZerosOutput(ctx, k + 1));
       continue;
     }
-    auto s =
-        SumOver(ctx, in, reduced, false, bodies[k], ctx.out_type(k + 1).dtype);
-    if (!s.ok()) return s.status();
-    outs.push_back(*s);
+    outs.push_back(OutputNode(
+        ctx, k + 1, LowerContext::Read(*sums[k], {ir::Var(0)})));
   }
   return outs;
 }
