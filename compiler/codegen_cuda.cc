@@ -21,13 +21,32 @@ constexpr unsigned kGlobal = 1;  // NVPTX address spaces
 constexpr unsigned kShared = 3;
 constexpr int64_t kRuntimeAlignment = 256;  // outputs and temps
 
-// offset = sum(coeff[v] * var v) + constant, coefficients free of vars.
+// offset = sum(coeff[v] * var v) + constant + sum(scale[i] * q_i) within a
+// group of V consecutive values of the group var, coefficients and the
+// constant free of vars. Each q_i is floordiv(L_i, d_i) of an argument
+// L_i whose group-var coefficient is 0 or 1 and a constant d_i that is a
+// positive multiple of V: when L_i is a multiple of V at the group's first
+// lane, L_i .. L_i + V - 1 lie in one block of d_i, so q_i is the same for
+// the whole group (remainder(L, d) = L - d * q). That is how an index
+// through a reshape of contiguous dims reads (batch norm's chunk of a
+// channel: (i / 3136) * 802816 + ((i / 56) % 56) * 56 + i % 56).
+// `aligned` collects the var-free parts (coefficients of the other vars
+// and the constant) of every L_i whose group-var coefficient is 1: each
+// must be a multiple of V for the group to share q_i.
 struct LinearForm {
   std::vector<Expr> coeff;  // per var; null = 0
   Expr constant;
+  std::vector<int64_t> invariant_scales;  // scale[i] of each q_i
 };
 
-std::optional<LinearForm> Linearize(const Expr& e, size_t num_vars) {
+struct GroupContext {
+  int var = -1;  // the group var; -1: no group-invariant terms allowed
+  int64_t size = 1;
+  std::vector<Expr>* aligned = nullptr;
+};
+
+std::optional<LinearForm> Linearize(const Expr& e, size_t num_vars,
+                                    const GroupContext& group = {}) {
   LinearForm f;
   f.coeff.assign(num_vars, nullptr);
   if (!ir::ContainsOp(e, ExprOp::kVar)) {
@@ -45,23 +64,67 @@ std::optional<LinearForm> Linearize(const Expr& e, size_t num_vars) {
       f.constant = ir::IntConst(0);
       return f;
     case ExprOp::kAdd: {
-      auto a = Linearize(e->args[0], num_vars);
-      auto b = Linearize(e->args[1], num_vars);
+      auto a = Linearize(e->args[0], num_vars, group);
+      auto b = Linearize(e->args[1], num_vars, group);
       if (!a || !b) return std::nullopt;
       for (size_t v = 0; v < num_vars; ++v)
         f.coeff[v] = add(a->coeff[v], b->coeff[v]);
       f.constant = ir::Add(a->constant, b->constant);
+      f.invariant_scales = a->invariant_scales;
+      f.invariant_scales.insert(f.invariant_scales.end(),
+                                b->invariant_scales.begin(),
+                                b->invariant_scales.end());
       return f;
     }
     case ExprOp::kMul: {
       int lin = ir::ContainsOp(e->args[0], ExprOp::kVar) ? 0 : 1;
       if (ir::ContainsOp(e->args[1 - lin], ExprOp::kVar)) return std::nullopt;
-      auto a = Linearize(e->args[lin], num_vars);
+      auto a = Linearize(e->args[lin], num_vars, group);
       if (!a) return std::nullopt;
       const Expr& scale = e->args[1 - lin];
       for (size_t v = 0; v < num_vars; ++v)
         if (a->coeff[v]) f.coeff[v] = ir::Mul(a->coeff[v], scale);
       f.constant = ir::Mul(a->constant, scale);
+      if (!a->invariant_scales.empty()) {
+        if (scale->op != ExprOp::kConst) return std::nullopt;
+        for (int64_t s : a->invariant_scales)
+          f.invariant_scales.push_back(s * scale->i);
+      }
+      return f;
+    }
+    case ExprOp::kFloorDiv:
+    case ExprOp::kRemainder: {
+      const Expr& d = e->args[1];
+      if (group.var < 0 || d->op != ExprOp::kConst || d->i <= 0 ||
+          d->i % group.size != 0) {
+        return std::nullopt;
+      }
+      auto arg = Linearize(e->args[0], num_vars, group);
+      if (!arg) return std::nullopt;
+      const Expr& g = arg->coeff[group.var];
+      const bool moves = g != nullptr;
+      if (moves && (g->op != ExprOp::kConst || g->i != 1)) return std::nullopt;
+      if (moves) {
+        // L at a group's first lane must be a multiple of V: its other
+        // coefficients, its constant and its own invariant terms.
+        for (size_t v = 0; v < num_vars; ++v) {
+          if (static_cast<int>(v) != group.var && arg->coeff[v])
+            group.aligned->push_back(arg->coeff[v]);
+        }
+        group.aligned->push_back(arg->constant);
+        for (int64_t s : arg->invariant_scales) {
+          if (s % group.size != 0) return std::nullopt;
+        }
+      }
+      if (e->op == ExprOp::kFloorDiv) {
+        // Constant within a group.
+        f.constant = ir::IntConst(0);
+        f.invariant_scales = {1};
+        return f;
+      }
+      // remainder(L, d) = L - d * floordiv(L, d).
+      f = *arg;
+      f.invariant_scales.push_back(-d->i);
       return f;
     }
     default:
@@ -175,10 +238,17 @@ class CudaKernelEmitter : public KernelEmitterBase {
     if (V_ <= 1 || group_var_ < 0) return false;
     const int64_t bytes = V_ * DTypeSize(dtype);
     if (bytes > 16 || SlotAlignment(slot) < bytes) return false;
-    auto lin = Linearize(offset, kernel_.dims.size());
+    std::vector<Expr> aligned;
+    auto lin = Linearize(offset, kernel_.dims.size(),
+                         GroupContext{group_var_, V_, &aligned});
     if (!lin) return false;
     const Expr& c = lin->coeff[group_var_];
     if (!c || c->op != ExprOp::kConst || c->i != 1) return false;
+    // The group-invariant terms keep the first lane's offset a multiple of
+    // V only when their scales are.
+    for (int64_t s : lin->invariant_scales) {
+      if (s % V_ != 0) return false;
+    }
     auto divisible = [&](const Expr& e) {
       Value* v = EmitExpr(e);
       vec_ok_ = b_.CreateAnd(
@@ -190,6 +260,7 @@ class CudaKernelEmitter : public KernelEmitterBase {
         divisible(lin->coeff[v]);
     }
     divisible(lin->constant);
+    for (const Expr& e : aligned) divisible(e);
     return true;
   }
 
