@@ -90,7 +90,7 @@ class Fuser {
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       const LoopNode& node = g_.nodes[n];
       realized_[n] = reachable[n] && (node.kind != LoopNode::Kind::kPointwise ||
-                                      node.output_index >= 0 ||
+                                      node.output_index >= 0 || node.realize ||
                                       extern_input_[n] || !options_.fuse);
     }
   }

@@ -750,6 +750,7 @@ std::string LoopGraph::ToString() const {
         break;
       }
     }
+    if (node.realize) absl::StrAppend(&out, "  (realized)");
     if (node.output_index >= 0)
       absl::StrAppend(&out, "  -> output ", node.output_index);
     absl::StrAppend(&out, "\n");

@@ -287,6 +287,11 @@ struct LoopNode {
   // correction): an expression over kAcc 0 and the row's vars; null = acc.
   Expr finalize;
   DType acc_dtype = DType::kFloat32;  // accumulator dtype
+  // kPointwise: stored in memory even where fusion would recompute it in
+  // its readers, so that every read sees the same bits (a vectorised
+  // transcendental and its scalar tail may round differently; a sort
+  // compares each element with every other, compiler/ops/sort_lowering.cc).
+  bool realize = false;
 
   // kExtern
   std::optional<GemmCall> gemm;

@@ -21,6 +21,7 @@ const OpLowerings& OpLowerings::Get() {
     RegisterConvLowerings(*table);
     RegisterGatherScatterLowerings(*table);
     RegisterRandomLowerings(*table);
+    RegisterSortLowerings(*table);
     return table.release();  // lives for the process
   }();
   return *table;

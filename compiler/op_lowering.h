@@ -45,6 +45,7 @@ void RegisterPoolingLowerings(OpLowerings& table);
 void RegisterConvLowerings(OpLowerings& table);
 void RegisterGatherScatterLowerings(OpLowerings& table);
 void RegisterRandomLowerings(OpLowerings& table);
+void RegisterSortLowerings(OpLowerings& table);
 
 }  // namespace kiln
 

@@ -21,6 +21,7 @@ const OpReferences& OpReferences::Get() {
     RegisterConvReferences(*table);
     RegisterGatherScatterReferences(*table);
     RegisterRandomReferences(*table);
+    RegisterSortReferences(*table);
     return table.release();  // lives for the process
   }();
   return *table;

@@ -59,6 +59,7 @@ void RegisterPoolingReferences(OpReferences& table);
 void RegisterConvReferences(OpReferences& table);
 void RegisterGatherScatterReferences(OpReferences& table);
 void RegisterRandomReferences(OpReferences& table);
+void RegisterSortReferences(OpReferences& table);
 
 }  // namespace kiln
 

@@ -39,6 +39,7 @@ const OpSignatures& OpSignatures::Get() {
     RegisterConvSignatures(*table);
     RegisterGatherScatterSignatures(*table);
     RegisterRandomSignatures(*table);
+    RegisterSortSignatures(*table);
     return table.release();  // lives for the process
   }();
   return *table;

@@ -9,8 +9,8 @@
 //
 // Adding an op: a named shape rule and dtype rule and one line in the table
 // of its family in graph/ops/*.cc (pointwise, reduction, views, indexing,
-// creation, composite, gather_scatter), then its reference and lowering in the compiler's
-// tables of the same family (compiler/ops/).
+// creation, composite, gather_scatter, sort ...), then its reference and
+// lowering in the compiler's tables of the same family (compiler/ops/).
 //
 // The table is built once, on first use, and is immutable afterwards.
 // Thread-safety: lookups are safe from any thread.
@@ -151,6 +151,7 @@ void RegisterPoolingSignatures(OpSignatures& table);
 void RegisterConvSignatures(OpSignatures& table);
 void RegisterGatherScatterSignatures(OpSignatures& table);
 void RegisterRandomSignatures(OpSignatures& table);
+void RegisterSortSignatures(OpSignatures& table);
 
 }  // namespace kiln
 

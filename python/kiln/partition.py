@@ -77,6 +77,15 @@ _SCATTER_OPS = frozenset({
 })
 
 
+# Sorts are quadratic in the sorted dim's size in Kiln (sort_lowering.cc):
+# compiled only when that size is static and at most graph/ops/sort.h's
+# kMaxSortSize (kilnd refuses the others; saying so here saves a retry).
+_SORT_OPS = frozenset({
+    "aten.sort.default", "aten.sort.stable", "aten.topk.default",
+})
+_MAX_SORT_SIZE = 4096
+
+
 # Slices: (dim, start, end, step) argument positions. On a symbolic dim
 # Kiln takes bounds that are polynomials (graph/ops/indexing.h,
 # SymbolicSlice): step 1, start/end in [-2, 2] or no end, never clamped, a
@@ -139,6 +148,23 @@ def _slice_reason(node: torch.fx.Node, name: str,
     return None
 
 
+def _sort_reason(node: torch.fx.Node, self_val: torch.Tensor) -> "str | None":
+    """Why Kiln cannot sort along this node's dim, or None."""
+    names = [a.name for a in node.target._schema.arguments]
+    dim = _schema_args(node)[names.index("dim")]
+    rank = self_val.dim()
+    if not isinstance(dim, int) or rank == 0 or not -rank <= dim < rank:
+        return None
+    size = self_val.shape[dim]
+    limit = (f"Kiln's sort is quadratic in that size and compiles static "
+             f"sizes up to {_MAX_SORT_SIZE}")
+    if isinstance(size, torch.SymInt) and not size.node.expr.is_Integer:
+        return f"sorts along symbolic dim {dim} ({size.node.expr}): {limit}"
+    if int(size) > _MAX_SORT_SIZE:
+        return f"sorts along dim {dim} of size {int(size)}: {limit}"
+    return None
+
+
 def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
     """Why Kiln cannot take this node for its input's sizes, or None."""
     inputs = [a.meta.get("val") for a in node.all_input_nodes]
@@ -147,6 +173,10 @@ def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
         return None
     if name in _SLICE_OPS:
         why = _slice_reason(node, name, node.args[0].meta.get("val"))
+        if why is not None:
+            return why
+    if name in _SORT_OPS:
+        why = _sort_reason(node, first)
         if why is not None:
             return why
     if name in _SCATTER_OPS:

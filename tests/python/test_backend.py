@@ -1,6 +1,6 @@
 """torch.compile(backend="kiln") on the CPU against a real kilnd: small
 models of pointwise ops, reductions, softmax, layer norm and GELU, forward
-and backward, compared with eager; ops Kiln lacks (topk) run
+and backward, compared with eager; ops Kiln lacks (kthvalue) run
 eagerly and the fallback report names them; strided inputs; dynamic=True;
 a daemon that is down (eager with one warning; fallback="error" raises);
 two processes and 8 processes at once on one graph (one compile per key);
@@ -264,20 +264,21 @@ def test_unsupported_ops_fall_back_and_are_reported(daemon):
     assert backend.report.op("aten.addmm.default").kiln >= 1
     assert backend.report.op("aten.native_layer_norm.default").kiln == 1
 
-    # Convolutions are Kiln's too (issue 16); topk is not.
+    # Convolutions are Kiln's too (issue 16); kthvalue is not.
     conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
     report = kiln.explain(conv, torch.randn(2, 3, 8, 8), server=daemon.address)
     assert "aten.convolution.default" not in report.fallbacks, str(report)
     assert report.op("aten.convolution.default").kiln == 1
 
-    class TopK(torch.nn.Module):
+    class KthValue(torch.nn.Module):
         def forward(self, x):
-            return torch.relu(x).topk(2, dim=-1).values
+            return torch.relu(x).kthvalue(2, dim=-1).values
 
-    report = kiln.explain(TopK(), torch.randn(2, 8), server=daemon.address)
-    assert "aten.topk.default" in report.fallbacks, str(report)
+    report = kiln.explain(KthValue(), torch.randn(2, 8),
+                          server=daemon.address)
+    assert "aten.kthvalue.default" in report.fallbacks, str(report)
     assert report.op("aten.relu.default").kiln == 1
-    assert "aten.topk.default" in str(report)
+    assert "aten.kthvalue.default" in str(report)
 
 
 def test_bfloat16(daemon):
@@ -591,12 +592,12 @@ def test_kiln_log_fallback(daemon, monkeypatch, capsys):
     backend = kiln.backend(server=daemon.address)
 
     def f(x):
-        return torch.softmax(torch.topk(x, 2).values, dim=-1)
+        return torch.softmax(torch.kthvalue(x, 2, keepdim=True).values, dim=-1)
 
     x = torch.randn(2, 3, 6, 6)
     torch.testing.assert_close(torch.compile(f, backend=backend)(x), f(x))
     err = capsys.readouterr().err
-    assert "fallback aten.topk.default x1: not in Kiln's op set" in err, err
+    assert "fallback aten.kthvalue.default x1: not in Kiln's op set" in err, err
 
 
 def test_entry_point_backend_by_name(daemon, tmp_path):
@@ -637,7 +638,7 @@ def test_imports_without_torch():
         "sys.meta_path.insert(0, Hide())\n"
         "import kiln\n"
         "ops = kiln.supported_ops()\n"
-        "assert 'aten.add.Tensor' in ops and 'aten.topk.default' not in ops\n"
+        "assert 'aten.add.Tensor' in ops and 'aten.kthvalue.default' not in ops\n"
         "kiln.Client('127.0.0.1:1')\n"
         "assert 'torch' not in sys.modules\n"
         "try:\n"

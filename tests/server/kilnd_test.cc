@@ -225,13 +225,13 @@ TEST_F(KilndTest, ServerInfoListsTheOpsItCompiles) {
                          "aten.view.default", "aten.cat.default"}) {
     EXPECT_TRUE(std::binary_search(ops.begin(), ops.end(), op)) << op;
   }
-  EXPECT_FALSE(std::binary_search(ops.begin(), ops.end(), "aten.topk.default"));
+  EXPECT_FALSE(std::binary_search(ops.begin(), ops.end(), "aten.kthvalue.default"));
   v1::CompileRequest req = Request("softmax.json");
-  req.mutable_graph()->mutable_nodes(0)->set_op("aten.topk.default");
+  req.mutable_graph()->mutable_nodes(0)->set_op("aten.kthvalue.default");
   v1::CompileResponse resp;
   const grpc::Status s = Call(*stub, req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_NE(s.error_message().find("aten.topk.default"), std::string::npos)
+  EXPECT_NE(s.error_message().find("aten.kthvalue.default"), std::string::npos)
       << s.error_message();
 }
 

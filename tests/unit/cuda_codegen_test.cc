@@ -239,11 +239,13 @@ TEST(CudaCodegen, PointwiseElementsPerThread) {
 // Issue 17.2's gathers and scatters: loads whose index is another load
 // (an embedding feeding cross-entropy and its backward; index_select,
 // gather, index, masked_fill, constant_pad_nd, scatter_add, scatter,
-// index_put, cumsum) compile to PTX and cubins with the structure the
-// runtime relies on; data-dependent loads are never vector candidates.
+// index_put, cumsum; sort and topk with topk's backward) compile to PTX and
+// cubins with the structure the runtime relies on; data-dependent loads are
+// never vector candidates.
 TEST(CudaCodegen, GatherScatterGraphsCompile) {
   for (const char* file :
-       {"embedding_cross_entropy.json", "gather_scatter_mix.json"}) {
+       {"embedding_cross_entropy.json", "gather_scatter_mix.json",
+        "topk_sort.json"}) {
     SCOPED_TRACE(file);
     auto a = Compile(ForGpu(Request(file)));
     ASSERT_TRUE(a.ok()) << a.status();
@@ -690,6 +692,10 @@ TEST(CudaCodegen, RandomGraphsOverTheWholeOpSetCompile) {
   graph_gen::GraphGenOptions with_random = with_issue17;
   with_random.first_random_seed = 0;
   CompileRandomGraphs(with_random, count / 4, /*fast_math=*/false, &ops);
+  // And an eighth as many that draw the sorts (issue 17.2) too.
+  graph_gen::GraphGenOptions with_sort = with_random;
+  with_sort.first_sort_seed = 0;
+  CompileRandomGraphs(with_sort, count / 8, /*fast_math=*/false, &ops);
   if (count >= 600) {
     for (const std::string& op : OpSignatures::Get().Names()) {
       if (OpSignatures::Get().Find(op)->op_class == OpClass::kExtern) continue;

@@ -72,6 +72,10 @@ struct GraphGenOptions {
   // native_dropout and its backward, rand/randn(_like), bernoulli), with a
   // seed input; earlier seeds keep their graphs.
   uint64_t first_random_seed = 3000;
+  // full_op_set: seeds from here on draw the sort family too (issue 17.2:
+  // sort, sort.stable, topk, and topk's backward scatter); earlier seeds
+  // keep their graphs.
+  uint64_t first_sort_seed = 3200;
   // full_op_set: draw the matrix products (mm, addmm, bmm, baddbmm), which
   // CUDA targets do not compile until their cuBLASLt extern call exists.
   bool extern_ops = true;
@@ -368,7 +372,8 @@ class OpSetGen {
         o_(o),
         issue17_(seed >= o.first_issue17_seed),
         conv_(seed >= o.first_conv_seed),
-        random_(issue17_ && seed >= o.first_random_seed) {}
+        random_(issue17_ && seed >= o.first_random_seed),
+        sort_(issue17_ && seed >= o.first_sort_seed) {}
 
   v1::Graph Build();
 
@@ -533,12 +538,16 @@ class OpSetGen {
   // Appends the seed (the graph's int64 0-dim seed input, made on first
   // use) and the next offset to `n`.
   void Seeded(v1::Node* n);
+  // Issue 17.2: sort, sort.stable and topk along a static dim, and now and
+  // then topk's backward (a scatter of the values into zeros).
+  bool Sort(const OpValue& a);
 
   Rng rng_;
   const GraphGenOptions& o_;
   bool issue17_;                    // draw AliasCopyOrLike and NormPool too
   bool conv_;                       // draw Conv too
   bool random_;                     // draw Random too
+  bool sort_;                       // draw Sort too
   std::string seed_;                // the seed input, once made
   int streams_ = 0;                 // random ops so far (their offsets)
   std::vector<std::string> sinks_;  // returned, never reused
@@ -2605,6 +2614,93 @@ inline void OpSetGen::Seeded(v1::Node* n) {
   Int(n, streams_++, "offset");
 }
 
+inline bool OpSetGen::Sort(const OpValue& a) {
+  const int r = static_cast<int>(a.shape.size());
+  const int d = r == 0 ? 0 : rng_.Below(r);
+  if (r > 0 && (!a.shape[d].symbol.empty() || IsCompound(a.shape[d])))
+    return false;
+  const int64_t n = r == 0 ? 1 : a.shape[d].value;
+  const int kind = rng_.Below(3);  // sort, sort.stable, topk
+  if (kind == 2 && a.dtype == v1::BOOL) return false;
+  const bool descending = rng_.Chance(50);
+  // Sorted values are a's elements (the k-th smallest moves by at most
+  // a's err); the indices are exact only when a is (equal values then
+  // tie the same way on both sides).
+  OpValue values = a;
+  values.name = Fresh();
+  OpValue indices;
+  indices.name = Fresh();
+  indices.dtype = v1::INT64;
+  indices.mag = static_cast<double>(std::max<int64_t>(n - 1, 0));
+  indices.integral = indices.nonneg = true;
+  int64_t k = n;
+  v1::Node* node = nullptr;
+  if (kind == 2) {
+    // k >= 1: the other families do not take empty values (k = 0 is in
+    // ops_sort_test.cc).
+    if (n == 0) return false;
+    k = 1 + rng_.Below(static_cast<int>(n));
+    if (r > 0) values.shape[d] = GenDim{"", k};
+    node = Node("aten.topk.default", values.name);
+    Ref(node, a.name);
+    Int(node, k);
+    // dim, largest, sorted given or not (dim must be given unless it is
+    // the last).
+    int args = rng_.Below(4);
+    if (d + 1 < r) args = std::max(args, 1);
+    if (args >= 1 || !descending) Int(node, Dim(d, std::max(r, 1)));
+    if (args >= 2 || !descending) Bool(node, descending);
+    if (args >= 3) Bool(node, rng_.Chance(50));
+  } else if (kind == 1) {
+    node = Node("aten.sort.stable", values.name);
+    Ref(node, a.name);
+    if (rng_.Chance(70)) Bool(node, rng_.Chance(50), "stable");
+    Int(node, Dim(d, std::max(r, 1)), "dim");
+    if (descending || rng_.Chance(50)) Bool(node, descending, "descending");
+  } else {
+    node = Node("aten.sort.default", values.name);
+    Ref(node, a.name);
+    if (descending || rng_.Chance(50)) {
+      Int(node, Dim(d, std::max(r, 1)));
+      Bool(node, descending);
+    } else if (d + 1 != r && r > 0) {
+      Int(node, Dim(d, r));
+    } else if (rng_.Chance(50)) {
+      Int(node, -1);
+    }
+  }
+  node->add_outputs(indices.name);
+  indices.shape = values.shape;
+  const bool exact = a.exact();
+  Keep(values);
+  if (!exact) return true;
+  const OpValue* kept = Keep(indices);
+  // topk's backward as AOTAutograd writes it: the values scattered into
+  // zeros of a's shape (distinct indices per row: no two sources collide).
+  bool static_shape = r > 0 && k > 0;
+  for (const GenDim& g : a.shape)
+    static_shape = static_shape && g.symbol.empty() && !IsCompound(g);
+  if (kind == 2 && static_shape && rng_.Chance(40)) {
+    OpValue grad = values;
+    grad.name = Fresh();
+    grad.shape = a.shape;
+    grad.lo = 0;
+    grad.nonneg = values.nonneg;
+    v1::Node* z = Node("aten.full.default", Fresh());
+    const std::string zeros = z->outputs(0);
+    Sizes(z, a.shape);
+    Int(z, 0);
+    DTypeArg(z, a.dtype, "dtype");
+    v1::Node* s = Node("aten.scatter.src", grad.name);
+    Ref(s, zeros);
+    Int(s, Dim(d, r));
+    Ref(s, kept->name);
+    Ref(s, values.name);
+    Keep(std::move(grad));
+  }
+  return true;
+}
+
 inline bool OpSetGen::Random(const OpValue& a) {
   const int k = rng_.Below(7);
   const bool fa = IsFloatDType(a.dtype);
@@ -3413,9 +3509,10 @@ inline v1::Graph OpSetGen::Build() {
   }
 
   const int target = 1 + rng_.Below(std::max(1, o_.max_nodes));
-  // 19: Conv (from first_conv_seed), 20: Random (from first_random_seed).
-  static const int kWeights[] = {12, 7,  4, 20, 6, 5, 5, 5, 7, 7, 12,
-                                 4,  14, 3, 3,  6, 14, 6, 12, 8, 14};
+  // 19: Conv (from first_conv_seed), 20: Random (from first_random_seed),
+  // 21: Sort (from first_sort_seed).
+  static const int kWeights[] = {12, 7,  4, 20, 6, 5,  5,  5, 7,  7,  12,
+                                 4,  14, 3, 3,  6, 14, 6, 12, 8, 14, 8};
   // The families after the first 15 (AliasCopyOrLike, NormPool, Matmul,
   // GatherScatter) only where issue17_ (seeds from first_issue17_seed on),
   // and the last (Conv) only where conv_ (seeds from first_conv_seed on),
@@ -3428,6 +3525,7 @@ inline v1::Graph OpSetGen::Build() {
   if (!issue17_) std::fill(weights + 15, weights + 19, 0);
   if (!conv_) weights[19] = 0;
   if (!random_) weights[20] = 0;
+  if (!sort_) weights[21] = 0;
   int total_weight = 0;
   for (int w : weights) total_weight += w;
   std::vector<std::string> produced;
@@ -3502,6 +3600,9 @@ inline v1::Graph OpSetGen::Build() {
         break;
       case 20:
         ok = Random(a);
+        break;
+      case 21:
+        ok = Sort(a);
         break;
       default:
         ok = Creation();

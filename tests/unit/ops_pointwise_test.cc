@@ -31,7 +31,7 @@ TEST(OpCoverage, EveryRegisteredOpIsCovered) {
                            &ShapeSuiteOps(), &CompositeSuiteOps(),
                            &NormSuiteOps(), &IndexingSuiteOps(),
                            &MatmulSuiteOps(), &ConvSuiteOps(),
-                           &RandomSuiteOps()}) {
+                           &RandomSuiteOps(), &SortSuiteOps()}) {
     for (const std::string& op : *list) {
       EXPECT_TRUE(covered.insert(op).second) << op << " is listed twice";
     }

@@ -1,6 +1,6 @@
 // Shared pieces of the per-op suites (ops_pointwise_test.cc,
 // ops_reduction_test.cc, ops_shape_test.cc, ops_composite_test.cc,
-// ops_indexing_test.cc):
+// ops_indexing_test.cc, ops_sort_test.cc):
 //
 //  * the list of ops each suite covers: the one place that says which suite
 //    tests an op. OpCoverage.EveryRegisteredOpIsCovered (in
@@ -187,6 +187,13 @@ inline const std::vector<std::string>& RandomSuiteOps() {
       "aten.rand.default",           "aten.rand_like.default",
       "aten.randn.default",          "aten.randn_like.default",
       "aten.bernoulli.p",            "aten.bernoulli.default"};
+  return *ops;
+}
+
+// The sort family (ops_sort_test.cc).
+inline const std::vector<std::string>& SortSuiteOps() {
+  static const auto* ops = new std::vector<std::string>{
+      "aten.sort.default", "aten.sort.stable", "aten.topk.default"};
   return *ops;
 }
 
