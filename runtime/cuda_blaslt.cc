@@ -263,9 +263,7 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
         ": Kiln calls it in float32, float16 and bfloat16"));
   }
   const uint32_t epilogue = LtEpilogue(options.epilogue);
-  const bool has_bias = options.epilogue == v1::Gemm::BIAS ||
-                        options.epilogue == v1::Gemm::RELU_BIAS ||
-                        options.epilogue == v1::Gemm::GELU_TANH_BIAS;
+  const bool has_bias = GemmEpilogueHasBias(options.epilogue);
   if (epilogue == 0 || has_bias != (options.bias != 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cuBLASLt GEMM: epilogue ", options.epilogue,

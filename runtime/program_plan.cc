@@ -118,9 +118,7 @@ absl::StatusOr<ProgramPlan::Extern> PlanExtern(
           "artifact: ", where, " has an unknown epilogue ", g.epilogue()));
     }
   }
-  const bool has_bias = g.epilogue() == v1::Gemm::BIAS ||
-                        g.epilogue() == v1::Gemm::RELU_BIAS ||
-                        g.epilogue() == v1::Gemm::GELU_TANH_BIAS;
+  const bool has_bias = GemmEpilogueHasBias(g.epilogue());
   if (has_bias != g.has_bias()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "artifact: ", where, has_bias ? " has a bias epilogue without a bias"
@@ -225,6 +223,11 @@ absl::Status IndexErrorStatus(const v1::Program& program,
   return absl::OutOfRangeError(absl::StrCat(where, ": index ", index,
                                             " is out of range for dimension ",
                                             c.dim(), " of size ", size));
+}
+
+bool GemmEpilogueHasBias(v1::Gemm::Epilogue epilogue) {
+  return epilogue == v1::Gemm::BIAS || epilogue == v1::Gemm::RELU_BIAS ||
+         epilogue == v1::Gemm::GELU_TANH_BIAS;
 }
 
 absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,

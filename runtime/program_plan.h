@@ -100,6 +100,10 @@ struct GemmDims {
   int64_t bias_offset = 0;  // elements into the bias buffer, when there is one
 };
 
+// Whether a GEMM epilogue adds a bias vector (BIAS, RELU_BIAS,
+// GELU_TANH_BIAS).
+bool GemmEpilogueHasBias(v1::Gemm::Epilogue epilogue);
+
 // Evaluates a GEMM step for the symbol values and checks it against the
 // buffers' element counts (`elements`, indexed by buffer id): sizes are
 // non-negative and fit a 32-bit BLAS int, each matrix has a unit row or

@@ -202,17 +202,6 @@ absl::StatusOr<std::vector<LoweredValue>> LowerConstantPad(LowerContext& ctx) {
 
 // ---- nll_loss ----
 
-// A pointwise node of shape `sizes` and `dtype` computing `body`.
-LoweredValue AddPointwise(LowerContext& ctx, std::vector<SymExpr> sizes,
-                          DType dtype, Expr body) {
-  LoopNode node;
-  node.kind = LoopNode::Kind::kPointwise;
-  node.dtype = dtype;
-  node.sizes = std::move(sizes);
-  node.body = ir::Cast(std::move(body), dtype);
-  return ctx.AddNode(std::move(node));
-}
-
 // A target `t` (int64) of nll_loss over `classes`, checked: outside
 // [0, classes) and not ignore_index records a violation (PyTorch's "Target
 // t is out of bounds."); the value is t itself.
@@ -281,13 +270,13 @@ absl::StatusOr<std::vector<LoweredValue>> LowerNllLossForward(
       loss = ir::Binary(ExprOp::kDiv, loss, s.weight, DType::kFloat32);
     const bool none = reduction == ops::LossReduction::kNone;
     return std::vector<LoweredValue>{
-        AddPointwise(ctx, {}, dtype, loss),
-        AddPointwise(ctx, {}, dtype, none ? zero : s.weight)};
+        ops::PointwiseNode(ctx, {}, dtype, loss),
+        ops::PointwiseNode(ctx, {}, dtype, none ? zero : s.weight)};
   }
   const SymExpr n = self.sizes[0];
   if (reduction == ops::LossReduction::kNone) {
-    return std::vector<LoweredValue>{AddPointwise(ctx, {n}, dtype, s.loss),
-                                     AddPointwise(ctx, {}, dtype, zero)};
+    return std::vector<LoweredValue>{ops::PointwiseNode(ctx, {n}, dtype, s.loss),
+                                     ops::PointwiseNode(ctx, {}, dtype, zero)};
   }
   LoweredValue space;
   space.sizes = {n};
@@ -303,8 +292,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerNllLossForward(
   const Expr tw = LowerContext::Read((*total)[0], {});
   if (reduction == ops::LossReduction::kMean)
     loss = ir::Binary(ExprOp::kDiv, loss, tw, DType::kFloat32);
-  return std::vector<LoweredValue>{AddPointwise(ctx, {}, dtype, loss),
-                                   AddPointwise(ctx, {}, dtype, tw)};
+  return std::vector<LoweredValue>{ops::PointwiseNode(ctx, {}, dtype, loss),
+                                   ops::PointwiseNode(ctx, {}, dtype, tw)};
 }
 
 // nll_loss_backward: grad_input[i, c] = -weight[c] * g_i where c is sample

@@ -163,13 +163,19 @@ Expr ReadKept(const LoweredValue& r, const std::vector<bool>& reduced) {
   return LowerContext::Read(r, idx);
 }
 
-LoweredValue PointwiseOutput(LowerContext& ctx, Expr body) {
+LoweredValue PointwiseNode(LowerContext& ctx, std::vector<SymExpr> sizes,
+                           DType dtype, Expr body) {
   LoopNode node;
   node.kind = LoopNode::Kind::kPointwise;
-  node.dtype = ctx.out_type().dtype;
-  node.sizes = ctx.out_type().sizes;
-  node.body = ir::Cast(std::move(body), node.dtype);
+  node.dtype = dtype;
+  node.sizes = std::move(sizes);
+  node.body = ir::Cast(std::move(body), dtype);
   return ctx.AddNode(std::move(node));
+}
+
+LoweredValue PointwiseOutput(LowerContext& ctx, Expr body) {
+  return PointwiseNode(ctx, ctx.out_type().sizes, ctx.out_type().dtype,
+                       std::move(body));
 }
 
 }  // namespace kiln::ops

@@ -23,6 +23,11 @@ absl::StatusOr<std::vector<LoweredValue>> LowerReductionOver(
 // A keepdim reduction result `r` read broadcast over its input space.
 Expr ReadKept(const LoweredValue& r, const std::vector<bool>& reduced);
 
+// A pointwise node of `sizes` and `dtype` computing `body`, cast to
+// `dtype`.
+LoweredValue PointwiseNode(LowerContext& ctx, std::vector<SymExpr> sizes,
+                           DType dtype, Expr body);
+
 // A pointwise node over the op's output (its sizes and dtype) computing
 // `body`, cast to the output dtype: what a creation op or cat lowers to.
 LoweredValue PointwiseOutput(LowerContext& ctx, Expr body);

@@ -45,12 +45,8 @@ absl::StatusOr<LoweredValue> SumOver(LowerContext& ctx,
 
 // A pointwise node of output o's sizes and dtype computing `body`.
 LoweredValue OutputNode(LowerContext& ctx, int o, Expr body) {
-  LoopNode node;
-  node.kind = LoopNode::Kind::kPointwise;
-  node.dtype = ctx.out_type(o).dtype;
-  node.sizes = ctx.out_type(o).sizes;
-  node.body = ir::Cast(std::move(body), node.dtype);
-  return ctx.AddNode(std::move(node));
+  return ops::PointwiseNode(ctx, ctx.out_type(o).sizes, ctx.out_type(o).dtype,
+                            std::move(body));
 }
 
 // Zeros for output o (an output its mask turned off: nothing reads it).
@@ -171,17 +167,6 @@ Expr ChannelCount(const LoweredValue& in) {
   return ir::Cast(ir::FromSym(n), kF32);
 }
 
-// A pointwise node of `sizes` and `dtype` computing `body`.
-LoweredValue PointwiseNode(LowerContext& ctx, std::vector<SymExpr> sizes,
-                           DType dtype, Expr body) {
-  LoopNode node;
-  node.kind = LoopNode::Kind::kPointwise;
-  node.dtype = dtype;
-  node.sizes = std::move(sizes);
-  node.body = ir::Cast(std::move(body), dtype);
-  return ctx.AddNode(std::move(node));
-}
-
 // (x - mean) * rstd * weight + bias over the input, weight and bias at
 // args 1 and 2.
 LoweredValue NormalizedOutput(LowerContext& ctx, Expr mean, Expr rstd) {
@@ -205,7 +190,7 @@ absl::StatusOr<std::vector<LoweredValue>> TrainBatchNorm(
   auto var = SumOver(ctx, in, reduced, false, Mul(dev, dev), kF32,
                      /*mean=*/true);
   if (!var.ok()) return var.status();
-  const LoweredValue rstd = PointwiseNode(
+  const LoweredValue rstd = ops::PointwiseNode(
       ctx, mean->sizes, ctx.out_type(2).dtype,
       Rsqrt(Add(ir::Cast(LowerContext::Read(*var, {ir::Var(0)}), kF32),
                 ir::Const(eps, kF32))));
@@ -380,7 +365,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerGroupNorm(LowerContext& ctx) {
   auto var = SumOver(ctx, xv, row, false, Mul(dev, dev), kF32, /*mean=*/true);
   if (!var.ok()) return var.status();
   const LoweredValue rstd =
-      PointwiseNode(ctx, var->sizes, kF32,
+      ops::PointwiseNode(ctx, var->sizes, kF32,
                     Rsqrt(Add(LowerContext::Read(*var, IdentityIndex(2)),
                               ir::Const(ctx.arg(7).f, kF32))));
   const LoweredValue out =
@@ -388,7 +373,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerGroupNorm(LowerContext& ctx) {
   std::vector<LoweredValue> outs = {out, *mean, rstd};
   for (int o : {1, 2}) {
     if (ctx.out_type(o).dtype != kF32) {
-      outs[o] = PointwiseNode(ctx, outs[o].sizes, ctx.out_type(o).dtype,
+      outs[o] = ops::PointwiseNode(ctx, outs[o].sizes, ctx.out_type(o).dtype,
                               LowerContext::Read(outs[o], IdentityIndex(2)));
     }
   }

@@ -81,17 +81,6 @@ absl::StatusOr<LoweredValue> ReduceLast(LowerContext& ctx,
   return (*r)[0];
 }
 
-// A pointwise node of `sizes` and `dtype` computing `body`.
-LoweredValue AddPointwise(LowerContext& ctx, std::vector<SymExpr> sizes,
-                          DType dtype, Expr body) {
-  LoopNode node;
-  node.kind = LoopNode::Kind::kPointwise;
-  node.dtype = dtype;
-  node.sizes = std::move(sizes);
-  node.body = ir::Cast(std::move(body), dtype);
-  return ctx.AddNode(std::move(node));
-}
-
 // The sorted dim's size, refused when symbolic or above kMaxSortSize.
 absl::StatusOr<int64_t> SortedSize(const LowerContext& ctx, const SymExpr& size,
                                    int dim) {
@@ -137,15 +126,15 @@ absl::StatusOr<std::vector<LoweredValue>> LowerSort(LowerContext& ctx) {
   const std::vector<SymExpr>& out = ctx.out_type(0).sizes;
   if (r == 0) {  // one element, at index 0
     return std::vector<LoweredValue>{
-        in, AddPointwise(ctx, {}, DType::kInt64, Int(0))};
+        in, ops::PointwiseNode(ctx, {}, DType::kInt64, Int(0))};
   }
   auto n = SortedSize(ctx, in.sizes[p.dim], p.dim);
   if (!n.ok()) return n.status();
   for (const SymExpr& s : out) {
     if (s == SymExpr(0)) {  // nothing to sort or to return
       return std::vector<LoweredValue>{
-          AddPointwise(ctx, out, in.dtype, ir::Const(0, in.dtype)),
-          AddPointwise(ctx, out, DType::kInt64, Int(0))};
+          ops::PointwiseNode(ctx, out, in.dtype, ir::Const(0, in.dtype)),
+          ops::PointwiseNode(ctx, out, DType::kInt64, Int(0))};
     }
   }
   const LoweredValue self = Stored(ctx, in);
@@ -177,7 +166,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerSort(LowerContext& ctx) {
                          ir::Select(hit, ir::Var(r), Int(-1)));
   if (!last.ok()) return last.status();
   const LoweredValue indices =
-      AddPointwise(ctx, out, DType::kInt64,
+      ops::PointwiseNode(ctx, out, DType::kInt64,
                    ClampIndex(LowerContext::Read(*last, IdentityIndex(r)), *n));
   // The gather clamps what it reads, not only what indices stores: a
   // reader may evaluate it where nothing was stored (cat evaluates every
