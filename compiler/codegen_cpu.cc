@@ -5,8 +5,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "graph/host_tensor.h"
 #include "compiler/kernel_emitter.h"
+#include "graph/host_tensor.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Intrinsics.h"
 #include "llvm/IR/LLVMContext.h"
@@ -161,12 +161,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
                : static_cast<Value*>(b_.CreateLoad(ty, acc));
     // Readers see the node's dtype; the accumulator may be wider (int64
     // sums of int32) or a position (argmax).
-    acc_value_[slot] = result;
-    acc_dtype_[slot] = is_arg ? DType::kInt64 : st.acc_dtype;
-    if (st.finalize) {
-      acc_value_[slot] = EmitExpr(st.finalize);
-      acc_dtype_[slot] = st.finalize->dtype;
-    }
+    SetAccValue(slot, result, is_arg ? DType::kInt64 : st.acc_dtype);
+    if (st.finalize)
+      SetAccValue(slot, EmitExpr(st.finalize), st.finalize->dtype);
     // Anything computed from this row's accumulators is row-local.
     memo_.back().clear();
   }

@@ -4,8 +4,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "graph/dtype.h"
 #include "compiler/kernel_emitter.h"
+#include "graph/dtype.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/IntrinsicsNVPTX.h"
 #include "llvm/IR/LLVMContext.h"
@@ -1025,12 +1025,9 @@ class CudaKernelEmitter : public KernelEmitterBase {
 
   void SetReduceResult(const Stage& st, int slot, Value* acc, Value* pos) {
     const bool arg = IsArgReduce(st.reduce);
-    acc_value_[slot] = arg ? pos : acc;
-    acc_dtype_[slot] = arg ? DType::kInt64 : st.acc_dtype;
-    if (st.finalize) {
-      acc_value_[slot] = EmitExpr(st.finalize);
-      acc_dtype_[slot] = st.finalize->dtype;
-    }
+    SetAccValue(slot, arg ? pos : acc, arg ? DType::kInt64 : st.acc_dtype);
+    if (st.finalize)
+      SetAccValue(slot, EmitExpr(st.finalize), st.finalize->dtype);
   }
 
   struct PendingStore {
@@ -1068,9 +1065,9 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> EmitCudaModule(
     const FusedProgram& program, const std::vector<GpuKernelPlan>& plans,
     llvm::LLVMContext& context, const CudaCodegenOptions& options) {
   if (plans.size() != program.kernels.size()) {
-    return absl::InternalError(absl::StrCat("EmitCudaModule: ", plans.size(),
-                                            " plans for ",
-                                            program.kernels.size(), " kernels"));
+    return absl::InternalError(
+        absl::StrCat("EmitCudaModule: ", plans.size(), " plans for ",
+                     program.kernels.size(), " kernels"));
   }
   return EmitKernelModule(
       context, program.kernels.size(), [&](llvm::Module& module, size_t k) {

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -389,6 +390,51 @@ void DropCallseqComments(std::string& ptx) {
   }
 }
 
+// LLVM 16's NVPTX instruction selection (NVPTXDAGToDAGISel::tryBFE)
+// miscompiles `and (sra x, s), 2^len - 1` for a 64-bit x when s > 32 and
+// the field reaches past bit 63: it measures the bits left above s against
+// the shift amount's 32-bit type, and emits `bfe.u64 d, x, s, len`, whose
+// bits past bit 63 are zeros where sra's are copies of the sign. DAGCombiner
+// makes that pattern of every `select (x < 0), 2^len - 1, 0` and `select
+// (x & 2^j) != 0, 2^len - 1, 0`, which the index arithmetic of wrapped
+// negative indices, floor division and im2col produces: a kernel added 1
+// where it meant 3 or 15 (llvm/llvm-project#130862 fixed the selection in
+// LLVM 21). An unsigned source never gives such a field (LLVM folds `and
+// (srl x, s), m` past bit 63 into the shift alone), so each bfe.u64 whose
+// position + length exceeds 64 is the signed one: it becomes bfe.s64,
+// which fills past bit 63 with the sign, and an and that keeps the field.
+// Returns how many it rewrote.
+int FixSignedBitfieldExtracts(std::string& ptx) {
+  const std::string kOp = "bfe.u64";
+  int fixed = 0;
+  size_t at = 0;
+  while ((at = ptx.find(kOp, at)) != std::string::npos) {
+    const size_t line_start = ptx.rfind('\n', at) + 1;  // npos + 1 == 0
+    const size_t semi = ptx.find(';', at);
+    if (semi == std::string::npos) break;
+    const std::string prefix = ptx.substr(line_start, at - line_start);
+    std::vector<std::string> ops = absl::StrSplit(
+        absl::string_view(ptx).substr(at + kOp.size(), semi - at - kOp.size()),
+        ',');
+    for (std::string& op : ops)
+      op = std::string(absl::StripAsciiWhitespace(op));
+    int pos = 0, len = 0;
+    if (ops.size() != 4 || !absl::SimpleAtoi(ops[2], &pos) ||
+        !absl::SimpleAtoi(ops[3], &len) || pos + len <= 64 || len >= 64 ||
+        len <= 0) {
+      at = semi;
+      continue;
+    }
+    const std::string text = absl::StrCat(
+        "bfe.s64 \t", ops[0], ", ", ops[1], ", ", pos, ", ", len, ";\n", prefix,
+        "and.b64 \t", ops[0], ", ", ops[0], ", ", (uint64_t{1} << len) - 1);
+    ptx.replace(at, semi - at, text);
+    at += text.size();
+    ++fixed;
+  }
+  return fixed;
+}
+
 // The marker on the declarations that EmitPtx fills in.
 constexpr char kPrecompiledAttr[] = "kiln-precompiled-trig";
 
@@ -441,6 +487,7 @@ absl::StatusOr<PrecompiledTrig> BuildPrecompiledTrig(llvm::TargetMachine& tm,
   auto ptx = EmitAssembly(module, tm);
   if (!ptx.ok()) return ptx.status();
   DropCallseqComments(*ptx);
+  FixSignedBitfieldExtracts(*ptx);
   for (absl::string_view line : absl::StrSplit(*ptx, '\n')) {
     if (absl::StartsWith(line, ".global ") || absl::StartsWith(line, ".const "))
       absl::StrAppend(&result.globals, line, "\n");
@@ -619,6 +666,7 @@ absl::StatusOr<std::string> EmitPtx(llvm::Module& module,
   auto ptx = EmitAssembly(module, tm);
   if (!ptx.ok()) return ptx;
   DropCallseqComments(*ptx);
+  FixSignedBitfieldExtracts(*ptx);
   std::vector<std::string> spliced;
   for (const llvm::Function& f : module) {
     if (f.isDeclaration() && f.hasFnAttribute(kPrecompiledAttr))

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "graph/host_tensor.h"
 #include "llvm/IR/LLVMContext.h"
@@ -440,6 +441,33 @@ Value* KernelEmitterBase::ConvertValue(Value* v, DType from, DType to) {
   return b_.CreateSExtOrTrunc(v, TypeOf(to));
 }
 
+namespace {
+
+// Whether `e` reads accumulator slot `slot` (`seen`: the nodes visited, as
+// expressions share subexpressions).
+bool ReadsAcc(const ExprNode* e, int slot,
+              absl::flat_hash_set<const ExprNode*>& seen) {
+  if (!seen.insert(e).second) return false;
+  if (e->op == ExprOp::kAcc && e->index == slot) return true;
+  for (const Expr& a : e->args) {
+    if (a && ReadsAcc(a.get(), slot, seen)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void KernelEmitterBase::SetAccValue(int slot, Value* v, DType d) {
+  acc_value_[slot] = v;
+  acc_dtype_[slot] = d;
+  for (auto& scope : memo_) {
+    absl::erase_if(scope, [&](const auto& entry) {
+      absl::flat_hash_set<const ExprNode*> seen;
+      return ReadsAcc(entry.first, slot, seen);
+    });
+  }
+}
+
 Value* KernelEmitterBase::Lookup(const Expr& e) {
   for (auto it = memo_.rbegin(); it != memo_.rend(); ++it) {
     auto f = it->find(e.get());
@@ -615,10 +643,10 @@ Value* KernelEmitterBase::EmitPhilox(Value* seed, Value* offset, Value* index,
   Value* k0 = lo(seed);
   Value* k1 = hi(seed);
   for (int r = 0; r < kPhiloxRounds; ++r) {
-    Value* p0 = b_.CreateMul(b_.CreateZExt(c[0], i64),
-                             b_.getInt64(kPhiloxM0), "", /*HasNUW=*/true);
-    Value* p1 = b_.CreateMul(b_.CreateZExt(c[2], i64),
-                             b_.getInt64(kPhiloxM1), "", /*HasNUW=*/true);
+    Value* p0 = b_.CreateMul(b_.CreateZExt(c[0], i64), b_.getInt64(kPhiloxM0),
+                             "", /*HasNUW=*/true);
+    Value* p1 = b_.CreateMul(b_.CreateZExt(c[2], i64), b_.getInt64(kPhiloxM1),
+                             "", /*HasNUW=*/true);
     Value* n0 = b_.CreateXor(b_.CreateXor(hi(p1), c[1]), k0);
     Value* n1 = lo(p1);
     Value* n2 = b_.CreateXor(b_.CreateXor(hi(p0), c[3]), k1);

@@ -130,6 +130,12 @@ class KernelEmitterBase {
   // Converts a value of dtype `from` to dtype `to` (a cast's semantics).
   Value* ConvertValue(Value* v, DType from, DType to);
 
+  // A row's finished reduction: acc_value_[slot] = v, of dtype `d`. Every
+  // memoised value that read the slot's previous value (the raw
+  // accumulator, which the stage's finalize expression reads) is
+  // forgotten, so that later readers of the slot see `v`.
+  void SetAccValue(int slot, Value* v, DType d);
+
   // ---- expressions ----
   Value* Lookup(const Expr& e);
   Value* EmitExpr(const Expr& e);

@@ -4,7 +4,7 @@
 # glibc >= 2.36 and, for bench and python, python3 with torch):
 #
 #   make bundle BUNDLE_EXTRA="build/tests/gpu/cuda_gpu_test build/bench/gpu/cuda_bench build/tests/unit/cuda_runtime_test"
-#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|attention|trainops|gemm|bench|all [OUT_DIR]
+#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|attention|trainops|profile|gemm|bench|all [OUT_DIR]
 #
 # tests: cuda_runtime_test and cuda_gpu_test (its Client test starts the
 # bundle's kilnd); python: the Python binding with PyTorch
@@ -15,7 +15,9 @@
 # cuda over the suite and bench/python/zoo.py; callcost:
 # bench/python/call_cost.py --device cuda against the bundle's kilnd;
 # attention: bench/python/attention.py --device cuda; trainops:
-# bench/python/train_ops.py --device cuda; gemm: bench/python/gpu_gemm.py
+# bench/python/train_ops.py --device cuda; profile:
+# bench/python/kernel_profile.py --timeline ($PROFILE_ARGS passed on, e.g.
+# "--case group_norm"); gemm: bench/python/gpu_gemm.py
 # alone ($GEMM_ARGS passed on); all:
 # tests, python and backend. $PYTHON names the interpreter (default python3).
 # The extension _kiln_call is built for $PYTHON on first use when the bundle's
@@ -89,6 +91,10 @@ if [[ $what == attention ]]; then
 fi
 if [[ $what == trainops ]]; then
   "${PYTHON:-python3}" "$here/bench/python/train_ops.py" --device cuda || status=1
+fi
+if [[ $what == profile ]]; then
+  # shellcheck disable=SC2086
+  "${PYTHON:-python3}" "$here/bench/python/kernel_profile.py" --timeline ${PROFILE_ARGS:-} || status=1
 fi
 if [[ $what == gemm ]]; then
   # shellcheck disable=SC2086

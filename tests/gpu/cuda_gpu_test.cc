@@ -14,6 +14,7 @@
 //   KILN_GPU_RANDOM_GRAPHS=<count>   seeds 0..count-1 (default 1000)
 //   KILN_GPU_RANDOM_GRAPH_SEED=<s>   just this seed, printing its graph
 //   KILN_GPU_FAST_MATH_GRAPHS, KILN_GPU_LANE_LOOP_GRAPHS  (default 300 each)
+//   KILN_GPU_DIAGNOSE_SEEDS=<s1,s2,...>  what each seed's failure depends on
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -23,15 +24,17 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/cuda_executable.h"
+#include "absl/strings/str_split.h"
 #include "client/kiln_client.h"
 #include "compiler/compile.h"
-#include "graph/import.h"
 #include "compiler/reference.h"
 #include "google/protobuf/util/json_util.h"
+#include "graph/import.h"
 #include "gtest/gtest.h"
+#include "runtime/cuda_executable.h"
 #include "tests/gpu/gpu_util.h"
 #include "tests/server/daemon.h"
 #include "tests/unit/epilogue_graphs.h"
@@ -151,7 +154,8 @@ TEST(CudaGpu, ExampleGraphsMatchReference) {
   REQUIRE_GPU(gpu);
   for (const char* file :
        {"chain10.json", "chain30.json", "chain30_sum.json", "softmax.json",
-        "layer_norm.json", "reduce_two_dims.json", "dynamic_batch.json"}) {
+        "layer_norm.json", "reduce_two_dims.json", "dynamic_batch.json",
+        "topk_sort.json", "conv1d_broadcast.json"}) {
     for (bool aligned : {true, false}) {
       EXPECT_EQ(CheckOnGpu(*gpu, 1, Request(file), aligned), "")
           << file << (aligned ? " (aligned)" : "");
@@ -228,6 +232,91 @@ TEST(CudaGpu, RandomGraphsMatchReference) {
   std::printf("%lld graphs on %s: %d failures\n", static_cast<long long>(count),
               gpu->arch.c_str(), failures);
   EXPECT_EQ(failures, 0);
+}
+
+// KILN_GPU_DIAGNOSE_SEEDS=<s1,s2,...>: for each random-graph seed, which
+// code-generation choices its failure depends on. The seed runs as the
+// suite runs it, then with one choice changed at a time (no fusion, no
+// split reductions, one element per group, no one-element-per-thread
+// plans, unaligned inputs, one group per thread); then unfused with every
+// node's outputs made graph outputs, which names the first node whose
+// kernel is wrong. A tool for GPU bugs the CPU does not reproduce; skipped
+// when the variable is unset.
+TEST(CudaGpu, DiagnoseRandomGraphSeeds) {
+  const char* seeds = std::getenv("KILN_GPU_DIAGNOSE_SEEDS");
+  if (seeds == nullptr || *seeds == 0)
+    GTEST_SKIP() << "KILN_GPU_DIAGNOSE_SEEDS not set";
+  REQUIRE_GPU(gpu);
+  for (absl::string_view item : absl::StrSplit(seeds, ',')) {
+    int64_t seed = 0;
+    if (!absl::SimpleAtoi(item, &seed)) continue;
+    v1::CompileRequest req;
+    *req.mutable_graph() =
+        graph_gen::RandomGraph(seed, random_graphs::GpuOptions());
+    CompileEnv suite;
+    if (seed / 2 % 2 == 1) suite.gpu_pointwise_vector_width = 4;
+    const bool aligned = seed % 2 == 0;
+    std::printf("=== seed %lld\n%s\n", static_cast<long long>(seed),
+                GraphJson(req.graph()).c_str());
+    struct Variant {
+      const char* name;
+      CompileEnv env;
+      bool aligned;
+    };
+    std::vector<Variant> variants = {{"as the suite", suite, aligned}};
+    auto add = [&](const char* name, const std::function<void(CompileEnv&)>& f,
+                   bool a) {
+      Variant v{name, suite, a};
+      f(v.env);
+      variants.push_back(v);
+    };
+    add(
+        "no fusion", [](CompileEnv& e) { e.fuse = false; }, aligned);
+    add(
+        "no split", [](CompileEnv& e) { e.gpu_split_reductions = false; },
+        aligned);
+    add(
+        "vector 1", [](CompileEnv& e) { e.gpu_pointwise_vector_width = 1; },
+        aligned);
+    add(
+        "vector 4", [](CompileEnv& e) { e.gpu_pointwise_vector_width = 4; },
+        aligned);
+    add(
+        "no one-per-thread",
+        [](CompileEnv& e) { e.gpu_one_element_per_thread_max = 0; }, aligned);
+    add(
+        "unaligned", [](CompileEnv&) {}, false);
+    add(
+        "aligned", [](CompileEnv&) {}, true);
+    add(
+        "1 group/thread", [](CompileEnv& e) { e.gpu_groups_per_thread = 1; },
+        aligned);
+    add(
+        "lane loop", [](CompileEnv& e) { e.gpu_lane_loop = true; }, aligned);
+    for (const Variant& v : variants) {
+      const std::string error = CheckOnGpu(*gpu, seed, req, v.aligned, v.env);
+      std::printf("seed %lld %-18s %s\n", static_cast<long long>(seed), v.name,
+                  error.empty() ? "ok" : error.c_str());
+    }
+    // Every node's outputs as graph outputs, unfused: the first wrong one.
+    v1::CompileRequest all = req;
+    all.mutable_graph()->clear_outputs();
+    for (int n = 0; n < req.graph().nodes_size(); ++n) {
+      for (const std::string& o : req.graph().nodes(n).outputs()) {
+        std::printf("  output %d = node %d %s\n", all.graph().outputs_size(), n,
+                    req.graph().nodes(n).op().c_str());
+        all.mutable_graph()->add_outputs(o);
+      }
+    }
+    for (bool fuse : {false, true}) {
+      CompileEnv env = suite;
+      env.fuse = fuse;
+      const std::string error = CheckOnGpu(*gpu, seed, all, aligned, env);
+      std::printf("seed %lld every node an output, %s: %s\n",
+                  static_cast<long long>(seed), fuse ? "fused" : "unfused",
+                  error.empty() ? "ok" : error.c_str());
+    }
+  }
 }
 
 // Runs `count` random graphs (seeds 0..count-1) drawn with `options` through

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -22,13 +23,13 @@
 #include "compiler/cuda_backend.h"
 #include "compiler/fuse.h"
 #include "compiler/gpu_launch.h"
+#include "compiler/lower.h"
+#include "compiler/split_reductions.h"
+#include "google/protobuf/util/json_util.h"
 #include "graph/guard_key.h"
 #include "graph/import.h"
 #include "graph/imported_request.h"
-#include "compiler/lower.h"
 #include "graph/op_signature.h"
-#include "compiler/split_reductions.h"
-#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/unit/epilogue_graphs.h"
 #include "tests/unit/example_graphs.h"
@@ -243,14 +244,52 @@ TEST(CudaCodegen, PointwiseElementsPerThread) {
 // cubins with the structure the runtime relies on; data-dependent loads are
 // never vector candidates.
 TEST(CudaCodegen, GatherScatterGraphsCompile) {
-  for (const char* file :
-       {"embedding_cross_entropy.json", "gather_scatter_mix.json",
-        "topk_sort.json"}) {
+  for (const char* file : {"embedding_cross_entropy.json",
+                           "gather_scatter_mix.json", "topk_sort.json"}) {
     SCOPED_TRACE(file);
     auto a = Compile(ForGpu(Request(file)));
     ASSERT_TRUE(a.ok()) << a.status();
     EXPECT_EQ(CheckStructure(*a), "");
   }
+}
+
+// A 1-D convolution whose input broadcasts its channels (strides [3, 0, 1]):
+// the im2col kernel's index is floordiv(j, 2) * 3 + remainder(j, 2) * 2,
+// which LLVM lowers through `select (j & 2) != 0, 3, 0` to `and (sra (shl
+// j, 62), 63), 3`, the pattern LLVM 16's NVPTX back end selects as an
+// unsigned bfe.u64 j', 63, 2 (0 or 1 where 0 or 3 is meant; see
+// FixSignedBitfieldExtracts in compiler/cuda_backend.cc): the example graph
+// conv1d_broadcast.json, which the GPU suite (tests/gpu/cuda_gpu_test.cc)
+// runs.
+//
+// Every bit-field extract in the PTX takes its field from within the
+// register: where LLVM 16 emitted bfe.u64 past bit 63 for a signed field,
+// the PTX has bfe.s64 and an and that keeps the field.
+TEST(CudaCodegen, SignedBitFieldsAreExtractedSigned) {
+  auto a = Compile(ForGpu(Request("conv1d_broadcast.json")));
+  ASSERT_TRUE(a.ok()) << a.status();
+  const std::string& ptx = a->cuda().ptx();
+  int signed_fields = 0;
+  for (absl::string_view line : absl::StrSplit(ptx, '\n')) {
+    for (const char* op : {"bfe.u64", "bfe.s64"}) {
+      const size_t at = line.find(op);
+      if (at == absl::string_view::npos) continue;
+      std::vector<std::string> ops =
+          absl::StrSplit(line.substr(at + 7, line.find(';') - at - 7), ',');
+      ASSERT_EQ(ops.size(), 4u) << line;
+      int pos = 0, len = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ops[2]), &pos));
+      ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ops[3]), &len));
+      if (op[4] == 'u') {
+        EXPECT_LE(pos + len, 64) << line;
+      } else if (pos + len > 64) {
+        ++signed_fields;
+      }
+    }
+  }
+  // The graph still gives LLVM the pattern: the rewrite is exercised.
+  EXPECT_GE(signed_fields, 1) << ptx;
+  EXPECT_TRUE(absl::StrContains(ptx, ", 63, 2;")) << ptx;
 }
 
 // Out-of-range indices (issue 17.2) on the GPU: every kernel that reads
