@@ -15,7 +15,7 @@
 # cuda over the suite and bench/python/zoo.py; callcost:
 # bench/python/call_cost.py --device cuda against the bundle's kilnd;
 # attention: bench/python/attention.py --device cuda; trainops:
-# bench/python/train_ops.py --device cuda; profile:
+# bench/python/train_ops.py --device cuda ($TRAINOPS_ARGS, e.g. --recompute); profile:
 # bench/python/kernel_profile.py --timeline ($PROFILE_ARGS passed on, e.g.
 # "--case group_norm"); gemm: bench/python/gpu_gemm.py
 # alone ($GEMM_ARGS passed on); all:
@@ -90,7 +90,8 @@ if [[ $what == attention ]]; then
   "${PYTHON:-python3}" "$here/bench/python/attention.py" --device cuda || status=1
 fi
 if [[ $what == trainops ]]; then
-  "${PYTHON:-python3}" "$here/bench/python/train_ops.py" --device cuda || status=1
+  # shellcheck disable=SC2086
+  "${PYTHON:-python3}" "$here/bench/python/train_ops.py" --device cuda ${TRAINOPS_ARGS:-} || status=1
 fi
 if [[ $what == profile ]]; then
   # shellcheck disable=SC2086

@@ -5,7 +5,9 @@ warm-up steps, kernels sorted by total CUDA time. With --timeline, also
 where the steps' wall time goes: the GPU's busy time (the union of kernel,
 memcpy and memset intervals) against the span from the first to the last,
 the idle gaps between GPU activities with the activities on each side,
-and the CPU ops by self time (is the step bound by the host?).
+and the CPU ops by self time (is the step bound by the host?). With
+--python, Kiln's 10 steps also run under cProfile (Python functions by
+their own time: what the host does per step outside the kernels).
 
     KILN_LIB=.../libkiln_c.so KILN_KILND=.../kilnd python3 bench/python/kernel_profile.py --case batch_norm [--timeline]
 """
@@ -13,6 +15,8 @@ and the CPU ops by self time (is the step bound by the host?).
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import warnings
 
 import bench_util  # noqa: F401 (sys.path, KILN_LIB)
@@ -62,6 +66,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--case", default="batch_norm")
     ap.add_argument("--rows", type=int, default=12)
+    ap.add_argument("--recompute", action="store_true",
+                    help="also Kiln with recompute=True")
+    ap.add_argument("--python", action="store_true",
+                    help="also Kiln's steps under cProfile")
     ap.add_argument("--timeline", action="store_true",
                     help="also the GPU's idle gaps and the CPU ops' self time")
     a = ap.parse_args()
@@ -70,12 +78,15 @@ def main() -> None:
         name, module, inputs = next(c for c in cases("cuda", True)
                                     if c[0] == a.case)
         warnings.simplefilter("ignore")
-        for label in ("eager", "inductor", "kiln"):
+        labels = ["eager", "inductor", "kiln"] + (["kiln-recompute"]
+                                                  if a.recompute else [])
+        for label in labels:
             torch._dynamo.reset()
             fn = module if label == "eager" else torch.compile(
-                module, backend=kiln.backend(server=daemon.address,
-                                             fallback="eager")
-                if label == "kiln" else "inductor")
+                module, backend=kiln.backend(
+                    server=daemon.address, fallback="eager",
+                    recompute=label == "kiln-recompute")
+                if label.startswith("kiln") else "inductor")
             for _ in range(3):
                 fn(*inputs).backward()
             torch.cuda.synchronize()
@@ -91,6 +102,16 @@ def main() -> None:
                                             row_limit=a.rows, max_name_column_width=60))
             if a.timeline:
                 timeline(prof, 10, a.rows)
+            if a.python and label == "kiln":
+                torch.cuda.synchronize()
+                pr = cProfile.Profile()
+                pr.enable()
+                for _ in range(10):
+                    fn(*inputs).backward()
+                torch.cuda.synchronize()
+                pr.disable()
+                print(f"== {name}: kiln under cProfile (10 steps)")
+                pstats.Stats(pr).sort_stats("tottime").print_stats(a.rows * 2)
     finally:
         daemon.stop()
 

@@ -109,6 +109,10 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--server")
     ap.add_argument("--cases", default="", help="comma-separated names")
+    ap.add_argument("--recompute", action="store_true",
+                    help="also Kiln with recompute=True (the backward "
+                         "recomputes cheap values instead of reading what "
+                         "the forward saved)")
     a = ap.parse_args()
     cuda = a.device == "cuda"
     wanted = [c for c in a.cases.split(",") if c]
@@ -118,7 +122,8 @@ def main() -> None:
     print(f"training ops fwd+bwd, float32, {where}, torch {torch.__version__}; "
           f"ms per step (median of 7 x 10)")
     print(f"{'case':<14} {'eager':>9} {'inductor':>9} {'kiln':>9} "
-          f"{'kiln/best':>9} {'kiln nodes':>11}")
+          f"{'kiln/best':>9} {'kiln nodes':>11}"
+          + (f" {'recompute':>10}" if a.recompute else ""))
     try:
         for name, module, inputs in cases(a.device, cuda):
             if wanted and name not in wanted:
@@ -134,11 +139,17 @@ def main() -> None:
                 backend = kiln.backend(server=server, fallback="eager")
                 kln = torch.compile(module, backend=backend)
                 row["kiln"] = step_ms(lambda: kln(*inputs), cuda)
+                if a.recompute:
+                    torch._dynamo.reset()
+                    klr = torch.compile(module, backend=kiln.backend(
+                        server=server, fallback="eager", recompute=True))
+                    row["recompute"] = step_ms(lambda: klr(*inputs), cuda)
             report = backend.report
             best = min(row["eager"], row["inductor"])
             print(f"{name:<14} {row['eager']:>9.3f} {row['inductor']:>9.3f} "
                   f"{row['kiln']:>9.3f} {row['kiln'] / best:>8.2f}x "
-                  f"{report.kiln_nodes:>5}/{report.kiln_nodes + report.fallback_nodes:<5}", flush=True)
+                  f"{report.kiln_nodes:>5}/{report.kiln_nodes + report.fallback_nodes:<5}"
+                  + (f" {row['recompute']:>10.3f}" if a.recompute else ""), flush=True)
     finally:
         if daemon:
             daemon.stop()

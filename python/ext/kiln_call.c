@@ -774,6 +774,177 @@ static PyTypeObject CudaCallType = {
     .tp_new = CudaCall_new,
 };
 
+/* ---- torch_allocator ------------------------------------------------------
+ * PyTorch's caching allocator as a kiln_allocator whose callbacks are C:
+ * each allocation is three calls of torch._C builtins (exchange the current
+ * device, raw_alloc on the stream, exchange back) and one dict store, each
+ * free one dict pop and raw_delete, instead of a ctypes callback into
+ * _binding._TorchAllocator's Python methods and torch.cuda.memory's
+ * wrappers (about 11 and 5 us per block on an H100 host, 18 blocks in a
+ * batch-norm training step). A free whose last-use stream is not the one
+ * the block was allocated for (the cross-stream case, which needs an event)
+ * goes to the Python adapter's free, which owns that logic; so do errors,
+ * through on_error.
+ *
+ *   handle, state = _kiln_call.torch_allocator(
+ *       raw_alloc, raw_delete, exchange_device, maybe_exchange_device,
+ *       slow_free, on_error, streams, device)
+ *
+ * handle: the kiln_allocator* as int (kiln_allocator_destroy frees it);
+ * state: a capsule that must outlive every use of the handle. streams: the
+ * adapter's dict {ptr: stream} (shared with slow_free). */
+
+typedef struct {
+  PyObject* raw_alloc;
+  PyObject* raw_delete;
+  PyObject* exchange;
+  PyObject* maybe_exchange;
+  PyObject* slow_free;
+  PyObject* on_error;
+  PyObject* streams;
+  int device;
+} TorchAllocState;
+
+/* Hands the pending Python exception to on_error (which keeps it for the
+ * KilnError the failed run raises); never leaves one set. */
+static void TorchAllocError(TorchAllocState* a) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value != NULL) {
+    PyObject* r = PyObject_CallOneArg(a->on_error, value);
+    Py_XDECREF(r);
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  PyErr_Clear();
+}
+
+static uint64_t TorchAlloc(size_t bytes, void* stream, void* user) {
+  TorchAllocState* a = (TorchAllocState*)user;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  uint64_t ptr = 0;
+  PyObject* prev = PyObject_CallFunction(a->exchange, "i", a->device);
+  if (prev != NULL) {
+    PyObject* p = PyObject_CallFunction(a->raw_alloc, "nK", (Py_ssize_t)bytes,
+                                        (unsigned long long)(uintptr_t)stream);
+    /* The device goes back whatever raw_alloc did; its error (if any) is
+     * kept across that call. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject* back = PyObject_CallOneArg(a->maybe_exchange, prev);
+    Py_DECREF(prev);
+    if (back == NULL && type == NULL) {
+      PyErr_Fetch(&type, &value, &tb);
+    } else {
+      PyErr_Clear();
+    }
+    Py_XDECREF(back);
+    PyErr_Restore(type, value, tb);
+    if (p != NULL && !PyErr_Occurred()) {
+      ptr = PyLong_AsUnsignedLongLong(p);
+      if (PyErr_Occurred()) ptr = 0;
+      PyObject* val = PyLong_FromUnsignedLongLong((uintptr_t)stream);
+      if (ptr != 0 && (val == NULL || PyDict_SetItem(a->streams, p, val) < 0)) {
+        PyObject *t2, *v2, *tb2;
+        PyErr_Fetch(&t2, &v2, &tb2);
+        PyObject* r = PyObject_CallOneArg(a->raw_delete, p);
+        Py_XDECREF(r);
+        PyErr_Clear();
+        PyErr_Restore(t2, v2, tb2);
+        ptr = 0;
+      }
+      Py_XDECREF(val);
+    }
+    Py_XDECREF(p);
+  }
+  if (ptr == 0) TorchAllocError(a);
+  PyGILState_Release(gil);
+  return ptr;
+}
+
+static void TorchFree(uint64_t ptr, size_t bytes, void* last_use_stream,
+                      void* user) {
+  TorchAllocState* a = (TorchAllocState*)user;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  const uint64_t last_use = (uint64_t)(uintptr_t)last_use_stream;
+  PyObject* key = PyLong_FromUnsignedLongLong(ptr);
+  PyObject* r = NULL;
+  if (key != NULL) {
+    PyObject* s = PyDict_GetItemWithError(a->streams, key); /* borrowed */
+    uint64_t alloc_stream = last_use;
+    if (s != NULL) alloc_stream = PyLong_AsUnsignedLongLong(s);
+    if (!PyErr_Occurred()) {
+      if (alloc_stream == last_use) {
+        if (s == NULL || PyDict_DelItem(a->streams, key) == 0) {
+          r = PyObject_CallOneArg(a->raw_delete, key);
+        }
+      } else {
+        r = PyObject_CallFunction(a->slow_free, "KnKO",
+                                  (unsigned long long)ptr, (Py_ssize_t)bytes,
+                                  (unsigned long long)last_use, Py_None);
+      }
+    }
+    Py_DECREF(key);
+  }
+  if (r == NULL) {
+    TorchAllocError(a);
+  } else {
+    Py_DECREF(r);
+  }
+  PyGILState_Release(gil);
+}
+
+static void TorchAllocStateFree(PyObject* capsule) {
+  TorchAllocState* a =
+      (TorchAllocState*)PyCapsule_GetPointer(capsule, "kiln.torch_allocator");
+  if (a == NULL) return;
+  Py_XDECREF(a->raw_alloc);
+  Py_XDECREF(a->raw_delete);
+  Py_XDECREF(a->exchange);
+  Py_XDECREF(a->maybe_exchange);
+  Py_XDECREF(a->slow_free);
+  Py_XDECREF(a->on_error);
+  Py_XDECREF(a->streams);
+  PyMem_Free(a);
+}
+
+static PyObject* TorchAllocator(PyObject* self, PyObject* args) {
+  PyObject *raw_alloc, *raw_delete, *exchange, *maybe_exchange, *slow_free,
+      *on_error, *streams;
+  int device;
+  if (!PyArg_ParseTuple(args, "OOOOOOO!i:torch_allocator", &raw_alloc,
+                        &raw_delete, &exchange, &maybe_exchange, &slow_free,
+                        &on_error, &PyDict_Type, &streams, &device)) {
+    return NULL;
+  }
+  TorchAllocState* a = PyMem_Calloc(1, sizeof(TorchAllocState));
+  if (a == NULL) return PyErr_NoMemory();
+  PyObject* capsule =
+      PyCapsule_New(a, "kiln.torch_allocator", TorchAllocStateFree);
+  if (capsule == NULL) {
+    PyMem_Free(a);
+    return NULL;
+  }
+  a->raw_alloc = Py_NewRef(raw_alloc);
+  a->raw_delete = Py_NewRef(raw_delete);
+  a->exchange = Py_NewRef(exchange);
+  a->maybe_exchange = Py_NewRef(maybe_exchange);
+  a->slow_free = Py_NewRef(slow_free);
+  a->on_error = Py_NewRef(on_error);
+  a->streams = Py_NewRef(streams);
+  a->device = device;
+  kiln_allocator* handle = NULL;
+  kiln_status* st = kiln_allocator_create(TorchAlloc, TorchFree, a, &handle);
+  if (st != NULL) {
+    Py_DECREF(capsule);
+    RaiseStatus(st);
+    return NULL;
+  }
+  return Py_BuildValue("(NN)", PyLong_FromVoidPtr(handle), capsule);
+}
+
 static PyObject* InitCuda(PyObject* self, PyObject* args) {
   PyObject *current_stream, *from_dlpack;
   if (!PyArg_ParseTuple(args, "OO:init_cuda", &current_stream, &from_dlpack)) {
@@ -789,6 +960,10 @@ static PyMethodDef kMethods[] = {
      "init(KilnError, dtype_codes, empty, tensor_type, dtype_error)"},
     {"init_cuda", InitCuda, METH_VARARGS,
      "init_cuda(current_raw_stream, from_dlpack)"},
+    {"torch_allocator", TorchAllocator, METH_VARARGS,
+     "torch_allocator(raw_alloc, raw_delete, exchange_device, "
+     "maybe_exchange_device, slow_free, on_error, streams, device) -> "
+     "(handle, state)"},
     {NULL, NULL, 0, NULL},
 };
 

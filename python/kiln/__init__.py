@@ -56,6 +56,7 @@ __all__ = [
 def backend(server: Optional[str] = None, fast_math: bool = False,
             fallback: str = "eager", attention: Optional[str] = None, *,
             fuse_gemm_epilogues: bool = True,
+            recompute: bool = False,
             token: Optional[str] = None,
             token_file: Optional[str] = None, trusted_keys: Any = None,
             tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
@@ -79,6 +80,15 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     after the product is rounded. TF32 and reduced-precision reductions
     follow PyTorch's flags (torch.set_float32_matmul_precision,
     torch.backends.cuda.matmul.allow_{fp16,bf16}_reduced_precision_reduction).
+    recompute: split forward from backward as Inductor does
+    (AOTAutograd's min-cut rematerialization partitioner): the backward
+    recomputes cheap pointwise values from the forward's inputs inside its
+    own fused kernels instead of the forward saving them, which saves
+    activation memory (values a backward comparison reads are still saved:
+    kiln.dynamo.recompute_partition). False (default): AOTAutograd's
+    default partitioner, which saves every value the backward reads; on an
+    H100 it did as much GPU work or less in the batch- and group-norm steps
+    of bench/python/train_ops.py (bench/README.md).
 
     A kilnd with tokens, TLS or signed artifacts (README.md, "Running kilnd
     for a team"), each keyword else its environment variable, as
@@ -94,7 +104,7 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
 
     return KilnBackend(server=server, fast_math=fast_math, fallback=fallback,
                        fuse_gemm_epilogues=fuse_gemm_epilogues,
-                       attention=attention, token=token, token_file=token_file,
+                       recompute=recompute, attention=attention, token=token, token_file=token_file,
                        trusted_keys=trusted_keys, tls_ca=tls_ca,
                        tls_cert=tls_cert, tls_key=tls_key,
                        tls_server_name=tls_server_name)

@@ -348,6 +348,45 @@ class KilnPartition(torch.nn.Module):
     _tuple_output = True
 
 
+_COMPARISONS = frozenset(
+    f"aten.{op}.{overload}" for op in ("eq", "ne", "lt", "le", "gt", "ge")
+    for overload in ("Tensor", "Scalar"))
+
+
+def recompute_partition(joint_module: torch.fx.GraphModule,
+                        joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
+    """AOTAutograd's min-cut rematerialization partitioner (Inductor's),
+    except that a value the backward compares is saved, never recomputed.
+    The backward of amax and max compares the saved maximum with the input
+    it came from (eq); recomputed by another kernel, with another fusion,
+    vector width or libm variant than the forward's, that input can differ
+    from the forward's in its last bit, no element equals the maximum and
+    the gradient is 0/0 (found by tests/python/test_backend.py). So every
+    value a comparison reads that does not depend on the tangents (one the
+    backward could otherwise recompute) is tagged MUST_SAVE
+    (torch.utils.checkpoint's policy, which the partitioner honours): the
+    comparison reads the forward's own bits, saved or compared there.
+    Values computed from the tangents are the backward's own and stay."""
+    from torch._functorch.partitioners import (  # noqa: PLC0415
+        min_cut_rematerialization_partition)
+    from torch.utils.checkpoint import CheckpointPolicy  # noqa: PLC0415
+
+    backward: set = set()
+    for node in joint_module.graph.nodes:
+        if (node.op == "placeholder" and node.name.startswith("tangents")) or \
+                any(isinstance(a, torch.fx.Node) and a in backward
+                    for a in node.all_input_nodes):
+            backward.add(node)
+    for node in joint_module.graph.nodes:
+        if node.op != "call_function" or str(node.target) not in _COMPARISONS:
+            continue
+        for arg in node.all_input_nodes:
+            if arg not in backward and arg.op != "placeholder":
+                arg.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+    return min_cut_rematerialization_partition(joint_module, joint_inputs,
+                                               **kwargs)
+
+
 class KilnBackend:
     """A Dynamo backend (see the module docstring): ``backend(gm,
     example_inputs)`` returns the compiled callable. ``report`` accumulates
@@ -355,6 +394,7 @@ class KilnBackend:
 
     def __init__(self, server: Optional[str] = None, fast_math: bool = False,
                  fallback: str = "eager", fuse_gemm_epilogues: bool = True,
+                 recompute: bool = False,
                  attention: Optional[str] = None, token: Optional[str] = None,
                  token_file: Optional[str] = None,
                  trusted_keys: Optional[Any] = None,
@@ -389,9 +429,18 @@ class KilnBackend:
         self._ops: Optional[frozenset] = None
         from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
 
-        self._aot = aot_autograd(fw_compiler=self._compile_graph,
-                                 bw_compiler=self._compile_graph,
-                                 decompositions=self._decompositions)
+        from torch._functorch.partitioners import (  # noqa: PLC0415
+            default_partition)
+
+        # recompute=True: as Inductor, the backward recomputes what is cheap
+        # to recompute (in its own fused kernels) instead of the forward
+        # saving it (kiln.backend's `recompute`).
+        self.recompute = bool(recompute)
+        self._aot = aot_autograd(
+            fw_compiler=self._compile_graph, bw_compiler=self._compile_graph,
+            decompositions=self._decompositions,
+            partition_fn=(recompute_partition if self.recompute
+                          else default_partition))
         self.__name__ = "kiln"
 
     def _cuda_options(self) -> int:

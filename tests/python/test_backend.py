@@ -98,6 +98,58 @@ def test_pointwise_and_reductions_forward_backward(daemon):
         assert all("view" in r for r in reasons), (op, reasons)
 
 
+def test_recompute_saves_fewer_tensors_and_keeps_compared_values(
+        daemon, monkeypatch):
+    """recompute=True (AOTAutograd's min-cut partitioner as Inductor uses
+    it): the backward of a pointwise chain recomputes it from
+    the input instead of reading tensors the forward saved. A value the
+    backward compares (amax's backward: eq(max, input)) is still saved:
+    recomputed by another kernel it could differ in its last bit and make
+    the gradient 0/0 (dynamo.recompute_partition)."""
+    from kiln import dynamo
+
+    saved = {}
+    compile_graph = dynamo.KilnBackend._compile_graph
+
+    def record(self, gm, example_inputs):
+        names = [n.name for n in gm.graph.find_nodes(op="placeholder")]
+        if any(n.startswith("tangents") for n in names):
+            saved[self.recompute] = [n for n in names
+                                     if not n.startswith("tangents")]
+        return compile_graph(self, gm, example_inputs)
+
+    monkeypatch.setattr(dynamo.KilnBackend, "_compile_graph", record)
+
+    def chain(x):
+        return torch.sigmoid(torch.tanh(x * 1.5) * 3).exp()
+
+    x = torch.randn(8, 16)
+    for recompute in (False, True):
+        torch._dynamo.reset()
+        backend = kiln.backend(server=daemon.address, fallback="error",
+                               recompute=recompute)
+        check_fwd_bwd(chain, backend, x)
+    # The default partitioner saves tanh, sigmoid and exp's outputs; min-cut
+    # the input and exp's output (exp's gradient is its output).
+    computed = {k: [n for n in v if not n.startswith("primals")]
+                for k, v in saved.items()}
+    assert len(computed[True]) < len(computed[False]), saved
+
+    def peak(x):
+        return (x.exp() / x.exp().sum(-1, keepdim=True)).amax(0)
+
+    # (test_pointwise_and_reductions_forward_backward's amax gave NaN
+    # gradients before compared values were saved.)
+    torch._dynamo.reset()
+    check_fwd_bwd(peak, kiln.backend(server=daemon.address, fallback="error",
+                                     recompute=True),
+                  torch.randn(24, 22))
+    check_fwd_bwd(PointwiseReductions(),
+                  kiln.backend(server=daemon.address, fallback="error",
+                               recompute=True),
+                  torch.randn(16, 33), torch.randn(16, 33))
+
+
 def test_softmax_layer_norm_gelu_forward_backward(daemon):
     backend = kiln.backend(server=daemon.address, fallback="error")
     check_fwd_bwd(SoftmaxLayerNorm(), backend, torch.randn(8, 5, 64))
