@@ -161,6 +161,10 @@ GpuPlanOptions PlanOptions(const CompileEnv& env) {
     plan.one_element_per_thread_max = env.gpu_one_element_per_thread_max;
   if (env.gpu_pointwise_groups_per_thread > 0)
     plan.pointwise_groups_per_thread = env.gpu_pointwise_groups_per_thread;
+  if (env.gpu_max_persistent_row >= 0)
+    plan.max_persistent_row = env.gpu_max_persistent_row;
+  if (env.gpu_max_persistent_row_values >= 0)
+    plan.max_persistent_row_values = env.gpu_max_persistent_row_values;
   return plan;
 }
 

@@ -65,6 +65,12 @@ struct CompileEnv {
   // CUDA: GpuPlanOptions::one_element_per_thread_max (-1: the default). For
   // benchmarks.
   int64_t gpu_one_element_per_thread_max = -1;
+  // CUDA: GpuPlanOptions::max_persistent_row (-1: the default). For
+  // benchmarks.
+  int64_t gpu_max_persistent_row = -1;
+  // CUDA: GpuPlanOptions::max_persistent_row_values (-1: the default). For
+  // benchmarks.
+  int64_t gpu_max_persistent_row_values = -1;
   // CUDA: split reductions over few long rows (split_reductions.h). Off
   // only to measure what the split gains.
   bool gpu_split_reductions = true;

@@ -52,6 +52,36 @@ int64_t MathCalls(const Kernel& kernel) {
   return calls;
 }
 
+// Distinct loads of `kernel` (buffer slot and offset) whose offset moves
+// along an inner dim: what a persistent row keeps in registers per group.
+int64_t RowLoads(const Kernel& kernel) {
+  absl::flat_hash_set<const ExprNode*> seen;
+  absl::flat_hash_set<std::string> loads;
+  auto moves = [&](const Expr& offset) {
+    bool found = false;
+    std::function<void(const Expr&)> visit = [&](const Expr& e) {
+      if (!e || found) return;
+      if (e->op == ExprOp::kVar && e->index >= 0 &&
+          static_cast<size_t>(e->index) < kernel.inner.size() &&
+          kernel.inner[e->index]) {
+        found = true;
+        return;
+      }
+      for (const Expr& a : e->args) visit(a);
+    };
+    visit(offset);
+    return found;
+  };
+  std::function<void(const Expr&)> visit = [&](const Expr& e) {
+    if (!e || !seen.insert(e.get()).second) return;
+    if (e->op == ExprOp::kLoadBuffer && !e->args.empty() && moves(e->args[0]))
+      loads.insert(absl::StrCat(e->index, ":", ir::ToString(e->args[0])));
+    for (const Expr& a : e->args) visit(a);
+  };
+  for (const Stage& st : kernel.stages) visit(st.value);
+  return static_cast<int64_t>(loads.size());
+}
+
 }  // namespace
 
 GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
@@ -107,7 +137,7 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
     plan.lane_loop = options.lane_loop;
     return plan;
   }
-  if (static_row && row <= kMaxPersistentRow) {
+  if (static_row && row <= options.max_persistent_row) {
     plan.form = GpuKernelPlan::Form::kPersistentRow;
     plan.row_size = row;
     // A kernel of at most options.one_element_per_thread_max
@@ -134,7 +164,15 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
     }
     plan.groups_per_thread = static_cast<int>(
         (groups + plan.threads_per_row - 1) / plan.threads_per_row);
-    return plan;
+    // GpuPlanOptions::max_persistent_row_values (off by default).
+    if (options.max_persistent_row_values <= 0 ||
+        plan.threads_per_row < 1024 ||
+        static_cast<int64_t>(plan.groups_per_thread) * plan.vector_width *
+                RowLoads(kernel) <=
+            options.max_persistent_row_values) {
+      return plan;
+    }
+    plan = GpuKernelPlan{};
   }
   plan.form = GpuKernelPlan::Form::kLoopedRow;
   plan.vector_width = 1;

@@ -70,6 +70,7 @@
 namespace kiln {
 
 inline constexpr int64_t kMaxPersistentRow = 32768;
+
 // Pointwise bodies with more math-library calls (exp, log, sin, cos, tan,
 // tanh, sigmoid, erf, pow, atan2, ...) keep one group per thread: the
 // second group's copy of the body would double ptxas's time for ~1%.
@@ -146,6 +147,19 @@ struct GpuPlanOptions {
   int64_t one_element_per_thread_max = kMaxOneElementPerThread;
   // kPointwise: groups per thread (0: two or one, as described above).
   int pointwise_groups_per_thread = 0;
+  // Static rows of at most this many elements take kPersistentRow, longer
+  // ones kLoopedRow. For benchmarks.
+  int64_t max_persistent_row = kMaxPersistentRow;
+  // When > 0: a persistent row of 1024 threads a row (rows over 4096
+  // groups) that would hold more loaded values a thread than this (groups
+  // x vector width x the kernel's distinct row loads; a 1024-thread block
+  // has 64 registers a thread) takes kLoopedRow instead. Off (0) by
+  // default: measured on an H100 (bench/README.md, session 12) with 32,
+  // group norm's backward (1024 rows of 25088, two row loads, 412 bytes of
+  // spills) ran 412 instead of 455 µs, but batch norm's backward partial
+  // (the same row loads, no harmful spills) 301 instead of 181 µs. For
+  // benchmarks.
+  int64_t max_persistent_row_values = 0;
 };
 
 // The plan for `kernel`; a pure function of the kernel's structure and of

@@ -15,8 +15,9 @@
 //
 // Variants (bench/gpu/experiments.sh): --fast_math (CompileOptions),
 // --groups_per_thread=N, --lane_loop=1, --pointwise_vector_width=4|2|1 and
-// --pointwise_groups=G, --one_element_max=N (0: small kernels as large ones)
-// (GpuPlanOptions),
+// --pointwise_groups=G, --one_element_max=N (0: small kernels as large ones),
+// --max_persistent_row=N (longer rows loop), --max_row_values=N
+// (max_persistent_row_values) (GpuPlanOptions),
 // --split_reductions=0 (CompileEnv).
 //
 // Output: one line per figure, `<name> <value> <unit>`, for run.sh.
@@ -59,6 +60,8 @@ struct Args {
   int pointwise_groups = 0;
   int64_t one_element_max = -1;
   int split_reductions = 1;
+  int64_t max_persistent_row = -1;
+  int64_t max_row_values = -1;
 };
 
 int Fail(const absl::Status& s, const char* what) {
@@ -153,6 +156,10 @@ int Main(int argc, char** argv) {
       (void)absl::SimpleAtoi(arg, &a.one_element_max);
     } else if (absl::ConsumePrefix(&arg, "--pointwise_groups=")) {
       (void)absl::SimpleAtoi(arg, &a.pointwise_groups);
+    } else if (absl::ConsumePrefix(&arg, "--max_row_values=")) {
+      (void)absl::SimpleAtoi(arg, &a.max_row_values);
+    } else if (absl::ConsumePrefix(&arg, "--max_persistent_row=")) {
+      (void)absl::SimpleAtoi(arg, &a.max_persistent_row);
     } else if (absl::ConsumePrefix(&arg, "--split_reductions=")) {
       (void)absl::SimpleAtoi(arg, &a.split_reductions);
     }
@@ -179,6 +186,8 @@ int Main(int argc, char** argv) {
   env.gpu_pointwise_vector_width = a.pointwise_vector_width;
   env.gpu_pointwise_groups_per_thread = a.pointwise_groups;
   env.gpu_one_element_per_thread_max = a.one_element_max;
+  env.gpu_max_persistent_row = a.max_persistent_row;
+  env.gpu_max_persistent_row_values = a.max_row_values;
   env.gpu_split_reductions = a.split_reductions != 0;
   auto graph = ImportGraph(req.graph());
   if (!graph.ok()) return Fail(graph.status(), "import");
