@@ -163,6 +163,8 @@ GpuPlanOptions PlanOptions(const CompileEnv& env) {
     plan.pointwise_groups_per_thread = env.gpu_pointwise_groups_per_thread;
   if (env.gpu_max_persistent_row >= 0)
     plan.max_persistent_row = env.gpu_max_persistent_row;
+  if (env.gpu_looped_row_threads > 0)
+    plan.looped_row_threads = env.gpu_looped_row_threads;
   if (env.gpu_max_persistent_row_values >= 0)
     plan.max_persistent_row_values = env.gpu_max_persistent_row_values;
   return plan;

@@ -6,16 +6,18 @@
 //                     checked, graph imported, request key (imported_request.h)
 //   Lower             Graph -> LoopGraph                        (lower.h)
 //   FoldGemmEpilogues LoopGraph -> LoopGraph (CUDA: bias, ReLU, tanh-GELU
-//                     into the cuBLASLt call)                   (gemm_epilogue.h)
+//                     into the cuBLASLt call) (gemm_epilogue.h)
 //   Fuse              LoopGraph -> FusedProgram                 (fuse.h)
-//   SplitLongReductions  FusedProgram -> FusedProgram (CUDA)    (split_reductions.h)
-//   PlanGpuLaunches   FusedProgram -> a GpuKernelPlan per kernel (CUDA; gpu_launch.h)
-//   CPU:  EmitCpuModule  FusedProgram -> LLVM IR                (codegen_cpu.h)
+//   SplitLongReductions  FusedProgram -> FusedProgram (CUDA)
+//   (split_reductions.h) PlanGpuLaunches   FusedProgram -> a GpuKernelPlan per
+//   kernel (CUDA; gpu_launch.h) CPU:  EmitCpuModule  FusedProgram -> LLVM IR
+//   (codegen_cpu.h)
 //         OptimizeModule, EmitObject, LinkSharedObject -> .so   (cpu_backend.h)
-//   CUDA: EmitCudaModule FusedProgram + plans -> NVPTX IR       (codegen_cuda.h)
+//   CUDA: EmitCudaModule FusedProgram + plans -> NVPTX IR (codegen_cuda.h)
 //         LinkLibdevice, OptimizeNvptxModule, EmitPtx, LinkCubin -> cubin
 //                                                               (cuda_backend.h)
-//   BuildArtifact     program, guards, outputs, binary, SHA-256 (build_artifact.h)
+//   BuildArtifact     program, guards, outputs, binary, SHA-256
+//   (build_artifact.h)
 //
 // With KILN_DUMP_DIR set, each stage writes its IR to
 // $KILN_DUMP_DIR/<first 16 hex digits of the request key>/NN-stage.txt:
@@ -71,6 +73,9 @@ struct CompileEnv {
   // CUDA: GpuPlanOptions::max_persistent_row_values (-1: the default). For
   // benchmarks.
   int64_t gpu_max_persistent_row_values = -1;
+  // CUDA: GpuPlanOptions::looped_row_threads (0: the default). For
+  // benchmarks.
+  int gpu_looped_row_threads = 0;
   // CUDA: split reductions over few long rows (split_reductions.h). Off
   // only to measure what the split gains.
   bool gpu_split_reductions = true;

@@ -54,7 +54,9 @@ int64_t MathCalls(const Kernel& kernel) {
 
 // Distinct loads of `kernel` (buffer slot and offset) whose offset moves
 // along an inner dim: what a persistent row keeps in registers per group.
-int64_t RowLoads(const Kernel& kernel) {
+// With `passes`, also the number of stages that read such a load: the
+// passes over the row a looped row makes.
+int64_t RowLoads(const Kernel& kernel, int64_t* passes = nullptr) {
   absl::flat_hash_set<const ExprNode*> seen;
   absl::flat_hash_set<std::string> loads;
   auto moves = [&](const Expr& offset) {
@@ -78,7 +80,23 @@ int64_t RowLoads(const Kernel& kernel) {
       loads.insert(absl::StrCat(e->index, ":", ir::ToString(e->args[0])));
     for (const Expr& a : e->args) visit(a);
   };
-  for (const Stage& st : kernel.stages) visit(st.value);
+  for (const Stage& st : kernel.stages) {
+    const size_t before = loads.size();
+    seen.clear();
+    visit(st.value);
+    if (passes != nullptr && loads.size() > 0 &&
+        (loads.size() > before || st.kind != Stage::Kind::kStoreOuter)) {
+      // (A stage that reads only loads seen before still reads the row.)
+      std::function<bool(const Expr&)> reads = [&](const Expr& e) {
+        if (!e) return false;
+        if (e->op == ExprOp::kLoadBuffer) return true;
+        for (const Expr& a : e->args)
+          if (reads(a)) return true;
+        return false;
+      };
+      if (st.kind != Stage::Kind::kStoreOuter && reads(st.value)) ++*passes;
+    }
+  }
   return static_cast<int64_t>(loads.size());
 }
 
@@ -137,7 +155,16 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
     plan.lane_loop = options.lane_loop;
     return plan;
   }
-  if (static_row && row <= options.max_persistent_row) {
+  // Rows past kMaxPersistentRow up to kMaxPersistentRowOneLoad stay
+  // persistent when the kernel reads one row tensor in three passes or
+  // more (a log-softmax's max, sum of exps and store over its logits).
+  int64_t passes = 0;
+  const bool persistent =
+      static_row && (row <= options.max_persistent_row ||
+                     (options.max_persistent_row == kMaxPersistentRow &&
+                      row <= kMaxPersistentRowOneLoad &&
+                      RowLoads(kernel, &passes) == 1 && passes >= 3));
+  if (persistent) {
     plan.form = GpuKernelPlan::Form::kPersistentRow;
     plan.row_size = row;
     // A kernel of at most options.one_element_per_thread_max
@@ -165,8 +192,7 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
     plan.groups_per_thread = static_cast<int>(
         (groups + plan.threads_per_row - 1) / plan.threads_per_row);
     // GpuPlanOptions::max_persistent_row_values (off by default).
-    if (options.max_persistent_row_values <= 0 ||
-        plan.threads_per_row < 1024 ||
+    if (options.max_persistent_row_values <= 0 || plan.threads_per_row < 1024 ||
         static_cast<int64_t>(plan.groups_per_thread) * plan.vector_width *
                 RowLoads(kernel) <=
             options.max_persistent_row_values) {
@@ -176,8 +202,13 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
   }
   plan.form = GpuKernelPlan::Form::kLoopedRow;
   plan.vector_width = 1;
-  plan.threads_per_row = 512;
-  plan.block_threads = 512;
+  // Long static rows take a wider block (kLoopedLongRowThreads); dynamic
+  // rows, possibly short, keep options.looped_row_threads.
+  const int threads = static_row && options.looped_row_threads == 512
+                          ? kLoopedLongRowThreads
+                          : options.looped_row_threads;
+  plan.threads_per_row = threads;
+  plan.block_threads = threads;
   plan.items_per_block = 1;
   return plan;
 }

@@ -40,7 +40,8 @@
 //                   faster at about twice the compile time, chain-1 (no
 //                   math call, bound by memory) 0.5% slower.
 //   kPersistentRow  a row kernel whose row (the product of the inner dims)
-//                   is static and at most kMaxPersistentRow elements. The
+//                   is static and at most kMaxPersistentRow elements (or
+//                   kMaxPersistentRowOneLoad, reading one row tensor). The
 //                   row stays in registers across the stages of the kernel
 //                   (softmax reads its input once): each of the row's
 //                   `threads_per_row` threads holds `groups_per_thread`
@@ -53,8 +54,9 @@
 //                   a block of 128..1024 threads, reduced with shuffles and
 //                   a 32-slot shared-memory exchange.
 //   kLoopedRow      any other row kernel (dynamic or long rows): one block
-//                   of 512 threads per row loops over the row once per
-//                   stage; re-reads of the row mostly hit L1/L2.
+//                   of 512 threads (1024 for a static row) per row loops
+//                   over the row once per stage; re-reads of the row mostly
+//                   hit L1/L2.
 //
 // The launch: range = the kernel's outer range (elements or rows), grid =
 // max(1, ceil(range / items_per_block)) blocks of block_threads threads
@@ -70,6 +72,20 @@
 namespace kiln {
 
 inline constexpr int64_t kMaxPersistentRow = 32768;
+// Rows of kernels that read one row tensor in three passes or more stay
+// persistent up to this (GPT-2's vocabulary, 50257, included). Measured on
+// an H100 (bench/README.md, session 12): the cross-entropy forward over
+// 8192 rows of 50257 (log-softmax's max, sum of exps and store, and the
+// target's gather) ran 1224 µs persistent against 2568 µs looped; its
+// backward (a sum and a store: two passes) ran slower persistent (2204 µs
+// against 1828) and stays looped.
+inline constexpr int64_t kMaxPersistentRowOneLoad = 65536;
+// kLoopedRow's block for static rows (too long for kPersistentRow); dynamic
+// rows keep GpuPlanOptions::looped_row_threads (512). Measured on an H100
+// (bench/README.md, session 12): the cross-entropy step's looped kernels
+// over 8192 rows of 50257 ran 10-12% faster with 1024 threads a row than
+// with 512, 27-29% slower with 256.
+inline constexpr int kLoopedLongRowThreads = 1024;
 
 // Pointwise bodies with more math-library calls (exp, log, sin, cos, tan,
 // tanh, sigmoid, erf, pow, atan2, ...) keep one group per thread: the
@@ -160,6 +176,8 @@ struct GpuPlanOptions {
   // (the same row loads, no harmful spills) 301 instead of 181 µs. For
   // benchmarks.
   int64_t max_persistent_row_values = 0;
+  // kLoopedRow: threads a row (a block). For benchmarks.
+  int looped_row_threads = 512;
 };
 
 // The plan for `kernel`; a pure function of the kernel's structure and of

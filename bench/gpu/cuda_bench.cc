@@ -17,7 +17,7 @@
 // --groups_per_thread=N, --lane_loop=1, --pointwise_vector_width=4|2|1 and
 // --pointwise_groups=G, --one_element_max=N (0: small kernels as large ones),
 // --max_persistent_row=N (longer rows loop), --max_row_values=N
-// (max_persistent_row_values) (GpuPlanOptions),
+// (max_persistent_row_values), --looped_row_threads=N (GpuPlanOptions),
 // --split_reductions=0 (CompileEnv).
 //
 // Output: one line per figure, `<name> <value> <unit>`, for run.sh.
@@ -34,12 +34,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "runtime/cuda_executable.h"
 #include "compiler/compile.h"
-#include "graph/import.h"
 #include "compiler/numerics.h"
 #include "compiler/reference.h"
 #include "google/protobuf/util/json_util.h"
+#include "graph/import.h"
+#include "runtime/cuda_executable.h"
 #include "tests/gpu/gpu_util.h"
 
 namespace kiln {
@@ -62,6 +62,7 @@ struct Args {
   int split_reductions = 1;
   int64_t max_persistent_row = -1;
   int64_t max_row_values = -1;
+  int looped_row_threads = 0;
 };
 
 int Fail(const absl::Status& s, const char* what) {
@@ -156,6 +157,8 @@ int Main(int argc, char** argv) {
       (void)absl::SimpleAtoi(arg, &a.one_element_max);
     } else if (absl::ConsumePrefix(&arg, "--pointwise_groups=")) {
       (void)absl::SimpleAtoi(arg, &a.pointwise_groups);
+    } else if (absl::ConsumePrefix(&arg, "--looped_row_threads=")) {
+      (void)absl::SimpleAtoi(arg, &a.looped_row_threads);
     } else if (absl::ConsumePrefix(&arg, "--max_row_values=")) {
       (void)absl::SimpleAtoi(arg, &a.max_row_values);
     } else if (absl::ConsumePrefix(&arg, "--max_persistent_row=")) {
@@ -188,6 +191,7 @@ int Main(int argc, char** argv) {
   env.gpu_one_element_per_thread_max = a.one_element_max;
   env.gpu_max_persistent_row = a.max_persistent_row;
   env.gpu_max_persistent_row_values = a.max_row_values;
+  env.gpu_looped_row_threads = a.looped_row_threads;
   env.gpu_split_reductions = a.split_reductions != 0;
   auto graph = ImportGraph(req.graph());
   if (!graph.ok()) return Fail(graph.status(), "import");

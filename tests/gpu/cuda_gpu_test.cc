@@ -437,11 +437,14 @@ v1::CompileRequest ReductionRequest(const ReductionCase& c) {
 TEST(CudaGpu, RowFormsAtTheirEdges) {
   REQUIRE_GPU(gpu);
   const ReductionCase cases[] = {
-      {"aten.sum.dim_IntList", {3, 40000}, {1}, v1::FLOAT32},  // looped
+      {"aten.sum.dim_IntList", {3, 40000}, {1}, v1::FLOAT32},  // persistent
       {"aten.sum.dim_IntList",
        {5, 32768},
        {1},
-       v1::FLOAT32},  // widest persistent
+       v1::FLOAT32},  // widest persistent of any kernel
+      {"aten.amax.default", {5, 50257}, {1}, v1::FLOAT32},     // one load
+      {"aten.sum.dim_IntList", {3, 65536}, {1}, v1::FLOAT32},  // widest
+      {"aten.sum.dim_IntList", {3, 65541}, {1}, v1::FLOAT16},  // looped
       {"aten.amax.default", {7, 1000}, {1}, v1::FLOAT32},
       {"aten.sum.default", {1 << 20}, {}, v1::FLOAT32},  // one long row
       {"aten.argmax.default", {9, 3000}, {}, v1::INT32},
@@ -455,6 +458,18 @@ TEST(CudaGpu, RowFormsAtTheirEdges) {
       n->add_args()->set_i(1);
     }
     EXPECT_EQ(CheckOnGpu(*gpu, 3, req, true), "") << c.op;
+  }
+  // Multi-stage rows past kMaxPersistentRow (softmax: max, sum of exps,
+  // the quotient; one row load): persistent up to kMaxPersistentRowOneLoad
+  // (GPT-2's vocabulary, 50257; 65536), looped with kLoopedLongRowThreads
+  // past it.
+  for (const int64_t row : {50257, 65536, 70001}) {
+    v1::CompileRequest req = Request("softmax.json");
+    v1::TensorMeta* meta =
+        req.mutable_graph()->mutable_inputs(0)->mutable_meta();
+    meta->mutable_sizes(0)->set_value(6);
+    meta->mutable_sizes(meta->sizes_size() - 1)->set_value(row);
+    EXPECT_EQ(CheckOnGpu(*gpu, 4, req, true), "") << "softmax row " << row;
   }
 }
 
