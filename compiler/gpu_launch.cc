@@ -54,11 +54,9 @@ int64_t MathCalls(const Kernel& kernel) {
 
 // Distinct loads of `kernel` (buffer slot and offset) whose offset moves
 // along an inner dim: what a persistent row keeps in registers per group.
-// With `passes`, also the number of stages that read such a load: the
-// passes over the row a looped row makes.
+// With `passes`, also the number of reducing or inner-storing stages that
+// read such a load: the passes over the row a looped row makes.
 int64_t RowLoads(const Kernel& kernel, int64_t* passes = nullptr) {
-  absl::flat_hash_set<const ExprNode*> seen;
-  absl::flat_hash_set<std::string> loads;
   auto moves = [&](const Expr& offset) {
     bool found = false;
     std::function<void(const Expr&)> visit = [&](const Expr& e) {
@@ -74,27 +72,22 @@ int64_t RowLoads(const Kernel& kernel, int64_t* passes = nullptr) {
     visit(offset);
     return found;
   };
-  std::function<void(const Expr&)> visit = [&](const Expr& e) {
-    if (!e || !seen.insert(e.get()).second) return;
-    if (e->op == ExprOp::kLoadBuffer && !e->args.empty() && moves(e->args[0]))
-      loads.insert(absl::StrCat(e->index, ":", ir::ToString(e->args[0])));
-    for (const Expr& a : e->args) visit(a);
-  };
+  absl::flat_hash_set<std::string> loads;
   for (const Stage& st : kernel.stages) {
-    const size_t before = loads.size();
-    seen.clear();
+    absl::flat_hash_set<const ExprNode*> seen;
+    bool reads_row = false;
+    std::function<void(const Expr&)> visit = [&](const Expr& e) {
+      if (!e || !seen.insert(e.get()).second) return;
+      if (e->op == ExprOp::kLoadBuffer && !e->args.empty() &&
+          moves(e->args[0])) {
+        loads.insert(absl::StrCat(e->index, ":", ir::ToString(e->args[0])));
+        reads_row = true;
+      }
+      for (const Expr& a : e->args) visit(a);
+    };
     visit(st.value);
-    if (passes != nullptr && loads.size() > 0 &&
-        (loads.size() > before || st.kind != Stage::Kind::kStoreOuter)) {
-      // (A stage that reads only loads seen before still reads the row.)
-      std::function<bool(const Expr&)> reads = [&](const Expr& e) {
-        if (!e) return false;
-        if (e->op == ExprOp::kLoadBuffer) return true;
-        for (const Expr& a : e->args)
-          if (reads(a)) return true;
-        return false;
-      };
-      if (st.kind != Stage::Kind::kStoreOuter && reads(st.value)) ++*passes;
+    if (passes != nullptr && reads_row && st.kind != Stage::Kind::kStoreOuter) {
+      ++*passes;
     }
   }
   return static_cast<int64_t>(loads.size());
