@@ -646,6 +646,59 @@ TEST(CudaCodegen, LongRowMomentsReadTheRowOnce) {
   }
 }
 
+// Long rows (gpu_launch.h): a softmax over GPT-2's vocabulary (one row
+// tensor read in three passes: max, sum of exps, quotient) stays
+// persistent up to kMaxPersistentRowOneLoad; a one-pass sum over the same
+// row and longer rows loop with kLoopedLongRowThreads; a dynamic row loops
+// with 512 threads.
+TEST(CudaCodegen, LongRowPlans) {
+  auto plan_of = [](v1::CompileRequest req) {
+    auto graph = ImportGraph(req.graph());
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    auto loops = Lower(*graph);
+    EXPECT_TRUE(loops.ok()) << loops.status();
+    auto fused = Fuse(*loops);
+    EXPECT_TRUE(fused.ok()) << fused.status();
+    EXPECT_EQ(fused->kernels.size(), 1u);
+    return PlanGpuKernel(fused->kernels[0]);
+  };
+  auto softmax = [](int64_t row) {
+    v1::CompileRequest req = Request("softmax.json");
+    req.mutable_graph()
+        ->mutable_inputs(0)
+        ->mutable_meta()
+        ->mutable_sizes(1)
+        ->set_value(row);
+    return req;
+  };
+  using Form = GpuKernelPlan::Form;
+  GpuKernelPlan p = plan_of(softmax(50257));
+  EXPECT_EQ(p.form, Form::kPersistentRow) << p.ToString();
+  EXPECT_EQ(p.block_threads, 1024);
+  p = plan_of(softmax(kMaxPersistentRowOneLoad + 1));
+  EXPECT_EQ(p.form, Form::kLoopedRow) << p.ToString();
+  EXPECT_EQ(p.block_threads, kLoopedLongRowThreads);
+  v1::CompileRequest sum = softmax(50257);
+  sum.mutable_graph()->mutable_nodes(0)->set_op("aten.sum.dim_IntList");
+  sum.mutable_graph()->mutable_nodes(0)->clear_args();
+  sum.mutable_graph()->mutable_nodes(0)->add_args()->set_ref("x");
+  sum.mutable_graph()->mutable_nodes(0)->add_args()->mutable_ints()->add_values(
+      1);
+  p = plan_of(sum);
+  EXPECT_EQ(p.form, Form::kLoopedRow) << p.ToString();  // one pass
+  EXPECT_EQ(p.block_threads, kLoopedLongRowThreads);
+  v1::CompileRequest dynamic = softmax(50257);
+  auto* size =
+      dynamic.mutable_graph()->mutable_inputs(0)->mutable_meta()->mutable_sizes(
+          1);
+  size->Clear();
+  size->set_symbol("s0");
+  dynamic.mutable_graph()->add_symbols()->set_name("s0");
+  p = plan_of(dynamic);
+  EXPECT_EQ(p.form, Form::kLoopedRow) << p.ToString();
+  EXPECT_EQ(p.block_threads, 512);
+}
+
 TEST(CudaCodegen, ChooseReductionSplits) {
   EXPECT_EQ(ChooseReductionSplits(1, 1 << 26), 2048);  // chunk 32768
   EXPECT_EQ(ChooseReductionSplits(64, 1 << 20), 32);
