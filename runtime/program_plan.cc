@@ -78,13 +78,14 @@ absl::StatusOr<ProgramPlan::Extern> PlanExtern(
   int* ids[3] = {&e.a, &e.b, &e.c};
   const char* names[3] = {"A", "B", "C"};
   const int num_buffers = program.buffers_size();
-  for (int m = 0; m < 3; ++m) {
-    const v1::MatrixOperand& op = *operands[m];
-    const int b = op.buffer();
+  // Buffer `b`, passed as `as` (the message's "as A", "as the bias") and
+  // named `name`, exists, is allocated and has the call's dtype.
+  auto check_buffer = [&](int b, absl::string_view as,
+                          absl::string_view name) -> absl::Status {
     if (b < 0 || b >= num_buffers) {
       return absl::InvalidArgumentError(
           absl::StrCat("artifact: ", where, " passes buffer ", b, " of ",
-                       num_buffers, " as ", names[m]));
+                       num_buffers, " as ", as));
     }
     if (plan.temp_slot[b] >= 0 && !allocated[b]) {
       return absl::InvalidArgumentError(
@@ -93,9 +94,15 @@ absl::StatusOr<ProgramPlan::Extern> PlanExtern(
     }
     if (DTypeFromWire(program.buffers(b).dtype()) != *dtype) {
       return absl::InvalidArgumentError(
-          absl::StrCat("artifact: ", where, "'s ", names[m], " (buffer ", b,
+          absl::StrCat("artifact: ", where, "'s ", name, " (buffer ", b,
                        ") is not of the call's dtype"));
     }
+    return absl::OkStatus();
+  };
+  for (int m = 0; m < 3; ++m) {
+    const v1::MatrixOperand& op = *operands[m];
+    const int b = op.buffer();
+    if (absl::Status s = check_buffer(b, names[m], names[m]); !s.ok()) return s;
     for (const v1::SymPoly* p : {&op.offset(), &op.batch_stride(),
                                  &op.row_stride(), &op.col_stride()}) {
       if (absl::Status s = CheckPoly(*p, num_symbols, where); !s.ok()) return s;
@@ -120,27 +127,14 @@ absl::StatusOr<ProgramPlan::Extern> PlanExtern(
   }
   const bool has_bias = GemmEpilogueHasBias(g.epilogue());
   if (has_bias != g.has_bias()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "artifact: ", where, has_bias ? " has a bias epilogue without a bias"
-                                      : " has a bias without a bias epilogue"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: ", where,
+                     has_bias ? " has a bias epilogue without a bias"
+                              : " has a bias without a bias epilogue"));
   }
   if (has_bias) {
     const int b = g.bias().buffer();
-    if (b < 0 || b >= num_buffers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("artifact: ", where, " passes buffer ", b, " of ",
-                       num_buffers, " as the bias"));
-    }
-    if (plan.temp_slot[b] >= 0 && !allocated[b]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("artifact: ", where, " uses temp buffer ", b,
-                       " while it is not allocated"));
-    }
-    if (DTypeFromWire(program.buffers(b).dtype()) != *dtype) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("artifact: ", where, "'s bias (buffer ", b,
-                       ") is not of the call's dtype"));
-    }
+    if (absl::Status s = check_buffer(b, "the bias", "bias"); !s.ok()) return s;
     for (const v1::SymPoly* p : {&g.bias().offset(), &g.bias().col_stride()}) {
       if (absl::Status s = CheckPoly(*p, num_symbols, where); !s.ok()) return s;
     }
@@ -288,10 +282,10 @@ absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
     if (d.bias_offset < 0 ||
         (d.n > 0 && static_cast<__int128>(d.bias_offset) + d.n - 1 >=
                         elements[gemm.bias().buffer()])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "artifact: the GEMM's bias reaches outside buffer ",
-          gemm.bias().buffer(), " (", elements[gemm.bias().buffer()],
-          " elements)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("artifact: the GEMM's bias reaches outside buffer ",
+                       gemm.bias().buffer(), " (",
+                       elements[gemm.bias().buffer()], " elements)"));
     }
   }
   return d;

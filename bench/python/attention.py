@@ -15,33 +15,15 @@ kilnd on an ephemeral port unless --server is given.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 import warnings
 
 import bench_util  # noqa: F401 (sys.path, KILN_LIB)
-from bench_util import Kilnd
+from bench_util import Kilnd, step_ms
 
 import torch
 import torch.nn.functional as F
 
 import kiln
-
-
-def step_ms(fn, q, k, v, cuda: bool) -> float:
-    for _ in range(3):
-        fn(q, k, v).sum().backward()
-    times = []
-    for _ in range(7):
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(10):
-            fn(q, k, v).sum().backward()
-        if cuda:
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) / 10 * 1e3)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -70,16 +52,17 @@ def main() -> None:
             q, k, v = (torch.randn(b, h, t, 64, device=a.device, dtype=dtype,
                                    generator=g).requires_grad_()
                        for _ in range(3))
-            row = {"eager": step_ms(attn, q, k, v, cuda)}
+            row = {"eager": step_ms(lambda: attn(q, k, v).sum(), cuda)}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 torch._dynamo.reset()
-                row["inductor"] = step_ms(torch.compile(attn), q, k, v, cuda)
+                ind = torch.compile(attn)
+                row["inductor"] = step_ms(lambda: ind(q, k, v).sum(), cuda)
                 torch._dynamo.reset()
                 backend = kiln.backend(server=server, fallback="error",
                                        attention="decompose")
-                row["kiln"] = step_ms(torch.compile(attn, backend=backend),
-                                      q, k, v, cuda)
+                kln = torch.compile(attn, backend=backend)
+                row["kiln"] = step_ms(lambda: kln(q, k, v).sum(), cuda)
             print(f"{f'{b} x {h} x {t}':<22} {b * h * t * t:>10} "
                   f"{row['eager']:>8.3f} {row['inductor']:>9.3f} "
                   f"{row['kiln']:>8.3f} {row['kiln'] / row['eager']:>9.2f}x",

@@ -7,17 +7,39 @@ from __future__ import annotations
 
 import os
 import pathlib
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 for _p in (ROOT / "python", ROOT / "tests"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 os.environ.setdefault("KILN_LIB", str(ROOT / "build" / "client" / "libkiln_c.so"))
+
+
+def step_ms(loss: Callable[[], Any], cuda: bool) -> float:
+    """A training step's time: `loss()` (a scalar tensor) and its backward,
+    3 warm-up steps, then the median of 7 timings of 10 steps, ms per step
+    (CUDA: synchronized around each timing)."""
+    import torch  # noqa: PLC0415 (this module imports without torch)
+
+    for _ in range(3):
+        loss().backward()
+    times = []
+    for _ in range(7):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(10):
+            loss().backward()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) / 10 * 1e3)
+    return statistics.median(times)
 
 
 def kilnd_binary() -> str:

@@ -25,35 +25,17 @@ of eager and Inductor (<= 1: Kiln as fast or faster).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 import warnings
-from typing import Callable, Dict, List, Tuple
+from typing import Dict, List, Tuple
 
 import bench_util  # noqa: F401 (sys.path, KILN_LIB)
-from bench_util import Kilnd
+from bench_util import Kilnd, step_ms
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import kiln
-
-
-def step_ms(step: Callable[[], torch.Tensor], cuda: bool) -> float:
-    for _ in range(3):
-        step().backward()
-    times = []
-    for _ in range(7):
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(10):
-            step().backward()
-        if cuda:
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) / 10 * 1e3)
-    return statistics.median(times)
 
 
 def cases(device: str, cuda: bool) -> List[Tuple[str, nn.Module, Tuple]]:

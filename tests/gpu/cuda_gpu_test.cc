@@ -201,6 +201,17 @@ TEST(CudaGpu, GemmEpiloguesMatchReference) {
   EXPECT_GT(checked, 80);
 }
 
+// How RandomGraphsMatchReference runs `seed`: the suite's tensors are
+// small, so static ones take one element per thread
+// (kMaxOneElementPerThread); half the seeds force groups of 4, and half
+// promise aligned inputs.
+CompileEnv SuiteEnv(int64_t seed) {
+  CompileEnv env;
+  if (seed / 2 % 2 == 1) env.gpu_pointwise_vector_width = 4;
+  return env;
+}
+bool SuiteAligned(int64_t seed) { return seed % 2 == 0; }
+
 TEST(CudaGpu, RandomGraphsMatchReference) {
   REQUIRE_GPU(gpu);
   int64_t first = 0;
@@ -216,12 +227,8 @@ TEST(CudaGpu, RandomGraphsMatchReference) {
     *req.mutable_graph() =
         graph_gen::RandomGraph(seed, random_graphs::GpuOptions());
     if (only >= 0) std::printf("%s\n", GraphJson(req.graph()).c_str());
-    // The suite's tensors are small: static ones take one element per
-    // thread (kMaxOneElementPerThread). Half the seeds force groups
-    // of 4, aligned or not.
-    CompileEnv env;
-    if (seed / 2 % 2 == 1) env.gpu_pointwise_vector_width = 4;
-    const std::string error = CheckOnGpu(*gpu, seed, req, seed % 2 == 0, env);
+    const std::string error =
+        CheckOnGpu(*gpu, seed, req, SuiteAligned(seed), SuiteEnv(seed));
     if (!error.empty()) {
       if (++failures <= 20) {
         ADD_FAILURE() << "seed " << seed << ": " << error
@@ -253,9 +260,8 @@ TEST(CudaGpu, DiagnoseRandomGraphSeeds) {
     v1::CompileRequest req;
     *req.mutable_graph() =
         graph_gen::RandomGraph(seed, random_graphs::GpuOptions());
-    CompileEnv suite;
-    if (seed / 2 % 2 == 1) suite.gpu_pointwise_vector_width = 4;
-    const bool aligned = seed % 2 == 0;
+    const CompileEnv suite = SuiteEnv(seed);
+    const bool aligned = SuiteAligned(seed);
     std::printf("=== seed %lld\n%s\n", static_cast<long long>(seed),
                 GraphJson(req.graph()).c_str());
     struct Variant {
