@@ -337,15 +337,28 @@ class KilnPartition(torch.nn.Module):
             outs[j] = outs[j].permute(perm)
         for j, want in enumerate(self._strides):
             if want is not None:
-                strides = self._expected_strides(j, tensors)
-                outs[j] = torch.empty_strided(
-                    outs[j].shape, strides, dtype=outs[j].dtype,
-                    device=outs[j].device).copy_(outs[j])
+                outs[j] = restrided(outs[j], self._expected_strides(j, tensors))
         result = tuple(outs[i] if kind == "kiln" else args[i]
                        for kind, i in self.graph.outputs)
         return result if self._tuple_output else result[0]
 
     _tuple_output = True
+
+
+def restrided(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
+    """t's values in a tensor with the given strides (what PyTorch's own
+    kernel would have returned). A stride of 0 over a dim longer than 1 is
+    an expanded value (PyTorch returns a broadcast view, e.g. BERT's
+    token-type ids): its first slice is stored once and expanded, since no
+    tensor can be written through overlapping strides."""
+    zero = [d for d, (n, s) in enumerate(zip(t.shape, strides))
+            if s == 0 and n > 1]
+    src = t
+    for d in zero:
+        src = src.narrow(d, 0, 1)
+    base = torch.empty_strided(src.shape, tuple(strides), dtype=t.dtype,
+                               device=t.device).copy_(src)
+    return base.expand(t.shape) if zero else base
 
 
 _COMPARISONS = frozenset(

@@ -385,6 +385,26 @@ def test_strided_inputs_and_expected_output_strides(daemon):
     assert backend.report.compiled_partitions == 1
 
 
+def test_expanded_output_keeps_its_broadcast_strides(daemon):
+    """An expand that the partition computes and also returns (BERT's
+    token-type ids: gather, then expand over the batch) is expected with
+    stride 0; no tensor can be written through overlapping strides, so it
+    comes back as its first slice expanded (it once raised "more than one
+    element of the written-to tensor refers to a single memory location")."""
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    def f(x, y):
+        e = (x * 2).expand(4, 16)
+        return e, (e * y).sum()
+
+    x, y = torch.randn(1, 16), torch.randn(4, 16)
+    out, ref = torch.compile(f, backend=backend)(x, y), f(x, y)
+    torch.testing.assert_close(out, ref)
+    assert out[0].stride() == ref[0].stride() == (0, 1)
+    assert backend.report.compiled_partitions == 1
+    assert backend.report.fallback_nodes == 0
+
+
 def test_dynamic_non_contiguous_outputs(daemon):
     """Eager keeps a transposed input's layout in x.t() * 2 + 1; with symbolic
     sizes the expected strides are expressions evaluated per call."""
