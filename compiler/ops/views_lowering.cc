@@ -150,6 +150,101 @@ absl::StatusOr<std::vector<LoweredValue>> LowerSqueeze(LowerContext& ctx) {
       LowerContext::Remap(v, j, ctx.out_type().sizes)};
 }
 
+// The row-major strides of static `sizes`.
+std::vector<int64_t> RowMajorStrides(const std::vector<SymExpr>& sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t acc = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    strides[d] = acc;
+    acc *= *sizes[d].AsConstant();
+  }
+  return strides;
+}
+
+// as_strided: output index i reads self's row-major element
+// p = offset + sum(i[d] * stride[d]), unravelled into self's dims.
+absl::StatusOr<std::vector<LoweredValue>> LowerAsStrided(LowerContext& ctx) {
+  const LoweredValue& v = ctx.value(0);
+  const std::vector<int64_t> flat = RowMajorStrides(v.sizes);
+  int64_t numel = 1;
+  for (const SymExpr& e : v.sizes) numel *= *e.AsConstant();
+  const ops::StridedView view =
+      *ops::StridedViewOf(ctx.node(), 1, numel, false, nullptr);
+  Expr p = ir::IntConst(view.offset);
+  for (size_t d = 0; d < view.sizes.size(); ++d) {
+    if (view.sizes[d] != 1 && view.strides[d] != 0) {
+      p = ir::Add(p, ir::Mul(ir::Var(static_cast<int>(d)),
+                             ir::IntConst(view.strides[d])));
+    }
+  }
+  std::vector<Expr> j(v.sizes.size(), ir::IntConst(0));
+  bool outermost = true;  // p < numel: no modulus on the first non-1 dim
+  for (size_t k = 0; k < v.sizes.size(); ++k) {
+    const int64_t n = *v.sizes[k].AsConstant();
+    if (n == 1) continue;
+    Expr e = ir::FloorDiv(p, ir::IntConst(flat[k]));
+    if (!outermost) e = ir::Mod(e, ir::IntConst(n));
+    j[k] = e;
+    outermost = false;
+  }
+  return std::vector<LoweredValue>{
+      LowerContext::Remap(v, j, ctx.out_type().sizes)};
+}
+
+// as_strided_scatter: a pointwise node over self's shape. Each element's
+// row-major position, less the offset, is divided by the view's strides,
+// largest first (ops::StridedViewOf checked that this finds the index of
+// any position the view covers); it takes src where every quotient is in
+// range and nothing remains, self elsewhere. src's index is clamped into
+// range, so the unchosen branch never reads outside src.
+absl::StatusOr<std::vector<LoweredValue>> LowerAsStridedScatter(
+    LowerContext& ctx) {
+  const std::vector<SymExpr>& sizes = ctx.out_type().sizes;
+  const DType dtype = ctx.out_type().dtype;
+  const int rank = static_cast<int>(sizes.size());
+  const std::vector<int64_t> flat = RowMajorStrides(sizes);
+  int64_t numel = 1;
+  for (const SymExpr& e : sizes) numel *= *e.AsConstant();
+  const ops::StridedView view =
+      *ops::StridedViewOf(ctx.node(), 2, numel, true, nullptr);
+  const Expr self = LowerContext::Read(ctx.value(0), IdentityIndex(rank));
+  bool empty = false;
+  for (int64_t n : view.sizes) empty |= n == 0;
+  if (empty) {
+    return std::vector<LoweredValue>{ops::PointwiseOutput(ctx, self)};
+  }
+  auto i64 = [](ExprOp op, Expr a, Expr b) {
+    return ir::Binary(op, std::move(a), std::move(b), DType::kInt64);
+  };
+  auto test = [](ExprOp op, Expr a, Expr b) {
+    return ir::Binary(op, std::move(a), std::move(b), DType::kBool);
+  };
+  auto both = [](Expr a, Expr b) {
+    return ir::Binary(ExprOp::kAnd, std::move(a), std::move(b), DType::kBool);
+  };
+  Expr rest = ir::IntConst(-view.offset);
+  for (int k = 0; k < rank; ++k) {
+    if (*sizes[k].AsConstant() != 1) {
+      rest = ir::Add(rest, ir::Mul(ir::Var(k), ir::IntConst(flat[k])));
+    }
+  }
+  Expr hit = test(ExprOp::kGe, rest, ir::IntConst(0));
+  std::vector<Expr> i(view.sizes.size(), ir::IntConst(0));
+  for (int d : ops::ScatterDimOrder(view)) {
+    const Expr s = ir::IntConst(view.strides[d]);
+    const Expr q = ir::FloorDiv(rest, s);
+    hit = both(hit, test(ExprOp::kLt, q, ir::IntConst(view.sizes[d])));
+    i[d] =
+        i64(ExprOp::kMax, i64(ExprOp::kMin, q, ir::IntConst(view.sizes[d] - 1)),
+            ir::IntConst(0));
+    rest = i64(ExprOp::kSub, rest, ir::Mul(q, s));
+  }
+  hit = both(hit, test(ExprOp::kEq, rest, ir::IntConst(0)));
+  const Expr src = LowerContext::Read(ctx.value(1), i);
+  return std::vector<LoweredValue>{ops::PointwiseOutput(
+      ctx, ir::Select(hit, ir::Cast(src, dtype), ir::Cast(self, dtype)))};
+}
+
 // Values are immutable: a clone is the value.
 absl::StatusOr<std::vector<LoweredValue>> LowerClone(LowerContext& ctx) {
   return std::vector<LoweredValue>{ctx.value(0)};
@@ -218,6 +313,9 @@ void RegisterViewLowerings(OpLowerings& table) {
   table.Add("aten.squeeze.default", LowerSqueeze);
   table.Add("aten.squeeze.dim", LowerSqueeze);
   table.Add("aten.squeeze.dims", LowerSqueeze);
+  table.Add("aten.as_strided.default", LowerAsStrided);
+  table.Add("aten.as_strided_scatter.default", LowerAsStridedScatter);
+  table.Add("aten.lift_fresh_copy.default", LowerClone);
   table.Add("aten.clone.default", LowerClone);
   table.Add("aten.alias.default", LowerAlias);
   table.Add("aten.copy.default", LowerCopy);

@@ -84,21 +84,64 @@ absl::StatusOr<std::vector<HostTensor>> UnsqueezeReference(
       HostTensor::View(t, sizes, strides, t.offset())};
 }
 
-// squeeze.default, .dim, .dims. Concrete size 1 happens only where the
-// graph's size is a static 1 (symbols are >= 2), so this drops exactly what
-// the shape rule did.
+// squeeze.default, .dim, .dims. The shape rule drops the selected dims of
+// static size 1; a compound symbolic size (s0 - 1) may also be 1 here, and
+// stays. Which size-1 dims go does not change a value, so this drops the
+// first selected ones until the rank is the inferred one.
 absl::StatusOr<std::vector<HostTensor>> SqueezeReference(
     const RefContext& ctx) {
   const HostTensor& t = ctx.tensors[0];
   std::vector<bool> sel = *ops::SqueezedDims(ctx.node, t.rank(), nullptr);
   std::vector<int64_t> sizes, strides;
+  int64_t drop = t.rank() - static_cast<int64_t>(ctx.out_sizes[0].size());
   for (int d = 0; d < t.rank(); ++d) {
-    if (sel[d] && t.sizes()[d] == 1) continue;
+    if (drop > 0 && sel[d] && t.sizes()[d] == 1) {
+      --drop;
+      continue;
+    }
     sizes.push_back(t.sizes()[d]);
     strides.push_back(t.strides()[d]);
   }
   return std::vector<HostTensor>{
       HostTensor::View(t, sizes, strides, t.offset())};
+}
+
+// as_strided: a strided view of self's row-major elements (of a contiguous
+// copy when self is not contiguous), as PyTorch's over a contiguous tensor.
+absl::StatusOr<std::vector<HostTensor>> AsStridedReference(
+    const RefContext& ctx) {
+  const HostTensor c = ctx.tensors[0].IsContiguous()
+                           ? ctx.tensors[0]
+                           : ctx.tensors[0].Contiguous();
+  const ops::StridedView view =
+      *ops::StridedViewOf(ctx.node, 1, c.numel(), false, nullptr);
+  return std::vector<HostTensor>{
+      HostTensor::View(c, view.sizes, view.strides, c.offset() + view.offset)};
+}
+
+// Copies `from` into `to` element by element (same sizes).
+void CopyElements(const HostTensor& from, HostTensor& to) {
+  ops::ForEachIndex(from.sizes(), [&](const std::vector<int64_t>& i) {
+    if (IsFloating(from.dtype())) {
+      to.SetDouble(i, from.GetDouble(i));
+    } else {
+      to.SetInt(i, from.GetInt(i));
+    }
+  });
+}
+
+// as_strided_scatter: a contiguous copy of self with src written through
+// the strided view.
+absl::StatusOr<std::vector<HostTensor>> AsStridedScatterReference(
+    const RefContext& ctx) {
+  HostTensor out = HostTensor::Empty(ctx.out_dtypes[0], ctx.out_sizes[0]);
+  CopyElements(ctx.tensors[0], out);
+  const ops::StridedView view =
+      *ops::StridedViewOf(ctx.node, 2, out.numel(), true, nullptr);
+  HostTensor window = HostTensor::View(out, view.sizes, view.strides,
+                                       out.offset() + view.offset);
+  CopyElements(ctx.tensors[1], window);
+  return std::vector<HostTensor>{std::move(out)};
 }
 
 absl::StatusOr<std::vector<HostTensor>> CloneReference(const RefContext& ctx) {
@@ -168,6 +211,9 @@ void RegisterViewReferences(OpReferences& table) {
   table.Add("aten.squeeze.default", SqueezeReference);
   table.Add("aten.squeeze.dim", SqueezeReference);
   table.Add("aten.squeeze.dims", SqueezeReference);
+  table.Add("aten.as_strided.default", AsStridedReference);
+  table.Add("aten.as_strided_scatter.default", AsStridedScatterReference);
+  table.Add("aten.lift_fresh_copy.default", CloneReference);
   table.Add("aten.clone.default", CloneReference);
   table.Add("aten.alias.default", AliasReference);
   table.Add("aten.copy.default", CopyReference);

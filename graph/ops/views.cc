@@ -1,6 +1,7 @@
 // Signatures of the views and copies: view, reshape, _unsafe_view, permute,
-// transpose, t, expand, unsqueeze, squeeze, alias, clone and copy (the
-// functional copy_: src broadcast to self's shape, in self's dtype). In the
+// transpose, t, expand, unsqueeze, squeeze, alias, as_strided,
+// as_strided_scatter, clone, lift_fresh_copy and copy (the functional copy_:
+// src broadcast to self's shape, in self's dtype). In the
 // graph these are value transformations (graphs are functional); their
 // reference semantics and lowerings are compiler/ops/views_reference.cc and
 // views_lowering.cc.
@@ -8,9 +9,11 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "graph/ops/signature_util.h"
 
 namespace kiln {
@@ -60,6 +63,86 @@ absl::StatusOr<std::vector<bool>> SqueezedDims(const Node& node, int rank,
 
 int SplitDimArg(const Node& node) {
   return node.op->name == "aten.unbind.int" ? 1 : 2;
+}
+
+std::vector<int> ScatterDimOrder(const StridedView& view) {
+  std::vector<int> dims;
+  for (size_t d = 0; d < view.sizes.size(); ++d) {
+    if (view.sizes[d] > 1) dims.push_back(static_cast<int>(d));
+  }
+  std::stable_sort(dims.begin(), dims.end(), [&](int a, int b) {
+    return view.strides[a] > view.strides[b];
+  });
+  return dims;
+}
+
+absl::StatusOr<StridedView> StridedViewOf(const Node& node, int first,
+                                          int64_t self_numel, bool scatter,
+                                          const OpContext* ctx) {
+  StridedView view;
+  const Attr& offset = node.args[first + 2];
+  if (offset.kind == Attr::Kind::kInt) view.offset = offset.i;
+  std::string bad;
+  auto statics = [&](const std::vector<SymExpr>& in, const char* what,
+                     std::vector<int64_t>* out) {
+    for (const SymExpr& e : in) {
+      std::optional<int64_t> c = e.AsConstant();
+      if (!c || *c < 0) {
+        if (bad.empty()) {
+          bad = absl::StrCat(what, " must be static and non-negative, got ",
+                             e.ToString(ctx->graph().SymbolNames()));
+        }
+        out->push_back(0);
+      } else {
+        out->push_back(*c);
+      }
+    }
+  };
+  if (!ctx) {
+    for (const SymExpr& e : node.args[first].ints)
+      view.sizes.push_back(*e.AsConstant());
+    for (const SymExpr& e : node.args[first + 1].ints)
+      view.strides.push_back(*e.AsConstant());
+    return view;
+  }
+  statics(node.args[first].ints, "size", &view.sizes);
+  statics(node.args[first + 1].ints, "stride", &view.strides);
+  if (!bad.empty()) return ctx->Invalid(bad);
+  if (view.sizes.size() != view.strides.size()) {
+    return ctx->Invalid(absl::StrCat(
+        "mismatch in length of strides and shape (", view.strides.size(),
+        " strides, ", view.sizes.size(), " sizes)"));
+  }
+  if (view.offset < 0) {
+    return ctx->Invalid(absl::StrCat("negative storage offset ", view.offset));
+  }
+  int64_t last = view.offset, numel = 1;
+  for (size_t d = 0; d < view.sizes.size(); ++d) {
+    numel *= view.sizes[d];
+    last += (view.sizes[d] - 1) * view.strides[d];
+  }
+  if (numel > 0 && last >= self_numel) {
+    return ctx->Invalid(absl::StrCat(
+        "the view reaches element ", last, " of self, which has ", self_numel,
+        " (sizes, strides and storage_offset address self's elements in "
+        "row-major order)"));
+  }
+  if (scatter && numel > 0) {
+    int64_t span = 0;  // the positions the smaller-stride dims reach
+    std::vector<int> order = ScatterDimOrder(view);
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      if (view.strides[*it] <= span) {
+        return ctx->Invalid(absl::StrCat(
+            "dim ", *it, " (size ", view.sizes[*it], ", stride ",
+            view.strides[*it],
+            ") overlaps the dims of smaller stride: as_strided_scatter "
+            "takes views whose elements have distinct positions, each "
+            "stride above the span of the smaller ones"));
+      }
+      span += (view.sizes[*it] - 1) * view.strides[*it];
+    }
+  }
+  return view;
 }
 
 }  // namespace ops
@@ -305,6 +388,40 @@ absl::StatusOr<Shapes> SplitShape(const OpContext& ctx) {
   return out;
 }
 
+// as_strided(self, size, stride, storage_offset): `size`; self's element
+// count must be static (ops::StridedViewOf checks the rest).
+absl::StatusOr<Shapes> AsStridedShape(const OpContext& ctx) {
+  auto n = ops::StaticInt(ctx, NumElements(ctx.type(0).sizes), "self's size");
+  if (!n.ok()) return n.status();
+  auto view = ops::StridedViewOf(ctx.node(), 1, *n, false, &ctx);
+  if (!view.ok()) return view.status();
+  return Shapes{std::vector<SymExpr>(view->sizes.begin(), view->sizes.end())};
+}
+
+// as_strided_scatter(self, src, size, stride, storage_offset): self's shape;
+// src has the view's shape and self's dtype.
+absl::StatusOr<Shapes> AsStridedScatterShape(const OpContext& ctx) {
+  auto n = ops::StaticInt(ctx, NumElements(ctx.type(0).sizes), "self's size");
+  if (!n.ok()) return n.status();
+  auto view = ops::StridedViewOf(ctx.node(), 2, *n, true, &ctx);
+  if (!view.ok()) return view.status();
+  if (ctx.type(1).dtype != ctx.type(0).dtype) {
+    return ctx.Invalid(absl::StrCat("src has dtype ",
+                                    DTypeName(ctx.type(1).dtype), ", self ",
+                                    DTypeName(ctx.type(0).dtype)));
+  }
+  if (ctx.type(1).sizes !=
+      std::vector<SymExpr>(view->sizes.begin(), view->sizes.end())) {
+    std::vector<std::string> got;
+    for (const SymExpr& e : ctx.type(1).sizes)
+      got.push_back(e.ToString(ctx.graph().SymbolNames()));
+    return ctx.Invalid(absl::StrCat("src has shape [", absl::StrJoin(got, ", "),
+                                    "], the view it is written to [",
+                                    absl::StrJoin(view->sizes, ", "), "]"));
+  }
+  return Shapes{ctx.type(0).sizes};
+}
+
 absl::StatusOr<std::vector<DType>> SplitDType(const OpContext& ctx) {
   int d = 0;
   auto pieces = SplitPieces(ctx, &d);
@@ -422,6 +539,33 @@ void RegisterViewSignatures(OpSignatures& table) {
        .num_outputs = kVariableOutputs,
        .shape = SplitShape,
        .dtype = SplitDType});
+  table.Add({.name = "aten.as_strided.default",
+             .op_class = OpClass::kView,
+             .schema = {Self(), Arg("size", ArgKind::kIntList),
+                        Arg("stride", ArgKind::kIntList),
+                        ops::ArgDefault("storage_offset", ArgKind::kOptionalInt,
+                                        Attr::None())},
+             .num_outputs = 1,
+             .shape = AsStridedShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.as_strided_scatter.default",
+             .op_class = OpClass::kData,
+             .schema = {Self(), Arg("src", ArgKind::kTensor),
+                        Arg("size", ArgKind::kIntList),
+                        Arg("stride", ArgKind::kIntList),
+                        ops::ArgDefault("storage_offset", ArgKind::kOptionalInt,
+                                        Attr::None())},
+             .num_outputs = 1,
+             .shape = AsStridedScatterShape,
+             .dtype = SameDTypeAsSelf});
+  // lift_fresh_copy: a copy of a constant the graph captured (a tensor
+  // literal in forward); values are immutable, so a clone.
+  table.Add({.name = "aten.lift_fresh_copy.default",
+             .op_class = OpClass::kData,
+             .schema = {Self()},
+             .num_outputs = 1,
+             .shape = CloneShape,
+             .dtype = SameDTypeAsSelf});
   table.Add({.name = "aten.clone.default",
              .op_class = OpClass::kData,
              .schema = {Self(), KwArg("memory_format", ArgKind::kIgnored,

@@ -37,6 +37,32 @@ absl::StatusOr<std::vector<bool>> SqueezedDims(const Node& node, int rank,
 // and unbind.int (1).
 int SplitDimArg(const Node& node);
 
+// The view as_strided and as_strided_scatter take of self: self's elements
+// in row-major order (a Kiln value is dense; the client first permutes a
+// tensor whose memory is in another dim order into that order) at
+// `offset + sum(i[d] * strides[d])` for each index i over `sizes`.
+struct StridedView {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  int64_t offset = 0;
+};
+
+// The view of node's size, stride and storage_offset arguments (positions
+// `first` to first + 2) over a self of `self_numel` elements. With `ctx`
+// it is checked: static non-negative sizes, strides and offset, one stride
+// per size, and every element of a non-empty view inside self; with
+// `scatter` also that no two elements of the view share a position, with
+// each dim's stride above the span of the dims of smaller stride (the
+// layouts views, slices and permutes make), so that a position's index is
+// found by division. Without `ctx` the node is one a shape rule checked.
+absl::StatusOr<StridedView> StridedViewOf(const Node& node, int first,
+                                          int64_t self_numel, bool scatter,
+                                          const OpContext* ctx);
+
+// For as_strided_scatter: the dims of `view` with size > 1, largest stride
+// first (the order in which a position is divided into an index).
+std::vector<int> ScatterDimOrder(const StridedView& view);
+
 }  // namespace kiln::ops
 
 #endif  // KILN_GRAPH_OPS_VIEWS_H_

@@ -38,8 +38,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.fx
 
-__all__ = ["IDENTITY_OPS", "KilnGraph", "SizeInput", "Unsupported", "check_node_args",
-           "dtype_name", "is_contiguous", "op_name", "to_kiln_graph"]
+__all__ = ["AS_STRIDED_OPS", "IDENTITY_OPS", "KilnGraph", "SizeInput",
+           "Unsupported", "as_strided_view", "check_node_args", "dtype_name",
+           "is_contiguous", "op_name", "to_kiln_graph"]
 
 _DTYPES = {
     torch.float32: "FLOAT32",
@@ -427,6 +428,49 @@ def _node_args(node: torch.fx.Node) -> Tuple[Any, ...]:
     return args
 
 
+# as_strided and as_strided_scatter address their input's memory: the
+# position of their `size` argument. Kiln's ops address a value's
+# row-major elements (graph/ops/views.h, StridedView).
+AS_STRIDED_OPS = {"aten.as_strided.default": 1,
+                  "aten.as_strided_scatter.default": 2}
+
+
+def as_strided_view(node: torch.fx.Node) -> Tuple[Optional[List[int]],
+                                                  List[int], List[int], int]:
+    """For an as_strided(_scatter) node: the permutation that puts its
+    input's dims in memory order (None when they are), and the view's
+    sizes, strides and storage offset counted from the input's first
+    element. Raises Unsupported when Kiln cannot say it: an input whose
+    memory has gaps or overlaps, or symbolic sizes, strides or offset."""
+    name = op_name(node.target)
+    first = AS_STRIDED_OPS[name]
+    schema = node.target._schema.arguments
+    args = list(node.args) + [None] * (len(schema) - len(node.args))
+    for i, sa in enumerate(schema):
+        if sa.name in node.kwargs:
+            args[i] = node.kwargs[sa.name]
+    self_val = _val(node.args[0])
+    if not isinstance(self_val, torch.Tensor):
+        raise Unsupported(f"{name} of a non-tensor")
+    sizes, strides, offset = args[first], args[first + 1], args[first + 2]
+    values = list(sizes) + list(strides) + [offset or 0,
+                                            self_val.storage_offset()]
+    values += list(self_val.shape) + list(self_val.stride())
+    if not all(isinstance(v, int) for v in values):
+        raise Unsupported(f"{name} with symbolic sizes, strides or offset "
+                          "(Kiln takes static ones)")
+    order = None
+    if not is_contiguous(self_val):
+        order = permuted_layout(self_val)
+        if order is None:
+            raise Unsupported(f"{name} of a tensor whose memory has gaps or "
+                              "overlaps")
+    start = (offset or 0) - self_val.storage_offset()
+    if start < 0:
+        raise Unsupported(f"{name} reaches before its input's first element")
+    return order, [int(v) for v in sizes], [int(v) for v in strides], start
+
+
 def is_contiguous(t: torch.Tensor) -> bool:
     """Whether t's strides are the row-major ones of its sizes, decided on
     the expressions (no guard is added): Max(1, e) counts as e."""
@@ -720,6 +764,13 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             check_node_args(node)
             schema = node.target._schema.arguments
             name = op_name(node.target)
+            if name in AS_STRIDED_OPS:
+                on_device(_val(node), node)
+                _add_as_strided(node, nodes, _argument(node.args[0], symbols, refs),
+                                _argument(node.args[1], symbols, refs)
+                                if AS_STRIDED_OPS[name] == 2 else None)
+                refs[node] = node.name
+                continue
 
             def sym_input(a: torch.fx.Node) -> _SymInput:
                 """The Kiln input for a symbolic scalar placeholder."""
@@ -837,6 +888,35 @@ def size_hint(size: Any, unknown: int = 0) -> int:
         hint = size.node.hint
         return int(hint) if hint is not None else unknown
     return int(size)
+
+
+def _add_as_strided(node: torch.fx.Node, nodes: List[Dict[str, Any]],
+                    self_arg: Dict[str, Any],
+                    src_arg: Optional[Dict[str, Any]]) -> None:
+    """Appends the Kiln nodes of an as_strided(_scatter) FX node, output
+    node.name: its input is first permuted into memory order when its dims
+    are in another (as_strided_view), and a scatter's result permuted back."""
+    name = op_name(node.target)
+    order, sizes, strides, start = as_strided_view(node)
+    if order is not None:
+        nodes.append({"op": "aten.permute.default",
+                      "args": [self_arg, {"ints": {"values": order}}],
+                      "outputs": [f"{node.name}__memory_order"]})
+        self_arg = {"ref": f"{node.name}__memory_order"}
+    args = [self_arg] + ([src_arg] if src_arg is not None else [])
+    args += [{"ints": {"values": sizes}}, {"ints": {"values": strides}},
+             {"i": start}]
+    out = node.name
+    if src_arg is not None and order is not None:
+        out = f"{node.name}__in_memory_order"
+    nodes.append({"op": name, "args": args, "outputs": [out]})
+    if out != node.name:
+        inverse = [0] * len(order)
+        for k, d in enumerate(order):
+            inverse[d] = k
+        nodes.append({"op": "aten.permute.default",
+                      "args": [{"ref": out}, {"ints": {"values": inverse}}],
+                      "outputs": [node.name]})
 
 
 def permuted_layout(t: torch.Tensor) -> Optional[List[int]]:

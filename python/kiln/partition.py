@@ -29,8 +29,9 @@ from torch.fx.node import _get_qualified_name
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .fx_graph import (IDENTITY_OPS, Unsupported, check_node_args,
-                       is_contiguous, op_name, permuted_layout)
+from .fx_graph import (AS_STRIDED_OPS, IDENTITY_OPS, Unsupported,
+                       as_strided_view, check_node_args, is_contiguous,
+                       op_name, permuted_layout)
 
 __all__ = ["KilnOperatorSupport", "PartitionResult", "partition", "VIEW_OPS"]
 
@@ -179,6 +180,8 @@ def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
         why = _sort_reason(node, first)
         if why is not None:
             return why
+    if name in AS_STRIDED_OPS:
+        as_strided_view(node)  # raises Unsupported with the reason
     if name in _SCATTER_OPS:
         out = node.meta.get("val")
         if any(isinstance(t, torch.Tensor) and

@@ -405,6 +405,35 @@ def test_expanded_output_keeps_its_broadcast_strides(daemon):
     assert backend.report.fallback_nodes == 0
 
 
+def test_as_strided_and_as_strided_scatter_run_in_kiln(daemon):
+    """as_strided addresses its input's memory (functionalization emits it
+    for views of channels-last tensors, e.g. ConvNeXt's and Swin's): of a
+    computed value, of a transposed one (Kiln permutes it into memory order
+    first), and as_strided_scatter with dims in another order than their
+    strides'; forward and backward against eager, nothing left outside but
+    views at the edge."""
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    def f(x, y, z):
+        a = torch.as_strided(x * 2, (3, 4), (1, 5), 2)
+        b = torch.as_strided((y + 1).t(), (2, 3), (6, 1), 1)
+        c = torch.as_strided_scatter(x * 3, z.sin(), (2, 2), (1, 6), 3)
+        return a.exp(), b * 2, c + 1
+
+    inputs = [torch.randn(4, 6, requires_grad=True),
+              torch.randn(4, 6, requires_grad=True),
+              torch.randn(2, 2, requires_grad=True)]
+    out, ref = torch.compile(f, backend=backend)(*inputs), f(*inputs)
+    torch.testing.assert_close(out, ref)
+    weights = [torch.randn_like(r) for r in ref]
+    grads = [torch.autograd.grad(sum((o * w).sum() for o, w in zip(res, weights)),
+                                 inputs) for res in (out, ref)]
+    torch.testing.assert_close(grads[0], grads[1])
+    assert backend.report.compiled_partitions == 2  # forward, backward
+    assert all("edge" in reason for reasons in backend.report.fallbacks.values()
+               for reason in reasons), dict(backend.report.fallbacks)
+
+
 def test_dynamic_non_contiguous_outputs(daemon):
     """Eager keeps a transposed input's layout in x.t() * 2 + 1; with symbolic
     sizes the expected strides are expressions evaluated per call."""

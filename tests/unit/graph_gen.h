@@ -2920,7 +2920,63 @@ inline bool OpSetGen::Creation() {
 }
 
 inline bool OpSetGen::AliasCopyOrLike(const OpValue& a) {
-  const int k = rng_.Below(13);
+  const int k = rng_.Below(15);
+  if (k >= 13) {
+    // as_strided / as_strided_scatter of a (static sizes): a view of a's
+    // row-major elements of rank 1 to 3, strides nested innermost first
+    // with gaps, its dims in a random order; as_strided may also repeat
+    // elements (stride 0, or a stride below the inner span).
+    int64_t numel = 1;
+    for (const GenDim& g : a.shape) {
+      if (!g.symbol.empty() || IsCompound(g)) return false;
+      numel *= g.value;
+    }
+    if (numel == 0) return false;
+    const bool scatter = k == 14;
+    const int rank = 1 + rng_.Below(3);
+    std::vector<int64_t> sizes(rank), strides(rank);
+    int64_t stride = 1 + rng_.Below(2), extent = 1;
+    for (int d = rank; d-- > 0;) {
+      sizes[d] = 1 + rng_.Below(4);
+      strides[d] = stride;
+      if (!scatter && rng_.Chance(15)) strides[d] = rng_.Below(stride + 1);
+      extent += (sizes[d] - 1) * strides[d];
+      stride = std::max(stride, strides[d]) * sizes[d] + rng_.Below(2);
+    }
+    if (extent > numel) return false;
+    for (int d = rank - 1; d > 0; --d) {  // a random dim order
+      const int e = rng_.Below(d + 1);
+      std::swap(sizes[d], sizes[e]);
+      std::swap(strides[d], strides[e]);
+    }
+    const int64_t offset = rng_.Below(numel - extent + 1);
+    OpValue v = a;
+    v.name = Fresh();
+    v1::Node* n = Node(
+        scatter ? "aten.as_strided_scatter.default" : "aten.as_strided.default",
+        v.name);
+    Ref(n, a.name);
+    if (scatter) {
+      GenShape src_shape;
+      for (int64_t s : sizes) src_shape.push_back(GenDim{"", s});
+      const OpValue* src = NewInput(src_shape, a.dtype);
+      Ref(n, src->name);
+      v.mag = std::max(a.mag, src->mag);
+      v.err = std::max(a.err, src->err);
+      v.lo = std::min(a.lo, src->lo);
+      v.integral = a.integral && src->integral;
+      v.nonneg = a.nonneg && src->nonneg;
+    } else {
+      v.shape.clear();
+      for (int64_t s : sizes) v.shape.push_back(GenDim{"", s});
+    }
+    Ints(n, sizes);
+    Ints(n, strides);
+    if (offset != 0 || rng_.Chance(50))
+      Int(n, offset, rng_.Chance(30) ? "storage_offset" : "");
+    Keep(std::move(v));
+    return true;
+  }
   if (k >= 11) {
     // slice_scatter / select_scatter of a new input into a along a static
     // dim: values of a and of the input, no arithmetic.
@@ -3018,7 +3074,9 @@ inline bool OpSetGen::AliasCopyOrLike(const OpValue& a) {
   OpValue v = a;
   v.name = Fresh();
   if (k == 0) {
-    v1::Node* n = Node("aten.alias.default", v.name);
+    v1::Node* n = Node(
+        rng_.Chance(25) ? "aten.lift_fresh_copy.default" : "aten.alias.default",
+        v.name);
     Ref(n, a.name);
     Keep(std::move(v));
     return true;

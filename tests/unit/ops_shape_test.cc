@@ -1,8 +1,8 @@
 // Per-op tests of views, data movement and creation ops
-// (graph/ops/{views,indexing,creation}.cc and their compiler tables): output dtype and shape (-1 inference, negative
-// dims, legacy empty tensors in cat, dtype inference of creation ops) and
-// reference values against numbers worked out by hand, over contiguous and
-// non-contiguous inputs.
+// (graph/ops/{views,indexing,creation}.cc and their compiler tables): output
+// dtype and shape (-1 inference, negative dims, legacy empty tensors in cat,
+// dtype inference of creation ops) and reference values against numbers worked
+// out by hand, over contiguous and non-contiguous inputs.
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -445,8 +445,7 @@ TEST(ShapeEmpty, ZerosOfTheDefaultFloat) {
 
 TEST(ShapeSliceScatter, SrcOverTheSlice) {
   // self [[1, 2, 3], [4, 5, 6]]; src over columns 0 and 2 (step 2).
-  CheckOp("aten.slice_scatter.default",
-          {M23(), F32({2, 2}, {10, 30, 40, 60})},
+  CheckOp("aten.slice_scatter.default", {M23(), F32({2, 2}, {10, 30, 40, 60})},
           {In(0), In(1), I(1), I(0), I(3), I(2)}, kF32, {2, 3},
           {10, 2, 30, 40, 5, 60});
   // Along dim 0 from the end (negative start), default end.
@@ -469,6 +468,62 @@ TEST(ShapeSelectScatter, SrcOverTheIndex) {
           {In(0), In(1), I(0), I(0)}, kF32, {2, 3}, {7, 8, 9, 4, 5, 6});
   ExpectInvalid("aten.select_scatter.default", {M23(), F32({3}, {})},
                 {In(0), In(1), I(1), I(3)}, {"out of range"});
+}
+
+// ---- as_strided / as_strided_scatter: self's row-major elements ----
+
+TEST(ShapeAsStrided, ViewsOfRowMajorElements) {
+  // M23 is 1..6: element offset + i * 1 + j * 2.
+  CheckOp("aten.as_strided.default", {M23()},
+          {In(0), Ints({2, 2}), Ints({1, 2}), I(1)}, kF32, {2, 2},
+          {2, 4, 3, 5});
+  // A transposed self is read in its logical row-major order 1, 4, 2, 5, ...
+  CheckOp("aten.as_strided.default", {TransposedView(M23())},
+          {In(0), Ints({3}), Ints({2})}, kF32, {3}, {1, 2, 3});
+  // Stride 0 repeats; the default offset is 0.
+  CheckOp("aten.as_strided.default", {Iota({2, 3})},
+          {In(0), Ints({2, 3}), Ints({0, 1}), Kw("storage_offset", I(3))}, kI64,
+          {2, 3}, {3, 4, 5, 3, 4, 5});
+  CheckOp("aten.as_strided.default", {M23()},
+          {In(0), Ints({0, 4}), Ints({9, 9})}, kF32, {0, 4}, {});
+  ExpectInvalid("aten.as_strided.default", {M23()},
+                {In(0), Ints({2, 3}), Ints({3, 1}), I(1)},
+                {"node 0", "as_strided", "reaches element 6", "has 6"});
+  ExpectInvalid("aten.as_strided.default", {M23()},
+                {In(0), Ints({2, 3}), Ints({3})}, {"length of strides"});
+  ExpectInvalid("aten.as_strided.default", {M23()},
+                {In(0), Ints({2}), Ints({-1}), I(5)}, {"non-negative"});
+}
+
+TEST(ShapeAsStridedScatter, SrcThroughTheView) {
+  CheckOp("aten.as_strided_scatter.default", {M23(), F32({2}, {10, 20})},
+          {In(0), In(1), Ints({2}), Ints({3}), I(1)}, kF32, {2, 3},
+          {1, 10, 3, 4, 20, 6});
+  // Dims in another order than their strides': src[i][j] lands at i + 3j.
+  CheckOp("aten.as_strided_scatter.default",
+          {M23(), F32({2, 2}, {10, 20, 30, 40})},
+          {In(0), In(1), Ints({2, 2}), Ints({1, 3})}, kF32, {2, 3},
+          {10, 30, 3, 20, 40, 6});
+  CheckOp("aten.as_strided_scatter.default",
+          {TransposedView(Iota({2, 3})), I64({3}, {7, 8, 9})},
+          {In(0), In(1), Ints({3}), Ints({2})}, kI64, {3, 2},
+          {7, 3, 8, 4, 9, 5});
+  CheckOp("aten.as_strided_scatter.default", {M23(), F32({0}, {})},
+          {In(0), In(1), Ints({0}), Ints({1})}, kF32, {2, 3},
+          {1, 2, 3, 4, 5, 6});
+  ExpectInvalid(
+      "aten.as_strided_scatter.default", {M23(), F32({2, 2}, {1, 2, 3, 4})},
+      {In(0), In(1), Ints({2, 2}), Ints({1, 1})}, {"node 0", "overlaps"});
+  ExpectInvalid("aten.as_strided_scatter.default", {M23(), F32({3}, {})},
+                {In(0), In(1), Ints({2}), Ints({1})},
+                {"src has shape [3]", "[2]"});
+  ExpectInvalid("aten.as_strided_scatter.default", {M23(), F16({2}, {})},
+                {In(0), In(1), Ints({2}), Ints({1})}, {"dtype"});
+}
+
+TEST(ShapeLiftFreshCopy, IsACopy) {
+  CheckOp("aten.lift_fresh_copy.default", {TransposedView(M23())}, {In(0)},
+          kF32, {3, 2}, {1, 4, 2, 5, 3, 6});
 }
 
 TEST(ShapeSplit, PiecesAlongTheDim) {

@@ -112,7 +112,8 @@ inline const std::vector<std::string>& ShapeSuiteOps() {
       "aten.zeros_like.default",   "aten.ones_like.default",
       "aten.empty_like.default",   "aten.empty.memory_format",
       "aten.empty_strided.default", "aten.slice_scatter.default",
-      "aten.select_scatter.default"};
+      "aten.select_scatter.default", "aten.as_strided.default",
+      "aten.as_strided_scatter.default", "aten.lift_fresh_copy.default"};
   return *ops;
 }
 
