@@ -120,6 +120,21 @@ absl::StatusOr<std::vector<LoweredValue>> LowerExpand(LowerContext& ctx) {
   return std::vector<LoweredValue>{LowerContext::Remap(v, j, out)};
 }
 
+// repeat: output index i reads self at i[lead + d] mod self's size d (the
+// new leading dims are not read).
+absl::StatusOr<std::vector<LoweredValue>> LowerRepeat(LowerContext& ctx) {
+  const LoweredValue& v = ctx.value(0);
+  const std::vector<SymExpr>& out = ctx.out_type().sizes;
+  const size_t lead = out.size() - v.sizes.size();
+  std::vector<Expr> j;
+  for (size_t d = 0; d < v.sizes.size(); ++d) {
+    const Expr i = ir::Var(static_cast<int>(lead + d));
+    j.push_back(
+        out[lead + d] == v.sizes[d] ? i : ir::Mod(i, ir::FromSym(v.sizes[d])));
+  }
+  return std::vector<LoweredValue>{LowerContext::Remap(v, j, out)};
+}
+
 absl::StatusOr<std::vector<LoweredValue>> LowerUnsqueeze(LowerContext& ctx) {
   const LoweredValue& v = ctx.value(0);
   const int rank = static_cast<int>(v.sizes.size());
@@ -309,6 +324,7 @@ void RegisterViewLowerings(OpLowerings& table) {
   table.Add("aten.transpose.int", LowerTranspose);
   table.Add("aten.t.default", LowerT);
   table.Add("aten.expand.default", LowerExpand);
+  table.Add("aten.repeat.default", LowerRepeat);
   table.Add("aten.unsqueeze.default", LowerUnsqueeze);
   table.Add("aten.squeeze.default", LowerSqueeze);
   table.Add("aten.squeeze.dim", LowerSqueeze);

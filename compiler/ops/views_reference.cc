@@ -72,6 +72,24 @@ absl::StatusOr<std::vector<HostTensor>> ExpandReference(const RefContext& ctx) {
       ops::BroadcastTo(ctx.tensors[0], ctx.out_sizes[0])};
 }
 
+// repeat: each output element copies self at its index modulo self's sizes.
+absl::StatusOr<std::vector<HostTensor>> RepeatReference(const RefContext& ctx) {
+  const HostTensor& t = ctx.tensors[0];
+  HostTensor out = HostTensor::Empty(ctx.out_dtypes[0], ctx.out_sizes[0]);
+  const size_t lead = ctx.out_sizes[0].size() - t.sizes().size();
+  ops::ForEachIndex(ctx.out_sizes[0], [&](const std::vector<int64_t>& i) {
+    std::vector<int64_t> j;
+    for (size_t d = 0; d < t.sizes().size(); ++d)
+      j.push_back(i[lead + d] % t.sizes()[d]);
+    if (IsFloating(t.dtype())) {
+      out.SetDouble(i, t.GetDouble(j));
+    } else {
+      out.SetInt(i, t.GetInt(j));
+    }
+  });
+  return std::vector<HostTensor>{std::move(out)};
+}
+
 absl::StatusOr<std::vector<HostTensor>> UnsqueezeReference(
     const RefContext& ctx) {
   const HostTensor& t = ctx.tensors[0];
@@ -207,6 +225,7 @@ void RegisterViewReferences(OpReferences& table) {
   table.Add("aten.transpose.int", TransposeReference);
   table.Add("aten.t.default", TReference);
   table.Add("aten.expand.default", ExpandReference);
+  table.Add("aten.repeat.default", RepeatReference);
   table.Add("aten.unsqueeze.default", UnsqueezeReference);
   table.Add("aten.squeeze.default", SqueezeReference);
   table.Add("aten.squeeze.dim", SqueezeReference);

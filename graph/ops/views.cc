@@ -1,5 +1,5 @@
 // Signatures of the views and copies: view, reshape, _unsafe_view, permute,
-// transpose, t, expand, unsqueeze, squeeze, alias, as_strided,
+// transpose, t, expand, repeat, unsqueeze, squeeze, alias, as_strided,
 // as_strided_scatter, clone, lift_fresh_copy and copy (the functional copy_:
 // src broadcast to self's shape, in self's dtype). In the
 // graph these are value transformations (graphs are functional); their
@@ -388,6 +388,32 @@ absl::StatusOr<Shapes> SplitShape(const OpContext& ctx) {
   return out;
 }
 
+// repeat(self, repeats): self padded with leading size-1 dims to
+// len(repeats) dims, each dim's size times its (static, non-negative)
+// repeat.
+absl::StatusOr<Shapes> RepeatShape(const OpContext& ctx) {
+  const std::vector<SymExpr>& in = ctx.type(0).sizes;
+  const std::vector<SymExpr>& repeats = ctx.arg(1).ints;
+  if (repeats.size() < in.size()) {
+    return ctx.Invalid(absl::StrCat(
+        "number of dimensions of repeat dims (", repeats.size(),
+        ") can not be smaller than number of dimensions of tensor (", in.size(),
+        ")"));
+  }
+  const size_t lead = repeats.size() - in.size();
+  std::vector<SymExpr> out;
+  for (size_t d = 0; d < repeats.size(); ++d) {
+    std::optional<int64_t> r = repeats[d].AsConstant();
+    if (!r || *r < 0) {
+      return ctx.Invalid(absl::StrCat(
+          "repeat ", repeats[d].ToString(ctx.graph().SymbolNames()), " of dim ",
+          d, ": Kiln takes static, non-negative repeats"));
+    }
+    out.push_back(d < lead ? SymExpr(*r) : in[d - lead] * SymExpr(*r));
+  }
+  return Shapes{out};
+}
+
 // as_strided(self, size, stride, storage_offset): `size`; self's element
 // count must be static (ops::StridedViewOf checks the rest).
 absl::StatusOr<Shapes> AsStridedShape(const OpContext& ctx) {
@@ -557,6 +583,12 @@ void RegisterViewSignatures(OpSignatures& table) {
                                         Attr::None())},
              .num_outputs = 1,
              .shape = AsStridedScatterShape,
+             .dtype = SameDTypeAsSelf});
+  table.Add({.name = "aten.repeat.default",
+             .op_class = OpClass::kData,
+             .schema = {Self(), Arg("repeats", ArgKind::kIntList)},
+             .num_outputs = 1,
+             .shape = RepeatShape,
              .dtype = SameDTypeAsSelf});
   // lift_fresh_copy: a copy of a constant the graph captured (a tensor
   // literal in forward); values are immutable, so a clone.

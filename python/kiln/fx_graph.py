@@ -33,7 +33,7 @@ import json
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
@@ -409,10 +409,22 @@ _VIEW_SIZE_OPS = frozenset({"aten.view.default", "aten._unsafe_view.default",
                             "aten.reshape.default"})
 
 
+# index.Tensor and index_put take Tensor?[] indices, where None leaves a
+# dim whole; Kiln's take index tensors for the leading dims only. The
+# backend permutes the indexed dims to the front (IndexLayout).
+_INDEX_OPS = frozenset({"aten.index.Tensor", "aten.index_put.default"})
+
+
 def _node_args(node: torch.fx.Node) -> Tuple[Any, ...]:
     """node.args, with the one size of a view/reshape that is neither a
-    constant nor a plain symbol (s0*16) given as -1 (Kiln infers it)."""
+    constant nor a plain symbol (s0*16) given as -1 (Kiln infers it), and
+    an index list's Nones dropped (IndexLayout says where they were)."""
     args = node.args
+    if op_name(node.target) in _INDEX_OPS and len(args) >= 2 and \
+            isinstance(args[1], (list, tuple)) and None in args[1]:
+        if all(a is None for a in args[1]):
+            raise Unsupported("an index list of Nones only")
+        args = (args[0], [a for a in args[1] if a is not None], *args[2:])
     if op_name(node.target) in _VIEW_SIZE_OPS and len(args) >= 2 and \
             isinstance(args[1], (list, tuple)):
         sizes = list(args[1])
@@ -827,6 +839,13 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             for t in val if isinstance(val, (list, tuple)) else [val]:
                 if isinstance(t, torch.Tensor):
                     on_device(t, node)
+            layout = index_layout(node) if name in _INDEX_OPS else None
+            if layout is not None:
+                _add_index_with_nones(
+                    node, layout, nodes, args,
+                    lambda sizes: _argument(sizes, symbols, refs))
+                refs[node] = node.name
+                continue
             if isinstance(val, (list, tuple)):
                 names = [f"{node.name}_{i}" for i in range(len(val))]
                 multi[node] = names
@@ -888,6 +907,101 @@ def size_hint(size: Any, unknown: int = 0) -> int:
         hint = size.node.hint
         return int(hint) if hint is not None else unknown
     return int(size)
+
+
+@dataclass
+class IndexLayout:
+    """How an index/index_put with Nones in its indices reaches Kiln:
+    self permuted by `perm` (the indexed dims first, in order), indexed on
+    its leading dims; index's result then permuted by `result_perm` (None:
+    as it is), which moves the indices' broadcast dims back to where the
+    first indexed dim was when the indexed dims are adjacent (PyTorch's
+    rule; apart, they stay in front)."""
+
+    perm: List[int]
+    result_perm: Optional[List[int]]
+
+
+def index_layout(node: torch.fx.Node) -> Optional[IndexLayout]:
+    """The IndexLayout of an index.Tensor/index_put node whose indices hold
+    a None before an index tensor, else None (Kiln takes it as it is)."""
+    indices = node.args[1]
+    if not isinstance(indices, (list, tuple)):
+        return None
+    indexed = [d for d, t in enumerate(indices) if t is not None]
+    if indexed == list(range(len(indexed))):
+        return None  # only trailing Nones: the leading dims are indexed
+    rank = _val(node.args[0]).dim()
+    rest = [d for d in range(rank) if d not in indexed]
+    nb = max(_val(indices[d]).dim() for d in indexed)
+    result_perm = None
+    if indexed == list(range(indexed[0], indexed[0] + len(indexed))):
+        p = indexed[0]
+        result_perm = ([nb + i for i in range(p)] + list(range(nb)) +
+                       [nb + i for i in range(p, len(rest))])
+    return IndexLayout(perm=indexed + rest, result_perm=result_perm)
+
+
+def _inverse(perm: Sequence[int]) -> List[int]:
+    inverse = [0] * len(perm)
+    for k, d in enumerate(perm):
+        inverse[d] = k
+    return inverse
+
+
+def _add_index_with_nones(node: torch.fx.Node, layout: IndexLayout,
+                          nodes: List[Dict[str, Any]],
+                          args: List[Dict[str, Any]],
+                          size_arg: Callable[[List[Any]], Dict[str, Any]]
+                          ) -> None:
+    """Appends the Kiln nodes of an index/index_put FX node (output
+    node.name) whose indices hold Nones, from its converted arguments
+    (`args`, the Nones dropped): self permuted by layout.perm; index's
+    result, or index_put's values, permuted between PyTorch's order and
+    Kiln's; index_put's result permuted back."""
+    name = op_name(node.target)
+    permuted = f"{node.name}__indexed_first"
+    nodes.append({"op": "aten.permute.default",
+                  "args": [args[0], {"ints": {"values": layout.perm}}],
+                  "outputs": [permuted]})
+    args = [{"ref": permuted}] + args[1:]
+
+    def permute(arg: Dict[str, Any], order: List[int], out: str) -> str:
+        nodes.append({"op": "aten.permute.default",
+                      "args": [arg, {"ints": {"values": order}}],
+                      "outputs": [out]})
+        return out
+
+    if name == "aten.index.Tensor":
+        if layout.result_perm is None:
+            nodes.append({"op": name, "args": args, "outputs": [node.name]})
+        else:
+            nodes.append({"op": name, "args": args,
+                          "outputs": [f"{node.name}__kiln_order"]})
+            permute({"ref": f"{node.name}__kiln_order"}, layout.result_perm,
+                    node.name)
+        return
+    values = args[2]
+    if layout.result_perm is not None:
+        # values broadcast to index's result in PyTorch's order: expanded to
+        # it, then permuted into Kiln's (broadcast dims first).
+        sizes = _val(node.args[0]).shape
+        indexed = [t for t in node.args[1] if t is not None]
+        batch = torch.broadcast_shapes(*(_val(t).shape for t in indexed))
+        rest = [sizes[d] for d in layout.perm[len(indexed):]]
+        p = layout.result_perm.index(0)
+        full = list(rest[:p]) + list(batch) + list(rest[p:])
+        expanded = f"{node.name}__values_expanded"
+        nodes.append({"op": "aten.expand.default",
+                      "args": [values, size_arg(full)],
+                      "outputs": [expanded]})
+        values = {"ref": permute({"ref": expanded},
+                                 _inverse(layout.result_perm),
+                                 f"{node.name}__values_kiln_order")}
+    nodes.append({"op": name, "args": [args[0], args[1], values] + args[3:],
+                  "outputs": [f"{node.name}__kiln_order"]})
+    permute({"ref": f"{node.name}__kiln_order"}, _inverse(layout.perm),
+            node.name)
 
 
 def _add_as_strided(node: torch.fx.Node, nodes: List[Dict[str, Any]],

@@ -434,6 +434,45 @@ def test_as_strided_and_as_strided_scatter_run_in_kiln(daemon):
                for reason in reasons), dict(backend.report.fallbacks)
 
 
+_INDEX_WITH_NONES = {
+    "x[:, i]": lambda x, i, j, v: x[:, i] * 2,
+    "x[:, i, j]": lambda x, i, j, v: x[:, i, j].exp(),
+    "x[i, :, j]": lambda x, i, j, v: x[i, :, j] + 1,  # apart: batch dims first
+    "x[..., j]": lambda x, i, j, v: x[..., j].sin(),
+    "x[:, :, j[None]]": lambda x, i, j, v: x[:, :, j.unsqueeze(0)] * 3,
+    "index_put [:, i] = v": lambda x, i, j, v: torch.ops.aten.index_put(
+        x * 1, [None, i], v[:6]) * 2,
+    "index_put [:, i, j] += v": lambda x, i, j, v: torch.ops.aten.index_put(
+        x * 1, [None, i, j], v[:4], True),
+    "index_put [i, :, j] += v": lambda x, i, j, v: torch.ops.aten.index_put(
+        x * 1, [i, None, j], v[:5].unsqueeze(0), True),
+}
+
+
+@pytest.mark.parametrize("case", list(_INDEX_WITH_NONES))
+def test_index_with_nones_runs_in_kiln(daemon, case):
+    """x[:, i] and the like reach a backend as index.Tensor with None for
+    the dims taken whole (and their backward as index_put): Kiln indexes
+    the leading dims, so the backend permutes the indexed dims first and
+    the broadcast dims back to PyTorch's place (kept in place when the
+    indexed dims are adjacent, first otherwise); index_put's values are
+    broadcast and permuted the same way. Falcon's, Mixtral's and
+    Whisper's graphs have them."""
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    f = _INDEX_WITH_NONES[case]
+    x = torch.randn(4, 5, 6, requires_grad=True)
+    i, j = torch.tensor([0, 3, 2, 1]), torch.tensor([5, 0, 2, 2])
+    v = torch.randn(6, requires_grad=True)
+    out, ref = torch.compile(f, backend=backend)(x, i, j, v), f(x, i, j, v)
+    torch.testing.assert_close(out, ref)
+    w = torch.randn_like(ref)
+    got = torch.autograd.grad((out * w).sum(), (x, v), allow_unused=True)
+    want = torch.autograd.grad((ref * w).sum(), (x, v), allow_unused=True)
+    torch.testing.assert_close(got, want)
+    assert all("edge" in reason for reasons in backend.report.fallbacks.values()
+               for reason in reasons), dict(backend.report.fallbacks)
+
+
 def test_dynamic_non_contiguous_outputs(daemon):
     """Eager keeps a transposed input's layout in x.t() * 2 + 1; with symbolic
     sizes the expected strides are expressions evaluated per call."""

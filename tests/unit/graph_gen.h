@@ -2920,7 +2920,31 @@ inline bool OpSetGen::Creation() {
 }
 
 inline bool OpSetGen::AliasCopyOrLike(const OpValue& a) {
-  const int k = rng_.Below(15);
+  const int k = rng_.Below(16);
+  if (k == 15) {
+    // repeat: each dim repeated 1-2 times, maybe one new leading dim.
+    for (const GenDim& g : a.shape) {
+      if (IsCompound(g)) return false;
+    }
+    OpValue v = a;
+    v.name = Fresh();
+    std::vector<int64_t> repeats;
+    v.shape.clear();
+    if (a.shape.empty() || rng_.Chance(30)) {
+      repeats.push_back(1 + rng_.Below(2));
+      v.shape.push_back(GenDim{"", repeats.back()});
+    }
+    for (const GenDim& g : a.shape) {
+      const int64_t r = g.symbol.empty() && rng_.Chance(40) ? 2 : 1;
+      repeats.push_back(r);
+      v.shape.push_back(r == 1 ? g : GenDim{"", g.value * r});
+    }
+    v1::Node* n = Node("aten.repeat.default", v.name);
+    Ref(n, a.name);
+    Ints(n, repeats);
+    Keep(std::move(v));
+    return true;
+  }
   if (k >= 13) {
     // as_strided / as_strided_scatter of a (static sizes): a view of a's
     // row-major elements of rank 1 to 3, strides nested innermost first

@@ -521,6 +521,20 @@ TEST(ShapeAsStridedScatter, SrcThroughTheView) {
                 {In(0), In(1), Ints({2}), Ints({1})}, {"dtype"});
 }
 
+TEST(ShapeRepeat, TilesAndAddsLeadingDims) {
+  CheckOp("aten.repeat.default", {M23()}, {In(0), Ints({2, 1})}, kF32, {4, 3},
+          {1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6});
+  // A new leading dim; dim 1 repeated twice; of a transposed view.
+  CheckOp("aten.repeat.default", {TransposedView(Iota({1, 2}))},
+          {In(0), Ints({2, 1, 2})}, kI64, {2, 2, 2}, {0, 0, 1, 1, 0, 0, 1, 1});
+  CheckOp("aten.repeat.default", {M23()}, {In(0), Ints({0, 2})}, kF32, {0, 6},
+          {});
+  ExpectInvalid("aten.repeat.default", {M23()}, {In(0), Ints({2})},
+                {"node 0", "repeat", "can not be smaller"});
+  ExpectInvalid("aten.repeat.default", {M23()}, {In(0), Ints({1, -1})},
+                {"non-negative"});
+}
+
 TEST(ShapeLiftFreshCopy, IsACopy) {
   CheckOp("aten.lift_fresh_copy.default", {TransposedView(M23())}, {In(0)},
           kF32, {3, 2}, {1, 4, 2, 5, 3, 6});

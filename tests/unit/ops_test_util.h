@@ -113,7 +113,8 @@ inline const std::vector<std::string>& ShapeSuiteOps() {
       "aten.empty_like.default",   "aten.empty.memory_format",
       "aten.empty_strided.default", "aten.slice_scatter.default",
       "aten.select_scatter.default", "aten.as_strided.default",
-      "aten.as_strided_scatter.default", "aten.lift_fresh_copy.default"};
+      "aten.as_strided_scatter.default", "aten.lift_fresh_copy.default",
+      "aten.repeat.default"};
   return *ops;
 }
 

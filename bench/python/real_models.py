@@ -1,0 +1,284 @@
+"""Models from the libraries people train with — torchvision, Hugging Face
+transformers, timm — through torch.compile(backend=kiln) for one training
+step each (forward, a loss over every floating output, backward), checked
+against eager and against a float64 eager run, with the share of ATen nodes
+that ran in Kiln. No test names these models: this is how Kiln fares on
+code it was not written against.
+
+    PY=$(bash deploy/python-env.sh)
+    bash bench/python/real_models_env.sh          # the libraries, once
+    $PY bench/python/real_models.py [--dynamic] [--device cuda] [names...]
+
+Per model: nodes in Kiln / all, partitions, and the worst parameter (or
+output) by the ratio of Kiln's error to eager's, both against float64 (the
+error that says whether Kiln is worse than eager float32 itself). A model
+is MISMATCH when some result's error against float64 is above 1e-4 and 20x
+eager's; ERROR when the compiled step raised. Dropout, stochastic depth and
+attention dropout are off (their draws differ from eager's by design).
+Inputs are small (2 images of 64x64, 2 sequences of 16 tokens) and the
+transformers small configurations, so a CPU run takes minutes. The
+libraries come from real_models_env.sh's directory (~/.cache/kiln/
+real-models; KILN_REAL_MODELS_DIR overrides it); a model whose library is
+missing is skipped. A private kilnd on an ephemeral port serves unless --server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import time
+import traceback
+import warnings
+from typing import Any, Callable, Dict, List, Tuple
+
+import bench_util  # noqa: F401 (sys.path, KILN_LIB)
+from bench_util import Kilnd
+
+_LIBS = os.environ.get("KILN_REAL_MODELS_DIR", os.path.join(
+    os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
+    "kiln", "real-models"))
+if os.path.isdir(_LIBS) and _LIBS not in sys.path:
+    sys.path.append(_LIBS)  # after the venv: its torch and numpy win
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+import kiln  # noqa: E402
+
+Example = Tuple[nn.Module, Tuple[Any, ...]]
+
+
+def _tv(name: str, batch: int = 2, **kw: Any) -> Callable[[], Example]:
+    def make() -> Example:
+        import torchvision.models as m  # noqa: PLC0415
+        return getattr(m, name)(**kw), (torch.randn(batch, 3, 64, 64),)
+    return make
+
+
+def _tv_vit() -> Example:
+    from torchvision.models.vision_transformer import VisionTransformer  # noqa: PLC0415
+    return (VisionTransformer(image_size=32, patch_size=8, num_layers=2,
+                              num_heads=4, hidden_dim=64, mlp_dim=128,
+                              num_classes=10), (torch.randn(2, 3, 32, 32),))
+
+
+class _Logits(nn.Module):
+    """A transformers model returning its logits (or first output)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args: Any) -> Any:
+        out = self.model(*args)
+        return out["logits"] if "logits" in out else out[0]
+
+
+def _no_dropout(config: Any) -> Any:
+    for key, value in list(vars(config).items()):
+        if isinstance(value, float) and ("dropout" in key or "pdrop" in key
+                                         or key.endswith("_prob")):
+            setattr(config, key, 0.0)
+    return config
+
+
+def _hf(model_cls: str, config_cls: str, images: bool = False,
+        **config: Any) -> Callable[[], Example]:
+    def make() -> Example:
+        import transformers  # noqa: PLC0415
+        cfg = _no_dropout(getattr(transformers, config_cls)(**config))
+        model = getattr(transformers, model_cls)(cfg)
+        x = (torch.randn(2, 3, 32, 32) if images
+             else torch.randint(0, 100, (2, 16)))
+        return _Logits(model), (x,)
+    return make
+
+
+def _hf_t5() -> Example:
+    import transformers  # noqa: PLC0415
+    cfg = _no_dropout(transformers.T5Config(
+        vocab_size=100, d_model=64, d_kv=16, d_ff=128, num_layers=2,
+        num_heads=4, decoder_start_token_id=0))
+    t5 = transformers.T5ForConditionalGeneration(cfg)
+
+    class T5(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.t5 = t5
+
+        def forward(self, ids: torch.Tensor, dec: torch.Tensor) -> Any:
+            return self.t5(input_ids=ids, decoder_input_ids=dec).logits
+
+    return T5(), (torch.randint(0, 100, (2, 12)), torch.randint(0, 100, (2, 8)))
+
+
+def _timm(name: str, **kw: Any) -> Callable[[], Example]:
+    def make() -> Example:
+        import timm  # noqa: PLC0415
+        return (timm.create_model(name, pretrained=False, **kw),
+                (torch.randn(2, 3, 64, 64),))
+    return make
+
+
+_SMALL = dict(vocab_size=100, hidden_size=64, num_hidden_layers=2,
+              num_attention_heads=4, intermediate_size=128)
+_DECODER = dict(_SMALL, num_key_value_heads=2)
+
+MODELS: Dict[str, Callable[[], Example]] = {
+    "tv_resnet18": _tv("resnet18"),
+    "tv_mobilenet_v3_small": _tv("mobilenet_v3_small"),
+    "tv_efficientnet_b0": _tv("efficientnet_b0"),
+    "tv_convnext_tiny": _tv("convnext_tiny"),
+    "tv_shufflenet_v2": _tv("shufflenet_v2_x0_5"),
+    "tv_squeezenet": _tv("squeezenet1_1"),
+    "tv_densenet121": _tv("densenet121"),
+    "tv_regnet_y_400mf": _tv("regnet_y_400mf"),
+    "tv_swin_t": _tv("swin_t", batch=1),
+    "tv_vit": _tv_vit,
+    "tv_mnasnet": _tv("mnasnet0_5"),
+    "tv_googlenet": _tv("googlenet", aux_logits=False, init_weights=True),
+    "hf_bert": _hf("BertForMaskedLM", "BertConfig", **_SMALL),
+    "hf_gpt2": _hf("GPT2LMHeadModel", "GPT2Config", vocab_size=100, n_embd=64,
+                   n_layer=2, n_head=4),
+    "hf_llama": _hf("LlamaForCausalLM", "LlamaConfig", **_DECODER),
+    "hf_mistral": _hf("MistralForCausalLM", "MistralConfig", **_DECODER),
+    "hf_qwen2": _hf("Qwen2ForCausalLM", "Qwen2Config", **_DECODER),
+    "hf_distilbert": _hf("DistilBertForSequenceClassification",
+                         "DistilBertConfig", vocab_size=100, dim=64,
+                         n_layers=2, n_heads=4, hidden_dim=128),
+    "hf_roberta": _hf("RobertaForSequenceClassification", "RobertaConfig",
+                      **_SMALL),
+    "hf_vit": _hf("ViTForImageClassification", "ViTConfig", images=True,
+                  image_size=32, patch_size=8, **_SMALL),
+    "hf_t5": _hf_t5,
+    "hf_bart": _hf("BartForConditionalGeneration", "BartConfig",
+                   vocab_size=100, d_model=64, encoder_layers=1,
+                   decoder_layers=1, encoder_attention_heads=4,
+                   decoder_attention_heads=4, encoder_ffn_dim=128,
+                   decoder_ffn_dim=128),
+    "timm_convnext_atto": _timm("convnext_atto"),
+    "timm_vit_tiny": _timm("vit_tiny_patch16_224", img_size=64),
+    "timm_efficientvit": _timm("efficientvit_b0"),
+    "timm_resnet26d": _timm("resnet26d"),
+}
+
+
+def _floats(out: Any) -> List[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out] if out.is_floating_point() else []
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _floats(o)]
+    if isinstance(out, dict):
+        return [t for o in out.values() for t in _floats(o)]
+    return []
+
+
+def _step(call: Callable[..., Any], params: nn.Module,
+          inputs: Tuple[Any, ...]) -> Dict[str, torch.Tensor]:
+    """One step; the outputs and every parameter's gradient, by name."""
+    outs = _floats(call(*inputs))
+    torch.stack([o.double().square().mean() for o in outs]).sum().backward()
+    result = {f"out{i}": o.detach() for i, o in enumerate(outs)}
+    result.update({n: p.grad for n, p in params.named_parameters()
+                   if p.grad is not None})
+    return result
+
+
+def _quiet_randomness(model: nn.Module) -> None:
+    for m in model.modules():
+        kind = type(m).__name__
+        if isinstance(m, nn.Dropout) or "Drop" in kind or "Stochastic" in kind:
+            if hasattr(m, "p"):
+                m.p = 0.0
+            if hasattr(m, "drop_prob"):
+                m.drop_prob = 0.0
+
+
+def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
+    ref = ref.double()
+    return ((x.double() - ref).abs().max() /
+            (ref.abs().max() + 1e-12)).item()
+
+
+def run_model(name: str, server: str, dynamic: bool,
+              device: torch.device) -> Tuple[str, str]:
+    torch.manual_seed(0)
+    try:
+        model, inputs = MODELS[name]()
+    except ImportError as e:
+        return "SKIPPED", f"{e}"
+    _quiet_randomness(model)
+    model.train()
+    model = model.to(device)
+    inputs = tuple(x.to(device) for x in inputs)
+    eager_model = copy.deepcopy(model)
+    eager = _step(eager_model, eager_model, inputs)
+    exact_model = copy.deepcopy(model).double()
+    exact = _step(exact_model, exact_model, tuple(
+        x.double() if x.is_floating_point() else x for x in inputs))
+    torch._dynamo.reset()
+    backend = kiln.backend(server=server, fallback="eager")
+    mine = copy.deepcopy(model)
+    compiled = torch.compile(mine, backend=backend, dynamic=dynamic or None)
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = _step(compiled, mine, inputs)
+    except Exception as e:  # noqa: BLE001 (reported per model)
+        traceback.print_exc()
+        return "ERROR", f"{type(e).__name__}: {str(e)[:300]}"
+    seconds = time.perf_counter() - start
+    worst, status = (0.0, ""), "OK"
+    for key, ref in exact.items():
+        if key not in got:
+            return "MISMATCH", f"no gradient for {key}"
+        e_kiln, e_eager = _rel(got[key], ref), _rel(eager[key], ref)
+        ratio = e_kiln / max(e_eager, 1e-7)
+        if ratio > worst[0]:
+            worst = (ratio, f"{key}: kiln {e_kiln:.1e}, eager {e_eager:.1e}")
+        if e_kiln > 1e-4 and e_kiln > 20 * e_eager:
+            status = "MISMATCH"
+    r = backend.report
+    n = r.kiln_nodes + r.fallback_nodes
+    line = (f"{r.kiln_nodes}/{n} ({100.0 * r.kiln_nodes / max(n, 1):.1f}%) "
+            f"partitions={r.compiled_partitions} first step {seconds:.1f} s; "
+            f"worst vs float64 {worst[1]}")
+    for op, reasons in r.fallbacks.items():
+        for reason, count in reasons.items():
+            line += f"\n      {op:<40} x{count:<3} {reason[:100]}"
+    return status, line
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("names", nargs="*", help=f"of {', '.join(MODELS)}")
+    ap.add_argument("--dynamic", action="store_true", help="dynamic=True")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--server", help="kilnd's address (default: a private "
+                    "kilnd on an ephemeral port with a fresh cache)")
+    a = ap.parse_args()
+    daemon = None if a.server else Kilnd()
+    server = a.server or daemon.address
+    rows = []
+    try:
+        print(f"kiln real models: torch {torch.__version__}, {a.device}, "
+              f"{'dynamic' if a.dynamic else 'static'}\n", flush=True)
+        for name in a.names or MODELS:
+            status, line = run_model(name, server, a.dynamic,
+                                     torch.device(a.device))
+            rows.append((name, status, line))
+            print(f"{name:<24} {status:<8} {line}", flush=True)
+    finally:
+        if daemon:
+            daemon.stop()
+    counts = {s: sum(1 for _, st, _ in rows if st == s)
+              for s in ("OK", "MISMATCH", "ERROR", "SKIPPED")}
+    print("\n" + ", ".join(f"{c} {s}" for s, c in counts.items()))
+    sys.exit(1 if counts["MISMATCH"] or counts["ERROR"] else 0)
+
+
+if __name__ == "__main__":
+    main()
