@@ -16,5 +16,5 @@ if PYTHONPATH="$DIR" "$PY" -c "import torchvision, transformers, timm" 2>/dev/nu
 fi
 mkdir -p "$DIR"
 "$PY" -m pip install -q --upgrade --target "$DIR" --no-deps torchvision timm
-"$PY" -m pip install -q --upgrade --target "$DIR" transformers huggingface_hub safetensors pyyaml
+"$PY" -m pip install -q --upgrade --target "$DIR" transformers huggingface_hub safetensors pyyaml pillow
 echo "$DIR"
