@@ -4,7 +4,7 @@
 # glibc >= 2.36 and, for bench and python, python3 with torch):
 #
 #   make bundle BUNDLE_EXTRA="build/tests/gpu/cuda_gpu_test build/bench/gpu/cuda_bench build/tests/unit/cuda_runtime_test"
-#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|attention|trainops|profile|gemm|bench|all [OUT_DIR]
+#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|attention|trainops|profile|gemm|realmodels|bench|all [OUT_DIR]
 #
 # tests: cuda_runtime_test and cuda_gpu_test (its Client test starts the
 # bundle's kilnd); python: the Python binding with PyTorch
@@ -18,7 +18,9 @@
 # bench/python/train_ops.py --device cuda ($TRAINOPS_ARGS, e.g. --recompute); profile:
 # bench/python/kernel_profile.py --timeline ($PROFILE_ARGS passed on, e.g.
 # "--case group_norm"); gemm: bench/python/gpu_gemm.py
-# alone ($GEMM_ARGS passed on); all:
+# alone ($GEMM_ARGS passed on); realmodels: bench/python/real_models.py
+# --device cuda ($REAL_ARGS; libraries from $KILN_REAL_MODELS_DIR or the
+# tarball $KILN_REAL_MODELS_TAR); all:
 # tests, python and backend. $PYTHON names the interpreter (default python3).
 # The extension _kiln_call is built for $PYTHON on first use when the bundle's
 # was built for another Python (kiln/_ext_build.py; needs cc and Python.h).
@@ -85,6 +87,18 @@ if [[ $what == callcost ]]; then
   PYTHONPATH=$K/python "${PYTHON:-python3}" "$here/bench/python/call_cost.py" --device cuda \
     --server "127.0.0.1:$(head -1 "$work/port")" || status=1
   kill %1 || true
+fi
+if [[ $what == realmodels ]]; then
+  # bench/python/real_models.py --device cuda ($REAL_ARGS passed on); the
+  # libraries from $KILN_REAL_MODELS_DIR, or a tarball of that directory
+  # ($KILN_REAL_MODELS_TAR, unpacked here).
+  if [[ -n ${KILN_REAL_MODELS_TAR:-} ]]; then
+    mkdir -p "$work/real-models"
+    tar -xJf "$KILN_REAL_MODELS_TAR" -C "$work/real-models"
+    export KILN_REAL_MODELS_DIR=$work/real-models
+  fi
+  # shellcheck disable=SC2086
+  "${PYTHON:-python3}" "$here/bench/python/real_models.py" --device cuda ${REAL_ARGS:-} || status=1
 fi
 if [[ $what == attention ]]; then
   "${PYTHON:-python3}" "$here/bench/python/attention.py" --device cuda || status=1

@@ -150,7 +150,10 @@ absl::StatusOr<std::vector<LoweredValue>> LowerSelectScatter(
 }
 
 // cat: a chain of selects on the concatenated dim, last piece innermost;
-// legacy empty 1-D inputs are skipped.
+// legacy empty 1-D inputs are skipped. A select evaluates both branches, so
+// each piece is read at its position clamped into its own range: at other
+// pieces' positions its load stays inside its buffer (unclamped, a GPU
+// kernel faulted on DenseNet's concatenations).
 absl::StatusOr<std::vector<LoweredValue>> LowerCat(LowerContext& ctx) {
   const TensorType& out = ctx.out_type();
   if (out.rank() == 1 && out.sizes[0] == SymExpr(0)) {
@@ -161,12 +164,31 @@ absl::StatusOr<std::vector<LoweredValue>> LowerCat(LowerContext& ctx) {
   Expr body;
   SymExpr offset(0);
   std::vector<std::pair<SymExpr, Expr>> pieces;  // (end offset, value)
+  // Pieces empty along the dim hold no position (and no element to read).
+  auto skipped = [&](const LoweredValue& v) {
+    return ops::SkippedByCat(v.sizes) || v.sizes[d] == SymExpr(0);
+  };
+  int live = 0;
+  for (ValueId t : ctx.arg(0).tensors) live += skipped(ctx.value_of(t)) ? 0 : 1;
+  if (live == 0) {  // an empty result
+    return std::vector<LoweredValue>{
+        ops::PointwiseOutput(ctx, ir::Const(0, out.dtype))};
+  }
   for (ValueId t : ctx.arg(0).tensors) {
     const LoweredValue& v = ctx.value_of(t);
-    if (ops::SkippedByCat(v.sizes)) continue;
+    if (skipped(v)) continue;
     std::vector<Expr> idx = IdentityIndex(out.rank());
     idx[d] =
         ir::Add(ir::Var(d), ir::Mul(ir::IntConst(-1), ir::FromSym(offset)));
+    const bool first = pieces.empty();
+    const bool last = static_cast<int>(pieces.size()) + 1 == live;
+    if (!last) {  // positions past the piece
+      idx[d] = IntBinary(ExprOp::kMin, idx[d],
+                         ir::Add(ir::FromSym(v.sizes[d]), ir::IntConst(-1)));
+    }
+    if (!first) {  // positions before it
+      idx[d] = IntBinary(ExprOp::kMax, idx[d], ir::IntConst(0));
+    }
     offset = offset + v.sizes[d];
     pieces.emplace_back(offset,
                         ir::Cast(LowerContext::Read(v, idx), out.dtype));
