@@ -78,7 +78,7 @@ from .attention import resolve_policy, rewrite_attention
 from .autostart import resolve_server
 from .fx_graph import (KilnGraph, Unsupported, draw_seed, is_contiguous,
                        size_input_tensor, to_kiln_graph)
-from .partition import KilnOperatorSupport, partition
+from .partition import KilnOperatorSupport, graph_device, partition
 
 __all__ = ["ExplainReport", "KilnBackend", "default_backend", "explain"]
 
@@ -543,7 +543,7 @@ class KilnBackend:
         their reason) and its compiles: (module, report, {node name: why}
         for partitions kilnd refused because of one node)."""
         report = ExplainReport(graphs=1)
-        support = KilnOperatorSupport(self.ops(), excluded)
+        support = KilnOperatorSupport(self.ops(), excluded, graph_device(gm))
         try:
             result = partition(gm, support)
         except Exception as e:  # noqa: BLE001 (never fail the user's graph)

@@ -33,7 +33,8 @@ from .fx_graph import (AS_STRIDED_OPS, IDENTITY_OPS, Unsupported,
                        as_strided_view, check_node_args, is_contiguous,
                        op_name, permuted_layout)
 
-__all__ = ["KilnOperatorSupport", "PartitionResult", "partition", "VIEW_OPS"]
+__all__ = ["KilnOperatorSupport", "PartitionResult", "graph_device",
+           "partition", "VIEW_OPS"]
 
 # Ops that only re-index or copy their input (no compute): not worth a
 # partition of their own, and left out at a partition's edge (so that no
@@ -202,6 +203,16 @@ def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
     return None
 
 
+def graph_device(gm: torch.fx.GraphModule) -> "torch.device | None":
+    """The device of gm's tensor inputs: a CUDA one if any is on CUDA, else
+    the CPU; None without tensor inputs."""
+    devices = [n.meta["val"].device for n in gm.graph.nodes
+               if n.op == "placeholder" and
+               isinstance(n.meta.get("val"), torch.Tensor)]
+    cuda = [d for d in devices if d.type == "cuda"]
+    return cuda[0] if cuda else (devices[0] if devices else None)
+
+
 class KilnOperatorSupport(OperatorSupportBase):
     """Supported: call_function nodes of Kiln's ops (and getitem) whose
     arguments Kiln's graph format can hold, except those named in
@@ -209,9 +220,14 @@ class KilnOperatorSupport(OperatorSupportBase):
     `reasons` maps each refused node to why."""
 
     def __init__(self, ops: FrozenSet[str],
-                 excluded: Mapping[str, str] = {}) -> None:  # noqa: B006
+                 excluded: Mapping[str, str] = {},  # noqa: B006
+                 device: "torch.device | None" = None) -> None:
         super().__init__()
         self.ops = ops
+        # The graph's device (graph_device): a node computing on another
+        # (a tensor literal made on the CPU in a CUDA model) stays out, or it
+        # would make its partition one of two devices, which Kiln refuses.
+        self.device = device
         # FX node name -> why: nodes kilnd refused in an earlier attempt.
         self.excluded = dict(excluded)
         self.reasons: Dict[torch.fx.Node, str] = {}
@@ -238,6 +254,12 @@ class KilnOperatorSupport(OperatorSupportBase):
             return "not in Kiln's op set"
         try:
             check_node_args(node)
+            val = node.meta.get("val")
+            if self.device is not None and isinstance(val, torch.Tensor) \
+                    and val.device != self.device:
+                return (f"a value on {val.device} in a graph on "
+                        f"{self.device} (e.g. a tensor literal made on the "
+                        "CPU): runs eagerly where PyTorch mixes them")
             return _shape_reason(node, name)
         except Unsupported as e:
             return str(e)

@@ -969,3 +969,39 @@ def test_a_node_kilnd_refuses_runs_eagerly_and_the_rest_in_kiln(daemon):
     strict = kiln.backend(server=daemon.address, fallback="error")
     with pytest.raises(Exception, match="2\\^32"):
         torch.compile(f, backend=strict)(x, idx, v)
+
+
+def test_cpu_literals_stay_out_of_a_cuda_graphs_partitions():
+    """A tensor literal made on the CPU in a CUDA model (T5's, BART's and
+    DeBERTa's `torch.tensor(...)`, lifted by lift_fresh_copy) stays out of
+    the partitions: inside one it would make it a partition of two devices,
+    which Kiln refuses whole (on an H100 that sent 107 of DeBERTa's 372
+    nodes back to eager). Fake CUDA tensors: no GPU needed."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from kiln.partition import KilnOperatorSupport, graph_device, partition
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    c = g.call_function(torch.ops.aten.scalar_tensor.default, (2.0,),
+                        {"dtype": torch.float32, "device": torch.device("cpu")})
+    lit = g.call_function(torch.ops.aten.lift_fresh_copy.default, (c,))
+    y = g.call_function(torch.ops.aten.mul.Tensor, (x, x))
+    z = g.call_function(torch.ops.aten.div.Tensor, (y, lit))
+    w = g.call_function(torch.ops.aten.exp.default, (z,))
+    g.output((w,))
+    with FakeTensorMode():
+        for node, device in ((x, "cuda"), (c, "cpu"), (lit, "cpu"),
+                             (y, "cuda"), (z, "cuda"), (w, "cuda")):
+            node.meta["val"] = torch.empty(() if device == "cpu" else (4, 4),
+                                           device=device)
+    gm = torch.fx.GraphModule({}, g)
+    assert graph_device(gm) == torch.device("cuda", 0)
+    support = KilnOperatorSupport(frozenset(kiln.supported_ops()), {},
+                                  graph_device(gm))
+    result = partition(gm, support)
+    assert sorted(ops for part in result.partitions.values()
+                  for ops in part) == ["aten.exp.default", "aten.mul.Tensor"]
+    reasons = {n.name: why for n, why in support.reasons.items()}
+    assert "a graph on cuda:0" in reasons["lift_fresh_copy_default"]
+    assert "several devices" in reasons["div_tensor"]
