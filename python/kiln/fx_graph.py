@@ -1025,11 +1025,9 @@ def _add_as_strided(node: torch.fx.Node, nodes: List[Dict[str, Any]],
         out = f"{node.name}__in_memory_order"
     nodes.append({"op": name, "args": args, "outputs": [out]})
     if out != node.name:
-        inverse = [0] * len(order)
-        for k, d in enumerate(order):
-            inverse[d] = k
         nodes.append({"op": "aten.permute.default",
-                      "args": [{"ref": out}, {"ints": {"values": inverse}}],
+                      "args": [{"ref": out},
+                               {"ints": {"values": _inverse(order)}}],
                       "outputs": [node.name]})
 
 
@@ -1072,10 +1070,7 @@ def _permute_outputs(nodes: List[Dict[str, Any]], kiln_outputs: List[str],
                       "outputs": [name]})
         kiln_outputs[j] = name
         output_meta[j] = meta.permute(order)
-        inverse = [0] * len(order)
-        for k, d in enumerate(order):
-            inverse[d] = k
-        perms.append(inverse)
+        perms.append(_inverse(order))
     return perms
 
 
