@@ -257,7 +257,7 @@ class KilnPartition(torch.nn.Module):
         # permuted back here, a view.
         self._perms = [(j, p) for j, p in enumerate(graph.output_perms) if p]
         if not graph.scalar_inputs and not graph.size_inputs and \
-                not self._perms and \
+                not self._perms and not graph.moved_inputs and \
                 all(s is None for s in self._strides):
             self._fast = exe.call_path(graph.tensor_inputs, graph.outputs,
                                        tuple_output, *sizes)
@@ -321,6 +321,8 @@ class KilnPartition(torch.nn.Module):
         for k, size_input in self.graph.size_inputs.items():
             tensors[k] = size_input_tensor(size_input.value(tensors[k]),
                                            self.graph.device)
+        for k in self.graph.moved_inputs:
+            tensors[k] = tensors[k].to(self.graph.device)
         try:
             if self._run is not None:
                 outs = list(self._run(*tensors))

@@ -483,6 +483,11 @@ def as_strided_view(node: torch.fx.Node) -> Tuple[Optional[List[int]],
     return order, [int(v) for v in sizes], [int(v) for v in strides], start
 
 
+def _is_cpu_scalar(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == "cpu" and \
+        t.dim() == 0
+
+
 def is_contiguous(t: torch.Tensor) -> bool:
     """Whether t's strides are the row-major ones of its sizes, decided on
     the expressions (no guard is added): Max(1, e) counts as e."""
@@ -533,7 +538,15 @@ def check_node_args(node: torch.fx.Node) -> None:
         if isinstance(v, torch.Tensor):
             _check_tensor(v, f"input {a.name}")
             devices.add(v.device)
-    if len(devices) > 1:
+    if len(devices) > 1 and not (
+            {d.type for d in devices} == {"cpu", "cuda"} and
+            all(_is_cpu_scalar(a.meta["val"]) for a in node.all_input_nodes
+                if isinstance(a.meta.get("val"), torch.Tensor) and
+                a.meta["val"].device.type == "cpu") and
+            all(not isinstance(t, torch.Tensor) or t.device.type == "cuda"
+                for t in (val if isinstance(val, (list, tuple)) else [val]))):
+        # (A 0-dim CPU input of a CUDA op is a scalar to PyTorch; the
+        # partition moves it to the device: KilnGraph.moved_inputs.)
         raise Unsupported("tensors on several devices ("
                           f"{', '.join(sorted(map(str, devices)))})")
 
@@ -593,6 +606,9 @@ class KilnGraph:
     seeded: whether the graph has random ops; then its last tensor_inputs
         entry is one past the placeholders: the caller appends a fresh seed
         (an int64 0-dim tensor, draw_seed()) to the FX arguments.
+    moved_inputs: Kiln inputs that are 0-dim CPU tensors of a CUDA graph
+        (a tensor literal PyTorch mixes with CUDA tensors as a scalar): the
+        caller moves them to `device` before the call.
     """
 
     graph: Dict[str, Any]
@@ -608,6 +624,7 @@ class KilnGraph:
     seeded: bool = False
     output_perms: List[Optional[List[int]]] = field(default_factory=list)
     node_origin: List[Optional[str]] = field(default_factory=list)
+    moved_inputs: List[int] = field(default_factory=list)
 
     @property
     def json(self) -> str:
@@ -643,6 +660,11 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
 
     placeholders_index = {n: i for i, n in enumerate(
         n for n in gm.graph.nodes if n.op == "placeholder")}
+    # 0-dim CPU inputs of a graph with CUDA inputs: moved there per call.
+    cuda_graph = any(isinstance(n.meta.get("val"), torch.Tensor) and
+                     n.meta["val"].device.type == "cuda"
+                     for n in gm.graph.nodes if n.op == "placeholder")
+    moved_inputs: List[int] = []
     # Symbols first: every input dim that is exactly a symbol binds it.
     for node in gm.graph.nodes:
         val = node.meta.get("val") if node.op == "placeholder" else None
@@ -722,7 +744,10 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             if not isinstance(val, torch.Tensor):
                 continue  # SymInts and other scalars: bound from the sizes
             _check_tensor(val, f"input {node.name}")
-            on_device(val, node)
+            if cuda_graph and _is_cpu_scalar(val):
+                moved_inputs.append(len(inputs))
+            else:
+                on_device(val, node)
             sizes = [symbols.dim(s) for s in val.shape]
             dynamic |= any("symbol" in d for d in sizes)
             # Empty strides say "contiguous" (also for strides torch writes
@@ -897,7 +922,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                      dynamic=dynamic,
                      symbol_of=dict(symbols.names), device=device,
                      seeded=seed_ref is not None, output_perms=output_perms,
-                     node_origin=origin)
+                     node_origin=origin, moved_inputs=moved_inputs)
 
 
 def size_hint(size: Any, unknown: int = 0) -> int:

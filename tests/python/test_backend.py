@@ -976,7 +976,10 @@ def test_cpu_literals_stay_out_of_a_cuda_graphs_partitions():
     DeBERTa's `torch.tensor(...)`, lifted by lift_fresh_copy) stays out of
     the partitions: inside one it would make it a partition of two devices,
     which Kiln refuses whole (on an H100 that sent 107 of DeBERTa's 372
-    nodes back to eager). Fake CUDA tensors: no GPU needed."""
+    nodes back to eager). The CUDA op using it as PyTorch does, a 0-dim CPU
+    tensor as a scalar, goes in: the partition takes the literal as an
+    input it moves to the device per call (KilnGraph.moved_inputs). Fake
+    CUDA tensors: no GPU needed."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from kiln.partition import KilnOperatorSupport, graph_device, partition
@@ -1000,8 +1003,14 @@ def test_cpu_literals_stay_out_of_a_cuda_graphs_partitions():
     support = KilnOperatorSupport(frozenset(kiln.supported_ops()), {},
                                   graph_device(gm))
     result = partition(gm, support)
-    assert sorted(ops for part in result.partitions.values()
-                  for ops in part) == ["aten.exp.default", "aten.mul.Tensor"]
+    assert list(result.partitions.values()) == [
+        ["aten.mul.Tensor", "aten.div.Tensor", "aten.exp.default"]]
     reasons = {n.name: why for n, why in support.reasons.items()}
     assert "a graph on cuda:0" in reasons["lift_fresh_copy_default"]
-    assert "several devices" in reasons["div_tensor"]
+    assert "div_tensor" not in reasons
+    from kiln.fx_graph import to_kiln_graph
+    graph = to_kiln_graph(getattr(result.module, "kiln_0"))
+    assert graph.device == torch.device("cuda", 0)
+    assert [graph.graph["inputs"][k]["meta"]["device"]
+            for k in graph.moved_inputs] == ["CUDA"]
+    assert graph.input_meta[graph.moved_inputs[0]].device.type == "cpu"
