@@ -261,7 +261,7 @@ def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def run_model(name: str, server: str, dynamic: bool,
-              device: torch.device) -> Tuple[str, str]:
+              device: torch.device, baseline: str = "") -> Tuple[str, str]:
     torch.manual_seed(0)
     try:
         model, inputs = MODELS[name]()
@@ -282,7 +282,8 @@ def run_model(name: str, server: str, dynamic: bool,
     torch._dynamo.reset()
     backend = kiln.backend(server=server, fallback="eager")
     mine = copy.deepcopy(model)
-    compiled = torch.compile(mine, backend=backend, dynamic=dynamic or None)
+    compiled = torch.compile(mine, backend=baseline or backend,
+                             dynamic=dynamic or None)
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -321,6 +322,10 @@ def main() -> None:
     ap.add_argument("names", nargs="*", help=f"of {', '.join(MODELS)}")
     ap.add_argument("--dynamic", action="store_true", help="dynamic=True")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--baseline", default="", metavar="BACKEND",
+                    help="a torch backend (aot_eager, inductor) instead of "
+                    "Kiln: the same checks, and its first-step time to "
+                    "compare (no node counts)")
     ap.add_argument("--server", help="kilnd's address (default: a private "
                     "kilnd on an ephemeral port with a fresh cache)")
     a = ap.parse_args()
@@ -332,7 +337,7 @@ def main() -> None:
               f"{'dynamic' if a.dynamic else 'static'}\n", flush=True)
         for name in a.names or MODELS:
             status, line = run_model(name, server, a.dynamic,
-                                     torch.device(a.device))
+                                     torch.device(a.device), a.baseline)
             rows.append((name, status, line))
             print(f"{name:<24} {status:<8} {line}", flush=True)
     finally:
