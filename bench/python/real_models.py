@@ -66,14 +66,17 @@ def _tv_vit() -> Example:
 
 
 class _Logits(nn.Module):
-    """A transformers model returning its logits (or first output)."""
+    """A transformers model returning its logits (or first output), its
+    positional arguments passed as the keywords `names` when given."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, names: Tuple[str, ...] = ()) -> None:
         super().__init__()
         self.model = model
+        self.names = names
 
     def forward(self, *args: Any) -> Any:
-        out = self.model(*args)
+        out = (self.model(**dict(zip(self.names, args))) if self.names
+               else self.model(*args))
         return out["logits"] if "logits" in out else out[0]
 
 
@@ -102,17 +105,9 @@ def _hf_t5() -> Example:
     cfg = _no_dropout(transformers.T5Config(
         vocab_size=100, d_model=64, d_kv=16, d_ff=128, num_layers=2,
         num_heads=4, decoder_start_token_id=0))
-    t5 = transformers.T5ForConditionalGeneration(cfg)
-
-    class T5(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.t5 = t5
-
-        def forward(self, ids: torch.Tensor, dec: torch.Tensor) -> Any:
-            return self.t5(input_ids=ids, decoder_input_ids=dec).logits
-
-    return T5(), (torch.randint(0, 100, (2, 12)), torch.randint(0, 100, (2, 8)))
+    return (_Logits(transformers.T5ForConditionalGeneration(cfg),
+                    ("input_ids", "decoder_input_ids")),
+            (torch.randint(0, 100, (2, 12)), torch.randint(0, 100, (2, 8))))
 
 
 def _hf_whisper() -> Example:
@@ -122,18 +117,9 @@ def _hf_whisper() -> Example:
         decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
         encoder_ffn_dim=128, decoder_ffn_dim=128, max_source_positions=32,
         max_target_positions=32, decoder_start_token_id=0, pad_token_id=0))
-    whisper = transformers.WhisperForConditionalGeneration(cfg)
-
-    class Whisper(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.whisper = whisper
-
-        def forward(self, features: torch.Tensor, dec: torch.Tensor) -> Any:
-            return self.whisper(input_features=features,
-                                decoder_input_ids=dec).logits
-
-    return Whisper(), (torch.randn(2, 16, 64), torch.randint(0, 100, (2, 8)))
+    return (_Logits(transformers.WhisperForConditionalGeneration(cfg),
+                    ("input_features", "decoder_input_ids")),
+            (torch.randn(2, 16, 64), torch.randint(0, 100, (2, 8))))
 
 
 def _timm(name: str, **kw: Any) -> Callable[[], Example]:

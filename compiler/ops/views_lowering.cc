@@ -181,10 +181,8 @@ std::vector<int64_t> RowMajorStrides(const std::vector<SymExpr>& sizes) {
 absl::StatusOr<std::vector<LoweredValue>> LowerAsStrided(LowerContext& ctx) {
   const LoweredValue& v = ctx.value(0);
   const std::vector<int64_t> flat = RowMajorStrides(v.sizes);
-  int64_t numel = 1;
-  for (const SymExpr& e : v.sizes) numel *= *e.AsConstant();
-  const ops::StridedView view =
-      *ops::StridedViewOf(ctx.node(), 1, numel, false, nullptr);
+  const ops::StridedView view = *ops::StridedViewOf(
+      ctx.node(), 1, *NumElements(v.sizes).AsConstant(), false, nullptr);
   Expr p = ir::IntConst(view.offset);
   for (size_t d = 0; d < view.sizes.size(); ++d) {
     if (view.sizes[d] != 1 && view.strides[d] != 0) {
@@ -218,10 +216,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAsStridedScatter(
   const DType dtype = ctx.out_type().dtype;
   const int rank = static_cast<int>(sizes.size());
   const std::vector<int64_t> flat = RowMajorStrides(sizes);
-  int64_t numel = 1;
-  for (const SymExpr& e : sizes) numel *= *e.AsConstant();
-  const ops::StridedView view =
-      *ops::StridedViewOf(ctx.node(), 2, numel, true, nullptr);
+  const ops::StridedView view = *ops::StridedViewOf(
+      ctx.node(), 2, *NumElements(sizes).AsConstant(), true, nullptr);
   const Expr self = LowerContext::Read(ctx.value(0), IdentityIndex(rank));
   bool empty = false;
   for (int64_t n : view.sizes) empty |= n == 0;

@@ -175,14 +175,7 @@ absl::StatusOr<std::vector<HostTensor>> AliasReference(const RefContext& ctx) {
 // (HostTensor's load and store conversions are the cast, as _to_copy's).
 absl::StatusOr<std::vector<HostTensor>> CopyReference(const RefContext& ctx) {
   HostTensor out = HostTensor::Empty(ctx.out_dtypes[0], ctx.out_sizes[0]);
-  const HostTensor src = ops::BroadcastTo(ctx.tensors[1], ctx.out_sizes[0]);
-  for (int64_t l = 0; l < out.numel(); ++l) {
-    if (IsFloating(src.dtype())) {
-      out.SetDoubleAt(l, src.GetDoubleAt(l));
-    } else {
-      out.SetIntAt(l, src.GetIntAt(l));
-    }
-  }
+  CopyElements(ops::BroadcastTo(ctx.tensors[1], ctx.out_sizes[0]), out);
   return std::vector<HostTensor>{std::move(out)};
 }
 

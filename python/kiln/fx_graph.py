@@ -40,7 +40,8 @@ import torch.fx
 
 __all__ = ["AS_STRIDED_OPS", "IDENTITY_OPS", "KilnGraph", "SizeInput",
            "Unsupported", "as_strided_view", "check_node_args", "dtype_name",
-           "is_contiguous", "op_name", "to_kiln_graph"]
+           "graph_device", "is_contiguous", "op_name", "schema_args",
+           "to_kiln_graph"]
 
 _DTYPES = {
     torch.float32: "FLOAT32",
@@ -440,6 +441,29 @@ def _node_args(node: torch.fx.Node) -> Tuple[Any, ...]:
     return args
 
 
+def schema_args(node: torch.fx.Node) -> List[object]:
+    """node's arguments in schema order, defaults filled in."""
+    out = []
+    for i, sa in enumerate(node.target._schema.arguments):
+        if i < len(node.args):
+            out.append(node.args[i])
+        elif sa.name in node.kwargs:
+            out.append(node.kwargs[sa.name])
+        else:
+            out.append(sa.default_value if sa.has_default_value() else None)
+    return out
+
+
+def graph_device(gm: torch.fx.GraphModule) -> "torch.device | None":
+    """The device of gm's tensor inputs: a CUDA one if any is on CUDA, else
+    the CPU; None without tensor inputs."""
+    devices = [n.meta["val"].device for n in gm.graph.nodes
+               if n.op == "placeholder" and
+               isinstance(n.meta.get("val"), torch.Tensor)]
+    cuda = [d for d in devices if d.type == "cuda"]
+    return cuda[0] if cuda else (devices[0] if devices else None)
+
+
 # as_strided and as_strided_scatter address their input's memory: the
 # position of their `size` argument. Kiln's ops address a value's
 # row-major elements (graph/ops/views.h, StridedView).
@@ -456,11 +480,7 @@ def as_strided_view(node: torch.fx.Node) -> Tuple[Optional[List[int]],
     memory has gaps or overlaps, or symbolic sizes, strides or offset."""
     name = op_name(node.target)
     first = AS_STRIDED_OPS[name]
-    schema = node.target._schema.arguments
-    args = list(node.args) + [None] * (len(schema) - len(node.args))
-    for i, sa in enumerate(schema):
-        if sa.name in node.kwargs:
-            args[i] = node.kwargs[sa.name]
+    args = schema_args(node)
     self_val = _val(node.args[0])
     if not isinstance(self_val, torch.Tensor):
         raise Unsupported(f"{name} of a non-tensor")
@@ -486,6 +506,18 @@ def as_strided_view(node: torch.fx.Node) -> Tuple[Optional[List[int]],
 def _is_cpu_scalar(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and t.device.type == "cpu" and \
         t.dim() == 0
+
+
+def _cuda_op_with_cpu_scalars(node: torch.fx.Node, val: Any) -> bool:
+    """Whether node computes on CUDA with its only CPU inputs 0-dim: PyTorch
+    takes those as scalars, and the partition moves them to the device
+    (KilnGraph.moved_inputs)."""
+    results = val if isinstance(val, (list, tuple)) else [val]
+    inputs = [a.meta.get("val") for a in node.all_input_nodes]
+    inputs = [t for t in inputs if isinstance(t, torch.Tensor)]
+    return all(t.device.type == "cuda" or _is_cpu_scalar(t) for t in inputs) \
+        and all(t.device.type == "cuda" for t in results
+                if isinstance(t, torch.Tensor))
 
 
 def is_contiguous(t: torch.Tensor) -> bool:
@@ -538,15 +570,7 @@ def check_node_args(node: torch.fx.Node) -> None:
         if isinstance(v, torch.Tensor):
             _check_tensor(v, f"input {a.name}")
             devices.add(v.device)
-    if len(devices) > 1 and not (
-            {d.type for d in devices} == {"cpu", "cuda"} and
-            all(_is_cpu_scalar(a.meta["val"]) for a in node.all_input_nodes
-                if isinstance(a.meta.get("val"), torch.Tensor) and
-                a.meta["val"].device.type == "cpu") and
-            all(not isinstance(t, torch.Tensor) or t.device.type == "cuda"
-                for t in (val if isinstance(val, (list, tuple)) else [val]))):
-        # (A 0-dim CPU input of a CUDA op is a scalar to PyTorch; the
-        # partition moves it to the device: KilnGraph.moved_inputs.)
+    if len(devices) > 1 and not _cuda_op_with_cpu_scalars(node, val):
         raise Unsupported("tensors on several devices ("
                           f"{', '.join(sorted(map(str, devices)))})")
 
@@ -661,9 +685,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
     placeholders_index = {n: i for i, n in enumerate(
         n for n in gm.graph.nodes if n.op == "placeholder")}
     # 0-dim CPU inputs of a graph with CUDA inputs: moved there per call.
-    cuda_graph = any(isinstance(n.meta.get("val"), torch.Tensor) and
-                     n.meta["val"].device.type == "cuda"
-                     for n in gm.graph.nodes if n.op == "placeholder")
+    cuda_graph = getattr(graph_device(gm), "type", None) == "cuda"
     moved_inputs: List[int] = []
     # Symbols first: every input dim that is exactly a symbol binds it.
     for node in gm.graph.nodes:
@@ -967,6 +989,15 @@ def index_layout(node: torch.fx.Node) -> Optional[IndexLayout]:
     return IndexLayout(perm=indexed + rest, result_perm=result_perm)
 
 
+def _add_permute(nodes: List[Dict[str, Any]], arg: Dict[str, Any],
+                 order: Sequence[int], out: str) -> Dict[str, Any]:
+    """Appends a Kiln permute of `arg` by `order` named `out`; its ref."""
+    nodes.append({"op": "aten.permute.default",
+                  "args": [arg, {"ints": {"values": list(order)}}],
+                  "outputs": [out]})
+    return {"ref": out}
+
+
 def _inverse(perm: Sequence[int]) -> List[int]:
     inverse = [0] * len(perm)
     for k, d in enumerate(perm):
@@ -985,26 +1016,16 @@ def _add_index_with_nones(node: torch.fx.Node, layout: IndexLayout,
     result, or index_put's values, permuted between PyTorch's order and
     Kiln's; index_put's result permuted back."""
     name = op_name(node.target)
-    permuted = f"{node.name}__indexed_first"
-    nodes.append({"op": "aten.permute.default",
-                  "args": [args[0], {"ints": {"values": layout.perm}}],
-                  "outputs": [permuted]})
-    args = [{"ref": permuted}] + args[1:]
-
-    def permute(arg: Dict[str, Any], order: List[int], out: str) -> str:
-        nodes.append({"op": "aten.permute.default",
-                      "args": [arg, {"ints": {"values": order}}],
-                      "outputs": [out]})
-        return out
-
+    args = [_add_permute(nodes, args[0], layout.perm,
+                         f"{node.name}__indexed_first")] + args[1:]
+    kiln_order = f"{node.name}__kiln_order"
     if name == "aten.index.Tensor":
         if layout.result_perm is None:
             nodes.append({"op": name, "args": args, "outputs": [node.name]})
         else:
-            nodes.append({"op": name, "args": args,
-                          "outputs": [f"{node.name}__kiln_order"]})
-            permute({"ref": f"{node.name}__kiln_order"}, layout.result_perm,
-                    node.name)
+            nodes.append({"op": name, "args": args, "outputs": [kiln_order]})
+            _add_permute(nodes, {"ref": kiln_order}, layout.result_perm,
+                         node.name)
         return
     values = args[2]
     if layout.result_perm is not None:
@@ -1020,13 +1041,12 @@ def _add_index_with_nones(node: torch.fx.Node, layout: IndexLayout,
         nodes.append({"op": "aten.expand.default",
                       "args": [values, size_arg(full)],
                       "outputs": [expanded]})
-        values = {"ref": permute({"ref": expanded},
-                                 _inverse(layout.result_perm),
-                                 f"{node.name}__values_kiln_order")}
+        values = _add_permute(nodes, {"ref": expanded},
+                              _inverse(layout.result_perm),
+                              f"{node.name}__values_kiln_order")
     nodes.append({"op": name, "args": [args[0], args[1], values] + args[3:],
-                  "outputs": [f"{node.name}__kiln_order"]})
-    permute({"ref": f"{node.name}__kiln_order"}, _inverse(layout.perm),
-            node.name)
+                  "outputs": [kiln_order]})
+    _add_permute(nodes, {"ref": kiln_order}, _inverse(layout.perm), node.name)
 
 
 def _add_as_strided(node: torch.fx.Node, nodes: List[Dict[str, Any]],
@@ -1038,10 +1058,8 @@ def _add_as_strided(node: torch.fx.Node, nodes: List[Dict[str, Any]],
     name = op_name(node.target)
     order, sizes, strides, start = as_strided_view(node)
     if order is not None:
-        nodes.append({"op": "aten.permute.default",
-                      "args": [self_arg, {"ints": {"values": order}}],
-                      "outputs": [f"{node.name}__memory_order"]})
-        self_arg = {"ref": f"{node.name}__memory_order"}
+        self_arg = _add_permute(nodes, self_arg, order,
+                                f"{node.name}__memory_order")
     args = [self_arg] + ([src_arg] if src_arg is not None else [])
     args += [{"ints": {"values": sizes}}, {"ints": {"values": strides}},
              {"i": start}]
@@ -1050,10 +1068,7 @@ def _add_as_strided(node: torch.fx.Node, nodes: List[Dict[str, Any]],
         out = f"{node.name}__in_memory_order"
     nodes.append({"op": name, "args": args, "outputs": [out]})
     if out != node.name:
-        nodes.append({"op": "aten.permute.default",
-                      "args": [{"ref": out},
-                               {"ints": {"values": _inverse(order)}}],
-                      "outputs": [node.name]})
+        _add_permute(nodes, {"ref": out}, _inverse(order), node.name)
 
 
 def permuted_layout(t: torch.Tensor) -> Optional[List[int]]:
@@ -1089,10 +1104,7 @@ def _permute_outputs(nodes: List[Dict[str, Any]], kiln_outputs: List[str],
             perms.append(None)
             continue
         name = f"{kiln_outputs[j]}__layout"
-        nodes.append({"op": "aten.permute.default",
-                      "args": [{"ref": kiln_outputs[j]},
-                               {"ints": {"values": order}}],
-                      "outputs": [name]})
+        _add_permute(nodes, {"ref": kiln_outputs[j]}, order, name)
         kiln_outputs[j] = name
         output_meta[j] = meta.permute(order)
         perms.append(_inverse(order))

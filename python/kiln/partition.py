@@ -30,8 +30,8 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .fx_graph import (AS_STRIDED_OPS, IDENTITY_OPS, Unsupported,
-                       as_strided_view, check_node_args, is_contiguous,
-                       op_name, permuted_layout)
+                       as_strided_view, check_node_args, graph_device,
+                       is_contiguous, op_name, permuted_layout, schema_args)
 
 __all__ = ["KilnOperatorSupport", "PartitionResult", "graph_device",
            "partition", "VIEW_OPS"]
@@ -98,24 +98,11 @@ _SLICE_OPS = {
 }
 
 
-def _schema_args(node: torch.fx.Node) -> List[object]:
-    """node's arguments in schema order, defaults filled in."""
-    out = []
-    for i, sa in enumerate(node.target._schema.arguments):
-        if i < len(node.args):
-            out.append(node.args[i])
-        elif sa.name in node.kwargs:
-            out.append(node.kwargs[sa.name])
-        else:
-            out.append(sa.default_value if sa.has_default_value() else None)
-    return out
-
-
 def _slice_reason(node: torch.fx.Node, name: str,
                   self_val: torch.Tensor) -> "str | None":
     """Why Kiln cannot take a slice over a symbolic dim, or None."""
     dim_i, start_i, end_i, step_i = _SLICE_OPS[name]
-    args = _schema_args(node)
+    args = schema_args(node)
     dim, start, end, step = (args[dim_i], args[start_i], args[end_i],
                              args[step_i])
     if not all(v is None or isinstance(v, int) for v in (dim, start, end, step)):
@@ -153,7 +140,7 @@ def _slice_reason(node: torch.fx.Node, name: str,
 def _sort_reason(node: torch.fx.Node, self_val: torch.Tensor) -> "str | None":
     """Why Kiln cannot sort along this node's dim, or None."""
     names = [a.name for a in node.target._schema.arguments]
-    dim = _schema_args(node)[names.index("dim")]
+    dim = schema_args(node)[names.index("dim")]
     rank = self_val.dim()
     if not isinstance(dim, int) or rank == 0 or not -rank <= dim < rank:
         return None
@@ -201,16 +188,6 @@ def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
                         for s in first.shape[-trailing:]):
         return f"needs its input's last {trailing} dims static"
     return None
-
-
-def graph_device(gm: torch.fx.GraphModule) -> "torch.device | None":
-    """The device of gm's tensor inputs: a CUDA one if any is on CUDA, else
-    the CPU; None without tensor inputs."""
-    devices = [n.meta["val"].device for n in gm.graph.nodes
-               if n.op == "placeholder" and
-               isinstance(n.meta.get("val"), torch.Tensor)]
-    cuda = [d for d in devices if d.type == "cuda"]
-    return cuda[0] if cuda else (devices[0] if devices else None)
 
 
 class KilnOperatorSupport(OperatorSupportBase):
