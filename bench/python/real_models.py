@@ -26,13 +26,14 @@ missing is skipped. A private kilnd on an ephemeral port serves unless --server.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import sys
 import time
 import traceback
 import warnings
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import bench_util  # noqa: F401 (sys.path, KILN_LIB)
 from bench_util import Kilnd
@@ -219,10 +220,35 @@ def _floats(out: Any) -> List[torch.Tensor]:
     return []
 
 
+class Mode:
+    """How a step runs: training (forward + backward) or inference
+    (eval(), no_grad: outputs only), under autocast to `amp` or not."""
+
+    def __init__(self, inference: bool = False,
+                 amp: Optional[torch.dtype] = None) -> None:
+        self.inference = inference
+        self.amp = amp
+
+    def __str__(self) -> str:
+        return ("inference" if self.inference else "training") + (
+            f", autocast {str(self.amp).split('.')[-1]}" if self.amp else "")
+
+
 def _step(call: Callable[..., Any], params: nn.Module,
-          inputs: Tuple[Any, ...]) -> Dict[str, torch.Tensor]:
-    """One step; the outputs and every parameter's gradient, by name."""
-    outs = _floats(call(*inputs))
+          inputs: Tuple[Any, ...], mode: Mode = Mode(),
+          exact: bool = False) -> Dict[str, torch.Tensor]:
+    """One step; the outputs and every parameter's gradient, by name.
+    `exact`: the float64 reference, which runs without autocast."""
+    amp = None if exact else mode.amp
+    with contextlib.ExitStack() as stack:
+        if mode.inference:
+            stack.enter_context(torch.no_grad())
+        if amp is not None:
+            stack.enter_context(torch.autocast(inputs[0].device.type,
+                                               dtype=amp))
+        outs = _floats(call(*inputs))
+        if mode.inference:
+            return {f"out{i}": o.detach() for i, o in enumerate(outs)}
     torch.stack([o.double().square().mean() for o in outs]).sum().backward()
     result = {f"out{i}": o.detach() for i, o in enumerate(outs)}
     result.update({n: p.grad for n, p in params.named_parameters()
@@ -247,22 +273,24 @@ def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def run_model(name: str, server: str, dynamic: bool,
-              device: torch.device, baseline: str = "") -> Tuple[str, str]:
+              device: torch.device, baseline: str = "",
+              mode: Mode = Mode()) -> Tuple[str, str]:
     torch.manual_seed(0)
     try:
         model, inputs = MODELS[name]()
     except ImportError as e:
         return "SKIPPED", f"{e}"
     _quiet_randomness(model)
-    model.train()
+    model.train(not mode.inference)
     model = model.to(device)
     inputs = tuple(x.to(device) for x in inputs)
     eager_model = copy.deepcopy(model)
-    eager = _step(eager_model, eager_model, inputs)
+    eager = _step(eager_model, eager_model, inputs, mode)
     exact_model = copy.deepcopy(model).double()
     try:
         exact = _step(exact_model, exact_model, tuple(
-            x.double() if x.is_floating_point() else x for x in inputs))
+            x.double() if x.is_floating_point() else x for x in inputs),
+            mode, exact=True)
     except RuntimeError:  # an op without float64 (Mixtral's grouped_mm)
         exact = eager
     torch._dynamo.reset()
@@ -274,7 +302,7 @@ def run_model(name: str, server: str, dynamic: bool,
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            got = _step(compiled, mine, inputs)
+            got = _step(compiled, mine, inputs, mode)
     except Exception as e:  # noqa: BLE001 (reported per model)
         traceback.print_exc()
         return "ERROR", f"{type(e).__name__}: {str(e)[:300]}"
@@ -308,6 +336,11 @@ def main() -> None:
     ap.add_argument("names", nargs="*", help=f"of {', '.join(MODELS)}")
     ap.add_argument("--dynamic", action="store_true", help="dynamic=True")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--inference", action="store_true",
+                    help="eval() and no_grad: the outputs only")
+    ap.add_argument("--amp", choices=["bfloat16", "float16"],
+                    help="the step under torch.autocast to this dtype "
+                    "(the float64 reference without)")
     ap.add_argument("--baseline", default="", metavar="BACKEND",
                     help="a torch backend (aot_eager, inductor) instead of "
                     "Kiln: the same checks, and its first-step time to "
@@ -318,12 +351,15 @@ def main() -> None:
     daemon = None if a.server else Kilnd()
     server = a.server or daemon.address
     rows = []
+    mode = Mode(a.inference, getattr(torch, a.amp) if a.amp else None)
     try:
         print(f"kiln real models: torch {torch.__version__}, {a.device}, "
-              f"{'dynamic' if a.dynamic else 'static'}\n", flush=True)
+              f"{'dynamic' if a.dynamic else 'static'}, {mode}\n",
+              flush=True)
         for name in a.names or MODELS:
             status, line = run_model(name, server, a.dynamic,
-                                     torch.device(a.device), a.baseline)
+                                     torch.device(a.device), a.baseline,
+                                     mode)
             rows.append((name, status, line))
             print(f"{name:<24} {status:<8} {line}", flush=True)
     finally:

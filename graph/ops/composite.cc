@@ -62,19 +62,26 @@ absl::StatusOr<Shapes> LayerNormShape(const OpContext& ctx) {
   return Shapes{in, stat, stat};
 }
 
-// mean/rstd are float32 for half inputs (PyTorch's CUDA behaviour; Kiln
-// targets GPUs first) and the input's dtype otherwise.
+// The output is in the input's dtype; mean/rstd are float32 (PyTorch's
+// CUDA dtypes; its CPU kernels give a half input's dtype, which the torch
+// backend gets by a cast). weight and bias are the input's dtype, or
+// float32 for a half input (PyTorch's mixed-type layer norm, as CPU
+// autocast leaves it: bfloat16 activations, float32 parameters).
 absl::StatusOr<std::vector<DType>> LayerNormDType(const OpContext& ctx) {
   const DType in = ctx.type(0).dtype;
   if (!IsFloating(in)) {
     return ctx.Invalid(
         absl::StrCat("needs a floating point input, got ", DTypeName(in)));
   }
+  const bool half = in == DType::kFloat16 || in == DType::kBFloat16;
   for (int w : {2, 3}) {
-    if (!ctx.arg(w).is_none() && ctx.type(w).dtype != in) {
+    if (ctx.arg(w).is_none()) continue;
+    const DType d = ctx.type(w).dtype;
+    if (d != in && !(half && d == DType::kFloat32)) {
       return ctx.Invalid(absl::StrCat(
-          w == 2 ? "weight" : "bias", " dtype ", DTypeName(ctx.type(w).dtype),
-          " differs from input dtype ", DTypeName(in)));
+          w == 2 ? "weight" : "bias", " dtype ", DTypeName(d),
+          " differs from input dtype ", DTypeName(in),
+          half ? " (a half input takes its own dtype or float32)" : ""));
     }
   }
   return std::vector<DType>{in, DType::kFloat32, DType::kFloat32};

@@ -639,9 +639,15 @@ class KilnBackend:
             self._warn_once(f"kiln: a partition failed to compile, running it "
                             f"eagerly: {e}")
             return f"compile failed: {e}"
-        if exe.num_outputs != len(graph.output_meta) or any(
-                d != str(m.dtype).replace("torch.", "")
-                for d, m in zip(exe.output_dtypes, graph.output_meta)):
+        if exe.num_outputs != len(graph.output_meta):
+            return "Kiln's outputs differ from PyTorch's"
+        if any(d != str(m.dtype).replace("torch.", "")
+               for d, m in zip(exe.output_dtypes, graph.output_meta)):
+            # Partitioned again without the nodes (_compile_graph): one op
+            # whose dtype rule differs from PyTorch's must not send a whole
+            # graph to eager.
+            if refused is not None:
+                refused.update(_wrong_dtypes(graph, exe.output_dtypes))
             return "Kiln's output dtypes differ from PyTorch's"
         out_node = next(n for n in sub.graph.nodes if n.op == "output")
         try:
@@ -676,6 +682,25 @@ def _refused_node(e: "_binding.KilnError", graph: KilnGraph) -> Optional[str]:
     k = int(m.group(1))
     origin = graph.node_origin
     return origin[k] if 0 <= k < len(origin) else None
+
+
+def _wrong_dtypes(graph: KilnGraph, dtypes: Sequence[str]) -> Dict[str, str]:
+    """{FX node name: why} for the nodes behind the Kiln outputs whose
+    dtype differs from PyTorch's (meta['val'])."""
+    producer = {out: k for k, n in enumerate(graph.graph["nodes"])
+                for out in n["outputs"]}
+    wrong: Dict[str, str] = {}
+    for value, got, meta in zip(graph.graph["outputs"], dtypes,
+                                graph.output_meta):
+        want = str(meta.dtype).replace("torch.", "")
+        k = producer.get(value)
+        if got == want or k is None or k >= len(graph.node_origin):
+            continue
+        node = graph.node_origin[k]
+        if node is not None:
+            wrong[node] = (f"Kiln gives {got} where PyTorch gives {want} "
+                           f"({graph.graph['nodes'][k]['op']})")
+    return wrong
 
 
 def _copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -416,6 +416,35 @@ _VIEW_SIZE_OPS = frozenset({"aten.view.default", "aten._unsafe_view.default",
 _INDEX_OPS = frozenset({"aten.index.Tensor", "aten.index_put.default"})
 
 
+# Norms whose statistics outputs (these indices) Kiln computes and returns
+# in float32, as PyTorch's CUDA kernels do. PyTorch's CPU kernels return
+# them in a half input's dtype: _cast_stats rounds them to it.
+FLOAT32_STATS: Dict[str, Tuple[int, ...]] = {
+    "aten.native_layer_norm.default": (1, 2),
+    "aten._native_batch_norm_legit_functional.default": (1, 2),
+    "aten._native_batch_norm_legit_no_training.default": (1, 2),
+    "aten._native_batch_norm_legit.no_stats": (1, 2),
+}
+
+
+def _cast_stats(val: Any, stats: Tuple[int, ...], names: List[str],
+                nodes: List[Dict[str, Any]]) -> List[str]:
+    """`names` (a norm's outputs) with each statistics output whose
+    PyTorch dtype is not float32 replaced by a cast of it to that dtype."""
+    names = list(names)
+    for i in stats:
+        dtype = val[i].dtype
+        if dtype == torch.float32:
+            continue
+        cast = f"{names[i]}_{dtype_name(dtype).lower()}"
+        nodes.append({"op": "prims.convert_element_type.default",
+                      "args": [{"ref": names[i]},
+                               {"dtype": dtype_name(dtype)}],
+                      "outputs": [cast]})
+        names[i] = cast
+    return names
+
+
 def _node_args(node: torch.fx.Node) -> Tuple[Any, ...]:
     """node.args, with the one size of a view/reshape that is neither a
     constant nor a plain symbol (s0*16) given as -1 (Kiln infers it), and
@@ -900,6 +929,9 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                 names = [node.name]
                 refs[node] = node.name
             nodes.append({"op": name, "args": args, "outputs": names})
+            if name in FLOAT32_STATS:
+                multi[node] = _cast_stats(val, FLOAT32_STATS[name], names,
+                                          nodes)
         elif node.op == "output":
             output_node = node
         else:

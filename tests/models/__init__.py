@@ -79,12 +79,17 @@ def make_optimizer(model: nn.Module, spec: ModelSpec) -> torch.optim.Optimizer:
 
 def train_step(model: Callable[..., Any], optimizer: torch.optim.Optimizer,
                spec: ModelSpec, args: Tuple[Any, ...],
-               target: Optional[torch.Tensor]) -> Tuple[Any, torch.Tensor]:
+               target: Optional[torch.Tensor],
+               amp: Optional[torch.dtype] = None) -> Tuple[Any, torch.Tensor]:
     """One training step: forward, loss, backward, optimizer.step(); grads
-    are left in .grad (zeroed at the start)."""
+    are left in .grad (zeroed at the start). `amp`: the forward and the
+    loss under torch.autocast to that dtype (mixed precision as training
+    scripts write it: float32 parameters, the backward outside)."""
     optimizer.zero_grad(set_to_none=True)
-    out = model(*args)
-    loss = spec.loss(out, target)
+    with torch.autocast("cpu", dtype=amp or torch.bfloat16,
+                        enabled=amp is not None):
+        out = model(*args)
+        loss = spec.loss(out, target)
     loss.backward()
     optimizer.step()
     return out, loss
