@@ -323,7 +323,8 @@ def run_model(name: str, server: str, dynamic: bool,
                for reason, count in reasons.items() if "edge" in reason)
     line = (f"{r.kiln_nodes}/{n} ({100.0 * r.kiln_nodes / max(n, 1):.1f}%; "
             f"{100.0 * r.kiln_nodes / max(n - edge, 1):.1f}% without the "
-            f"{edge} views at edges) partitions={r.compiled_partitions} "
+            f"{edge} views at edges) graphs={r.graphs} "
+            f"partitions={r.compiled_partitions} "
             f"first step {seconds:.1f} s; worst vs float64 {worst[1]}")
     for op, reasons in r.fallbacks.items():
         for reason, count in reasons.items():
