@@ -76,8 +76,9 @@ import torch.fx
 from . import _binding
 from .attention import resolve_policy, rewrite_attention
 from .autostart import resolve_server
-from .fx_graph import (KilnGraph, Unsupported, draw_seed, is_contiguous,
-                       size_input_tensor, to_kiln_graph)
+from .fx_graph import (KilnGraph, Unsupported, align_norm_stats_with_eager,
+                       draw_seed, is_contiguous, size_input_tensor,
+                       to_kiln_graph)
 from .partition import KilnOperatorSupport, graph_device, partition
 
 __all__ = ["ExplainReport", "KilnBackend", "default_backend", "explain"]
@@ -516,6 +517,7 @@ class KilnBackend:
         the whole graph back to eager."""
         from torch._functorch.aot_autograd import make_boxed_func  # noqa: PLC0415
 
+        align_norm_stats_with_eager(gm)
         pristine = None
         excluded: Dict[str, str] = {}
         for attempt in range(_NODE_RETRIES + 1):

@@ -416,15 +416,77 @@ _VIEW_SIZE_OPS = frozenset({"aten.view.default", "aten._unsafe_view.default",
 _INDEX_OPS = frozenset({"aten.index.Tensor", "aten.index_put.default"})
 
 
+# Per norm op: (the weight's argument index, the statistics' output indices)
+# in the forward ops, (weight index, statistics argument indices) in the
+# backward ops that read them.
+_NORM_STATS_OUT: Dict[str, Tuple[int, Tuple[int, ...]]] = {
+    "aten.native_layer_norm.default": (2, (1, 2)),
+    "aten._native_batch_norm_legit_functional.default": (1, (1, 2)),
+    "aten._native_batch_norm_legit_no_training.default": (1, (1, 2)),
+    "aten._native_batch_norm_legit.no_stats": (1, (1, 2)),
+}
+_NORM_STATS_IN: Dict[str, Tuple[int, Tuple[int, ...]]] = {
+    "aten.native_layer_norm_backward.default": (5, (3, 4)),
+    "aten.native_batch_norm_backward.default": (2, (5, 6)),
+}
+
+
 # Norms whose statistics outputs (these indices) Kiln computes and returns
 # in float32, as PyTorch's CUDA kernels do. PyTorch's CPU kernels return
-# them in a half input's dtype: _cast_stats rounds them to it.
+# them in a half input's dtype (unless mixed: align_norm_stats_with_eager):
+# _cast_stats rounds them to it.
 FLOAT32_STATS: Dict[str, Tuple[int, ...]] = {
-    "aten.native_layer_norm.default": (1, 2),
-    "aten._native_batch_norm_legit_functional.default": (1, 2),
-    "aten._native_batch_norm_legit_no_training.default": (1, 2),
-    "aten._native_batch_norm_legit.no_stats": (1, 2),
-}
+    name: stats for name, (_, stats) in _NORM_STATS_OUT.items()}
+
+
+def _mixed_cpu_norm(node: torch.fx.Node, weight: int) -> bool:
+    """Whether node (a norm or its backward, input at argument 0 or 1) is
+    PyTorch's mixed type on the CPU: a half input, a float32 weight."""
+    args = node.args
+    x = args[1] if op_name(node.target) in _NORM_STATS_IN else args[0]
+    w = args[weight] if len(args) > weight else node.kwargs.get("weight")
+    xv = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    wv = w.meta.get("val") if isinstance(w, torch.fx.Node) else None
+    return (isinstance(xv, torch.Tensor) and isinstance(wv, torch.Tensor) and
+            xv.device.type == "cpu" and wv.dtype == torch.float32 and
+            xv.dtype in (torch.float16, torch.bfloat16))
+
+
+def _as_float32(node: Any) -> None:
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if isinstance(val, torch.Tensor) and val.dtype != torch.float32:
+        node.meta["val"] = val.to(torch.float32)
+
+
+def align_norm_stats_with_eager(gm: torch.fx.GraphModule) -> None:
+    """Sets the statistics of mixed-type norms on the CPU (a half input,
+    float32 weight: what torch.autocast("cpu") leaves) to float32 in gm's
+    meta values. PyTorch's CPU kernels return and take them in float32;
+    its fake kernels, which the graph was traced with, say the input's
+    dtype. Kiln follows the kernels: rounding them to bfloat16 across the
+    forward/backward boundary cost a badly conditioned batch norm (LeViT's
+    over 8 values) 40x eager's gradient error. The forward and backward
+    graphs are aligned alike, so whatever runs each side agrees."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = op_name(node.target)
+        if name in _NORM_STATS_OUT:
+            weight, stats = _NORM_STATS_OUT[name]
+            if not _mixed_cpu_norm(node, weight):
+                continue
+            val = list(node.meta["val"])
+            for i in stats:
+                val[i] = val[i].to(torch.float32)
+            node.meta["val"] = type(node.meta["val"])(val)
+            for user in node.users:
+                if user.target is operator.getitem and user.args[1] in stats:
+                    _as_float32(user)
+        elif name in _NORM_STATS_IN:
+            weight, stats = _NORM_STATS_IN[name]
+            if _mixed_cpu_norm(node, weight):
+                for i in stats:
+                    _as_float32(node.args[i])
 
 
 def _cast_stats(val: Any, stats: Tuple[int, ...], names: List[str],

@@ -403,6 +403,50 @@ def test_autocast_bfloat16_runs_in_kiln(daemon):
             str(report)
 
 
+def test_mixed_norm_statistics_are_float32_as_eager_keeps_them():
+    """Under CPU autocast a batch norm is mixed (bfloat16 input, float32
+    weight): PyTorch's kernel returns its saved statistics in float32, its
+    fake kernel (the traced graph's meta) in bfloat16.
+    align_norm_stats_with_eager sets the forward's statistics and the
+    backward's reads of them to float32, as the kernels have them."""
+    from torch._functorch.aot_autograd import (aot_module_simplified,
+                                               make_boxed_func)
+
+    from kiln.fx_graph import align_norm_stats_with_eager
+
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm)
+
+    def backend(gm, example_inputs):
+        return aot_module_simplified(gm, example_inputs, fw_compiler=capture,
+                                     bw_compiler=capture)
+
+    bn = torch.nn.BatchNorm2d(4)
+    x = torch.randn(2, 4, 3, 3, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = torch.compile(lambda t: bn(t.to(torch.bfloat16)),
+                          backend=backend)(x)
+    y.float().sum().backward()
+    eager = torch.ops.aten._native_batch_norm_legit_functional(
+        x.detach().bfloat16(), bn.weight, bn.bias, bn.running_mean.clone(),
+        bn.running_var.clone(), True, 0.1, 1e-5)
+    assert [t.dtype for t in eager[1:3]] == [torch.float32] * 2
+    forward, backward = graphs
+    for gm in graphs:
+        align_norm_stats_with_eager(gm)
+    bn_fwd = next(n for n in forward.graph.nodes if "batch_norm" in str(n.target))
+    stats = [u for u in bn_fwd.users if u.args[1] in (1, 2)]
+    assert stats and all(u.meta["val"].dtype == torch.float32 for u in stats)
+    assert bn_fwd.meta["val"][0].dtype == torch.bfloat16  # the output
+    bn_bwd = next(n for n in backward.graph.nodes
+                  if "batch_norm_backward" in str(n.target))
+    assert [bn_bwd.args[i].meta["val"].dtype for i in (5, 6)] == \
+        [torch.float32] * 2
+
+
 def test_a_node_whose_dtype_differs_runs_eagerly_alone(daemon, monkeypatch):
     """Where Kiln's dtype for a node's output differs from PyTorch's, that
     node runs eagerly (the graph is partitioned again without it) and the
