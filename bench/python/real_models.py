@@ -291,8 +291,11 @@ def run_model(name: str, server: str, dynamic: bool,
         exact = _step(exact_model, exact_model, tuple(
             x.double() if x.is_floating_point() else x for x in inputs),
             mode, exact=True)
-    except RuntimeError:  # an op without float64 (Mixtral's grouped_mm)
-        exact = eager
+    except RuntimeError:  # an op without float64 (Mixtral's grouped_mm):
+        # float32 without autocast, or eager itself when that is the mode
+        exact_model = copy.deepcopy(model)
+        exact = (_step(exact_model, exact_model, inputs, mode, exact=True)
+                 if mode.amp else eager)
     torch._dynamo.reset()
     backend = kiln.backend(server=server, fallback="eager")
     mine = copy.deepcopy(model)
