@@ -36,10 +36,14 @@ const char* ArgKindName(ArgKind k) {
       return "Scalar";
     case ArgKind::kOptionalScalar:
       return "Scalar?";
+    case ArgKind::kSymScalar:
+      return "Scalar or SymInt";
     case ArgKind::kInt:
       return "int";
     case ArgKind::kOptionalInt:
       return "int?";
+    case ArgKind::kOptionalSymInt:
+      return "SymInt?";
     case ArgKind::kIntList:
       return "int[]";
     case ArgKind::kOptionalIntList:
@@ -485,6 +489,7 @@ class Importer {
     const bool optional = spec.kind == ArgKind::kOptionalTensor ||
                           spec.kind == ArgKind::kOptionalScalar ||
                           spec.kind == ArgKind::kOptionalInt ||
+                          spec.kind == ArgKind::kOptionalSymInt ||
                           spec.kind == ArgKind::kOptionalIntList ||
                           spec.kind == ArgKind::kOptionalFloat ||
                           spec.kind == ArgKind::kOptionalDType ||
@@ -515,6 +520,24 @@ class Importer {
       case ArgKind::kScalar:
       case ArgKind::kOptionalScalar:
         return scalar();
+      case ArgKind::kSymScalar:
+      case ArgKind::kOptionalSymInt: {
+        if (k != K::kDims) {
+          if (spec.kind == ArgKind::kSymScalar) return scalar();
+          if (k != K::kI) return mismatch();
+          return Attr::Int(a.i());
+        }
+        auto list = ImportIntList(a, where, spec.name);
+        if (!list.ok()) return list.status();
+        if (list->size() != 1) {
+          return Invalid(where, absl::StrCat("argument '", spec.name,
+                                             "': a SymInt is a size list of "
+                                             "one entry, got ",
+                                             list->size()));
+        }
+        if (auto c = (*list)[0].AsConstant()) return Attr::Int(*c);
+        return Attr::Ints(*std::move(list));
+      }
       case ArgKind::kInt:
       case ArgKind::kOptionalInt:
         if (k != K::kI) return mismatch();

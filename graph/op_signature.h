@@ -39,8 +39,14 @@ enum class ArgKind : uint8_t {
                      // wrapped number, as aten.add.Tensor(x, 0.5) in FX)
   kScalar,           // Scalar
   kOptionalScalar,   // Scalar?
+  kSymScalar,        // Scalar, or a SymInt over the graph's symbols given as
+                     // a one-element size list (an Attr of kind kInts with
+                     // one entry): arange's end, whose rules read it so
   kInt,              // int / SymInt
   kOptionalInt,      // int?
+  kOptionalSymInt,   // SymInt?: None, an int, or a SymInt over the symbols
+                     // given as a one-element size list (an Attr of kind
+                     // kInts with one entry): slice's end
   kIntList,          // int[] / SymInt[] (dims or ints)
   kOptionalIntList,  // int[]?  (None, or a list)
   kBool,

@@ -125,6 +125,29 @@ bool SymExpr::NonNegativeFrom(int64_t min) const {
   return true;
 }
 
+bool SymExpr::NonNegativeWithin(int64_t min,
+                                absl::Span<const int64_t> max_values) const {
+  if (NonNegativeFrom(min)) return true;
+  __int128 least = 0;
+  constexpr __int128 kLimit = static_cast<__int128>(1) << 100;
+  for (const Term& t : terms_) {
+    __int128 v = t.coeff;
+    for (int s : t.symbols) {
+      int64_t at = min;
+      if (t.coeff < 0) {
+        if (s >= static_cast<int>(max_values.size()) || max_values[s] <= 0) {
+          return false;
+        }
+        at = max_values[s];
+      }
+      v *= at;
+      if (v > kLimit || v < -kLimit) return false;
+    }
+    least += v;
+  }
+  return least >= 0;
+}
+
 int64_t SymExpr::Evaluate(absl::Span<const int64_t> values) const {
   uint64_t sum = 0;
   for (const Term& t : terms_) {

@@ -59,6 +59,15 @@ class SymExpr {
   // (the importer bounds them).
   bool NonNegativeFrom(int64_t min) const;
 
+  // Whether the expression is >= 0 whenever every symbol s is in
+  // [min, max_values[s]] (max_values[s] <= 0: unbounded), by a sufficient
+  // test: NonNegativeFrom(min), or the sum over terms of each term's least
+  // value (a positive term at every symbol = min, a negative one at every
+  // symbol = its max) is >= 0. False when a negative term has an unbounded
+  // symbol. Used to prove a slice end never passes its dim (s0 <= 512).
+  bool NonNegativeWithin(int64_t min,
+                         absl::Span<const int64_t> max_values) const;
+
   // Value with symbol i bound to values[i].
   int64_t Evaluate(absl::Span<const int64_t> values) const;
 

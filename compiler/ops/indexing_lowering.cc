@@ -24,7 +24,9 @@ absl::StatusOr<std::vector<LoweredValue>> LowerSlice(LowerContext& ctx) {
   const int d = WrapCheckedDim(ctx.arg(1).i, rank);
   const int64_t step = ctx.arg(4).i;
   Expr start;
-  if (auto n = v.sizes[d].AsConstant()) {
+  if (ctx.arg(3).kind == Attr::Kind::kInts) {  // a symbolic end: start >= 0
+    start = ir::IntConst(OptionalInt(ctx.arg(2)).value_or(0));
+  } else if (auto n = v.sizes[d].AsConstant()) {
     start = ir::IntConst(ops::ClampSlice(*n, OptionalInt(ctx.arg(2)),
                                          OptionalInt(ctx.arg(3)), step)
                              .start);

@@ -21,8 +21,12 @@ absl::StatusOr<std::vector<HostTensor>> SliceReference(const RefContext& ctx) {
   const HostTensor& t = ctx.tensors[0];
   const int d = WrapCheckedDim(ctx.arg(1).i, t.rank());
   const int64_t step = ctx.arg(4).i;
-  ops::SliceBounds b = ops::ClampSlice(t.sizes()[d], OptionalInt(ctx.arg(2)),
-                                       OptionalInt(ctx.arg(3)), step);
+  ops::SliceBounds b =
+      ctx.arg(3).kind == Attr::Kind::kInts  // a symbolic end: checked bounds
+          ? ops::SliceBounds{OptionalInt(ctx.arg(2)).value_or(0),
+                             ctx.out_sizes[0][d]}
+          : ops::ClampSlice(t.sizes()[d], OptionalInt(ctx.arg(2)),
+                            OptionalInt(ctx.arg(3)), step);
   std::vector<int64_t> sizes = t.sizes(), strides = t.strides();
   sizes[d] = b.length;
   const int64_t offset = t.offset() + b.start * strides[d];

@@ -129,8 +129,34 @@ absl::StatusOr<std::vector<DType>> ScalarTensorDType(const OpContext& ctx) {
                                                  : ctx.arg(1).dtype};
 }
 
+// arange with a symbolic end (a SymInt over the symbols, as a dynamic
+// sequence length gives torch.arange(seq_len)): end - start elements, for
+// an int start and step 1, never negative for any symbol value.
+absl::StatusOr<Shapes> SymbolicArangeShape(const OpContext& ctx,
+                                           const SymExpr& end) {
+  const ops::ArangePositions at = ops::ArangePositionsOf(ctx.node());
+  const Attr* start = at.start >= 0 ? &ctx.arg(at.start) : nullptr;
+  const Attr* step = at.step >= 0 ? &ctx.arg(at.step) : nullptr;
+  if ((start != nullptr && start->kind != Attr::Kind::kInt) ||
+      (step != nullptr && (step->kind != Attr::Kind::kInt || step->i != 1))) {
+    return ctx.Invalid(
+        "arange with a symbolic end needs an int start and step 1");
+  }
+  const SymExpr length = end - SymExpr(start != nullptr ? start->i : 0);
+  if (!length.NonNegativeFrom(kMinSymbolValue)) {
+    return ctx.Invalid(absl::StrCat(
+        "arange's length ", length.ToString(ctx.graph().SymbolNames()),
+        " may be negative"));
+  }
+  return Shapes{{length}};
+}
+
 // arange: ceil((end - start) / step) elements.
 absl::StatusOr<Shapes> ArangeShape(const OpContext& ctx) {
+  const Attr& end_arg = ctx.arg(ops::ArangePositionsOf(ctx.node()).end);
+  if (end_arg.kind == Attr::Kind::kInts) {
+    return SymbolicArangeShape(ctx, end_arg.ints[0]);
+  }
   auto [start, end, step] = ops::ArangeRangeOf(ctx.node());
   if (step == 0 || !std::isfinite(start) || !std::isfinite(end) ||
       !std::isfinite(step)) {
@@ -176,21 +202,22 @@ void RegisterCreationSignatures(OpSignatures& table) {
              .dtype = ScalarTensorDType});
   table.Add({.name = "aten.arange.default",
              .op_class = OpClass::kCreation,
-             .schema = Factory({Arg("end", ArgKind::kScalar)}),
+             .schema = Factory({Arg("end", ArgKind::kSymScalar)}),
              .num_outputs = 1,
              .shape = ArangeShape,
              .dtype = ArangeDType});
   table.Add({.name = "aten.arange.start",
              .op_class = OpClass::kCreation,
              .schema = Factory({Arg("start", ArgKind::kScalar),
-                                Arg("end", ArgKind::kScalar)}),
+                                Arg("end", ArgKind::kSymScalar)}),
              .num_outputs = 1,
              .shape = ArangeShape,
              .dtype = ArangeDType});
   table.Add({.name = "aten.arange.start_step",
              .op_class = OpClass::kCreation,
              .schema = Factory(
-                 {Arg("start", ArgKind::kScalar), Arg("end", ArgKind::kScalar),
+                 {Arg("start", ArgKind::kScalar),
+                  Arg("end", ArgKind::kSymScalar),
                   ArgDefault("step", ArgKind::kScalar, Attr::Int(1))}),
              .num_outputs = 1,
              .shape = ArangeShape,

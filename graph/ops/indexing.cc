@@ -73,6 +73,36 @@ using ops::SameDTypeAsSelf;
 
 // slice: static dims clamp as PyTorch's; a symbolic dim takes only a start
 // in [0, kMinSymbolValue] to the end, step 1.
+// A slice to a symbolic end (a buffer cut to a dynamic length:
+// position_ids[:, :seq_len]): an int start >= 0, step 1, and an end that
+// is never below the start nor past the dim for any symbol value within
+// its bounds (Symbol.max_value), so PyTorch never clamps it.
+absl::StatusOr<SymExpr> SymbolicEndLength(const OpContext& ctx,
+                                          const SymExpr& n) {
+  const Attr& start = ctx.arg(2);
+  const SymExpr& end = ctx.arg(3).ints[0];
+  const auto names = ctx.graph().SymbolNames();
+  if ((!start.is_none() && start.i < 0) || ctx.arg(4).i != 1) {
+    return ctx.Invalid(
+        "a slice to a symbolic end needs a start >= 0 and step 1");
+  }
+  const SymExpr length = end - SymExpr(start.is_none() ? 0 : start.i);
+  if (!length.NonNegativeFrom(kMinSymbolValue)) {
+    return ctx.Invalid(absl::StrCat("slice end ", end.ToString(names),
+                                    " may be below its start"));
+  }
+  std::vector<int64_t> max_values;
+  for (const SymbolInfo& s : ctx.graph().symbols) {
+    max_values.push_back(s.max_value);
+  }
+  if (!(n - end).NonNegativeWithin(kMinSymbolValue, max_values)) {
+    return ctx.Invalid(absl::StrCat(
+        "slice end ", end.ToString(names), " may pass the dim's size ",
+        n.ToString(names), " (bound the symbols: Symbol.max_value)"));
+  }
+  return length;
+}
+
 absl::StatusOr<Shapes> SliceShape(const OpContext& ctx) {
   std::vector<SymExpr> out = ctx.type(0).sizes;
   auto d = ctx.WrapDim(ctx.arg(1).i, static_cast<int>(out.size()));
@@ -82,6 +112,12 @@ absl::StatusOr<Shapes> SliceShape(const OpContext& ctx) {
   const int64_t step = ctx.arg(4).i;
   if (step <= 0)
     return ctx.Invalid(absl::StrCat("slice step must be positive, got ", step));
+  if (ctx.arg(3).kind == Attr::Kind::kInts) {
+    auto length = SymbolicEndLength(ctx, out[*d]);
+    if (!length.ok()) return length.status();
+    out[*d] = *std::move(length);
+    return Shapes{out};
+  }
   const std::optional<int64_t> start = OptionalInt(ctx.arg(2)),
                                end = OptionalInt(ctx.arg(3));
   if (auto n = out[*d].AsConstant()) {
@@ -251,7 +287,7 @@ void RegisterIndexingSignatures(OpSignatures& table) {
        .schema = {Arg("self", ArgKind::kTensor),
                   ArgDefault("dim", ArgKind::kInt, Attr::Int(0)),
                   ArgDefault("start", ArgKind::kOptionalInt, Attr::None()),
-                  ArgDefault("end", ArgKind::kOptionalInt, Attr::None()),
+                  ArgDefault("end", ArgKind::kOptionalSymInt, Attr::None()),
                   ArgDefault("step", ArgKind::kInt, Attr::Int(1))},
        .num_outputs = 1,
        .shape = SliceShape,

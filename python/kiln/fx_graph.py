@@ -353,11 +353,14 @@ def _sym_scalar_ok(node: torch.fx.Node, position: Any) -> bool:
     name) of `node`: where the op takes a Tensor, or as `other` of an
     overload with a Tensor twin."""
     schema = node.target._schema.arguments
+    name = op_name(node.target)
     for i, sa in enumerate(schema):
         if position in (i, sa.name):
             if _wants_tensor(sa):
                 return True
-            return op_name(node.target) in _SCALAR_TO_TENSOR and i == 1
+            if _ARANGE_END.get(name) == i:
+                return isinstance(node.args[i].meta["val"], torch.SymInt)
+            return name in _SCALAR_TO_TENSOR and i == 1
     return False
 
 
@@ -507,11 +510,45 @@ def _cast_stats(val: Any, stats: Tuple[int, ...], names: List[str],
     return names
 
 
+# Slices: (dim, start, end, step) argument positions.
+SLICE_OPS = {
+    "aten.slice.Tensor": (1, 2, 3, 4),
+    "aten.slice_scatter.default": (2, 3, 4, 5),
+}
+
+# arange overloads: the position of `end`, which may be a SymInt (a
+# dynamic sequence length: torch.arange(seq_len)); Kiln takes it as a size.
+_ARANGE_END = {"aten.arange.default": 0, "aten.arange.start": 1,
+               "aten.arange.start_step": 1}
+
+
+def slice_to_the_end(node: torch.fx.Node, args: Sequence[Any]) -> Tuple[Any, ...]:
+    """A slice's args (schema order or node.args) with a symbolic end that
+    is the sliced dim's size given as None: x[:, :n] where n is x.shape[1]
+    (models slice by lengths they computed: a mask to the keys' length)."""
+    dim_i, _, end_i, _ = SLICE_OPS[op_name(node.target)]
+    if len(args) <= end_i or not isinstance(args[end_i], torch.fx.Node):
+        return tuple(args)
+    end = _sym_expr(args[end_i].meta.get("val"))
+    self_val = args[0].meta.get("val") if isinstance(args[0], torch.fx.Node) \
+        else None
+    dim = args[dim_i] if len(args) > dim_i and args[dim_i] is not None else 0
+    if end is None or not isinstance(self_val, torch.Tensor) or \
+            not isinstance(dim, int) or not -self_val.dim() <= dim < self_val.dim():
+        return tuple(args)
+    if _sym_expr(self_val.shape[dim]) != end:
+        return tuple(args)
+    return (*args[:end_i], None, *args[end_i + 1:])
+
+
 def _node_args(node: torch.fx.Node) -> Tuple[Any, ...]:
     """node.args, with the one size of a view/reshape that is neither a
-    constant nor a plain symbol (s0*16) given as -1 (Kiln infers it), and
-    an index list's Nones dropped (IndexLayout says where they were)."""
+    constant nor a plain symbol (s0*16) given as -1 (Kiln infers it), an
+    index list's Nones dropped (IndexLayout says where they were) and a
+    slice's symbolic end that is its dim's size given as None."""
     args = node.args
+    if op_name(node.target) in SLICE_OPS:
+        args = slice_to_the_end(node, args)
     if op_name(node.target) in _INDEX_OPS and len(args) >= 2 and \
             isinstance(args[1], (list, tuple)) and None in args[1]:
         if all(a is None for a in args[1]):
@@ -807,6 +844,10 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
         for a in list(node.args) + list(node.kwargs.values()):
             if isinstance(a, (list, tuple)):
                 size_args.update(v for v in a if isinstance(v, torch.fx.Node))
+        end = _ARANGE_END.get(op_name(node.target))
+        if end is not None and len(node.args) > end and \
+                isinstance(node.args[end], torch.fx.Node):
+            size_args.add(node.args[end])
     for node in gm.graph.nodes:
         if node.op != "placeholder" or node not in size_args:
             continue
@@ -941,6 +982,10 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
 
             args = []
             for i, a in enumerate(_node_args(node)):
+                if _ARANGE_END.get(name) == i and _is_sym_scalar(a):
+                    args.append({"dims": {"values": [
+                        symbols.arg_dim(a.meta["val"])]}})
+                    continue
                 if i < len(schema) and _wants_tensor(schema[i]) and \
                         _is_number(a):
                     a = _scalar_tensor(node, a, nodes, refs)

@@ -29,9 +29,10 @@ from torch.fx.node import _get_qualified_name
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .fx_graph import (AS_STRIDED_OPS, IDENTITY_OPS, Unsupported,
+from .fx_graph import (AS_STRIDED_OPS, IDENTITY_OPS, SLICE_OPS, Unsupported,
                        as_strided_view, check_node_args, graph_device,
-                       is_contiguous, op_name, permuted_layout, schema_args)
+                       is_contiguous, op_name, permuted_layout, schema_args,
+                       slice_to_the_end)
 
 __all__ = ["KilnOperatorSupport", "PartitionResult", "graph_device",
            "partition", "VIEW_OPS"]
@@ -88,21 +89,17 @@ _SORT_OPS = frozenset({
 _MAX_SORT_SIZE = 4096
 
 
-# Slices: (dim, start, end, step) argument positions. On a symbolic dim
-# Kiln takes bounds that are polynomials (graph/ops/indexing.h,
-# SymbolicSlice): step 1, start/end in [-2, 2] or no end, never clamped, a
+# Slices (fx_graph.SLICE_OPS): on a symbolic dim Kiln takes bounds that
+# are polynomials (graph/ops/indexing.h, SymbolicSlice): step 1, start/end
+# in [-2, 2] or no end (or an end that is the dim's size), never clamped, a
 # length never negative (slice_scatter: never below 1).
-_SLICE_OPS = {
-    "aten.slice.Tensor": (1, 2, 3, 4),
-    "aten.slice_scatter.default": (2, 3, 4, 5),
-}
 
 
 def _slice_reason(node: torch.fx.Node, name: str,
                   self_val: torch.Tensor) -> "str | None":
     """Why Kiln cannot take a slice over a symbolic dim, or None."""
-    dim_i, start_i, end_i, step_i = _SLICE_OPS[name]
-    args = schema_args(node)
+    dim_i, start_i, end_i, step_i = SLICE_OPS[name]
+    args = slice_to_the_end(node, schema_args(node))
     dim, start, end, step = (args[dim_i], args[start_i], args[end_i],
                              args[step_i])
     if not all(v is None or isinstance(v, int) for v in (dim, start, end, step)):
@@ -160,7 +157,7 @@ def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
     first = inputs[0] if inputs else None
     if not isinstance(first, torch.Tensor):
         return None
-    if name in _SLICE_OPS:
+    if name in SLICE_OPS:
         why = _slice_reason(node, name, node.args[0].meta.get("val"))
         if why is not None:
             return why

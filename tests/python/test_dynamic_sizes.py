@@ -132,3 +132,56 @@ def test_slices_of_dynamic_dims(daemon):
     reasons = {r for rs in report.fallbacks.values() for r in rs}
     assert any("start=0 end=3" in r for r in reasons), reasons
     assert any("FloorDiv" in r for r in reasons), reasons
+
+
+class _Positions(torch.nn.Module):
+    """What decoder models do with a dynamic sequence length: positions
+    from torch.arange(seq_len) into an embedding, and a mask sliced to the
+    keys' length (x[:, :n] with n the sliced dim's size). The embedding's
+    backward over a symbolic count of positions runs eagerly (Kiln's
+    scatters are static)."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.pos = torch.nn.Embedding(64, d)
+        self.proj = torch.nn.Linear(d, d)
+
+    def forward(self, x, mask):
+        seq = x.shape[1]
+        pos = self.pos(torch.arange(seq))
+        h = self.proj(x + pos)
+        return h * (mask * 0.5)[:, :seq, None]
+
+
+def test_arange_and_slices_to_a_dynamic_length_run_in_kiln(daemon):
+    """torch.arange(seq_len) (Kiln's arange takes a symbolic end) and a
+    slice whose end is the sliced dim's size stay in Kiln under dynamic
+    shapes: one partition per graph, the same graphs for a second length."""
+    torch.manual_seed(0)
+    eager = _Positions()
+    mine = copy.deepcopy(eager)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    compiled = torch.compile(mine, backend=backend, dynamic=True)
+    graphs = None
+    for seq in (7, 12):
+        x = torch.randn(3, seq, 16)
+        mask = (torch.rand(3, seq) > 0.3).float()
+        eager.zero_grad(set_to_none=True)
+        mine.zero_grad(set_to_none=True)
+        out_e, out_k = eager(x, mask), compiled(x, mask)
+        torch.testing.assert_close(out_k, out_e, atol=1e-5, rtol=1e-5)
+        out_e.square().sum().backward()
+        out_k.square().sum().backward()
+        for (name, p_e), p_k in zip(eager.named_parameters(),
+                                    mine.parameters()):
+            torch.testing.assert_close(p_k.grad, p_e.grad, atol=1e-5,
+                                       rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+        if graphs is None:
+            graphs = backend.report.graphs
+    report = backend.report
+    print(f"\narange and slices, seq 7 and 12: {report}")
+    assert report.graphs == graphs
+    for op in ("aten.arange.default", "aten.slice.Tensor"):
+        assert report.op(op).kiln >= 1 and not report.op(op).fallback, \
+            str(report)
+    assert report.dynamic_partitions == report.compiled_partitions

@@ -384,3 +384,150 @@ TEST(SizeExprCompileTest, SlicesOfSymbolicDimsMatchReference) {
 
 }  // namespace
 }  // namespace kiln::testing
+
+namespace kiln::testing {
+namespace {
+
+// arange with a symbolic end (torch.arange(seq_len) under dynamic shapes):
+// end - start elements, int64, added to x's rows; refused with the reason
+// for a step other than 1 or a length that may be negative.
+TEST(SizeExprCompileTest, ArangeToASymbolicEndMatchesReference) {
+  auto arange = [](const std::string& op, const std::string& args) {
+    return absl::StrCat(R"({"op": "aten.arange.)", op, R"(", "args": [)", args,
+                        R"(], "outputs": ["r"]})");
+  };
+  const std::string end_s1 = R"({"dims": {"values": [{"symbol": "s1"}]}})";
+  v1::CompileRequest req;
+  *req.mutable_graph() = Parse(G(absl::StrCat(
+      arange("start", absl::StrCat(R"({"i": 1}, )", end_s1)), ",",
+      R"({"op": "aten.arange.default", "args": [)", end_s1,
+      R"(], "outputs": ["q"]},)",
+      R"({"op": "aten.unsqueeze.default", "args": [{"ref": "q"}, {"i": 1}],)"
+      R"( "outputs": ["q1"]},)",
+      R"({"op": "aten.add.Tensor", "args": [{"ref": "x"}, {"ref": "q1"}],)"
+      R"( "outputs": ["y"]})"),
+      R"(["r", "y"])"));
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const auto names = graph->SymbolNames();
+  EXPECT_EQ(graph->type(graph->outputs[0]).sizes[0].ToString(names), "-1 + s1");
+  EXPECT_EQ(graph->type(graph->outputs[0]).dtype, DType::kInt64);
+  std::mt19937_64 rng(13);
+  ThreadPool pool(2);
+  for (auto [s0, s1] : {std::pair<int64_t, int64_t>{2, 2}, {3, 9}}) {
+    SCOPED_TRACE(absl::StrCat("s0=", s0, " s1=", s1));
+    const std::vector<HostTensor> inputs =
+        RandomInputs(*graph, {s0, s1, 2}, rng);
+    auto want = EvaluateReference(*graph, inputs);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = (*exe)->Run(inputs, &pool);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ((*got)[0].sizes(), (std::vector<int64_t>{s1 - 1}));
+    EXPECT_EQ((*got)[0].GetDoubleAt(0), 1.0);
+    EXPECT_EQ((*got)[0].GetDoubleAt(s1 - 2), static_cast<double>(s1 - 1));
+    for (size_t o = 0; o < want->size(); ++o) {
+      EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
+    }
+  }
+  for (const auto& [bad, why] :
+       std::vector<std::pair<std::string, std::string>>{
+           {arange("start_step",
+                   absl::StrCat(R"({"i": 0}, )", end_s1, R"(, {"i": 2})")),
+            "needs an int start and step 1"},
+           {arange("start", absl::StrCat(R"({"i": 3}, )", end_s1)),
+            "may be negative"},
+           {arange("start", absl::StrCat(R"({"f": 0.5}, )", end_s1)),
+            "needs an int start and step 1"},
+           {arange("default",
+                   R"({"dims": {"values": [{"symbol": "s0"}, {"value": 1}]}})"),
+            "a SymInt is a size list of one entry"}}) {
+    auto g = ImportGraph(Parse(G(bad, R"(["r"])")));
+    ASSERT_FALSE(g.ok()) << bad;
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(g.status().message().find(why), std::string::npos)
+        << g.status();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing
+
+namespace kiln::testing {
+namespace {
+
+// A static buffer sliced to a symbolic end (BERT's position_ids[:, :seq]):
+// compiled when the symbol's max_value keeps the end inside the dim, and
+// matching the reference; refused with the reason otherwise.
+TEST(SizeExprCompileTest, SliceOfAStaticDimToASymbolicEnd) {
+  auto graph_json = [](int64_t max_value, int64_t start) {
+    return absl::StrCat(
+        R"({"inputs": [{"name": "x", "meta": {"dtype": "FLOAT32", "sizes": )",
+        R"([{"symbol": "s0"}, {"symbol": "s1"}]}},)",
+        R"( {"name": "t", "meta": {"dtype": "FLOAT32", "sizes": )",
+        R"([{"value": 1}, {"value": 64}]}}],)",
+        R"( "symbols": [{"name": "s0"}, {"name": "s1", "max_value": )",
+        max_value, R"(}], "nodes": [)",
+        R"({"op": "aten.slice.Tensor", "args": [{"ref": "t"}, {"i": 1}, )",
+        R"({"i": )", start,
+        R"(}, {"dims": {"values": [{"symbol": "s1"}]}}], "outputs": ["p"]},)",
+        R"({"op": "aten.add.Tensor", "args": [{"ref": "x"}, {"ref": "p"}],)",
+        R"( "outputs": ["y"]}], "outputs": ["y"]})");
+  };
+  v1::CompileRequest req;
+  *req.mutable_graph() = Parse(graph_json(64, 0));
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937_64 rng(17);
+  ThreadPool pool(2);
+  for (auto [s0, s1] : {std::pair<int64_t, int64_t>{2, 5}, {3, 64}}) {
+    SCOPED_TRACE(absl::StrCat("s0=", s0, " s1=", s1));
+    const std::vector<HostTensor> inputs = RandomInputs(*graph, {s0, s1}, rng);
+    auto want = EvaluateReference(*graph, inputs);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = (*exe)->Run(inputs, &pool);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(Compare((*got)[0], (*want)[0]), "");
+    // y[i, j] = x[i, j] + t[0, j]: the buffer's first s1 entries.
+    EXPECT_FLOAT_EQ(
+        (*got)[0].GetDoubleAt(s1 - 1),
+        inputs[0].GetDoubleAt(s1 - 1) + inputs[1].GetDoubleAt(s1 - 1));
+  }
+  // Past the symbol's bound the guard refuses the call.
+  std::vector<HostTensor> past = RandomInputs(*graph, {2, 65}, rng);
+  EXPECT_FALSE((*exe)->Run(past, &pool).ok());
+  for (const auto& [json, why] : std::vector<std::pair<std::string, std::string>>{
+           {graph_json(0, 0), "may pass the dim's size 64"},
+           {graph_json(65, 0), "may pass the dim's size 64"},
+           {graph_json(64, 3), "may be below its start"},
+           {graph_json(64, -1), "needs a start >= 0 and step 1"}}) {
+    auto g = ImportGraph(Parse(json));
+    ASSERT_FALSE(g.ok()) << json;
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(g.status().message().find(why), std::string::npos)
+        << g.status();
+  }
+}
+
+TEST(SymExprTest, NonNegativeWithinUsesTheSymbolsBounds) {
+  const SymExpr s0 = SymExpr::Symbol(0), s1 = SymExpr::Symbol(1);
+  EXPECT_TRUE((SymExpr(512) - s0).NonNegativeWithin(2, {512, 0}));
+  EXPECT_FALSE((SymExpr(512) - s0).NonNegativeWithin(2, {513, 0}));
+  EXPECT_FALSE((SymExpr(512) - s0).NonNegativeWithin(2, {0, 0}));
+  EXPECT_FALSE((SymExpr(512) - s1).NonNegativeWithin(2, {512}));
+  EXPECT_TRUE((SymExpr(100) - s0 * s1).NonNegativeWithin(2, {10, 10}));
+  EXPECT_FALSE((SymExpr(99) - s0 * s1).NonNegativeWithin(2, {10, 10}));
+  EXPECT_TRUE((s0 - SymExpr(2)).NonNegativeWithin(2, {}));  // from the min
+}
+
+}  // namespace
+}  // namespace kiln::testing
