@@ -158,6 +158,12 @@ class _Symbols:
         self.names: Dict[Any, str] = {}  # sympy expr -> symbol name
         self.bound: set = set()  # sympy symbols bound by an input dim
         self._fresh = 0
+        self.shape_env: Any = None  # Dynamo's, from the first SymInt seen
+
+    def see(self, size: Any) -> None:
+        """Notes the ShapeEnv of a SymInt (for the symbols' bounds)."""
+        if self.shape_env is None and isinstance(size, torch.SymInt):
+            self.shape_env = size.node.shape_env
 
     def bind(self, expr: Any) -> str:
         """Declares `expr` as a symbol bound by an input dim; its name."""
@@ -185,6 +191,7 @@ class _Symbols:
 
     def dim(self, size: Any) -> Dict[str, Any]:
         """An input's size (plain symbols were bound beforehand)."""
+        self.see(size)
         expr = _sym_expr(size)
         if expr is None:
             return {"value": int(size)}
@@ -205,6 +212,7 @@ class _Symbols:
     def arg_dim(self, size: Any) -> Dict[str, Any]:
         """A size in an op's argument: a constant, a symbol or a
         polynomial over the symbols the inputs bind."""
+        self.see(size)
         expr = _sym_expr(size)
         if expr is None or expr.is_Integer:
             return {"value": int(expr if expr is not None else size)}
@@ -243,7 +251,28 @@ class _Symbols:
         return poly
 
     def declared(self) -> List[Dict[str, Any]]:
-        return [{"name": n} for n in self.names.values()]
+        """The kiln.v1.Symbols, each plain symbol with the upper bound
+        Dynamo's guards keep it under (max_value), where it has one:
+        Kiln's guards check it, and it proves slices to the symbol stay
+        inside their dims."""
+        out = []
+        for expr, name in self.names.items():
+            symbol: Dict[str, Any] = {"name": name}
+            upper = self._upper(expr)
+            if upper is not None:
+                symbol["max_value"] = upper
+            out.append(symbol)
+        return out
+
+    def _upper(self, expr: Any) -> Optional[int]:
+        ranges = getattr(self.shape_env, "var_to_range", None)
+        if not ranges or not expr.is_Symbol or expr not in ranges:
+            return None
+        upper = ranges[expr].upper
+        if not getattr(upper, "is_Integer", False):
+            return None  # unbounded (int_oo)
+        upper = int(upper)
+        return upper if 2 <= upper <= 1 << 40 else None
 
 
 def _val(node: torch.fx.Node) -> Any:
@@ -358,7 +387,7 @@ def _sym_scalar_ok(node: torch.fx.Node, position: Any) -> bool:
         if position in (i, sa.name):
             if _wants_tensor(sa):
                 return True
-            if _ARANGE_END.get(name) == i:
+            if _SYMINT_ARGS.get(name) == i:
                 return isinstance(node.args[i].meta["val"], torch.SymInt)
             return name in _SCALAR_TO_TENSOR and i == 1
     return False
@@ -516,10 +545,12 @@ SLICE_OPS = {
     "aten.slice_scatter.default": (2, 3, 4, 5),
 }
 
-# arange overloads: the position of `end`, which may be a SymInt (a
-# dynamic sequence length: torch.arange(seq_len)); Kiln takes it as a size.
-_ARANGE_END = {"aten.arange.default": 0, "aten.arange.start": 1,
-               "aten.arange.start_step": 1}
+# Ops with an int argument (this position) that may be a SymInt, which
+# Kiln takes as a size (a one-element size list): arange's end (a dynamic
+# sequence length: torch.arange(seq_len)) and slice's end (a buffer cut to
+# it: position_ids[:, :seq_len], inside the dim by the symbol's bound).
+_SYMINT_ARGS = {"aten.arange.default": 0, "aten.arange.start": 1,
+                "aten.arange.start_step": 1, "aten.slice.Tensor": 3}
 
 
 def slice_to_the_end(node: torch.fx.Node, args: Sequence[Any]) -> Tuple[Any, ...]:
@@ -844,7 +875,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
         for a in list(node.args) + list(node.kwargs.values()):
             if isinstance(a, (list, tuple)):
                 size_args.update(v for v in a if isinstance(v, torch.fx.Node))
-        end = _ARANGE_END.get(op_name(node.target))
+        end = _SYMINT_ARGS.get(op_name(node.target))
         if end is not None and len(node.args) > end and \
                 isinstance(node.args[end], torch.fx.Node):
             size_args.add(node.args[end])
@@ -982,7 +1013,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
 
             args = []
             for i, a in enumerate(_node_args(node)):
-                if _ARANGE_END.get(name) == i and _is_sym_scalar(a):
+                if _SYMINT_ARGS.get(name) == i and _is_sym_scalar(a):
                     args.append({"dims": {"values": [
                         symbols.arg_dim(a.meta["val"])]}})
                     continue

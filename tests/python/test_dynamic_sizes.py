@@ -185,3 +185,33 @@ def test_arange_and_slices_to_a_dynamic_length_run_in_kiln(daemon):
         assert report.op(op).kiln >= 1 and not report.op(op).fallback, \
             str(report)
     assert report.dynamic_partitions == report.compiled_partitions
+
+
+class _Table(torch.nn.Module):
+    """A table computed at a static length and cut to the dynamic one
+    (rotary caches, relative-position tables): a slice of a static dim to
+    a symbolic end, inside the dim by the bound Dynamo's guard puts on the
+    length (Kiln's Symbol.max_value)."""
+
+    def __init__(self, d: int = 16, max_len: int = 32) -> None:
+        super().__init__()
+        self.register_buffer("freq", torch.linspace(0.1, 1.0, d))
+        self.max_len = max_len
+
+    def forward(self, x):
+        t = torch.arange(self.max_len, dtype=torch.float32)
+        table = torch.sin(t[:, None] * self.freq)
+        return x * table[: x.shape[1]]
+
+
+def test_slice_of_a_static_dim_to_a_dynamic_length_runs_in_kiln(daemon):
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    model = _Table()
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    for seq in (5, 9):
+        x = torch.randn(2, seq, 16)
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    report = backend.report
+    print(f"\na static table cut to seq 5 and 9: {report}")
+    assert report.op("aten.slice.Tensor").kiln == 1, str(report)
+    assert report.compiled_partitions == report.partitions == 1, str(report)
