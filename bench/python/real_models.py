@@ -8,6 +8,8 @@ code it was not written against.
     PY=$(bash deploy/python-env.sh)
     bash bench/python/real_models_env.sh          # the libraries, once
     $PY bench/python/real_models.py [--dynamic] [--device cuda] [names...]
+    $PY bench/python/real_models.py --device cuda --amp bfloat16 \\
+        --time 20 --scale 8 --seq 128 --image 128 [names...]   # step times
 
 Per model: nodes in Kiln / all (and the share without the views left at a
 partition's edge, which run eagerly for free: a parameter's t() that the
@@ -51,11 +53,20 @@ import kiln  # noqa: E402
 
 Example = Tuple[nn.Module, Tuple[Any, ...]]
 
+# Input sizes (main's --scale, --seq, --image): batches are multiplied by
+# SCALE, token sequences are SEQ long, torchvision/timm images IMAGE wide.
+SCALE, SEQ, IMAGE = 1, 16, 64
+
+
+def _b(batch: int) -> int:
+    return batch * SCALE
+
 
 def _tv(name: str, batch: int = 2, **kw: Any) -> Callable[[], Example]:
     def make() -> Example:
         import torchvision.models as m  # noqa: PLC0415
-        return getattr(m, name)(**kw), (torch.randn(batch, 3, 64, 64),)
+        return getattr(m, name)(**kw), (torch.randn(_b(batch), 3, IMAGE,
+                                                    IMAGE),)
     return make
 
 
@@ -63,7 +74,7 @@ def _tv_vit() -> Example:
     from torchvision.models.vision_transformer import VisionTransformer  # noqa: PLC0415
     return (VisionTransformer(image_size=32, patch_size=8, num_layers=2,
                               num_heads=4, hidden_dim=64, mlp_dim=128,
-                              num_classes=10), (torch.randn(2, 3, 32, 32),))
+                              num_classes=10), (torch.randn(_b(2), 3, 32, 32),))
 
 
 class _Logits(nn.Module):
@@ -95,8 +106,8 @@ def _hf(model_cls: str, config_cls: str, images: bool = False,
         import transformers  # noqa: PLC0415
         cfg = _no_dropout(getattr(transformers, config_cls)(**config))
         model = getattr(transformers, model_cls)(cfg)
-        x = (torch.randn(2, 3, 32, 32) if images
-             else torch.randint(0, 100, (2, 16)))
+        x = (torch.randn(_b(2), 3, 32, 32) if images
+             else torch.randint(0, 100, (_b(2), SEQ)))
         return _Logits(model), (x,)
     return make
 
@@ -108,7 +119,8 @@ def _hf_t5() -> Example:
         num_heads=4, decoder_start_token_id=0))
     return (_Logits(transformers.T5ForConditionalGeneration(cfg),
                     ("input_ids", "decoder_input_ids")),
-            (torch.randint(0, 100, (2, 12)), torch.randint(0, 100, (2, 8))))
+            (torch.randint(0, 100, (_b(2), 12)),
+             torch.randint(0, 100, (_b(2), 8))))
 
 
 def _hf_whisper() -> Example:
@@ -120,14 +132,14 @@ def _hf_whisper() -> Example:
         max_target_positions=32, decoder_start_token_id=0, pad_token_id=0))
     return (_Logits(transformers.WhisperForConditionalGeneration(cfg),
                     ("input_features", "decoder_input_ids")),
-            (torch.randn(2, 16, 64), torch.randint(0, 100, (2, 8))))
+            (torch.randn(_b(2), 16, 64), torch.randint(0, 100, (_b(2), 8))))
 
 
 def _timm(name: str, **kw: Any) -> Callable[[], Example]:
     def make() -> Example:
         import timm  # noqa: PLC0415
         return (timm.create_model(name, pretrained=False, **kw),
-                (torch.randn(2, 3, 64, 64),))
+                (torch.randn(_b(2), 3, IMAGE, IMAGE),))
     return make
 
 
@@ -272,9 +284,29 @@ def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
             (ref.abs().max() + 1e-12)).item()
 
 
+def _ms_per_step(call: Callable[..., Any], params: nn.Module,
+                 inputs: Tuple[Any, ...], mode: Mode, steps: int) -> float:
+    """Milliseconds per step (grads zeroed, forward, loss, backward) over
+    `steps` steps after two warm-up steps, synchronizing a GPU."""
+    sync = torch.cuda.synchronize if inputs[0].is_cuda else (lambda: None)
+
+    def step() -> None:
+        params.zero_grad(set_to_none=True)
+        _step(call, params, inputs, mode)
+
+    for _ in range(2):
+        step()
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    return 1e3 * (time.perf_counter() - start) / steps
+
+
 def run_model(name: str, server: str, dynamic: bool,
               device: torch.device, baseline: str = "",
-              mode: Mode = Mode()) -> Tuple[str, str]:
+              mode: Mode = Mode(), timed_steps: int = 0) -> Tuple[str, str]:
     torch.manual_seed(0)
     try:
         model, inputs = MODELS[name]()
@@ -329,6 +361,20 @@ def run_model(name: str, server: str, dynamic: bool,
             f"{edge} views at edges) graphs={r.graphs} "
             f"partitions={r.compiled_partitions} "
             f"first step {seconds:.1f} s; worst vs float64 {worst[1]}")
+    if timed_steps:
+        # Kiln and eager, then Inductor compiled afresh (its warm-up step
+        # compiles), in this process on the same inputs.
+        kiln_ms = _ms_per_step(compiled, mine, inputs, mode, timed_steps)
+        eager_ms = _ms_per_step(eager_model, eager_model, inputs, mode,
+                                timed_steps)
+        torch._dynamo.reset()
+        ind_model = copy.deepcopy(model)
+        ind = torch.compile(ind_model, dynamic=dynamic or None)
+        ind_ms = _ms_per_step(ind, ind_model, inputs, mode, timed_steps)
+        line += (f"\n      step ms: kiln {kiln_ms:.2f}, inductor {ind_ms:.2f}"
+                 f", eager {eager_ms:.2f} (kiln/inductor "
+                 f"{kiln_ms / ind_ms:.2f}, kiln/eager "
+                 f"{kiln_ms / eager_ms:.2f})")
     for op, reasons in r.fallbacks.items():
         for reason, count in reasons.items():
             line += f"\n      {op:<40} x{count:<3} {reason[:100]}"
@@ -349,9 +395,19 @@ def main() -> None:
                     help="a torch backend (aot_eager, inductor) instead of "
                     "Kiln: the same checks, and its first-step time to "
                     "compare (no node counts)")
+    ap.add_argument("--time", type=int, default=0, metavar="N",
+                    help="also time N steps of Kiln, eager and Inductor "
+                    "(compiled after Kiln's, same process and inputs)")
+    ap.add_argument("--scale", type=int, default=1,
+                    help="multiply every batch by this")
+    ap.add_argument("--seq", type=int, default=16, help="tokens per sequence")
+    ap.add_argument("--image", type=int, default=64,
+                    help="torchvision/timm image size")
     ap.add_argument("--server", help="kilnd's address (default: a private "
                     "kilnd on an ephemeral port with a fresh cache)")
     a = ap.parse_args()
+    global SCALE, SEQ, IMAGE  # noqa: PLW0603 (the models' input sizes)
+    SCALE, SEQ, IMAGE = a.scale, a.seq, a.image
     daemon = None if a.server else Kilnd()
     server = a.server or daemon.address
     rows = []
@@ -363,7 +419,7 @@ def main() -> None:
         for name in a.names or MODELS:
             status, line = run_model(name, server, a.dynamic,
                                      torch.device(a.device), a.baseline,
-                                     mode)
+                                     mode, a.time)
             rows.append((name, status, line))
             print(f"{name:<24} {status:<8} {line}", flush=True)
     finally:
