@@ -138,6 +138,8 @@ def _hf_whisper() -> Example:
 def _timm(name: str, **kw: Any) -> Callable[[], Example]:
     def make() -> Example:
         import timm  # noqa: PLC0415
+        if "img_size" in kw:
+            kw["img_size"] = IMAGE
         return (timm.create_model(name, pretrained=False, **kw),
                 (torch.randn(_b(2), 3, IMAGE, IMAGE),))
     return make
