@@ -342,15 +342,16 @@ absl::StatusOr<std::vector<LoweredValue>> LowerNllLossBackward(
 // hit it: out[p] = base[p] + sum over q of (target(q) == p ? src[q] : 0).
 // That is deterministic (a fixed order per element) and exact, but costs
 // |out| * |src| (quadratic: an embedding gradient at a GPT-2 vocabulary is
-// far too slow, see kMaxScatterWork). Non-accumulating scatters keep the
+// far too slow, see CheckScatterWork). Non-accumulating scatters keep the
 // last source position that hits (max over q), then read it.
 
 // Work above which a scatter is UNIMPLEMENTED (the client runs it eagerly)
-// rather than compiled as a quadratic reduction: 2^32 multiply-adds.
-constexpr int64_t kMaxScatterWork = int64_t{1} << 32;
-
+// rather than compiled as a quadratic reduction: the target's
+// LowerOptions::max_scatter_work_log2 multiply-adds.
 absl::Status CheckScatterWork(const LowerContext& ctx,
                               const std::vector<SymExpr>& space) {
+  const int log2 = ctx.options().max_scatter_work_log2;
+  const int64_t limit = int64_t{1} << log2;
   int64_t work = 1;
   for (const SymExpr& s : space) {
     auto c = s.AsConstant();
@@ -360,10 +361,10 @@ absl::Status CheckScatterWork(const LowerContext& ctx,
           "size bound)");
     }
     if (*c == 0) return absl::OkStatus();
-    if (work > kMaxScatterWork / std::max<int64_t>(*c, 1)) {
-      return ctx.Unimplemented(
-          "scatter too large for Kiln's quadratic reduction (more than 2^32 "
-          "steps); run it eagerly");
+    if (work > limit / std::max<int64_t>(*c, 1)) {
+      return ctx.Unimplemented(absl::StrCat(
+          "scatter too large for Kiln's quadratic reduction (more than 2^",
+          log2, " steps on this target); run it eagerly"));
     }
     work *= *c;
   }
