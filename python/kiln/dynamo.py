@@ -75,6 +75,7 @@ import torch.fx
 
 from . import _binding
 from .attention import resolve_policy, rewrite_attention
+from .foreach import foreach_decompositions
 from .autostart import resolve_server
 from .fx_graph import (KilnGraph, Unsupported, align_norm_stats_with_eager,
                        draw_seed, is_contiguous, size_input_tensor,
@@ -498,13 +499,17 @@ class KilnBackend:
 
     def _decompositions(self) -> Dict[Any, Callable[..., Any]]:
         """Core ATen decompositions minus the ops Kiln lowers itself and
-        those that must not be decomposed in training graphs."""
+        those that must not be decomposed in training graphs, plus the
+        foreach ops of a compiled optimizer step as per-tensor ops
+        (kiln/foreach.py)."""
         from torch._decomp import core_aten_decompositions  # noqa: PLC0415
 
         table = core_aten_decompositions()
         ops = self.ops()
-        return {op: table[op] for op in list(table.keys())
-                if str(op) not in ops and str(op) not in _KEEP}
+        out = {op: table[op] for op in list(table.keys())
+               if str(op) not in ops and str(op) not in _KEEP}
+        out.update(foreach_decompositions(ops, frozenset(map(str, out))))
+        return out
 
     # -- one AOTAutograd graph ---------------------------------------------
     def _compile_graph(self, gm: torch.fx.GraphModule,
