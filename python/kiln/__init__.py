@@ -57,6 +57,7 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
             fallback: str = "eager", attention: Optional[str] = None, *,
             fuse_gemm_epilogues: bool = True,
             recompute: bool = False,
+            foreach: Optional[bool] = None,
             token: Optional[str] = None,
             token_file: Optional[str] = None, trusted_keys: Any = None,
             tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
@@ -89,6 +90,14 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     default partitioner, which saves every value the backward reads; on an
     H100 it did as much GPU work or less in the batch- and group-norm steps
     of bench/python/train_ops.py (bench/README.md).
+    foreach: run a compiled optimizer step's _foreach_* ops in Kiln as
+    their per-tensor ops, one partition for the whole update
+    (kiln/foreach.py); None: $KILN_FOREACH == "1", else off. Off by
+    default because it is slower than PyTorch's in-place foreach kernels:
+    on the 2-core CPU AdamW's step took 0.84-1.06x eager's time, Adam's
+    1.8x, SGD's 7-10x (the updates are new tensors AOTAutograd copies back
+    into the parameters, and fresh memory page-faults;
+    bench/python/optimizer_step.py).
 
     A kilnd with tokens, TLS or signed artifacts (README.md, "Running kilnd
     for a team"), each keyword else its environment variable, as
@@ -104,7 +113,8 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
 
     return KilnBackend(server=server, fast_math=fast_math, fallback=fallback,
                        fuse_gemm_epilogues=fuse_gemm_epilogues,
-                       recompute=recompute, attention=attention, token=token, token_file=token_file,
+                       recompute=recompute, foreach=foreach,
+                       attention=attention, token=token, token_file=token_file,
                        trusted_keys=trusted_keys, tls_ca=tls_ca,
                        tls_cert=tls_cert, tls_key=tls_key,
                        tls_server_name=tls_server_name)

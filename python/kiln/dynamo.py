@@ -411,7 +411,7 @@ class KilnBackend:
 
     def __init__(self, server: Optional[str] = None, fast_math: bool = False,
                  fallback: str = "eager", fuse_gemm_epilogues: bool = True,
-                 recompute: bool = False,
+                 recompute: bool = False, foreach: Optional[bool] = None,
                  attention: Optional[str] = None, token: Optional[str] = None,
                  token_file: Optional[str] = None,
                  trusted_keys: Optional[Any] = None,
@@ -436,6 +436,8 @@ class KilnBackend:
         self.server = server
         self.fast_math = bool(fast_math)
         self.fuse_gemm_epilogues = bool(fuse_gemm_epilogues)
+        self.foreach = (os.environ.get("KILN_FOREACH") == "1"
+                        if foreach is None else bool(foreach))
         self.fallback = fallback
         self.report = ExplainReport()
         self._warned = False
@@ -499,16 +501,17 @@ class KilnBackend:
 
     def _decompositions(self) -> Dict[Any, Callable[..., Any]]:
         """Core ATen decompositions minus the ops Kiln lowers itself and
-        those that must not be decomposed in training graphs, plus the
-        foreach ops of a compiled optimizer step as per-tensor ops
-        (kiln/foreach.py)."""
+        those that must not be decomposed in training graphs, plus (with
+        foreach=True) the foreach ops of a compiled optimizer step as
+        per-tensor ops (kiln/foreach.py)."""
         from torch._decomp import core_aten_decompositions  # noqa: PLC0415
 
         table = core_aten_decompositions()
         ops = self.ops()
         out = {op: table[op] for op in list(table.keys())
                if str(op) not in ops and str(op) not in _KEEP}
-        out.update(foreach_decompositions(ops, frozenset(map(str, out))))
+        if self.foreach:
+            out.update(foreach_decompositions(ops, frozenset(map(str, out))))
         return out
 
     # -- one AOTAutograd graph ---------------------------------------------

@@ -15,6 +15,13 @@ fuses into one kernel.
 A foreach overload is decomposed only when its per-tensor op is Kiln's
 (directly or through a Core ATen decomposition); otherwise it stays whole
 and runs as PyTorch's (multi-tensor) kernel, eagerly.
+
+Opt-in (kiln.backend(foreach=True) or KILN_FOREACH=1): the per-tensor
+results are new tensors that AOTAutograd copies back into the parameters,
+and fresh output memory page-faults on every step: on the 2-core CPU SGD
+took 7-10x eager's time, Adam 1.8x, AdamW 0.84-1.06x
+(bench/python/optimizer_step.py, bench/README.md). Writing the updates
+into the parameters in place is what would make it pay.
 """
 
 from __future__ import annotations

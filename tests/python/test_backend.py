@@ -1149,7 +1149,8 @@ def test_compiled_optimizer_step_runs_in_kiln(daemon, make_opt):
                                 torch.nn.Linear(48, 8))
     mine = copy.deepcopy(model)
     opt_e, opt_k = make_opt(model.parameters()), make_opt(mine.parameters())
-    backend = kiln.backend(server=daemon.address, fallback="error")
+    backend = kiln.backend(server=daemon.address, fallback="error",
+                           foreach=True)
 
     @torch.compile(backend=backend)
     def step():
@@ -1181,8 +1182,10 @@ def test_foreach_ops_as_per_tensor_ops(daemon):
     """Each decomposed foreach overload matches PyTorch's on lists of
     tensors of different shapes: Scalar, List, ScalarList and Tensor
     variants, keyword-only per-tensor arguments (addcdiv's value, add's
-    alpha), a Scalar base (pow.ScalarAndTensor)."""
-    backend = kiln.backend(server=daemon.address, fallback="error")
+    alpha), a Scalar base (pow.ScalarAndTensor). Without foreach=True the
+    foreach ops stay whole and run eagerly."""
+    backend = kiln.backend(server=daemon.address, fallback="error",
+                           foreach=True)
     g = torch.Generator().manual_seed(0)
     xs = [torch.rand(s, generator=g) + 0.5 for s in ((3,), (4, 5), (2, 3, 4))]
     ys = [torch.rand(x.shape, generator=g) + 0.5 for x in xs]
@@ -1203,3 +1206,11 @@ def test_foreach_ops_as_per_tensor_ops(daemon):
     report = backend.report
     assert report.compiled_partitions == report.partitions == 1, str(report)
     assert report.fallback_nodes == 0, str(report)
+
+    torch._dynamo.reset()
+    default = kiln.backend(server=daemon.address, fallback="error")
+    out = torch.compile(f, backend=default)(xs, ys, t)
+    for o, r in zip(out, f(xs, ys, t)):
+        torch.testing.assert_close(o, r, atol=1e-6, rtol=1e-6)
+    assert any(name.startswith("aten._foreach") for name in
+               default.report.fallbacks), str(default.report)
