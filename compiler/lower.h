@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "graph/graph.h"
 #include "compiler/loop_ir.h"
+#include "graph/graph.h"
 
 namespace kiln {
 
@@ -132,7 +132,7 @@ class LowerContext {
 std::vector<Expr> IdentityIndex(int n);
 
 absl::StatusOr<LoopGraph> Lower(const Graph& graph,
-                                 const LowerOptions& options = {});
+                                const LowerOptions& options = {});
 
 }  // namespace kiln
 

@@ -296,8 +296,8 @@ class Importer {
         if (!e.ok()) return e.status();
         type.sizes.push_back(*e);
       } else if (dim.kind_case() == v1::Dim::kExpr) {
-        auto e = ImportExtent(dim.expr(), where,
-                              absl::StrCat("size of dim ", d));
+        auto e =
+            ImportExtent(dim.expr(), where, absl::StrCat("size of dim ", d));
         if (!e.ok()) return e.status();
         type.sizes.push_back(*std::move(e));
       } else {

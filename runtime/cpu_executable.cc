@@ -3,9 +3,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "runtime/cpu_blas.h"
 #include "support/sha256.h"
 
@@ -98,7 +101,39 @@ namespace {
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
+using TempBlocks = std::multimap<size_t, std::unique_ptr<void, FreeDeleter>>;
+
+// The most temporary memory an executable keeps between runs.
+constexpr size_t kMaxCachedTempBytes = size_t{256} << 20;
 }  // namespace
+
+struct CpuExecutable::TempCache {
+  absl::Mutex mu;
+  TempBlocks blocks ABSL_GUARDED_BY(mu);
+
+  TempBlocks Take() {
+    absl::MutexLock lock(&mu);
+    return std::exchange(blocks, {});
+  }
+  // Keeps `freed` (the largest first) up to kMaxCachedTempBytes in all.
+  void Give(TempBlocks freed) {
+    absl::MutexLock lock(&mu);
+    size_t bytes = 0;
+    for (const auto& [size, block] : blocks) bytes += size;
+    for (auto it = freed.rbegin(); it != freed.rend(); ++it) {
+      if (bytes + it->first > kMaxCachedTempBytes) continue;
+      bytes += it->first;
+      blocks.emplace(it->first, std::move(it->second));
+    }
+  }
+};
+
+CpuExecutable::CpuExecutable(v1::Artifact artifact, LoadedLibrary library)
+    : artifact_(std::move(artifact)),
+      library_(std::move(library)),
+      temp_cache_(std::make_unique<TempCache>()) {}
+
+CpuExecutable::~CpuExecutable() = default;
 
 absl::StatusOr<std::vector<int64_t>> CpuExecutable::CheckViewGuards(
     absl::Span<const HostBufferView> inputs) const {
@@ -215,10 +250,18 @@ absl::Status CpuExecutable::Execute(absl::Span<const int64_t> symbols,
   alignas(16) int64_t error_word[3] = {0, 0, 0};
   if (plan_.error_buffer >= 0) buffers[plan_.error_buffer] = error_word;
   // Temps: a freed block is reused by a later allocation of a size it can
-  // hold (unfused programs free and allocate one temp per op).
+  // hold (unfused programs free and allocate one temp per op), starting
+  // from the blocks earlier runs left (temp_cache_), given back at the end.
   std::vector<std::unique_ptr<void, FreeDeleter>> temps(plan_.num_temps);
   std::vector<size_t> temp_bytes(plan_.num_temps, 0);
-  std::multimap<size_t, std::unique_ptr<void, FreeDeleter>> free_blocks;
+  TempBlocks free_blocks = temp_cache_->Take();
+  absl::Cleanup give_back = [&] {
+    for (size_t slot = 0; slot < temps.size(); ++slot) {
+      if (temps[slot])
+        free_blocks.emplace(temp_bytes[slot], std::move(temps[slot]));
+    }
+    temp_cache_->Give(std::move(free_blocks));
+  };
   const v1::Program& program = artifact_.program();
   std::vector<int64_t> elements;  // per buffer, on the first extern call
   for (const ProgramPlan::Step& step : plan_.steps) {

@@ -275,8 +275,9 @@ absl::StatusOr<std::vector<LoweredValue>> LowerNllLossForward(
   }
   const SymExpr n = self.sizes[0];
   if (reduction == ops::LossReduction::kNone) {
-    return std::vector<LoweredValue>{ops::PointwiseNode(ctx, {n}, dtype, s.loss),
-                                     ops::PointwiseNode(ctx, {}, dtype, zero)};
+    return std::vector<LoweredValue>{
+        ops::PointwiseNode(ctx, {n}, dtype, s.loss),
+        ops::PointwiseNode(ctx, {}, dtype, zero)};
   }
   LoweredValue space;
   space.sizes = {n};

@@ -144,9 +144,9 @@ absl::StatusOr<Shapes> SymbolicArangeShape(const OpContext& ctx,
   }
   const SymExpr length = end - SymExpr(start != nullptr ? start->i : 0);
   if (!length.NonNegativeFrom(kMinSymbolValue)) {
-    return ctx.Invalid(absl::StrCat(
-        "arange's length ", length.ToString(ctx.graph().SymbolNames()),
-        " may be negative"));
+    return ctx.Invalid(absl::StrCat("arange's length ",
+                                    length.ToString(ctx.graph().SymbolNames()),
+                                    " may be negative"));
   }
   return Shapes{{length}};
 }
@@ -213,15 +213,15 @@ void RegisterCreationSignatures(OpSignatures& table) {
              .num_outputs = 1,
              .shape = ArangeShape,
              .dtype = ArangeDType});
-  table.Add({.name = "aten.arange.start_step",
-             .op_class = OpClass::kCreation,
-             .schema = Factory(
-                 {Arg("start", ArgKind::kScalar),
-                  Arg("end", ArgKind::kSymScalar),
-                  ArgDefault("step", ArgKind::kScalar, Attr::Int(1))}),
-             .num_outputs = 1,
-             .shape = ArangeShape,
-             .dtype = ArangeDType});
+  table.Add(
+      {.name = "aten.arange.start_step",
+       .op_class = OpClass::kCreation,
+       .schema = Factory({Arg("start", ArgKind::kScalar),
+                          Arg("end", ArgKind::kSymScalar),
+                          ArgDefault("step", ArgKind::kScalar, Attr::Int(1))}),
+       .num_outputs = 1,
+       .shape = ArangeShape,
+       .dtype = ArangeDType});
   table.Add({.name = "aten.full_like.default",
              .op_class = OpClass::kCreation,
              .schema = LikeFactory({Arg("fill_value", ArgKind::kScalar)}),

@@ -398,14 +398,15 @@ TEST(SizeExprCompileTest, ArangeToASymbolicEndMatchesReference) {
   };
   const std::string end_s1 = R"({"dims": {"values": [{"symbol": "s1"}]}})";
   v1::CompileRequest req;
-  *req.mutable_graph() = Parse(G(absl::StrCat(
-      arange("start", absl::StrCat(R"({"i": 1}, )", end_s1)), ",",
-      R"({"op": "aten.arange.default", "args": [)", end_s1,
-      R"(], "outputs": ["q"]},)",
-      R"({"op": "aten.unsqueeze.default", "args": [{"ref": "q"}, {"i": 1}],)"
-      R"( "outputs": ["q1"]},)",
-      R"({"op": "aten.add.Tensor", "args": [{"ref": "x"}, {"ref": "q1"}],)"
-      R"( "outputs": ["y"]})"),
+  *req.mutable_graph() = Parse(G(
+      absl::StrCat(
+          arange("start", absl::StrCat(R"({"i": 1}, )", end_s1)), ",",
+          R"({"op": "aten.arange.default", "args": [)", end_s1,
+          R"(], "outputs": ["q"]},)",
+          R"({"op": "aten.unsqueeze.default", "args": [{"ref": "q"}, {"i": 1}],)"
+          R"( "outputs": ["q1"]},)",
+          R"({"op": "aten.add.Tensor", "args": [{"ref": "x"}, {"ref": "q1"}],)"
+          R"( "outputs": ["y"]})"),
       R"(["r", "y"])"));
   *req.mutable_target()->mutable_cpu() = HostCpuTarget();
   auto artifact = Compile(req);
@@ -449,8 +450,7 @@ TEST(SizeExprCompileTest, ArangeToASymbolicEndMatchesReference) {
     auto g = ImportGraph(Parse(G(bad, R"(["r"])")));
     ASSERT_FALSE(g.ok()) << bad;
     EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(g.status().message().find(why), std::string::npos)
-        << g.status();
+    EXPECT_NE(g.status().message().find(why), std::string::npos) << g.status();
   }
 }
 
@@ -505,7 +505,8 @@ TEST(SizeExprCompileTest, SliceOfAStaticDimToASymbolicEnd) {
   // Past the symbol's bound the guard refuses the call.
   std::vector<HostTensor> past = RandomInputs(*graph, {2, 65}, rng);
   EXPECT_FALSE((*exe)->Run(past, &pool).ok());
-  for (const auto& [json, why] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [json, why] :
+       std::vector<std::pair<std::string, std::string>>{
            {graph_json(0, 0), "may pass the dim's size 64"},
            {graph_json(65, 0), "may pass the dim's size 64"},
            {graph_json(64, 3), "may be below its start"},
@@ -513,8 +514,7 @@ TEST(SizeExprCompileTest, SliceOfAStaticDimToASymbolicEnd) {
     auto g = ImportGraph(Parse(json));
     ASSERT_FALSE(g.ok()) << json;
     EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(g.status().message().find(why), std::string::npos)
-        << g.status();
+    EXPECT_NE(g.status().message().find(why), std::string::npos) << g.status();
   }
 }
 
