@@ -185,7 +185,8 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   lower_options.tf32 = request.options.allow_tf32();
   lower_options.strict_fp16_reduction = request.options.strict_fp16_reduction();
   lower_options.strict_bf16_reduction = request.options.strict_bf16_reduction();
-  if (!cuda) lower_options.max_scatter_work_log2 = kCpuMaxScatterWorkLog2;
+  lower_options.max_scatter_work_log2 =
+      cuda ? kCudaMaxScatterWorkLog2 : kCpuMaxScatterWorkLog2;
   absl::StatusOr<LoopGraph> loops = Lower(request.graph, lower_options);
   if (!loops.ok()) return loops.status();
   if (!env.index_checks && !loops->index_checks.empty()) {

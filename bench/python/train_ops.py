@@ -16,6 +16,12 @@ Rows (float32; the GPU sizes are the issue's, the CPU ones smaller):
   group_norm     nn.GroupNorm(32, 256) on (32, 256, 56, 56)
   dropout        F.dropout(p=0.1) on 2^26 elements (Philox in Kiln), and
                  its backward (the saved mask)
+  positions      BERT-base's position embedding: nn.Embedding(512, 768) on
+                 ids (8, 512) (CPU: 64 wide, (8, 64)); its backward is a
+                 scatter-add Kiln compiles as a quadratic reduction below
+                 its target's bound (GPU 2^24 steps, CPU 2^18: 1.6e9 and
+                 2.1e6 here, so both run it eagerly; at the GPU's old
+                 2^32 Kiln took 11.9 ms, Inductor 0.36)
 Each: median of 7 timings of 10 steps (loss.backward() included; CUDA:
 synchronized around them), ms per step. A private kilnd on an ephemeral
 port unless --server is given; "kiln/best" is Kiln's time over the faster
@@ -71,6 +77,16 @@ def cases(device: str, cuda: bool) -> List[Tuple[str, nn.Module, Tuple]]:
         def forward(self, x):
             return F.dropout(x, p=0.1, training=True).sum()
 
+    class Positions(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(512, 768 if cuda else 64)
+
+        def forward(self, ids):
+            return self.emb(ids).square().mean()
+
+    pos_ids = torch.randint(0, 512, (8, 512) if cuda else (8, 64),
+                            device=device, generator=g)
     ids = torch.randint(0, vocab, tokens, device=device, generator=g)
     targets = torch.randint(0, vocab, tokens, device=device, generator=g)
     n = tokens[0] * tokens[1]
@@ -83,6 +99,7 @@ def cases(device: str, cuda: bool) -> List[Tuple[str, nn.Module, Tuple]]:
         ("batch_norm", Norm(nn.BatchNorm2d(nchw[1])).to(device), (x,)),
         ("group_norm", Norm(nn.GroupNorm(32, nchw[1])).to(device), (x,)),
         ("dropout", Dropout(), (drop,)),
+        ("positions", Positions().to(device), (pos_ids,)),
     ]
 
 

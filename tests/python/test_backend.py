@@ -1058,7 +1058,7 @@ def test_autostarted_daemon_exits_when_idle(tmp_path):
 
 def test_a_node_kilnd_refuses_runs_eagerly_and_the_rest_in_kiln(daemon):
     """kilnd refuses an accumulating scatter over more than 2^18 steps on
-    the CPU (2^32 on a GPU; UNIMPLEMENTED naming the node) that the
+    the CPU (2^24 on a GPU; UNIMPLEMENTED naming the node) that the
     partitioner cannot see coming:
     the graph is partitioned again without that node, which runs eagerly
     with the reason, and its neighbours compile (dynamo._compile_graph).
