@@ -8,6 +8,7 @@
 // output_mask (bool[3]) arrives as an int list of 0/1 (kiln/fx_graph.py
 // sends a list of bools so); an output whose mask bit is 0 is still defined
 // (zeros of its shape), and nothing reads it.
+#include <array>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -231,8 +232,11 @@ absl::StatusOr<Shapes> BatchNormBackwardShape(const OpContext& ctx) {
   auto c = CheckChannels(ctx, 1, {2, 3, 4, 5, 6});
   if (!c.ok()) return c.status();
   const bool train = ctx.arg(7).b;
-  for (int i : train ? std::initializer_list<int>{5, 6}
-                     : std::initializer_list<int>{3, 4}) {
+  // (A std::array: a conditional of two initializer_lists leaves the
+  // loop reading arrays that died with the full expression.)
+  const std::array<int, 2> stats =
+      train ? std::array<int, 2>{5, 6} : std::array<int, 2>{3, 4};
+  for (int i : stats) {
     if (ctx.arg(i).is_none()) {
       return ctx.Invalid(train ? "train=True needs save_mean and save_invstd"
                                : "train=False needs running_mean and "

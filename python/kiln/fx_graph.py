@@ -387,8 +387,9 @@ def _sym_scalar_ok(node: torch.fx.Node, position: Any) -> bool:
         if position in (i, sa.name):
             if _wants_tensor(sa):
                 return True
-            if _SYMINT_ARGS.get(name) == i:
-                return isinstance(node.args[i].meta["val"], torch.SymInt)
+            if _SYMINT_ARGS.get(name) == i:  # positional only (the translator's)
+                return i < len(node.args) and isinstance(
+                    node.args[i].meta.get("val"), torch.SymInt)
             return name in _SCALAR_TO_TENSOR and i == 1
     return False
 
