@@ -42,6 +42,24 @@ def step_ms(loss: Callable[[], Any], cuda: bool) -> float:
     return statistics.median(times)
 
 
+def ms_per_call(call: Callable[[], Any], calls: int, cuda: bool,
+                warmup: int = 2) -> float:
+    """Milliseconds per `call()` over `calls` calls after `warmup` ones
+    (CUDA: synchronized before and after the timed calls)."""
+    import torch  # noqa: PLC0415 (this module imports without torch)
+
+    for _ in range(warmup):
+        call()
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    if cuda:
+        torch.cuda.synchronize()
+    return 1e3 * (time.perf_counter() - start) / calls
+
+
 def kilnd_binary() -> str:
     return os.environ.get("KILN_KILND", str(ROOT / "build" / "server" / "kilnd"))
 

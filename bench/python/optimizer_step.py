@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import time
-from typing import Callable
 
 import bench_util  # noqa: F401 (sys.path, KILN_LIB)
-from bench_util import Kilnd
+from bench_util import Kilnd, ms_per_call
 
 import torch
 
@@ -38,17 +36,6 @@ def _optimizer(name: str, params) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
 
 
-def _time(step: Callable[[], None], steps: int, sync: Callable[[], None]) -> float:
-    for _ in range(3):
-        step()
-    sync()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync()
-    return 1e3 * (time.perf_counter() - start) / steps
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -59,7 +46,7 @@ def main() -> None:
                     choices=["adamw", "adam", "sgd"])
     a = ap.parse_args()
     device = torch.device(a.device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    cuda = device.type == "cuda"
     torch.manual_seed(0)
     base = torch.nn.Sequential(*[torch.nn.Linear(a.width, a.width)
                                  for _ in range(a.layers)]).to(device)
@@ -80,14 +67,15 @@ def main() -> None:
     try:
         rows = {}
         eager_model, eager_opt = make()
-        rows["eager (foreach)"] = _time(eager_opt.step, a.steps, sync)
+        rows["eager (foreach)"] = ms_per_call(eager_opt.step, a.steps, cuda,
+                                              warmup=3)
         backend = kiln.backend(server=daemon.address, fallback="error",
                                foreach=True)
         for name, compile_with in (("kiln", backend), ("inductor", "inductor")):
             torch._dynamo.reset()
             model, opt = make()
             step = torch.compile(opt.step, backend=compile_with)
-            rows[name] = _time(step, a.steps, sync)
+            rows[name] = ms_per_call(step, a.steps, cuda, warmup=3)
             err = max((p - q).abs().max().item() for p, q in
                       zip(model.parameters(), eager_model.parameters()))
             rows[name + " max |param - eager's|"] = err

@@ -38,7 +38,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import bench_util  # noqa: F401 (sys.path, KILN_LIB)
-from bench_util import Kilnd
+from bench_util import Kilnd, ms_per_call
 
 _LIBS = os.environ.get("KILN_REAL_MODELS_DIR", os.path.join(
     os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
@@ -290,20 +290,12 @@ def _ms_per_step(call: Callable[..., Any], params: nn.Module,
                  inputs: Tuple[Any, ...], mode: Mode, steps: int) -> float:
     """Milliseconds per step (grads zeroed, forward, loss, backward) over
     `steps` steps after two warm-up steps, synchronizing a GPU."""
-    sync = torch.cuda.synchronize if inputs[0].is_cuda else (lambda: None)
 
     def step() -> None:
         params.zero_grad(set_to_none=True)
         _step(call, params, inputs, mode)
 
-    for _ in range(2):
-        step()
-    sync()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync()
-    return 1e3 * (time.perf_counter() - start) / steps
+    return ms_per_call(step, steps, inputs[0].is_cuda)
 
 
 def run_model(name: str, server: str, dynamic: bool,

@@ -101,26 +101,38 @@ class _Shifted(torch.nn.Module):
         return a.sum(1) + b + c
 
 
-def test_slices_of_dynamic_dims(daemon):
-    torch.manual_seed(0)
-    eager = _Shifted()
+def _compare_at_lengths(eager: torch.nn.Module, backend, lengths,
+                        inputs_at, loss) -> int:
+    """eager and a dynamic=True compile of a copy, run on inputs_at(seq)
+    for each sequence length: outputs and every parameter's grad (of
+    loss(output)) compared. Returns the backend's graph count after the
+    first length."""
     mine = copy.deepcopy(eager)
-    backend = kiln.backend(server=daemon.address, fallback="error")
     compiled = torch.compile(mine, backend=backend, dynamic=True)
     graphs = None
-    for seq in (7, 10):
-        x = torch.randn(3, seq, 16)
+    for seq in lengths:
+        inputs = inputs_at(seq)
         eager.zero_grad(set_to_none=True)
         mine.zero_grad(set_to_none=True)
-        out_e, out_k = eager(x), compiled(x)
+        out_e, out_k = eager(*inputs), compiled(*inputs)
         torch.testing.assert_close(out_k, out_e, atol=1e-5, rtol=1e-5)
-        out_e.sum().backward()
-        out_k.sum().backward()
-        for p_e, p_k in zip(eager.parameters(), mine.parameters()):
+        loss(out_e).backward()
+        loss(out_k).backward()
+        for (name, p_e), p_k in zip(eager.named_parameters(),
+                                    mine.parameters()):
             torch.testing.assert_close(p_k.grad, p_e.grad, atol=1e-5,
-                                       rtol=1e-4)
+                                       rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
         if graphs is None:
             graphs = backend.report.graphs
+    return graphs
+
+
+def test_slices_of_dynamic_dims(daemon):
+    torch.manual_seed(0)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    graphs = _compare_at_lengths(_Shifted(), backend, (7, 10),
+                                 lambda seq: (torch.randn(3, seq, 16),),
+                                 lambda out: out.sum())
     report = backend.report
     print(f"\nslices, seq 7 and 10: {report}")
     assert report.graphs == graphs
@@ -158,26 +170,12 @@ def test_arange_and_slices_to_a_dynamic_length_run_in_kiln(daemon):
     slice whose end is the sliced dim's size stay in Kiln under dynamic
     shapes: one partition per graph, the same graphs for a second length."""
     torch.manual_seed(0)
-    eager = _Positions()
-    mine = copy.deepcopy(eager)
     backend = kiln.backend(server=daemon.address, fallback="error")
-    compiled = torch.compile(mine, backend=backend, dynamic=True)
-    graphs = None
-    for seq in (7, 12):
-        x = torch.randn(3, seq, 16)
-        mask = (torch.rand(3, seq) > 0.3).float()
-        eager.zero_grad(set_to_none=True)
-        mine.zero_grad(set_to_none=True)
-        out_e, out_k = eager(x, mask), compiled(x, mask)
-        torch.testing.assert_close(out_k, out_e, atol=1e-5, rtol=1e-5)
-        out_e.square().sum().backward()
-        out_k.square().sum().backward()
-        for (name, p_e), p_k in zip(eager.named_parameters(),
-                                    mine.parameters()):
-            torch.testing.assert_close(p_k.grad, p_e.grad, atol=1e-5,
-                                       rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
-        if graphs is None:
-            graphs = backend.report.graphs
+    graphs = _compare_at_lengths(
+        _Positions(), backend, (7, 12),
+        lambda seq: (torch.randn(3, seq, 16),
+                     (torch.rand(3, seq) > 0.3).float()),
+        lambda out: out.square().sum())
     report = backend.report
     print(f"\narange and slices, seq 7 and 12: {report}")
     assert report.graphs == graphs

@@ -249,9 +249,44 @@ TEST(SizeExprKeyTest, ExplainShowsThePolynomial) {
 //   b = view(a, [s0, s1, 8])[:, 1:]            ([s0, s1 - 1, 8])
 //   r = b + full([s0, s1 - 1, 8], 0.5)
 //   q = z * 2
-TEST(SizeExprCompileTest, CompoundSizesMatchReferenceAtSeveralSizes) {
+// A graph compiled for this CPU and loaded, with the imported graph the
+// reference evaluator runs.
+struct CompiledGraph {
+  std::unique_ptr<CpuExecutable> exe;
+  Graph graph;
+};
+
+absl::StatusOr<CompiledGraph> CompileForCpu(const v1::Graph& graph) {
   v1::CompileRequest req;
-  *req.mutable_graph() = Parse(G(
+  *req.mutable_graph() = graph;
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto artifact = Compile(req);
+  if (!artifact.ok()) return artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  if (!exe.ok()) return exe.status();
+  auto imported = ImportGraph(graph);
+  if (!imported.ok()) return imported.status();
+  return CompiledGraph{*std::move(exe), *std::move(imported)};
+}
+
+// The executable's outputs for `inputs`, each expected to match the
+// reference evaluator's; empty (a failure recorded) when either fails.
+std::vector<HostTensor> RunMatchingReference(
+    CompiledGraph& c, const std::vector<HostTensor>& inputs, ThreadPool& pool) {
+  auto want = EvaluateReference(c.graph, inputs);
+  auto got = c.exe->Run(inputs, &pool);
+  EXPECT_TRUE(want.ok()) << want.status();
+  EXPECT_TRUE(got.ok()) << got.status();
+  if (!want.ok() || !got.ok()) return {};
+  EXPECT_EQ(got->size(), want->size());
+  for (size_t o = 0; o < want->size() && o < got->size(); ++o) {
+    EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
+  }
+  return *std::move(got);
+}
+
+TEST(SizeExprCompileTest, CompoundSizesMatchReferenceAtSeveralSizes) {
+  auto compiled = CompileForCpu(Parse(G(
       absl::StrCat(
           View(Expr({"1:s0*s1"}) + R"(, {"value": 8})", "xf"), ",",
           R"({"op": "aten.mm.default", "args": [{"ref": "xf"}, {"ref": "w"}],)"
@@ -276,41 +311,27 @@ TEST(SizeExprCompileTest, CompoundSizesMatchReferenceAtSeveralSizes) {
           Input("y", absl::StrCat(Expr({"1:s0*s1"}), R"(, {"value": 8})")),
           Input("z", R"({"symbol": "s0"}, {"value": 8})",
                 absl::StrCat(Expr({"8:s1", "8:"}), R"(, {"value": 1})")),
-          Input("w", R"({"value": 8}, {"value": 8})"))));
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
-  auto artifact = Compile(req);
-  ASSERT_TRUE(artifact.ok()) << artifact.status();
-  auto exe = CpuExecutable::Load(*artifact);
-  ASSERT_TRUE(exe.ok()) << exe.status();
-  auto graph = ImportGraph(req.graph());
-  ASSERT_TRUE(graph.ok()) << graph.status();
+          Input("w", R"({"value": 8}, {"value": 8})")))));
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const Graph& graph = compiled->graph;
+  CpuExecutable& exe = *compiled->exe;
   std::mt19937_64 rng(7);
   ThreadPool pool(2);
   for (auto [s0, s1] : {std::pair<int64_t, int64_t>{2, 3}, {5, 7}, {3, 17}}) {
     SCOPED_TRACE(absl::StrCat("s0=", s0, " s1=", s1));
     const std::vector<HostTensor> inputs =
-        RandomInputs(*graph, {s0, s1, 2}, rng);
-    auto want = EvaluateReference(*graph, inputs);
-    ASSERT_TRUE(want.ok()) << want.status();
-    auto got = (*exe)->Run(inputs, &pool);
-    ASSERT_TRUE(got.ok()) << got.status();
-    ASSERT_EQ(got->size(), 2u);
-    EXPECT_EQ((*got)[0].sizes(), (std::vector<int64_t>{s0, s1 - 1, 8}));
-    for (size_t o = 0; o < want->size(); ++o) {
-      EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
-    }
+        RandomInputs(graph, {s0, s1, 2}, rng);
+    const std::vector<HostTensor> got =
+        RunMatchingReference(*compiled, inputs, pool);
+    ASSERT_FALSE(got.empty());
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0].sizes(), (std::vector<int64_t>{s0, s1 - 1, 8}));
   }
   // A compound input size that disagrees with its symbols is refused.
-  std::vector<HostTensor> bad = RandomInputs(*graph, {3, 4, 2}, rng);
-  bad[1] = RandomInputs(*graph, {3, 5, 2}, rng)[1];
-  EXPECT_FALSE((*exe)->Run(bad, &pool).ok());
+  std::vector<HostTensor> bad = RandomInputs(graph, {3, 4, 2}, rng);
+  bad[1] = RandomInputs(graph, {3, 5, 2}, rng)[1];
+  EXPECT_FALSE(exe.Run(bad, &pool).ok());
 }
-
-}  // namespace
-}  // namespace kiln::testing
-
-namespace kiln::testing {
-namespace {
 
 // Slices of a symbolic dim whose bounds are polynomials (x[:, :-1],
 // x[:, 1:-1], x[:, -2:], x[:, :2]) and slice_scatter of them (their
@@ -330,8 +351,7 @@ TEST(SizeExprCompileTest, SlicesOfSymbolicDimsMatchReference) {
         R"({"ref": ")", src, R"("}, {"i": 1}, )", start, ", ", end,
         R"(], "outputs": [")", out, R"("]})");
   };
-  v1::CompileRequest req;
-  *req.mutable_graph() = Parse(
+  auto compiled = CompileForCpu(Parse(
       G(absl::StrCat(
             slice("a", R"({"i": 0})", R"({"i": -1})"), ",",
             slice("b", R"({"i": 1})", R"({"i": -1})"), ",",
@@ -341,31 +361,23 @@ TEST(SizeExprCompileTest, SlicesOfSymbolicDimsMatchReference) {
             R"( "outputs": ["a3"]},)",
             scatter("e", "a3", R"({"i": 1})", R"({"none": {}})"), ",",
             scatter("f", "c", R"({"i": -2})", R"({"none": {}})")),
-        R"(["a", "b", "c", "d", "e", "f"])"));
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
-  auto artifact = Compile(req);
-  ASSERT_TRUE(artifact.ok()) << artifact.status();
-  auto exe = CpuExecutable::Load(*artifact);
-  ASSERT_TRUE(exe.ok()) << exe.status();
-  auto graph = ImportGraph(req.graph());
-  ASSERT_TRUE(graph.ok()) << graph.status();
-  const auto names = graph->SymbolNames();
-  EXPECT_EQ(graph->type(graph->outputs[0]).sizes[1].ToString(names), "-1 + s1");
-  EXPECT_EQ(graph->type(graph->outputs[1]).sizes[1].ToString(names), "-2 + s1");
-  EXPECT_EQ(graph->type(graph->outputs[2]).sizes[1].ToString(names), "2");
+        R"(["a", "b", "c", "d", "e", "f"])")));
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const Graph& graph = compiled->graph;
+  CpuExecutable& exe = *compiled->exe;
+  const auto names = graph.SymbolNames();
+  EXPECT_EQ(graph.type(graph.outputs[0]).sizes[1].ToString(names), "-1 + s1");
+  EXPECT_EQ(graph.type(graph.outputs[1]).sizes[1].ToString(names), "-2 + s1");
+  EXPECT_EQ(graph.type(graph.outputs[2]).sizes[1].ToString(names), "2");
   std::mt19937_64 rng(11);
   ThreadPool pool(2);
   for (auto [s0, s1] : {std::pair<int64_t, int64_t>{2, 2}, {3, 5}, {4, 19}}) {
     SCOPED_TRACE(absl::StrCat("s0=", s0, " s1=", s1));
     const std::vector<HostTensor> inputs =
-        RandomInputs(*graph, {s0, s1, 2}, rng);
-    auto want = EvaluateReference(*graph, inputs);
-    ASSERT_TRUE(want.ok()) << want.status();
-    auto got = (*exe)->Run(inputs, &pool);
-    ASSERT_TRUE(got.ok()) << got.status();
-    for (size_t o = 0; o < want->size(); ++o) {
-      EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
-    }
+        RandomInputs(graph, {s0, s1, 2}, rng);
+    const std::vector<HostTensor> got =
+        RunMatchingReference(*compiled, inputs, pool);
+    ASSERT_FALSE(got.empty());
   }
   // [2:-1] is empty at s1 = 2 where PyTorch clamps; [::2] has a ceiling.
   for (const std::string& bad :
@@ -382,12 +394,6 @@ TEST(SizeExprCompileTest, SlicesOfSymbolicDimsMatchReference) {
   }
 }
 
-}  // namespace
-}  // namespace kiln::testing
-
-namespace kiln::testing {
-namespace {
-
 // arange with a symbolic end (torch.arange(seq_len) under dynamic shapes):
 // end - start elements, int64, added to x's rows; refused with the reason
 // for a step other than 1 or a length that may be negative.
@@ -397,8 +403,7 @@ TEST(SizeExprCompileTest, ArangeToASymbolicEndMatchesReference) {
                         R"(], "outputs": ["r"]})");
   };
   const std::string end_s1 = R"({"dims": {"values": [{"symbol": "s1"}]}})";
-  v1::CompileRequest req;
-  *req.mutable_graph() = Parse(G(
+  auto compiled = CompileForCpu(Parse(G(
       absl::StrCat(
           arange("start", absl::StrCat(R"({"i": 1}, )", end_s1)), ",",
           R"({"op": "aten.arange.default", "args": [)", end_s1,
@@ -407,33 +412,25 @@ TEST(SizeExprCompileTest, ArangeToASymbolicEndMatchesReference) {
           R"( "outputs": ["q1"]},)",
           R"({"op": "aten.add.Tensor", "args": [{"ref": "x"}, {"ref": "q1"}],)"
           R"( "outputs": ["y"]})"),
-      R"(["r", "y"])"));
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
-  auto artifact = Compile(req);
-  ASSERT_TRUE(artifact.ok()) << artifact.status();
-  auto exe = CpuExecutable::Load(*artifact);
-  ASSERT_TRUE(exe.ok()) << exe.status();
-  auto graph = ImportGraph(req.graph());
-  ASSERT_TRUE(graph.ok()) << graph.status();
-  const auto names = graph->SymbolNames();
-  EXPECT_EQ(graph->type(graph->outputs[0]).sizes[0].ToString(names), "-1 + s1");
-  EXPECT_EQ(graph->type(graph->outputs[0]).dtype, DType::kInt64);
+      R"(["r", "y"])")));
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const Graph& graph = compiled->graph;
+  CpuExecutable& exe = *compiled->exe;
+  const auto names = graph.SymbolNames();
+  EXPECT_EQ(graph.type(graph.outputs[0]).sizes[0].ToString(names), "-1 + s1");
+  EXPECT_EQ(graph.type(graph.outputs[0]).dtype, DType::kInt64);
   std::mt19937_64 rng(13);
   ThreadPool pool(2);
   for (auto [s0, s1] : {std::pair<int64_t, int64_t>{2, 2}, {3, 9}}) {
     SCOPED_TRACE(absl::StrCat("s0=", s0, " s1=", s1));
     const std::vector<HostTensor> inputs =
-        RandomInputs(*graph, {s0, s1, 2}, rng);
-    auto want = EvaluateReference(*graph, inputs);
-    ASSERT_TRUE(want.ok()) << want.status();
-    auto got = (*exe)->Run(inputs, &pool);
-    ASSERT_TRUE(got.ok()) << got.status();
-    ASSERT_EQ((*got)[0].sizes(), (std::vector<int64_t>{s1 - 1}));
-    EXPECT_EQ((*got)[0].GetDoubleAt(0), 1.0);
-    EXPECT_EQ((*got)[0].GetDoubleAt(s1 - 2), static_cast<double>(s1 - 1));
-    for (size_t o = 0; o < want->size(); ++o) {
-      EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
-    }
+        RandomInputs(graph, {s0, s1, 2}, rng);
+    const std::vector<HostTensor> got =
+        RunMatchingReference(*compiled, inputs, pool);
+    ASSERT_FALSE(got.empty());
+    ASSERT_EQ(got[0].sizes(), (std::vector<int64_t>{s1 - 1}));
+    EXPECT_EQ(got[0].GetDoubleAt(0), 1.0);
+    EXPECT_EQ(got[0].GetDoubleAt(s1 - 2), static_cast<double>(s1 - 1));
   }
   for (const auto& [bad, why] :
        std::vector<std::pair<std::string, std::string>>{
@@ -454,12 +451,6 @@ TEST(SizeExprCompileTest, ArangeToASymbolicEndMatchesReference) {
   }
 }
 
-}  // namespace
-}  // namespace kiln::testing
-
-namespace kiln::testing {
-namespace {
-
 // A static buffer sliced to a symbolic end (BERT's position_ids[:, :seq]):
 // compiled when the symbol's max_value keeps the end inside the dim, and
 // matching the reference; refused with the reason otherwise.
@@ -478,33 +469,26 @@ TEST(SizeExprCompileTest, SliceOfAStaticDimToASymbolicEnd) {
         R"({"op": "aten.add.Tensor", "args": [{"ref": "x"}, {"ref": "p"}],)",
         R"( "outputs": ["y"]}], "outputs": ["y"]})");
   };
-  v1::CompileRequest req;
-  *req.mutable_graph() = Parse(graph_json(64, 0));
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
-  auto artifact = Compile(req);
-  ASSERT_TRUE(artifact.ok()) << artifact.status();
-  auto exe = CpuExecutable::Load(*artifact);
-  ASSERT_TRUE(exe.ok()) << exe.status();
-  auto graph = ImportGraph(req.graph());
-  ASSERT_TRUE(graph.ok()) << graph.status();
+  auto compiled = CompileForCpu(Parse(graph_json(64, 0)));
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const Graph& graph = compiled->graph;
+  CpuExecutable& exe = *compiled->exe;
   std::mt19937_64 rng(17);
   ThreadPool pool(2);
   for (auto [s0, s1] : {std::pair<int64_t, int64_t>{2, 5}, {3, 64}}) {
     SCOPED_TRACE(absl::StrCat("s0=", s0, " s1=", s1));
-    const std::vector<HostTensor> inputs = RandomInputs(*graph, {s0, s1}, rng);
-    auto want = EvaluateReference(*graph, inputs);
-    ASSERT_TRUE(want.ok()) << want.status();
-    auto got = (*exe)->Run(inputs, &pool);
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(Compare((*got)[0], (*want)[0]), "");
+    const std::vector<HostTensor> inputs = RandomInputs(graph, {s0, s1}, rng);
+    const std::vector<HostTensor> got =
+        RunMatchingReference(*compiled, inputs, pool);
+    ASSERT_FALSE(got.empty());
     // y[i, j] = x[i, j] + t[0, j]: the buffer's first s1 entries.
     EXPECT_FLOAT_EQ(
-        (*got)[0].GetDoubleAt(s1 - 1),
+        got[0].GetDoubleAt(s1 - 1),
         inputs[0].GetDoubleAt(s1 - 1) + inputs[1].GetDoubleAt(s1 - 1));
   }
   // Past the symbol's bound the guard refuses the call.
-  std::vector<HostTensor> past = RandomInputs(*graph, {2, 65}, rng);
-  EXPECT_FALSE((*exe)->Run(past, &pool).ok());
+  std::vector<HostTensor> past = RandomInputs(graph, {2, 65}, rng);
+  EXPECT_FALSE(exe.Run(past, &pool).ok());
   for (const auto& [json, why] :
        std::vector<std::pair<std::string, std::string>>{
            {graph_json(0, 0), "may pass the dim's size 64"},
