@@ -6,12 +6,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "graph/graph.h"
 #include "compiler/lower.h"
+#include "graph/graph.h"
 
 namespace kiln {
 namespace {
-
 
 // Whether `e` (null: no) holds an ExprOp::kCheck; `seen` spares shared
 // subexpressions a second walk.
@@ -23,7 +22,6 @@ bool HasCheck(const Expr& e, absl::flat_hash_set<const ExprNode*>& seen) {
   }
   return false;
 }
-
 
 // Where a node stored in (or accumulated by) a kernel can be read without
 // memory: its value as an expression over the kernel's vars, valid when a
@@ -53,9 +51,11 @@ class Fuser {
 
   absl::StatusOr<FusedProgram> Run() {
     MarkRealized();
+    FindOutputsThatAreExternResults();
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       const LoopNode& node = g_.nodes[n];
       if (!realized_[n] || node.kind == LoopNode::Kind::kInput) continue;
+      if (extern_result_of_.contains(static_cast<int>(n))) continue;
       if (node.kind == LoopNode::Kind::kReduction) {
         AddReduction(static_cast<int>(n));
       } else if (node.kind == LoopNode::Kind::kExtern) {
@@ -92,6 +92,40 @@ class Fuser {
       realized_[n] = reachable[n] && (node.kind != LoopNode::Kind::kPointwise ||
                                       node.output_index >= 0 || node.realize ||
                                       extern_input_[n] || !options_.fuse);
+    }
+  }
+
+  // Outputs that are an extern call's result read in its own memory order
+  // (a reshape of it: a convolution's weight gradient [O, C*K] returned as
+  // [O, C, kh, kw]): the call writes the output buffer itself and no
+  // kernel copies it there. extern_result_of_[output node] = extern node.
+  void FindOutputsThatAreExternResults() {
+    absl::flat_hash_set<int> outputs(g_.outputs.begin(), g_.outputs.end());
+    absl::flat_hash_set<int> taken;
+    for (int n : g_.outputs) {
+      const LoopNode& node = g_.nodes[n];
+      if (node.kind != LoopNode::Kind::kPointwise || !node.body ||
+          node.body->op != ExprOp::kLoad)
+        continue;
+      const int e = static_cast<int>(node.body->index);
+      const LoopNode& ext = g_.nodes[e];
+      if (ext.kind != LoopNode::Kind::kExtern || ext.dtype != node.dtype ||
+          outputs.contains(e) || taken.contains(e) ||
+          !(NumElements(ext.sizes) == NumElements(node.sizes)))
+        continue;
+      const int rank = static_cast<int>(node.sizes.size());
+      const auto form = ir::Affine(
+          FlatOffset(node.body->args, ContiguousStrides(ext.sizes)), rank);
+      if (!form || !(form->constant == SymExpr(0))) continue;
+      const std::vector<SymExpr> strides = ContiguousStrides(node.sizes);
+      bool same = true;
+      for (int d = 0; d < rank; ++d) {
+        same = same &&
+               (node.sizes[d] == SymExpr(1) || form->coeffs[d] == strides[d]);
+      }
+      if (!same) continue;
+      extern_result_of_[n] = e;
+      taken.insert(e);
     }
   }
 
@@ -295,6 +329,9 @@ class Fuser {
       b.elements = NumElements(node.sizes);
       b.strides = ContiguousStrides(node.sizes);
       buffer_of[g_.outputs[o]] = static_cast<int>(p.buffers.size());
+      if (auto e = extern_result_of_.find(g_.outputs[o]);
+          e != extern_result_of_.end())
+        buffer_of[e->second] = static_cast<int>(p.buffers.size());
       p.buffers.push_back(std::move(b));
     }
     // Which kernel-local results are still read from memory afterwards.
@@ -407,8 +444,16 @@ class Fuser {
         ir::Rewriter to_buffers([&](const Expr& x) -> std::optional<Expr> {
           if (x->op != ExprOp::kLoad) return std::nullopt;
           const int b = buffer_of.at(x->index);
+          // A node in memory is contiguous in its own shape, except an
+          // input (its strides) and an extern result that is an output of
+          // another shape (the buffer's strides are the output's).
+          const LoopNode& read = g_.nodes[x->index];
           return ir::LoadBuffer(
-              slot(b), FlatOffset(x->args, p.buffers[b].strides), x->dtype);
+              slot(b),
+              FlatOffset(x->args, read.kind == LoopNode::Kind::kInput
+                                      ? p.buffers[b].strides
+                                      : ContiguousStrides(read.sizes)),
+              x->dtype);
         });
         st.value = to_buffers.Run(st.value);
         if (st.finalize) st.finalize = to_buffers.Run(st.finalize);
@@ -459,7 +504,8 @@ class Fuser {
   const FuseOptions options_;
   std::vector<bool> realized_;
   std::vector<bool> extern_input_;  // per node: read by an extern call
-  std::vector<std::pair<int, int>> extern_nodes_;  // (kernel, node)
+  std::vector<std::pair<int, int>> extern_nodes_;   // (kernel, node)
+  absl::flat_hash_map<int, int> extern_result_of_;  // output -> extern node
   std::vector<KernelBuild> kernels_;
   std::vector<PendingStore> pending_stores_;
 };

@@ -1,12 +1,17 @@
 #include "runtime/cpu_executable.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/cpu_blas.h"
@@ -128,10 +133,80 @@ struct CpuExecutable::TempCache {
   }
 };
 
+struct CpuExecutable::Profile {
+  explicit Profile(int64_t every) : every(every) {}
+
+  // Adds one run's step times (nanoseconds per plan step); every `every`
+  // runs, prints the table for `exe` and clears it.
+  void Add(const CpuExecutable& exe, const std::vector<int64_t>& step_ns) {
+    absl::MutexLock lock(&mu);
+    if (total_ns.empty()) total_ns.assign(step_ns.size(), 0);
+    for (size_t i = 0; i < step_ns.size(); ++i) total_ns[i] += step_ns[i];
+    if (++runs < every) return;
+    Print(exe);
+    total_ns.assign(step_ns.size(), 0);
+    runs = 0;
+  }
+
+  void Print(const CpuExecutable& exe) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const ProgramPlan& plan = exe.plan_;
+    int64_t sum = 0;
+    for (int64_t t : total_ns) sum += t;
+    std::vector<size_t> order;
+    for (size_t i = 0; i < total_ns.size(); ++i) {
+      if (plan.steps[i].kind == ProgramPlan::Step::Kind::kLaunch ||
+          plan.steps[i].kind == ProgramPlan::Step::Kind::kExtern)
+        order.push_back(i);
+    }
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return total_ns[a] > total_ns[b]; });
+    std::string table = absl::StrCat(
+        "kiln cpu profile: ", exe.artifact_.program().buffers_size(),
+        " buffers, ", order.size(), " steps, ", runs, " runs, ",
+        absl::StrFormat("%.3f", sum / 1e6 / runs), " ms per run\n");
+    for (size_t i : order) {
+      const ProgramPlan::Step& step = plan.steps[i];
+      std::string what;
+      if (step.kind == ProgramPlan::Step::Kind::kLaunch) {
+        what = *plan.launches[step.index].kernel;
+      } else {
+        auto label = gemm_labels.find(i);
+        what = label != gemm_labels.end() ? label->second : "gemm";
+      }
+      absl::StrAppend(
+          &table, absl::StrFormat(
+                      "  step %4d  %8.3f ms  %5.1f%%  %s\n", i,
+                      total_ns[i] / 1e6 / runs,
+                      100.0 * total_ns[i] / std::max<int64_t>(sum, 1), what));
+    }
+    std::fputs(table.c_str(), stderr);
+  }
+
+  // Labels a GEMM step by its dims (the first run's).
+  void NoteGemm(size_t step, const GemmDims& d) {
+    absl::MutexLock lock(&mu);
+    if (gemm_labels.contains(step)) return;
+    gemm_labels[step] = absl::StrFormat(
+        "gemm %dx%dx%dx%d (batch, m, n, k)%s%s", d.batch, d.m, d.n, d.k,
+        d.a.transposed ? " A^T" : "", d.b.transposed ? " B^T" : "");
+  }
+
+  const int64_t every;
+  absl::Mutex mu;
+  absl::flat_hash_map<size_t, std::string> gemm_labels ABSL_GUARDED_BY(mu);
+  std::vector<int64_t> total_ns ABSL_GUARDED_BY(mu);
+  int64_t runs ABSL_GUARDED_BY(mu) = 0;
+};
+
 CpuExecutable::CpuExecutable(v1::Artifact artifact, LoadedLibrary library)
     : artifact_(std::move(artifact)),
       library_(std::move(library)),
-      temp_cache_(std::make_unique<TempCache>()) {}
+      temp_cache_(std::make_unique<TempCache>()) {
+  if (const char* env = std::getenv("KILN_CPU_PROFILE")) {
+    const int64_t every = std::atoll(env);
+    if (every > 0) profile_ = std::make_unique<Profile>(every);
+  }
+}
 
 CpuExecutable::~CpuExecutable() = default;
 
@@ -264,7 +339,17 @@ absl::Status CpuExecutable::Execute(absl::Span<const int64_t> symbols,
   };
   const v1::Program& program = artifact_.program();
   std::vector<int64_t> elements;  // per buffer, on the first extern call
-  for (const ProgramPlan::Step& step : plan_.steps) {
+  std::vector<int64_t> step_ns;
+  if (profile_) step_ns.assign(plan_.steps.size(), 0);
+  for (size_t step_index = 0; step_index < plan_.steps.size(); ++step_index) {
+    const ProgramPlan::Step& step = plan_.steps[step_index];
+    const auto start = profile_ ? std::chrono::steady_clock::now()
+                                : std::chrono::steady_clock::time_point();
+    absl::Cleanup timed = [&] {
+      if (profile_)
+        step_ns[step_index] = (std::chrono::steady_clock::now() - start) /
+                              std::chrono::nanoseconds(1);
+    };
     switch (step.kind) {
       case ProgramPlan::Step::Kind::kAlloc: {
         const int slot = plan_.temp_slot[step.index];
@@ -302,6 +387,7 @@ absl::Status CpuExecutable::Execute(absl::Span<const int64_t> symbols,
         absl::StatusOr<GemmDims> dims =
             EvaluateGemm(*e.gemm, symbols, elements);
         if (!dims.ok()) return dims.status();
+        if (profile_) profile_->NoteGemm(step_index, *dims);
         absl::StatusOr<const CpuBlas*> blas = CpuBlas::Get();
         if (!blas.ok()) return blas.status();
         if (absl::Status s =
@@ -339,6 +425,7 @@ absl::Status CpuExecutable::Execute(absl::Span<const int64_t> symbols,
       }
     }
   }
+  if (profile_) profile_->Add(*this, step_ns);
   // The whole program ran (every index clamped); a recorded violation
   // fails the call.
   return IndexErrorStatus(program, error_word);

@@ -115,6 +115,12 @@ class CpuExecutable {
   // all of it, so concurrent runs allocate their own. Thread-safe.
   struct TempCache;
   std::unique_ptr<TempCache> temp_cache_;
+  // Time per program step, when KILN_CPU_PROFILE=N (N > 0) was set at load:
+  // every N runs the executable writes a table of its steps (kernel or
+  // GEMM, calls, milliseconds, share) to stderr and starts again. Null
+  // otherwise (runs pay nothing). Thread-safe.
+  struct Profile;
+  std::unique_ptr<Profile> profile_;
 };
 
 }  // namespace kiln

@@ -3,7 +3,7 @@
 //   forward   [..., OH, OW, KH, KW] reducing (KH, KW): the input read at
 //             oh * stride - pad + kh * dilation, padding a select (reads
 //             clamped into the input so no load leaves its buffer);
-//   backward  [..., H, W, KH, KW] reducing the windows that cover each
+//   backward  [..., H, W, JH, JW] reducing the windows that may cover each
 //             input position (a bounded gather: no atomics): the output
 //             position a window offset implies, when it exists and (max
 //             pool) its saved index names this input position.
@@ -133,14 +133,38 @@ absl::StatusOr<std::vector<LoweredValue>> LowerMaxPool(LowerContext& ctx) {
   return std::vector<LoweredValue>{*mx, ctx.AddNode(std::move(ind))};
 }
 
-// The output position o of window offset k over input position i (stride
-// s, padding pad, dilation d): o = (i + pad - k * d) / s when exact, with
-// `valid` saying whether it exists (0 <= o < n).
+// The windows that may cover input position i along one dim (stride s,
+// padding pad, dilation d, kernel k, n outputs), enumerated by a reduction
+// var j < count: either
+//  - by window offset (j = the offset kk): o = (i + pad - kk * d) / s when
+//    that divides exactly, k candidates; or
+//  - by output position, when fewer (ceil(k / s) for d = 1: 2 instead of 9
+//    windows of a 3x3 stride-2 pool in 2-d, and no divisibility test):
+//    o = (i + pad) / s - j, covering i when its offset i + pad - o * s is
+//    below k * d (and a multiple of d).
+// `valid` says whether o exists (0 <= o < n) and covers i; `o` is clamped
+// into [0, n) so that a read at it stays in its buffer.
 struct Source {
   Expr o, valid;
 };
-Source SourceOf(Expr i, Expr k, int64_t s, int64_t pad, int64_t d, int64_t n) {
-  const Expr num = Sub(ir::Add(i, C(pad)), ir::Mul(k, C(d)));
+struct Candidates {
+  int64_t count;
+  bool by_output;
+};
+Candidates CandidatesOf(int64_t k, int64_t s, int64_t d) {
+  const int64_t by_output = (k - 1) * d / s + 1;
+  return by_output < k ? Candidates{by_output, true} : Candidates{k, false};
+}
+Source SourceOf(Expr i, Expr j, const Candidates& c, int64_t k, int64_t s,
+                int64_t pad, int64_t d, int64_t n) {
+  if (c.by_output) {
+    const Expr o = Sub(ir::FloorDiv(ir::Add(i, C(pad)), C(s)), j);
+    const Expr offset = Sub(ir::Add(i, C(pad)), ir::Mul(o, C(s)));
+    Expr valid = And(InRange(o, n), Lt(offset, C(k * d)));
+    if (d > 1) valid = And(valid, Eq(ir::Mod(offset, C(d)), C(0)));
+    return {Clamp(o, n), valid};
+  }
+  const Expr num = Sub(ir::Add(i, C(pad)), ir::Mul(j, C(d)));
   const Expr o = ir::FloorDiv(num, C(s));
   Expr valid = And(Ge(num, C(0)), Eq(ir::Mod(num, C(s)), C(0)));
   valid = And(valid, Lt(o, C(n)));
@@ -154,14 +178,18 @@ absl::StatusOr<std::vector<LoweredValue>> LowerMaxPoolBackward(
   const Pool2dWindow& p = geo->p;
   const size_t nb = geo->batch.size();
   const Expr ih = ir::Var(nb), iw = ir::Var(nb + 1);
-  const Source h = SourceOf(ih, ir::Var(nb + 2), p.sh, p.ph, p.dh, p.oh);
-  const Source w = SourceOf(iw, ir::Var(nb + 3), p.sw, p.pw, p.dw, p.ow);
+  const Candidates ch = CandidatesOf(p.kh, p.sh, p.dh);
+  const Candidates cw = CandidatesOf(p.kw, p.sw, p.dw);
+  const Source h =
+      SourceOf(ih, ir::Var(nb + 2), ch, p.kh, p.sh, p.ph, p.dh, p.oh);
+  const Source w =
+      SourceOf(iw, ir::Var(nb + 3), cw, p.kw, p.sw, p.pw, p.dw, p.ow);
   const Expr picked = Eq(ReadAt(ctx.value(7), nb, h.o, w.o, kI64),
                          ir::Add(ir::Mul(ih, C(p.w)), iw));
   const Expr body =
       ir::Select(And(And(h.valid, w.valid), picked),
                  ReadAt(ctx.value(0), nb, h.o, w.o), ir::Const(0, kF32));
-  auto r = Reduce(ctx, Space(geo->batch, {p.h, p.w, p.kh, p.kw}),
+  auto r = Reduce(ctx, Space(geo->batch, {p.h, p.w, ch.count, cw.count}),
                   ReduceKind::kSum, ctx.out_type(0).dtype, body, nullptr);
   if (!r.ok()) return r.status();
   return std::vector<LoweredValue>{*r};
@@ -219,15 +247,18 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAvgPoolBackward(
   if (!geo.ok()) return geo.status();
   const Pool2dWindow& p = geo->p;
   const size_t nb = geo->batch.size();
-  const Source h = SourceOf(ir::Var(nb), ir::Var(nb + 2), p.sh, p.ph, 1, p.oh);
+  const Candidates ch = CandidatesOf(p.kh, p.sh, 1);
+  const Candidates cw = CandidatesOf(p.kw, p.sw, 1);
+  const Source h =
+      SourceOf(ir::Var(nb), ir::Var(nb + 2), ch, p.kh, p.sh, p.ph, 1, p.oh);
   const Source w =
-      SourceOf(ir::Var(nb + 1), ir::Var(nb + 3), p.sw, p.pw, 1, p.ow);
+      SourceOf(ir::Var(nb + 1), ir::Var(nb + 3), cw, p.kw, p.sw, p.pw, 1, p.ow);
   const Expr share =
       ir::Binary(ExprOp::kDiv, ReadAt(ctx.value(0), nb, h.o, w.o),
                  AvgDivisor(p, h.o, w.o, ctx.arg(6).b, ctx.arg(7)), kF32);
   const Expr body =
       ir::Select(And(h.valid, w.valid), share, ir::Const(0, kF32));
-  auto r = Reduce(ctx, Space(geo->batch, {p.h, p.w, p.kh, p.kw}),
+  auto r = Reduce(ctx, Space(geo->batch, {p.h, p.w, ch.count, cw.count}),
                   ReduceKind::kSum, ctx.out_type(0).dtype, body, nullptr);
   if (!r.ok()) return r.status();
   return std::vector<LoweredValue>{*r};

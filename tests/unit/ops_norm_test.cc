@@ -567,6 +567,22 @@ TEST(Pooling, CompiledMatchesReference) {
       ExpectCompiledMatchesReference(
           "aten.max_pool2d_with_indices.default", {Random(dt, {3, 7, 6}, rng)},
           {In(0), Ints({2, 2}), Ints({1, 1}), Ints({1, 0}), Ints({2, 3})});
+      // The backward enumerating candidate windows by output position with
+      // a dilation (stride 3 > dilation 2: 2 candidates of 3 offsets, each
+      // tested for divisibility by the dilation), over a larger input.
+      {
+        HostTensor big = Random(dt, {2, 2, 13, 11}, rng);
+        if (strided) big = NonContiguous(big);
+        const std::vector<v1::Argument> args = {
+            In(0), Ints({3, 2}), Ints({3, 3}), Ints({1, 0}), Ints({2, 2})};
+        auto fwd = RunOp("aten.max_pool2d_with_indices.default", {big}, args);
+        ASSERT_TRUE(fwd.ok()) << fwd.status();
+        ExpectCompiledMatchesReference(
+            "aten.max_pool2d_with_indices_backward.default",
+            {Random(dt, fwd->outputs[1].sizes(), rng), big, fwd->outputs[1]},
+            {In(0), In(1), Ints({3, 2}), Ints({3, 3}), Ints({1, 0}),
+             Ints({2, 2}), B(false), In(2)});
+      }
       for (std::vector<int64_t> os :
            {std::vector<int64_t>{1, 1}, {3, 4}, {7, 6}, {5, 4}}) {
         ExpectCompiledMatchesReference("aten._adaptive_avg_pool2d.default", {x},
