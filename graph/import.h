@@ -20,8 +20,8 @@
 namespace kiln {
 
 struct ImportLimits {
-  int max_nodes = 10000;
-  int max_inputs = 1024;
+  int max_nodes = 100000;
+  int max_inputs = 16384;
   int max_rank = 8;
   // Largest element count of any value (static part; dims of size 0 are
   // ignored so that strides stay representable).

@@ -89,7 +89,10 @@ class _Logits(nn.Module):
     def forward(self, *args: Any) -> Any:
         out = (self.model(**dict(zip(self.names, args))) if self.names
                else self.model(*args))
-        return out["logits"] if "logits" in out else out[0]
+        for key in ("logits", "out"):  # transformers; torchvision's
+            if key in out:                # segmentation models' dict
+                return out[key]
+        return out[0]
 
 
 def _no_dropout(config: Any) -> Any:
@@ -143,6 +146,28 @@ def _timm(name: str, **kw: Any) -> Callable[[], Example]:
         return (timm.create_model(name, pretrained=False, **kw),
                 (torch.randn(_b(2), 3, IMAGE, IMAGE),))
     return make
+
+
+def _tv_segmentation(name: str) -> Callable[[], Example]:
+    def make() -> Example:
+        import torchvision.models.segmentation as m  # noqa: PLC0415
+        return (_Logits(getattr(m, name)(weights=None,
+                                         weights_backbone=None,
+                                         num_classes=4)),
+                (torch.randn(_b(2), 3, IMAGE, IMAGE),))
+    return make
+
+
+def _hf_wav2vec2() -> Example:
+    import transformers  # noqa: PLC0415
+    cfg = _no_dropout(transformers.Wav2Vec2Config(
+        vocab_size=32, hidden_size=64, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=128,
+        conv_dim=(32, 32, 32), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
+        num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
+        mask_time_prob=0.0, layerdrop=0.0))
+    return (_Logits(transformers.Wav2Vec2ForCTC(cfg)),
+            (torch.randn(_b(2), 1600),))
 
 
 _SMALL = dict(vocab_size=100, hidden_size=64, num_hidden_layers=2,
@@ -221,6 +246,50 @@ MODELS: Dict[str, Callable[[], Example]] = {
     "timm_efficientnet": _timm("efficientnet_b0"),
     "timm_regnetx": _timm("regnetx_002"),
     "timm_coat": _timm("coat_lite_tiny", img_size=64),
+    # Added in session 15: architectures with ops the list above lacks
+    # (upsampling, grouped/1-d convolutions, LSTMs, weight standardization,
+    # relative position tables, token mixing MLPs).
+    "tv_mobilenet_v2": _tv("mobilenet_v2"),
+    "tv_resnext50": _tv("resnext50_32x4d", batch=1),
+    "tv_vgg11": _tv("vgg11_bn", batch=1),
+    "tv_alexnet": _tv("alexnet", batch=1),
+    "tv_efficientnet_v2_s": _tv("efficientnet_v2_s", batch=1),
+    "tv_lraspp": _tv_segmentation("lraspp_mobilenet_v3_large"),
+    "tv_deeplabv3": _tv_segmentation("deeplabv3_mobilenet_v3_large"),
+    "hf_wav2vec2": _hf_wav2vec2,
+    "hf_mobilebert": _hf("MobileBertForMaskedLM", "MobileBertConfig",
+                         vocab_size=100, hidden_size=64, embedding_size=32,
+                         num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=128, intra_bottleneck_size=32,
+                         true_hidden_size=32, num_feedforward_networks=2),
+    "hf_squeezebert": _hf("SqueezeBertForSequenceClassification",
+                          "SqueezeBertConfig", embedding_size=64, **_SMALL),
+    "hf_segformer": _hf("SegformerForSemanticSegmentation",
+                        "SegformerConfig", images=True, num_encoder_blocks=2,
+                        depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+                        patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2],
+                        mlp_ratios=[2, 2], decoder_hidden_size=32),
+    "hf_gpt_bigcode": _hf("GPTBigCodeForCausalLM", "GPTBigCodeConfig",
+                          vocab_size=100, n_embd=64, n_layer=2, n_head=4),
+    "hf_dinov2": _hf("Dinov2Model", "Dinov2Config", images=True,
+                     image_size=32, patch_size=8, **_SMALL),
+    "hf_beit": _hf("BeitForImageClassification", "BeitConfig", images=True,
+                   image_size=32, patch_size=8,
+                   use_relative_position_bias=True, **_SMALL),
+    "hf_xlnet": _hf("XLNetLMHeadModel", "XLNetConfig", vocab_size=100,
+                    d_model=64, n_layer=2, n_head=4, d_inner=128),
+    "timm_nfnet": _timm("nf_resnet26"),
+    "timm_ghostnet": _timm("ghostnet_050"),
+    "timm_repvgg": _timm("repvgg_a0"),
+    "timm_mixer": _timm("mixer_s16_224", img_size=64),
+    "timm_sequencer": _timm("sequencer2d_s", img_size=64),
+    "timm_xcit": _timm("xcit_nano_12_p16_224", img_size=64),
+    "timm_cait": _timm("cait_xxs24_224", img_size=64),
+    "timm_hrnet": _timm("hrnet_w18_small"),
+    "timm_dla": _timm("dla34"),
+    "timm_edgenext": _timm("edgenext_xx_small"),
+    "timm_tiny_vit": _timm("tiny_vit_5m_224", img_size=64),
+    "timm_fastvit": _timm("fastvit_t8"),
 }
 
 

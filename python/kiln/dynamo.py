@@ -76,6 +76,7 @@ import torch.fx
 from . import _binding
 from .attention import resolve_policy, rewrite_attention
 from .foreach import foreach_decompositions
+from .decompositions import extra_decompositions
 from .autostart import resolve_server
 from .fx_graph import (KilnGraph, Unsupported, align_norm_stats_with_eager,
                        draw_seed, is_contiguous, size_input_tensor,
@@ -501,7 +502,8 @@ class KilnBackend:
 
     def _decompositions(self) -> Dict[Any, Callable[..., Any]]:
         """Core ATen decompositions minus the ops Kiln lowers itself and
-        those that must not be decomposed in training graphs, plus (with
+        those that must not be decomposed in training graphs, plus a few
+        that Core ATen leaves whole (kiln/decompositions.py), plus (with
         foreach=True) the foreach ops of a compiled optimizer step as
         per-tensor ops (kiln/foreach.py)."""
         from torch._decomp import core_aten_decompositions  # noqa: PLC0415
@@ -510,6 +512,7 @@ class KilnBackend:
         ops = self.ops()
         out = {op: table[op] for op in list(table.keys())
                if str(op) not in ops and str(op) not in _KEEP}
+        out.update(extra_decompositions(ops))
         if self.foreach:
             out.update(foreach_decompositions(ops, frozenset(map(str, out))))
         return out
@@ -538,7 +541,7 @@ class KilnBackend:
             module, report, refused = self._compile_partitions(work, excluded)
             if not refused or pristine is None or attempt == _NODE_RETRIES:
                 break
-            excluded.update(refused)
+            excluded.update(_alike(pristine, refused))
         if refused:
             self._warn_once("kiln: a partition failed to compile, running it "
                             "eagerly: " + "; ".join(refused.values()))
@@ -678,7 +681,47 @@ class KilnBackend:
 
 
 # How many times a graph is partitioned again without a node kilnd refused.
-_NODE_RETRIES = 3
+_NODE_RETRIES = 8
+
+
+def _signature(node: torch.fx.Node) -> Optional[Tuple[Any, ...]]:
+    """What kilnd sees of a node: its op, its arguments, and the dtype and
+    sizes of each tensor among them (None for a node without a target)."""
+    if node.op != "call_function":
+        return None
+
+    def arg(a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            val = a.meta.get("val")
+            if isinstance(val, torch.Tensor):
+                return ("tensor", str(val.dtype), tuple(str(s) for s in val.shape))
+            return ("node", a.name)
+        if isinstance(a, (list, tuple)):
+            return tuple(arg(x) for x in a)
+        return repr(a)
+
+    return (str(node.target), arg(node.args),
+            tuple(sorted((k, arg(v)) for k, v in node.kwargs.items())))
+
+
+def _alike(gm: torch.fx.GraphModule, refused: Dict[str, str]) -> Dict[str, str]:
+    """`refused` and every other node of gm with the same signature as a
+    refused one (the same op on tensors of the same dtypes and sizes: kilnd
+    would refuse it for the same reason), so that a graph with many copies
+    of one refused node (an upsampling's scatters in each decoder stage) is
+    partitioned again once, not once per copy."""
+    by_name = {n.name: n for n in gm.graph.nodes}
+    wanted: Dict[Tuple[Any, ...], str] = {}
+    for name, why in refused.items():
+        sig = _signature(by_name[name]) if name in by_name else None
+        if sig is not None:
+            wanted[sig] = why
+    out = dict(refused)
+    for n in gm.graph.nodes:
+        sig = _signature(n)
+        if sig is not None and sig in wanted and n.name not in out:
+            out[n.name] = wanted[sig]
+    return out
 
 _NODE_IN_ERROR = re.compile(r"\bnode (\d+) \(")
 

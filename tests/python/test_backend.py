@@ -1089,6 +1089,116 @@ def test_a_node_kilnd_refuses_runs_eagerly_and_the_rest_in_kiln(daemon):
         torch.compile(f, backend=strict)(x, idx, v)
 
 
+def test_many_refused_copies_of_one_node_are_left_out_in_one_retry(daemon):
+    """A bilinear upsampling's backward is four accumulating index_puts of
+    one signature per upsampling (PyTorch decomposes it before autograd),
+    each too large for Kiln's quadratic scatter: five upsamplings give
+    twenty refused nodes, more than the graph is partitioned again for
+    one at a time. Nodes alike a refused one (same op, same argument dtypes
+    and sizes) are left out with it, so every partition compiles and only
+    the scatters run eagerly."""
+
+    class Ups(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            outs = [F.interpolate(y * (k + 1), scale_factor=2, mode="bilinear",
+                                  align_corners=False) for k in range(5)]
+            return torch.stack(outs).sum(0)
+
+    torch.manual_seed(0)
+    model = Ups()
+    mine = copy.deepcopy(model)
+    x = torch.randn(2, 3, 16, 16)
+    backend = kiln.backend(server=daemon.address, fallback="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nodes left out: no fallback warning
+        out = torch.compile(mine, backend=backend)(x)
+    ref = model(x)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    ref.square().sum().backward()
+    out.square().sum().backward()
+    for p, q in zip(model.parameters(), mine.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-3)
+    report = backend.report
+    assert report.compiled_partitions == report.partitions, str(report)
+    assert report.op("aten.index_put.default").fallback, str(report)
+    for op, reasons in report.fallbacks.items():
+        assert op == "aten.index_put.default" or all(
+            "edge" in r for r in reasons), str(report)
+
+
+def test_a_graph_with_more_than_a_thousand_inputs_compiles(daemon):
+    """A partition's inputs are every parameter and saved tensor it reads:
+    a deep model's backward has more than 1024 (torchvision's
+    EfficientNet-V2-S: 1195), which kilnd refused whole until its limit
+    became 16384 (graph/import.h)."""
+    params = [torch.randn(8) for _ in range(1100)]
+
+    def f(x, *ps):
+        out = x
+        for p in ps:
+            out = out * 0.5 + p
+        return out
+
+    x = torch.randn(8)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    out = torch.compile(f, backend=backend)(x, *params)
+    torch.testing.assert_close(out, f(x, *params))
+    assert backend.report.compiled_partitions == 1, str(backend.report)
+
+
+def test_weight_norm_backward_and_new_empty_strided_decompose(daemon):
+    """Two ops Core ATen's decompositions leave whole and Kiln does not
+    lower, decomposed by kiln/decompositions.py: nn.utils.weight_norm's
+    backward (its autograd formula in ATen ops, against eager's
+    gradients), and new_empty_strided (PyTorch's decomposition)."""
+    from kiln.decompositions import extra_decompositions
+
+    aten = torch.ops.aten
+    table = extra_decompositions(frozenset())
+    assert aten.new_empty_strided.default in table
+    assert aten._weight_norm_interface_backward.default in table
+    # Kiln's own lowering wins.
+    assert aten.new_empty_strided.default not in extra_decompositions(
+        frozenset({"aten.new_empty_strided.default"}))
+
+    torch.manual_seed(0)
+    for dim in (0, 2):  # the fused op takes the first or the last dim
+        v = torch.randn(6, 5, 3)
+        g = torch.rand(*[s if d == dim else 1 for d, s in enumerate(v.shape)]) + 0.5
+        w, norms = aten._weight_norm_interface(v, g, dim)
+        grad_w = torch.randn_like(w)
+        ref = aten._weight_norm_interface_backward(grad_w, v, g, norms, dim)
+        got = table[aten._weight_norm_interface_backward.default](
+            grad_w, v, g, norms, dim)
+        for a, b in zip(got, ref):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+    def make():  # weight-normed modules cannot be deep-copied
+        torch.manual_seed(1)
+        return torch.nn.utils.parametrizations.weight_norm(
+            torch.nn.Conv1d(4, 6, 3, padding=1), dim=2)
+
+    conv, mine = make(), make()
+    x = torch.randn(2, 4, 10)
+    backend = kiln.backend(server=daemon.address, fallback="eager")
+    out = torch.compile(mine, backend=backend)(x)
+    ref = conv(x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    ref.square().sum().backward()
+    out.square().sum().backward()
+    for (name, p), q in zip(conv.named_parameters(), mine.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5,
+                                   msg=lambda m, n=name: f"grad of {n}: {m}")
+    report = backend.report
+    assert not report.op("aten._weight_norm_interface_backward.default").fallback
+    assert report.compiled_partitions == report.partitions, str(report)
+
+
 def test_cpu_literals_stay_out_of_a_cuda_graphs_partitions():
     """A tensor literal made on the CPU in a CUDA model (T5's, BART's and
     DeBERTa's `torch.tensor(...)`, lifted by lift_fresh_copy) stays out of

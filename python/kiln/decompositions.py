@@ -1,0 +1,72 @@
+"""Decompositions the Kiln backend adds to Core ATen's.
+
+AOTAutograd decomposes a training graph with the table the backend gives
+it (``KilnBackend._decompositions``): Core ATen's table, minus the ops Kiln
+lowers itself, plus the ones here. Each is an op real models reach that
+Core ATen's table leaves whole and Kiln does not lower, so without it the
+op would split its graph and run eagerly:
+
+- ``aten.new_empty_strided`` (timm's GhostNet: 16 of them split its graph
+  into 18 partitions): PyTorch's own decomposition, to ``empty_strided``.
+- ``aten._weight_norm_interface_backward`` (``nn.utils.weight_norm``, as
+  wav2vec2's positional convolution uses): PyTorch has no decomposition;
+  the one here is its autograd formula (``_weight_norm_differentiable_backward``
+  in FunctionsManual.cpp) in ATen ops.
+
+Only ops whose name is not in ``kiln_ops`` are given (Kiln's own lowering
+wins).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, FrozenSet, Tuple
+
+import torch
+
+__all__ = ["extra_decompositions"]
+
+aten = torch.ops.aten
+
+# Ops whose decomposition PyTorch's full table has (not Core ATen's).
+_FROM_TORCH = ("aten.new_empty_strided.default",)
+
+
+def _weight_norm_interface_backward(
+        grad_w: torch.Tensor, saved_v: torch.Tensor, saved_g: torch.Tensor,
+        saved_norms: torch.Tensor, dim: int) -> Tuple[torch.Tensor,
+                                                      torch.Tensor]:
+    """(grad_v, grad_g) of w = g * v / ||v||, the norm over every dim but
+    `dim` (every dim when dim is -1), as PyTorch computes them: grad_g =
+    sum(grad_w * v) / norms, grad_v = g / norms * (grad_w - v * grad_g /
+    norms), in the dtype of the norms (float32 for half weights)."""
+    dims = [d for d in range(saved_v.dim()) if d != dim]
+    acc = saved_norms.dtype
+    gw, v, g = grad_w.to(acc), saved_v.to(acc), saved_g.to(acc)
+    grad_g = (gw * v).sum(dims, keepdim=True).reshape(saved_norms.shape) / saved_norms
+    grad_v = (g / saved_norms) * (gw - v * (grad_g / saved_norms))
+    return grad_v.to(saved_v.dtype), grad_g.to(saved_g.dtype)
+
+
+_OURS: Dict[str, Callable[..., Any]] = {
+    "aten._weight_norm_interface_backward.default":
+        _weight_norm_interface_backward,
+}
+
+
+def extra_decompositions(kiln_ops: FrozenSet[str]) -> Dict[Any, Callable[..., Any]]:
+    """{op overload: decomposition} for the ops above that Kiln does not
+    lower itself and this torch has."""
+    from torch._decomp import decomposition_table  # noqa: PLC0415
+
+    out: Dict[Any, Callable[..., Any]] = {}
+    for op, fn in decomposition_table.items():
+        if str(op) in _FROM_TORCH and str(op) not in kiln_ops:
+            out[op] = fn
+    for name, fn in _OURS.items():
+        if name in kiln_ops:
+            continue
+        packet, overload = name.split(".")[1:]
+        op = getattr(getattr(aten, packet, None), overload, None)
+        if op is not None:
+            out[op] = fn
+    return out
