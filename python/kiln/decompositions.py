@@ -8,6 +8,9 @@ op would split its graph and run eagerly:
 
 - ``aten.new_empty_strided`` (timm's GhostNet: 16 of them split its graph
   into 18 partitions): PyTorch's own decomposition, to ``empty_strided``.
+- ``aten.linalg_vector_norm`` (``F.normalize``, ``torch.norm``, weight
+  norm in older PyTorch: wav2vec2 on torch 2.11): PyTorch's decomposition
+  (abs, powers and a sum, or amax/amin for the infinite orders).
 - ``aten._weight_norm_interface_backward`` (``nn.utils.weight_norm``, as
   wav2vec2's positional convolution uses): PyTorch has no decomposition;
   the one here is its autograd formula (``_weight_norm_differentiable_backward``
@@ -28,7 +31,8 @@ __all__ = ["extra_decompositions"]
 aten = torch.ops.aten
 
 # Ops whose decomposition PyTorch's full table has (not Core ATen's).
-_FROM_TORCH = ("aten.new_empty_strided.default",)
+_FROM_TORCH = ("aten.new_empty_strided.default",
+               "aten.linalg_vector_norm.default")
 
 
 def _weight_norm_interface_backward(

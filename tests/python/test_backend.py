@@ -1198,6 +1198,20 @@ def test_weight_norm_backward_and_new_empty_strided_decompose(daemon):
     assert not report.op("aten._weight_norm_interface_backward.default").fallback
     assert report.compiled_partitions == report.partitions, str(report)
 
+    # linalg_vector_norm (F.normalize; the orders models use) decomposes too.
+    for ord_ in (2, 1, float("inf")):
+        def normalize(x, o=ord_):
+            return F.normalize(x, p=o, dim=-1) * 3 + torch.linalg.vector_norm(
+                x, o)
+
+        torch._dynamo.reset()
+        x = torch.randn(5, 7, requires_grad=True)
+        backend = kiln.backend(server=daemon.address, fallback="eager")
+        out = torch.compile(normalize, backend=backend)(x)
+        torch.testing.assert_close(out, normalize(x), rtol=1e-5, atol=1e-5)
+        assert not backend.report.fallbacks.get(
+            "aten.linalg_vector_norm.default"), str(backend.report)
+
 
 def test_cpu_literals_stay_out_of_a_cuda_graphs_partitions():
     """A tensor literal made on the CPU in a CUDA model (T5's, BART's and
