@@ -104,12 +104,6 @@ void CheckBoth(const std::string& op, const std::vector<HostTensor>& in,
     EXPECT_EQ(ExactDiff(got[o], r->outputs[o]), "") << "compiled output " << o;
 }
 
-HostTensor Cast(const HostTensor& t, DType dtype) {
-  HostTensor o = HostTensor::Empty(dtype, t.sizes());
-  for (int64_t i = 0; i < t.numel(); ++i) o.SetDoubleAt(i, t.GetDoubleAt(i));
-  return o;
-}
-
 // ---- hand-worked values (PyTorch 2.x's results) ----
 
 TEST(SortValues, NanLastAscendingFirstDescendingTiesInIndexOrder) {

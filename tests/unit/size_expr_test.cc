@@ -364,7 +364,6 @@ TEST(SizeExprCompileTest, SlicesOfSymbolicDimsMatchReference) {
         R"(["a", "b", "c", "d", "e", "f"])")));
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const Graph& graph = compiled->graph;
-  CpuExecutable& exe = *compiled->exe;
   const auto names = graph.SymbolNames();
   EXPECT_EQ(graph.type(graph.outputs[0]).sizes[1].ToString(names), "-1 + s1");
   EXPECT_EQ(graph.type(graph.outputs[1]).sizes[1].ToString(names), "-2 + s1");
@@ -415,7 +414,6 @@ TEST(SizeExprCompileTest, ArangeToASymbolicEndMatchesReference) {
       R"(["r", "y"])")));
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const Graph& graph = compiled->graph;
-  CpuExecutable& exe = *compiled->exe;
   const auto names = graph.SymbolNames();
   EXPECT_EQ(graph.type(graph.outputs[0]).sizes[0].ToString(names), "-1 + s1");
   EXPECT_EQ(graph.type(graph.outputs[0]).dtype, DType::kInt64);
