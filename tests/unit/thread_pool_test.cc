@@ -2,6 +2,7 @@
 // (runtime/thread_pool.h): every index runs exactly once, on more than one
 // thread where the pool has several, and the OpenMP path is taken only
 // when a runtime is loaded and the pool's thread count is the default.
+// And CpuBlas::Gemm's row blocks over a pool against a plain triple loop.
 #include "runtime/thread_pool.h"
 
 #include <dlfcn.h>
@@ -10,9 +11,12 @@
 
 #include <atomic>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 #include <vector>
+
+#include "runtime/cpu_blas.h"
 
 namespace kiln {
 namespace {
@@ -79,6 +83,71 @@ TEST(ThreadPool, RunsOnALoadedOpenMpRuntime) {
   set_threads(1);
   EXPECT_EQ(pool.size(), 1);
   EXPECT_EQ(RunEachOnce(pool, 20), 1u);
+}
+
+// C = alpha * op(A) @ op(B) + beta * C over a pool, for products longer in
+// rows and longer in columns, transposed operands, batches, offsets and
+// leading dimensions past the matrix, against a plain loop.
+TEST(ThreadPool, GemmBlocksOverAPool) {
+  auto blas = CpuBlas::Get();
+  if (!blas.ok()) GTEST_SKIP() << blas.status();
+  ThreadPool pool(3);
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  struct Case {
+    int64_t batch, m, n, k;
+    bool ta, tb;
+  };
+  // Each large enough for several blocks (at least 2^21 multiply-adds a
+  // block, RowsPerBlock in cpu_blas.cc).
+  for (const Case& t :
+       {Case{1, 40, 3000, 200, false, false},
+        Case{2, 30, 2500, 300, true, true}, Case{1, 2600, 9, 300, false, true},
+        Case{2, 2100, 12, 250, true, false},
+        Case{1, 300, 280, 64, false, false}}) {
+    SCOPED_TRACE(testing::Message()
+                 << t.batch << "x" << t.m << "x" << t.n << "x" << t.k
+                 << " ta=" << t.ta << " tb=" << t.tb);
+    GemmDims d;
+    d.batch = t.batch, d.m = t.m, d.n = t.n, d.k = t.k;
+    // Stored shapes: A [m, k] or [k, m], B [k, n] or [n, k], row-major
+    // with one column of padding, after an offset of 3 elements.
+    const int64_t a_rows = t.ta ? t.k : t.m, a_cols = t.ta ? t.m : t.k;
+    const int64_t b_rows = t.tb ? t.n : t.k, b_cols = t.tb ? t.k : t.n;
+    d.a = {3, a_rows * (a_cols + 1), a_cols + 1, t.ta};
+    d.b = {3, b_rows * (b_cols + 1), b_cols + 1, t.tb};
+    d.c = {3, t.m * (t.n + 1), t.n + 1, false};
+    std::vector<float> a(3 + t.batch * d.a.batch_stride),
+        b(3 + t.batch * d.b.batch_stride), c(3 + t.batch * d.c.batch_stride);
+    for (float& x : a) x = u(rng);
+    for (float& x : b) x = u(rng);
+    for (float& x : c) x = u(rng);
+    std::vector<float> want = c;
+    for (int64_t i = 0; i < t.batch; ++i) {
+      for (int64_t r = 0; r < t.m; ++r) {
+        for (int64_t j = 0; j < t.n; ++j) {
+          double sum = 0;
+          for (int64_t q = 0; q < t.k; ++q) {
+            const float av = a[3 + i * d.a.batch_stride +
+                               (t.ta ? q * d.a.ld + r : r * d.a.ld + q)];
+            const float bv = b[3 + i * d.b.batch_stride +
+                               (t.tb ? j * d.b.ld + q : q * d.b.ld + j)];
+            sum += static_cast<double>(av) * bv;
+          }
+          float& w = want[3 + i * d.c.batch_stride + r * d.c.ld + j];
+          w = static_cast<float>(0.5 * sum + 0.25 * w);
+        }
+      }
+    }
+    ASSERT_TRUE((*blas)
+                    ->Gemm(DType::kFloat32, d, 0.5, 0.25, a.data(), b.data(),
+                           c.data(), &pool)
+                    .ok());
+    double worst = 0;
+    for (size_t e = 0; e < c.size(); ++e)
+      worst = std::max<double>(worst, std::abs(c[e] - want[e]));
+    EXPECT_LT(worst, 1e-4);
+  }
 }
 
 }  // namespace
