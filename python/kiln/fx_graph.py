@@ -67,10 +67,25 @@ _NEUTRAL_KWARGS = {
 _DEVICE_TYPES = ("cpu", "cuda")
 
 
-def _neutral_kwarg(key: str, value: Any) -> bool:
-    """Whether keyword argument key=value can be dropped."""
+# Copies whose memory_format (channels_last, ...) only picks their result's
+# strides: the values are the same in any layout, and Kiln lays out what
+# it computes itself (a partition output in PyTorch's strides, below).
+_LAYOUT_COPIES = frozenset({"aten.clone.default", "aten._to_copy.default"})
+
+
+def _neutral_kwarg(key: str, value: Any,
+                   node: Optional[torch.fx.Node] = None) -> bool:
+    """Whether keyword argument key=value of `node` can be dropped. A
+    copy's memory_format can, unless an as_strided reads the copy (its
+    strides would then matter: SegFormer's channels-last clones do not)."""
     if key == "device":
         return value is None or torch.device(value).type in _DEVICE_TYPES
+    if (key == "memory_format" and node is not None
+            and op_name(node.target) in _LAYOUT_COPIES
+            and isinstance(value, torch.memory_format)
+            and not any(op_name(u.target) in AS_STRIDED_OPS
+                        for u in node.users)):
+        return True
     return key in _NEUTRAL_KWARGS and value in _NEUTRAL_KWARGS[key]
 
 
@@ -712,7 +727,7 @@ def check_node_args(node: torch.fx.Node) -> None:
             continue
         _argument(a, None, refs)
     for k, v in node.kwargs.items():
-        if _neutral_kwarg(k, v):
+        if _neutral_kwarg(k, v, node):
             continue
         if k in _NEUTRAL_KWARGS or k == "device":
             raise Unsupported(f"{k}={v}")
@@ -1027,7 +1042,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                     a = sym_input(a)
                 args.append(_argument(a, symbols, refs))
             for k, v in node.kwargs.items():
-                if _neutral_kwarg(k, v):
+                if _neutral_kwarg(k, v, node):
                     continue
                 if _is_number(v) and any(_wants_tensor(sa) for sa in schema
                                          if sa.name == k):

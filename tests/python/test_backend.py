@@ -1213,6 +1213,31 @@ def test_weight_norm_backward_and_new_empty_strided_decompose(daemon):
             "aten.linalg_vector_norm.default"), str(backend.report)
 
 
+def test_channels_last_clones_run_in_kiln(daemon):
+    """A copy to channels_last (SegFormer's `.contiguous(memory_format=
+    torch.channels_last)` between layers) has its input's values: it runs
+    in Kiln, and an output that is one keeps PyTorch's channels-last
+    strides."""
+
+    def f(x, w):
+        y = (x * 2).contiguous(memory_format=torch.channels_last)
+        z = F.conv2d(y, w).relu()
+        return z.sum(1), (z + 1).contiguous(memory_format=torch.channels_last)
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 6, 5, generator=g)
+    w = torch.randn(4, 3, 3, 3, generator=g)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    out = torch.compile(f, backend=backend)(x, w)
+    ref = f(x, w)
+    for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        assert a.stride() == b.stride(), (a.stride(), b.stride())
+    report = backend.report
+    assert report.op("aten.clone.default").kiln >= 1, str(report)
+    assert not report.op("aten.clone.default").fallback, str(report)
+
+
 def test_cpu_literals_stay_out_of_a_cuda_graphs_partitions():
     """A tensor literal made on the CPU in a CUDA model (T5's, BART's and
     DeBERTa's `torch.tensor(...)`, lifted by lift_fresh_copy) stays out of
