@@ -157,6 +157,22 @@ class ExplainReport:
 # Kiln (DESIGN.md decision 10); until then it runs eagerly.
 _KEEP = frozenset({"aten._scaled_dot_product_flash_attention_for_cpu.default"})
 
+def _core_aten_table() -> Dict[Any, Callable[..., Any]]:
+    """Core ATen's decompositions. Since torch 2.6 core_aten_decompositions()
+    materialises torch.export's table, which adds PyTorch's
+    CompositeImplicitAutograd ops (they decompose by themselves while
+    AOTAutograd traces) and took 0.07-0.17 s of a process's first compile;
+    the post-autograd table it starts from is the same for AOTAutograd and
+    takes 2 ms. Older torch: core_aten_decompositions()."""
+    import torch._decomp as decomp  # noqa: PLC0415
+
+    post_autograd = getattr(decomp, "_core_aten_decompositions_post_autograd",
+                            None)
+    if post_autograd is not None:
+        return post_autograd()
+    return decomp.core_aten_decompositions()
+
+
 # After kilnd was unreachable, graphs compiled within this many seconds run
 # eagerly without trying it again.
 _RETRY_SECONDS = 10.0
@@ -506,9 +522,7 @@ class KilnBackend:
         that Core ATen leaves whole (kiln/decompositions.py), plus (with
         foreach=True) the foreach ops of a compiled optimizer step as
         per-tensor ops (kiln/foreach.py)."""
-        from torch._decomp import core_aten_decompositions  # noqa: PLC0415
-
-        table = core_aten_decompositions()
+        table = _core_aten_table()
         ops = self.ops()
         out = {op: table[op] for op in list(table.keys())
                if str(op) not in ops and str(op) not in _KEEP}
