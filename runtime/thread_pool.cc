@@ -1,6 +1,7 @@
 #include "runtime/thread_pool.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -75,7 +76,8 @@ void RunOpenMpTasks(void* data) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int threads) : may_use_openmp_(threads <= 0) {
+ThreadPool::ThreadPool(int threads)
+    : may_use_openmp_(threads <= 0), owner_pid_(static_cast<int>(getpid())) {
   if (threads <= 0)
     threads =
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -131,8 +133,8 @@ void ThreadPool::WorkerLoop(uint64_t seen) {
 void ThreadPool::ParallelFor(int64_t n,
                              const std::function<void(int64_t)>& fn) {
   if (n <= 0) return;
-  if (n == 1) {
-    fn(0);
+  if (n == 1 || static_cast<int>(getpid()) != owner_pid_) {
+    for (int64_t i = 0; i < n; ++i) fn(i);  // one task, or a forked child
     return;
   }
   if (const OpenMpRuntime* omp = OpenMp()) {

@@ -13,6 +13,10 @@
 //  - otherwise its own workers (std::thread), `threads` of them with the
 //    caller.
 //
+// A pool used in a child process forked after the pool was built runs its
+// regions on the calling thread: the parent's workers, Kiln's or OpenMP's,
+// do not exist in the child (libgomp would wait for them forever).
+//
 // Thread-safety: ParallelFor may be called from several threads at once;
 // on Kiln's own workers, calls are serialised (one parallel region at a
 // time, which is what a runtime that saturates the cores wants anyway); on
@@ -63,6 +67,7 @@ class ThreadPool {
   const OpenMpRuntime* OpenMp() const;
 
   const bool may_use_openmp_;
+  const int owner_pid_;        // the process that built the pool
   int own_threads_ = 1;        // Kiln's workers + the caller
   std::once_flag start_once_;  // the workers start with the first region
   mutable std::once_flag openmp_once_;

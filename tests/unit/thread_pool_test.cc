@@ -8,6 +8,8 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <mutex>
@@ -83,6 +85,32 @@ TEST(ThreadPool, RunsOnALoadedOpenMpRuntime) {
   set_threads(1);
   EXPECT_EQ(pool.size(), 1);
   EXPECT_EQ(RunEachOnce(pool, 20), 1u);
+}
+
+// A child forked after the pool ran regions (on OpenMP's threads and on
+// Kiln's) runs its regions on its calling thread instead of waiting for
+// the parent's threads, which do not exist in it.
+TEST(ThreadPool, AForkedChildRunsRegionsOnItsOwnThread) {
+  if (dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL) == nullptr)
+    GTEST_SKIP() << "no libgomp.so.1";
+  ThreadPool openmp;
+  ThreadPool own(2);
+  RunEachOnce(openmp, 20);
+  RunEachOnce(own, 20);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(20);  // a hang fails the child
+    std::atomic<int64_t> sum{0};
+    auto add = [&](int64_t i) { sum += i; };
+    openmp.ParallelFor(100, add);
+    own.ParallelFor(100, add);
+    _exit(sum.load() == 2 * 4950 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child hung or crashed: " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 // C = alpha * op(A) @ op(B) + beta * C over a pool, for products longer in
