@@ -46,7 +46,8 @@ def _weight_norm_interface_backward(
     dims = [d for d in range(saved_v.dim()) if d != dim]
     acc = saved_norms.dtype
     gw, v, g = grad_w.to(acc), saved_v.to(acc), saved_g.to(acc)
-    grad_g = (gw * v).sum(dims, keepdim=True).reshape(saved_norms.shape) / saved_norms
+    grad_g = ((gw * v).sum(dims, keepdim=True).reshape(saved_norms.shape)
+              / saved_norms)
     grad_v = (g / saved_norms) * (gw - v * (grad_g / saved_norms))
     return grad_v.to(saved_v.dtype), grad_g.to(saved_g.dtype)
 
@@ -57,7 +58,8 @@ _OURS: Dict[str, Callable[..., Any]] = {
 }
 
 
-def extra_decompositions(kiln_ops: FrozenSet[str]) -> Dict[Any, Callable[..., Any]]:
+def extra_decompositions(
+        kiln_ops: FrozenSet[str]) -> Dict[Any, Callable[..., Any]]:
     """{op overload: decomposition} for the ops above that Kiln does not
     lower itself and this torch has."""
     from torch._decomp import decomposition_table  # noqa: PLC0415

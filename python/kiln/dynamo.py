@@ -157,6 +157,7 @@ class ExplainReport:
 # Kiln (DESIGN.md decision 10); until then it runs eagerly.
 _KEEP = frozenset({"aten._scaled_dot_product_flash_attention_for_cpu.default"})
 
+
 def _core_aten_table() -> Dict[Any, Callable[..., Any]]:
     """Core ATen's decompositions. Since torch 2.6 core_aten_decompositions()
     materialises torch.export's table, which adds PyTorch's
@@ -708,7 +709,8 @@ def _signature(node: torch.fx.Node) -> Optional[Tuple[Any, ...]]:
         if isinstance(a, torch.fx.Node):
             val = a.meta.get("val")
             if isinstance(val, torch.Tensor):
-                return ("tensor", str(val.dtype), tuple(str(s) for s in val.shape))
+                return ("tensor", str(val.dtype),
+                        tuple(str(s) for s in val.shape))
             return ("node", a.name)
         if isinstance(a, (list, tuple)):
             return tuple(arg(x) for x in a)
@@ -736,6 +738,7 @@ def _alike(gm: torch.fx.GraphModule, refused: Dict[str, str]) -> Dict[str, str]:
         if sig is not None and sig in wanted and n.name not in out:
             out[n.name] = wanted[sig]
     return out
+
 
 _NODE_IN_ERROR = re.compile(r"\bnode (\d+) \(")
 
