@@ -13,12 +13,10 @@ namespace kiln {
 
 // The entry points of a loaded OpenMP runtime that a region needs: GCC's
 // ABI for `#pragma omp parallel` (GOMP_parallel, which libgomp and LLVM's
-// and Intel's runtimes all export) and the team queries.
+// and Intel's runtimes all export) and the team size a region would get.
 struct OpenMpRuntime {
   void (*parallel)(void (*fn)(void*), void* data, unsigned num_threads,
                    unsigned flags);
-  int (*thread_num)();
-  int (*num_threads)();
   int (*max_threads)();
 };
 
@@ -37,14 +35,9 @@ const OpenMpRuntime* LoadedOpenMp() {
       OpenMpRuntime r;
       r.parallel = reinterpret_cast<decltype(r.parallel)>(
           dlsym(handle, "GOMP_parallel"));
-      r.thread_num = reinterpret_cast<decltype(r.thread_num)>(
-          dlsym(handle, "omp_get_thread_num"));
-      r.num_threads = reinterpret_cast<decltype(r.num_threads)>(
-          dlsym(handle, "omp_get_num_threads"));
       r.max_threads = reinterpret_cast<decltype(r.max_threads)>(
           dlsym(handle, "omp_get_max_threads"));
-      if (r.parallel && r.thread_num && r.num_threads && r.max_threads)
-        return r;
+      if (r.parallel && r.max_threads) return r;
       dlclose(handle);
     }
     return std::nullopt;

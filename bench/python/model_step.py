@@ -17,13 +17,12 @@ kilnd on an ephemeral port serves Kiln.
 from __future__ import annotations
 
 import argparse
-import time
 
 import real_models as rm  # noqa: E402 (sys.path and KILN_LIB via bench_util)
 import torch  # noqa: E402
 
 import kiln  # noqa: E402
-from bench_util import Kilnd  # noqa: E402
+from bench_util import Kilnd, ms_per_call  # noqa: E402
 
 
 def main() -> None:
@@ -51,12 +50,7 @@ def main() -> None:
             model.zero_grad(set_to_none=True)
             rm._step(call, model, inputs)
 
-        for _ in range(3):
-            step()
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            step()
-        ms = (time.perf_counter() - start) / args.steps * 1e3
+        ms = ms_per_call(step, args.steps, cuda=False, warmup=3)
         print(f"{args.backend} {args.model}: {ms:.2f} ms/step", flush=True)
 
 

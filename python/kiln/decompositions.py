@@ -58,6 +58,13 @@ _OURS: Dict[str, Callable[..., Any]] = {
 }
 
 
+def _overload(name: str) -> Any:
+    """The op overload "aten.<packet>.<overload>" names, or None when this
+    torch lacks it."""
+    packet, overload = name.split(".")[1:]
+    return getattr(getattr(aten, packet, None), overload, None)
+
+
 def extra_decompositions(
         kiln_ops: FrozenSet[str]) -> Dict[Any, Callable[..., Any]]:
     """{op overload: decomposition} for the ops above that Kiln does not
@@ -65,14 +72,12 @@ def extra_decompositions(
     from torch._decomp import decomposition_table  # noqa: PLC0415
 
     out: Dict[Any, Callable[..., Any]] = {}
-    for op, fn in decomposition_table.items():
-        if str(op) in _FROM_TORCH and str(op) not in kiln_ops:
-            out[op] = fn
+    for name in _FROM_TORCH:
+        op = _overload(name)
+        if name not in kiln_ops and op in decomposition_table:
+            out[op] = decomposition_table[op]
     for name, fn in _OURS.items():
-        if name in kiln_ops:
-            continue
-        packet, overload = name.split(".")[1:]
-        op = getattr(getattr(aten, packet, None), overload, None)
-        if op is not None:
+        op = _overload(name)
+        if name not in kiln_ops and op is not None:
             out[op] = fn
     return out
