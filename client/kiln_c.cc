@@ -79,7 +79,9 @@ absl::StatusOr<v1::CompileOptions> CompileOptionsFromFlags(int flags) {
   constexpr int kKnown = KILN_OPTION_FAST_MATH | KILN_OPTION_ALLOW_TF32 |
                          KILN_OPTION_STRICT_FP16_REDUCTION |
                          KILN_OPTION_STRICT_BF16_REDUCTION |
-                         KILN_OPTION_UNFUSED_GEMM_EPILOGUES;
+                         KILN_OPTION_UNFUSED_GEMM_EPILOGUES |
+                         KILN_OPTION_ALLOW_TF32_CONVOLUTION |
+                         KILN_OPTION_DETERMINISTIC_CONVOLUTIONS;
   if ((flags & ~kKnown) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "options: unknown bits 0x", absl::Hex(flags & ~kKnown),
@@ -91,6 +93,9 @@ absl::StatusOr<v1::CompileOptions> CompileOptionsFromFlags(int flags) {
   o.set_strict_fp16_reduction(flags & KILN_OPTION_STRICT_FP16_REDUCTION);
   o.set_strict_bf16_reduction(flags & KILN_OPTION_STRICT_BF16_REDUCTION);
   o.set_unfused_gemm_epilogues(flags & KILN_OPTION_UNFUSED_GEMM_EPILOGUES);
+  o.set_allow_tf32_convolution(flags & KILN_OPTION_ALLOW_TF32_CONVOLUTION);
+  o.set_deterministic_convolutions(flags &
+                                   KILN_OPTION_DETERMINISTIC_CONVOLUTIONS);
   return o;
 }
 

@@ -200,13 +200,17 @@ void kiln_allocator_destroy(kiln_allocator* allocator);
  * kiln_client_get_cpu_executable: an or of these (0: none), each a
  * kiln.v1.CompileOptions field (proto/kiln/v1/graph.proto). 1 is fast_math,
  * so callers that passed fast_math as 0 or 1 keep their meaning. CPU
- * targets ignore the matrix-product flags (they are not in CPU keys). Any
+ * targets ignore the matrix-product and convolution flags (they are not in
+ * CPU keys). Any
  * other bit is INVALID_ARGUMENT. */
 #define KILN_OPTION_FAST_MATH 1
 #define KILN_OPTION_ALLOW_TF32 2             /* allow_tf32 */
 #define KILN_OPTION_STRICT_FP16_REDUCTION 4  /* strict_fp16_reduction */
 #define KILN_OPTION_STRICT_BF16_REDUCTION 8  /* strict_bf16_reduction */
 #define KILN_OPTION_UNFUSED_GEMM_EPILOGUES 16 /* unfused_gemm_epilogues */
+#define KILN_OPTION_ALLOW_TF32_CONVOLUTION 32 /* allow_tf32_convolution */
+#define KILN_OPTION_DETERMINISTIC_CONVOLUTIONS 64 \
+  /* deterministic_convolutions */
 
 /* ---- CUDA executables -------------------------------------------------- */
 

@@ -79,6 +79,43 @@ v1::ExternCall ExternCallStep(const GemmCall& gemm,
   return call;
 }
 
+v1::Convolution::Direction WireDirection(ConvDirection d) {
+  switch (d) {
+    case ConvDirection::kForward:
+      return v1::Convolution::FORWARD;
+    case ConvDirection::kBackwardData:
+      return v1::Convolution::BACKWARD_DATA;
+    case ConvDirection::kBackwardFilter:
+      return v1::Convolution::BACKWARD_FILTER;
+  }
+  return v1::Convolution::FORWARD;
+}
+
+// A convolution kernel's call (CUDA targets): slots 0, 1 its operands, 2
+// the tensor it writes.
+v1::ExternCall ConvCallStep(const ConvCall& conv,
+                            const std::vector<int>& buffers,
+                            const FusedProgram& fused) {
+  v1::ExternCall call;
+  call.set_library(v1::ExternCall::CUDNN);
+  v1::Convolution* c = call.mutable_conv();
+  c->set_direction(WireDirection(conv.direction));
+  c->set_input(buffers[0]);
+  c->set_weight(buffers[1]);
+  c->set_output(buffers[2]);
+  for (const SymExpr& e : conv.x_sizes) *c->add_x_sizes() = ToSymPoly(e);
+  for (const SymExpr& e : conv.w_sizes) *c->add_w_sizes() = ToSymPoly(e);
+  for (const SymExpr& e : conv.y_sizes) *c->add_y_sizes() = ToSymPoly(e);
+  for (int64_t v : conv.stride) c->add_stride(v);
+  for (int64_t v : conv.padding) c->add_padding(v);
+  for (int64_t v : conv.dilation) c->add_dilation(v);
+  c->set_groups(conv.groups);
+  c->set_dtype(WireDType(fused.buffers[buffers[2]].dtype));
+  c->set_tf32(conv.tf32);
+  c->set_deterministic(conv.deterministic);
+  return call;
+}
+
 // A generated kernel's launch.
 void AddLaunch(const Kernel& kernel, const GpuKernelPlan* gpu_plan,
                v1::Program& program) {
@@ -143,7 +180,10 @@ v1::Program BuildProgram(const FusedProgram& fused,
         allocated[b] = true;
       }
     }
-    if (kernel.is_extern()) {
+    if (kernel.conv) {
+      *program.add_steps()->mutable_call() =
+          ConvCallStep(*kernel.conv, kernel.buffers, fused);
+    } else if (kernel.is_extern()) {
       *program.add_steps()->mutable_call() = ExternCallStep(
           *kernel.gemm, kernel.buffers, fused, gpu_plans.empty());
     } else {

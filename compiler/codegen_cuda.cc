@@ -975,6 +975,7 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // Reduces (acc, pos) across the row's threads; every thread gets the
   // result.
   void CrossThreadReduce(ReduceKind k, DType d, Value** acc, Value** pos) {
+    if (plan_.threads_per_row == 1) return;  // the row is this thread's
     const bool arg = IsArgReduce(k);
     auto warp_reduce = [&] {
       for (int m = 16; m >= 1; m /= 2) {

@@ -185,6 +185,10 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   lower_options.tf32 = request.options.allow_tf32();
   lower_options.strict_fp16_reduction = request.options.strict_fp16_reduction();
   lower_options.strict_bf16_reduction = request.options.strict_bf16_reduction();
+  lower_options.library_convolutions = cuda && !env.gpu_kernel_convolutions;
+  lower_options.tf32_convolution = request.options.allow_tf32_convolution();
+  lower_options.deterministic_convolutions =
+      request.options.deterministic_convolutions();
   lower_options.max_scatter_work_log2 =
       cuda ? kCudaMaxScatterWorkLog2 : kCpuMaxScatterWorkLog2;
   absl::StatusOr<LoopGraph> loops = Lower(request.graph, lower_options);

@@ -56,6 +56,10 @@ struct CompileEnv {
   // CUDA pointwise kernels with their lanes in a loop
   // (GpuPlanOptions::lane_loop). For benchmarks.
   bool gpu_lane_loop = false;
+  // CUDA: convolutions as Kiln's im2col kernels and GEMMs instead of cuDNN
+  // calls (LowerOptions::library_convolutions). For tests and benchmarks
+  // against cuDNN; like `fuse`, not part of the guard key.
+  bool gpu_kernel_convolutions = false;
   // CUDA pointwise kernels: elements per thread, 4, 2 or 1
   // (GpuPlanOptions::pointwise_vector_width; 0: the default). For
   // benchmarks.

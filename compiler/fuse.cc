@@ -140,6 +140,7 @@ class Fuser {
     KernelBuild k;
     k.kernel.name = absl::StrCat("kiln_k", kernels_.size());
     k.kernel.gemm = g_.nodes[n].gemm;
+    k.kernel.conv = g_.nodes[n].conv;
     extern_nodes_.push_back({static_cast<int>(kernels_.size()), n});
     kernels_.push_back(std::move(k));
   }
@@ -405,7 +406,7 @@ class Fuser {
       std::vector<int>& buffers = kernels_[kernel].kernel.buffers;
       buffers = {buffer_of.at(node.extern_inputs[0]),
                  buffer_of.at(node.extern_inputs[1]), buffer_of.at(n)};
-      if (EpilogueHasBias(node.gemm->epilogue))
+      if (node.gemm && EpilogueHasBias(node.gemm->epilogue))
         buffers.push_back(buffer_of.at(node.extern_inputs[2]));
     }
     for (const PendingStore& ps : pending_stores_) {

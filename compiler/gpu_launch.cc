@@ -172,7 +172,13 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
     const int64_t groups = (row + plan.vector_width - 1) / plan.vector_width;
     const int64_t aim = small ? 1 : groups_per_thread;
     int64_t threads = NextPow2((groups + aim - 1) / aim);
-    if (threads <= 32) {
+    if (row <= kMaxRowPerThread) {
+      // Tiny rows (a pooling window, a 2x2 gradient gather): a thread each,
+      // no shuffles.
+      plan.threads_per_row = 1;
+      plan.block_threads = 128;
+      plan.items_per_block = 128;
+    } else if (threads <= 32) {
       plan.threads_per_row = 32;
       plan.block_threads = 128;
       plan.items_per_block = 4;  // rows: one per warp

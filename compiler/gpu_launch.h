@@ -48,8 +48,10 @@
 //                   (about kDefaultGroupsPerThread) groups of
 //                   `vector_width` consecutive elements (groups of one,
 //                   about one per thread, in a kernel of at most
-//                   kMaxOneElementPerThread elements). Short rows take
-//                   one warp each, four rows per
+//                   kMaxOneElementPerThread elements). Rows of at most
+//                   kMaxRowPerThread elements take one thread each, 128
+//                   rows per block, with no cross-thread reduction; short
+//                   rows take one warp each, four rows per
 //                   block, reduced with warp shuffles only; longer rows take
 //                   a block of 128..1024 threads, reduced with shuffles and
 //                   a 32-slot shared-memory exchange.
@@ -72,6 +74,12 @@
 namespace kiln {
 
 inline constexpr int64_t kMaxPersistentRow = 32768;
+// Persistent rows of at most this many elements take one thread each
+// instead of a warp (whose other lanes would idle: a max-pool backward's
+// 2x2 candidate windows left 28 of 32 lanes idle). Measured on an H100
+// (bench/README.md, "Rows of a thread"): ResNet-18's max-pool backward
+// (8M rows of 4, bfloat16) ran 2.4 ms a warp per row.
+inline constexpr int64_t kMaxRowPerThread = 16;
 // Rows of kernels that read one row tensor in three passes or more stay
 // persistent up to this (GPT-2's vocabulary, 50257, included). Measured on
 // an H100 (bench/README.md, session 12): the cross-entropy forward over

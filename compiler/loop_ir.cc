@@ -666,6 +666,18 @@ std::string MatrixLayout::ToString(
                       col_stride.ToString(symbol_names), ")");
 }
 
+const char* ConvDirectionName(ConvDirection d) {
+  switch (d) {
+    case ConvDirection::kForward:
+      return "forward";
+    case ConvDirection::kBackwardData:
+      return "backward_data";
+    case ConvDirection::kBackwardFilter:
+      return "backward_filter";
+  }
+  return "?";
+}
+
 namespace {
 
 std::string SizesString(const std::vector<SymExpr>& s,
@@ -673,6 +685,22 @@ std::string SizesString(const std::vector<SymExpr>& s,
   std::vector<std::string> parts;
   for (const SymExpr& e : s) parts.push_back(e.ToString(names));
   return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+// "conv <direction> x [..] w [..] y [..] stride (..) padding (..) dilation
+// (..) groups G[ tf32][ deterministic]".
+std::string ConvString(const ConvCall& c,
+                       const std::vector<std::string>& names) {
+  std::string out = absl::StrCat(
+      "conv ", ConvDirectionName(c.direction), " x ",
+      SizesString(c.x_sizes, names), " w ", SizesString(c.w_sizes, names),
+      " y ", SizesString(c.y_sizes, names), " stride (",
+      absl::StrJoin(c.stride, ","), ") padding (",
+      absl::StrJoin(c.padding, ","), ") dilation (",
+      absl::StrJoin(c.dilation, ","), ") groups ", c.groups);
+  if (c.tf32) absl::StrAppend(&out, " tf32");
+  if (c.deterministic) absl::StrAppend(&out, " deterministic");
+  return out;
 }
 const char* ReduceName(ReduceKind k) {
   switch (k) {
@@ -733,6 +761,12 @@ std::string LoopGraph::ToString() const {
         break;
       }
       case LoopNode::Kind::kExtern: {
+        if (node.conv) {
+          absl::StrAppend(&out, " = ", ConvString(*node.conv, symbol_names),
+                          " of %", node.extern_inputs[0], ", %",
+                          node.extern_inputs[1]);
+          break;
+        }
         const GemmCall& g = *node.gemm;
         absl::StrAppend(
             &out, " = gemm batch ", g.batch.ToString(symbol_names), " m ",
@@ -769,6 +803,7 @@ SymExpr Kernel::OuterRange() const {
 std::string Kernel::ToString(const std::vector<std::string>& names) const {
   std::string out = absl::StrCat("kernel ", name, " buffers [",
                                  absl::StrJoin(buffers, ", "), "]\n");
+  if (conv) absl::StrAppend(&out, "  extern ", ConvString(*conv, names), "\n");
   if (gemm) {
     absl::StrAppend(&out, "  extern gemm batch ", gemm->batch.ToString(names),
                     " m ", gemm->m.ToString(names), " n ",
@@ -777,12 +812,12 @@ std::string Kernel::ToString(const std::vector<std::string>& names) const {
                     "\n    b ", gemm->b.ToString(names), "\n    c ",
                     gemm->c.ToString(names), "\n");
     if (gemm->epilogue != GemmEpilogue::kNone)
-      absl::StrAppend(&out, "    epilogue ", EpilogueName(gemm->epilogue),
-                      EpilogueHasBias(gemm->epilogue)
-                          ? absl::StrCat(" bias @",
-                                         gemm->bias_offset.ToString(names))
-                          : "",
-                      "\n");
+      absl::StrAppend(
+          &out, "    epilogue ", EpilogueName(gemm->epilogue),
+          EpilogueHasBias(gemm->epilogue)
+              ? absl::StrCat(" bias @", gemm->bias_offset.ToString(names))
+              : "",
+          "\n");
     if (gemm->tf32 || gemm->strict_reduction)
       absl::StrAppend(&out, "    ", gemm->tf32 ? "tf32 " : "",
                       gemm->strict_reduction ? "strict_reduction" : "", "\n");

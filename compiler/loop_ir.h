@@ -262,9 +262,32 @@ struct GemmCall {
 // statically 1.
 bool IsBlasLayout(const MatrixLayout& layout);
 
+// A convolution computed by a vendor library (cuDNN; issue 16) in one of
+// the directions of a regular convolution over x [N, C, *S], w [O, C/G,
+// *K] and y [N, O, *P] (artifact.proto, Convolution):
+//   kForward         y from (x, w)
+//   kBackwardData    x from (y, w)   (also a transposed convolution)
+//   kBackwardFilter  w from (x, y)
+// The node's value is the written tensor; its extern_inputs are the two
+// others in that order, each a whole contiguous node of the node's dtype.
+enum class ConvDirection : uint8_t { kForward, kBackwardData, kBackwardFilter };
+const char* ConvDirectionName(ConvDirection d);
+
+struct ConvCall {
+  ConvDirection direction = ConvDirection::kForward;
+  std::vector<SymExpr> x_sizes, w_sizes, y_sizes;
+  std::vector<int64_t> stride, padding, dilation;
+  int64_t groups = 1;
+  // CompileOptions: float32 inputs may be rounded to TF32; deterministic
+  // algorithms only.
+  bool tf32 = false;
+  bool deterministic = false;
+};
+
 struct LoopNode {
   // kExtern: the node's value (contiguous) is computed by a library call,
-  // `gemm`, over the nodes extern_inputs (A, B).
+  // `gemm` over the nodes extern_inputs (A, B[, bias]) or `conv` over
+  // extern_inputs (its two operands).
   enum class Kind : uint8_t { kInput, kPointwise, kReduction, kExtern };
   Kind kind = Kind::kPointwise;
   std::string name;  // for dumps: the graph value it computes
@@ -295,6 +318,7 @@ struct LoopNode {
 
   // kExtern
   std::optional<GemmCall> gemm;
+  std::optional<ConvCall> conv;
   std::vector<int> extern_inputs;  // loop nodes, realized: A, B[, bias]
 
   // kPointwise: what a library call could compute in its epilogue instead
@@ -378,11 +402,13 @@ struct Kernel {
   std::vector<SymExpr> dims;
   std::vector<bool> inner;  // per dim: reduced (inner) or kept (outer)
   std::vector<Stage> stages;
-  // An extern call instead of generated code (no dims, no stages): slots
-  // 0, 1, 2 are A, B and C (possibly the same buffer twice), 3 the bias
-  // when the epilogue has one.
+  // An extern call instead of generated code (no dims, no stages). A GEMM:
+  // slots 0, 1, 2 are A, B and C (possibly the same buffer twice), 3 the
+  // bias when the epilogue has one. A convolution: slots 0 and 1 its
+  // operands, 2 the tensor it writes (ConvCall).
   std::optional<GemmCall> gemm;
-  bool is_extern() const { return gemm.has_value(); }
+  std::optional<ConvCall> conv;
+  bool is_extern() const { return gemm.has_value() || conv.has_value(); }
 
   SymExpr OuterRange() const;
   std::string ToString(const std::vector<std::string>& symbol_names) const;

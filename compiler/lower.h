@@ -41,6 +41,12 @@ struct LowerOptions {
   bool tf32 = false;
   bool strict_fp16_reduction = false;
   bool strict_bf16_reduction = false;
+  // Convolutions in float32, float16 and bfloat16 are library calls
+  // (ConvCall: cuDNN) rather than im2col kernels and GEMMs; ConvCall::tf32
+  // and ::deterministic (CompileOptions).
+  bool library_convolutions = false;
+  bool tf32_convolution = false;
+  bool deterministic_convolutions = false;
   // The most multiply-adds (2^this) an accumulating scatter may cost as
   // Kiln's quadratic reduction (compiler/ops/gather_scatter_lowering.cc);
   // above it the scatter is UNIMPLEMENTED and the client runs it eagerly,

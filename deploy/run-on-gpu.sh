@@ -20,7 +20,9 @@
 # "--case group_norm"); gemm: bench/python/gpu_gemm.py
 # alone ($GEMM_ARGS passed on); realmodels: bench/python/real_models.py
 # --device cuda ($REAL_ARGS; libraries from $KILN_REAL_MODELS_DIR or the
-# tarball $KILN_REAL_MODELS_TAR); all:
+# tarball $KILN_REAL_MODELS_TAR); step: bench/python/model_step.py --device
+# cuda ($STEP_ARGS passed on, e.g. "tv_resnet18 --profile 25"); convblock:
+# bench/python/conv_block.py --device cuda ($CONV_ARGS); all:
 # tests, python and backend. $PYTHON names the interpreter (default python3).
 # The extension _kiln_call is built for $PYTHON on first use when the bundle's
 # was built for another Python (kiln/_ext_build.py; needs cc and Python.h).
@@ -52,6 +54,23 @@ for p in site.getsitepackages():
   [[ -n $cand ]] && export KILN_NVJITLINK=$cand
 fi
 echo "nvJitLink: ${KILN_NVJITLINK:-not found}"
+# Convolutions run cuDNN 9 (runtime/cuda_cudnn.h): $KILN_CUDNN, else
+# ldconfig's, else the CUDA toolkit's, else PyTorch's wheel (nvidia-cudnn)
+# in python3's site-packages. A process that imported torch finds torch's.
+if [[ -z ${KILN_CUDNN:-} ]] && ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; then
+  cand=
+  for d in /usr/local/cuda/lib64 /usr/local/cuda-1*/lib64; do
+    [[ -z $cand && -e $d/libcudnn.so.9 ]] && cand=$d/libcudnn.so.9
+  done
+  if [[ -z $cand ]] && command -v python3 >/dev/null; then
+    cand=$(python3 -c 'import site,glob,sys
+for p in site.getsitepackages():
+    for f in glob.glob(p + "/nvidia/**/libcudnn.so.9", recursive=True):
+        print(f); sys.exit()' 2>/dev/null || true)
+  fi
+  [[ -n $cand ]] && export KILN_CUDNN=$cand
+fi
+echo "cuDNN: ${KILN_CUDNN:-by soname}"
 export KILN_EXAMPLES_DIR=$K/share/kiln/examples/graphs
 export KILN_LIBDEVICE=$K/share/kiln/libdevice.10.bc
 export KILN_KILND=$K/bin/kilnd  # the daemon the Client tests start
@@ -99,6 +118,17 @@ if [[ $what == realmodels ]]; then
   fi
   # shellcheck disable=SC2086
   "${PYTHON:-python3}" "$here/bench/python/real_models.py" --device cuda ${REAL_ARGS:-} || status=1
+fi
+if [[ $what == convblock ]]; then
+  # bench/python/conv_block.py --device cuda ($CONV_ARGS passed on).
+  # shellcheck disable=SC2086
+  "${PYTHON:-python3}" "$here/bench/python/conv_block.py" --device cuda ${CONV_ARGS:-} || status=1
+fi
+if [[ $what == step ]]; then
+  # bench/python/model_step.py --device cuda ($STEP_ARGS passed on: one
+  # model's step time on one backend, --profile N for its costliest kernels).
+  # shellcheck disable=SC2086
+  "${PYTHON:-python3}" "$here/bench/python/model_step.py" --device cuda ${STEP_ARGS:-} || status=1
 fi
 if [[ $what == attention ]]; then
   "${PYTHON:-python3}" "$here/bench/python/attention.py" --device cuda || status=1

@@ -567,6 +567,10 @@ std::string OptionsText(const v1::CompileOptions& options) {
     absl::StrAppend(&text, " strict_bf16_reduction=true");
   if (options.unfused_gemm_epilogues())
     absl::StrAppend(&text, " unfused_gemm_epilogues=true");
+  if (options.allow_tf32_convolution())
+    absl::StrAppend(&text, " allow_tf32_convolution=true");
+  if (options.deterministic_convolutions())
+    absl::StrAppend(&text, " deterministic_convolutions=true");
   return text;
 }
 
@@ -588,6 +592,8 @@ v1::CompileOptions NormalizeOptions(const v1::CompileOptions& options,
     normalized.clear_strict_fp16_reduction();
     normalized.clear_strict_bf16_reduction();
     normalized.clear_unfused_gemm_epilogues();
+    normalized.clear_allow_tf32_convolution();
+    normalized.clear_deterministic_convolutions();
   }
   return normalized;
 }

@@ -38,8 +38,10 @@
 //   options     the code-changing CompileOptions after NormalizeOptions:
 //               fast_math, and for CUDA targets the matrix-product flags
 //               (allow_tf32, strict_fp16_reduction, strict_bf16_reduction,
-//               unfused_gemm_epilogues) when set, so keys of requests
-//               without them are those of earlier releases
+//               unfused_gemm_epilogues) and the convolution flags
+//               (allow_tf32_convolution, deterministic_convolutions)
+//               when set, so keys of requests without them are those of
+//               earlier releases
 // The key is SHA-256 over the length-prefixed component names and their
 // hashes, in order.
 //

@@ -148,6 +148,8 @@ absl::StatusOr<std::unique_ptr<CudaExecutable>> CudaExecutable::Load(
   limits.gemm_dtypes = {{DType::kFloat32, DType::kFloat32},
                         {DType::kFloat16, DType::kFloat32},
                         {DType::kBFloat16, DType::kFloat32}};
+  limits.conv_library = v1::ExternCall::CUDNN;
+  limits.conv_dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   absl::StatusOr<ProgramPlan> plan = PlanProgram(exe->artifact_, limits);
   if (!plan.ok()) return plan.status();
   exe->plan_ = *std::move(plan);
@@ -242,14 +244,26 @@ absl::Status CudaExecutable::LoadModule(const CudaLoadOptions& options) {
     }
   }
 
-  if (!plan_.externs.empty()) {
-    // The handle is made with the executable's context current.
+  bool gemms = false, convs = false;
+  for (const ProgramPlan::Extern& e : plan_.externs) {
+    gemms |= e.gemm != nullptr;
+    convs |= e.conv != nullptr;
+  }
+  if (gemms || convs) {
+    // The handles are made with the executable's context current.
     absl::StatusOr<cuda::ScopedContext> scope =
         cuda::ScopedContext::Enter(*driver_, context_->get());
     if (!scope.ok()) return scope.status();
-    absl::StatusOr<std::unique_ptr<CudaGemm>> gemm = CudaGemm::Create();
-    if (!gemm.ok()) return gemm.status();
-    gemm_ = *std::move(gemm);
+    if (gemms) {
+      absl::StatusOr<std::unique_ptr<CudaGemm>> gemm = CudaGemm::Create();
+      if (!gemm.ok()) return gemm.status();
+      gemm_ = *std::move(gemm);
+    }
+    if (convs) {
+      absl::StatusOr<std::unique_ptr<CudaConv>> conv = CudaConv::Create();
+      if (!conv.ok()) return conv.status();
+      conv_ = *std::move(conv);
+    }
   }
 
   if (plan_.error_buffer >= 0) {
@@ -284,6 +298,41 @@ absl::Status CudaExecutable::LoadModule(const CudaLoadOptions& options) {
     allocator_ = *std::move(own);
   }
   return absl::OkStatus();
+}
+
+absl::Status CudaExecutable::RunConv(int step, const ProgramPlan::Extern& e,
+                                     absl::Span<const int64_t> symbols,
+                                     absl::Span<const int64_t> elements,
+                                     absl::Span<const cuda::DevicePtr> buffers,
+                                     cuda::Stream stream) const {
+  absl::StatusOr<ConvDims> dims = EvaluateConv(*e.conv, symbols, elements);
+  if (!dims.ok()) return dims.status();
+  if (dims->x_elements == 0 || dims->w_elements == 0 || dims->y_elements == 0) {
+    // An empty sum: the written tensor is zeros (when it has elements).
+    const int64_t written =
+        e.conv->direction() == v1::Convolution::FORWARD ? dims->y_elements
+        : e.conv->direction() == v1::Convolution::BACKWARD_DATA
+            ? dims->x_elements
+            : dims->w_elements;
+    if (written == 0) return absl::OkStatus();
+    return driver_->Check(
+        driver_->api().cuMemsetD8Async(
+            buffers[e.c], 0,
+            static_cast<size_t>(written * plan_.element_size[e.c]), stream),
+        "cuMemsetD8Async");
+  }
+  absl::StatusOr<CudaConv::Prepared> prepared =
+      conv_->Prepare(step, *e.conv, e.dtype, *dims);
+  if (!prepared.ok()) return prepared.status();
+  DeviceAllocation workspace;
+  if (prepared->workspace_bytes > 0) {
+    absl::StatusOr<DeviceAllocation> w = DeviceAllocation::Allocate(
+        allocator_, prepared->workspace_bytes, stream);
+    if (!w.ok()) return w.status();
+    workspace = *std::move(w);
+  }
+  return conv_->Run(*prepared, buffers[e.a], buffers[e.b], buffers[e.c],
+                    workspace.get(), stream);
 }
 
 absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
@@ -341,8 +390,9 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
   absl::InlinedVector<DeviceAllocation, 4> temps(plan_.num_temps);
   absl::InlinedVector<void*, 32> params(plan_.max_params, nullptr);
   const v1::Program& program = artifact_.program();
-  // For extern calls: the buffers' element counts (checked by EvaluateGemm)
-  // and one cuBLASLt workspace, both made on the first call.
+  // For extern calls: the buffers' element counts (checked by EvaluateGemm
+  // and EvaluateConv), made on the first call, and one cuBLASLt workspace,
+  // made on the first GEMM.
   absl::InlinedVector<int64_t, 16> elements;
   DeviceAllocation workspace;
   for (const ProgramPlan::Step& step : plan_.steps) {
@@ -399,6 +449,16 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
         if (elements.empty()) {
           for (const v1::BufferSpec& b : program.buffers())
             elements.push_back(EvaluateSymPoly(b.elements(), symbols));
+        }
+        if (e.conv != nullptr) {
+          if (absl::Status s =
+                  RunConv(step.index, e, symbols, elements, buffers, stream);
+              !s.ok()) {
+            return s;
+          }
+          break;
+        }
+        if (workspace.get() == 0) {
           absl::StatusOr<DeviceAllocation> w = DeviceAllocation::Allocate(
               allocator_, CudaGemm::kWorkspaceBytes, stream);
           if (!w.ok()) return w.status();

@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "runtime/cuda_blaslt.h"
+#include "runtime/cuda_cudnn.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device_allocator.h"
 #include "runtime/program_plan.h"
@@ -184,8 +185,19 @@ class CudaExecutable {
   // Reports and clears the mirror's violation (the device word's clear is
   // enqueued on `stream`); the executable's context must be current.
   absl::Status TakeIndexError(cuda::Stream stream) const;
-  // cuBLASLt for the extern calls (null when the program makes none).
+  // Convolution extern step `step` (plan_.externs[step] is `e`) for the
+  // symbol values, buffer addresses and element counts of a Run: cuDNN's
+  // call with a workspace from the allocator, or zeros when a tensor is
+  // empty. The executable's context must be current.
+  absl::Status RunConv(int step, const ProgramPlan::Extern& e,
+                       absl::Span<const int64_t> symbols,
+                       absl::Span<const int64_t> elements,
+                       absl::Span<const cuda::DevicePtr> buffers,
+                       cuda::Stream stream) const;
+  // cuBLASLt and cuDNN for the extern calls (null when the program makes
+  // no GEMM, no convolution).
   std::unique_ptr<CudaGemm> gemm_;
+  std::unique_ptr<CudaConv> conv_;
 };
 
 }  // namespace kiln

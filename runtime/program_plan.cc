@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -30,9 +31,107 @@ const char* LibraryName(v1::ExternCall::Library library) {
       return "BLAS";
     case v1::ExternCall::CUBLASLT:
       return "cuBLASLt";
+    case v1::ExternCall::CUDNN:
+      return "cuDNN";
     default:
       return "no library";
   }
+}
+
+// Buffer `b` of an extern call at `where`, passed as `as` (the message's
+// "as A", "as the bias") and named `name`, exists, is allocated and has
+// the call's `dtype`.
+absl::Status CheckExternBuffer(int b, absl::string_view as,
+                               absl::string_view name, DType dtype,
+                               absl::string_view where, const ProgramPlan& plan,
+                               const std::vector<bool>& allocated,
+                               const v1::Program& program) {
+  const int num_buffers = program.buffers_size();
+  if (b < 0 || b >= num_buffers) {
+    return absl::InvalidArgumentError(absl::StrCat("artifact: ", where,
+                                                   " passes buffer ", b, " of ",
+                                                   num_buffers, " as ", as));
+  }
+  if (plan.temp_slot[b] >= 0 && !allocated[b]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: ", where, " uses temp buffer ", b,
+                     " while it is not allocated"));
+  }
+  if (DTypeFromWire(program.buffers(b).dtype()) != dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: ", where, "'s ", name, " (buffer ", b,
+                     ") is not of the call's dtype"));
+  }
+  return absl::OkStatus();
+}
+
+// Checks convolution step `where` against the buffers and the runtime's
+// library and dtypes; its sizes are checked at run time (EvaluateConv).
+absl::StatusOr<ProgramPlan::Extern> PlanConv(
+    const v1::ExternCall& call, const std::string& where, int num_symbols,
+    const ProgramPlan& plan, const std::vector<bool>& allocated,
+    const LaunchLimits& limits, const v1::Program& program) {
+  const v1::Convolution& c = call.conv();
+  if (limits.conv_library == v1::ExternCall::LIBRARY_UNSPECIFIED ||
+      call.library() != limits.conv_library) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "artifact: ", where, " calls ", LibraryName(call.library()),
+        " for a convolution; this runtime calls ",
+        LibraryName(limits.conv_library)));
+  }
+  ProgramPlan::Extern e;
+  e.conv = &c;
+  const std::optional<DType> dtype = DTypeFromWire(c.dtype());
+  if (!dtype || std::find(limits.conv_dtypes.begin(), limits.conv_dtypes.end(),
+                          *dtype) == limits.conv_dtypes.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: ", where, " convolves ",
+                     dtype ? DTypeName(*dtype) : "an unknown dtype", ", which ",
+                     LibraryName(limits.conv_library), " does not here"));
+  }
+  e.dtype = e.compute_dtype = *dtype;
+  if (!v1::Convolution::Direction_IsValid(c.direction())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "artifact: ", where, " has an unknown direction ", c.direction()));
+  }
+  const int spatial = c.stride_size();
+  if (spatial < 1 || spatial > 3 || c.padding_size() != spatial ||
+      c.dilation_size() != spatial || c.x_sizes_size() != spatial + 2 ||
+      c.w_sizes_size() != spatial + 2 || c.y_sizes_size() != spatial + 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "artifact: ", where,
+        " needs 1 to 3 spatial dims with a stride, padding and dilation "
+        "each, and x, w and y of 2 more dims"));
+  }
+  for (const auto* sizes : {&c.x_sizes(), &c.w_sizes(), &c.y_sizes()}) {
+    for (const v1::SymPoly& p : *sizes) {
+      if (absl::Status s = CheckPoly(p, num_symbols, where); !s.ok()) return s;
+    }
+  }
+  const bool backward_data = c.direction() == v1::Convolution::BACKWARD_DATA;
+  const bool backward_filter =
+      c.direction() == v1::Convolution::BACKWARD_FILTER;
+  const char* names[3] = {backward_data ? "y" : "x",
+                          backward_filter ? "y" : "w",
+                          backward_data     ? "x"
+                          : backward_filter ? "w"
+                                            : "y"};
+  const int ids[3] = {c.input(), c.weight(), c.output()};
+  int* slots[3] = {&e.a, &e.b, &e.c};
+  for (int m = 0; m < 3; ++m) {
+    if (absl::Status s = CheckExternBuffer(ids[m], names[m], names[m], *dtype,
+                                           where, plan, allocated, program);
+        !s.ok())
+      return s;
+    *slots[m] = ids[m];
+  }
+  if (program.buffers(e.c).kind() == v1::BufferSpec::INPUT || e.c == e.a ||
+      e.c == e.b) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: ", where, " writes buffer ", e.c,
+                     ", which is an input or an operand of the call"));
+  }
+  return e;
 }
 
 // Checks extern call step `i` against the buffers (kinds, dtypes,
@@ -42,6 +141,9 @@ absl::StatusOr<ProgramPlan::Extern> PlanExtern(
     const std::vector<bool>& allocated, const LaunchLimits& limits,
     const v1::Program& program) {
   const std::string where = absl::StrCat("step ", i, " (extern call)");
+  if (call.has_conv()) {
+    return PlanConv(call, where, num_symbols, plan, allocated, limits, program);
+  }
   if (limits.extern_library == v1::ExternCall::LIBRARY_UNSPECIFIED ||
       call.library() != limits.extern_library) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -77,27 +179,10 @@ absl::StatusOr<ProgramPlan::Extern> PlanExtern(
   const v1::MatrixOperand* operands[3] = {&g.a(), &g.b(), &g.c()};
   int* ids[3] = {&e.a, &e.b, &e.c};
   const char* names[3] = {"A", "B", "C"};
-  const int num_buffers = program.buffers_size();
-  // Buffer `b`, passed as `as` (the message's "as A", "as the bias") and
-  // named `name`, exists, is allocated and has the call's dtype.
   auto check_buffer = [&](int b, absl::string_view as,
                           absl::string_view name) -> absl::Status {
-    if (b < 0 || b >= num_buffers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("artifact: ", where, " passes buffer ", b, " of ",
-                       num_buffers, " as ", as));
-    }
-    if (plan.temp_slot[b] >= 0 && !allocated[b]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("artifact: ", where, " uses temp buffer ", b,
-                       " while it is not allocated"));
-    }
-    if (DTypeFromWire(program.buffers(b).dtype()) != *dtype) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("artifact: ", where, "'s ", name, " (buffer ", b,
-                       ") is not of the call's dtype"));
-    }
-    return absl::OkStatus();
+    return CheckExternBuffer(b, as, name, *dtype, where, plan, allocated,
+                             program);
   };
   for (int m = 0; m < 3; ++m) {
     const v1::MatrixOperand& op = *operands[m];
@@ -217,6 +302,91 @@ absl::Status IndexErrorStatus(const v1::Program& program,
   return absl::OutOfRangeError(absl::StrCat(where, ": index ", index,
                                             " is out of range for dimension ",
                                             c.dim(), " of size ", size));
+}
+
+absl::StatusOr<ConvDims> EvaluateConv(const v1::Convolution& conv,
+                                      absl::Span<const int64_t> symbols,
+                                      absl::Span<const int64_t> elements) {
+  ConvDims d;
+  d.spatial = conv.stride_size();
+  d.groups = conv.groups();
+  auto fail = [](auto&&... what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: convolution ", what...));
+  };
+  constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+  int64_t x[5], w[5], y[5];
+  const struct {
+    const char* name;
+    const google::protobuf::RepeatedPtrField<v1::SymPoly>* sizes;
+    int64_t* out;
+    int64_t* count;
+  } tensors[3] = {{"x", &conv.x_sizes(), x, &d.x_elements},
+                  {"w", &conv.w_sizes(), w, &d.w_elements},
+                  {"y", &conv.y_sizes(), y, &d.y_elements}};
+  for (const auto& t : tensors) {
+    int64_t count = 1;
+    for (int i = 0; i < d.spatial + 2; ++i) {
+      const int64_t v = EvaluateSymPoly(t.sizes->Get(i), symbols);
+      if (v < 0 || v > kMaxInt) {
+        return fail(t.name, " dim ", i, " has size ", v,
+                    " (0 to 2^31 - 1 allowed)");
+      }
+      t.out[i] = v;
+      // Saturates instead of overflowing: the buffer check below fails.
+      count = v != 0 && count > kMaxInt * kMaxInt / v ? kMaxInt * kMaxInt
+                                                      : count * v;
+    }
+    *t.count = count;
+  }
+  d.n = x[0];
+  d.c = x[1];
+  d.o = w[0];
+  if (d.groups < 1 || d.c % d.groups != 0 || d.o % d.groups != 0 ||
+      w[1] * d.groups != d.c || y[0] != d.n || y[1] != d.o) {
+    return fail("of x [", x[0], ", ", x[1], ", ...], w [", w[0], ", ", w[1],
+                ", ...] and y [", y[0], ", ", y[1], ", ...] in ", d.groups,
+                " groups has inconsistent channels");
+  }
+  for (int s = 0; s < d.spatial; ++s) {
+    d.x[s] = x[2 + s];
+    d.kernel[s] = w[2 + s];
+    d.out[s] = y[2 + s];
+    d.stride[s] = conv.stride(s);
+    d.padding[s] = conv.padding(s);
+    d.dilation[s] = conv.dilation(s);
+    if (d.stride[s] < 1 || d.dilation[s] < 1 || d.padding[s] < 0 ||
+        d.stride[s] > kMaxInt || d.dilation[s] > kMaxInt ||
+        d.padding[s] > kMaxInt) {
+      return fail("spatial dim ", s, " has stride ", d.stride[s], ", padding ",
+                  d.padding[s], ", dilation ", d.dilation[s]);
+    }
+    const int64_t span = d.dilation[s] * (d.kernel[s] - 1) + 1;
+    const int64_t room = d.x[s] + 2 * d.padding[s] - span;
+    const int64_t expect = room < 0 ? 0 : room / d.stride[s] + 1;
+    if (d.kernel[s] < 1 || room < 0 || d.out[s] != expect) {
+      return fail("spatial dim ", s, ": x has ", d.x[s], ", the kernel ",
+                  d.kernel[s], " and y ", d.out[s], " positions, which stride ",
+                  d.stride[s], ", padding ", d.padding[s], " and dilation ",
+                  d.dilation[s], " do not give");
+    }
+  }
+  const int ids[3] = {conv.input(), conv.weight(), conv.output()};
+  const bool backward_data = conv.direction() == v1::Convolution::BACKWARD_DATA;
+  const bool backward_filter =
+      conv.direction() == v1::Convolution::BACKWARD_FILTER;
+  const int64_t needs[3] = {backward_data ? d.y_elements : d.x_elements,
+                            backward_filter ? d.y_elements : d.w_elements,
+                            backward_data     ? d.x_elements
+                            : backward_filter ? d.w_elements
+                                              : d.y_elements};
+  for (int m = 0; m < 3; ++m) {
+    if (elements[ids[m]] < needs[m]) {
+      return fail("needs ", needs[m], " elements of buffer ", ids[m],
+                  ", which has ", elements[ids[m]]);
+    }
+  }
+  return d;
 }
 
 bool GemmEpilogueHasBias(v1::Gemm::Epilogue epilogue) {

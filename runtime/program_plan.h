@@ -32,9 +32,11 @@ struct ProgramPlan {
     int first_slot = 0;           // into launch_slots
     int num_slots = 0;
   };
-  // A library call (ExternCall): the GEMM and its operands' buffer ids.
+  // A library call (ExternCall): the GEMM or the convolution, and its
+  // operands' buffer ids (a convolution's: its input, weight and output).
   struct Extern {
     const v1::Gemm* gemm = nullptr;
+    const v1::Convolution* conv = nullptr;
     int a = 0, b = 0, c = 0;
     int bias = -1;  // the epilogue's bias vector, when it has one
     DType dtype = DType::kFloat32;          // of A, B, C and the bias
@@ -83,6 +85,10 @@ struct LaunchLimits {
   // Whether its GEMMs apply epilogues (v1::Gemm::epilogue) and take the
   // tf32 and strict_reduction flags (cuBLASLt); a CPU BLAS does neither.
   bool gemm_epilogues = false;
+  // The library its convolutions call (cuDNN on GPUs), and the dtypes they
+  // take; LIBRARY_UNSPECIFIED: it makes none.
+  v1::ExternCall::Library conv_library = v1::ExternCall::LIBRARY_UNSPECIFIED;
+  std::vector<DType> conv_dtypes;
 };
 
 // One matrix of a GEMM as a library takes it, for given symbol values:
@@ -96,7 +102,7 @@ struct GemmMatrix {
 };
 struct GemmDims {
   int64_t batch = 0, m = 0, n = 0, k = 0;
-  GemmMatrix a, b, c;  // c is never transposed
+  GemmMatrix a, b, c;       // c is never transposed
   int64_t bias_offset = 0;  // elements into the bias buffer, when there is one
 };
 
@@ -113,6 +119,29 @@ bool GemmEpilogueHasBias(v1::Gemm::Epilogue epilogue);
 // its buffer. Errors: INVALID_ARGUMENT "artifact: ..." naming the
 // operand and what is wrong. Runtimes call it before every extern call.
 absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
+                                      absl::Span<const int64_t> symbols,
+                                      absl::Span<const int64_t> elements);
+
+// A convolution step (artifact.proto, Convolution) for given symbol
+// values: x [n, c, *spatial], w [o, c / groups, *kernel], y [n, o, *out].
+struct ConvDims {
+  int spatial = 0;  // 1..3
+  int64_t n = 0, c = 0, o = 0;
+  int64_t x[3] = {}, kernel[3] = {}, out[3] = {};
+  int64_t stride[3] = {}, padding[3] = {}, dilation[3] = {};
+  int64_t groups = 1;
+  int64_t x_elements = 0, w_elements = 0, y_elements = 0;
+};
+
+// Evaluates a convolution step for the symbol values and checks it against
+// the buffers' element counts (`elements`, indexed by buffer id): every
+// size is non-negative and fits a 32-bit int, stride and dilation are at
+// least 1 and padding at least 0, the groups divide both channel counts,
+// the weight has c / groups input channels, y's spatial sizes are those
+// the geometry gives for x's, and each buffer holds its tensor. Errors:
+// INVALID_ARGUMENT "artifact: ..." saying what is wrong. Runtimes call it
+// before every convolution.
+absl::StatusOr<ConvDims> EvaluateConv(const v1::Convolution& conv,
                                       absl::Span<const int64_t> symbols,
                                       absl::Span<const int64_t> elements);
 

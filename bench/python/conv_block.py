@@ -1,12 +1,15 @@
 """A ResNet-18 basic block (conv3x3 - BatchNorm - ReLU - conv3x3 -
-BatchNorm, residual, ReLU; 64 channels, 56x56) forward + backward on the
-CPU, eager vs Inductor vs Kiln side by side in one run, the backends'
-timings interleaved (issue 16: convolutions as im2col + the GEMM extern).
-Also a single conv3x3 forward + backward, to separate the convolution from
-the rest of the block.
+BatchNorm, residual, ReLU; 64 channels, 56x56) forward + backward, eager
+vs Inductor vs Kiln side by side in one run, the backends' timings
+interleaved (issue 16: on the CPU convolutions are im2col + the GEMM
+extern, on CUDA cuDNN calls). Also a single conv3x3 forward + backward, to
+separate the convolution from the rest of the block.
 
     PY=$(bash deploy/python-env.sh)
     $PY bench/python/conv_block.py [--batch 4] [--threads 2] [--repeats 5]
+    # on a GPU (deploy/run-on-gpu.sh BUNDLE convblock, $CONV_ARGS):
+    python3 bench/python/conv_block.py --device cuda --batch 32 \
+        --dtype bfloat16 --iters 20
 
 A private kilnd on an ephemeral port (fresh cache) serves unless --server
 is given (bench_util.Kilnd; build/ or KILN_KILND / KILN_LIB). Times are the
@@ -56,10 +59,14 @@ def step(model, x):
     model(x).sum().backward()
 
 
-def timed(fn, iters):
+def timed(fn, iters, cuda):
+    if cuda:
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(iters):
         fn()
+    if cuda:
+        torch.cuda.synchronize()
     return (time.perf_counter() - t0) / iters * 1e3
 
 
@@ -68,7 +75,7 @@ def bench(make, x, server, repeats, iters, warmup):
     models = {}
     for name in ("eager", "inductor", "kiln"):
         torch.manual_seed(0)
-        m = make()
+        m = make().to(device=x.device, dtype=x.dtype)
         if name == "inductor":
             m = torch.compile(m)
         elif name == "kiln":
@@ -86,7 +93,7 @@ def bench(make, x, server, repeats, iters, warmup):
     times = {n: [] for n in models}
     for _ in range(repeats):
         for n, m in models.items():
-            times[n].append(timed(lambda: step(m, xs[n]), iters))
+            times[n].append(timed(lambda: step(m, xs[n]), iters, x.is_cuda))
     return {n: statistics.median(t) for n, t in times.items()}, err
 
 
@@ -98,14 +105,20 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--dtype", default="float32",
+                    choices=["float32", "bfloat16", "float16"])
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    dtype = getattr(torch, a.dtype)
     kilnd = None if a.server else Kilnd()
     server = a.server or kilnd.address
     try:
-        print(f"torch {torch.__version__}, {a.threads} threads, batch "
+        where = (torch.cuda.get_device_name() if a.device == "cuda"
+                 else f"{a.threads} threads")
+        print(f"torch {torch.__version__}, {where}, {a.dtype}, batch "
               f"{a.batch}, 64 channels, 56x56")
-        x = torch.randn(a.batch, 64, 56, 56)
+        x = torch.randn(a.batch, 64, 56, 56, device=a.device, dtype=dtype)
         # One 3x3 conv: forward, grad_input and grad_weight.
         conv_flops = 2 * a.batch * 64 * 64 * 9 * 56 * 56
         for label, make, flops in (("conv3x3", OneConv, 3 * conv_flops),

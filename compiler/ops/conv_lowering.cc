@@ -23,6 +23,14 @@
 //
 // Every GEMM computes in float32; float16/bfloat16 operands are converted
 // by the kernels that write them and results are rounded once.
+//
+// Where the target has a convolution library (LowerOptions::
+// library_convolutions: cuDNN on CUDA) a float32, float16 or bfloat16
+// convolution is instead one library call per direction (loop_ir.h,
+// ConvCall) over whole contiguous operands, in the operands' dtype:
+//   convolution            forward (transposed: backward data)
+//   convolution_backward   grad_input: backward data (transposed: forward),
+//                          grad_weight: backward filter, grad_bias a sum.
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -284,6 +292,80 @@ LoweredValue GradWeight(LowerContext& ctx, const LoweredValue& a,
   return LowerContext::Remap(p, {gr, row, Flatten(r, rest)}, sizes);
 }
 
+// ---- library convolutions (ConvCall) ----
+
+// Whether the convolution is a library call: the target has the library,
+// it takes the dtype, and (transposed) the larger side's positions are
+// those a regular convolution maps onto the smaller side's, which an
+// output_padding of at least the stride (PyTorch allows up to the
+// dilation) breaks; those stay Kiln's kernels, as PyTorch keeps them off
+// cuDNN.
+bool UsesLibrary(const LowerContext& ctx, const ConvGeometry& g, DType dtype) {
+  if (!ctx.options().library_convolutions ||
+      !(dtype == DType::kFloat32 || dtype == DType::kFloat16 ||
+        dtype == DType::kBFloat16)) {
+    return false;
+  }
+  for (int d = 0; g.transposed && d < g.dims; ++d) {
+    if (g.output_padding[d] >= g.stride[d]) return false;
+  }
+  return true;
+}
+
+// `v` as a whole contiguous node of `dtype`, as a library reads it: its
+// own node when `v` reads all of it in order, else a copy written by a
+// Kiln kernel.
+int ContiguousNode(LowerContext& ctx, const LoweredValue& v, DType dtype) {
+  const LoopNode& node = ctx.loops().nodes[v.node];
+  bool whole = v.dtype == dtype && node.dtype == dtype &&
+               node.sizes == v.sizes && v.index.size() == v.sizes.size();
+  for (size_t d = 0; whole && d < v.index.size(); ++d) {
+    whole = v.index[d]->op == ExprOp::kVar &&
+            v.index[d]->index == static_cast<int64_t>(d);
+  }
+  if (whole && node.kind == LoopNode::Kind::kInput) {
+    const std::vector<SymExpr> contiguous = ContiguousStrides(node.sizes);
+    for (size_t d = 0; whole && d < node.sizes.size(); ++d) {
+      whole = node.sizes[d] == SymExpr(1) || node.strides[d] == contiguous[d];
+    }
+  }
+  if (whole) return v.node;
+  return ops::Materialize(ctx, v, dtype).node;
+}
+
+// The library call `direction` over the convolution x [N, C, *S], w, y
+// with `g`'s stride, padding, dilation and groups; `first` and `second`
+// are its operands in ConvCall's order, the result (of `dtype`) the third
+// tensor.
+LoweredValue LibraryConv(LowerContext& ctx, ConvDirection direction,
+                         const ConvGeometry& g, const LoweredValue& first,
+                         const LoweredValue& second,
+                         std::vector<SymExpr> x_sizes,
+                         std::vector<SymExpr> w_sizes,
+                         std::vector<SymExpr> y_sizes, DType dtype) {
+  ConvCall call;
+  call.direction = direction;
+  call.stride = g.stride;
+  call.padding = g.padding;
+  call.dilation = g.dilation;
+  call.groups = g.groups;
+  call.tf32 = ctx.options().tf32_convolution && dtype == DType::kFloat32;
+  call.deterministic = ctx.options().deterministic_convolutions;
+  LoopNode node;
+  node.kind = LoopNode::Kind::kExtern;
+  node.dtype = dtype;
+  node.sizes = direction == ConvDirection::kForward        ? y_sizes
+               : direction == ConvDirection::kBackwardData ? x_sizes
+                                                           : w_sizes;
+  call.x_sizes = std::move(x_sizes);
+  call.w_sizes = std::move(w_sizes);
+  call.y_sizes = std::move(y_sizes);
+  node.conv = std::move(call);
+  node.extern_inputs = {ContiguousNode(ctx, first, dtype),
+                        ContiguousNode(ctx, second, dtype)};
+  return ctx.AddNode(std::move(node));
+}
+
 // `v` (float32) as output o: cast when the output is half precision.
 LoweredValue AsOutput(LowerContext& ctx, const LoweredValue& v, int o) {
   if (ctx.out_type(o).dtype == v.dtype) return v;
@@ -303,8 +385,17 @@ absl::StatusOr<std::vector<LoweredValue>> LowerConvolution(LowerContext& ctx) {
   if (!g.ok()) return g.status();
   const LoweredValue& x = ctx.value(0);
   const LoweredValue& w = ctx.value(1);
+  const DType dtype = ctx.out_type(0).dtype;
   LoweredValue y;
-  if (g->transposed) {
+  if (UsesLibrary(ctx, *g, dtype)) {
+    // A transposed convolution is the backward data pass of the regular
+    // convolution from its output's positions to its input's.
+    const std::vector<SymExpr>& out = ctx.out_type(0).sizes;
+    y = g->transposed ? LibraryConv(ctx, ConvDirection::kBackwardData, *g, x, w,
+                                    out, w.sizes, x.sizes, dtype)
+                      : LibraryConv(ctx, ConvDirection::kForward, *g, x, w,
+                                    x.sizes, w.sizes, out, dtype);
+  } else if (g->transposed) {
     auto t = ConvTransposed(ctx, x, w, *g, g->out_spatial);
     if (!t.ok()) return t.status();
     y = *t;
@@ -317,7 +408,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerConvolution(LowerContext& ctx) {
   const Expr bias =
       ir::Cast(LowerContext::Read(ctx.value(2), {ir::Var(1)}), kF32);
   const Expr sum = ir::Binary(
-      ExprOp::kAdd, LowerContext::Read(y, IdentityIndex(rank)), bias, kF32);
+      ExprOp::kAdd, ir::Cast(LowerContext::Read(y, IdentityIndex(rank)), kF32),
+      bias, kF32);
   return std::vector<LoweredValue>{ops::PointwiseOutput(ctx, sum)};
 }
 
@@ -344,27 +436,51 @@ absl::StatusOr<std::vector<LoweredValue>> LowerConvolutionBackward(
   const LoweredValue& gy = ctx.value(0);
   const LoweredValue& x = ctx.value(1);
   const LoweredValue& w = ctx.value(2);
+  const DType dtype = ctx.out_type(0).dtype;
   std::vector<LoweredValue> out;
-  // grad_input: the convolution in the other direction with the same
-  // weight, onto the input's positions.
-  if (!MaskBit(ctx, 0)) {
-    out.push_back(Zeros(ctx, 0));
-  } else if (g->transposed) {
-    out.push_back(AsOutput(ctx, ConvForward(ctx, gy, w, *g, g->in_spatial), 0));
+  if (UsesLibrary(ctx, *g, dtype)) {
+    // The library's x is the larger side: the input of a regular
+    // convolution, grad_output of a transposed one.
+    const LoweredValue& cx = g->transposed ? gy : x;
+    const LoweredValue& cy = g->transposed ? x : gy;
+    if (!MaskBit(ctx, 0)) {
+      out.push_back(Zeros(ctx, 0));
+    } else if (g->transposed) {
+      out.push_back(LibraryConv(ctx, ConvDirection::kForward, *g, gy, w,
+                                cx.sizes, w.sizes, cy.sizes, dtype));
+    } else {
+      out.push_back(LibraryConv(ctx, ConvDirection::kBackwardData, *g, gy, w,
+                                cx.sizes, w.sizes, cy.sizes, dtype));
+    }
+    if (!MaskBit(ctx, 1)) {
+      out.push_back(Zeros(ctx, 1));
+    } else {
+      out.push_back(LibraryConv(ctx, ConvDirection::kBackwardFilter, *g, cx, cy,
+                                cx.sizes, w.sizes, cy.sizes, dtype));
+    }
   } else {
-    auto t = ConvTransposed(ctx, gy, w, *g, g->in_spatial);
-    if (!t.ok()) return t.status();
-    out.push_back(AsOutput(ctx, *t, 0));
-  }
-  // grad_weight: the small side's channels times the im2col of the large
-  // side's (regular: grad_output and the input; transposed: the input and
-  // grad_output).
-  if (!MaskBit(ctx, 1)) {
-    out.push_back(Zeros(ctx, 1));
-  } else {
-    const LoweredValue gw =
-        g->transposed ? GradWeight(ctx, x, gy, *g) : GradWeight(ctx, gy, x, *g);
-    out.push_back(AsOutput(ctx, gw, 1));
+    // grad_input: the convolution in the other direction with the same
+    // weight, onto the input's positions.
+    if (!MaskBit(ctx, 0)) {
+      out.push_back(Zeros(ctx, 0));
+    } else if (g->transposed) {
+      out.push_back(
+          AsOutput(ctx, ConvForward(ctx, gy, w, *g, g->in_spatial), 0));
+    } else {
+      auto t = ConvTransposed(ctx, gy, w, *g, g->in_spatial);
+      if (!t.ok()) return t.status();
+      out.push_back(AsOutput(ctx, *t, 0));
+    }
+    // grad_weight: the small side's channels times the im2col of the large
+    // side's (regular: grad_output and the input; transposed: the input and
+    // grad_output).
+    if (!MaskBit(ctx, 1)) {
+      out.push_back(Zeros(ctx, 1));
+    } else {
+      const LoweredValue gw = g->transposed ? GradWeight(ctx, x, gy, *g)
+                                            : GradWeight(ctx, gy, x, *g);
+      out.push_back(AsOutput(ctx, gw, 1));
+    }
   }
   // grad_bias: grad_output summed over all dims but the channels.
   if (!MaskBit(ctx, 2)) {

@@ -481,9 +481,10 @@ class KilnBackend:
         self.__name__ = "kiln"
 
     def _cuda_options(self) -> int:
-        """The matrix-product CompileOptions of a CUDA graph: PyTorch's
-        flags as they are now (Dynamo guards on them, so a change
-        recompiles) and this backend's epilogue choice."""
+        """The matrix-product and convolution CompileOptions of a CUDA
+        graph: PyTorch's flags as they are now (Dynamo guards on the
+        matrix-product and determinism flags, so a change recompiles) and
+        this backend's epilogue choice."""
         matmul = torch.backends.cuda.matmul
         flags = 0
         if torch.get_float32_matmul_precision() != "highest":
@@ -494,6 +495,11 @@ class KilnBackend:
             flags |= _binding.OPTION_STRICT_BF16_REDUCTION
         if not self.fuse_gemm_epilogues:
             flags |= _binding.OPTION_UNFUSED_GEMM_EPILOGUES
+        cudnn = torch.backends.cudnn
+        if cudnn.allow_tf32:
+            flags |= _binding.OPTION_ALLOW_TF32_CONVOLUTION
+        if cudnn.deterministic or torch.are_deterministic_algorithms_enabled():
+            flags |= _binding.OPTION_DETERMINISTIC_CONVOLUTIONS
         return flags
 
     # -- Dynamo entry ------------------------------------------------------

@@ -37,6 +37,7 @@
 #include "runtime/cuda_executable.h"
 #include "tests/gpu/gpu_util.h"
 #include "tests/server/daemon.h"
+#include "tests/unit/conv_cases.h"
 #include "tests/unit/epilogue_graphs.h"
 #include "tests/unit/example_graphs.h"
 #include "tests/unit/numerics.h"
@@ -199,6 +200,52 @@ TEST(CudaGpu, GemmEpiloguesMatchReference) {
     }
   }
   EXPECT_GT(checked, 80);
+}
+
+// Convolutions (issue 16) as cuDNN calls and, for comparison, as Kiln's
+// im2col kernels and cuBLASLt GEMMs (CompileEnv::gpu_kernel_convolutions),
+// forward and backward, against the reference: the CPU suite's geometries
+// (tests/unit/conv_cases.h) in float32 (FMA, no TF32), float16 and
+// bfloat16, channels-last inputs, a dynamic batch, deterministic
+// algorithms, and random geometries.
+TEST(CudaGpu, ConvolutionsMatchReference) {
+  REQUIRE_GPU(gpu);
+  using namespace conv_cases;  // NOLINT: the shared cases
+  std::vector<Conv> all = Geometries();
+  for (const Conv& c : TransposedGeometries()) all.push_back(c);
+  std::mt19937_64 rng(16);
+  for (int i = 0; i < 12; ++i) all.push_back(RandomConv(rng));
+  for (size_t i = 0; i < 4; ++i) {
+    Conv c = all[i];
+    c.channels_last = true;
+    all.push_back(c);
+    c.channels_last = false;
+    c.symbolic_batch = true;
+    all.push_back(c);
+  }
+  int checked = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    Conv c = all[i];
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      c.dtype = dtype;
+      for (bool kernels : {false, true}) {
+        CompileEnv env;
+        env.gpu_kernel_convolutions = kernels;
+        for (const TestCase& t : {ForwardCase(c), BackwardCase(c, {1, 1, 1})}) {
+          v1::CompileRequest req;
+          *req.mutable_graph() = CaseGraph(t);
+          req.mutable_options()->set_deterministic_convolutions(i % 3 == 1);
+          EXPECT_EQ(
+              CheckOnGpu(*gpu, 500 + checked, req, /*aligned=*/false, env), "")
+              << c.ToString() << (kernels ? " im2col" : " cuDNN") << " " << t.op
+              << "\n"
+              << GraphJson(req.graph());
+          ++checked;
+        }
+      }
+    }
+  }
+  std::printf("%d convolution graphs on %s\n", checked, gpu->arch.c_str());
 }
 
 // How RandomGraphsMatchReference runs `seed`: the suite's tensors are

@@ -277,15 +277,20 @@ def test_fast_math_is_another_compile(daemon):
 
 def test_cuda_matmul_options_follow_pytorchs_flags():
     """The CompileOptions a CUDA graph is compiled with are PyTorch's
-    matrix-product flags at compile time (TF32, reduced-precision
-    reductions) and the backend's fuse_gemm_epilogues: each a different
-    guard key (the flags' keys are checked in cuda_codegen_test)."""
+    matrix-product and convolution flags at compile time (TF32,
+    reduced-precision reductions, cuDNN's TF32 and determinism) and the
+    backend's fuse_gemm_epilogues: each a different guard key (the flags'
+    keys are checked in cuda_codegen_test)."""
     from kiln import _binding
     matmul = torch.backends.cuda.matmul
+    cudnn = torch.backends.cudnn
     saved = (torch.get_float32_matmul_precision(),
              matmul.allow_fp16_reduced_precision_reduction,
-             matmul.allow_bf16_reduced_precision_reduction)
+             matmul.allow_bf16_reduced_precision_reduction,
+             cudnn.allow_tf32, cudnn.deterministic)
     try:
+        cudnn.allow_tf32 = False
+        cudnn.deterministic = False
         torch.set_float32_matmul_precision("highest")
         matmul.allow_fp16_reduced_precision_reduction = True
         matmul.allow_bf16_reduced_precision_reduction = True
@@ -300,10 +305,29 @@ def test_cuda_matmul_options_follow_pytorchs_flags():
         assert kiln.backend()._cuda_options() == (
             _binding.OPTION_STRICT_FP16_REDUCTION
             | _binding.OPTION_STRICT_BF16_REDUCTION)
+        matmul.allow_fp16_reduced_precision_reduction = True
+        matmul.allow_bf16_reduced_precision_reduction = True
+        # cuDNN's flags: TF32 convolutions (PyTorch's default), and
+        # determinism from either of PyTorch's two switches.
+        cudnn.allow_tf32 = True
+        assert (kiln.backend()._cuda_options()
+                == _binding.OPTION_ALLOW_TF32_CONVOLUTION)
+        cudnn.allow_tf32 = False
+        cudnn.deterministic = True
+        assert (kiln.backend()._cuda_options()
+                == _binding.OPTION_DETERMINISTIC_CONVOLUTIONS)
+        cudnn.deterministic = False
+        torch.use_deterministic_algorithms(True)
+        try:
+            assert (kiln.backend()._cuda_options()
+                    == _binding.OPTION_DETERMINISTIC_CONVOLUTIONS)
+        finally:
+            torch.use_deterministic_algorithms(False)
     finally:
         torch.set_float32_matmul_precision(saved[0])
         matmul.allow_fp16_reduced_precision_reduction = saved[1]
         matmul.allow_bf16_reduced_precision_reduction = saved[2]
+        cudnn.allow_tf32, cudnn.deterministic = saved[3], saved[4]
 
 
 def test_unsupported_ops_fall_back_and_are_reported(daemon):

@@ -404,20 +404,23 @@ TEST_F(KilnCTest, CpuStridedInputsAndSymbolicSizes) {
   EXPECT_TRUE(absl::StrContains(Message(cuda), "not a CPU target"))
       << Message(cuda);
   // Options are KILN_OPTION_* flags: an unknown bit is refused before any
-  // request; the matrix-product flags are not part of a CPU key, so the
+  // request; the matrix-product and convolution flags are not part of a CPU
+  // key, so the
   // executable is the one compiled without them (no second compile).
   Status unknown(kiln_client_get_cpu_executable(client.get(), dynamic.data(),
-                                                dynamic.size(), "cpu", 64,
+                                                dynamic.size(), "cpu", 128,
                                                 &raw));
   EXPECT_EQ(Code(unknown), KILN_INVALID_ARGUMENT);
-  EXPECT_TRUE(absl::StrContains(Message(unknown), "unknown bits 0x40"))
+  EXPECT_TRUE(absl::StrContains(Message(unknown), "unknown bits 0x80"))
       << Message(unknown);
   uint64_t before[3], after[3];
   kiln_client_counters(client.get(), &before[0], &before[1], &before[2]);
   Status flagged(kiln_client_get_cpu_executable(
       client.get(), dynamic.data(), dynamic.size(), "cpu",
       KILN_OPTION_ALLOW_TF32 | KILN_OPTION_STRICT_BF16_REDUCTION |
-          KILN_OPTION_UNFUSED_GEMM_EPILOGUES,
+          KILN_OPTION_UNFUSED_GEMM_EPILOGUES |
+          KILN_OPTION_ALLOW_TF32_CONVOLUTION |
+          KILN_OPTION_DETERMINISTIC_CONVOLUTIONS,
       &raw));
   ASSERT_EQ(Code(flagged), KILN_OK) << Message(flagged);
   kiln_cpu_executable_destroy(raw);

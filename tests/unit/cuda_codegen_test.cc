@@ -266,7 +266,9 @@ TEST(CudaCodegen, GatherScatterGraphsCompile) {
 // register: where LLVM 16 emitted bfe.u64 past bit 63 for a signed field,
 // the PTX has bfe.s64 and an and that keeps the field.
 TEST(CudaCodegen, SignedBitFieldsAreExtractedSigned) {
-  auto a = Compile(ForGpu(Request("conv1d_broadcast.json")));
+  CompileEnv im2col;  // cuDNN calls would read a contiguous copy instead
+  im2col.gpu_kernel_convolutions = true;
+  auto a = Compile(ForGpu(Request("conv1d_broadcast.json")), im2col);
   ASSERT_TRUE(a.ok()) << a.status();
   const std::string& ptx = a->cuda().ptx();
   int signed_fields = 0;

@@ -492,11 +492,14 @@ std::map<std::string, std::string> OptionsNotInKey(const v1::Target& target) {
   if (target.has_cuda()) return {};
   const char* kMatmul =
       "a cuBLASLt flag: CPU targets ignore it (NormalizeOptions)";
+  const char* kConv = "a cuDNN flag: CPU targets ignore it (NormalizeOptions)";
   return {
       {"allow_tf32", kMatmul},
       {"strict_fp16_reduction", kMatmul},
       {"strict_bf16_reduction", kMatmul},
       {"unfused_gemm_epilogues", kMatmul},
+      {"allow_tf32_convolution", kConv},
+      {"deterministic_convolutions", kConv},
   };
 }
 

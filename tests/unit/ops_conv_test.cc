@@ -20,34 +20,18 @@
 #include "graph/import.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_executable.h"
+#include "runtime/program_plan.h"
+#include "tests/unit/conv_cases.h"
 #include "tests/unit/numerics.h"
 #include "tests/unit/ops_test_util.h"
 
 namespace kiln::testing {
 namespace {
 
+using namespace conv_cases;  // NOLINT: the suite's cases
+
 [[maybe_unused]] ::testing::Environment* const kCoverage =
     RegisterCoverage("conv", ConvSuiteOps());
-
-constexpr const char* kConv = "aten.convolution.default";
-constexpr const char* kConvBackward = "aten.convolution_backward.default";
-
-// stride, padding, dilation, transposed, output_padding, groups.
-std::vector<v1::Argument> Geometry(std::vector<int64_t> stride,
-                                   std::vector<int64_t> padding,
-                                   std::vector<int64_t> dilation,
-                                   bool transposed,
-                                   std::vector<int64_t> output_padding,
-                                   int64_t groups) {
-  return {Ints(stride),  Ints(padding),        Ints(dilation),
-          B(transposed), Ints(output_padding), I(groups)};
-}
-
-std::vector<v1::Argument> Concat(std::vector<v1::Argument> a,
-                                 const std::vector<v1::Argument>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 // ---- reference semantics, by hand ----
 
@@ -180,191 +164,6 @@ TEST(Conv, InvalidArguments) {
 
 // ---- compiled against the reference ----
 
-// A convolution's arguments for the compiled tests.
-struct Conv {
-  int64_t n = 2, c = 3, o = 4;
-  std::vector<int64_t> in{7, 6}, kernel{3, 3};
-  std::vector<int64_t> stride{1}, padding{0}, dilation{1}, output_padding{0};
-  bool transposed = false;
-  int64_t groups = 1;
-  bool bias = false;
-  DType dtype = DType::kFloat32;
-  bool channels_last = false;  // the input's storage as [N, *S, C]
-  bool symbolic_batch = false;
-  std::string ToString() const {
-    return absl::StrCat(
-        "n", n, " c", c, " o", o, " in[", absl::StrJoin(in, ","), "] k[",
-        absl::StrJoin(kernel, ","), "] s", absl::StrJoin(stride, ","), " p",
-        absl::StrJoin(padding, ","), " d", absl::StrJoin(dilation, ","), " op",
-        absl::StrJoin(output_padding, ","), " t", transposed, " g", groups,
-        " bias", bias, " ", DTypeName(dtype),
-        channels_last ? " channels_last" : "",
-        symbolic_batch ? " dynamic" : "");
-  }
-};
-
-int64_t At(const std::vector<int64_t>& v, size_t d) {
-  return v.size() == 1 ? v[0] : v[d];
-}
-
-std::vector<int64_t> OutputSizes(const Conv& c) {
-  std::vector<int64_t> out{c.n, c.o};
-  for (size_t d = 0; d < c.in.size(); ++d) {
-    const int64_t s = At(c.stride, d), p = At(c.padding, d);
-    const int64_t span = At(c.dilation, d) * (c.kernel[d] - 1);
-    out.push_back(c.transposed ? (c.in[d] - 1) * s - 2 * p + span +
-                                     At(c.output_padding, d) + 1
-                               : (c.in[d] + 2 * p - span - 1) / s + 1);
-  }
-  return out;
-}
-
-std::vector<int64_t> InputSizes(const Conv& c) {
-  std::vector<int64_t> s{c.n, c.c};
-  s.insert(s.end(), c.in.begin(), c.in.end());
-  return s;
-}
-
-std::vector<int64_t> WeightSizes(const Conv& c) {
-  std::vector<int64_t> s = c.transposed
-                               ? std::vector<int64_t>{c.c, c.o / c.groups}
-                               : std::vector<int64_t>{c.o, c.c / c.groups};
-  s.insert(s.end(), c.kernel.begin(), c.kernel.end());
-  return s;
-}
-
-// A graph input: its storage strides (empty: contiguous) and whether its
-// batch is the symbol "n".
-struct GraphInput {
-  DType dtype;
-  std::vector<int64_t> sizes, strides;
-  bool symbolic_batch = false;
-};
-
-std::vector<int64_t> ChannelsLastStrides(const std::vector<int64_t>& s) {
-  // Storage [N, *S, C].
-  std::vector<int64_t> st(s.size());
-  int64_t step = s[1];
-  st[1] = 1;
-  for (size_t d = s.size(); d-- > 2;) {
-    st[d] = step;
-    step *= s[d];
-  }
-  st[0] = step;
-  return st;
-}
-
-std::vector<int64_t> ContiguousOf(const std::vector<int64_t>& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t d = s.size(); d-- > 1;)
-    st[d - 1] = st[d] * std::max<int64_t>(s[d], 1);
-  return st;
-}
-
-struct TestCase {
-  std::string op;
-  std::vector<GraphInput> inputs;
-  std::vector<v1::Argument> extra;
-  int outputs = 1;
-};
-
-v1::Graph CaseGraph(const TestCase& c) {
-  v1::Graph g;
-  bool symbolic = false;
-  for (size_t i = 0; i < c.inputs.size(); ++i) {
-    const GraphInput& t = c.inputs[i];
-    v1::Input* in = g.add_inputs();
-    in->set_name(absl::StrCat("x", i));
-    v1::TensorMeta* m = in->mutable_meta();
-    m->set_dtype(static_cast<v1::DType>(t.dtype));
-    m->set_device(v1::CPU);
-    for (size_t d = 0; d < t.sizes.size(); ++d) {
-      if (d == 0 && t.symbolic_batch) {
-        m->add_sizes()->set_symbol("n");
-        symbolic = true;
-      } else {
-        m->add_sizes()->set_value(t.sizes[d]);
-      }
-    }
-    if (!t.symbolic_batch) {
-      for (int64_t s : t.strides) m->add_strides()->set_value(s);
-    }
-  }
-  if (symbolic) g.add_symbols()->set_name("n");
-  v1::Node* node = g.add_nodes();
-  node->set_op(c.op);
-  for (size_t i = 0; i < c.inputs.size(); ++i)
-    node->add_args()->set_ref(absl::StrCat("x", i));
-  for (const v1::Argument& a : c.extra) *node->add_args() = a;
-  for (int o = 0; o < c.outputs; ++o) {
-    node->add_outputs(absl::StrCat("y", o));
-    g.add_outputs(absl::StrCat("y", o));
-  }
-  return g;
-}
-
-std::vector<HostTensor> CaseInputs(const TestCase& c, std::mt19937_64& rng) {
-  std::vector<HostTensor> out;
-  for (const GraphInput& t : c.inputs) {
-    const std::vector<int64_t> strides =
-        t.strides.empty() ? ContiguousOf(t.sizes) : t.strides;
-    int64_t extent = 1;
-    for (size_t d = 0; d < t.sizes.size(); ++d)
-      extent += (t.sizes[d] - 1) * strides[d];
-    HostTensor x = HostTensor::Strided(t.dtype, t.sizes, strides, 0,
-                                       std::max<int64_t>(extent, 1));
-    FillRandom(x, rng);
-    out.push_back(std::move(x));
-  }
-  return out;
-}
-
-std::vector<v1::Argument> GeometryOf(const Conv& c) {
-  return Geometry(c.stride, c.padding, c.dilation, c.transposed,
-                  c.output_padding, c.groups);
-}
-
-GraphInput InputOf(const Conv& c, std::vector<int64_t> sizes, bool layout) {
-  GraphInput g{c.dtype, sizes, {}, c.symbolic_batch};
-  if (layout && c.channels_last) g.strides = ChannelsLastStrides(sizes);
-  return g;
-}
-
-TestCase ForwardCase(const Conv& c) {
-  TestCase t{kConv,
-             {InputOf(c, InputSizes(c), true),
-              GraphInput{c.dtype, WeightSizes(c), {}, false}},
-             {},
-             1};
-  if (c.bias) t.inputs.push_back(GraphInput{c.dtype, {c.o}, {}, false});
-  // The bias (when there is one) is the third input reference.
-  if (!c.bias) t.extra.push_back(NoneArg());
-  for (const v1::Argument& a : GeometryOf(c)) t.extra.push_back(a);
-  return t;
-}
-
-TestCase BackwardCase(const Conv& c, std::vector<int64_t> mask) {
-  TestCase t{kConvBackward,
-             {InputOf(c, OutputSizes(c), true), InputOf(c, InputSizes(c), true),
-              GraphInput{c.dtype, WeightSizes(c), {}, false}},
-             {},
-             3};
-  // As PyTorch: bias_sizes [0] without a bias (its mask bit then 0).
-  if (!c.bias) mask[2] = 0;
-  t.extra.push_back(Ints({c.bias ? c.o : 0}));
-  for (const v1::Argument& a : GeometryOf(c)) t.extra.push_back(a);
-  t.extra.push_back(Ints(std::move(mask)));
-  return t;
-}
-
-// The case's inputs with the symbolic batch bound to `n`.
-TestCase WithBatch(TestCase t, int64_t n) {
-  for (GraphInput& in : t.inputs) {
-    if (in.symbolic_batch) in.sizes[0] = n;
-  }
-  return t;
-}
-
 // Compiles the case for this CPU, runs it (for each batch in `batches`
 // when the batch is symbolic) and compares every output with the
 // reference; returns the artifact.
@@ -415,73 +214,6 @@ void CheckBoth(const Conv& c) {
   CheckCompiled(BackwardCase(c, {1, 1, 1}));
 }
 
-// The geometries of the suite: odd sizes, stride, padding, dilation,
-// groups and depthwise, 1-D and 3-D, 1x1 kernels, batch 1 and 0.
-std::vector<Conv> Geometries() {
-  std::vector<Conv> v;
-  Conv c;
-  v.push_back(c);  // 3x3, no padding
-  c.padding = {1};
-  c.bias = true;
-  v.push_back(c);  // ResNet's 3x3
-  c = Conv{};
-  c.stride = {2};
-  c.padding = {1};
-  c.in = {9, 8};
-  v.push_back(c);  // stride 2
-  c = Conv{};
-  c.kernel = {3, 2};
-  c.stride = {2, 1};
-  c.padding = {2, 1};
-  c.dilation = {2, 3};
-  c.in = {11, 9};
-  c.bias = true;
-  v.push_back(c);  // asymmetric everything
-  c = Conv{};
-  c.c = 4;
-  c.o = 6;
-  c.groups = 2;
-  c.padding = {1};
-  v.push_back(c);  // groups
-  c = Conv{};
-  c.c = 3;
-  c.o = 6;
-  c.groups = 3;
-  c.padding = {1};
-  c.stride = {2};
-  v.push_back(c);  // depthwise, multiplier 2
-  c = Conv{};
-  c.kernel = {1, 1};
-  c.n = 1;
-  v.push_back(c);  // 1x1, one image
-  c.n = 3;
-  c.bias = true;
-  v.push_back(c);  // 1x1, a batch
-  c = Conv{};
-  c.in = {11};
-  c.kernel = {4};
-  c.stride = {3};
-  c.padding = {2};
-  v.push_back(c);  // 1-D
-  c = Conv{};
-  c.n = 1;
-  c.c = 2;
-  c.o = 4;
-  c.groups = 2;
-  c.in = {4, 5, 3};
-  c.kernel = {2, 3, 2};
-  c.stride = {1, 2, 1};
-  c.padding = {1, 0, 1};
-  c.bias = true;
-  v.push_back(c);  // 3-D, grouped
-  c = Conv{};
-  c.n = 0;
-  c.padding = {1};
-  c.bias = true;
-  v.push_back(c);  // empty batch
-  return v;
-}
-
 TEST(ConvCompiled, Forward) {
   for (const Conv& c : Geometries()) {
     SCOPED_TRACE(c.ToString());
@@ -496,47 +228,6 @@ TEST(ConvCompiled, Backward) {
     const v1::Artifact a = CheckCompiled(BackwardCase(c, {1, 1, 1}));
     EXPECT_EQ(CountCalls(a), 2) << "grad_input and grad_weight";
   }
-}
-
-// Transposed convolutions: stride with output_padding, padding, groups,
-// dilation (output_padding below the dilation), 1-D, 3-D.
-std::vector<Conv> TransposedGeometries() {
-  std::vector<Conv> v;
-  Conv c;
-  c.transposed = true;
-  c.in = {3, 4};
-  c.c = 4;
-  c.o = 3;
-  c.stride = {2};
-  c.padding = {1};
-  c.output_padding = {1};
-  c.bias = true;
-  v.push_back(c);
-  c.groups = 2;
-  c.o = 4;
-  c.kernel = {2, 3};
-  c.output_padding = {1, 0};
-  c.bias = false;
-  v.push_back(c);
-  c = Conv{};
-  c.transposed = true;
-  c.in = {5};
-  c.kernel = {3};
-  c.dilation = {2};
-  c.output_padding = {1};
-  v.push_back(c);
-  c = Conv{};
-  c.transposed = true;
-  c.n = 1;
-  c.c = 2;
-  c.o = 2;
-  c.in = {2, 3, 2};
-  c.kernel = {2, 2, 3};
-  c.stride = {2, 1, 3};
-  c.padding = {0, 1, 1};
-  c.bias = true;
-  v.push_back(c);
-  return v;
 }
 
 TEST(ConvCompiled, Transposed) {
@@ -605,35 +296,240 @@ TEST(ConvCompiled, DynamicBatch) {
 // Random geometries against the reference (seeded, bounded).
 TEST(ConvCompiled, RandomGeometries) {
   std::mt19937_64 rng(16);
-  auto pick = [&](int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-  };
-  for (int i = 0; i < 12; ++i) {
-    Conv c;
-    const int dims = static_cast<int>(pick(1, 3));
-    c.transposed = pick(0, 2) == 0;
-    c.groups = pick(1, 3);
-    c.n = pick(1, 3);
-    c.c = c.groups * pick(1, 3);
-    c.o = c.groups * pick(1, 3);
-    c.bias = pick(0, 1);
-    c.in.clear();
-    c.kernel.clear();
-    c.stride.clear();
-    c.padding.clear();
-    c.dilation.clear();
-    c.output_padding.clear();
-    for (int d = 0; d < dims; ++d) {
-      c.kernel.push_back(pick(1, dims == 3 ? 2 : 3));
-      c.stride.push_back(pick(1, 2));
-      c.dilation.push_back(pick(1, 2));
-      c.padding.push_back(pick(0, 1));
-      c.in.push_back(pick(c.dilation[d] * (c.kernel[d] - 1) + 1, 7 - dims));
-      c.output_padding.push_back(
-          c.transposed ? pick(0, std::max(c.stride[d], c.dilation[d]) - 1) : 0);
-    }
-    CheckBoth(c);
+  for (int i = 0; i < 12; ++i) CheckBoth(RandomConv(rng));
+}
+
+// ---- CUDA targets: cuDNN calls (issue 16) ----
+
+// The case compiled for sm_90 (here, without a GPU: the GPU suite runs
+// them, tests/gpu/cuda_gpu_test.cc).
+v1::Artifact CompileForCuda(const TestCase& c, const CompileEnv& env = {},
+                            const v1::CompileOptions& options = {}) {
+  v1::CompileRequest req;
+  *req.mutable_graph() = CaseGraph(c);
+  req.mutable_target()->mutable_cuda()->set_arch("sm_90");
+  *req.mutable_options() = options;
+  auto artifact = Compile(req, env);
+  EXPECT_TRUE(artifact.ok()) << artifact.status();
+  return artifact.ok() ? *artifact : v1::Artifact{};
+}
+
+std::vector<const v1::Convolution*> ConvCalls(const v1::Artifact& a) {
+  std::vector<const v1::Convolution*> out;
+  for (const v1::Step& s : a.program().steps()) {
+    if (!s.has_call() || !s.call().has_conv()) continue;
+    EXPECT_EQ(s.call().library(), v1::ExternCall::CUDNN);
+    out.push_back(&s.call().conv());
   }
+  return out;
+}
+
+// What the CUDA runtime takes (cuda_executable.cc), for plans made here.
+LaunchLimits CudaLimits() {
+  LaunchLimits limits;
+  limits.max_block_threads = 1024;
+  limits.extern_library = v1::ExternCall::CUBLASLT;
+  limits.conv_library = v1::ExternCall::CUDNN;
+  limits.conv_dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+  return limits;
+}
+
+// Every convolution is one cuDNN call per direction in the operands' dtype,
+// over whole contiguous buffers: forward (transposed: backward data), and
+// for the backward grad_input (backward data; transposed: forward) and
+// grad_weight (backward filter), as the output mask asks. The runtime's
+// checks accept each, and the sizes evaluate to the case's geometry. A
+// transposed convolution whose output_padding reaches its stride stays
+// Kiln's kernels (UsesLibrary in compiler/ops/conv_lowering.cc).
+TEST(ConvCuda, ConvolutionsAreCudnnCalls) {
+  std::vector<Conv> all = Geometries();
+  for (const Conv& c : TransposedGeometries()) all.push_back(c);
+  int kernel_path = 0;
+  for (Conv c : all) {
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+      c.dtype = dtype;
+      SCOPED_TRACE(c.ToString());
+      bool library = true;
+      for (size_t d = 0; c.transposed && d < c.in.size(); ++d)
+        library &= At(c.output_padding, d) < At(c.stride, d);
+      const v1::Artifact fwd = CompileForCuda(ForwardCase(c));
+      std::vector<const v1::Convolution*> calls = ConvCalls(fwd);
+      if (!library) {
+        EXPECT_TRUE(calls.empty());
+        EXPECT_TRUE(ConvCalls(CompileForCuda(BackwardCase(c, {1, 1, 1})))
+                        .empty());
+        ++kernel_path;
+        continue;
+      }
+      ASSERT_EQ(calls.size(), 1u);
+      EXPECT_EQ(calls[0]->direction(), c.transposed
+                                           ? v1::Convolution::BACKWARD_DATA
+                                           : v1::Convolution::FORWARD);
+      EXPECT_EQ(calls[0]->dtype(), static_cast<v1::DType>(dtype));
+      EXPECT_EQ(calls[0]->groups(), c.groups);
+      EXPECT_FALSE(calls[0]->tf32());
+      const v1::Artifact bwd = CompileForCuda(BackwardCase(c, {1, 1, 1}));
+      calls = ConvCalls(bwd);
+      ASSERT_EQ(calls.size(), 2u);
+      EXPECT_EQ(calls[0]->direction(), c.transposed
+                                           ? v1::Convolution::FORWARD
+                                           : v1::Convolution::BACKWARD_DATA);
+      EXPECT_EQ(calls[1]->direction(), v1::Convolution::BACKWARD_FILTER);
+      for (const v1::Artifact* a : {&fwd, &bwd}) {
+        auto plan = PlanProgram(*a, CudaLimits());
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        std::vector<int64_t> elements;
+        for (const v1::BufferSpec& b : a->program().buffers())
+          elements.push_back(EvaluateSymPoly(b.elements(), {}));
+        for (const ProgramPlan::Extern& e : plan->externs) {
+          ASSERT_NE(e.conv, nullptr);
+          auto dims = EvaluateConv(*e.conv, {}, elements);
+          ASSERT_TRUE(dims.ok()) << dims.status();
+          EXPECT_EQ(dims->n, c.n);
+          EXPECT_EQ(dims->groups, c.groups);
+          EXPECT_EQ(dims->kernel[0], c.kernel[0]);
+          // The library's x is the larger side.
+          EXPECT_EQ(dims->x[0], c.transposed ? OutputSizes(c)[2] : c.in[0]);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kernel_path, 2) << "the dilated 1-D transposed case, twice";
+  // Masked outputs make no call.
+  Conv c;
+  c.bias = true;
+  EXPECT_EQ(ConvCalls(CompileForCuda(BackwardCase(c, {0, 1, 1}))).size(), 1u);
+  EXPECT_EQ(ConvCalls(CompileForCuda(BackwardCase(c, {0, 0, 1}))).size(), 0u);
+}
+
+// A channels-last input is copied to a contiguous temp the call reads; a
+// contiguous one is read in place; the flags reach the call; the im2col
+// path stays available (CompileEnv::gpu_kernel_convolutions).
+TEST(ConvCuda, OperandsFlagsAndTheKernelPath) {
+  Conv c;
+  c.padding = {1};
+  const v1::Artifact plain = CompileForCuda(ForwardCase(c));
+  ASSERT_EQ(ConvCalls(plain).size(), 1u);
+  EXPECT_EQ(ConvCalls(plain)[0]->input(), 0) << "the input, in place";
+  EXPECT_EQ(ConvCalls(plain)[0]->weight(), 1);
+  int launches = 0;
+  for (const v1::Step& s : plain.program().steps()) launches += s.has_launch();
+  EXPECT_EQ(launches, 0) << "nothing around the call";
+  c.channels_last = true;
+  const v1::Artifact nhwc = CompileForCuda(ForwardCase(c));
+  ASSERT_EQ(ConvCalls(nhwc).size(), 1u);
+  EXPECT_EQ(nhwc.program().buffers(ConvCalls(nhwc)[0]->input()).kind(),
+            v1::BufferSpec::TEMP);
+
+  v1::CompileOptions flags;
+  flags.set_allow_tf32_convolution(true);
+  flags.set_deterministic_convolutions(true);
+  const v1::Artifact flagged = CompileForCuda(ForwardCase(c), {}, flags);
+  ASSERT_EQ(ConvCalls(flagged).size(), 1u);
+  EXPECT_TRUE(ConvCalls(flagged)[0]->tf32());
+  EXPECT_TRUE(ConvCalls(flagged)[0]->deterministic());
+  c.dtype = DType::kFloat16;  // TF32 is for float32 only
+  EXPECT_FALSE(ConvCalls(CompileForCuda(ForwardCase(c), {}, flags))[0]->tf32());
+
+  CompileEnv kernels;
+  kernels.gpu_kernel_convolutions = true;
+  const v1::Artifact im2col = CompileForCuda(ForwardCase(c), kernels);
+  for (const v1::Step& s : im2col.program().steps()) {
+    if (s.has_call()) EXPECT_TRUE(s.call().has_gemm());
+  }
+}
+
+// Malformed convolution steps are refused before anything runs: at load
+// (library, dtype, buffers, ranks) or by EvaluateConv (sizes that do not
+// make a convolution, buffers too small); a CPU runtime makes no cuDNN
+// call.
+TEST(ConvCuda, MalformedConvStepsAreRefused) {
+  Conv c;
+  c.padding = {1};
+  const v1::Artifact good = CompileForCuda(ForwardCase(c));
+  auto conv_of = [](v1::Artifact& a) {
+    for (v1::Step& s : *a.mutable_program()->mutable_steps()) {
+      if (s.has_call()) return s.mutable_call()->mutable_conv();
+    }
+    return static_cast<v1::Convolution*>(nullptr);
+  };
+  auto refused = [](const v1::Artifact& a, const std::string& part) {
+    auto plan = PlanProgram(a, CudaLimits());
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(plan.status().message().find(part), std::string::npos)
+        << plan.status();
+  };
+  auto evaluated = [](const v1::Artifact& a) {
+    auto plan = PlanProgram(a, CudaLimits());
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    std::vector<int64_t> elements;
+    for (const v1::BufferSpec& b : a.program().buffers())
+      elements.push_back(EvaluateSymPoly(b.elements(), {}));
+    return EvaluateConv(*plan->externs[0].conv, {}, elements).status();
+  };
+  ASSERT_TRUE(evaluated(good).ok());
+  {
+    v1::Artifact a = good;
+    a.mutable_program()->mutable_steps(0)->mutable_call()->set_library(
+        v1::ExternCall::CUBLASLT);
+    refused(a, "calls cuBLASLt for a convolution; this runtime calls cuDNN");
+  }
+  {
+    v1::Artifact a = good;
+    conv_of(a)->set_dtype(v1::INT64);
+    refused(a, "convolves int64");
+  }
+  {
+    v1::Artifact a = good;
+    conv_of(a)->set_output(0);
+    refused(a, "input or an operand");
+  }
+  {
+    v1::Artifact a = good;
+    conv_of(a)->set_weight(9);
+    refused(a, "passes buffer 9");
+  }
+  {
+    v1::Artifact a = good;
+    conv_of(a)->add_stride(1);
+    refused(a, "1 to 3 spatial dims");
+  }
+  {
+    v1::Artifact a = good;
+    conv_of(a)->set_stride(0, 2);  // y no longer matches x
+    const absl::Status s = evaluated(a);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("do not give"), std::string::npos) << s;
+  }
+  {
+    v1::Artifact a = good;
+    conv_of(a)->set_groups(2);  // 3 channels in 2 groups
+    EXPECT_NE(evaluated(a).message().find("inconsistent channels"),
+              std::string::npos);
+  }
+  {
+    v1::Artifact a = good;
+    // A larger batch than the buffers hold.
+    conv_of(a)->mutable_x_sizes(0)->mutable_terms(0)->set_coeff(5);
+    conv_of(a)->mutable_y_sizes(0)->mutable_terms(0)->set_coeff(5);
+    EXPECT_NE(evaluated(a).message().find("elements of buffer"),
+              std::string::npos);
+  }
+  {
+    v1::Artifact a = good;
+    conv_of(a)->set_padding(0, -1);
+    EXPECT_NE(evaluated(a).message().find("padding -1"), std::string::npos);
+  }
+  // A runtime without a convolution library (the CPU's) refuses the step.
+  LaunchLimits cpu;
+  cpu.extern_library = v1::ExternCall::BLAS;
+  auto plan = PlanProgram(good, cpu);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find(
+                "calls cuDNN for a convolution; this runtime calls no library"),
+            std::string::npos)
+      << plan.status();
 }
 
 }  // namespace

@@ -1,0 +1,108 @@
+// cuDNN loaded at run time with dlopen, as cuBLASLt is (cuda_blaslt.h):
+// the client library links no CUDA library and builds without the toolkit;
+// a machine without cuDNN loads every artifact without convolutions and
+// fails one with them with a clear FAILED_PRECONDITION.
+//
+//   absl::StatusOr<std::unique_ptr<CudaConv>> conv = CudaConv::Create();
+//   absl::StatusOr<CudaConv::Prepared> p = (*conv)->Prepare(step, conv_step,
+//                                                           dtype, dims);
+//   ... allocate p->workspace_bytes ...
+//   (*conv)->Run(*p, x, w, y, workspace, p->workspace_bytes, stream);
+//
+// Which library: $KILN_CUDNN when set (a path or soname), else
+// libcudnn.so.9. A process that has loaded PyTorch's cuDNN finds it by
+// soname (no second copy).
+//
+// The calls are cuDNN's legacy convolution API (cudnnConvolutionForward,
+// ...BackwardData, ...BackwardFilter) over NCHW-contiguous tensors, 1-D
+// convolutions as 2-D ones of height 1. Algorithms are chosen as PyTorch
+// chooses them without torch.backends.cudnn.benchmark: the first that
+// cuDNN's heuristic (cudnnGet*Algorithm_v7) ranks, among those that are
+// supported for the shape and, when the step asks, deterministic. Data
+// types: float32 (FMA only, or TF32 where the step allows it), float16 and
+// bfloat16 (Tensor Cores), all accumulating in float32.
+//
+// Thread-safety: Create may be called from any thread; Prepare and Run
+// from several threads at once (a cuDNN handle is bound to one stream at a
+// time, so Run serializes its enqueueing; the work itself runs on the
+// caller's stream).
+#ifndef KILN_RUNTIME_CUDA_CUDNN_H_
+#define KILN_RUNTIME_CUDA_CUDNN_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "graph/dtype.h"
+#include "kiln/v1/artifact.pb.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/program_plan.h"
+
+namespace kiln {
+
+class CudnnLibrary;
+
+// One executable's convolutions on one device: a cuDNN handle, and per
+// extern step and shape the descriptors and the algorithm chosen for them
+// (cached here, outside the artifact: the choice depends on the GPU and
+// the library version, not on the graph).
+class CudaConv {
+ public:
+  // Loads the library (once per process) and creates a handle. Call with
+  // the executable's CUDA context current. Errors: FAILED_PRECONDITION
+  // naming every library tried and why; INTERNAL for a failed handle.
+  static absl::StatusOr<std::unique_ptr<CudaConv>> Create();
+
+  struct Plan;
+  // A call ready to run: its plan and the workspace it needs.
+  struct Prepared {
+    std::shared_ptr<const Plan> plan;
+    size_t workspace_bytes = 0;
+  };
+
+  // The descriptors and algorithm of extern step `step` (the cache key,
+  // with the shape and flags) for `dims` (from EvaluateConv): made and
+  // cached on the first call for a shape. No tensor of `dims` may be empty
+  // (cuDNN takes none: the caller writes the zeros such a call gives).
+  // Errors: INVALID_ARGUMENT for an empty tensor, UNIMPLEMENTED when cuDNN
+  // has no algorithm for the case (none deterministic, when asked),
+  // INTERNAL for a cuDNN failure (with its status string).
+  absl::StatusOr<Prepared> Prepare(int step, const v1::Convolution& conv,
+                                   DType dtype, const ConvDims& dims) const;
+
+  // Enqueues the call on `stream`: `input` and `weight` are the step's
+  // operands and `output` the tensor it overwrites (artifact.proto,
+  // Convolution), `workspace` at least prepared.workspace_bytes (may be 0
+  // when that is 0). Errors: INTERNAL for a cuDNN failure.
+  absl::Status Run(const Prepared& prepared, cuda::DevicePtr input,
+                   cuda::DevicePtr weight, cuda::DevicePtr output,
+                   cuda::DevicePtr workspace, cuda::Stream stream) const;
+
+  // The library that was loaded (its path or soname) and its version.
+  const std::string& library() const;
+  size_t version() const;
+
+  ~CudaConv();
+  CudaConv(const CudaConv&) = delete;
+  CudaConv& operator=(const CudaConv&) = delete;
+
+ private:
+  CudaConv(const CudnnLibrary* lib, void* handle)
+      : lib_(lib), handle_(handle) {}
+
+  const CudnnLibrary* lib_;
+  void* handle_;  // cudnnHandle_t
+  // Serializes binding the handle to a stream and enqueueing on it.
+  mutable absl::Mutex run_mu_;
+  mutable absl::Mutex mu_;
+  mutable absl::flat_hash_map<std::string, std::shared_ptr<const Plan>> plans_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kiln
+
+#endif  // KILN_RUNTIME_CUDA_CUDNN_H_
