@@ -105,26 +105,12 @@ absl::StatusOr<std::unique_ptr<CudnnLibrary>> CudnnLibrary::Open(
   KILN_RESOLVE(cudnnCreate);
   KILN_RESOLVE(cudnnDestroy);
   KILN_RESOLVE(cudnnSetStream);
-  KILN_RESOLVE(cudnnCreateTensorDescriptor);
-  KILN_RESOLVE(cudnnSetTensorNdDescriptor);
-  KILN_RESOLVE(cudnnDestroyTensorDescriptor);
-  KILN_RESOLVE(cudnnCreateFilterDescriptor);
-  KILN_RESOLVE(cudnnSetFilterNdDescriptor);
-  KILN_RESOLVE(cudnnDestroyFilterDescriptor);
-  KILN_RESOLVE(cudnnCreateConvolutionDescriptor);
-  KILN_RESOLVE(cudnnSetConvolutionNdDescriptor);
-  KILN_RESOLVE(cudnnSetConvolutionGroupCount);
-  KILN_RESOLVE(cudnnSetConvolutionMathType);
-  KILN_RESOLVE(cudnnDestroyConvolutionDescriptor);
-  KILN_RESOLVE(cudnnGetConvolutionForwardAlgorithm_v7);
-  KILN_RESOLVE(cudnnGetConvolutionBackwardDataAlgorithm_v7);
-  KILN_RESOLVE(cudnnGetConvolutionBackwardFilterAlgorithm_v7);
-  KILN_RESOLVE(cudnnGetConvolutionForwardWorkspaceSize);
-  KILN_RESOLVE(cudnnGetConvolutionBackwardDataWorkspaceSize);
-  KILN_RESOLVE(cudnnGetConvolutionBackwardFilterWorkspaceSize);
-  KILN_RESOLVE(cudnnConvolutionForward);
-  KILN_RESOLVE(cudnnConvolutionBackwardData);
-  KILN_RESOLVE(cudnnConvolutionBackwardFilter);
+  KILN_RESOLVE(cudnnBackendCreateDescriptor);
+  KILN_RESOLVE(cudnnBackendDestroyDescriptor);
+  KILN_RESOLVE(cudnnBackendFinalize);
+  KILN_RESOLVE(cudnnBackendSetAttribute);
+  KILN_RESOLVE(cudnnBackendGetAttribute);
+  KILN_RESOLVE(cudnnBackendExecute);
 #undef KILN_RESOLVE
   if (!missing.empty()) {
     dlclose(handle);
@@ -160,11 +146,12 @@ absl::StatusOr<const CudnnLibrary*> CudnnLibrary::Get() {
   return loaded->get();
 }
 
-// The descriptors of one call and the algorithm chosen for it.
+// One call's execution plan and every descriptor it was made from (kept
+// alive with it).
 struct CudaConv::Plan {
   v1::Convolution::Direction direction = v1::Convolution::FORWARD;
-  Descriptor x, y, w, conv;
-  int algo = 0;
+  std::vector<Descriptor> descriptors;
+  Descriptor plan;
   size_t workspace_bytes = 0;
 };
 
@@ -187,9 +174,81 @@ CudaConv::~CudaConv() {
 const std::string& CudaConv::library() const { return lib_->name(); }
 size_t CudaConv::version() const { return lib_->version(); }
 
+namespace {
+
+// Builds backend descriptors, recording the first failure (later calls do
+// nothing), so that a graph reads as a list of attribute settings.
+class Builder {
+ public:
+  explicit Builder(const CudnnLibrary* lib) : lib_(lib) {}
+
+  // A new descriptor of `type` (null after a failure).
+  void* Make(int type) {
+    if (!status_.ok()) return nullptr;
+    void* d = nullptr;
+    if (!Check(lib_->api().cudnnBackendCreateDescriptor(type, &d),
+               "cudnnBackendCreateDescriptor")) {
+      return nullptr;
+    }
+    made_.emplace_back(d, lib_->api().cudnnBackendDestroyDescriptor);
+    return d;
+  }
+  void Set(void* d, int name, int type, int64_t count, const void* values) {
+    if (!status_.ok()) return;
+    Check(lib_->api().cudnnBackendSetAttribute(d, name, type, count, values),
+          absl::StrCat("cudnnBackendSetAttribute(", name, ")"));
+  }
+  void SetInt64(void* d, int name, int64_t v) {
+    Set(d, name, cudnn::kTypeInt64, 1, &v);
+  }
+  void SetDesc(void* d, int name, void* value) {
+    Set(d, name, cudnn::kTypeBackendDescriptor, 1, &value);
+  }
+  void Finalize(void* d, const char* what) {
+    if (!status_.ok()) return;
+    Check(lib_->api().cudnnBackendFinalize(d),
+          absl::StrCat("cudnnBackendFinalize(", what, ")"));
+  }
+  // A finalized tensor descriptor: NCHW-contiguous `sizes`.
+  void* Tensor(int data_type, const std::vector<int64_t>& sizes, int64_t uid,
+               int64_t alignment) {
+    void* t = Make(cudnn::kTensorDescriptor);
+    std::vector<int64_t> strides(sizes.size(), 1);
+    for (size_t i = sizes.size() - 1; i-- > 0;)
+      strides[i] = strides[i + 1] * sizes[i + 1];
+    Set(t, cudnn::kAttrTensorDataType, cudnn::kTypeDataType, 1, &data_type);
+    Set(t, cudnn::kAttrTensorDimensions, cudnn::kTypeInt64,
+        static_cast<int64_t>(sizes.size()), sizes.data());
+    Set(t, cudnn::kAttrTensorStrides, cudnn::kTypeInt64,
+        static_cast<int64_t>(strides.size()), strides.data());
+    SetInt64(t, cudnn::kAttrTensorUniqueId, uid);
+    SetInt64(t, cudnn::kAttrTensorByteAlignment, alignment);
+    Finalize(t, "tensor");
+    return t;
+  }
+
+  bool ok() const { return status_.ok(); }
+  const absl::Status& status() const { return status_; }
+  std::vector<Descriptor> Release() { return std::move(made_); }
+
+ private:
+  bool Check(cudnn::Status s, absl::string_view call) {
+    status_ = lib_->Check(s, call);
+    return status_.ok();
+  }
+  const CudnnLibrary* lib_;
+  absl::Status status_;
+  std::vector<Descriptor> made_;
+};
+
+// The unique ids of the three tensors in a variant pack.
+constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3;
+
+}  // namespace
+
 absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
-    int step, const v1::Convolution& conv, DType dtype,
-    const ConvDims& d) const {
+    int step, const v1::Convolution& conv, DType dtype, const ConvDims& d,
+    int64_t alignment) const {
   if (d.x_elements == 0 || d.w_elements == 0 || d.y_elements == 0) {
     return absl::InvalidArgumentError(
         "cuDNN convolutions take no empty tensor");
@@ -202,36 +261,27 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
   // 1-D convolutions as 2-D ones of height 1.
   const int spatial = d.spatial == 1 ? 2 : d.spatial;
   const int lead = spatial - d.spatial;
-  int xs[5] = {static_cast<int>(d.n), static_cast<int>(d.c), 1, 1, 1};
-  int ws[5] = {static_cast<int>(d.o), static_cast<int>(d.c / d.groups), 1, 1,
-               1};
-  int ys[5] = {static_cast<int>(d.n), static_cast<int>(d.o), 1, 1, 1};
-  int stride[3] = {1, 1, 1}, padding[3] = {0, 0, 0}, dilation[3] = {1, 1, 1};
-  for (int s = 0; s < d.spatial; ++s) {
-    xs[2 + lead + s] = static_cast<int>(d.x[s]);
-    ws[2 + lead + s] = static_cast<int>(d.kernel[s]);
-    ys[2 + lead + s] = static_cast<int>(d.out[s]);
-    stride[lead + s] = static_cast<int>(d.stride[s]);
-    padding[lead + s] = static_cast<int>(d.padding[s]);
-    dilation[lead + s] = static_cast<int>(d.dilation[s]);
+  std::vector<int64_t> xs{d.n, d.c}, ws{d.o, d.c / d.groups}, ys{d.n, d.o};
+  std::vector<int64_t> stride, padding, dilation;
+  for (int s = 0; s < spatial; ++s) {
+    const bool unit = s < lead;
+    xs.push_back(unit ? 1 : d.x[s - lead]);
+    ws.push_back(unit ? 1 : d.kernel[s - lead]);
+    ys.push_back(unit ? 1 : d.out[s - lead]);
+    stride.push_back(unit ? 1 : d.stride[s - lead]);
+    padding.push_back(unit ? 0 : d.padding[s - lead]);
+    dilation.push_back(unit ? 1 : d.dilation[s - lead]);
   }
   const bool tf32 = conv.tf32() && dtype == DType::kFloat32;
-  const int math = dtype != DType::kFloat32 ? cudnn::kTensorOpMath
-                   : tf32                   ? cudnn::kDefaultMath
-                                            : cudnn::kFmaMath;
 
   std::string key;
   {
     std::vector<int64_t> values = {
-        step,   conv.direction(),     static_cast<int64_t>(dtype),
-        tf32,   conv.deterministic(), d.groups,
-        spatial};
-    for (int i = 0; i < spatial + 2; ++i) {
-      values.insert(values.end(), {xs[i], ws[i], ys[i]});
-    }
-    for (int s = 0; s < spatial; ++s) {
-      values.insert(values.end(), {stride[s], padding[s], dilation[s]});
-    }
+        step,     conv.direction(),     static_cast<int64_t>(dtype),
+        tf32,     conv.deterministic(), d.groups,
+        alignment};
+    for (const auto* v : {&xs, &ws, &ys, &stride, &padding, &dilation})
+      values.insert(values.end(), v->begin(), v->end());
     key.assign(reinterpret_cast<const char*>(values.data()),
                values.size() * sizeof(int64_t));
   }
@@ -241,148 +291,167 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
       return Prepared{it->second, it->second->workspace_bytes};
   }
 
-  const cudnn::Api& api = lib_->api();
-  auto plan = std::make_shared<Plan>();
-  plan->direction = conv.direction();
-  auto make = [&](Descriptor& out, cudnn::Status (*create)(void**),
-                  cudnn::Status (*destroy)(void*),
-                  const char* name) -> absl::Status {
-    void* desc = nullptr;
-    if (absl::Status s = lib_->Check(create(&desc), name); !s.ok()) return s;
-    out = Descriptor(desc, destroy);
-    return absl::OkStatus();
-  };
-  int x_strides[5], y_strides[5];
-  x_strides[spatial + 1] = y_strides[spatial + 1] = 1;
-  for (int i = spatial; i >= 0; --i) {
-    x_strides[i] = x_strides[i + 1] * xs[i + 1];
-    y_strides[i] = y_strides[i + 1] * ys[i + 1];
-  }
-  absl::Status s =
-      make(plan->x, api.cudnnCreateTensorDescriptor,
-           api.cudnnDestroyTensorDescriptor, "cudnnCreateTensorDescriptor");
-  if (s.ok()) {
-    s = make(plan->y, api.cudnnCreateTensorDescriptor,
-             api.cudnnDestroyTensorDescriptor, "cudnnCreateTensorDescriptor");
-  }
-  if (s.ok()) {
-    s = make(plan->w, api.cudnnCreateFilterDescriptor,
-             api.cudnnDestroyFilterDescriptor, "cudnnCreateFilterDescriptor");
-  }
-  if (s.ok()) {
-    s = make(plan->conv, api.cudnnCreateConvolutionDescriptor,
-             api.cudnnDestroyConvolutionDescriptor,
-             "cudnnCreateConvolutionDescriptor");
-  }
-  if (s.ok()) {
-    s = lib_->Check(api.cudnnSetTensorNdDescriptor(plan->x.get(), data_type,
-                                                   spatial + 2, xs, x_strides),
-                    "cudnnSetTensorNdDescriptor(x)");
-  }
-  if (s.ok()) {
-    s = lib_->Check(api.cudnnSetTensorNdDescriptor(plan->y.get(), data_type,
-                                                   spatial + 2, ys, y_strides),
-                    "cudnnSetTensorNdDescriptor(y)");
-  }
-  if (s.ok()) {
-    s = lib_->Check(
-        api.cudnnSetFilterNdDescriptor(plan->w.get(), data_type,
-                                       cudnn::kTensorNchw, spatial + 2, ws),
-        "cudnnSetFilterNdDescriptor");
-  }
-  if (s.ok()) {
-    s = lib_->Check(api.cudnnSetConvolutionNdDescriptor(
-                        plan->conv.get(), spatial, padding, stride, dilation,
-                        cudnn::kCrossCorrelation, cudnn::kDataFloat),
-                    "cudnnSetConvolutionNdDescriptor");
-  }
-  if (s.ok()) {
-    s = lib_->Check(api.cudnnSetConvolutionGroupCount(
-                        plan->conv.get(), static_cast<int>(d.groups)),
-                    "cudnnSetConvolutionGroupCount");
-  }
-  if (s.ok()) {
-    s = lib_->Check(api.cudnnSetConvolutionMathType(plan->conv.get(), math),
-                    "cudnnSetConvolutionMathType");
-  }
-  if (!s.ok()) return s;
-
-  // The heuristic's ranking; the first supported (and deterministic, when
-  // asked) algorithm wins, as in PyTorch's getValidAlgorithms.
-  constexpr int kMaxAlgos = 16;
-  cudnn::AlgoPerf perf[kMaxAlgos] = {};
-  int returned = 0;
-  void* x = plan->x.get();
-  void* y = plan->y.get();
-  void* w = plan->w.get();
-  void* c = plan->conv.get();
+  // Plans use the handle, which Run binds to streams.
+  absl::MutexLock run_lock(&run_mu_);
+  // The operation graph: three tensors, the convolution, its operation.
+  Builder b(lib_);
+  void* x = b.Tensor(data_type, xs, kUidX, alignment);
+  void* w = b.Tensor(data_type, ws, kUidW, alignment);
+  void* y = b.Tensor(data_type, ys, kUidY, alignment);
+  void* c = b.Make(cudnn::kConvolutionDescriptor);
+  const int compute = cudnn::kDataFloat;
+  const int mode = cudnn::kCrossCorrelation;
+  const int64_t dims = spatial;
+  b.Set(c, cudnn::kAttrConvCompType, cudnn::kTypeDataType, 1, &compute);
+  b.Set(c, cudnn::kAttrConvMode, cudnn::kTypeConvolutionMode, 1, &mode);
+  b.SetInt64(c, cudnn::kAttrConvSpatialDims, dims);
+  b.Set(c, cudnn::kAttrConvDilations, cudnn::kTypeInt64, dims, dilation.data());
+  b.Set(c, cudnn::kAttrConvFilterStrides, cudnn::kTypeInt64, dims,
+        stride.data());
+  b.Set(c, cudnn::kAttrConvPrePaddings, cudnn::kTypeInt64, dims,
+        padding.data());
+  b.Set(c, cudnn::kAttrConvPostPaddings, cudnn::kTypeInt64, dims,
+        padding.data());
+  b.Finalize(c, "convolution");
+  // Each operation's attributes: ALPHA, BETA, CONV_DESC, then its three
+  // tensors in the order of cudnn_api.h.
+  int op_type = cudnn::kConvForwardDescriptor;
+  int first = cudnn::kAttrConvForwardAlpha;
+  void* tensors[3] = {w, x, y};
   switch (conv.direction()) {
     case v1::Convolution::FORWARD:
-      s = lib_->Check(api.cudnnGetConvolutionForwardAlgorithm_v7(
-                          handle_, x, w, c, y, kMaxAlgos, &returned, perf),
-                      "cudnnGetConvolutionForwardAlgorithm_v7");
       break;
-    case v1::Convolution::BACKWARD_DATA:
-      s = lib_->Check(api.cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                          handle_, w, y, c, x, kMaxAlgos, &returned, perf),
-                      "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+    case v1::Convolution::BACKWARD_DATA:  // W DX DY
+      op_type = cudnn::kConvBackwardDataDescriptor;
+      first = cudnn::kAttrConvBwdDataAlpha;
       break;
-    case v1::Convolution::BACKWARD_FILTER:
-      s = lib_->Check(api.cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                          handle_, x, y, c, w, kMaxAlgos, &returned, perf),
-                      "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+    case v1::Convolution::BACKWARD_FILTER:  // DW X DY
+      op_type = cudnn::kConvBackwardFilterDescriptor;
+      first = cudnn::kAttrConvBwdFilterAlpha;
       break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown convolution direction ", conv.direction()));
   }
-  if (!s.ok()) return s;
-  const cudnn::AlgoPerf* chosen = nullptr;
-  for (int i = 0; i < returned && i < kMaxAlgos; ++i) {
-    if (perf[i].status != cudnn::kSuccess) continue;
-    if (conv.deterministic() && perf[i].determinism != cudnn::kDeterministic)
+  void* op = b.Make(op_type);
+  const float one = 1.0f, zero = 0.0f;
+  b.Set(op, first, cudnn::kTypeFloat, 1, &one);
+  b.Set(op, first + 1, cudnn::kTypeFloat, 1, &zero);
+  b.SetDesc(op, first + 2, c);
+  for (int i = 0; i < 3; ++i) b.SetDesc(op, first + 3 + i, tensors[i]);
+  b.Finalize(op, "convolution operation");
+  void* graph = b.Make(cudnn::kOperationGraphDescriptor);
+  cudnn::Handle handle = handle_;
+  b.Set(graph, cudnn::kAttrOperationGraphHandle, cudnn::kTypeHandle, 1,
+        &handle);
+  b.SetDesc(graph, cudnn::kAttrOperationGraphOps, op);
+  b.Finalize(graph, "operation graph");
+  if (!b.ok()) return b.status();
+
+  // The engines cuDNN ranks, and the first that passes PyTorch's filters
+  // and finalizes into a plan.
+  const cudnn::Api& api = lib_->api();
+  auto plan = std::make_shared<Plan>();
+  plan->direction = conv.direction();
+  std::string rejected;
+  for (int heur_mode : {cudnn::kHeurModeInstant, cudnn::kHeurModeFallback}) {
+    Builder h(lib_);
+    void* heur = h.Make(cudnn::kEngineHeurDescriptor);
+    h.SetDesc(heur, cudnn::kAttrEngineHeurOperationGraph, graph);
+    h.Set(heur, cudnn::kAttrEngineHeurMode, cudnn::kTypeHeurMode, 1,
+          &heur_mode);
+    h.Finalize(heur, "engine heuristics");
+    if (!h.ok()) continue;
+    int64_t count = 0;
+    if (api.cudnnBackendGetAttribute(heur, cudnn::kAttrEngineHeurResults,
+                                     cudnn::kTypeBackendDescriptor, 0, &count,
+                                     nullptr) != cudnn::kSuccess ||
+        count <= 0) {
       continue;
-    // A float32 call without TF32 keeps FMA math whatever the ranking says.
-    if (dtype == DType::kFloat32 && !tf32 &&
-        perf[i].math_type != cudnn::kFmaMath &&
-        perf[i].math_type != cudnn::kDefaultMath)
-      continue;
-    chosen = &perf[i];
-    break;
+    }
+    count = std::min<int64_t>(count, 64);
+    std::vector<void*> configs;
+    for (int64_t i = 0; i < count; ++i)
+      configs.push_back(h.Make(cudnn::kEngineCfgDescriptor));
+    if (!h.ok()) return h.status();
+    int64_t returned = 0;
+    if (absl::Status s = lib_->Check(
+            api.cudnnBackendGetAttribute(heur, cudnn::kAttrEngineHeurResults,
+                                         cudnn::kTypeBackendDescriptor, count,
+                                         &returned, configs.data()),
+            "cudnnBackendGetAttribute(heuristic results)");
+        !s.ok()) {
+      return s;
+    }
+    for (int64_t i = 0; i < returned && i < count; ++i) {
+      // The engine's numerical notes.
+      void* engine = h.Make(cudnn::kEngineDescriptor);
+      int64_t got = 0;
+      int notes[cudnn::kNoteTypeCount] = {};
+      int64_t num_notes = 0;
+      if (!h.ok() ||
+          api.cudnnBackendGetAttribute(configs[i], cudnn::kAttrEngineCfgEngine,
+                                       cudnn::kTypeBackendDescriptor, 1, &got,
+                                       &engine) != cudnn::kSuccess ||
+          api.cudnnBackendGetAttribute(engine, cudnn::kAttrEngineNumericalNote,
+                                       cudnn::kTypeNumericalNote,
+                                       cudnn::kNoteTypeCount, &num_notes,
+                                       notes) != cudnn::kSuccess) {
+        continue;
+      }
+      bool skip = false;
+      for (int64_t n = 0; n < num_notes && n < cudnn::kNoteTypeCount; ++n) {
+        skip |= notes[n] == cudnn::kNoteDownConvertInputs;
+        skip |= dtype == DType::kFloat32 && !tf32 &&
+                notes[n] == cudnn::kNoteTensorCore;
+        skip |=
+            conv.deterministic() && notes[n] == cudnn::kNoteNondeterministic;
+      }
+      if (skip) continue;
+      void* candidate = nullptr;
+      if (api.cudnnBackendCreateDescriptor(cudnn::kExecutionPlanDescriptor,
+                                           &candidate) != cudnn::kSuccess) {
+        continue;
+      }
+      Descriptor owned(candidate, api.cudnnBackendDestroyDescriptor);
+      if (api.cudnnBackendSetAttribute(
+              candidate, cudnn::kAttrExecutionPlanHandle, cudnn::kTypeHandle, 1,
+              &handle) != cudnn::kSuccess ||
+          api.cudnnBackendSetAttribute(candidate,
+                                       cudnn::kAttrExecutionPlanEngineConfig,
+                                       cudnn::kTypeBackendDescriptor, 1,
+                                       &configs[i]) != cudnn::kSuccess) {
+        continue;
+      }
+      const cudnn::Status fin = api.cudnnBackendFinalize(candidate);
+      if (fin != cudnn::kSuccess) {
+        if (rejected.empty()) rejected = lib_->Check(fin, "plan").ToString();
+        continue;
+      }
+      int64_t bytes = 0;
+      if (api.cudnnBackendGetAttribute(
+              candidate, cudnn::kAttrExecutionPlanWorkspaceSize,
+              cudnn::kTypeInt64, 1, &got, &bytes) != cudnn::kSuccess ||
+          bytes < 0) {
+        continue;
+      }
+      plan->plan = std::move(owned);
+      plan->workspace_bytes = static_cast<size_t>(bytes);
+      for (Descriptor& keep : h.Release())
+        plan->descriptors.push_back(std::move(keep));
+      break;
+    }
+    if (plan->plan.get() != nullptr) break;
   }
-  if (chosen == nullptr) {
+  if (plan->plan.get() == nullptr) {
     return absl::UnimplementedError(absl::StrCat(
         "cuDNN has no ", conv.deterministic() ? "deterministic " : "",
-        "algorithm for this ", DTypeName(dtype), " convolution (",
-        v1::Convolution::Direction_Name(conv.direction()), ")"));
+        "engine for this ", DTypeName(dtype), " convolution (",
+        v1::Convolution::Direction_Name(conv.direction()), ")",
+        rejected.empty() ? "" : "; the first rejected: ", rejected));
   }
-  plan->algo = chosen->algo;
-  if (!(dtype == DType::kFloat32 && !tf32)) {
-    s = lib_->Check(
-        api.cudnnSetConvolutionMathType(plan->conv.get(), chosen->math_type),
-        "cudnnSetConvolutionMathType");
-    if (!s.ok()) return s;
-  }
-  size_t bytes = 0;
-  switch (conv.direction()) {
-    case v1::Convolution::FORWARD:
-      s = lib_->Check(api.cudnnGetConvolutionForwardWorkspaceSize(
-                          handle_, x, w, c, y, plan->algo, &bytes),
-                      "cudnnGetConvolutionForwardWorkspaceSize");
-      break;
-    case v1::Convolution::BACKWARD_DATA:
-      s = lib_->Check(api.cudnnGetConvolutionBackwardDataWorkspaceSize(
-                          handle_, w, y, c, x, plan->algo, &bytes),
-                      "cudnnGetConvolutionBackwardDataWorkspaceSize");
-      break;
-    default:
-      s = lib_->Check(api.cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                          handle_, x, y, c, w, plan->algo, &bytes),
-                      "cudnnGetConvolutionBackwardFilterWorkspaceSize");
-      break;
-  }
-  if (!s.ok()) return s;
-  plan->workspace_bytes = bytes;
+  for (Descriptor& keep : b.Release())
+    plan->descriptors.push_back(std::move(keep));
   std::shared_ptr<const Plan> made = std::move(plan);
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = plans_.try_emplace(key, made);
@@ -395,37 +464,56 @@ absl::Status CudaConv::Run(const Prepared& prepared, cuda::DevicePtr input,
                            cuda::Stream stream) const {
   const Plan& p = *prepared.plan;
   const cudnn::Api& api = lib_->api();
-  const float one = 1.0f, zero = 0.0f;
-  void* ws = reinterpret_cast<void*>(workspace);
-  const void* a = reinterpret_cast<const void*>(input);
-  const void* b = reinterpret_cast<const void*>(weight);
+  // The step's operands in the variant pack's order x, w, y: forward reads
+  // x and w; backward data reads y and w and writes x; backward filter
+  // reads x and y and writes w (artifact.proto, Convolution).
+  const v1::Convolution::Direction direction = p.direction;
+  void* a = reinterpret_cast<void*>(input);
+  void* b = reinterpret_cast<void*>(weight);
   void* out = reinterpret_cast<void*>(output);
-  absl::MutexLock lock(&run_mu_);
+  void* pointers[3] = {a, b, out};
+  if (direction == v1::Convolution::BACKWARD_DATA) {
+    pointers[0] = out, pointers[1] = b, pointers[2] = a;
+  } else if (direction == v1::Convolution::BACKWARD_FILTER) {
+    pointers[0] = a, pointers[1] = out, pointers[2] = b;
+  }
+  const int64_t uids[3] = {kUidX, kUidW, kUidY};
+  void* ws = reinterpret_cast<void*>(workspace);
+  void* pack = nullptr;
   if (absl::Status s =
-          lib_->Check(api.cudnnSetStream(handle_, stream), "cudnnSetStream");
+          lib_->Check(api.cudnnBackendCreateDescriptor(
+                          cudnn::kVariantPackDescriptor, &pack),
+                      "cudnnBackendCreateDescriptor(variant pack)");
       !s.ok()) {
     return s;
   }
-  switch (p.direction) {
-    case v1::Convolution::FORWARD:  // y from (x, w)
-      return lib_->Check(
-          api.cudnnConvolutionForward(handle_, &one, p.x.get(), a, p.w.get(), b,
-                                      p.conv.get(), p.algo, ws,
-                                      p.workspace_bytes, &zero, p.y.get(), out),
-          "cudnnConvolutionForward");
-    case v1::Convolution::BACKWARD_DATA:  // x from (y, w)
-      return lib_->Check(
-          api.cudnnConvolutionBackwardData(
-              handle_, &one, p.w.get(), b, p.y.get(), a, p.conv.get(), p.algo,
-              ws, p.workspace_bytes, &zero, p.x.get(), out),
-          "cudnnConvolutionBackwardData");
-    default:  // w from (x, y)
-      return lib_->Check(
-          api.cudnnConvolutionBackwardFilter(
-              handle_, &one, p.x.get(), a, p.y.get(), b, p.conv.get(), p.algo,
-              ws, p.workspace_bytes, &zero, p.w.get(), out),
-          "cudnnConvolutionBackwardFilter");
+  Descriptor owned(pack, api.cudnnBackendDestroyDescriptor);
+  absl::Status s = lib_->Check(
+      api.cudnnBackendSetAttribute(pack, cudnn::kAttrVariantPackUniqueIds,
+                                   cudnn::kTypeInt64, 3, uids),
+      "cudnnBackendSetAttribute(unique ids)");
+  if (s.ok()) {
+    s = lib_->Check(
+        api.cudnnBackendSetAttribute(pack, cudnn::kAttrVariantPackDataPointers,
+                                     cudnn::kTypeVoidPtr, 3, pointers),
+        "cudnnBackendSetAttribute(data pointers)");
   }
+  if (s.ok()) {
+    s = lib_->Check(
+        api.cudnnBackendSetAttribute(pack, cudnn::kAttrVariantPackWorkspace,
+                                     cudnn::kTypeVoidPtr, 1, &ws),
+        "cudnnBackendSetAttribute(workspace)");
+  }
+  if (s.ok()) {
+    s = lib_->Check(api.cudnnBackendFinalize(pack),
+                    "cudnnBackendFinalize(variant pack)");
+  }
+  if (!s.ok()) return s;
+  absl::MutexLock lock(&run_mu_);
+  s = lib_->Check(api.cudnnSetStream(handle_, stream), "cudnnSetStream");
+  if (!s.ok()) return s;
+  return lib_->Check(api.cudnnBackendExecute(handle_, p.plan.get(), pack),
+                     "cudnnBackendExecute");
 }
 
 }  // namespace kiln

@@ -13,14 +13,16 @@
 // libcudnn.so.9. A process that has loaded PyTorch's cuDNN finds it by
 // soname (no second copy).
 //
-// The calls are cuDNN's legacy convolution API (cudnnConvolutionForward,
-// ...BackwardData, ...BackwardFilter) over NCHW-contiguous tensors, 1-D
-// convolutions as 2-D ones of height 1. Algorithms are chosen as PyTorch
-// chooses them without torch.backends.cudnn.benchmark: the first that
-// cuDNN's heuristic (cudnnGet*Algorithm_v7) ranks, among those that are
-// supported for the shape and, when the step asks, deterministic. Data
-// types: float32 (FMA only, or TF32 where the step allows it), float16 and
-// bfloat16 (Tensor Cores), all accumulating in float32.
+// The calls go through cuDNN's backend (graph) API, as PyTorch's do: per
+// extern step and shape one operation graph (the convolution over
+// NCHW-contiguous tensors, 1-D convolutions as 2-D ones of height 1) and
+// one finalized execution plan, made on the first call and cached; each
+// call then only binds its pointers (a variant pack) and executes. The
+// engine is the first of cuDNN's heuristic ranking (mode INSTANT, then
+// FALLBACK) that finalizes and passes PyTorch's filters: no engine that
+// down-converts its inputs; for float32 without TF32 none that uses Tensor
+// Cores; and when the step asks, none marked non-deterministic. Data types:
+// float32, float16 and bfloat16, accumulating in float32.
 //
 // Thread-safety: Create may be called from any thread; Prepare and Run
 // from several threads at once (a cuDNN handle is bound to one stream at a
@@ -30,6 +32,7 @@
 #define KILN_RUNTIME_CUDA_CUDNN_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -64,15 +67,17 @@ class CudaConv {
     size_t workspace_bytes = 0;
   };
 
-  // The descriptors and algorithm of extern step `step` (the cache key,
-  // with the shape and flags) for `dims` (from EvaluateConv): made and
-  // cached on the first call for a shape. No tensor of `dims` may be empty
-  // (cuDNN takes none: the caller writes the zeros such a call gives).
-  // Errors: INVALID_ARGUMENT for an empty tensor, UNIMPLEMENTED when cuDNN
-  // has no algorithm for the case (none deterministic, when asked),
+  // The execution plan of extern step `step` (the cache key, with the
+  // shape, the flags and `alignment`) for `dims` (from EvaluateConv), whose
+  // buffers' addresses are all multiples of `alignment` bytes (a power of
+  // two up to 16): made and cached on the first call for a shape. No tensor of
+  // `dims` may be empty (cuDNN takes none: the caller writes the zeros such a
+  // call gives). Errors: INVALID_ARGUMENT for an empty tensor, UNIMPLEMENTED
+  // when cuDNN has no engine for the case (none deterministic, when asked),
   // INTERNAL for a cuDNN failure (with its status string).
   absl::StatusOr<Prepared> Prepare(int step, const v1::Convolution& conv,
-                                   DType dtype, const ConvDims& dims) const;
+                                   DType dtype, const ConvDims& dims,
+                                   int64_t alignment) const;
 
   // Enqueues the call on `stream`: `input` and `weight` are the step's
   // operands and `output` the tensor it overwrites (artifact.proto,
@@ -96,7 +101,8 @@ class CudaConv {
 
   const CudnnLibrary* lib_;
   void* handle_;  // cudnnHandle_t
-  // Serializes binding the handle to a stream and enqueueing on it.
+  // Serializes binding the handle to a stream and enqueueing on it, and
+  // making plans (which use the handle).
   mutable absl::Mutex run_mu_;
   mutable absl::Mutex mu_;
   mutable absl::flat_hash_map<std::string, std::shared_ptr<const Plan>> plans_

@@ -321,8 +321,13 @@ absl::Status CudaExecutable::RunConv(int step, const ProgramPlan::Extern& e,
             static_cast<size_t>(written * plan_.element_size[e.c]), stream),
         "cuMemsetD8Async");
   }
+  // The largest power of two up to 16 that divides every address.
+  int64_t alignment = 16;
+  for (int b : {e.a, e.b, e.c}) {
+    while (alignment > 1 && buffers[b] % alignment != 0) alignment /= 2;
+  }
   absl::StatusOr<CudaConv::Prepared> prepared =
-      conv_->Prepare(step, *e.conv, e.dtype, *dims);
+      conv_->Prepare(step, *e.conv, e.dtype, *dims, alignment);
   if (!prepared.ok()) return prepared.status();
   DeviceAllocation workspace;
   if (prepared->workspace_bytes > 0) {

@@ -1,6 +1,6 @@
 // cuDNN's types, values and entry points as Kiln declares them, so that the
 // client builds without the CUDA toolkit: ABI-compatible with cuDNN 9's
-// cudnn.h (its legacy convolution API; tests/unit/cuda_cudnn_test.cc checks
+// cudnn.h (its backend, or graph, API; tests/unit/cuda_cudnn_test.cc checks
 // them against the header where the toolkit is installed). Enum parameters
 // are declared as int (cuDNN's enums are 32-bit). Internal to
 // runtime/cuda_cudnn.cc.
@@ -17,32 +17,76 @@ namespace kiln {
 namespace cudnn {
 using Status = int;        // cudnnStatus_t
 using Handle = void*;      // cudnnHandle_t
-using TensorDesc = void*;  // cudnnTensorDescriptor_t
-using FilterDesc = void*;  // cudnnFilterDescriptor_t
-using ConvDesc = void*;    // cudnnConvolutionDescriptor_t
+using Descriptor = void*;  // cudnnBackendDescriptor_t
 
-// cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t (one layout for all
-// three).
-struct AlgoPerf {
-  int algo;
-  Status status;
-  float time;
-  size_t memory;
-  int determinism;
-  int math_type;
-  int reserved[3];
-};
-
-constexpr Status kSuccess = 0;        // CUDNN_STATUS_SUCCESS
+constexpr Status kSuccess = 0;  // CUDNN_STATUS_SUCCESS
+// cudnnDataType_t
 constexpr int kDataFloat = 0;         // CUDNN_DATA_FLOAT
 constexpr int kDataHalf = 2;          // CUDNN_DATA_HALF
 constexpr int kDataBFloat16 = 9;      // CUDNN_DATA_BFLOAT16
-constexpr int kTensorNchw = 0;        // CUDNN_TENSOR_NCHW
 constexpr int kCrossCorrelation = 1;  // CUDNN_CROSS_CORRELATION
-constexpr int kDefaultMath = 0;       // CUDNN_DEFAULT_MATH
-constexpr int kTensorOpMath = 1;      // CUDNN_TENSOR_OP_MATH
-constexpr int kFmaMath = 3;           // CUDNN_FMA_MATH
-constexpr int kDeterministic = 1;     // CUDNN_DETERMINISTIC
+// cudnnBackendDescriptorType_t
+constexpr int kConvolutionDescriptor = 1;    // ..._CONVOLUTION_DESCRIPTOR
+constexpr int kEngineDescriptor = 2;         // ..._ENGINE_DESCRIPTOR
+constexpr int kEngineCfgDescriptor = 3;      // ..._ENGINECFG_DESCRIPTOR
+constexpr int kEngineHeurDescriptor = 4;     // ..._ENGINEHEUR_DESCRIPTOR
+constexpr int kExecutionPlanDescriptor = 5;  // ..._EXECUTION_PLAN_DESCRIPTOR
+constexpr int kConvForwardDescriptor =
+    10;  // ..._OPERATION_CONVOLUTION_FORWARD_
+constexpr int kConvBackwardFilterDescriptor = 11;  // ..._BACKWARD_FILTER_
+constexpr int kConvBackwardDataDescriptor = 12;    // ..._BACKWARD_DATA_
+constexpr int kOperationGraphDescriptor = 15;  // ..._OPERATIONGRAPH_DESCRIPTOR
+constexpr int kVariantPackDescriptor = 16;     // ..._VARIANT_PACK_DESCRIPTOR
+constexpr int kTensorDescriptor = 17;          // ..._TENSOR_DESCRIPTOR
+// cudnnBackendAttributeType_t
+constexpr int kTypeHandle = 0;
+constexpr int kTypeDataType = 1;
+constexpr int kTypeInt64 = 3;
+constexpr int kTypeFloat = 4;
+constexpr int kTypeVoidPtr = 6;
+constexpr int kTypeConvolutionMode = 7;
+constexpr int kTypeHeurMode = 8;
+constexpr int kTypeNumericalNote = 11;
+constexpr int kTypeBackendDescriptor = 15;
+// cudnnBackendAttributeName_t
+constexpr int kAttrConvCompType = 100;
+constexpr int kAttrConvMode = 101;
+constexpr int kAttrConvDilations = 102;
+constexpr int kAttrConvFilterStrides = 103;
+constexpr int kAttrConvPostPaddings = 104;
+constexpr int kAttrConvPrePaddings = 105;
+constexpr int kAttrConvSpatialDims = 106;
+constexpr int kAttrEngineHeurMode = 200;
+constexpr int kAttrEngineHeurOperationGraph = 201;
+constexpr int kAttrEngineHeurResults = 202;
+constexpr int kAttrEngineCfgEngine = 300;
+constexpr int kAttrExecutionPlanHandle = 400;
+constexpr int kAttrExecutionPlanEngineConfig = 401;
+constexpr int kAttrExecutionPlanWorkspaceSize = 402;
+// CUDNN_ATTR_OPERATION_CONVOLUTION_{FORWARD,BWD_DATA,BWD_FILTER}_*: the
+// first of each group of six (ALPHA, BETA, CONV_DESC, then the tensors).
+constexpr int kAttrConvForwardAlpha = 700;    // ALPHA BETA CONV_DESC W X Y
+constexpr int kAttrConvBwdDataAlpha = 706;    // ALPHA BETA CONV_DESC W DX DY
+constexpr int kAttrConvBwdFilterAlpha = 712;  // ALPHA BETA CONV_DESC DW X DY
+constexpr int kAttrOperationGraphHandle = 800;
+constexpr int kAttrOperationGraphOps = 801;
+constexpr int kAttrTensorByteAlignment = 900;
+constexpr int kAttrTensorDataType = 901;
+constexpr int kAttrTensorDimensions = 902;
+constexpr int kAttrTensorStrides = 903;
+constexpr int kAttrTensorUniqueId = 906;
+constexpr int kAttrVariantPackUniqueIds = 1000;
+constexpr int kAttrVariantPackDataPointers = 1001;
+constexpr int kAttrVariantPackWorkspace = 1003;
+constexpr int kAttrEngineNumericalNote = 1303;
+// cudnnBackendHeurMode_t
+constexpr int kHeurModeInstant = 0;
+constexpr int kHeurModeFallback = 2;
+// cudnnBackendNumericalNote_t
+constexpr int kNoteTensorCore = 0;
+constexpr int kNoteDownConvertInputs = 1;
+constexpr int kNoteNondeterministic = 4;
+constexpr int kNoteTypeCount = 10;
 
 struct Api {
   size_t (*cudnnGetVersion)();
@@ -50,57 +94,16 @@ struct Api {
   Status (*cudnnCreate)(Handle*);
   Status (*cudnnDestroy)(Handle);
   Status (*cudnnSetStream)(Handle, cuda::Stream);
-  Status (*cudnnCreateTensorDescriptor)(TensorDesc*);
-  Status (*cudnnSetTensorNdDescriptor)(TensorDesc, int data_type, int dims,
-                                       const int* sizes, const int* strides);
-  Status (*cudnnDestroyTensorDescriptor)(TensorDesc);
-  Status (*cudnnCreateFilterDescriptor)(FilterDesc*);
-  Status (*cudnnSetFilterNdDescriptor)(FilterDesc, int data_type, int format,
-                                       int dims, const int* sizes);
-  Status (*cudnnDestroyFilterDescriptor)(FilterDesc);
-  Status (*cudnnCreateConvolutionDescriptor)(ConvDesc*);
-  Status (*cudnnSetConvolutionNdDescriptor)(ConvDesc, int spatial,
-                                            const int* padding,
-                                            const int* stride,
-                                            const int* dilation, int mode,
-                                            int compute_type);
-  Status (*cudnnSetConvolutionGroupCount)(ConvDesc, int groups);
-  Status (*cudnnSetConvolutionMathType)(ConvDesc, int math_type);
-  Status (*cudnnDestroyConvolutionDescriptor)(ConvDesc);
-  Status (*cudnnGetConvolutionForwardAlgorithm_v7)(Handle, TensorDesc x,
-                                                   FilterDesc w, ConvDesc,
-                                                   TensorDesc y, int requested,
-                                                   int* returned, AlgoPerf*);
-  Status (*cudnnGetConvolutionBackwardDataAlgorithm_v7)(
-      Handle, FilterDesc w, TensorDesc dy, ConvDesc, TensorDesc dx,
-      int requested, int* returned, AlgoPerf*);
-  Status (*cudnnGetConvolutionBackwardFilterAlgorithm_v7)(
-      Handle, TensorDesc x, TensorDesc dy, ConvDesc, FilterDesc dw,
-      int requested, int* returned, AlgoPerf*);
-  Status (*cudnnGetConvolutionForwardWorkspaceSize)(Handle, TensorDesc x,
-                                                    FilterDesc w, ConvDesc,
-                                                    TensorDesc y, int algo,
-                                                    size_t* bytes);
-  Status (*cudnnGetConvolutionBackwardDataWorkspaceSize)(
-      Handle, FilterDesc w, TensorDesc dy, ConvDesc, TensorDesc dx, int algo,
-      size_t* bytes);
-  Status (*cudnnGetConvolutionBackwardFilterWorkspaceSize)(
-      Handle, TensorDesc x, TensorDesc dy, ConvDesc, FilterDesc dw, int algo,
-      size_t* bytes);
-  Status (*cudnnConvolutionForward)(Handle, const void* alpha, TensorDesc x,
-                                    const void* x_data, FilterDesc w,
-                                    const void* w_data, ConvDesc, int algo,
-                                    void* workspace, size_t workspace_bytes,
-                                    const void* beta, TensorDesc y,
-                                    void* y_data);
-  Status (*cudnnConvolutionBackwardData)(
-      Handle, const void* alpha, FilterDesc w, const void* w_data,
-      TensorDesc dy, const void* dy_data, ConvDesc, int algo, void* workspace,
-      size_t workspace_bytes, const void* beta, TensorDesc dx, void* dx_data);
-  Status (*cudnnConvolutionBackwardFilter)(
-      Handle, const void* alpha, TensorDesc x, const void* x_data,
-      TensorDesc dy, const void* dy_data, ConvDesc, int algo, void* workspace,
-      size_t workspace_bytes, const void* beta, FilterDesc dw, void* dw_data);
+  Status (*cudnnBackendCreateDescriptor)(int type, Descriptor*);
+  Status (*cudnnBackendDestroyDescriptor)(Descriptor);
+  Status (*cudnnBackendFinalize)(Descriptor);
+  Status (*cudnnBackendSetAttribute)(Descriptor, int name, int type,
+                                     int64_t count, const void* elements);
+  Status (*cudnnBackendGetAttribute)(Descriptor, int name, int type,
+                                     int64_t requested, int64_t* count,
+                                     void* elements);
+  Status (*cudnnBackendExecute)(Handle, Descriptor plan,
+                                Descriptor variant_pack);
 };
 }  // namespace cudnn
 
