@@ -15,6 +15,7 @@
 //   KILN_GPU_RANDOM_GRAPH_SEED=<s>   just this seed, printing its graph
 //   KILN_GPU_FAST_MATH_GRAPHS, KILN_GPU_LANE_LOOP_GRAPHS  (default 300 each)
 //   KILN_GPU_DIAGNOSE_SEEDS=<s1,s2,...>  what each seed's failure depends on
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -246,6 +247,78 @@ TEST(CudaGpu, ConvolutionsMatchReference) {
     }
   }
   std::printf("%d convolution graphs on %s\n", checked, gpu->arch.c_str());
+}
+
+// KILN_GPU_HOST_COST=1: the host time of CudaExecutable::Run (enqueueing
+// only, and synchronized) for a ResNet 3x3 convolution's forward and
+// backward (64 channels, 56x56, batch 8, bfloat16) through cuDNN and through
+// the im2col kernels, and for a one-kernel pointwise graph: where a
+// convolution's per-call cost goes. A benchmark printed, never asserted;
+// skipped unless asked.
+TEST(CudaGpu, ConvolutionHostCost) {
+  REQUIRE_GPU(gpu);
+  if (random_graphs::EnvInt("KILN_GPU_HOST_COST", 0) == 0)
+    GTEST_SKIP() << "KILN_GPU_HOST_COST=1 runs it";
+  using namespace conv_cases;  // NOLINT: the shared cases
+  Conv c;
+  c.n = 8, c.c = 64, c.o = 64, c.in = {56, 56}, c.padding = {1};
+  c.dtype = DType::kBFloat16;
+  struct Case {
+    std::string name;
+    TestCase t;
+    bool kernels;
+  };
+  std::vector<Case> cases = {
+      {"forward cuDNN", ForwardCase(c), false},
+      {"backward cuDNN", BackwardCase(c, {1, 1, 0}), false},
+      {"forward im2col", ForwardCase(c), true},
+      {"backward im2col", BackwardCase(c, {1, 1, 0}), true}};
+  for (Case& k : cases) {
+    v1::CompileRequest req;
+    *req.mutable_graph() = CaseGraph(k.t);
+    req.mutable_target()->mutable_cuda()->set_arch(gpu->arch);
+    CompileEnv env;
+    env.gpu_kernel_convolutions = k.kernels;
+    auto artifact = Compile(req, env);
+    ASSERT_TRUE(artifact.ok()) << artifact.status();
+    auto exe = CudaExecutable::Load(*artifact);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    std::mt19937_64 rng(1);
+    std::vector<gpu_testing::DeviceInput> dev;
+    std::vector<DeviceTensorView> views;
+    for (const HostTensor& t : CaseInputs(k.t, rng)) {
+      auto d = gpu_testing::Upload(*gpu, t);
+      ASSERT_TRUE(d.ok()) << d.status();
+      dev.push_back(*std::move(d));
+    }
+    for (const auto& d : dev) views.push_back(d.view());
+    auto sync = [&] { (void)gpu->driver->api().cuCtxSynchronize(); };
+    for (int i = 0; i < 10; ++i) ASSERT_TRUE((*exe)->Run(views, nullptr).ok());
+    sync();
+    constexpr int kCalls = 200;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCalls; ++i) (void)(*exe)->Run(views, nullptr);
+    auto t1 = std::chrono::steady_clock::now();
+    sync();
+    auto t2 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCalls; ++i) {
+      (void)(*exe)->Run(views, nullptr);
+      sync();
+    }
+    auto t3 = std::chrono::steady_clock::now();
+    auto us = [](auto a, auto b) {
+      return std::chrono::duration<double, std::micro>(b - a).count() / kCalls;
+    };
+    int calls = 0, launches = 0;
+    for (const v1::Step& s : artifact->program().steps()) {
+      calls += s.has_call();
+      launches += s.has_launch();
+    }
+    std::printf(
+        "%-16s %d library calls, %d launches: enqueue %7.1f us/run, "
+        "run+sync %7.1f us/run (all enqueued: %7.1f us/run)\n",
+        k.name.c_str(), calls, launches, us(t0, t1), us(t2, t3), us(t0, t2));
+  }
 }
 
 // How RandomGraphsMatchReference runs `seed`: the suite's tensors are
