@@ -153,6 +153,11 @@ struct CudaConv::Plan {
   std::vector<Descriptor> descriptors;
   Descriptor plan;
   size_t workspace_bytes = 0;
+  // The last call's variant pack and the addresses it binds (x, w, y,
+  // workspace), reused while they repeat, as a caching allocator makes them
+  // step after step. Guarded by CudaConv::run_mu_.
+  mutable Descriptor pack;
+  mutable void* pack_pointers[4] = {};
 };
 
 absl::StatusOr<std::unique_ptr<CudaConv>> CudaConv::Create() {
@@ -479,41 +484,55 @@ absl::Status CudaConv::Run(const Prepared& prepared, cuda::DevicePtr input,
   }
   const int64_t uids[3] = {kUidX, kUidW, kUidY};
   void* ws = reinterpret_cast<void*>(workspace);
-  void* pack = nullptr;
+  absl::MutexLock lock(&run_mu_);
+  const bool same =
+      p.pack.get() != nullptr && p.pack_pointers[0] == pointers[0] &&
+      p.pack_pointers[1] == pointers[1] && p.pack_pointers[2] == pointers[2] &&
+      p.pack_pointers[3] == ws;
+  if (!same) {
+    p.pack = Descriptor();
+    void* pack = nullptr;
+    if (absl::Status s =
+            lib_->Check(api.cudnnBackendCreateDescriptor(
+                            cudnn::kVariantPackDescriptor, &pack),
+                        "cudnnBackendCreateDescriptor(variant pack)");
+        !s.ok()) {
+      return s;
+    }
+    Descriptor owned(pack, api.cudnnBackendDestroyDescriptor);
+    absl::Status s = lib_->Check(
+        api.cudnnBackendSetAttribute(pack, cudnn::kAttrVariantPackUniqueIds,
+                                     cudnn::kTypeInt64, 3, uids),
+        "cudnnBackendSetAttribute(unique ids)");
+    if (s.ok()) {
+      s = lib_->Check(api.cudnnBackendSetAttribute(
+                          pack, cudnn::kAttrVariantPackDataPointers,
+                          cudnn::kTypeVoidPtr, 3, pointers),
+                      "cudnnBackendSetAttribute(data pointers)");
+    }
+    if (s.ok()) {
+      s = lib_->Check(
+          api.cudnnBackendSetAttribute(pack, cudnn::kAttrVariantPackWorkspace,
+                                       cudnn::kTypeVoidPtr, 1, &ws),
+          "cudnnBackendSetAttribute(workspace)");
+    }
+    if (s.ok()) {
+      s = lib_->Check(api.cudnnBackendFinalize(pack),
+                      "cudnnBackendFinalize(variant pack)");
+    }
+    if (!s.ok()) return s;
+    p.pack = std::move(owned);
+    for (int i = 0; i < 3; ++i) p.pack_pointers[i] = pointers[i];
+    p.pack_pointers[3] = ws;
+  }
   if (absl::Status s =
-          lib_->Check(api.cudnnBackendCreateDescriptor(
-                          cudnn::kVariantPackDescriptor, &pack),
-                      "cudnnBackendCreateDescriptor(variant pack)");
+          lib_->Check(api.cudnnSetStream(handle_, stream), "cudnnSetStream");
       !s.ok()) {
     return s;
   }
-  Descriptor owned(pack, api.cudnnBackendDestroyDescriptor);
-  absl::Status s = lib_->Check(
-      api.cudnnBackendSetAttribute(pack, cudnn::kAttrVariantPackUniqueIds,
-                                   cudnn::kTypeInt64, 3, uids),
-      "cudnnBackendSetAttribute(unique ids)");
-  if (s.ok()) {
-    s = lib_->Check(
-        api.cudnnBackendSetAttribute(pack, cudnn::kAttrVariantPackDataPointers,
-                                     cudnn::kTypeVoidPtr, 3, pointers),
-        "cudnnBackendSetAttribute(data pointers)");
-  }
-  if (s.ok()) {
-    s = lib_->Check(
-        api.cudnnBackendSetAttribute(pack, cudnn::kAttrVariantPackWorkspace,
-                                     cudnn::kTypeVoidPtr, 1, &ws),
-        "cudnnBackendSetAttribute(workspace)");
-  }
-  if (s.ok()) {
-    s = lib_->Check(api.cudnnBackendFinalize(pack),
-                    "cudnnBackendFinalize(variant pack)");
-  }
-  if (!s.ok()) return s;
-  absl::MutexLock lock(&run_mu_);
-  s = lib_->Check(api.cudnnSetStream(handle_, stream), "cudnnSetStream");
-  if (!s.ok()) return s;
-  return lib_->Check(api.cudnnBackendExecute(handle_, p.plan.get(), pack),
-                     "cudnnBackendExecute");
+  return lib_->Check(
+      api.cudnnBackendExecute(handle_, p.plan.get(), p.pack.get()),
+      "cudnnBackendExecute");
 }
 
 }  // namespace kiln
