@@ -4,10 +4,10 @@
 // fails one with them with a clear FAILED_PRECONDITION.
 //
 //   absl::StatusOr<std::unique_ptr<CudaConv>> conv = CudaConv::Create();
-//   absl::StatusOr<CudaConv::Prepared> p = (*conv)->Prepare(step, conv_step,
-//                                                           dtype, dims);
+//   absl::StatusOr<CudaConv::Prepared> p =
+//       (*conv)->Prepare(step, conv_step, dtype, dims, /*alignment=*/16);
 //   ... allocate p->workspace_bytes ...
-//   (*conv)->Run(*p, x, w, y, workspace, p->workspace_bytes, stream);
+//   (*conv)->Run(*p, input, weight, output, workspace, stream);
 //
 // Which library: $KILN_CUDNN when set (a path or soname), else
 // libcudnn.so.9. A process that has loaded PyTorch's cuDNN finds it by
