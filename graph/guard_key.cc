@@ -585,13 +585,22 @@ KeyComponent MakeComponent(std::string name, std::string canonical) {
 }  // namespace
 
 v1::CompileOptions NormalizeOptions(const v1::CompileOptions& options,
-                                    const v1::Target& target) {
+                                    const v1::Target& target,
+                                    const Graph& graph) {
   v1::CompileOptions normalized = options;
   if (!target.has_cuda()) {
     normalized.clear_allow_tf32();
     normalized.clear_strict_fp16_reduction();
     normalized.clear_strict_bf16_reduction();
     normalized.clear_unfused_gemm_epilogues();
+  }
+  bool convolutions = false;
+  for (const Node& n : graph.nodes) {
+    convolutions |=
+        n.op != nullptr && (n.op->name == "aten.convolution.default" ||
+                            n.op->name == "aten.convolution_backward.default");
+  }
+  if (!target.has_cuda() || !convolutions) {
     normalized.clear_allow_tf32_convolution();
     normalized.clear_deterministic_convolutions();
   }
@@ -613,7 +622,7 @@ std::vector<KeyComponent> ExplainKey(const Graph& graph,
   components.push_back(MakeComponent("symbols", canon.SymbolsText()));
   components.push_back(MakeComponent("target", TargetText(target)));
   components.push_back(MakeComponent(
-      "options", OptionsText(NormalizeOptions(options, target))));
+      "options", OptionsText(NormalizeOptions(options, target, graph))));
   return components;
 }
 

@@ -39,9 +39,9 @@
 //               fast_math, and for CUDA targets the matrix-product flags
 //               (allow_tf32, strict_fp16_reduction, strict_bf16_reduction,
 //               unfused_gemm_epilogues) and the convolution flags
-//               (allow_tf32_convolution, deterministic_convolutions)
-//               when set, so keys of requests without them are those of
-//               earlier releases
+//               (allow_tf32_convolution, deterministic_convolutions; only
+//               for graphs with a convolution) when set, so keys of
+//               requests without them are those of earlier releases
 // The key is SHA-256 over the length-prefixed component names and their
 // hashes, in order.
 //
@@ -70,12 +70,16 @@ struct KeyComponent {
   Sha256Digest hash;      // SHA-256 of `canonical`
 };
 
-// `options` as they affect code for `target`: options a target ignores are
-// cleared (the matrix-product flags on CPU targets), so requests that differ
-// only in those share a key and an artifact. ImportRequest keeps the
-// normalized options; ExplainKey and ComputeGuardKey apply it themselves.
+// `options` as they affect code for `target` and `graph`: options they
+// ignore are cleared (the matrix-product flags on CPU targets, the
+// convolution flags on CPU targets and for graphs without a convolution),
+// so requests that differ only in those share a key and an artifact: a
+// client that sends PyTorch's cuDNN flags with every CUDA graph keeps the
+// keys of graphs without convolutions. ImportRequest keeps the normalized
+// options; ExplainKey and ComputeGuardKey apply it themselves.
 v1::CompileOptions NormalizeOptions(const v1::CompileOptions& options,
-                                    const v1::Target& target);
+                                    const v1::Target& target,
+                                    const Graph& graph);
 
 // Components in key order.
 std::vector<KeyComponent> ExplainKey(const Graph& graph,

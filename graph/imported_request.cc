@@ -11,7 +11,8 @@ absl::StatusOr<ImportedRequest> ImportRequest(
   if (!graph.ok()) return graph.status();
   ImportedRequest imported;
   imported.target = request.target();
-  imported.options = NormalizeOptions(request.options(), request.target());
+  imported.options =
+      NormalizeOptions(request.options(), request.target(), *graph);
   imported.key = ComputeGuardKey(*graph, request.target(), request.options());
   imported.graph = *std::move(graph);
   return imported;

@@ -2,7 +2,6 @@
 // rewrite that keeps the meaning of a request (renaming values or symbols,
 // reordering independent nodes, storage offsets, devices), different for
 // every change of a guarded property, and the same in every process.
-#include "compiler/compiler_identity.h"
 #include "graph/guard_key.h"
 
 #include <dirent.h>
@@ -20,10 +19,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/compiler_identity.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
-#include "graph/import.h"
 #include "google/protobuf/util/json_util.h"
+#include "graph/import.h"
 #include "gtest/gtest.h"
 #include "tests/unit/graph_gen.h"
 
@@ -488,11 +488,19 @@ TEST(GuardKeyTest, SensitiveToFastMath) {
 // not depend on it. None today: every option decides the generated code. A
 // new option either changes the key or is listed here with its reason.
 // Options that cannot change the code generated for `target`, with why.
+// (The graph of EveryCompileOptionChangesTheKey has no convolution:
+// CudaConvolutionFlagsChangeKeysOfConvolutionsOnly covers the cuDNN flags
+// where they count.)
 std::map<std::string, std::string> OptionsNotInKey(const v1::Target& target) {
-  if (target.has_cuda()) return {};
+  const char* kConv =
+      "a cuDNN flag: CPU targets and graphs without a convolution ignore it "
+      "(NormalizeOptions)";
+  if (target.has_cuda()) {
+    return {{"allow_tf32_convolution", kConv},
+            {"deterministic_convolutions", kConv}};
+  }
   const char* kMatmul =
       "a cuBLASLt flag: CPU targets ignore it (NormalizeOptions)";
-  const char* kConv = "a cuDNN flag: CPU targets ignore it (NormalizeOptions)";
   return {
       {"allow_tf32", kMatmul},
       {"strict_fp16_reduction", kMatmul},
@@ -655,6 +663,32 @@ TEST(GuardKeyTest, EveryCompileOptionChangesTheKey) {
                              << it->second;
       }
     }
+  }
+}
+
+// The cuDNN flags are part of a CUDA key where the graph convolves, and of
+// no other key: CPU keys never have them, and a client that sends PyTorch's
+// flags with every CUDA graph keeps the keys of graphs without one.
+TEST(GuardKeyTest, CudaConvolutionFlagsChangeKeysOfConvolutionsOnly) {
+  v1::Target sm90;
+  sm90.mutable_cuda()->set_arch("sm_90");
+  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/conv1d_broadcast.json");
+  std::stringstream json;
+  json << in.rdbuf();
+  const v1::Graph conv = ParseGraph(json.str());
+  ASSERT_GT(conv.nodes_size(), 0);
+  const v1::Graph plain = ParseGraph(kBinary);
+  v1::CompileOptions tf32, deterministic;
+  tf32.set_allow_tf32_convolution(true);
+  deterministic.set_deterministic_convolutions(true);
+  const std::set<std::string> conv_keys = {Key(conv, sm90, {}),
+                                           Key(conv, sm90, tf32),
+                                           Key(conv, sm90, deterministic)};
+  EXPECT_EQ(conv_keys.size(), 3u);
+  for (const v1::CompileOptions& o : {tf32, deterministic}) {
+    EXPECT_EQ(Key(plain, sm90, o), Key(plain, sm90, {})) << o.DebugString();
+    EXPECT_EQ(Key(conv, CpuTarget(), o), Key(conv, CpuTarget(), {}))
+        << o.DebugString();
   }
 }
 
