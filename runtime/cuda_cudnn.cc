@@ -173,6 +173,11 @@ absl::StatusOr<std::unique_ptr<CudaConv>> CudaConv::Create() {
 }
 
 CudaConv::~CudaConv() {
+  // The plans (made with the handle) go before the handle.
+  {
+    absl::MutexLock lock(&mu_);
+    plans_.clear();
+  }
   if (handle_ != nullptr) lib_->api().cudnnDestroy(handle_);
 }
 
