@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/dl_error.h"
 
 namespace kiln {
 namespace {
@@ -16,11 +17,6 @@ namespace {
 constexpr int kRowMajor = 101;
 constexpr int kNoTrans = 111;
 constexpr int kTrans = 112;
-
-std::string DlError() {
-  const char* message = dlerror();
-  return message != nullptr ? message : "unknown dlopen error";
-}
 
 // C[i] = beta * C[i] for a product with nothing to sum (k = 0).
 template <typename T>

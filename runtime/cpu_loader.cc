@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/dl_error.h"
 
 namespace kiln {
 namespace {
@@ -41,11 +42,6 @@ class ScopedFd {
 };
 
 std::string FdPath(int fd) { return absl::StrCat("/proc/self/fd/", fd); }
-
-std::string DlError() {
-  const char* message = dlerror();
-  return message != nullptr ? message : "unknown dlopen error";
-}
 
 }  // namespace
 

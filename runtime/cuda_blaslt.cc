@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/cublaslt_api.h"
+#include "runtime/dl_error.h"
 
 namespace kiln {
 
@@ -43,11 +44,6 @@ class CublasLtLibrary {
 };
 
 namespace {
-
-std::string DlError() {
-  const char* message = dlerror();
-  return message != nullptr ? message : "unknown dlopen error";
-}
 
 // RAII for cuBLASLt's descriptor objects.
 template <typename Handle>

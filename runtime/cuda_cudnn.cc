@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/cudnn_api.h"
+#include "runtime/dl_error.h"
 
 namespace kiln {
 
@@ -39,11 +40,6 @@ class CudnnLibrary {
 };
 
 namespace {
-
-std::string DlError() {
-  const char* message = dlerror();
-  return message != nullptr ? message : "unknown dlopen error";
-}
 
 // RAII for cuDNN's descriptors.
 class Descriptor {

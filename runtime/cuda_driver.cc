@@ -5,15 +5,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/dl_error.h"
 
 namespace kiln {
 namespace cuda {
 namespace {
-
-std::string DlError() {
-  const char* message = dlerror();
-  return message != nullptr ? message : "unknown dlopen error";
-}
 
 // Resolves `name` into `*slot`; the symbol's type is the slot's.
 template <typename Fn>
