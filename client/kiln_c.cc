@@ -81,7 +81,8 @@ absl::StatusOr<v1::CompileOptions> CompileOptionsFromFlags(int flags) {
                          KILN_OPTION_STRICT_BF16_REDUCTION |
                          KILN_OPTION_UNFUSED_GEMM_EPILOGUES |
                          KILN_OPTION_ALLOW_TF32_CONVOLUTION |
-                         KILN_OPTION_DETERMINISTIC_CONVOLUTIONS;
+                         KILN_OPTION_DETERMINISTIC_CONVOLUTIONS |
+                         KILN_OPTION_DETERMINISTIC_ALGORITHMS;
   if ((flags & ~kKnown) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "options: unknown bits 0x", absl::Hex(flags & ~kKnown),
@@ -96,6 +97,7 @@ absl::StatusOr<v1::CompileOptions> CompileOptionsFromFlags(int flags) {
   o.set_allow_tf32_convolution(flags & KILN_OPTION_ALLOW_TF32_CONVOLUTION);
   o.set_deterministic_convolutions(flags &
                                    KILN_OPTION_DETERMINISTIC_CONVOLUTIONS);
+  o.set_deterministic_algorithms(flags & KILN_OPTION_DETERMINISTIC_ALGORITHMS);
   return o;
 }
 

@@ -200,9 +200,8 @@ void kiln_allocator_destroy(kiln_allocator* allocator);
  * kiln_client_get_cpu_executable: an or of these (0: none), each a
  * kiln.v1.CompileOptions field (proto/kiln/v1/graph.proto). 1 is fast_math,
  * so callers that passed fast_math as 0 or 1 keep their meaning. CPU
- * targets ignore the matrix-product and convolution flags (they are not in
- * CPU keys). Any
- * other bit is INVALID_ARGUMENT. */
+ * targets ignore the matrix-product, convolution and determinism flags
+ * (they are not in CPU keys). Any other bit is INVALID_ARGUMENT. */
 #define KILN_OPTION_FAST_MATH 1
 #define KILN_OPTION_ALLOW_TF32 2             /* allow_tf32 */
 #define KILN_OPTION_STRICT_FP16_REDUCTION 4  /* strict_fp16_reduction */
@@ -211,6 +210,8 @@ void kiln_allocator_destroy(kiln_allocator* allocator);
 #define KILN_OPTION_ALLOW_TF32_CONVOLUTION 32 /* allow_tf32_convolution */
 #define KILN_OPTION_DETERMINISTIC_CONVOLUTIONS 64 \
   /* deterministic_convolutions */
+#define KILN_OPTION_DETERMINISTIC_ALGORITHMS 128 \
+  /* deterministic_algorithms */
 
 /* ---- CUDA executables -------------------------------------------------- */
 

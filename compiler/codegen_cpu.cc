@@ -57,10 +57,27 @@ class CpuKernelEmitter : public KernelEmitterBase {
       syms_.push_back(b_.CreateLoad(i64, slot, program_.symbol_names[s]));
     }
     SetUpKernelDims();
-    if (inner_dims_.empty()) {
+    llvm::BasicBlock* skip = nullptr;
+    if (kernel_.is_scatter()) {
+      if (Value* nonempty = ScatterTargetNonEmpty()) {
+        auto* run = llvm::BasicBlock::Create(ctx_, "scatter", fn_);
+        skip = llvm::BasicBlock::Create(ctx_, "scatter.skip", fn_);
+        b_.CreateCondBr(nonempty, run, skip);
+        b_.SetInsertPoint(run);
+      }
+    }
+    if (kernel_.is_scatter() && !inner_dims_.empty()) {
+      // In source order: each inner position over the chunk's outer
+      // positions, which own disjoint elements (Stage::kScatterAdd).
+      EmitInnerNest(0, [&] { EmitPointwiseKernel(start, end); });
+    } else if (inner_dims_.empty()) {
       EmitPointwiseKernel(start, end);
     } else {
       EmitRowKernel(start, end);
+    }
+    if (skip != nullptr) {
+      b_.CreateBr(skip);
+      b_.SetInsertPoint(skip);
     }
     return FinishFunction();
   }
@@ -127,6 +144,10 @@ class CpuKernelEmitter : public KernelEmitterBase {
     Value* v = EmitExpr(st.value);
     v = ConvertValue(v, st.value->dtype, st.store_dtype);
     Value* off = EmitExpr(st.offset);
+    if (st.kind == Stage::Kind::kScatterAdd) {
+      Value* old = LoadElement(st.buffer_slot, off, st.store_dtype);
+      v = EmitBinary(ExprOp::kAdd, old, v, st.store_dtype, st.store_dtype);
+    }
     StoreElement(st.buffer_slot, off, v, st.store_dtype);
   }
 

@@ -144,6 +144,12 @@ class CudaKernelEmitter : public KernelEmitterBase {
         V_(plan.vector_width) {}
 
   absl::Status Emit() {
+    if (kernel_.is_scatter() && plan_.form != Form::kPointwise) {
+      return absl::InternalError(absl::StrCat(
+          kernel_.name,
+          ": a scatter kernel on CUDA has no inner dims (its additions are "
+          "atomic)"));
+    }
     const size_t nbuf = kernel_.buffers.size();
     const size_t nsym = program_.symbol_names.size();
     llvm::Type* gptr = llvm::PointerType::get(ctx_, kGlobal);
@@ -197,6 +203,10 @@ class CudaKernelEmitter : public KernelEmitterBase {
     PlanVectorAccesses();
     switch (plan_.form) {
       case Form::kPointwise:
+        if (kernel_.is_scatter()) {
+          EmitIf(ScatterTargetNonEmpty(), [&] { EmitPointwise(); });
+          break;
+        }
         EmitPointwise();
         break;
       case Form::kPersistentRow:
@@ -359,6 +369,13 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // Stores of a group: lane values are collected and written at the last
   // lane, as one vector when vec_ok_, under `valid` (null = always).
   void EmitGroupStore(const Stage& st, size_t stage, Value* valid) {
+    if (st.kind == Stage::Kind::kScatterAdd) {
+      Value* v =
+          ConvertValue(EmitExpr(st.value), st.value->dtype, st.store_dtype);
+      Value* off = EmitExpr(st.offset);
+      EmitIf(valid, [&] { AtomicAdd(st.buffer_slot, off, v, st.store_dtype); });
+      return;
+    }
     Value* v = ToStorage(
         ConvertValue(EmitExpr(st.value), st.value->dtype, st.store_dtype),
         st.store_dtype);
@@ -413,6 +430,16 @@ class CudaKernelEmitter : public KernelEmitterBase {
             }
           });
     });
+  }
+
+  // buffer[offset] += v, atomically (a scatter's sum dtype: float32 or
+  // int64, red.global.add).
+  void AtomicAdd(int slot, Value* offset, Value* v, DType d) {
+    llvm::Type* ty = StorageType(d);
+    Value* p = b_.CreateInBoundsGEP(ty, base_[slot], offset);
+    b_.CreateAtomicRMW(
+        IsFloating(d) ? llvm::AtomicRMWInst::FAdd : llvm::AtomicRMWInst::Add, p,
+        v, llvm::MaybeAlign(DTypeSize(d)), llvm::AtomicOrdering::Monotonic);
   }
 
   void StoreRaw(int slot, Value* offset, Value* raw, DType d) {

@@ -189,6 +189,9 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   lower_options.tf32_convolution = request.options.allow_tf32_convolution();
   lower_options.deterministic_convolutions =
       request.options.deterministic_convolutions();
+  lower_options.atomic_scatters = cuda;
+  lower_options.deterministic_scatters =
+      request.options.deterministic_algorithms();
   lower_options.max_scatter_work_log2 =
       cuda ? kCudaMaxScatterWorkLog2 : kCpuMaxScatterWorkLog2;
   absl::StatusOr<LoopGraph> loops = Lower(request.graph, lower_options);

@@ -36,6 +36,7 @@ struct KernelBuild {
   absl::flat_hash_map<int, InKernelValue> values;  // node -> in-register value
   absl::flat_hash_map<int, int> acc_stage;         // reduction node -> stage
   int num_acc = 0;
+  bool scatter = false;  // a kScatterAdd kernel: nothing joins it
   bool has_inner() const {
     for (bool b : kernel.inner) {
       if (b) return true;
@@ -60,6 +61,8 @@ class Fuser {
         AddReduction(static_cast<int>(n));
       } else if (node.kind == LoopNode::Kind::kExtern) {
         AddExtern(static_cast<int>(n));
+      } else if (node.kind == LoopNode::Kind::kScatter) {
+        AddScatter(static_cast<int>(n));
       } else {
         AddPointwise(static_cast<int>(n));
       }
@@ -79,6 +82,10 @@ class Fuser {
       reachable[n] = true;
       for (int m : ir::LoadsOf(g_.nodes[n].body)) stack.push_back(m);
       for (int m : ir::LoadsOf(g_.nodes[n].finalize)) stack.push_back(m);
+      for (int m : ir::LoadsOf(g_.nodes[n].scatter_value)) stack.push_back(m);
+      for (const Expr& e : g_.nodes[n].scatter_index) {
+        for (int m : ir::LoadsOf(e)) stack.push_back(m);
+      }
       for (int m : g_.nodes[n].extern_inputs) stack.push_back(m);
     }
     extern_input_.assign(g_.nodes.size(), false);
@@ -132,7 +139,7 @@ class Fuser {
   // Whether new work may join the last kernel (not an extern call).
   bool CanJoinLast() const {
     return !kernels_.empty() && options_.fuse &&
-           !kernels_.back().kernel.is_extern();
+           !kernels_.back().kernel.is_extern() && !kernels_.back().scatter;
   }
 
   // An extern call is a kernel of its own; its buffers are set by Finish.
@@ -258,6 +265,30 @@ class Fuser {
     k.values[n] = InKernelValue{ir::Acc(slot, node.dtype), std::move(index)};
   }
 
+  // A scatter is two kernels: its initial value stored like a pointwise
+  // node's (joining the last kernel where it can), then a kernel of its
+  // own over the source space that adds into the buffer.
+  void AddScatter(int n) {
+    const LoopNode& node = g_.nodes[n];
+    AddPointwise(n);
+    for (KernelBuild& k : kernels_) k.values.erase(n);  // memory from now on
+    KernelBuild k;
+    k.kernel.name = absl::StrCat("kiln_k", kernels_.size());
+    k.kernel.dims = node.scatter_sizes;
+    k.kernel.inner = node.scatter_inner;
+    k.scatter = true;
+    Stage st;
+    st.kind = Stage::Kind::kScatterAdd;
+    st.value = Inline(node.scatter_value);
+    st.store_dtype = node.dtype;
+    k.kernel.stages.push_back(std::move(st));
+    std::vector<Expr> index;
+    for (const Expr& e : node.scatter_index) index.push_back(Inline(e));
+    pending_stores_.push_back(
+        {static_cast<int>(kernels_.size()), 0, n, std::move(index)});
+    kernels_.push_back(std::move(k));
+  }
+
   void AddPointwise(int n) {
     const LoopNode& node = g_.nodes[n];
     const Expr body = Inline(node.body);
@@ -341,6 +372,11 @@ class Fuser {
       for (const Stage& st : kernels_[k].kernel.stages) {
         for (int m : ir::LoadsOf(st.value)) loads[k].insert(m);
         for (int m : ir::LoadsOf(st.finalize)) loads[k].insert(m);
+      }
+    }
+    for (const PendingStore& ps : pending_stores_) {  // a scatter's targets
+      for (const Expr& e : ps.index) {
+        for (int m : ir::LoadsOf(e)) loads[ps.kernel].insert(m);
       }
     }
     auto needs_buffer = [&](int n) {
@@ -458,6 +494,9 @@ class Fuser {
         });
         st.value = to_buffers.Run(st.value);
         if (st.finalize) st.finalize = to_buffers.Run(st.finalize);
+        // Only a scatter's offsets read data (its target indices).
+        if (st.kind == Stage::Kind::kScatterAdd)
+          st.offset = to_buffers.Run(st.offset);
         if (st.kind != Stage::Kind::kReduce)
           st.buffer_slot = slot(buffer_of.at(-1 - st.buffer_slot));
       }

@@ -2,14 +2,15 @@
 //
 // 1. Inlining: every pointwise node that is not a graph output is
 //    substituted into its readers (vertical fusion; nothing is stored for
-//    it). Reductions, inputs and outputs are materialised.
+//    it). Reductions, scatters, inputs and outputs are materialised.
 // 2. Kernels: nodes are visited in order; a reduction joins the previous
 //    kernel when it reduces the same index space the same way and reads the
 //    kernel's earlier reductions only for the current row (softmax's max
 //    and sum, layer norm's mean and variance); an output joins it as an
 //    epilogue when its shape is the kernel's full space (stored per inner
 //    element) or its row space (stored once per row). Anything else starts
-//    a kernel.
+//    a kernel. A scatter stores its initial value like a pointwise node,
+//    then adds its sources in a kernel of its own (Stage::kScatterAdd).
 // 3. Buffers: reductions read only inside their kernel live in registers
 //    (kAcc); the rest get a buffer. Loads become flat offsets.
 //

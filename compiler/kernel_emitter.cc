@@ -70,6 +70,13 @@ absl::Status KernelEmitterBase::FinishFunction() {
   return status_;
 }
 
+Value* KernelEmitterBase::ScatterTargetNonEmpty() {
+  const int slot = kernel_.stages[0].buffer_slot;
+  const SymExpr& n = program_.buffers[kernel_.buffers[slot]].elements;
+  if (auto c = n.AsConstant(); c && *c > 0) return nullptr;
+  return b_.CreateICmpSGT(EmitExpr(ir::FromSym(n)), b_.getInt64(0));
+}
+
 void KernelEmitterBase::SetUpKernelDims() {
   memo_.emplace_back();
   for (const SymExpr& d : kernel_.dims)

@@ -58,6 +58,11 @@ class KernelEmitterBase {
   // stay correct. No-op without fast_math.
   void ApplyFastMathFlags();
 
+  // A scatter kernel (Kernel::is_scatter) adds at clamped indices, which
+  // still name element 0 of an empty target: the condition that its target
+  // buffer has elements, or null where that is static.
+  Value* ScatterTargetNonEmpty();
+
   // Returns from the kernel function and verifies it: INTERNAL naming the
   // kernel when LLVM rejects it, else the first error met while emitting.
   // A kernel with index checks first writes the last violation it met to

@@ -760,6 +760,20 @@ std::string LoopGraph::ToString() const {
                           ir::ToString(node.finalize, symbol_names));
         break;
       }
+      case LoopNode::Kind::kScatter: {
+        std::vector<std::string> index, inner;
+        for (const Expr& e : node.scatter_index)
+          index.push_back(ir::ToString(e, symbol_names));
+        for (size_t d = 0; d < node.scatter_inner.size(); ++d) {
+          if (node.scatter_inner[d]) inner.push_back(absl::StrCat("v", d));
+        }
+        absl::StrAppend(
+            &out, " = ", ir::ToString(node.body, symbol_names), " then over ",
+            SizesString(node.scatter_sizes, symbol_names), " in order {",
+            absl::StrJoin(inner, ","), "} add [", absl::StrJoin(index, ", "),
+            "] += ", ir::ToString(node.scatter_value, symbol_names));
+        break;
+      }
       case LoopNode::Kind::kExtern: {
         if (node.conv) {
           absl::StrAppend(&out, " = ", ConvString(*node.conv, symbol_names),
@@ -842,6 +856,11 @@ std::string Kernel::ToString(const std::vector<std::string>& names) const {
             st.kind == Stage::Kind::kStoreInner ? "for inner: " : "", "buf",
             st.buffer_slot, "[", ir::ToString(st.offset, names),
             "] = ", ir::ToString(st.value, names));
+        break;
+      case Stage::Kind::kScatterAdd:
+        absl::StrAppend(&out, "  for all: buf", st.buffer_slot, "[",
+                        ir::ToString(st.offset, names),
+                        "] += ", ir::ToString(st.value, names));
         break;
     }
     absl::StrAppend(&out, "\n");

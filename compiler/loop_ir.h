@@ -6,6 +6,9 @@
 //   kPointwise  value[v0..vn-1] = body, an expression over the index vars
 //   kReduction  value[kept dims] = reduce over the reduced dims of body,
 //               where body is over the vars of the reduction's input space
+//   kScatter    value = body, then scatter_value added at scatter_index
+//               for every position of a source space (an accumulating
+//               scatter in linear time)
 // Bodies read other nodes through Load(node, multi-index) expressions whose
 // indices are themselves expressions over the vars: views never become
 // nodes, they become the index expressions of the loads that read through
@@ -288,7 +291,14 @@ struct LoopNode {
   // kExtern: the node's value (contiguous) is computed by a library call,
   // `gemm` over the nodes extern_inputs (A, B[, bias]) or `conv` over
   // extern_inputs (its two operands).
-  enum class Kind : uint8_t { kInput, kPointwise, kReduction, kExtern };
+  // kScatter: see the scatter fields below.
+  enum class Kind : uint8_t {
+    kInput,
+    kPointwise,
+    kReduction,
+    kExtern,
+    kScatter
+  };
   Kind kind = Kind::kPointwise;
   std::string name;  // for dumps: the graph value it computes
   DType dtype = DType::kFloat32;
@@ -315,6 +325,24 @@ struct LoopNode {
   // transcendental and its scalar tail may round differently; a sort
   // compares each element with every other, compiler/ops/sort_lowering.cc).
   bool realize = false;
+
+  // kScatter (issue 17.2): the node starts as `body` (over the node's vars)
+  // and, for every position q of scatter_sizes (vars [0,
+  // scatter_sizes.size())), scatter_value(q) is added to its element
+  // scatter_index(q) (one expression per dim of `sizes`, each within its
+  // dim: the lowering clamps and checks data indices). dtype is the sum's
+  // dtype (float32 or int64). The order of the additions per element:
+  //   scatter_inner[d] set  source dim d is walked in order, within one
+  //                         thread (the CPU: every dim whose var is not a
+  //                         target coordinate of its own, so that threads
+  //                         own disjoint elements and the sums are
+  //                         deterministic, in source order)
+  //   all dims clear        every position in parallel, added atomically
+  //                         (CUDA: the order is not deterministic)
+  std::vector<SymExpr> scatter_sizes;
+  std::vector<bool> scatter_inner;
+  std::vector<Expr> scatter_index;
+  Expr scatter_value;
 
   // kExtern
   std::optional<GemmCall> gemm;
@@ -379,6 +407,12 @@ struct Stage {
     kReduce,      // accumulate `value` over the inner dims into acc #stage
     kStoreInner,  // for each inner index, store `value` at buffer[offset]
     kStoreOuter,  // once per row, store `value` at buffer[offset]
+    // For every position of the kernel's dims (outer and inner), add
+    // `value` to buffer[offset] (a LoopNode::kScatter). A kernel with this
+    // stage has no other; CPU code walks its inner dims in order, each
+    // over the chunk's outer positions (no two outer positions share an
+    // element), CUDA code has no inner dims and adds atomically.
+    kScatterAdd,
   };
   Kind kind = Kind::kStoreOuter;
   Expr value;
@@ -409,6 +443,10 @@ struct Kernel {
   std::optional<GemmCall> gemm;
   std::optional<ConvCall> conv;
   bool is_extern() const { return gemm.has_value() || conv.has_value(); }
+  // A scatter's kernel: one Stage::kScatterAdd.
+  bool is_scatter() const {
+    return !stages.empty() && stages[0].kind == Stage::Kind::kScatterAdd;
+  }
 
   SymExpr OuterRange() const;
   std::string ToString(const std::vector<std::string>& symbol_names) const;

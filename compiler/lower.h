@@ -47,11 +47,20 @@ struct LowerOptions {
   bool library_convolutions = false;
   bool tf32_convolution = false;
   bool deterministic_convolutions = false;
-  // The most multiply-adds (2^this) an accumulating scatter may cost as
-  // Kiln's quadratic reduction (compiler/ops/gather_scatter_lowering.cc);
-  // above it the scatter is UNIMPLEMENTED and the client runs it eagerly,
-  // in linear time. Set per target: kCudaMaxScatterWorkLog2,
-  // kCpuMaxScatterWorkLog2.
+  // Accumulating scatters (LoopNode::kScatter) add every source position
+  // in parallel, atomically (CUDA: the order of the additions is not
+  // deterministic), rather than walking the source dims that are not a
+  // target coordinate of their own in order (CPU: deterministic).
+  bool atomic_scatters = false;
+  // With atomic_scatters: accumulating scatters are UNIMPLEMENTED (the
+  // client runs them in PyTorch's deterministic kernels;
+  // CompileOptions.deterministic_algorithms).
+  bool deterministic_scatters = false;
+  // The most steps (2^this) a non-accumulating scatter or a cumulative
+  // sum may cost as Kiln's quadratic reduction
+  // (compiler/ops/gather_scatter_lowering.cc); above it the node is
+  // UNIMPLEMENTED and the client runs it eagerly, in linear time. Set per
+  // target: kCudaMaxScatterWorkLog2, kCpuMaxScatterWorkLog2.
   int max_scatter_work_log2 = 24;
 };
 

@@ -667,7 +667,7 @@ FusedProgram SplitLongReductions(FusedProgram program) {
     Split(ordered, *shape, splits, program);
   };
   for (Kernel& k : kernels) {
-    if (k.is_extern()) {
+    if (k.is_extern() || k.is_scatter()) {
       program.kernels.push_back(std::move(k));
       continue;
     }

@@ -571,6 +571,8 @@ std::string OptionsText(const v1::CompileOptions& options) {
     absl::StrAppend(&text, " allow_tf32_convolution=true");
   if (options.deterministic_convolutions())
     absl::StrAppend(&text, " deterministic_convolutions=true");
+  if (options.deterministic_algorithms())
+    absl::StrAppend(&text, " deterministic_algorithms=true");
   return text;
 }
 
@@ -594,12 +596,17 @@ v1::CompileOptions NormalizeOptions(const v1::CompileOptions& options,
     normalized.clear_strict_bf16_reduction();
     normalized.clear_unfused_gemm_epilogues();
   }
-  bool convolutions = false;
+  bool convolutions = false, scatters = false;
   for (const Node& n : graph.nodes) {
-    convolutions |=
-        n.op != nullptr && (n.op->name == "aten.convolution.default" ||
-                            n.op->name == "aten.convolution_backward.default");
+    if (n.op == nullptr) continue;
+    convolutions |= n.op->name == "aten.convolution.default" ||
+                    n.op->name == "aten.convolution_backward.default";
+    scatters |= n.op->name == "aten.embedding_dense_backward.default" ||
+                n.op->name == "aten.scatter_add.default" ||
+                n.op->name == "aten.index_put.default";
   }
+  if (!target.has_cuda() || !scatters)
+    normalized.clear_deterministic_algorithms();
   if (!target.has_cuda() || !convolutions) {
     normalized.clear_allow_tf32_convolution();
     normalized.clear_deterministic_convolutions();

@@ -40,7 +40,9 @@
 //               (allow_tf32, strict_fp16_reduction, strict_bf16_reduction,
 //               unfused_gemm_epilogues) and the convolution flags
 //               (allow_tf32_convolution, deterministic_convolutions; only
-//               for graphs with a convolution) when set, so keys of
+//               for graphs with a convolution) and deterministic_algorithms
+//               (only for graphs with an accumulating scatter) when set,
+//               so keys of
 //               requests without them are those of earlier releases
 // The key is SHA-256 over the length-prefixed component names and their
 // hashes, in order.

@@ -336,19 +336,28 @@ absl::StatusOr<std::vector<LoweredValue>> LowerNllLossBackward(
       PointwiseOutput(ctx, ir::Select(hit, v, ir::Const(0, DType::kFloat32)))};
 }
 
-// ---- scatters: reductions over the source positions ----
+// ---- scatters ----
 //
-// The loop IR has no scatter stores or atomics, so an accumulating scatter
-// is a reduction per output element over the source positions that may
-// hit it: out[p] = base[p] + sum over q of (target(q) == p ? src[q] : 0).
-// That is deterministic (a fixed order per element) and exact, but costs
-// |out| * |src| (quadratic: an embedding gradient at a GPT-2 vocabulary is
-// far too slow, see CheckScatterWork). Non-accumulating scatters keep the
-// last source position that hits (max over q), then read it.
+// An accumulating scatter (embedding_dense_backward, scatter_add,
+// index_put with accumulate) is a LoopNode::kScatter, linear in its
+// sources: the output starts as its base, then each source position adds
+// its value at the element its indices name. The sum is taken in float32
+// (int64 for integers) and cast to the op's dtype after. On the CPU the
+// source dims that are a target coordinate of their own run in parallel
+// and the rest in source order, as PyTorch's CPU kernels add (the result
+// is deterministic); on CUDA every position adds atomically, as
+// Inductor's kernels do (the order, so the rounding, varies from run to
+// run; PyTorch's own embedding and index_put backward kernels sort instead
+// and are deterministic).
+//
+// Non-accumulating scatters and cumsum are still reductions per output
+// element over the source positions that may hit it (the last source
+// position that hits, max over q; the prefix): deterministic but
+// quadratic, |out| * |src| steps, bounded by CheckScatterWork.
 
-// Work above which a scatter is UNIMPLEMENTED (the client runs it eagerly)
-// rather than compiled as a quadratic reduction: the target's
-// LowerOptions::max_scatter_work_log2 multiply-adds.
+// Work above which a quadratic scatter is UNIMPLEMENTED (the client runs
+// it eagerly) rather than compiled: the target's
+// LowerOptions::max_scatter_work_log2 steps.
 absl::Status CheckScatterWork(const LowerContext& ctx,
                               const std::vector<SymExpr>& space) {
   const int log2 = ctx.options().max_scatter_work_log2;
@@ -391,6 +400,57 @@ absl::StatusOr<LoweredValue> Reduce(LowerContext& ctx,
   return (*r)[0];
 }
 
+// An accumulating scatter adds atomically on CUDA targets, in no fixed
+// order: where the client asks for deterministic algorithms it runs
+// eagerly (UNIMPLEMENTED), in PyTorch's sorting kernels.
+absl::Status CheckScatterOrder(const LowerContext& ctx) {
+  if (ctx.options().atomic_scatters && ctx.options().deterministic_scatters) {
+    return ctx.Unimplemented(
+        "an accumulating scatter under torch.use_deterministic_algorithms: "
+        "Kiln's CUDA scatters add atomically, in no fixed order, so "
+        "PyTorch's deterministic kernel runs it");
+  }
+  return absl::OkStatus();
+}
+
+// An accumulating scatter (LoopNode::kScatter) of `sizes`, summed in
+// SumDType(dtype): `base` (over the vars of `sizes`, in dtype), plus
+// value(q) at target(q) for every q of `space` (target: one expression per
+// dim of `sizes`, each within its dim; value over the vars of `space`).
+LoweredValue AddScatter(LowerContext& ctx, const std::vector<SymExpr>& sizes,
+                        DType dtype, const Expr& base,
+                        const std::vector<SymExpr>& space,
+                        std::vector<Expr> target, const Expr& value) {
+  const DType acc = SumDType(dtype);
+  LoopNode node;
+  node.kind = LoopNode::Kind::kScatter;
+  node.dtype = acc;
+  node.sizes = sizes;
+  node.body = ir::Cast(base, acc);
+  node.scatter_sizes = space;
+  node.scatter_value = ir::Cast(value, acc);
+  for (size_t d = 0; d < space.size(); ++d) {
+    bool own = ctx.options().atomic_scatters;
+    for (const Expr& t : target) {
+      own = own || (t->op == ExprOp::kVar && t->index == static_cast<int>(d));
+    }
+    node.scatter_inner.push_back(!own);
+  }
+  node.scatter_index = std::move(target);
+  return ctx.AddNode(std::move(node));
+}
+
+// `sum` (an AddScatter) as the op's output of `dtype`: the scatter itself
+// when it is summed in that dtype (no copy), else a cast of it.
+std::vector<LoweredValue> ScatterOutput(LowerContext& ctx,
+                                        const LoweredValue& sum, DType dtype) {
+  if (sum.dtype == dtype) return {sum};
+  return {PointwiseOutput(
+      ctx, ir::Cast(LowerContext::Read(
+                        sum, IdentityIndex(static_cast<int>(sum.sizes.size()))),
+                    dtype))};
+}
+
 // embedding_dense_backward: grad_weight[v, d] = sum over index positions t
 // with indices[t] == v (and != padding_idx) of grad_output[t, d].
 absl::StatusOr<std::vector<LoweredValue>> LowerEmbeddingBackward(
@@ -399,53 +459,46 @@ absl::StatusOr<std::vector<LoweredValue>> LowerEmbeddingBackward(
   const LoweredValue& indices = ctx.value(1);
   const TensorType& out = ctx.out_type();
   const int t_rank = static_cast<int>(indices.sizes.size());
-  // Space [V, D, t...], reducing the t dims.
-  std::vector<SymExpr> space = out.sizes;
-  space.insert(space.end(), indices.sizes.begin(), indices.sizes.end());
-  if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;
-  std::vector<bool> reduced(space.size(), true);
-  reduced[0] = reduced[1] = false;
+  if (auto s = CheckScatterOrder(ctx); !s.ok()) return s;
+  // Sources [t..., D]: grad_output[t, d] goes to [indices[t], d].
+  std::vector<SymExpr> space = indices.sizes;
+  space.push_back(out.sizes[1]);
   std::vector<Expr> t;
-  for (int k = 0; k < t_rank; ++k) t.push_back(ir::Var(2 + k));
+  for (int k = 0; k < t_rank; ++k) t.push_back(ir::Var(k));
+  const Expr d = ir::Var(t_rank);
   const Expr raw = ir::Cast(LowerContext::Read(indices, t), DType::kInt64);
-  Expr hit = Eq(SafeIndex(ctx, raw, out.sizes[0], 0), ir::Var(0));
-  if (ctx.arg(3).i >= 0) {
-    hit =
-        And(hit, ir::Binary(ExprOp::kNe, raw, Int(ctx.arg(3).i), DType::kBool));
-  }
+  const Expr row = SafeIndex(ctx, raw, out.sizes[0], 0);
+  Expr keep;  // not the padding index
+  if (ctx.arg(3).i >= 0)
+    keep = ir::Binary(ExprOp::kNe, raw, Int(ctx.arg(3).i), DType::kBool);
   std::vector<Expr> g = t;
-  g.push_back(ir::Var(1));
-  const Expr body =
-      ir::Select(hit, ir::Cast(LowerContext::Read(grad, g), DType::kFloat32),
-                 ir::Const(0, DType::kFloat32));
-  auto sum =
-      Reduce(ctx, space, reduced, ReduceKind::kSum, DType::kFloat32, body);
-  if (!sum.ok()) return sum.status();
-  Expr result = LowerContext::Read(*sum, IdentityIndex(2));
-  if (ctx.arg(4).b) {  // scale_grad_by_freq: divide by the row's count
-    std::vector<SymExpr> cspace = {out.sizes[0]};
-    cspace.insert(cspace.end(), indices.sizes.begin(), indices.sizes.end());
-    std::vector<bool> creduced(cspace.size(), true);
-    creduced[0] = false;
-    std::vector<Expr> ct;
-    for (int k = 0; k < t_rank; ++k) ct.push_back(ir::Var(1 + k));
-    const Expr craw = ir::Cast(LowerContext::Read(indices, ct), DType::kInt64);
-    Expr chit = Eq(SafeIndex(ctx, craw, out.sizes[0], 0), ir::Var(0));
-    if (ctx.arg(3).i >= 0) {
-      chit = And(
-          chit, ir::Binary(ExprOp::kNe, craw, Int(ctx.arg(3).i), DType::kBool));
-    }
-    auto count =
-        Reduce(ctx, cspace, creduced, ReduceKind::kSum, DType::kFloat32,
-               ir::Select(chit, ir::Const(1, DType::kFloat32),
-                          ir::Const(0, DType::kFloat32)));
-    if (!count.ok()) return count.status();
-    const Expr c = LowerContext::Read(*count, {ir::Var(0)});
-    result = ir::Select(
-        ir::Binary(ExprOp::kGt, c, ir::Const(0, DType::kFloat32), DType::kBool),
-        ir::Binary(ExprOp::kDiv, result, c, DType::kFloat32), result);
+  g.push_back(d);
+  Expr value = ir::Cast(LowerContext::Read(grad, g), DType::kFloat32);
+  if (keep) value = ir::Select(keep, value, ir::Const(0, DType::kFloat32));
+  const LoweredValue sum =
+      AddScatter(ctx, out.sizes, DType::kFloat32, ir::Const(0, DType::kFloat32),
+                 space, {row, d}, value);
+  if (!ctx.arg(4).b) return ScatterOutput(ctx, sum, out.dtype);
+  // scale_grad_by_freq: each row divided by the number of its positions.
+  std::vector<Expr> ct;
+  for (int k = 0; k < t_rank; ++k) ct.push_back(ir::Var(k));
+  const Expr craw = ir::Cast(LowerContext::Read(indices, ct), DType::kInt64);
+  Expr one = ir::Const(1, DType::kFloat32);
+  if (ctx.arg(3).i >= 0) {
+    one = ir::Select(
+        ir::Binary(ExprOp::kNe, craw, Int(ctx.arg(3).i), DType::kBool), one,
+        ir::Const(0, DType::kFloat32));
   }
-  return std::vector<LoweredValue>{PointwiseOutput(ctx, result)};
+  const LoweredValue count = AddScatter(
+      ctx, {out.sizes[0]}, DType::kFloat32, ir::Const(0, DType::kFloat32),
+      indices.sizes, {SafeIndex(ctx, craw, out.sizes[0], 0)}, one);
+  const Expr s = LowerContext::Read(sum, IdentityIndex(2));
+  const Expr c = LowerContext::Read(count, {ir::Var(0)});
+  const Expr result = ir::Select(
+      ir::Binary(ExprOp::kGt, c, ir::Const(0, DType::kFloat32), DType::kBool),
+      ir::Binary(ExprOp::kDiv, s, c, DType::kFloat32), s);
+  return std::vector<LoweredValue>{
+      PointwiseOutput(ctx, ir::Cast(result, out.dtype))};
 }
 
 // The scatter source position q for output position p (vars 0..r-1) and
@@ -500,6 +553,22 @@ absl::StatusOr<std::vector<LoweredValue>> LowerScatterCommon(LowerContext& ctx,
     return std::vector<LoweredValue>{PointwiseOutput(ctx, base)};
   }
   const int dim = WrapCheckedDim(ctx.arg(1).i, r);
+  auto src_at = [&](const std::vector<Expr>& q) {
+    return ctx.is_tensor(3) ? LowerContext::Read(ctx.value(3), q)
+                            : ScalarConst(ctx.arg(3), out.dtype);
+  };
+  if (add) {
+    if (auto s = CheckScatterOrder(ctx); !s.ok()) return s;
+    // Sources: the index's positions q; q goes to q with q[dim] replaced
+    // by index[q] (PyTorch requires index.size(d) <= self.size(d)).
+    std::vector<Expr> target = IdentityIndex(r);
+    target[dim] = SafeIndex(ctx, LowerContext::Read(index, IdentityIndex(r)),
+                            self.sizes[dim], dim);
+    const LoweredValue sum =
+        AddScatter(ctx, self.sizes, out.dtype, base, index.sizes,
+                   std::move(target), src_at(IdentityIndex(r)));
+    return ScatterOutput(ctx, sum, out.dtype);
+  }
   std::vector<SymExpr> space = self.sizes;
   space.push_back(index.sizes[dim]);
   if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;
@@ -509,21 +578,6 @@ absl::StatusOr<std::vector<LoweredValue>> LowerScatterCommon(LowerContext& ctx,
   const Expr target =
       SafeIndex(ctx, LowerContext::Read(index, site.q), self.sizes[dim], dim);
   const Expr hit = And(site.within, Eq(target, ir::Var(dim)));
-  auto src_at = [&](const std::vector<Expr>& q) {
-    return ctx.is_tensor(3) ? LowerContext::Read(ctx.value(3), q)
-                            : ScalarConst(ctx.arg(3), out.dtype);
-  };
-  if (add) {
-    const DType acc = SumDType(out.dtype);
-    auto sum = Reduce(
-        ctx, space, reduced, ReduceKind::kSum, acc,
-        ir::Select(hit, ir::Cast(src_at(site.q), acc), ir::Const(0, acc)));
-    if (!sum.ok()) return sum.status();
-    const Expr total =
-        ir::Binary(ExprOp::kAdd, ir::Cast(base, acc),
-                   LowerContext::Read(*sum, IdentityIndex(r)), acc);
-    return std::vector<LoweredValue>{PointwiseOutput(ctx, total)};
-  }
   // The last k that hits, or -1.
   auto last = Reduce(ctx, space, reduced, ReduceKind::kMax, DType::kInt64,
                      ir::Select(hit, ir::Var(r), Int(-1)));
@@ -593,6 +647,25 @@ absl::StatusOr<std::vector<LoweredValue>> LowerIndexPut(LowerContext& ctx) {
     if (StaticallyEmpty(s))
       return std::vector<LoweredValue>{PointwiseOutput(ctx, base)};
   }
+  // values over B + self's dims after k.
+  std::vector<SymExpr> full = b;
+  full.insert(full.end(), self.sizes.begin() + k, self.sizes.end());
+  if (accumulate) {
+    if (auto s = CheckScatterOrder(ctx); !s.ok()) return s;
+    // Sources: `full`; (b, rest) goes to (the indices at b..., rest).
+    std::vector<Expr> bv, target;
+    for (int j = 0; j < nb; ++j) bv.push_back(ir::Var(j));
+    for (int j = 0; j < k; ++j) {
+      target.push_back(SafeIndex(
+          ctx, ReadBroadcastAt(ctx.value_of(ts[j]), b, bv), self.sizes[j], j));
+    }
+    for (int d = k; d < r; ++d) target.push_back(ir::Var(nb + d - k));
+    const LoweredValue sum = AddScatter(
+        ctx, self.sizes, out.dtype, base, full, std::move(target),
+        ReadBroadcastAt(values, full,
+                        IdentityIndex(static_cast<int>(full.size()))));
+    return ScatterOutput(ctx, sum, out.dtype);
+  }
   std::vector<SymExpr> space = self.sizes;
   space.insert(space.end(), b.begin(), b.end());
   if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;
@@ -607,24 +680,11 @@ absl::StatusOr<std::vector<LoweredValue>> LowerIndexPut(LowerContext& ctx) {
         SafeIndex(ctx, ReadBroadcastAt(t, b, bvars), self.sizes[j], j);
     hit = And(hit, Eq(i, ir::Var(j)));
   }
-  // values over B + self's dims after k.
-  std::vector<SymExpr> full = b;
-  full.insert(full.end(), self.sizes.begin() + k, self.sizes.end());
   auto values_at = [&](const std::vector<Expr>& bc) {
     std::vector<Expr> at = bc;
     for (int d = k; d < r; ++d) at.push_back(ir::Var(d));
     return ReadBroadcastAt(values, full, at);
   };
-  if (accumulate) {
-    const DType acc = SumDType(out.dtype);
-    auto sum = Reduce(
-        ctx, space, reduced, ReduceKind::kSum, acc,
-        ir::Select(hit, ir::Cast(values_at(bvars), acc), ir::Const(0, acc)));
-    if (!sum.ok()) return sum.status();
-    return std::vector<LoweredValue>{PointwiseOutput(
-        ctx, ir::Binary(ExprOp::kAdd, ir::Cast(base, acc),
-                        LowerContext::Read(*sum, IdentityIndex(r)), acc))};
-  }
   // The last hitting b in row-major order, as a flat position, or -1.
   Expr flat = Int(0);
   for (int j = 0; j < nb; ++j)

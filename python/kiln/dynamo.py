@@ -500,6 +500,8 @@ class KilnBackend:
             flags |= _binding.OPTION_ALLOW_TF32_CONVOLUTION
         if cudnn.deterministic or torch.are_deterministic_algorithms_enabled():
             flags |= _binding.OPTION_DETERMINISTIC_CONVOLUTIONS
+        if torch.are_deterministic_algorithms_enabled():
+            flags |= _binding.OPTION_DETERMINISTIC_ALGORITHMS
         return flags
 
     # -- Dynamo entry ------------------------------------------------------

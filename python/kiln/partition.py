@@ -72,10 +72,12 @@ _CONV_OPS = frozenset({
 })
 
 
-# Scatters are quadratic reductions in Kiln (gather_scatter_lowering.cc):
-# compiled only when every size is static (the work is then bounded).
+# Scatters that replace (scatter, index_put without accumulate) are
+# quadratic reductions in Kiln (gather_scatter_lowering.cc): compiled only
+# when every size is static (the work is then bounded). Accumulating ones
+# (embedding_dense_backward, scatter_add, index_put with accumulate) are
+# linear and take any sizes.
 _SCATTER_OPS = frozenset({
-    "aten.embedding_dense_backward.default", "aten.scatter_add.default",
     "aten.scatter.src", "aten.scatter.value", "aten.index_put.default",
 })
 
@@ -167,13 +169,17 @@ def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
             return why
     if name in AS_STRIDED_OPS:
         as_strided_view(node)  # raises Unsupported with the reason
-    if name in _SCATTER_OPS:
+    accumulates = name == "aten.index_put.default" and (
+        node.args[3] if len(node.args) > 3 else
+        node.kwargs.get("accumulate", False)) is True
+    if name in _SCATTER_OPS and not accumulates:
         out = node.meta.get("val")
         if any(isinstance(t, torch.Tensor) and
                any(isinstance(d, torch.SymInt) for d in t.shape)
                for t in inputs + [out]):
-            return ("a scatter over symbolic sizes (Kiln's scatters are "
-                    "quadratic reductions, compiled only for static sizes)")
+            return ("a scatter that replaces, over symbolic sizes (Kiln's "
+                    "are quadratic reductions, compiled only for static "
+                    "sizes)")
     if name in _CONV_OPS and any(
             isinstance(t, torch.Tensor) and
             any(isinstance(s, torch.SymInt) for s in t.shape[1:])

@@ -42,6 +42,7 @@
 #include "tests/unit/epilogue_graphs.h"
 #include "tests/unit/example_graphs.h"
 #include "tests/unit/numerics.h"
+#include "tests/unit/op_harness.h"
 #include "tests/unit/random_graphs.h"
 
 namespace kiln::testing {
@@ -247,6 +248,52 @@ TEST(CudaGpu, ConvolutionsMatchReference) {
     }
   }
   std::printf("%d convolution graphs on %s\n", checked, gpu->arch.c_str());
+}
+
+// Accumulating scatters add atomically on the GPU (LoopNode::kScatter):
+// embedding backward, scatter_add and index_put with accumulate at sizes
+// far above the old quadratic bound, every index drawn from [-8, 8] (many
+// sources per element: contended atomics), in float32 and bfloat16 (summed
+// in float32, cast once), against the reference.
+TEST(CudaGpu, AccumulatingScattersMatchReference) {
+  REQUIRE_GPU(gpu);
+  auto t = [](DType dt, std::vector<int64_t> sizes) {
+    return HostTensor::Empty(dt, std::move(sizes));
+  };
+  const DType kF = DType::kFloat32, kB = DType::kBFloat16, kL = DType::kInt64;
+  struct Case {
+    std::string op;
+    std::vector<HostTensor> in;
+    std::vector<v1::Argument> args;
+  };
+  std::vector<Case> cases;
+  for (DType dt : {kF, kB}) {
+    cases.push_back({"aten.embedding_dense_backward.default",
+                     {t(dt, {8, 1024, 96}), t(kL, {8, 1024})},
+                     {In(0), In(1), I(50), I(-1), B(false)}});
+    cases.push_back({"aten.scatter_add.default",
+                     {t(dt, {30, 200}), t(kL, {4000, 150}), t(dt, {4000, 200})},
+                     {In(0), I(0), In(1), In(2)}});
+    cases.push_back({"aten.index_put.default",
+                     {t(dt, {20, 64}), t(kL, {5000}), t(dt, {5000, 64})},
+                     {In(0), Refs({1}), In(2), B(true)}});
+  }
+  cases.push_back({"aten.embedding_dense_backward.default",
+                   {t(kF, {4096, 32}), t(kL, {4096})},
+                   {In(0), In(1), I(12), I(3), B(true)}});
+  cases.push_back({"aten.scatter_add.default",
+                   {t(kL, {16, 40}), t(kL, {16, 3000}), t(kL, {16, 3000})},
+                   {In(0), I(1), In(1), In(2)}});
+  int checked = 0;
+  for (const Case& c : cases) {
+    v1::CompileRequest req;
+    *req.mutable_graph() = OneOpGraph(c.op, c.in, c.args);
+    EXPECT_EQ(CheckOnGpu(*gpu, 900 + checked, req, /*aligned=*/true), "")
+        << c.op << "\n"
+        << GraphJson(req.graph());
+    ++checked;
+  }
+  std::printf("%d scatter graphs on %s\n", checked, gpu->arch.c_str());
 }
 
 // KILN_GPU_HOST_COST=1: the host time of CudaExecutable::Run (enqueueing

@@ -320,7 +320,8 @@ def test_cuda_matmul_options_follow_pytorchs_flags():
         torch.use_deterministic_algorithms(True)
         try:
             assert (kiln.backend()._cuda_options()
-                    == _binding.OPTION_DETERMINISTIC_CONVOLUTIONS)
+                    == _binding.OPTION_DETERMINISTIC_CONVOLUTIONS
+                    | _binding.OPTION_DETERMINISTIC_ALGORITHMS)
         finally:
             torch.use_deterministic_algorithms(False)
     finally:
@@ -1081,19 +1082,20 @@ def test_autostarted_daemon_exits_when_idle(tmp_path):
 
 
 def test_a_node_kilnd_refuses_runs_eagerly_and_the_rest_in_kiln(daemon):
-    """kilnd refuses an accumulating scatter over more than 2^18 steps on
-    the CPU (2^24 on a GPU; UNIMPLEMENTED naming the node) that the
-    partitioner cannot see coming:
+    """kilnd refuses a replacing scatter (index_put without accumulate, a
+    quadratic reduction in Kiln) over more than 2^18 steps on the CPU (2^24
+    on a GPU; UNIMPLEMENTED naming the node) that the partitioner cannot
+    see coming:
     the graph is partitioned again without that node, which runs eagerly
     with the reason, and its neighbours compile (dynamo._compile_graph).
     With fallback="error" the refusal raises."""
 
     def f(x, idx, v):
-        return torch.index_put(x * 2, (idx,), v, accumulate=True).sin() + 1
+        return torch.index_put(x * 2, (idx,), v, accumulate=False).sin() + 1
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1 << 17, generator=g)
-    idx = torch.randint(0, 1 << 17, (1 << 16,), generator=g)
+    idx = torch.randperm(1 << 17, generator=g)[:1 << 16]
     v = torch.randn(1 << 16, generator=g)
     backend = kiln.backend(server=daemon.address, fallback="eager")
     with warnings.catch_warnings():
@@ -1113,14 +1115,11 @@ def test_a_node_kilnd_refuses_runs_eagerly_and_the_rest_in_kiln(daemon):
         torch.compile(f, backend=strict)(x, idx, v)
 
 
-def test_many_refused_copies_of_one_node_are_left_out_in_one_retry(daemon):
-    """A bilinear upsampling's backward is four accumulating index_puts of
-    one signature per upsampling (PyTorch decomposes it before autograd),
-    each too large for Kiln's quadratic scatter: five upsamplings give
-    twenty refused nodes, more than the graph is partitioned again for
-    one at a time. Nodes alike a refused one (same op, same argument dtypes
-    and sizes) are left out with it, so every partition compiles and only
-    the scatters run eagerly."""
+def test_bilinear_upsampling_trains_in_kiln(daemon):
+    """A bilinear upsampling's backward is four accumulating index_puts per
+    upsampling (PyTorch decomposes it before autograd): linear-time
+    scatters in Kiln (LoopNode::kScatter), so the whole forward and
+    backward of five upsamplings runs in Kiln and matches eager."""
 
     class Ups(torch.nn.Module):
         def __init__(self):
@@ -1149,9 +1148,52 @@ def test_many_refused_copies_of_one_node_are_left_out_in_one_retry(daemon):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-3)
     report = backend.report
     assert report.compiled_partitions == report.partitions, str(report)
-    assert report.op("aten.index_put.default").fallback, str(report)
+    index_put = report.op("aten.index_put.default")
+    assert index_put.kiln >= 20 and not index_put.fallback, str(report)
     for op, reasons in report.fallbacks.items():
-        assert op == "aten.index_put.default" or all(
+        assert all("edge" in r for r in reasons), str(report)
+
+
+def test_many_refused_copies_of_one_node_are_left_out_in_one_retry(daemon):
+    """A cumulative sum is a quadratic reduction in Kiln, refused by kilnd
+    above 2^18 steps on the CPU, which the partitioner cannot see coming.
+    Twenty of one signature (and their backward cumsums) are more refused
+    nodes than the graph is partitioned again for one at a time. Nodes
+    alike a refused one (same op, same argument dtypes and sizes) are left
+    out with it, so every partition compiles and only the cumsums run
+    eagerly."""
+
+    class Sums(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(700, 700)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return torch.stack([(y * (k + 1)).cumsum(-1)
+                                for k in range(20)]).sum(0)
+
+    torch.manual_seed(0)
+    model = Sums()
+    mine = copy.deepcopy(model)
+    x = torch.randn(4, 700)
+    backend = kiln.backend(server=daemon.address, fallback="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nodes left out: no fallback warning
+        out = torch.compile(mine, backend=backend)(x)
+    ref = model(x)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-3)
+    w = torch.randn(ref.shape)
+    (ref * w).sum().backward()
+    (out * w).sum().backward()
+    for p, q in zip(model.parameters(), mine.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-2)
+    report = backend.report
+    assert report.compiled_partitions == report.partitions, str(report)
+    assert report.op("aten.cumsum.default").fallback, str(report)
+    assert report.op("aten.cumsum.default").kiln == 0, str(report)
+    for op, reasons in report.fallbacks.items():
+        assert op == "aten.cumsum.default" or all(
             "edge" in r for r in reasons), str(report)
 
 

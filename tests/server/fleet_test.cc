@@ -400,14 +400,13 @@ TEST_F(FleetTest, CorruptOrForeignValuesAreNeverServed) {
 TEST_F(FleetTest, CompileErrorsAreCachedBriefly) {
   auto a = StartReplica(0).Stub();
   auto b = StartReplica(1).Stub();
-  // A scatter over a symbolic size: imported fine, refused by the compiler
-  // with UNIMPLEMENTED (its quadratic reduction has no size bound).
+  // A cumulative sum over a symbolic size: imported fine, refused by the
+  // compiler with UNIMPLEMENTED (its quadratic reduction has no size bound).
   v1::CompileRequest bad;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
                   R"({"symbols": [{"name": "s0"}], "inputs": [
-      {"name": "g", "meta": {"dtype": "FLOAT32", "sizes": [{"symbol": "s0"}, {"value": "4"}]}},
-      {"name": "i", "meta": {"dtype": "INT64", "sizes": [{"symbol": "s0"}]}}],
-    "nodes": [{"op": "aten.embedding_dense_backward.default", "args": [{"ref": "g"}, {"ref": "i"}, {"i": "10"}, {"i": "-1"}, {"b": false}], "outputs": ["y"]}],
+      {"name": "x", "meta": {"dtype": "FLOAT32", "sizes": [{"symbol": "s0"}, {"value": "4"}]}}],
+    "nodes": [{"op": "aten.cumsum.default", "args": [{"ref": "x"}, {"i": "0"}], "outputs": ["y"]}],
     "outputs": ["y"]})",
                   bad.mutable_graph())
                   .ok());

@@ -408,10 +408,10 @@ TEST_F(KilnCTest, CpuStridedInputsAndSymbolicSizes) {
   // key, so the
   // executable is the one compiled without them (no second compile).
   Status unknown(kiln_client_get_cpu_executable(client.get(), dynamic.data(),
-                                                dynamic.size(), "cpu", 128,
+                                                dynamic.size(), "cpu", 256,
                                                 &raw));
   EXPECT_EQ(Code(unknown), KILN_INVALID_ARGUMENT);
-  EXPECT_TRUE(absl::StrContains(Message(unknown), "unknown bits 0x80"))
+  EXPECT_TRUE(absl::StrContains(Message(unknown), "unknown bits 0x100"))
       << Message(unknown);
   uint64_t before[3], after[3];
   kiln_client_counters(client.get(), &before[0], &before[1], &before[2]);
@@ -420,7 +420,8 @@ TEST_F(KilnCTest, CpuStridedInputsAndSymbolicSizes) {
       KILN_OPTION_ALLOW_TF32 | KILN_OPTION_STRICT_BF16_REDUCTION |
           KILN_OPTION_UNFUSED_GEMM_EPILOGUES |
           KILN_OPTION_ALLOW_TF32_CONVOLUTION |
-          KILN_OPTION_DETERMINISTIC_CONVOLUTIONS,
+          KILN_OPTION_DETERMINISTIC_CONVOLUTIONS |
+          KILN_OPTION_DETERMINISTIC_ALGORITHMS,
       &raw));
   ASSERT_EQ(Code(flagged), KILN_OK) << Message(flagged);
   kiln_cpu_executable_destroy(raw);

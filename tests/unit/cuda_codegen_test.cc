@@ -253,6 +253,42 @@ TEST(CudaCodegen, GatherScatterGraphsCompile) {
   }
 }
 
+// Accumulating scatters on the GPU (LoopNode::kScatter): the embedding's
+// backward in embedding_cross_entropy.json is a zeroing and a kernel over
+// its source positions that adds each into place with a float32 atomic
+// (red.global.add.f32), not a reduction per output element over every
+// source position. Under deterministic_algorithms (use_deterministic_
+// algorithms in PyTorch) the scatter is UNIMPLEMENTED, naming its node, so
+// the client runs it in PyTorch's deterministic kernel.
+TEST(CudaCodegen, AccumulatingScattersAreAtomicAdds) {
+  auto a = Compile(ForGpu(Request("embedding_cross_entropy.json")));
+  ASSERT_TRUE(a.ok()) << a.status();
+  const std::string& ptx = a->cuda().ptx();
+  int atomic_kernels = 0;
+  for (const v1::Step& step : a->program().steps()) {
+    if (!step.has_launch()) continue;
+    const size_t at =
+        ptx.find(absl::StrCat(".entry ", step.launch().kernel(), "("));
+    ASSERT_NE(at, std::string::npos);
+    const std::string body = ptx.substr(at, ptx.find(".entry ", at + 1) - at);
+    atomic_kernels += absl::StrContains(body, "red.global.add.f32") ||
+                      absl::StrContains(body, "atom.global.add.f32");
+  }
+  EXPECT_EQ(atomic_kernels, 1) << ptx;
+
+  v1::CompileRequest deterministic =
+      ForGpu(Request("embedding_cross_entropy.json"));
+  deterministic.mutable_options()->set_deterministic_algorithms(true);
+  auto refused = Compile(deterministic);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "aten.embedding_dense_backward.default"))
+      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "use_deterministic_algorithms"))
+      << refused.status();
+}
+
 // A 1-D convolution whose input broadcasts its channels (strides [3, 0, 1]):
 // the im2col kernel's index is floordiv(j, 2) * 3 + remainder(j, 2) * 2,
 // which LLVM lowers through `select (j & 2) != 0, 3, 0` to `and (sra (shl

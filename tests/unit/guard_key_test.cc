@@ -495,9 +495,13 @@ std::map<std::string, std::string> OptionsNotInKey(const v1::Target& target) {
   const char* kConv =
       "a cuDNN flag: CPU targets and graphs without a convolution ignore it "
       "(NormalizeOptions)";
+  const char* kScatter =
+      "deterministic scatters: CPU targets and graphs without an "
+      "accumulating scatter ignore it (NormalizeOptions)";
   if (target.has_cuda()) {
     return {{"allow_tf32_convolution", kConv},
-            {"deterministic_convolutions", kConv}};
+            {"deterministic_convolutions", kConv},
+            {"deterministic_algorithms", kScatter}};
   }
   const char* kMatmul =
       "a cuBLASLt flag: CPU targets ignore it (NormalizeOptions)";
@@ -508,6 +512,7 @@ std::map<std::string, std::string> OptionsNotInKey(const v1::Target& target) {
       {"unfused_gemm_epilogues", kMatmul},
       {"allow_tf32_convolution", kConv},
       {"deterministic_convolutions", kConv},
+      {"deterministic_algorithms", kScatter},
   };
 }
 
@@ -690,6 +695,27 @@ TEST(GuardKeyTest, CudaConvolutionFlagsChangeKeysOfConvolutionsOnly) {
     EXPECT_EQ(Key(conv, CpuTarget(), o), Key(conv, CpuTarget(), {}))
         << o.DebugString();
   }
+}
+
+// deterministic_algorithms changes the CUDA key of a graph with an
+// accumulating scatter (embedding_cross_entropy.json's embedding backward)
+// and no other key.
+TEST(GuardKeyTest, DeterministicAlgorithmsChangeKeysOfCudaScattersOnly) {
+  v1::Target sm90;
+  sm90.mutable_cuda()->set_arch("sm_90");
+  std::ifstream in(std::string(KILN_EXAMPLES_DIR) +
+                   "/embedding_cross_entropy.json");
+  std::stringstream json;
+  json << in.rdbuf();
+  const v1::Graph scatter = ParseGraph(json.str());
+  ASSERT_GT(scatter.nodes_size(), 0);
+  const v1::Graph plain = ParseGraph(kBinary);
+  v1::CompileOptions deterministic;
+  deterministic.set_deterministic_algorithms(true);
+  EXPECT_NE(Key(scatter, sm90, deterministic), Key(scatter, sm90, {}));
+  EXPECT_EQ(Key(plain, sm90, deterministic), Key(plain, sm90, {}));
+  EXPECT_EQ(Key(scatter, CpuTarget(), deterministic),
+            Key(scatter, CpuTarget(), {}));
 }
 
 TEST(GuardKeyTest, SensitiveToOpName) {

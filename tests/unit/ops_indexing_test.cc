@@ -5,6 +5,7 @@
 // indices, and what an out-of-range index does (OUT_OF_RANGE in the
 // reference; in compiled code clamped, never outside a buffer, and
 // OUT_OF_RANGE naming node, op, index and size after the run).
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -451,6 +452,100 @@ TEST(IndexingScatter, AddSrcAndValue) {
                   {In(0), I(0), In(1), F(1)}, {0, 0, 1});
   ExpectInvalid("aten.scatter_add.default", {zeros, I64({3}, {0, 0, 0}), M23()},
                 {In(0), I(1), In(1), In(2)}, {"same number of dimensions"});
+}
+
+// Accumulating scatters are linear in their sources (LoopNode::kScatter):
+// sizes far above the bound of the quadratic form (2^18 steps on CPU
+// targets) compile, match the reference on random inputs with duplicate
+// and negative indices, and give the same bits with one thread or two and
+// run after run (each element adds its sources in source order).
+TEST(IndexingScatterLinear, LargeRandomScattersMatchAndRepeatBitForBit) {
+  std::mt19937 rng(17);
+  auto floats = [&](std::vector<int64_t> sizes, DType dt) {
+    HostTensor t = HostTensor::Empty(dt, std::move(sizes));
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::uniform_int_distribution<int64_t> k(-50, 50);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (IsFloating(dt))
+        t.SetDoubleAt(i, u(rng));
+      else
+        t.SetIntAt(i, k(rng));
+    }
+    return t;
+  };
+  auto indices = [&](std::vector<int64_t> sizes, int64_t n, DType dt) {
+    HostTensor t = HostTensor::Empty(dt, std::move(sizes));
+    std::uniform_int_distribution<int64_t> u(-n, n - 1);
+    for (int64_t i = 0; i < t.numel(); ++i) t.SetIntAt(i, u(rng));
+    return t;
+  };
+  auto nonnegative = [&](std::vector<int64_t> sizes, int64_t n) {
+    HostTensor t = HostTensor::Empty(kI64, std::move(sizes));
+    std::uniform_int_distribution<int64_t> u(0, n - 1);
+    for (int64_t i = 0; i < t.numel(); ++i) t.SetIntAt(i, u(rng));
+    return t;
+  };
+  struct Case {
+    std::string op;
+    std::vector<HostTensor> in;
+    std::vector<v1::Argument> args;
+  };
+  std::vector<Case> cases;
+  // 1000 x 48 x 4096 = 2^27.6 steps as a quadratic reduction.
+  for (bool freq : {false, true}) {
+    cases.push_back({"aten.embedding_dense_backward.default",
+                     {floats({8, 512, 48}, kF32), nonnegative({8, 512}, 1000)},
+                     {In(0), In(1), I(1000), I(freq ? 7 : -1), B(freq)}});
+  }
+  cases.push_back(
+      {"aten.embedding_dense_backward.default",
+       {floats({4096, 32}, DType::kBFloat16), nonnegative({4096}, 300)},
+       {In(0), In(1), I(300), I(-1), B(false)}});
+  // src wider than index; negative indices along dim 0.
+  for (DType dt : {kF32, DType::kBFloat16, kI64}) {
+    cases.push_back({"aten.scatter_add.default",
+                     {floats({300, 40}, dt), indices({2000, 40}, 300, kI64),
+                      floats({2000, 41}, dt)},
+                     {In(0), I(0), In(1), In(2)}});
+  }
+  cases.push_back({"aten.scatter_add.default",
+                   {floats({64, 300}, kF32), indices({64, 900}, 300, kI32),
+                    floats({64, 900}, kF32)},
+                   {In(0), I(-1), In(1), In(2)}});
+  // One index tensor over rows, values broadcast along them; two index
+  // tensors broadcast together.
+  cases.push_back({"aten.index_put.default",
+                   {floats({500, 16}, kF32), indices({3000}, 500, kI64),
+                    floats({3000, 16}, kF32)},
+                   {In(0), Refs({1}), In(2), B(true)}});
+  cases.push_back({"aten.index_put.default",
+                   {floats({500, 16}, kF32), indices({3000}, 500, kI64),
+                    floats({16}, kF32)},
+                   {In(0), Refs({1}), In(2), B(true)}});
+  cases.push_back({"aten.index_put.default",
+                   {floats({40, 30, 8}, kF32), indices({700, 1}, 40, kI64),
+                    indices({5}, 30, kI64), floats({700, 5, 8}, kF32)},
+                   {In(0), Refs({1, 2}), In(3), B(true)}});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.op, " ", DTypeName(c.in[0].dtype()), " ",
+                              c.in[0].ToString(0)));
+    auto want = RunTracked(c.op, c.in, c.args, -1);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto exe = CompileOneOp(c.op, c.in, c.args, -1);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    ThreadPool pool(2);
+    auto two = (*exe)->Run(c.in, &pool);
+    auto one = (*exe)->Run(c.in, nullptr);
+    auto again = (*exe)->Run(c.in, &pool);
+    ASSERT_TRUE(two.ok() && one.ok() && again.ok());
+    const HostTensor& got = (*two)[0];
+    EXPECT_EQ(Compare(got, want->outputs[0]), "");
+    for (const HostTensor* other : {&(*one)[0], &(*again)[0]}) {
+      ASSERT_EQ(other->numel(), got.numel());
+      EXPECT_EQ(0, std::memcmp(other->data(), got.data(),
+                               got.numel() * DTypeSize(got.dtype())));
+    }
+  }
 }
 
 TEST(IndexingIndexPut, AccumulateOrLastWriteWithBroadcasting) {
