@@ -68,7 +68,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
     }
     if (kernel_.is_scatter() && !inner_dims_.empty()) {
       // In source order: each inner position over the chunk's outer
-      // positions, which own disjoint elements (Stage::kScatterAdd).
+      // positions, which own disjoint elements (Stage::kScatterAdd,
+      // kScatterStore).
       EmitInnerNest(0, [&] { EmitPointwiseKernel(start, end); });
     } else if (inner_dims_.empty()) {
       EmitPointwiseKernel(start, end);

@@ -36,7 +36,7 @@ struct KernelBuild {
   absl::flat_hash_map<int, InKernelValue> values;  // node -> in-register value
   absl::flat_hash_map<int, int> acc_stage;         // reduction node -> stage
   int num_acc = 0;
-  bool scatter = false;  // a kScatterAdd kernel: nothing joins it
+  bool scatter = false;  // a scatter's kernel: nothing joins it
   bool has_inner() const {
     for (bool b : kernel.inner) {
       if (b) return true;
@@ -278,7 +278,8 @@ class Fuser {
     k.kernel.inner = node.scatter_inner;
     k.scatter = true;
     Stage st;
-    st.kind = Stage::Kind::kScatterAdd;
+    st.kind = node.scatter_replace ? Stage::Kind::kScatterStore
+                                   : Stage::Kind::kScatterAdd;
     st.value = Inline(node.scatter_value);
     st.store_dtype = node.dtype;
     k.kernel.stages.push_back(std::move(st));
@@ -495,7 +496,8 @@ class Fuser {
         st.value = to_buffers.Run(st.value);
         if (st.finalize) st.finalize = to_buffers.Run(st.finalize);
         // Only a scatter's offsets read data (its target indices).
-        if (st.kind == Stage::Kind::kScatterAdd)
+        if (st.kind == Stage::Kind::kScatterAdd ||
+            st.kind == Stage::Kind::kScatterStore)
           st.offset = to_buffers.Run(st.offset);
         if (st.kind != Stage::Kind::kReduce)
           st.buffer_slot = slot(buffer_of.at(-1 - st.buffer_slot));

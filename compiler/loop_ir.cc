@@ -770,8 +770,10 @@ std::string LoopGraph::ToString() const {
         absl::StrAppend(
             &out, " = ", ir::ToString(node.body, symbol_names), " then over ",
             SizesString(node.scatter_sizes, symbol_names), " in order {",
-            absl::StrJoin(inner, ","), "} add [", absl::StrJoin(index, ", "),
-            "] += ", ir::ToString(node.scatter_value, symbol_names));
+            absl::StrJoin(inner, ","), "} ",
+            node.scatter_replace ? "store [" : "add [",
+            absl::StrJoin(index, ", "), node.scatter_replace ? "] = " : "] += ",
+            ir::ToString(node.scatter_value, symbol_names));
         break;
       }
       case LoopNode::Kind::kExtern: {
@@ -858,9 +860,12 @@ std::string Kernel::ToString(const std::vector<std::string>& names) const {
             "] = ", ir::ToString(st.value, names));
         break;
       case Stage::Kind::kScatterAdd:
-        absl::StrAppend(&out, "  for all: buf", st.buffer_slot, "[",
-                        ir::ToString(st.offset, names),
-                        "] += ", ir::ToString(st.value, names));
+      case Stage::Kind::kScatterStore:
+        absl::StrAppend(
+            &out, "  for all: buf", st.buffer_slot, "[",
+            ir::ToString(st.offset, names),
+            st.kind == Stage::Kind::kScatterAdd ? "] += " : "] = ",
+            ir::ToString(st.value, names));
         break;
     }
     absl::StrAppend(&out, "\n");

@@ -343,6 +343,10 @@ struct LoopNode {
   std::vector<bool> scatter_inner;
   std::vector<Expr> scatter_index;
   Expr scatter_value;
+  // Each source replaces its element instead (scatter, index_put without
+  // accumulate; dtype is the op's): the last in source order. CPU targets
+  // only (CUDA's racing stores would leave any of them).
+  bool scatter_replace = false;
 
   // kExtern
   std::optional<GemmCall> gemm;
@@ -413,6 +417,9 @@ struct Stage {
     // over the chunk's outer positions (no two outer positions share an
     // element), CUDA code has no inner dims and adds atomically.
     kScatterAdd,
+    // The same, storing `value` at buffer[offset] (the last store wins; on
+    // CUDA any of them).
+    kScatterStore,
   };
   Kind kind = Kind::kStoreOuter;
   Expr value;
@@ -443,9 +450,10 @@ struct Kernel {
   std::optional<GemmCall> gemm;
   std::optional<ConvCall> conv;
   bool is_extern() const { return gemm.has_value() || conv.has_value(); }
-  // A scatter's kernel: one Stage::kScatterAdd.
+  // A scatter's kernel: one Stage::kScatterAdd or kScatterStore.
   bool is_scatter() const {
-    return !stages.empty() && stages[0].kind == Stage::Kind::kScatterAdd;
+    return !stages.empty() && (stages[0].kind == Stage::Kind::kScatterAdd ||
+                               stages[0].kind == Stage::Kind::kScatterStore);
   }
 
   SymExpr OuterRange() const;

@@ -66,13 +66,15 @@ struct LowerOptions {
 
 // max_scatter_work_log2 for CUDA targets: 2^24 steps, about 0.1 ms on an
 // H100, what a partition split and PyTorch's linear-time kernel cost about
-// (measured: BERT-base's position embedding backward, 512 x 768 x 4096 =
+// (measured when accumulating scatters were quadratic reductions too:
+// BERT-base's position embedding backward, 512 x 768 x 4096 =
 // 1.6e9 steps, took 11.9 ms against Inductor's 0.36 ms for the whole
 // forward and backward; bench/python/train_ops.py --cases positions).
 inline constexpr int kCudaMaxScatterWorkLog2 = 24;
 
 // max_scatter_work_log2 for CPU targets: 2^18 steps, about 0.4 ms, what a
-// partition split and PyTorch's linear-time kernel cost about (the
+// partition split and PyTorch's linear-time kernel cost about (measured on
+// accumulating scatters, then quadratic reductions too; the
 // reduction measured about 1.5 ns a step on the dev box: BERT's three
 // embedding backwards at 8 x 64 tokens, 5.4M steps, took 8 ms of a 21 ms
 // training step whose eager version took 6 ms).

@@ -18,6 +18,7 @@
 // dim of static size 0 (an error in PyTorch whenever there is an index)
 // gives zeros.
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -338,22 +339,24 @@ absl::StatusOr<std::vector<LoweredValue>> LowerNllLossBackward(
 
 // ---- scatters ----
 //
-// An accumulating scatter (embedding_dense_backward, scatter_add,
-// index_put with accumulate) is a LoopNode::kScatter, linear in its
-// sources: the output starts as its base, then each source position adds
-// its value at the element its indices name. The sum is taken in float32
-// (int64 for integers) and cast to the op's dtype after. On the CPU the
-// source dims that are a target coordinate of their own run in parallel
-// and the rest in source order, as PyTorch's CPU kernels add (the result
-// is deterministic); on CUDA every position adds atomically, as
-// Inductor's kernels do (the order, so the rounding, varies from run to
-// run; PyTorch's own embedding and index_put backward kernels sort instead
-// and are deterministic).
+// A scatter (embedding_dense_backward, scatter_add, scatter, index_put)
+// is a LoopNode::kScatter, linear in its sources: the output starts as its
+// base, then each source position adds its value at the element its
+// indices name (accumulating: the sum is taken in float32, int64 for
+// integers, and cast to the op's dtype after) or replaces it (scatter,
+// index_put without accumulate). On the CPU the source dims that are a
+// target coordinate of their own run in parallel and the rest in source
+// order, as PyTorch's CPU kernels do (deterministic: sums in source order,
+// the last source of an element wins); on CUDA every position adds
+// atomically, as Inductor's kernels do (the order of the additions, so
+// their rounding, varies from run to run; PyTorch's own embedding and
+// index_put kernels sort instead and are deterministic).
 //
-// Non-accumulating scatters and cumsum are still reductions per output
-// element over the source positions that may hit it (the last source
-// position that hits, max over q; the prefix): deterministic but
-// quadratic, |out| * |src| steps, bounded by CheckScatterWork.
+// Exceptions, quadratic and bounded by CheckScatterWork: on CUDA targets
+// the replacing scatters find each element's last source with a
+// reduction (LastSourceScatter, LastSourceIndexPut: deterministic, as the
+// CPU's and the reference's), and cumsum is a reduction per output
+// element over its prefix on every target.
 
 // Work above which a quadratic scatter is UNIMPLEMENTED (the client runs
 // it eagerly) rather than compiled: the target's
@@ -413,17 +416,20 @@ absl::Status CheckScatterOrder(const LowerContext& ctx) {
   return absl::OkStatus();
 }
 
-// An accumulating scatter (LoopNode::kScatter) of `sizes`, summed in
-// SumDType(dtype): `base` (over the vars of `sizes`, in dtype), plus
-// value(q) at target(q) for every q of `space` (target: one expression per
-// dim of `sizes`, each within its dim; value over the vars of `space`).
+// A scatter (LoopNode::kScatter) of `sizes`: `base` (over the vars of
+// `sizes`, in dtype), plus value(q) at target(q) for every q of `space`
+// (target: one expression per dim of `sizes`, each within its dim; value
+// over the vars of `space`), summed in SumDType(dtype); with `replace`,
+// value(q) replaces the element instead, in dtype.
 LoweredValue AddScatter(LowerContext& ctx, const std::vector<SymExpr>& sizes,
                         DType dtype, const Expr& base,
                         const std::vector<SymExpr>& space,
-                        std::vector<Expr> target, const Expr& value) {
-  const DType acc = SumDType(dtype);
+                        std::vector<Expr> target, const Expr& value,
+                        bool replace = false) {
+  const DType acc = replace ? dtype : SumDType(dtype);
   LoopNode node;
   node.kind = LoopNode::Kind::kScatter;
+  node.scatter_replace = replace;
   node.dtype = acc;
   node.sizes = sizes;
   node.body = ir::Cast(base, acc);
@@ -528,6 +534,43 @@ ScatterSite ScatterSiteOf(const std::vector<SymExpr>& self,
   return s;
 }
 
+// scatter / scatter.value on CUDA targets: racing stores would leave any
+// of several sources of one element, so each output element finds the
+// last source position that hits it (a max reduction over the index
+// positions along `dim`, deterministic like the CPU's ordered form and the
+// reference; quadratic, bounded by CheckScatterWork) and reads it.
+absl::StatusOr<std::vector<LoweredValue>> LastSourceScatter(
+    LowerContext& ctx, const Expr& base, int dim,
+    const std::function<Expr(const std::vector<Expr>&)>& src_at) {
+  const LoweredValue& self = ctx.value(0);
+  const LoweredValue& index = ctx.value(2);
+  const TensorType& out = ctx.out_type();
+  const int r = static_cast<int>(self.sizes.size());
+  std::vector<SymExpr> space = self.sizes;
+  space.push_back(index.sizes[dim]);
+  if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;
+  std::vector<bool> reduced(r + 1, false);
+  reduced[r] = true;
+  const ScatterSite site = ScatterSiteOf(self.sizes, index.sizes, dim);
+  const Expr target =
+      SafeIndex(ctx, LowerContext::Read(index, site.q), self.sizes[dim], dim);
+  const Expr hit = And(site.within, Eq(target, ir::Var(dim)));
+  // The last k that hits, or -1.
+  auto last = Reduce(ctx, space, reduced, ReduceKind::kMax, DType::kInt64,
+                     ir::Select(hit, ir::Var(r), Int(-1)));
+  if (!last.ok()) return last.status();
+  const Expr k = LowerContext::Read(*last, IdentityIndex(r));
+  std::vector<Expr> q = site.q;
+  for (Expr& e : q) {
+    std::vector<Expr> vars = IdentityIndex(r);
+    vars.push_back(ir::Binary(ExprOp::kMax, k, Int(0), DType::kInt64));
+    e = ir::SubstituteVars(e, vars);
+  }
+  const Expr v = ir::Cast(src_at(q), out.dtype);
+  return std::vector<LoweredValue>{
+      PointwiseOutput(ctx, ir::Select(Ge(k, Int(0)), v, base))};
+}
+
 // scatter_add / scatter.src / scatter.value.
 absl::StatusOr<std::vector<LoweredValue>> LowerScatterCommon(LowerContext& ctx,
                                                              bool add) {
@@ -557,41 +600,18 @@ absl::StatusOr<std::vector<LoweredValue>> LowerScatterCommon(LowerContext& ctx,
     return ctx.is_tensor(3) ? LowerContext::Read(ctx.value(3), q)
                             : ScalarConst(ctx.arg(3), out.dtype);
   };
-  if (add) {
-    if (auto s = CheckScatterOrder(ctx); !s.ok()) return s;
-    // Sources: the index's positions q; q goes to q with q[dim] replaced
-    // by index[q] (PyTorch requires index.size(d) <= self.size(d)).
-    std::vector<Expr> target = IdentityIndex(r);
-    target[dim] = SafeIndex(ctx, LowerContext::Read(index, IdentityIndex(r)),
-                            self.sizes[dim], dim);
-    const LoweredValue sum =
-        AddScatter(ctx, self.sizes, out.dtype, base, index.sizes,
-                   std::move(target), src_at(IdentityIndex(r)));
-    return ScatterOutput(ctx, sum, out.dtype);
-  }
-  std::vector<SymExpr> space = self.sizes;
-  space.push_back(index.sizes[dim]);
-  if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;
-  std::vector<bool> reduced(r + 1, false);
-  reduced[r] = true;
-  const ScatterSite site = ScatterSiteOf(self.sizes, index.sizes, dim);
-  const Expr target =
-      SafeIndex(ctx, LowerContext::Read(index, site.q), self.sizes[dim], dim);
-  const Expr hit = And(site.within, Eq(target, ir::Var(dim)));
-  // The last k that hits, or -1.
-  auto last = Reduce(ctx, space, reduced, ReduceKind::kMax, DType::kInt64,
-                     ir::Select(hit, ir::Var(r), Int(-1)));
-  if (!last.ok()) return last.status();
-  const Expr k = LowerContext::Read(*last, IdentityIndex(r));
-  std::vector<Expr> q = site.q;
-  for (Expr& e : q) {
-    std::vector<Expr> vars = IdentityIndex(r);
-    vars.push_back(ir::Binary(ExprOp::kMax, k, Int(0), DType::kInt64));
-    e = ir::SubstituteVars(e, vars);
-  }
-  const Expr v = ir::Cast(src_at(q), out.dtype);
-  return std::vector<LoweredValue>{
-      PointwiseOutput(ctx, ir::Select(Ge(k, Int(0)), v, base))};
+  if (!add && ctx.options().atomic_scatters)
+    return LastSourceScatter(ctx, base, dim, src_at);
+  if (auto s = CheckScatterOrder(ctx); !s.ok()) return s;
+  // Sources: the index's positions q; q goes to q with q[dim] replaced by
+  // index[q] (PyTorch requires index.size(d) <= self.size(d)).
+  std::vector<Expr> target = IdentityIndex(r);
+  target[dim] = SafeIndex(ctx, LowerContext::Read(index, IdentityIndex(r)),
+                          self.sizes[dim], dim);
+  const LoweredValue result =
+      AddScatter(ctx, self.sizes, out.dtype, base, index.sizes,
+                 std::move(target), src_at(IdentityIndex(r)), !add);
+  return ScatterOutput(ctx, result, out.dtype);
 }
 
 absl::StatusOr<std::vector<LoweredValue>> LowerScatterAdd(LowerContext& ctx) {
@@ -614,58 +634,20 @@ Expr ReadBroadcastAt(const LoweredValue& v, const std::vector<SymExpr>& full,
   return LowerContext::Read(v, idx);
 }
 
-// index_put: over the space self + B (B reduced), the positions b whose
-// indices name p's leading coordinates: added (accumulate) or the last one
-// read.
-absl::StatusOr<std::vector<LoweredValue>> LowerIndexPut(LowerContext& ctx) {
+// index_put without accumulate on CUDA targets: as LastSourceScatter, the
+// last position of B (row-major) whose indices name each element, or its
+// base (quadratic, bounded by CheckScatterWork). `full` is B + self's dims
+// after the k indexed ones.
+absl::StatusOr<std::vector<LoweredValue>> LastSourceIndexPut(
+    LowerContext& ctx, const Expr& base, const std::vector<SymExpr>& b,
+    const std::vector<SymExpr>& full) {
   const LoweredValue& self = ctx.value(0);
   const LoweredValue& values = ctx.value(2);
   const std::vector<ValueId>& ts = ctx.arg(1).tensors;
   const TensorType& out = ctx.out_type();
   const int r = static_cast<int>(self.sizes.size());
   const int k = static_cast<int>(ts.size());
-  const bool accumulate = ctx.arg(3).b;
-  // B: the index tensors broadcast together.
-  std::vector<SymExpr> b;
-  for (ValueId t : ts) {
-    const std::vector<SymExpr>& s = ctx.value_of(t).sizes;
-    const size_t rank = std::max(b.size(), s.size());
-    std::vector<SymExpr> n(rank, SymExpr(1));
-    for (size_t j = 0; j < rank; ++j) {
-      const SymExpr x =
-          j < rank - b.size() ? SymExpr(1) : b[j - (rank - b.size())];
-      const SymExpr y =
-          j < rank - s.size() ? SymExpr(1) : s[j - (rank - s.size())];
-      n[j] = x == SymExpr(1) ? y : x;
-    }
-    b = n;
-  }
   const int nb = static_cast<int>(b.size());
-  const Expr base =
-      ir::Cast(LowerContext::Read(self, IdentityIndex(r)), out.dtype);
-  for (const SymExpr& s : b) {
-    if (StaticallyEmpty(s))
-      return std::vector<LoweredValue>{PointwiseOutput(ctx, base)};
-  }
-  // values over B + self's dims after k.
-  std::vector<SymExpr> full = b;
-  full.insert(full.end(), self.sizes.begin() + k, self.sizes.end());
-  if (accumulate) {
-    if (auto s = CheckScatterOrder(ctx); !s.ok()) return s;
-    // Sources: `full`; (b, rest) goes to (the indices at b..., rest).
-    std::vector<Expr> bv, target;
-    for (int j = 0; j < nb; ++j) bv.push_back(ir::Var(j));
-    for (int j = 0; j < k; ++j) {
-      target.push_back(SafeIndex(
-          ctx, ReadBroadcastAt(ctx.value_of(ts[j]), b, bv), self.sizes[j], j));
-    }
-    for (int d = k; d < r; ++d) target.push_back(ir::Var(nb + d - k));
-    const LoweredValue sum = AddScatter(
-        ctx, self.sizes, out.dtype, base, full, std::move(target),
-        ReadBroadcastAt(values, full,
-                        IdentityIndex(static_cast<int>(full.size()))));
-    return ScatterOutput(ctx, sum, out.dtype);
-  }
   std::vector<SymExpr> space = self.sizes;
   space.insert(space.end(), b.begin(), b.end());
   if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;
@@ -703,6 +685,61 @@ absl::StatusOr<std::vector<LoweredValue>> LowerIndexPut(LowerContext& ctx) {
   const Expr v = ir::Cast(values_at(bc), out.dtype);
   return std::vector<LoweredValue>{
       PointwiseOutput(ctx, ir::Select(Ge(f, Int(0)), v, base))};
+}
+
+// index_put: a scatter over B + self's dims after the k indexed ones (B:
+// the index tensors broadcast together), each position b going to (the
+// indices at b..., the rest), added (accumulate) or replacing.
+absl::StatusOr<std::vector<LoweredValue>> LowerIndexPut(LowerContext& ctx) {
+  const LoweredValue& self = ctx.value(0);
+  const LoweredValue& values = ctx.value(2);
+  const std::vector<ValueId>& ts = ctx.arg(1).tensors;
+  const TensorType& out = ctx.out_type();
+  const int r = static_cast<int>(self.sizes.size());
+  const int k = static_cast<int>(ts.size());
+  const bool accumulate = ctx.arg(3).b;
+  // B: the index tensors broadcast together.
+  std::vector<SymExpr> b;
+  for (ValueId t : ts) {
+    const std::vector<SymExpr>& s = ctx.value_of(t).sizes;
+    const size_t rank = std::max(b.size(), s.size());
+    std::vector<SymExpr> n(rank, SymExpr(1));
+    for (size_t j = 0; j < rank; ++j) {
+      const SymExpr x =
+          j < rank - b.size() ? SymExpr(1) : b[j - (rank - b.size())];
+      const SymExpr y =
+          j < rank - s.size() ? SymExpr(1) : s[j - (rank - s.size())];
+      n[j] = x == SymExpr(1) ? y : x;
+    }
+    b = n;
+  }
+  const int nb = static_cast<int>(b.size());
+  const Expr base =
+      ir::Cast(LowerContext::Read(self, IdentityIndex(r)), out.dtype);
+  for (const SymExpr& s : b) {
+    if (StaticallyEmpty(s))
+      return std::vector<LoweredValue>{PointwiseOutput(ctx, base)};
+  }
+  // values over B + self's dims after k.
+  std::vector<SymExpr> full = b;
+  full.insert(full.end(), self.sizes.begin() + k, self.sizes.end());
+  if (!accumulate && ctx.options().atomic_scatters)
+    return LastSourceIndexPut(ctx, base, b, full);
+  if (auto s = CheckScatterOrder(ctx); !s.ok()) return s;
+  // Sources: `full`; (b, rest) goes to (the indices at b..., rest).
+  std::vector<Expr> bv, target;
+  for (int j = 0; j < nb; ++j) bv.push_back(ir::Var(j));
+  for (int j = 0; j < k; ++j) {
+    target.push_back(SafeIndex(ctx, ReadBroadcastAt(ctx.value_of(ts[j]), b, bv),
+                               self.sizes[j], j));
+  }
+  for (int d = k; d < r; ++d) target.push_back(ir::Var(nb + d - k));
+  const LoweredValue result =
+      AddScatter(ctx, self.sizes, out.dtype, base, full, std::move(target),
+                 ReadBroadcastAt(values, full,
+                                 IdentityIndex(static_cast<int>(full.size()))),
+                 !accumulate);
+  return ScatterOutput(ctx, result, out.dtype);
 }
 
 // flip: a view reading n - 1 - v along each flipped dim (n may be

@@ -454,11 +454,12 @@ TEST(IndexingScatter, AddSrcAndValue) {
                 {In(0), I(1), In(1), In(2)}, {"same number of dimensions"});
 }
 
-// Accumulating scatters are linear in their sources (LoopNode::kScatter):
-// sizes far above the bound of the quadratic form (2^18 steps on CPU
-// targets) compile, match the reference on random inputs with duplicate
-// and negative indices, and give the same bits with one thread or two and
-// run after run (each element adds its sources in source order).
+// Scatters are linear in their sources on the CPU (LoopNode::kScatter):
+// sizes far above the bound of the quadratic form (2^18 steps) compile,
+// match the reference on random inputs with duplicate and negative
+// indices, and give the same bits with one thread or two and run after run
+// (each element adds its sources in source order; of several replacing
+// sources the last wins, as in the reference).
 TEST(IndexingScatterLinear, LargeRandomScattersMatchAndRepeatBitForBit) {
   std::mt19937 rng(17);
   auto floats = [&](std::vector<int64_t> sizes, DType dt) {
@@ -512,6 +513,20 @@ TEST(IndexingScatterLinear, LargeRandomScattersMatchAndRepeatBitForBit) {
                    {floats({64, 300}, kF32), indices({64, 900}, 300, kI32),
                     floats({64, 900}, kF32)},
                    {In(0), I(-1), In(1), In(2)}});
+  for (DType dt : {kF32, DType::kFloat16, kI32}) {
+    cases.push_back({"aten.scatter.src",
+                     {floats({300, 40}, dt), indices({2000, 40}, 300, kI64),
+                      floats({2000, 41}, dt)},
+                     {In(0), I(0), In(1), In(2)}});
+  }
+  cases.push_back({"aten.scatter.value",
+                   {floats({64, 300}, kF32), indices({64, 900}, 300, kI64)},
+                   {In(0), I(1), In(1), F(2.5)}});
+  cases.push_back({"aten.index_put.default",
+                   {floats({500, 16}, DType::kBFloat16),
+                    indices({3000}, 500, kI64),
+                    floats({3000, 16}, DType::kBFloat16)},
+                   {In(0), Refs({1}), In(2), B(false)}});
   // One index tensor over rows, values broadcast along them; two index
   // tensors broadcast together.
   cases.push_back({"aten.index_put.default",
