@@ -73,10 +73,11 @@ _CONV_OPS = frozenset({
 
 
 # Scatters that replace (scatter, index_put without accumulate) are
-# quadratic reductions in Kiln (gather_scatter_lowering.cc): compiled only
-# when every size is static (the work is then bounded). Accumulating ones
-# (embedding_dense_backward, scatter_add, index_put with accumulate) are
-# linear and take any sizes.
+# quadratic reductions on CUDA in Kiln (gather_scatter_lowering.cc):
+# compiled there only when every size is static (the work is then
+# bounded). Accumulating ones (embedding_dense_backward, scatter_add,
+# index_put with accumulate), and every scatter on the CPU, are linear and
+# take any sizes.
 _SCATTER_OPS = frozenset({
     "aten.scatter.src", "aten.scatter.value", "aten.index_put.default",
 })
@@ -172,14 +173,15 @@ def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
     accumulates = name == "aten.index_put.default" and (
         node.args[3] if len(node.args) > 3 else
         node.kwargs.get("accumulate", False)) is True
-    if name in _SCATTER_OPS and not accumulates:
+    if name in _SCATTER_OPS and not accumulates and \
+            first.device.type == "cuda":
         out = node.meta.get("val")
         if any(isinstance(t, torch.Tensor) and
                any(isinstance(d, torch.SymInt) for d in t.shape)
                for t in inputs + [out]):
             return ("a scatter that replaces, over symbolic sizes (Kiln's "
-                    "are quadratic reductions, compiled only for static "
-                    "sizes)")
+                    "are quadratic reductions on CUDA, compiled only for "
+                    "static sizes)")
     if name in _CONV_OPS and any(
             isinstance(t, torch.Tensor) and
             any(isinstance(s, torch.SymInt) for s in t.shape[1:])

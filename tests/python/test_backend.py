@@ -1112,6 +1112,42 @@ def test_a_node_kilnd_refuses_runs_eagerly_and_the_rest_in_kiln(daemon):
         torch.compile(f, backend=strict)(x)
 
 
+def test_scatters_over_symbolic_sizes_run_in_kiln(daemon):
+    """With dynamic=True an embedding's backward (a scatter-add over the
+    symbolic token count) and an index_put without accumulate run in Kiln
+    on the CPU (linear scatters, any sizes), for two token counts under one
+    compile, and match eager."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(50, 8)
+    mine = copy.deepcopy(emb)
+
+    def f(m, ids, x, idx, v):
+        put = torch.index_put(x, (idx,), v * 2, accumulate=False)
+        return m(ids).square().sum() + put.sin().sum()
+
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    compiled = torch.compile(f, backend=backend, dynamic=True)
+    for n in (37, 64):
+        ids = torch.randint(0, 50, (2, n))
+        x = torch.randn(n + 5)
+        idx = torch.randperm(n + 5)[:n]
+        v = torch.randn(n)
+        want = f(emb, ids, x, idx, v)
+        got = compiled(mine, ids, x, idx, v)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+        emb.zero_grad()
+        mine.zero_grad()
+        want.backward()
+        got.backward()
+        torch.testing.assert_close(mine.weight.grad, emb.weight.grad,
+                                   rtol=1e-5, atol=1e-5)
+    report = backend.report
+    for op in ("aten.embedding_dense_backward.default",
+               "aten.index_put.default"):
+        assert report.op(op).kiln >= 1 and not report.op(op).fallback, \
+            str(report)
+
+
 def test_bilinear_upsampling_trains_in_kiln(daemon):
     """A bilinear upsampling's backward is four accumulating index_puts per
     upsampling (PyTorch decomposes it before autograd): linear-time
