@@ -57,15 +57,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
       syms_.push_back(b_.CreateLoad(i64, slot, program_.symbol_names[s]));
     }
     SetUpKernelDims();
-    llvm::BasicBlock* skip = nullptr;
-    if (kernel_.is_scatter()) {
-      if (Value* nonempty = ScatterTargetNonEmpty()) {
-        auto* run = llvm::BasicBlock::Create(ctx_, "scatter", fn_);
-        skip = llvm::BasicBlock::Create(ctx_, "scatter.skip", fn_);
-        b_.CreateCondBr(nonempty, run, skip);
-        b_.SetInsertPoint(run);
-      }
-    }
+    if (kernel_.is_scatter()) scatter_nonempty_ = ScatterTargetNonEmpty();
     if (kernel_.is_scatter() && !inner_dims_.empty()) {
       // In source order: each inner position over the chunk's outer
       // positions, which own disjoint elements (Stage::kScatterAdd,
@@ -75,10 +67,6 @@ class CpuKernelEmitter : public KernelEmitterBase {
       EmitPointwiseKernel(start, end);
     } else {
       EmitRowKernel(start, end);
-    }
-    if (skip != nullptr) {
-      b_.CreateBr(skip);
-      b_.SetInsertPoint(skip);
     }
     return FinishFunction();
   }
@@ -145,11 +133,28 @@ class CpuKernelEmitter : public KernelEmitterBase {
     Value* v = EmitExpr(st.value);
     v = ConvertValue(v, st.value->dtype, st.store_dtype);
     Value* off = EmitExpr(st.offset);
+    if (!kernel_.is_scatter()) {
+      StoreElement(st.buffer_slot, off, v, st.store_dtype);
+      return;
+    }
+    // A scatter: its indices are checked (above, in the offset) even where
+    // its target is empty; only the access is skipped there.
+    llvm::BasicBlock* done = nullptr;
+    if (scatter_nonempty_ != nullptr) {
+      auto* store = llvm::BasicBlock::Create(ctx_, "scatter.store", fn_);
+      done = llvm::BasicBlock::Create(ctx_, "scatter.done", fn_);
+      b_.CreateCondBr(scatter_nonempty_, store, done);
+      b_.SetInsertPoint(store);
+    }
     if (st.kind == Stage::Kind::kScatterAdd) {
       Value* old = LoadElement(st.buffer_slot, off, st.store_dtype);
       v = EmitBinary(ExprOp::kAdd, old, v, st.store_dtype, st.store_dtype);
     }
     StoreElement(st.buffer_slot, off, v, st.store_dtype);
+    if (done != nullptr) {
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+    }
   }
 
   void EmitReduce(const Stage& st, int slot) {
@@ -216,6 +221,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   }
 
   std::vector<llvm::MDNode*> scope_md_, noalias_md_;
+  // A scatter kernel's ScatterTargetNonEmpty (entry block), or null.
+  Value* scatter_nonempty_ = nullptr;
 };
 
 }  // namespace

@@ -201,12 +201,9 @@ class CudaKernelEmitter : public KernelEmitterBase {
       group_var_ = inner_dims_.back();
     }
     PlanVectorAccesses();
+    if (kernel_.is_scatter()) scatter_nonempty_ = ScatterTargetNonEmpty();
     switch (plan_.form) {
       case Form::kPointwise:
-        if (kernel_.is_scatter()) {
-          EmitIf(ScatterTargetNonEmpty(), [&] { EmitPointwise(); });
-          break;
-        }
         EmitPointwise();
         break;
       case Form::kPersistentRow:
@@ -372,8 +369,12 @@ class CudaKernelEmitter : public KernelEmitterBase {
     if (st.kind == Stage::Kind::kScatterAdd) {
       Value* v =
           ConvertValue(EmitExpr(st.value), st.value->dtype, st.store_dtype);
-      Value* off = EmitExpr(st.offset);
-      EmitIf(valid, [&] { AtomicAdd(st.buffer_slot, off, v, st.store_dtype); });
+      Value* off = EmitExpr(st.offset);  // checks the indices
+      Value* add = valid;
+      if (scatter_nonempty_ != nullptr) {
+        add = add ? b_.CreateAnd(add, scatter_nonempty_) : scatter_nonempty_;
+      }
+      EmitIf(add, [&] { AtomicAdd(st.buffer_slot, off, v, st.store_dtype); });
       return;
     }
     Value* v = ToStorage(
@@ -1072,6 +1073,8 @@ class CudaKernelEmitter : public KernelEmitterBase {
   Value* lt_ = nullptr;  // thread index within the row
   int group_var_ = -1;   // the var consecutive lanes of a group step along
   Value* vec_ok_ = nullptr;
+  // A scatter kernel's ScatterTargetNonEmpty (entry block), or null.
+  Value* scatter_nonempty_ = nullptr;
   absl::flat_hash_map<const ExprNode*, bool> vector_loads_;
   std::vector<bool> vector_store_;  // per stage
   int lane_ = -1;                   // lane within the current group; -1: none

@@ -60,7 +60,8 @@ class KernelEmitterBase {
 
   // A scatter kernel (Kernel::is_scatter) adds at clamped indices, which
   // still name element 0 of an empty target: the condition that its target
-  // buffer has elements, or null where that is static.
+  // buffer has elements, or null where that is static. The code generators
+  // skip the access (not the index checks) where it does not hold.
   Value* ScatterTargetNonEmpty();
 
   // Returns from the kernel function and verifies it: INTERNAL naming the

@@ -522,11 +522,11 @@ TEST(IndexingScatterLinear, LargeRandomScattersMatchAndRepeatBitForBit) {
   cases.push_back({"aten.scatter.value",
                    {floats({64, 300}, kF32), indices({64, 900}, 300, kI64)},
                    {In(0), I(1), In(1), F(2.5)}});
-  cases.push_back({"aten.index_put.default",
-                   {floats({500, 16}, DType::kBFloat16),
-                    indices({3000}, 500, kI64),
-                    floats({3000, 16}, DType::kBFloat16)},
-                   {In(0), Refs({1}), In(2), B(false)}});
+  cases.push_back(
+      {"aten.index_put.default",
+       {floats({500, 16}, DType::kBFloat16), indices({3000}, 500, kI64),
+        floats({3000, 16}, DType::kBFloat16)},
+       {In(0), Refs({1}), In(2), B(false)}});
   // One index tensor over rows, values broadcast along them; two index
   // tensors broadcast together.
   cases.push_back({"aten.index_put.default",
@@ -560,6 +560,67 @@ TEST(IndexingScatterLinear, LargeRandomScattersMatchAndRepeatBitForBit) {
       EXPECT_EQ(0, std::memcmp(other->data(), got.data(),
                                got.numel() * DTypeSize(got.dtype())));
     }
+  }
+}
+
+// A scatter over symbolic sizes, one compile for every binding: the
+// target is x[2:] (s0 - 2 rows) and the sources' count is s1, bound to
+// sizes with duplicates, and to an empty target (s0 = 2): no index can be
+// in range there, and the compiled program says OUT_OF_RANGE as the
+// reference does, without touching the empty buffer (its clamped index
+// would name element 0).
+TEST(IndexingScatterLinear, SymbolicSizesIncludingEmpty) {
+  const char* json = R"({"graph": {
+    "symbols": [{"name": "s0"}, {"name": "s1"}],
+    "inputs": [
+      {"name": "x", "meta": {"dtype": "FLOAT32", "sizes": [{"symbol": "s0"}, {"value": "4"}]}},
+      {"name": "i", "meta": {"dtype": "INT64", "sizes": [{"symbol": "s1"}]}},
+      {"name": "v", "meta": {"dtype": "FLOAT32", "sizes": [{"symbol": "s1"}, {"value": "4"}]}}],
+    "nodes": [
+      {"op": "aten.slice.Tensor",
+       "args": [{"ref": "x"}, {"i": "0"}, {"i": "2"}], "outputs": ["t"]},
+      {"op": "aten.index_put.default",
+       "args": [{"ref": "t"}, {"refs": {"values": ["i"]}}, {"ref": "v"}, {"b": true}],
+       "outputs": ["a"]},
+      {"op": "aten.index_put.default",
+       "args": [{"ref": "t"}, {"refs": {"values": ["i"]}}, {"ref": "v"}, {"b": false}],
+       "outputs": ["r"]}],
+    "outputs": ["a", "r"]}})";
+  v1::CompileRequest req;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &req).ok());
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937 rng(5);
+  ThreadPool pool(2);
+  for (const auto& [rows, n] :
+       std::vector<std::pair<int64_t, int64_t>>{{7, 40}, {2, 3}, {0, 5}}) {
+    SCOPED_TRACE(absl::StrCat(rows, " target rows, ", n, " sources"));
+    HostTensor x = HostTensor::Empty(kF32, {rows + 2, 4});
+    HostTensor i = HostTensor::Empty(kI64, {n});
+    HostTensor v = HostTensor::Empty(kF32, {n, 4});
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (int64_t e = 0; e < x.numel(); ++e) x.SetDoubleAt(e, u(rng));
+    for (int64_t e = 0; e < v.numel(); ++e) v.SetDoubleAt(e, u(rng));
+    std::uniform_int_distribution<int64_t> k(-rows,
+                                             std::max<int64_t>(rows - 1, 0));
+    for (int64_t e = 0; e < n; ++e) i.SetIntAt(e, rows > 0 ? k(rng) : 0);
+    auto got = (*exe)->Run({x, i, v}, &pool);
+    auto want = EvaluateReference(*graph, {x, i, v});
+    if (rows == 0) {
+      EXPECT_EQ(want.status().code(), absl::StatusCode::kOutOfRange);
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kOutOfRange)
+          << got.status();
+      continue;
+    }
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(want.ok()) << want.status();
+    for (size_t o = 0; o < got->size(); ++o)
+      EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
   }
 }
 
