@@ -36,7 +36,6 @@ struct KernelBuild {
   absl::flat_hash_map<int, InKernelValue> values;  // node -> in-register value
   absl::flat_hash_map<int, int> acc_stage;         // reduction node -> stage
   int num_acc = 0;
-  bool scatter = false;  // a scatter's kernel: nothing joins it
   bool has_inner() const {
     for (bool b : kernel.inner) {
       if (b) return true;
@@ -136,10 +135,12 @@ class Fuser {
     }
   }
 
-  // Whether new work may join the last kernel (not an extern call).
+  // Whether new work may join the last kernel (not an extern call or a
+  // scatter).
   bool CanJoinLast() const {
     return !kernels_.empty() && options_.fuse &&
-           !kernels_.back().kernel.is_extern() && !kernels_.back().scatter;
+           !kernels_.back().kernel.is_extern() &&
+           !kernels_.back().kernel.is_scatter();
   }
 
   // An extern call is a kernel of its own; its buffers are set by Finish.
@@ -271,12 +272,11 @@ class Fuser {
   void AddScatter(int n) {
     const LoopNode& node = g_.nodes[n];
     AddPointwise(n);
-    for (KernelBuild& k : kernels_) k.values.erase(n);  // memory from now on
+    kernels_.back().values.erase(n);  // memory from now on
     KernelBuild k;
     k.kernel.name = absl::StrCat("kiln_k", kernels_.size());
     k.kernel.dims = node.scatter_sizes;
     k.kernel.inner = node.scatter_inner;
-    k.scatter = true;
     Stage st;
     st.kind = node.scatter_replace ? Stage::Kind::kScatterStore
                                    : Stage::Kind::kScatterAdd;

@@ -485,19 +485,14 @@ absl::StatusOr<std::vector<LoweredValue>> LowerEmbeddingBackward(
       AddScatter(ctx, out.sizes, DType::kFloat32, ir::Const(0, DType::kFloat32),
                  space, {row, d}, value);
   if (!ctx.arg(4).b) return ScatterOutput(ctx, sum, out.dtype);
-  // scale_grad_by_freq: each row divided by the number of its positions.
-  std::vector<Expr> ct;
-  for (int k = 0; k < t_rank; ++k) ct.push_back(ir::Var(k));
-  const Expr craw = ir::Cast(LowerContext::Read(indices, ct), DType::kInt64);
+  // scale_grad_by_freq: each row divided by the number of its positions
+  // (a scatter over the index positions, whose vars are the first t_rank
+  // of the sum's sources: the same row and padding test).
   Expr one = ir::Const(1, DType::kFloat32);
-  if (ctx.arg(3).i >= 0) {
-    one = ir::Select(
-        ir::Binary(ExprOp::kNe, craw, Int(ctx.arg(3).i), DType::kBool), one,
-        ir::Const(0, DType::kFloat32));
-  }
-  const LoweredValue count = AddScatter(
-      ctx, {out.sizes[0]}, DType::kFloat32, ir::Const(0, DType::kFloat32),
-      indices.sizes, {SafeIndex(ctx, craw, out.sizes[0], 0)}, one);
+  if (keep) one = ir::Select(keep, one, ir::Const(0, DType::kFloat32));
+  const LoweredValue count =
+      AddScatter(ctx, {out.sizes[0]}, DType::kFloat32,
+                 ir::Const(0, DType::kFloat32), indices.sizes, {row}, one);
   const Expr s = LowerContext::Read(sum, IdentityIndex(2));
   const Expr c = LowerContext::Read(count, {ir::Var(0)});
   const Expr result = ir::Select(
