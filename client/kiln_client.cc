@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "runtime/cpu_conv.h"
 #include "runtime/cpu_executable.h"
 #include "client/connection.h"
 #include "client/hit_socket_client.h"
@@ -72,6 +73,17 @@ struct Replica {
 // How long a replica that answered UNAVAILABLE is tried after the others.
 constexpr absl::Duration kAvoidUnavailable = absl::Seconds(5);
 
+// Whether the graph has a convolution (forward or backward).
+bool HasConvolution(const v1::Graph& graph) {
+  for (const v1::Node& node : graph.nodes()) {
+    if (node.op() == "aten.convolution.default" ||
+        node.op() == "aten.convolution_backward.default") {
+      return true;
+    }
+  }
+  return false;
+}
+
 class ClientImpl final : public Client {
  public:
   ClientImpl(const ClientOptions& options, Connection connection,
@@ -89,6 +101,14 @@ class ClientImpl final : public Client {
     if (request_as_given.target().kind_case() == v1::Target::KIND_NOT_SET) {
       with_target = request_as_given;
       *with_target->mutable_target() = DefaultTarget();
+    }
+    // Convolutions are oneDNN calls where this runtime loads it (the
+    // option is part of the key only for CPU graphs with one).
+    if (!request_as_given.target().has_cuda() &&
+        !request_as_given.options().cpu_library_convolutions() &&
+        HasConvolution(request_as_given.graph()) && CpuConv::Available()) {
+      if (!with_target) with_target = request_as_given;
+      with_target->mutable_options()->set_cpu_library_convolutions(true);
     }
     const v1::CompileRequest& request =
         with_target ? *with_target : request_as_given;

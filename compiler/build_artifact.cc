@@ -91,13 +91,13 @@ v1::Convolution::Direction WireDirection(ConvDirection d) {
   return v1::Convolution::FORWARD;
 }
 
-// A convolution kernel's call (CUDA targets): slots 0, 1 its operands, 2
-// the tensor it writes.
+// A convolution kernel's call (cuDNN on CUDA targets, oneDNN on CPU
+// ones): slots 0, 1 its operands, 2 the tensor it writes.
 v1::ExternCall ConvCallStep(const ConvCall& conv,
                             const std::vector<int>& buffers,
-                            const FusedProgram& fused) {
+                            const FusedProgram& fused, bool cpu) {
   v1::ExternCall call;
-  call.set_library(v1::ExternCall::CUDNN);
+  call.set_library(cpu ? v1::ExternCall::ONEDNN : v1::ExternCall::CUDNN);
   v1::Convolution* c = call.mutable_conv();
   c->set_direction(WireDirection(conv.direction));
   c->set_input(buffers[0]);
@@ -182,7 +182,7 @@ v1::Program BuildProgram(const FusedProgram& fused,
     }
     if (kernel.conv) {
       *program.add_steps()->mutable_call() =
-          ConvCallStep(*kernel.conv, kernel.buffers, fused);
+          ConvCallStep(*kernel.conv, kernel.buffers, fused, gpu_plans.empty());
     } else if (kernel.is_extern()) {
       *program.add_steps()->mutable_call() = ExternCallStep(
           *kernel.gemm, kernel.buffers, fused, gpu_plans.empty());

@@ -185,7 +185,12 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   lower_options.tf32 = request.options.allow_tf32();
   lower_options.strict_fp16_reduction = request.options.strict_fp16_reduction();
   lower_options.strict_bf16_reduction = request.options.strict_bf16_reduction();
-  lower_options.library_convolutions = cuda && !env.gpu_kernel_convolutions;
+  // (cpu_library_convolutions is false for CUDA targets and graphs without
+  // convolutions: NormalizeOptions.)
+  lower_options.library_convolutions =
+      cuda ? !env.gpu_kernel_convolutions
+           : request.options.cpu_library_convolutions();
+  lower_options.half_precision_convolutions = cuda;  // oneDNN: float32 only
   lower_options.tf32_convolution = request.options.allow_tf32_convolution();
   lower_options.deterministic_convolutions =
       request.options.deterministic_convolutions();

@@ -265,9 +265,9 @@ struct GemmCall {
 // statically 1.
 bool IsBlasLayout(const MatrixLayout& layout);
 
-// A convolution computed by a vendor library (cuDNN; issue 16) in one of
-// the directions of a regular convolution over x [N, C, *S], w [O, C/G,
-// *K] and y [N, O, *P] (artifact.proto, Convolution):
+// A convolution computed by a vendor library (cuDNN, oneDNN; issue 16) in one
+// of the directions of a regular convolution over x [N, C, *S], w [O, C/G, *K]
+// and y [N, O, *P] (artifact.proto, Convolution):
 //   kForward         y from (x, w)
 //   kBackwardData    x from (y, w)   (also a transposed convolution)
 //   kBackwardFilter  w from (x, y)

@@ -41,10 +41,12 @@ struct LowerOptions {
   bool tf32 = false;
   bool strict_fp16_reduction = false;
   bool strict_bf16_reduction = false;
-  // Convolutions in float32, float16 and bfloat16 are library calls
-  // (ConvCall: cuDNN) rather than im2col kernels and GEMMs; ConvCall::tf32
-  // and ::deterministic (CompileOptions).
+  // Convolutions in float32 (and in float16 and bfloat16 with
+  // half_precision_convolutions) are library calls (ConvCall: cuDNN on
+  // CUDA, oneDNN on the CPU) rather than im2col kernels and GEMMs;
+  // ConvCall::tf32 and ::deterministic (CompileOptions).
   bool library_convolutions = false;
+  bool half_precision_convolutions = false;
   bool tf32_convolution = false;
   bool deterministic_convolutions = false;
   // Accumulating scatters (LoopNode::kScatter) add every source position

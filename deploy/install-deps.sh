@@ -11,7 +11,7 @@ PACKAGES=(
   llvm-16-dev liblld-16-dev lld-16 clang-16 libclang-rt-16-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus-cpp-dev libspdlog-dev libfmt-dev
-  libopenblas0-pthread
+  libopenblas0-pthread libdnnl-dev
   libhiredis-dev redis-server
   python3 python3-venv python3-dev patchelf xz-utils
 )

@@ -573,6 +573,8 @@ std::string OptionsText(const v1::CompileOptions& options) {
     absl::StrAppend(&text, " deterministic_convolutions=true");
   if (options.deterministic_algorithms())
     absl::StrAppend(&text, " deterministic_algorithms=true");
+  if (options.cpu_library_convolutions())
+    absl::StrAppend(&text, " cpu_library_convolutions=true");
   return text;
 }
 
@@ -611,6 +613,8 @@ v1::CompileOptions NormalizeOptions(const v1::CompileOptions& options,
     normalized.clear_allow_tf32_convolution();
     normalized.clear_deterministic_convolutions();
   }
+  if (target.has_cuda() || !convolutions)
+    normalized.clear_cpu_library_convolutions();
   return normalized;
 }
 

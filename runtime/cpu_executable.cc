@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/cpu_blas.h"
+#include "runtime/cpu_conv.h"
 #include "support/sha256.h"
 
 namespace kiln {
@@ -25,11 +26,13 @@ namespace {
 constexpr int kSupportedFormatVersion = 1;
 
 // What the CPU runtime runs: launches without block geometry, extern calls
-// into a CBLAS in float32.
+// into a CBLAS in float32, convolutions through oneDNN in float32.
 LaunchLimits CpuLimits() {
   LaunchLimits limits;
   limits.extern_library = v1::ExternCall::BLAS;
   limits.gemm_dtypes = {{DType::kFloat32, DType::kFloat32}};
+  limits.conv_library = v1::ExternCall::ONEDNN;
+  limits.conv_dtypes = {DType::kFloat32};
   return limits;
 }
 
@@ -83,6 +86,13 @@ absl::StatusOr<std::unique_ptr<CpuExecutable>> CpuExecutable::LoadFromPieces(
     auto sym = exe->library_.Symbol(*launch.kernel);
     if (!sym.ok()) return sym.status();
     exe->kernels_.push_back(reinterpret_cast<KernelFn>(*sym));
+  }
+  for (const ProgramPlan::Extern& e : exe->plan_.externs) {
+    if (e.conv == nullptr) continue;
+    absl::StatusOr<std::unique_ptr<CpuConv>> conv = CpuConv::Create();
+    if (!conv.ok()) return conv.status();
+    exe->conv_ = *std::move(conv);
+    break;
   }
   return exe;
 }
@@ -189,6 +199,19 @@ struct CpuExecutable::Profile {
     gemm_labels[step] = absl::StrFormat(
         "gemm %dx%dx%dx%d (batch, m, n, k)%s%s", d.batch, d.m, d.n, d.k,
         d.a.transposed ? " A^T" : "", d.b.transposed ? " B^T" : "");
+  }
+
+  // Labels a convolution step by its direction and dims (the first run's).
+  void NoteConv(size_t step, const v1::Convolution& conv, const ConvDims& d) {
+    absl::MutexLock lock(&mu);
+    if (gemm_labels.contains(step)) return;
+    std::string spatial;
+    for (int s = 0; s < d.spatial; ++s)
+      absl::StrAppend(&spatial, s ? "x" : "", d.x[s]);
+    gemm_labels[step] =
+        absl::StrFormat("onednn conv %s n%d c%d o%d %s k%d s%d g%d",
+                        v1::Convolution::Direction_Name(conv.direction()), d.n,
+                        d.c, d.o, spatial, d.kernel[0], d.stride[0], d.groups);
   }
 
   const int64_t every;
@@ -383,6 +406,19 @@ absl::Status CpuExecutable::Execute(absl::Span<const int64_t> symbols,
         if (elements.empty()) {
           for (const v1::BufferSpec& b : program.buffers())
             elements.push_back(EvaluateSymPoly(b.elements(), symbols));
+        }
+        if (e.conv != nullptr) {
+          absl::StatusOr<ConvDims> dims =
+              EvaluateConv(*e.conv, symbols, elements);
+          if (!dims.ok()) return dims.status();
+          if (profile_) profile_->NoteConv(step_index, *e.conv, *dims);
+          if (absl::Status s =
+                  conv_->Run(step.index, *e.conv, *dims, buffers[e.a],
+                             buffers[e.b], buffers[e.c]);
+              !s.ok()) {
+            return s;
+          }
+          break;
         }
         absl::StatusOr<GemmDims> dims =
             EvaluateGemm(*e.gemm, symbols, elements);

@@ -16,6 +16,7 @@
 #include "absl/types/span.h"
 #include "graph/host_tensor.h"
 #include "kiln/v1/artifact.pb.h"
+#include "runtime/cpu_conv.h"
 #include "runtime/cpu_loader.h"
 #include "runtime/guards.h"  // EvaluateSymPoly
 #include "runtime/program_plan.h"
@@ -121,6 +122,8 @@ class CpuExecutable {
   // otherwise (runs pay nothing). Thread-safe.
   struct Profile;
   std::unique_ptr<Profile> profile_;
+  // The convolutions' library (oneDNN), when the program has any.
+  std::unique_ptr<CpuConv> conv_;
 };
 
 }  // namespace kiln

@@ -33,6 +33,8 @@ const char* LibraryName(v1::ExternCall::Library library) {
       return "cuBLASLt";
     case v1::ExternCall::CUDNN:
       return "cuDNN";
+    case v1::ExternCall::ONEDNN:
+      return "oneDNN";
     default:
       return "no library";
   }

@@ -25,9 +25,10 @@
 // by the kernels that write them and results are rounded once.
 //
 // Where the target has a convolution library (LowerOptions::
-// library_convolutions: cuDNN on CUDA) a float32, float16 or bfloat16
-// convolution is instead one library call per direction (loop_ir.h,
-// ConvCall) over whole contiguous operands, in the operands' dtype:
+// library_convolutions: cuDNN on CUDA for float32, float16 and bfloat16;
+// oneDNN on the CPU for float32) a convolution is instead one library call
+// per direction (loop_ir.h, ConvCall) over whole contiguous operands, in
+// the operands' dtype:
 //   convolution            forward (transposed: backward data)
 //   convolution_backward   grad_input: backward data (transposed: forward),
 //                          grad_weight: backward filter, grad_bias a sum.
@@ -301,9 +302,10 @@ LoweredValue GradWeight(LowerContext& ctx, const LoweredValue& a,
 // dilation) breaks; those stay Kiln's kernels, as PyTorch keeps them off
 // cuDNN.
 bool UsesLibrary(const LowerContext& ctx, const ConvGeometry& g, DType dtype) {
+  const bool half = dtype == DType::kFloat16 || dtype == DType::kBFloat16;
   if (!ctx.options().library_convolutions ||
-      !(dtype == DType::kFloat32 || dtype == DType::kFloat16 ||
-        dtype == DType::kBFloat16)) {
+      !(dtype == DType::kFloat32 ||
+        (half && ctx.options().half_precision_convolutions))) {
     return false;
   }
   for (int d = 0; g.transposed && d < g.dims; ++d) {

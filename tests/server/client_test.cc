@@ -7,6 +7,8 @@
 #include "compiler/reference.h"
 #include "graph/import.h"
 #include "gtest/gtest.h"
+#include "runtime/cpu_conv.h"
+#include "runtime/cpu_executable.h"
 #include "runtime/cuda_driver.h"
 #include "support/artifact_signature.h"
 #include "tests/server/daemon.h"
@@ -54,6 +56,33 @@ TEST_F(ClientTest, CompilesThenLooksUpThenServesLocally) {
     ASSERT_TRUE(got.ok() && want.ok()) << got.status();
     EXPECT_EQ(Compare((*got)[0], (*want)[0]), "");
   }
+}
+
+// A CPU graph with a convolution gets oneDNN calls where this runtime
+// loads oneDNN (the client sets CompileOptions.cpu_library_convolutions),
+// im2col kernels and GEMMs elsewhere; either way it matches the reference.
+TEST_F(ClientTest, CpuConvolutionsAreOneDnnCallsWhereItLoads) {
+  const v1::CompileRequest req = Request("conv1d_broadcast.json");
+  auto client = NewClient();
+  auto exe = client->GetExecutable(req);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  int onednn = 0, calls = 0;
+  for (const v1::Step& s :
+       (*exe)->cpu_executable().artifact().program().steps()) {
+    calls += s.has_call();
+    onednn += s.has_call() && s.call().library() == v1::ExternCall::ONEDNN;
+  }
+  EXPECT_GT(calls, 0);
+  EXPECT_EQ(onednn, CpuConv::Available() ? calls : 0) << CpuConv::Describe();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937_64 rng(5);
+  auto inputs = RandomInputs(*graph, {}, rng);
+  auto got = (*exe)->Run(inputs);
+  auto want = EvaluateReference(*graph, inputs);
+  ASSERT_TRUE(got.ok() && want.ok()) << got.status();
+  for (size_t o = 0; o < want->size(); ++o)
+    EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
 }
 
 TEST_F(ClientTest, ErrorsCarryTheServersMessage) {

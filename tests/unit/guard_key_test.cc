@@ -498,10 +498,14 @@ std::map<std::string, std::string> OptionsNotInKey(const v1::Target& target) {
   const char* kScatter =
       "deterministic scatters: CPU targets and graphs without an "
       "accumulating scatter ignore it (NormalizeOptions)";
+  const char* kCpuConv =
+      "oneDNN convolutions: CUDA targets and graphs without a convolution "
+      "ignore it (NormalizeOptions)";
   if (target.has_cuda()) {
     return {{"allow_tf32_convolution", kConv},
             {"deterministic_convolutions", kConv},
-            {"deterministic_algorithms", kScatter}};
+            {"deterministic_algorithms", kScatter},
+            {"cpu_library_convolutions", kCpuConv}};
   }
   const char* kMatmul =
       "a cuBLASLt flag: CPU targets ignore it (NormalizeOptions)";
@@ -513,6 +517,7 @@ std::map<std::string, std::string> OptionsNotInKey(const v1::Target& target) {
       {"allow_tf32_convolution", kConv},
       {"deterministic_convolutions", kConv},
       {"deterministic_algorithms", kScatter},
+      {"cpu_library_convolutions", kCpuConv},
   };
 }
 
@@ -695,6 +700,24 @@ TEST(GuardKeyTest, CudaConvolutionFlagsChangeKeysOfConvolutionsOnly) {
     EXPECT_EQ(Key(conv, CpuTarget(), o), Key(conv, CpuTarget(), {}))
         << o.DebugString();
   }
+}
+
+// cpu_library_convolutions (oneDNN calls) is part of a CPU key where the
+// graph convolves, and of no other key.
+TEST(GuardKeyTest, CpuLibraryConvolutionsChangeKeysOfCpuConvolutionsOnly) {
+  v1::Target sm90;
+  sm90.mutable_cuda()->set_arch("sm_90");
+  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/conv1d_broadcast.json");
+  std::stringstream json;
+  json << in.rdbuf();
+  const v1::Graph conv = ParseGraph(json.str());
+  ASSERT_GT(conv.nodes_size(), 0);
+  const v1::Graph plain = ParseGraph(kBinary);
+  v1::CompileOptions library;
+  library.set_cpu_library_convolutions(true);
+  EXPECT_NE(Key(conv, CpuTarget(), library), Key(conv, CpuTarget(), {}));
+  EXPECT_EQ(Key(plain, CpuTarget(), library), Key(plain, CpuTarget(), {}));
+  EXPECT_EQ(Key(conv, sm90, library), Key(conv, sm90, {}));
 }
 
 // deterministic_algorithms changes the CUDA key of a graph with an

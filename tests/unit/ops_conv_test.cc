@@ -164,14 +164,16 @@ TEST(Conv, InvalidArguments) {
 
 // ---- compiled against the reference ----
 
-// Compiles the case for this CPU, runs it (for each batch in `batches`
-// when the batch is symbolic) and compares every output with the
+// Compiles the case for this CPU, its convolutions oneDNN calls when
+// `library` (else im2col kernels and GEMMs), runs it (for each batch in
+// `batches` when the batch is symbolic) and compares every output with the
 // reference; returns the artifact.
-v1::Artifact CheckCompiled(const TestCase& c,
+v1::Artifact CheckCompiled(bool library, const TestCase& c,
                            std::vector<int64_t> batches = {}) {
   v1::CompileRequest req;
   *req.mutable_graph() = CaseGraph(c);
   *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  req.mutable_options()->set_cpu_library_convolutions(library);
   auto graph = ImportGraph(req.graph());
   EXPECT_TRUE(graph.ok()) << graph.status();
   if (!graph.ok()) return {};
@@ -207,34 +209,62 @@ int CountCalls(const v1::Artifact& a) {
   return n;
 }
 
-// Forward and backward (all outputs) of `c`.
-void CheckBoth(const Conv& c) {
-  SCOPED_TRACE(c.ToString());
-  CheckCompiled(ForwardCase(c));
-  CheckCompiled(BackwardCase(c, {1, 1, 1}));
+// Calls into oneDNN.
+int CountOneDnnCalls(const v1::Artifact& a) {
+  int n = 0;
+  for (const v1::Step& s : a.program().steps())
+    n += s.has_call() && s.call().library() == v1::ExternCall::ONEDNN;
+  return n;
 }
 
-TEST(ConvCompiled, Forward) {
+// Every ConvCompiled test runs twice: im2col kernels and GEMMs (false), and
+// oneDNN calls (true; skipped where oneDNN does not load).
+class ConvCompiled : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (GetParam() && !CpuConv::Available())
+      GTEST_SKIP() << "no oneDNN: " << CpuConv::Describe();
+  }
+  bool library() const { return GetParam(); }
+  v1::Artifact Check(const TestCase& c, std::vector<int64_t> batches = {}) {
+    return CheckCompiled(library(), c, std::move(batches));
+  }
+  // Forward and backward (all outputs) of `c`.
+  void CheckBoth(const Conv& c) {
+    SCOPED_TRACE(c.ToString());
+    Check(ForwardCase(c));
+    Check(BackwardCase(c, {1, 1, 1}));
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(KernelsAndOneDnn, ConvCompiled, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "OneDnn" : "Kernels";
+                         });
+
+TEST_P(ConvCompiled, Forward) {
   for (const Conv& c : Geometries()) {
     SCOPED_TRACE(c.ToString());
-    const v1::Artifact a = CheckCompiled(ForwardCase(c));
+    const v1::Artifact a = Check(ForwardCase(c));
     EXPECT_EQ(CountCalls(a), 1);
+    EXPECT_EQ(CountOneDnnCalls(a), library() ? 1 : 0);
   }
 }
 
-TEST(ConvCompiled, Backward) {
+TEST_P(ConvCompiled, Backward) {
   for (const Conv& c : Geometries()) {
     SCOPED_TRACE(c.ToString());
-    const v1::Artifact a = CheckCompiled(BackwardCase(c, {1, 1, 1}));
+    const v1::Artifact a = Check(BackwardCase(c, {1, 1, 1}));
     EXPECT_EQ(CountCalls(a), 2) << "grad_input and grad_weight";
+    EXPECT_EQ(CountOneDnnCalls(a), library() ? 2 : 0);
   }
 }
 
-TEST(ConvCompiled, Transposed) {
+TEST_P(ConvCompiled, Transposed) {
   for (const Conv& c : TransposedGeometries()) CheckBoth(c);
 }
 
-TEST(ConvCompiled, OutputMask) {
+TEST_P(ConvCompiled, OutputMask) {
   Conv c;
   c.padding = {1};
   c.stride = {2};
@@ -246,13 +276,37 @@ TEST(ConvCompiled, OutputMask) {
              {1, 0, 0}, {0, 1, 0}, {0, 1, 1}, {0, 0, 1}}) {
       SCOPED_TRACE(
           absl::StrCat(c.ToString(), " mask ", absl::StrJoin(mask, ",")));
-      const v1::Artifact a = CheckCompiled(BackwardCase(c, mask));
+      const v1::Artifact a = Check(BackwardCase(c, mask));
       EXPECT_EQ(CountCalls(a), mask[0] + mask[1]);
     }
   }
 }
 
-TEST(ConvCompiled, NonContiguousInputs) {
+// Windows that end before the input does (PyTorch floors the output size:
+// oneDNN is given the input up to the last element read, and the rest of
+// grad_input is zeros), padding wider than the kernel, and a dim whose
+// only window reads padding alone (every product zero).
+TEST_P(ConvCompiled, WindowsShortOfTheInputAndPaddingOnly) {
+  Conv c;
+  c.in = {8, 9};
+  c.stride = {2, 3};
+  c.bias = true;
+  CheckBoth(c);  // right padding -1 and -2
+  c = Conv{};
+  c.in = {4, 5};
+  c.kernel = {1, 2};
+  c.padding = {2, 3};
+  c.stride = {3, 2};
+  CheckBoth(c);
+  c = Conv{};
+  c.in = {1, 3};
+  c.kernel = {1, 1};
+  c.padding = {2, 0};
+  c.stride = {5, 1};
+  CheckBoth(c);  // dim 0: one window, at -2
+}
+
+TEST_P(ConvCompiled, NonContiguousInputs) {
   Conv c;
   c.channels_last = true;
   c.padding = {1};
@@ -266,7 +320,9 @@ TEST(ConvCompiled, NonContiguousInputs) {
   CheckBoth(c);
 }
 
-TEST(ConvCompiled, ReducedPrecision) {
+// float16 and bfloat16 stay Kiln's kernels on the CPU (oneDNN takes
+// float32 only).
+TEST_P(ConvCompiled, ReducedPrecision) {
   for (DType d : {DType::kFloat16, DType::kBFloat16}) {
     Conv c;
     c.dtype = d;
@@ -280,7 +336,7 @@ TEST(ConvCompiled, ReducedPrecision) {
   }
 }
 
-TEST(ConvCompiled, DynamicBatch) {
+TEST_P(ConvCompiled, DynamicBatch) {
   Conv c;
   c.symbolic_batch = true;
   c.padding = {1};
@@ -288,13 +344,13 @@ TEST(ConvCompiled, DynamicBatch) {
   for (bool transposed : {false, true}) {
     c.transposed = transposed;
     SCOPED_TRACE(c.ToString());
-    CheckCompiled(ForwardCase(c), {2, 5});
-    CheckCompiled(BackwardCase(c, {1, 1, 1}), {2, 3});
+    Check(ForwardCase(c), {2, 5});
+    Check(BackwardCase(c, {1, 1, 1}), {2, 3});
   }
 }
 
 // Random geometries against the reference (seeded, bounded).
-TEST(ConvCompiled, RandomGeometries) {
+TEST_P(ConvCompiled, RandomGeometries) {
   std::mt19937_64 rng(16);
   for (int i = 0; i < 12; ++i) CheckBoth(RandomConv(rng));
 }
