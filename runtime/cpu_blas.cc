@@ -32,10 +32,13 @@ void ScaleC(const GemmDims& d, double beta, T* c) {
 }
 
 // Rows of C per block when a GEMM is spread over a pool: enough work per
-// call for the BLAS's kernels (at least ~2^21 multiply-adds).
+// call for the BLAS's kernels (at least ~2^18 multiply-adds: with 2^21,
+// BERT's 512x64x64 products ran on one thread, and its two executables
+// took 5.2-5.3 ms per step against 4.5-4.9 with 2^18; bench/README.md,
+// session 18).
 int64_t RowsPerBlock(const GemmDims& d, int64_t threads) {
   const int64_t min_rows = std::max<int64_t>(
-      16, (int64_t{1} << 21) / std::max<int64_t>(1, d.n * d.k));
+      16, (int64_t{1} << 18) / std::max<int64_t>(1, d.n * d.k));
   const int64_t per_thread = (d.m + threads - 1) / threads;
   return std::max(min_rows, per_thread);
 }

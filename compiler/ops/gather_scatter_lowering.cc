@@ -30,7 +30,10 @@
 namespace kiln {
 namespace {
 
+using ops::AddScatter;
 using ops::PointwiseOutput;
+using ops::ScatterOutput;
+using ops::SumDType;
 using ops::WrapCheckedDim;
 
 Expr Int(int64_t v) { return ir::IntConst(v); }
@@ -384,11 +387,6 @@ absl::Status CheckScatterWork(const LowerContext& ctx,
   return absl::OkStatus();
 }
 
-// An accumulator dtype for sums of `dtype`.
-DType SumDType(DType dtype) {
-  return IsFloating(dtype) ? DType::kFloat32 : DType::kInt64;
-}
-
 // Adds a reduction over `space` of `body` (kind, accumulating in float32 or
 // int64), reducing the dims marked in `reduced`; returns it.
 absl::StatusOr<LoweredValue> Reduce(LowerContext& ctx,
@@ -414,47 +412,6 @@ absl::Status CheckScatterOrder(const LowerContext& ctx) {
         "PyTorch's deterministic kernel runs it");
   }
   return absl::OkStatus();
-}
-
-// A scatter (LoopNode::kScatter) of `sizes`: `base` (over the vars of
-// `sizes`, in dtype), plus value(q) at target(q) for every q of `space`
-// (target: one expression per dim of `sizes`, each within its dim; value
-// over the vars of `space`), summed in SumDType(dtype); with `replace`,
-// value(q) replaces the element instead, in dtype.
-LoweredValue AddScatter(LowerContext& ctx, const std::vector<SymExpr>& sizes,
-                        DType dtype, const Expr& base,
-                        const std::vector<SymExpr>& space,
-                        std::vector<Expr> target, const Expr& value,
-                        bool replace = false) {
-  const DType acc = replace ? dtype : SumDType(dtype);
-  LoopNode node;
-  node.kind = LoopNode::Kind::kScatter;
-  node.scatter_replace = replace;
-  node.dtype = acc;
-  node.sizes = sizes;
-  node.body = ir::Cast(base, acc);
-  node.scatter_sizes = space;
-  node.scatter_value = ir::Cast(value, acc);
-  for (size_t d = 0; d < space.size(); ++d) {
-    bool own = ctx.options().atomic_scatters;
-    for (const Expr& t : target) {
-      own = own || (t->op == ExprOp::kVar && t->index == static_cast<int>(d));
-    }
-    node.scatter_inner.push_back(!own);
-  }
-  node.scatter_index = std::move(target);
-  return ctx.AddNode(std::move(node));
-}
-
-// `sum` (an AddScatter) as the op's output of `dtype`: the scatter itself
-// when it is summed in that dtype (no copy), else a cast of it.
-std::vector<LoweredValue> ScatterOutput(LowerContext& ctx,
-                                        const LoweredValue& sum, DType dtype) {
-  if (sum.dtype == dtype) return {sum};
-  return {PointwiseOutput(
-      ctx, ir::Cast(LowerContext::Read(
-                        sum, IdentityIndex(static_cast<int>(sum.sizes.size()))),
-                    dtype))};
 }
 
 // embedding_dense_backward: grad_weight[v, d] = sum over index positions t

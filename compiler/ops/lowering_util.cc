@@ -178,4 +178,42 @@ LoweredValue PointwiseOutput(LowerContext& ctx, Expr body) {
                        std::move(body));
 }
 
+DType SumDType(DType dtype) {
+  return IsFloating(dtype) ? DType::kFloat32 : DType::kInt64;
+}
+
+LoweredValue AddScatter(LowerContext& ctx, const std::vector<SymExpr>& sizes,
+                        DType dtype, const Expr& base,
+                        const std::vector<SymExpr>& space,
+                        std::vector<Expr> target, const Expr& value,
+                        bool replace) {
+  const DType acc = replace ? dtype : SumDType(dtype);
+  LoopNode node;
+  node.kind = LoopNode::Kind::kScatter;
+  node.scatter_replace = replace;
+  node.dtype = acc;
+  node.sizes = sizes;
+  node.body = ir::Cast(base, acc);
+  node.scatter_sizes = space;
+  node.scatter_value = ir::Cast(value, acc);
+  for (size_t d = 0; d < space.size(); ++d) {
+    bool own = ctx.options().atomic_scatters;
+    for (const Expr& t : target) {
+      own = own || (t->op == ExprOp::kVar && t->index == static_cast<int>(d));
+    }
+    node.scatter_inner.push_back(!own);
+  }
+  node.scatter_index = std::move(target);
+  return ctx.AddNode(std::move(node));
+}
+
+std::vector<LoweredValue> ScatterOutput(LowerContext& ctx,
+                                        const LoweredValue& sum, DType dtype) {
+  if (sum.dtype == dtype) return {sum};
+  return {PointwiseOutput(
+      ctx, ir::Cast(LowerContext::Read(
+                        sum, IdentityIndex(static_cast<int>(sum.sizes.size()))),
+                    dtype))};
+}
+
 }  // namespace kiln::ops

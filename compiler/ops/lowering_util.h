@@ -32,6 +32,29 @@ LoweredValue PointwiseNode(LowerContext& ctx, std::vector<SymExpr> sizes,
 // `body`, cast to the output dtype: what a creation op or cat lowers to.
 LoweredValue PointwiseOutput(LowerContext& ctx, Expr body);
 
+// An accumulator dtype for sums of `dtype`: float32 for floating dtypes,
+// int64 for the others.
+DType SumDType(DType dtype);
+
+// A scatter (LoopNode::kScatter) of `sizes`: `base` (over the vars of
+// `sizes`, in dtype), plus value(q) at target(q) for every q of `space`
+// (target: one expression per dim of `sizes`, each within its dim; value
+// over the vars of `space`), summed in SumDType(dtype); with `replace`,
+// value(q) replaces the element instead, in dtype. On the CPU the source
+// dims that are a target coordinate of their own run in parallel and the
+// others in source order (deterministic); with LowerOptions::
+// atomic_scatters (CUDA) every source position is parallel.
+LoweredValue AddScatter(LowerContext& ctx, const std::vector<SymExpr>& sizes,
+                        DType dtype, const Expr& base,
+                        const std::vector<SymExpr>& space,
+                        std::vector<Expr> target, const Expr& value,
+                        bool replace = false);
+
+// `sum` (an AddScatter) as the op's output of `dtype`: the scatter itself
+// when it is summed in that dtype (no copy), else a cast of it.
+std::vector<LoweredValue> ScatterOutput(LowerContext& ctx,
+                                        const LoweredValue& sum, DType dtype);
+
 // `v` converted to `dtype` in a contiguous node of its own.
 LoweredValue Materialize(LowerContext& ctx, const LoweredValue& v, DType dtype);
 

@@ -526,6 +526,33 @@ TEST(Pooling, AdaptiveAvgPoolHandWorkedValues) {
           {1, 2, 1, 1}, {2, 7});
 }
 
+// Max pool's backward adds each output's gradient at its saved index
+// wherever in the plane that is (PyTorch's kernels do not check the
+// window), and nothing for an index outside the plane: on the CPU a
+// scatter over the outputs, checked here with indices drawn at random
+// (repeats, out-of-window and out-of-plane ones) over a 3-d and a 4-d
+// input, in every float dtype.
+TEST(Pooling, MaxPoolBackwardTakesAnyIndex) {
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int64_t> pick(-2, 7 * 6 + 1);
+  for (DType dt : kFloatDTypes) {
+    SCOPED_TRACE(DTypeName(dt));
+    for (std::vector<int64_t> batch :
+         {std::vector<int64_t>{3}, std::vector<int64_t>{2, 3}}) {
+      std::vector<int64_t> in = batch, out = batch;
+      in.insert(in.end(), {7, 6});
+      out.insert(out.end(), {4, 4});  // kernel 3x2, stride 2x2, padding 1x1
+      std::vector<double> idx(out.size() == 3 ? 48 : 96);
+      for (double& v : idx) v = static_cast<double>(pick(rng));
+      ExpectCompiledMatchesReference(
+          "aten.max_pool2d_with_indices_backward.default",
+          {Random(dt, out, rng), Random(dt, in, rng), I64(out, idx)},
+          {In(0), In(1), Ints({3, 2}), Ints({2, 2}), Ints({1, 1}), Ints({1, 1}),
+           B(false), In(2)});
+    }
+  }
+}
+
 TEST(Pooling, CompiledMatchesReference) {
   std::mt19937_64 rng(5);
   for (DType dt : kFloatDTypes) {
