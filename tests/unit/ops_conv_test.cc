@@ -7,9 +7,11 @@
 // output_padding, batch 1, an empty batch, non-contiguous inputs, float16
 // and bfloat16, a dynamic batch; backward with each output_mask.
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -304,6 +306,53 @@ TEST_P(ConvCompiled, WindowsShortOfTheInputAndPaddingOnly) {
   c.padding = {2, 0};
   c.stride = {5, 1};
   CheckBoth(c);  // dim 0: one window, at -2
+}
+
+// One executable run from several threads at once (each oneDNN call
+// brings its own stream, scratchpad and reorder buffers; the primitives
+// are shared): every run gives the bits a run alone gives.
+TEST_P(ConvCompiled, ConcurrentRunsGiveTheSameBits) {
+  Conv c;
+  c.n = 4;
+  c.c = 16;
+  c.o = 32;
+  c.in = {12, 12};
+  c.padding = {1};
+  c.bias = true;
+  const TestCase t = BackwardCase(c, {1, 1, 1});
+  const v1::Artifact artifact = Check(t);
+  auto exe = CpuExecutable::Load(artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  std::mt19937_64 rng(21);
+  const std::vector<HostTensor> inputs = CaseInputs(t, rng);
+  auto alone = (*exe)->Run(inputs);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  constexpr int kThreads = 4, kRuns = 8;
+  std::vector<std::string> diffs(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      for (int r = 0; r < kRuns && diffs[i].empty(); ++r) {
+        auto got = (*exe)->Run(inputs);
+        if (!got.ok()) {
+          diffs[i] = std::string(got.status().message());
+          break;
+        }
+        for (size_t o = 0; o < got->size() && diffs[i].empty(); ++o) {
+          const HostTensor& a = (*got)[o];
+          const HostTensor& b = (*alone)[o];
+          const size_t bytes = a.numel() * DTypeSize(a.dtype());
+          if (a.numel() != b.numel() ||
+              std::memcmp(a.data(), b.data(), bytes) != 0) {
+            diffs[i] = absl::StrCat("run ", r, " output ", o, " differs");
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int i = 0; i < kThreads; ++i)
+    EXPECT_EQ(diffs[i], "") << "thread " << i;
 }
 
 TEST_P(ConvCompiled, NonContiguousInputs) {
