@@ -25,6 +25,9 @@ namespace kiln {
 
 namespace {
 
+// The most plans (step and shape) one executable keeps.
+constexpr size_t kMaxPlans = 256;
+
 // The entry points Kiln calls, found with dlsym (types from oneDNN 2.x's
 // header; the library is never linked).
 struct DnnlApi {
@@ -511,6 +514,9 @@ absl::StatusOr<std::shared_ptr<const CpuConv::Plan>> CpuConv::GetPlan(
   if (!made.ok()) return made.status();
   std::shared_ptr<const Plan> plan = *std::move(made);
   absl::MutexLock lock(&mu_);
+  // A dynamic batch makes a plan per size: bounded, the oldest dropped
+  // all at once (running calls keep theirs).
+  if (plans_.size() >= kMaxPlans) plans_.clear();
   return plans_.try_emplace(std::move(key), std::move(plan)).first->second;
 }
 

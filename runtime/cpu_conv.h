@@ -13,7 +13,8 @@
 // API is used; a build without its header (libdnnl-dev) has no library
 // convolutions and Available() is false.
 //
-// Per extern step and shape one oneDNN convolution primitive over float32
+// Per extern step and shape (at most 256, then the cache starts over) one
+// oneDNN convolution primitive over float32
 // tensors whose memory format oneDNN chooses (blocked, as PyTorch's own
 // CPU convolutions are), plus the reorders between those formats and the
 // program's contiguous NCHW buffers, made on the first call and cached;
