@@ -14,11 +14,11 @@
 // convolutions and Available() is false.
 //
 // Per extern step and shape (at most 256, then the cache starts over) one
-// oneDNN convolution primitive over float32
-// tensors whose memory format oneDNN chooses (blocked, as PyTorch's own
-// CPU convolutions are), plus the reorders between those formats and the
-// program's contiguous NCHW buffers, made on the first call and cached;
-// each call then binds its pointers, reorders, computes and reorders back.
+// oneDNN convolution primitive over float32 tensors whose memory format
+// oneDNN chooses (blocked, as PyTorch's own CPU convolutions are), plus the
+// reorders between those formats and the program's contiguous NCHW
+// buffers, made on the first call and cached; each call then binds its
+// pointers, reorders, computes and reorders back.
 // The threads are the process's OpenMP threads (a PyTorch process shares
 // its libgomp with the library), as Kiln's own kernels use.
 //
