@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <tuple>
@@ -407,19 +408,19 @@ absl::StatusOr<std::unique_ptr<CpuConv::Plan>> MakePlan(
       fwd_pd, Destroy<dnnl_primitive_desc_t>{api.pd_destroy});
   Owned<dnnl_primitive_desc_t> bwd;
   const_dnnl_primitive_desc_t pd = fwd.get();
-  // Operands a, b, c in the step's order (artifact.proto, Convolution) and
-  // the query of each one's layout in the primitive.
-  dnnl_query_t queries[3];
+  // Operands a, b, c in the step's order (artifact.proto, Convolution):
+  // the program's layout of each, its argument and the query of its layout
+  // in the primitive.
+  struct Binding {
+    const dnnl_memory_desc_t* user;
+    int arg;
+    dnnl_query_t query;
+  };
+  std::array<Binding, 3> bindings;
   if (direction == v1::Convolution::FORWARD) {
-    plan->operand[0].user = x_user;
-    plan->operand[0].arg = DNNL_ARG_SRC;
-    queries[0] = dnnl_query_src_md;
-    plan->operand[1].user = w_user;
-    plan->operand[1].arg = DNNL_ARG_WEIGHTS;
-    queries[1] = dnnl_query_weights_md;
-    plan->operand[2].user = y_user;
-    plan->operand[2].arg = DNNL_ARG_DST;
-    queries[2] = dnnl_query_dst_md;
+    bindings = {{{&x_user, DNNL_ARG_SRC, dnnl_query_src_md},
+                 {&w_user, DNNL_ARG_WEIGHTS, dnnl_query_weights_md},
+                 {&y_user, DNNL_ARG_DST, dnnl_query_dst_md}}};
   } else {
     dnnl_convolution_desc_t bwd_desc;
     const bool data = direction == v1::Convolution::BACKWARD_DATA;
@@ -445,30 +446,21 @@ absl::StatusOr<std::unique_ptr<CpuConv::Plan>> MakePlan(
         bwd_pd, Destroy<dnnl_primitive_desc_t>{api.pd_destroy});
     pd = bwd.get();
     if (data) {
-      plan->operand[0].user = y_user;
-      plan->operand[0].arg = DNNL_ARG_DIFF_DST;
-      queries[0] = dnnl_query_diff_dst_md;
-      plan->operand[1].user = w_user;
-      plan->operand[1].arg = DNNL_ARG_WEIGHTS;
-      queries[1] = dnnl_query_weights_md;
-      plan->operand[2].user = x_user;
-      plan->operand[2].arg = DNNL_ARG_DIFF_SRC;
-      queries[2] = dnnl_query_diff_src_md;
+      bindings = {{{&y_user, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md},
+                   {&w_user, DNNL_ARG_WEIGHTS, dnnl_query_weights_md},
+                   {&x_user, DNNL_ARG_DIFF_SRC, dnnl_query_diff_src_md}}};
     } else {
-      plan->operand[0].user = x_user;
-      plan->operand[0].arg = DNNL_ARG_SRC;
-      queries[0] = dnnl_query_src_md;
-      plan->operand[1].user = y_user;
-      plan->operand[1].arg = DNNL_ARG_DIFF_DST;
-      queries[1] = dnnl_query_diff_dst_md;
-      plan->operand[2].user = w_user;
-      plan->operand[2].arg = DNNL_ARG_DIFF_WEIGHTS;
-      queries[2] = dnnl_query_diff_weights_md;
+      bindings = {
+          {{&x_user, DNNL_ARG_SRC, dnnl_query_src_md},
+           {&y_user, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md},
+           {&w_user, DNNL_ARG_DIFF_WEIGHTS, dnnl_query_diff_weights_md}}};
     }
   }
   for (int i = 0; i < 3; ++i) {
-    if (absl::Status s =
-            PrepareOperand(lib, pd, queries[i], i == 2, plan->operand[i]);
+    ConvOperand& op = plan->operand[i];
+    op.user = *bindings[i].user;
+    op.arg = bindings[i].arg;
+    if (absl::Status s = PrepareOperand(lib, pd, bindings[i].query, i == 2, op);
         !s.ok()) {
       return s;
     }

@@ -676,16 +676,21 @@ TEST(GuardKeyTest, EveryCompileOptionChangesTheKey) {
   }
 }
 
+// examples/graphs/`file`, parsed.
+v1::Graph ExampleGraph(const std::string& file) {
+  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/" + file);
+  std::stringstream json;
+  json << in.rdbuf();
+  return ParseGraph(json.str());
+}
+
 // The cuDNN flags are part of a CUDA key where the graph convolves, and of
 // no other key: CPU keys never have them, and a client that sends PyTorch's
 // flags with every CUDA graph keeps the keys of graphs without one.
 TEST(GuardKeyTest, CudaConvolutionFlagsChangeKeysOfConvolutionsOnly) {
   v1::Target sm90;
   sm90.mutable_cuda()->set_arch("sm_90");
-  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/conv1d_broadcast.json");
-  std::stringstream json;
-  json << in.rdbuf();
-  const v1::Graph conv = ParseGraph(json.str());
+  const v1::Graph conv = ExampleGraph("conv1d_broadcast.json");
   ASSERT_GT(conv.nodes_size(), 0);
   const v1::Graph plain = ParseGraph(kBinary);
   v1::CompileOptions tf32, deterministic;
@@ -707,10 +712,7 @@ TEST(GuardKeyTest, CudaConvolutionFlagsChangeKeysOfConvolutionsOnly) {
 TEST(GuardKeyTest, CpuLibraryConvolutionsChangeKeysOfCpuConvolutionsOnly) {
   v1::Target sm90;
   sm90.mutable_cuda()->set_arch("sm_90");
-  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/conv1d_broadcast.json");
-  std::stringstream json;
-  json << in.rdbuf();
-  const v1::Graph conv = ParseGraph(json.str());
+  const v1::Graph conv = ExampleGraph("conv1d_broadcast.json");
   ASSERT_GT(conv.nodes_size(), 0);
   const v1::Graph plain = ParseGraph(kBinary);
   v1::CompileOptions library;
@@ -726,11 +728,7 @@ TEST(GuardKeyTest, CpuLibraryConvolutionsChangeKeysOfCpuConvolutionsOnly) {
 TEST(GuardKeyTest, DeterministicAlgorithmsChangeKeysOfCudaScattersOnly) {
   v1::Target sm90;
   sm90.mutable_cuda()->set_arch("sm_90");
-  std::ifstream in(std::string(KILN_EXAMPLES_DIR) +
-                   "/embedding_cross_entropy.json");
-  std::stringstream json;
-  json << in.rdbuf();
-  const v1::Graph scatter = ParseGraph(json.str());
+  const v1::Graph scatter = ExampleGraph("embedding_cross_entropy.json");
   ASSERT_GT(scatter.nodes_size(), 0);
   const v1::Graph plain = ParseGraph(kBinary);
   v1::CompileOptions deterministic;
