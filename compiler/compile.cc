@@ -191,6 +191,7 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
       cuda ? !env.gpu_kernel_convolutions
            : request.options.cpu_library_convolutions();
   lower_options.half_precision_convolutions = cuda;  // oneDNN: float32 only
+  lower_options.unrolled_pool_windows = !cuda;
   lower_options.tf32_convolution = request.options.allow_tf32_convolution();
   lower_options.deterministic_convolutions =
       request.options.deterministic_convolutions();

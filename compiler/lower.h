@@ -47,6 +47,10 @@ struct LowerOptions {
   // ConvCall::tf32 and ::deterministic (CompileOptions).
   bool library_convolutions = false;
   bool half_precision_convolutions = false;
+  // Max pools over small windows are one pointwise node with the window
+  // unrolled rather than an argmax reduction (the CPU: its kernels then
+  // run across outputs).
+  bool unrolled_pool_windows = false;
   bool tf32_convolution = false;
   bool deterministic_convolutions = false;
   // Accumulating scatters (LoopNode::kScatter) add every source position

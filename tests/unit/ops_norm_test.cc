@@ -4,6 +4,7 @@
 // out by hand through the reference evaluator, then each op compiled for this
 // machine's CPU against the reference on random inputs in every float dtype,
 // contiguous and not.
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -487,6 +488,30 @@ TEST(Pooling, MaxPoolHandWorkedValues) {
           kF32, {1, 4, 4}, {0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
   ExpectInvalid("aten.max_pool2d_with_indices.default", {Plane()},
                 {In(0), Ints({2}), Ints({2}), Ints({2})}, {"at most half"});
+}
+
+// Ties (the first position wins), NaN (the first NaN wins), and windows
+// of -inf only, with and without padding (the index is the window's first
+// input position, never the padding), compiled against the reference.
+TEST(Pooling, MaxPoolTiesNanAndInfinities) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const HostTensor x = F32({1, 4, 4}, {1, 5, 5, 2,        //
+                                       5, nan, 3, 3,      //
+                                       -inf, -inf, 3, 4,  //
+                                       -inf, -inf, 4, 4});
+  ExpectCompiledMatchesReference("aten.max_pool2d_with_indices.default", {x},
+                                 {In(0), Ints({2, 2}), Ints({2, 2})});
+  ExpectCompiledMatchesReference(
+      "aten.max_pool2d_with_indices.default", {x},
+      {In(0), Ints({3, 3}), Ints({2, 2}), Ints({1, 1})});
+  ExpectCompiledMatchesReference(
+      "aten.max_pool2d_with_indices.default", {x},
+      {In(0), Ints({2, 2}), Ints({1, 1}), Ints({1, 1}), Ints({2, 2})});
+  auto r = RunTracked("aten.max_pool2d_with_indices.default", {x},
+                      {In(0), Ints({2, 2}), Ints({2, 2})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 1, kI64, {1, 2, 2}, {5, 2, 8, 11});
 }
 
 TEST(Pooling, AvgPoolHandWorkedValues) {
