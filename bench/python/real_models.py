@@ -374,8 +374,10 @@ def run_model(name: str, server: str, dynamic: bool,
     torch.manual_seed(0)
     try:
         model, inputs = MODELS[name]()
-    except ImportError as e:
-        return "SKIPPED", f"{e}"
+    except (ImportError, TypeError) as e:
+        # The library is missing, or its installed version builds the model
+        # with other arguments (timm 1.0.31's TinyViT takes no img_size).
+        return "SKIPPED", f"{type(e).__name__}: {e}"
     _quiet_randomness(model)
     model.train(not mode.inference)
     model = model.to(device)
