@@ -73,17 +73,6 @@ struct Replica {
 // How long a replica that answered UNAVAILABLE is tried after the others.
 constexpr absl::Duration kAvoidUnavailable = absl::Seconds(5);
 
-// Whether the graph has a convolution (forward or backward).
-bool HasConvolution(const v1::Graph& graph) {
-  for (const v1::Node& node : graph.nodes()) {
-    if (node.op() == "aten.convolution.default" ||
-        node.op() == "aten.convolution_backward.default") {
-      return true;
-    }
-  }
-  return false;
-}
-
 class ClientImpl final : public Client {
  public:
   ClientImpl(const ClientOptions& options, Connection connection,
@@ -102,11 +91,12 @@ class ClientImpl final : public Client {
       with_target = request_as_given;
       *with_target->mutable_target() = DefaultTarget();
     }
-    // Convolutions are oneDNN calls where this runtime loads it (the
-    // option is part of the key only for CPU graphs with one).
+    // Convolutions are oneDNN calls where this runtime loads it. Graphs
+    // without one ignore the option (NormalizeOptions drops it from their
+    // key and their compile).
     if (!request_as_given.target().has_cuda() &&
         !request_as_given.options().cpu_library_convolutions() &&
-        HasConvolution(request_as_given.graph()) && CpuConv::Available()) {
+        CpuConv::Available()) {
       if (!with_target) with_target = request_as_given;
       with_target->mutable_options()->set_cpu_library_convolutions(true);
     }

@@ -221,7 +221,6 @@ struct CpuConv::Plan {
   // The written tensor is x and the convolution reads only its leading
   // part (a right padding below zero): the rest is zeros.
   bool zero_written_first = false;
-  size_t written_bytes = 0;
   // Some spatial dim reads no element of x at all: every product is zero.
   bool all_zero = false;
 };

@@ -180,8 +180,8 @@ struct CpuExecutable::Profile {
       if (step.kind == ProgramPlan::Step::Kind::kLaunch) {
         what = *plan.launches[step.index].kernel;
       } else {
-        auto label = gemm_labels.find(i);
-        what = label != gemm_labels.end() ? label->second : "gemm";
+        auto label = extern_labels.find(i);
+        what = label != extern_labels.end() ? label->second : "gemm";
       }
       absl::StrAppend(
           &table, absl::StrFormat(
@@ -195,8 +195,8 @@ struct CpuExecutable::Profile {
   // Labels a GEMM step by its dims (the first run's).
   void NoteGemm(size_t step, const GemmDims& d) {
     absl::MutexLock lock(&mu);
-    if (gemm_labels.contains(step)) return;
-    gemm_labels[step] = absl::StrFormat(
+    if (extern_labels.contains(step)) return;
+    extern_labels[step] = absl::StrFormat(
         "gemm %dx%dx%dx%d (batch, m, n, k)%s%s", d.batch, d.m, d.n, d.k,
         d.a.transposed ? " A^T" : "", d.b.transposed ? " B^T" : "");
   }
@@ -204,11 +204,11 @@ struct CpuExecutable::Profile {
   // Labels a convolution step by its direction and dims (the first run's).
   void NoteConv(size_t step, const v1::Convolution& conv, const ConvDims& d) {
     absl::MutexLock lock(&mu);
-    if (gemm_labels.contains(step)) return;
+    if (extern_labels.contains(step)) return;
     std::string spatial;
     for (int s = 0; s < d.spatial; ++s)
       absl::StrAppend(&spatial, s ? "x" : "", d.x[s]);
-    gemm_labels[step] =
+    extern_labels[step] =
         absl::StrFormat("onednn conv %s n%d c%d o%d %s k%d s%d g%d",
                         v1::Convolution::Direction_Name(conv.direction()), d.n,
                         d.c, d.o, spatial, d.kernel[0], d.stride[0], d.groups);
@@ -216,7 +216,7 @@ struct CpuExecutable::Profile {
 
   const int64_t every;
   absl::Mutex mu;
-  absl::flat_hash_map<size_t, std::string> gemm_labels ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<size_t, std::string> extern_labels ABSL_GUARDED_BY(mu);
   std::vector<int64_t> total_ns ABSL_GUARDED_BY(mu);
   int64_t runs ABSL_GUARDED_BY(mu) = 0;
 };
