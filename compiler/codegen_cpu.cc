@@ -1,9 +1,12 @@
 #include "compiler/codegen_cpu.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/kernel_emitter.h"
 #include "graph/host_tensor.h"
@@ -20,12 +23,72 @@ namespace {
 using llvm::IRBuilder;
 using llvm::Value;
 
+// Rows of a block (EmitBlockedRowKernel): a multiple of every vector width,
+// small enough that a block's accumulators stay in L1.
+constexpr int64_t kRowBlock = 64;
+
+// Calls fn on every buffer load in `e`, each shared node once.
+void ForEachLoad(const Expr& e, absl::flat_hash_set<const ExprNode*>& seen,
+                 const std::function<void(const ExprNode&)>& fn) {
+  if (!e || !seen.insert(e.get()).second) return;
+  if (e->op == ExprOp::kLoadBuffer) fn(*e);
+  for (const Expr& a : e->args) ForEachLoad(a, seen, fn);
+}
+
+// Whether a row kernel's loads run along its last outer dim rather than its
+// last inner dim: a column reduction (a bias or layer norm weight gradient,
+// sum over the rows of a [rows, columns] tensor for each column) reads its
+// inner dims at a stride and its outer dim contiguously. Its rows are then
+// better walked a block at a time (EmitBlockedRowKernel), the block's
+// positions innermost, where the loop vectoriser sees unit strides; the
+// row-at-a-time walk would reduce each column with strided scalar loads.
+// Counted over the loads that move with the inner dims (in reductions and
+// inner stores) and the inner stores' own offsets.
+bool PrefersRowBlocks(const Kernel& k) {
+  if (k.is_scatter() || k.dims.empty()) return false;
+  int last_inner = -1, last_outer = -1;
+  for (size_t d = 0; d < k.dims.size(); ++d)
+    (k.inner[d] ? last_inner : last_outer) = static_cast<int>(d);
+  if (last_inner < 0 || last_outer < 0) return false;
+  // Short rows of blocks are not worth it.
+  if (std::optional<int64_t> n = k.dims[last_outer].AsConstant();
+      n.has_value() && *n < 8) {
+    return false;
+  }
+  const int num_vars = static_cast<int>(k.dims.size());
+  const SymExpr one(1);
+  int along_inner = 0, along_outer = 0;
+  auto count = [&](const Expr& offset) {
+    std::optional<ir::AffineForm> f = ir::Affine(offset, num_vars);
+    if (!f.has_value()) return;
+    bool moves_inner = false;
+    for (size_t d = 0; d < k.dims.size(); ++d)
+      if (k.inner[d] && f->coeffs[d] != SymExpr(0)) moves_inner = true;
+    if (!moves_inner) return;
+    if (f->coeffs[last_inner] == one) {
+      ++along_inner;
+    } else if (f->coeffs[last_outer] == one) {
+      ++along_outer;
+    }
+  };
+  absl::flat_hash_set<const ExprNode*> seen;
+  for (const Stage& st : k.stages) {
+    if (st.kind == Stage::Kind::kReduce && IsArgReduce(st.reduce)) return false;
+    if (st.kind == Stage::Kind::kStoreOuter) continue;
+    ForEachLoad(st.value, seen,
+                [&](const ExprNode& load) { count(load.args[0]); });
+    if (st.kind == Stage::Kind::kStoreInner) count(st.offset);
+  }
+  return along_outer > along_inner;
+}
+
 // Emits one kernel function.
 class CpuKernelEmitter : public KernelEmitterBase {
  public:
   CpuKernelEmitter(llvm::Module& module, const FusedProgram& program,
                    const Kernel& kernel, const CpuCodegenOptions& options)
-      : KernelEmitterBase(module, program, kernel, options.fast_math, "CPU") {}
+      : KernelEmitterBase(module, program, kernel, options.fast_math, "CPU"),
+        options_(options) {}
 
   absl::Status Emit() {
     llvm::Type* ptr = llvm::PointerType::get(ctx_, 0);
@@ -65,6 +128,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
       EmitInnerNest(0, [&] { EmitPointwiseKernel(start, end); });
     } else if (inner_dims_.empty()) {
       EmitPointwiseKernel(start, end);
+    } else if (options_.row_blocks && PrefersRowBlocks(kernel_)) {
+      EmitBlockedRowKernel(start, end);
     } else {
       EmitRowKernel(start, end);
     }
@@ -114,6 +179,98 @@ class CpuKernelEmitter : public KernelEmitterBase {
       DecomposeOuter(row, 0);
       EmitStages();
     });
+  }
+
+  // Row kernels in blocks (PrefersRowBlocks): the rows of [start, end) in
+  // runs of at most kRowBlock consecutive positions of the last outer dim
+  // (the other outer vars fixed), and for each stage the block's rows
+  // innermost:
+  //   reduce:      acc[j] = init; for inner...: for j < n: acc[j] (+)= value
+  //   store inner: for inner...: for j < n: store
+  //   store outer: for j < n: store
+  // Each reduction keeps its n accumulators in an array; a later stage's
+  // row j reads them (finalized) from there.
+  void EmitBlockedRowKernel(Value* start, Value* end) {
+    const int last = outer_dims_.back();
+    Value* last_size = dim_size_[last];
+    EmitLoopSkeleton(
+        start, end, /*is_signed=*/true,
+        {"blk.header", "blk.body", "blk.exit", "f"}, [&](Value* f) {
+          Value* first = b_.CreateSRem(f, last_size, "blk.first");
+          DecomposeOuter(b_.CreateSDiv(f, last_size), 1);
+          Value* n = b_.CreateSub(last_size, first);
+          Value* left = b_.CreateSub(end, f);
+          n = b_.CreateSelect(b_.CreateICmpSLT(left, n), left, n);
+          n = b_.CreateSelect(b_.CreateICmpSLT(b_.getInt64(kRowBlock), n),
+                              b_.getInt64(kRowBlock), n, "blk.len");
+          EmitBlockStages(first, n);
+          return b_.CreateAdd(f, n);
+        });
+  }
+
+  void EmitBlockStages(Value* first, Value* n) {
+    const int last = outer_dims_.back();
+    std::vector<llvm::AllocaInst*> accs;  // per finished reduction slot
+    std::vector<const Stage*> reductions;
+    // Row j of the block: its last outer var and the finished reductions.
+    auto bind_row = [&](Value* j) {
+      vars_[last] = b_.CreateAdd(first, j, "v_last", true, true);
+      for (size_t slot = 0; slot < accs.size(); ++slot) {
+        const Stage& st = *reductions[slot];
+        llvm::Type* ty = TypeOf(st.acc_dtype);
+        Value* raw = b_.CreateLoad(ty, b_.CreateInBoundsGEP(ty, accs[slot], j));
+        SetAccValue(static_cast<int>(slot), raw, st.acc_dtype);
+        if (st.finalize) {
+          SetAccValue(static_cast<int>(slot), EmitExpr(st.finalize),
+                      st.finalize->dtype);
+        }
+      }
+    };
+    auto rows = [&](const char* name, const std::function<void(Value*)>& fn) {
+      EmitLoop(b_.getInt64(0), n, name, fn);
+    };
+    ForEachStage(
+        [&](const Stage& st, int slot) {
+          llvm::Type* ty = TypeOf(st.acc_dtype);
+          llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
+          b_.SetInsertPoint(entry_, entry_->begin());
+          llvm::AllocaInst* acc = b_.CreateAlloca(ty, b_.getInt64(kRowBlock),
+                                                  absl::StrCat("accs", slot));
+          b_.restoreIP(saved);
+          rows("blk.init", [&](Value* j) {
+            b_.CreateStore(InitValue(st.reduce, st.acc_dtype),
+                           b_.CreateInBoundsGEP(ty, acc, j));
+          });
+          EmitInnerNest(0, [&] {
+            rows("blk.reduce", [&](Value* j) {
+              bind_row(j);
+              Value* v = ConvertValue(EmitExpr(st.value), st.value->dtype,
+                                      st.acc_dtype);
+              Value* at = b_.CreateInBoundsGEP(ty, acc, j);
+              Value* take = nullptr;
+              b_.CreateStore(CombineStep(st.reduce, st.acc_dtype,
+                                         b_.CreateLoad(ty, at), v, &take),
+                             at);
+            });
+          });
+          accs.push_back(acc);
+          reductions.push_back(&st);
+        },
+        [&](const Stage& st, size_t) {
+          if (st.kind == Stage::Kind::kStoreInner) {
+            EmitInnerNest(0, [&] {
+              rows("blk.store", [&](Value* j) {
+                bind_row(j);
+                EmitStore(st);
+              });
+            });
+          } else {
+            rows("blk.store", [&](Value* j) {
+              bind_row(j);
+              EmitStore(st);
+            });
+          }
+        });
   }
 
   void EmitStages() {
@@ -169,20 +326,24 @@ class CpuKernelEmitter : public KernelEmitterBase {
     llvm::AllocaInst* pos =
         is_arg ? b_.CreateAlloca(b_.getInt64Ty(), nullptr, "argpos") : nullptr;
     b_.restoreIP(saved);
-    b_.CreateStore(InitValue(st.reduce, vdtype), acc);
-    if (pos) b_.CreateStore(b_.getInt64(0), pos);
-    EmitInnerNest(0, [&] {
-      Value* v = ConvertValue(EmitExpr(st.value), st.value->dtype, vdtype);
-      Value* a = b_.CreateLoad(ty, acc);
-      Value* take = nullptr;
-      Value* next = CombineStep(st.reduce, vdtype, a, v, &take);
-      if (pos) {
-        b_.CreateStore(b_.CreateSelect(take, InnerPosition(),
-                                       b_.CreateLoad(b_.getInt64Ty(), pos)),
-                       pos);
-      }
-      b_.CreateStore(next, acc);
-    });
+    if (UsesOrderedKeys(st)) {
+      EmitKeyedReduce(st, acc);
+    } else {
+      b_.CreateStore(InitValue(st.reduce, vdtype), acc);
+      if (pos) b_.CreateStore(b_.getInt64(0), pos);
+      EmitInnerNest(0, [&] {
+        Value* v = ConvertValue(EmitExpr(st.value), st.value->dtype, vdtype);
+        Value* a = b_.CreateLoad(ty, acc);
+        Value* take = nullptr;
+        Value* next = CombineStep(st.reduce, vdtype, a, v, &take);
+        if (pos) {
+          b_.CreateStore(b_.CreateSelect(take, InnerPosition(),
+                                         b_.CreateLoad(b_.getInt64Ty(), pos)),
+                         pos);
+        }
+        b_.CreateStore(next, acc);
+      });
+    }
     Value* result =
         is_arg ? static_cast<Value*>(b_.CreateLoad(b_.getInt64Ty(), pos))
                : static_cast<Value*>(b_.CreateLoad(ty, acc));
@@ -193,6 +354,58 @@ class CpuKernelEmitter : public KernelEmitterBase {
       SetAccValue(slot, EmitExpr(st.finalize), st.finalize->dtype);
     // Anything computed from this row's accumulators is row-local.
     memo_.back().clear();
+  }
+
+  // A float max or min over a row, where the row is contiguous, is a
+  // reduction the loop vectoriser does not take in LLVM 16 as NaN
+  // propagation writes it (a compare, an unordered check and a select; it
+  // needs nnan). Over ordered keys it is an integer max/min, which it does:
+  // key(x) = bits(x) ^ (sign(x) ? 0x7fff.. : 0) orders floats as their
+  // values (-0 just below +0), and a NaN gets the key beyond every other
+  // (INT_MAX for max, INT_MIN for min) so that it wins, as PyTorch's NaN
+  // does. The key maps back to the float; the winning NaN key to NaN.
+  static bool UsesOrderedKeys(const Stage& st) {
+    return (st.reduce == ReduceKind::kMax || st.reduce == ReduceKind::kMin) &&
+           st.acc_dtype == DType::kFloat32;
+  }
+
+  // The reduction of `st` over the row into `acc` (of the float type).
+  void EmitKeyedReduce(const Stage& st, llvm::AllocaInst* acc) {
+    const bool is_max = st.reduce == ReduceKind::kMax;
+    llvm::Type* fty = TypeOf(st.acc_dtype);
+    const unsigned bits = fty->getPrimitiveSizeInBits();
+    llvm::IntegerType* ity = b_.getIntNTy(bits);
+    const llvm::APInt top = llvm::APInt::getSignedMaxValue(bits);
+    Value* nan_key = llvm::ConstantInt::get(
+        ity, is_max ? top : llvm::APInt::getSignedMinValue(bits));
+    // The key map is its own inverse.
+    auto flip = [&](Value* i) {
+      return b_.CreateXor(i, b_.CreateAnd(b_.CreateAShr(i, bits - 1),
+                                          llvm::ConstantInt::get(ity, top)));
+    };
+    auto key = [&](Value* f) {
+      return b_.CreateSelect(b_.CreateFCmpUNO(f, f), nan_key,
+                             flip(b_.CreateBitCast(f, ity)));
+    };
+    llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
+    b_.SetInsertPoint(entry_, entry_->begin());
+    llvm::AllocaInst* kacc = b_.CreateAlloca(ity, nullptr, "acc.key");
+    b_.restoreIP(saved);
+    b_.CreateStore(key(InitValue(st.reduce, st.acc_dtype)), kacc);
+    EmitInnerNest(0, [&] {
+      Value* v =
+          ConvertValue(EmitExpr(st.value), st.value->dtype, st.acc_dtype);
+      Value* a = b_.CreateLoad(ity, kacc);
+      b_.CreateStore(b_.CreateBinaryIntrinsic(
+                         is_max ? llvm::Intrinsic::smax : llvm::Intrinsic::smin,
+                         a, key(v)),
+                     kacc);
+    });
+    Value* k = b_.CreateLoad(ity, kacc);
+    b_.CreateStore(b_.CreateSelect(b_.CreateICmpEQ(k, nan_key),
+                                   llvm::ConstantFP::getNaN(fty),
+                                   b_.CreateBitCast(flip(k), fty)),
+                   acc);
   }
 
   // are only read), so accesses through different slots never alias. Saying
@@ -220,6 +433,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
     inst->setMetadata(llvm::LLVMContext::MD_noalias, noalias_md_[slot]);
   }
 
+  const CpuCodegenOptions options_;
   std::vector<llvm::MDNode*> scope_md_, noalias_md_;
   // A scatter kernel's ScatterTargetNonEmpty (entry block), or null.
   Value* scatter_nonempty_ = nullptr;

@@ -38,6 +38,11 @@ namespace kiln {
 struct CpuCodegenOptions {
   // Fast-math flags on all float arithmetic (not only reductions).
   bool fast_math = false;
+  // Row kernels whose loads run along the last outer dim (column
+  // reductions) walk their rows in blocks, the block innermost, so that
+  // their loads vectorise (codegen_cpu.cc, PrefersRowBlocks). false: every
+  // row kernel one row at a time (tests compare the two).
+  bool row_blocks = true;
 };
 
 absl::StatusOr<std::unique_ptr<llvm::Module>> EmitCpuModule(

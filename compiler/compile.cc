@@ -64,10 +64,13 @@ std::string ModuleText(const llvm::Module& m) {
 // The CPU back end: LLVM IR, O3 with libmvec, object, shared object.
 absl::StatusOr<std::string> BuildCpuBinary(const FusedProgram& fused,
                                            const ImportedRequest& request,
+                                           const CompileEnv& env,
                                            Dumper& dump) {
   llvm::LLVMContext context;
-  auto module = EmitCpuModule(fused, context,
-                              CpuCodegenOptions{request.options.fast_math()});
+  CpuCodegenOptions options;
+  options.fast_math = request.options.fast_math();
+  options.row_blocks = env.cpu_row_blocks;
+  auto module = EmitCpuModule(fused, context, options);
   if (!module.ok()) return module.status();
   dump.Write("04-llvm.ll", ModuleText(**module));
   auto tm = MakeTargetMachine(request.target.cpu());
@@ -239,7 +242,7 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
     if (!cubin.ok()) return cubin.status();
     binary.cuda = *std::move(cubin);
   } else {
-    absl::StatusOr<std::string> so = BuildCpuBinary(*fused, request, dump);
+    absl::StatusOr<std::string> so = BuildCpuBinary(*fused, request, env, dump);
     if (!so.ok()) return so.status();
     binary.cpu_shared_object = *std::move(so);
   }

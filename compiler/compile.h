@@ -87,6 +87,9 @@ struct CompileEnv {
   // programs (whose numerics otherwise only a GPU checks) run on the CPU
   // against the reference evaluator. Not part of the guard key.
   bool split_reductions_on_cpu = false;
+  // CPU: CpuCodegenOptions::row_blocks. Off only for tests and benchmarks
+  // against the row-at-a-time walk; not part of the guard key.
+  bool cpu_row_blocks = true;
   // CUDA: libdevice's out-of-line trig functions compiled once per process
   // (NvptxOptimizeOptions::precompiled_trig). Off only to measure what that
   // saves; the PTX is the same.

@@ -1,20 +1,22 @@
 // The example graphs compiled for this machine, loaded from memory and run,
 // against the reference evaluator.
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/cpu_executable.h"
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
-#include "graph/import.h"
 #include "compiler/reference.h"
 #include "google/protobuf/util/json_util.h"
+#include "graph/import.h"
 #include "gtest/gtest.h"
+#include "runtime/cpu_executable.h"
 #include "tests/unit/example_graphs.h"
 #include "tests/unit/numerics.h"
 
@@ -675,6 +677,197 @@ TEST(CpuIssue17, NumberSelfViewsAndFactoriesMatchReference) {
     EXPECT_EQ(out[5].GetDoubleAt(i), 0) << i;
     EXPECT_EQ(out[6].GetIntAt(i), 0) << i;
   }
+}
+
+// Column reductions (a bias gradient: each column of a [rows, columns]
+// tensor summed over the rows) walk their rows in blocks along the last
+// outer dim, the block innermost (CpuCodegenOptions::row_blocks). `json` is
+// compiled with and without blocks: with them its IR must have blocks
+// (blk.body) exactly when `blocked`, and both programs must match the
+// reference on random inputs for each of `bindings`, input 0 changed by
+// `edit` where given.
+void ExpectRowBlocksMatchReference(
+    const std::string& json, bool blocked,
+    std::vector<std::vector<int64_t>> bindings = {{}},
+    const std::function<void(HostTensor&)>& edit = nullptr) {
+  v1::CompileRequest req;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(json, req.mutable_graph())
+          .ok())
+      << json;
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  for (bool row_blocks : {true, false}) {
+    SCOPED_TRACE(row_blocks ? "row blocks" : "one row at a time");
+    char dir_template[] = "/tmp/kiln-row-blocks-XXXXXX";
+    ASSERT_NE(mkdtemp(dir_template), nullptr);
+    const std::filesystem::path dir(dir_template);
+    CompileEnv env;
+    env.cpu_row_blocks = row_blocks;
+    env.dump_dir = dir.string();
+    auto artifact = Compile(req, env);
+    ASSERT_TRUE(artifact.ok()) << artifact.status();
+    std::string ir;
+    for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+      if (f.path().filename() != "04-llvm.ll") continue;
+      std::ifstream in(f.path());
+      ir.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    std::filesystem::remove_all(dir);
+    ASSERT_FALSE(ir.empty()) << "no 04-llvm.ll dumped";
+    EXPECT_EQ(absl::StrContains(ir, "blk.body"), row_blocks && blocked);
+    auto exe = CpuExecutable::Load(*artifact);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    std::mt19937_64 rng(11);
+    ThreadPool pool(2);
+    for (const std::vector<int64_t>& symbols : bindings) {
+      std::vector<HostTensor> inputs = RandomInputs(*graph, symbols, rng);
+      if (edit) edit(inputs[0]);
+      ExpectOutputsMatchReference(**exe, *graph, inputs, pool);
+    }
+  }
+}
+
+// Every 7th element NaN.
+void SomeNans(HostTensor& x) {
+  for (int64_t i = 3; i < x.numel(); i += 7) x.SetDoubleAt(i, std::nan(""));
+}
+
+// A graph of input x (`dtype`, `sizes`: numbers or symbol names) and
+// `nodes` (JSON, comma-separated) computing `outputs`.
+std::string GraphOfX(const std::string& dtype,
+                     const std::vector<std::string>& sizes,
+                     const std::string& nodes, const std::string& outputs) {
+  std::vector<std::string> dims, symbols;
+  for (const std::string& s : sizes) {
+    if (absl::ascii_isdigit(s[0])) {
+      dims.push_back(absl::StrCat(R"({"value": )", s, "}"));
+    } else {
+      dims.push_back(absl::StrCat(R"({"symbol": ")", s, R"("})"));
+      symbols.push_back(absl::StrCat(R"({"name": ")", s, R"("})"));
+    }
+  }
+  return absl::StrCat(R"({"inputs": [{"name": "x", "meta": {"dtype": ")", dtype,
+                      R"(", "sizes": [)", absl::StrJoin(dims, ", "),
+                      R"(]}}], "symbols": [)", absl::StrJoin(symbols, ", "),
+                      R"(], "nodes": [)", nodes, R"(], "outputs": [)", outputs,
+                      "]}");
+}
+
+// op(x, dims) -> y.
+std::string ReduceNode(const std::string& op, const std::string& dims,
+                       const std::string& more_args = "") {
+  return absl::StrCat(R"({"op": ")", op,
+                      R"(", "args": [{"ref": "x"}, {"ints": {"values": [)",
+                      dims, "]}}", more_args, R"(], "outputs": ["y"]})");
+}
+
+TEST(CpuRowBlocks, ColumnReductionsMatchReference) {
+  // Sums over the rows: blocks shorter than, as long as and longer than a
+  // block (64), chunks of two threads that split a block, one row.
+  for (const auto& [rows, cols] : std::vector<std::pair<int, int>>{
+           {33, 64}, {5, 130}, {1, 65}, {40, 9}, {300, 200}}) {
+    SCOPED_TRACE(absl::StrCat(rows, "x", cols));
+    ExpectRowBlocksMatchReference(
+        GraphOfX("FLOAT32", {absl::StrCat(rows), absl::StrCat(cols)},
+                 ReduceNode("aten.sum.dim_IntList", "0"), R"("y")"),
+        true);
+  }
+  // Columns too few for a block stay one row at a time.
+  ExpectRowBlocksMatchReference(
+      GraphOfX("FLOAT32", {"17", "3"}, ReduceNode("aten.sum.dim_IntList", "0"),
+               R"("y")"),
+      false);
+  // A row reduction (contiguous rows) stays one row at a time.
+  ExpectRowBlocksMatchReference(
+      GraphOfX("FLOAT32", {"40", "70"}, ReduceNode("aten.sum.dim_IntList", "1"),
+               R"("y")"),
+      false);
+  // Max, min and product, NaNs propagating through the blocks.
+  ExpectRowBlocksMatchReference(
+      GraphOfX("FLOAT32", {"29", "70"},
+               absl::StrCat(ReduceNode("aten.amax.default", "0"), R"(,
+                 {"op": "aten.amin.default", "args": [{"ref": "x"},
+                  {"ints": {"values": [0]}}], "outputs": ["m"]})"),
+               R"("y", "m")"),
+      true, {{}}, SomeNans);
+  ExpectRowBlocksMatchReference(
+      GraphOfX("FLOAT32", {"6", "40"}, R"({"op": "aten.prod.dim_int",
+                 "args": [{"ref": "x"}, {"i": 0}], "outputs": ["y"]})",
+               R"("y")"),
+      true);
+  // Over two inner dims (a layer norm's bias gradient over batch and
+  // sequence), keepdim.
+  ExpectRowBlocksMatchReference(
+      GraphOfX("FLOAT32", {"4", "9", "72"},
+               ReduceNode("aten.sum.dim_IntList", "0, 1", R"(, {"b": true})"),
+               R"("y")"),
+      true);
+  // Integers accumulate in int64; bfloat16 in float32, rounded once.
+  ExpectRowBlocksMatchReference(
+      GraphOfX("INT32", {"21", "48"}, ReduceNode("aten.sum.dim_IntList", "0"),
+               R"("y")"),
+      true);
+  ExpectRowBlocksMatchReference(
+      GraphOfX("BFLOAT16", {"21", "48"},
+               ReduceNode("aten.sum.dim_IntList", "0"), R"("y")"),
+      true);
+}
+
+// Stages that read earlier reductions of the same rows: softmax over the
+// columns (max, then a sum of exps after it, then every element stored
+// from both) and the variance (a finalized mean read by the second pass).
+TEST(CpuRowBlocks, LaterStagesReadTheBlocksAccumulators) {
+  ExpectRowBlocksMatchReference(
+      GraphOfX("FLOAT32", {"37", "80"}, R"({"op": "aten._softmax.default",
+                 "args": [{"ref": "x"}, {"i": 0}, {"b": false}],
+                 "outputs": ["y"]})",
+               R"("y")"),
+      true);
+  ExpectRowBlocksMatchReference(
+      GraphOfX("FLOAT32", {"50", "66"}, ReduceNode("aten.var.correction", "0"),
+               R"("y")"),
+      true);
+  ExpectRowBlocksMatchReference(GraphOfX("FLOAT32", {"3", "11", "70"},
+                                         R"({"op": "aten._log_softmax.default",
+                 "args": [{"ref": "x"}, {"i": 1}, {"b": false}],
+                 "outputs": ["y"]})",
+                                         R"("y")"),
+                                true, {{}}, SomeNans);
+}
+
+// A float max or min along contiguous rows reduces ordered integer keys
+// (codegen_cpu.cc, EmitKeyedReduce): NaN wins wherever it is in the row,
+// infinities and signed zeros order as values, an all -inf row is -inf.
+TEST(CpuRowKeys, MaxAndMinOverRows) {
+  const std::string graph =
+      GraphOfX("FLOAT32", {"9", "67"},
+               absl::StrCat(ReduceNode("aten.amax.default", "1"), R"(,
+        {"op": "aten.amin.default", "args": [{"ref": "x"},
+         {"ints": {"values": [1]}}], "outputs": ["m"]})"),
+               R"("y", "m")");
+  ExpectRowBlocksMatchReference(graph, false, {{}}, SomeNans);
+  ExpectRowBlocksMatchReference(graph, false, {{}}, [](HostTensor& x) {
+    const double inf = std::numeric_limits<double>::infinity();
+    for (int64_t c = 0; c < 67; ++c) {
+      x.SetDoubleAt(0 * 67 + c, -inf);                          // all -inf
+      x.SetDoubleAt(1 * 67 + c, c % 2 ? 0.0 : -0.0);            // signed zeros
+      x.SetDoubleAt(2 * 67 + c, c == 66 ? inf : -1.0);          // +inf last
+      x.SetDoubleAt(3 * 67 + c, c == 0 ? std::nan("") : 1e30);  // NaN first
+      x.SetDoubleAt(4 * 67 + c, c == 66 ? std::nan("") : -1e30);  // last
+      x.SetDoubleAt(5 * 67 + c, c == 5 ? -inf : 3.0);             // -inf inside
+    }
+  });
+}
+
+// Dynamic sizes (at least 2, as every symbol): blocks end where the
+// columns do, whatever they are.
+TEST(CpuRowBlocks, DynamicSizes) {
+  ExpectRowBlocksMatchReference(
+      GraphOfX("FLOAT32", {"r", "c"}, ReduceNode("aten.sum.dim_IntList", "0"),
+               R"("y")"),
+      true, {{3, 100}, {64, 17}, {2, 2}, {2, 65}, {130, 129}});
 }
 
 }  // namespace
