@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <vector>
 
@@ -43,16 +44,18 @@ int64_t RowsPerBlock(const GemmDims& d, int64_t threads) {
   return std::max(min_rows, per_thread);
 }
 
+// With whole_products, a task is one product of the batch (no row blocks).
 template <typename T, typename Fn>
 void BatchedGemm(Fn gemm, const GemmDims& d, double alpha, double beta,
-                 const T* a, const T* b, T* c, ThreadPool* pool) {
+                 const T* a, const T* b, T* c, ThreadPool* pool,
+                 bool whole_products = false) {
   if (d.batch == 0 || d.m == 0 || d.n == 0) return;
   if (d.k == 0) {
     ScaleC(d, beta, c);
     return;
   }
   const int64_t threads = pool != nullptr ? pool->size() : 1;
-  const int64_t rows = RowsPerBlock(d, threads);
+  const int64_t rows = whole_products ? d.m : RowsPerBlock(d, threads);
   const int64_t row_blocks = (d.m + rows - 1) / rows;
   // Row r of A starts r * lda in (row-major) or r in (a transpose); of C,
   // r * ldc.
@@ -103,7 +106,18 @@ absl::StatusOr<std::unique_ptr<CpuBlas>> CpuBlas::Open() {
   if (const char* env = std::getenv("KILN_BLAS"); env != nullptr && *env) {
     candidates.push_back(env);
   } else {
-    candidates = {"libopenblas.so.0", "libcblas.so.3", "libblas.so.3"};
+    // oneDNN first (KILN_ONEDNN names another copy, 0 skips it), as the
+    // CPU convolutions (cpu_conv.h).
+    const char* onednn = std::getenv("KILN_ONEDNN");
+    if (onednn == nullptr || !*onednn) {
+      candidates.push_back("libdnnl.so.2");
+    } else if (std::string(onednn) != "0") {
+      candidates.push_back(onednn);
+    }
+    for (const char* name :
+         {"libopenblas.so.0", "libcblas.so.3", "libblas.so.3"}) {
+      candidates.push_back(name);
+    }
   }
   std::vector<std::string> failures;
   for (const std::string& name : candidates) {
@@ -112,26 +126,30 @@ absl::StatusOr<std::unique_ptr<CpuBlas>> CpuBlas::Open() {
       failures.push_back(DlError());
       continue;
     }
-    // Kiln's pool runs the cores (Gemm): the BLAS computes on the calling
-    // thread.
-    using SetThreadsFn = void (*)(int);
-    if (void* set = dlsym(handle, "openblas_set_num_threads"))
-      reinterpret_cast<SetThreadsFn>(set)(1);
-    void* s = dlsym(handle, "cblas_sgemm");
-    if (s == nullptr) {
-      failures.push_back(absl::StrCat(name, ": no cblas_sgemm"));
-      dlclose(handle);
-      continue;
-    }
     std::unique_ptr<CpuBlas> blas(new CpuBlas());  // private constructor
     blas->handle_ = handle;
     blas->library_ = name;
-    blas->sgemm_ = reinterpret_cast<SgemmFn>(s);
-    return blas;
+    if (void* s = dlsym(handle, "dnnl_sgemm")) {
+      blas->dnnl_sgemm_ = reinterpret_cast<DnnlSgemmFn>(s);
+      return blas;
+    }
+    if (void* s = dlsym(handle, "cblas_sgemm")) {
+      // Kiln's pool runs the cores (Gemm): the BLAS computes on the calling
+      // thread.
+      using SetThreadsFn = void (*)(int);
+      if (void* set = dlsym(handle, "openblas_set_num_threads"))
+        reinterpret_cast<SetThreadsFn>(set)(1);
+      blas->sgemm_ = reinterpret_cast<SgemmFn>(s);
+      return blas;
+    }
+    failures.push_back(absl::StrCat(name, ": no dnnl_sgemm or cblas_sgemm"));
+    blas->handle_ = nullptr;
+    dlclose(handle);
   }
   return absl::FailedPreconditionError(absl::StrCat(
-      "no CBLAS to run matrix products on the CPU (install OpenBLAS, e.g. "
-      "Debian's libopenblas0-pthread, or set KILN_BLAS): ",
+      "no BLAS to run matrix products on the CPU (install oneDNN or "
+      "OpenBLAS, e.g. Debian's libdnnl2 or libopenblas0-pthread, or set "
+      "KILN_BLAS): ",
       absl::StrJoin(failures, "; ")));
 }
 
@@ -154,9 +172,37 @@ absl::Status CpuBlas::Gemm(DType dtype, const GemmDims& dims, double alpha,
     return absl::UnimplementedError(absl::StrCat(
         "CPU matrix products of ", DTypeName(dtype), " (float32 only)"));
   }
-  BatchedGemm<float>(sgemm_, dims, alpha, beta, static_cast<const float*>(a),
-                     static_cast<const float*>(b), static_cast<float*>(c),
-                     pool);
+  const auto* fa = static_cast<const float*>(a);
+  const auto* fb = static_cast<const float*>(b);
+  auto* fc = static_cast<float*>(c);
+  if (sgemm_ != nullptr) {
+    BatchedGemm<float>(sgemm_, dims, alpha, beta, fa, fb, fc, pool);
+    return absl::OkStatus();
+  }
+  // oneDNN threads a call itself over the process's OpenMP threads (a
+  // PyTorch process's own) and runs it on one thread inside a parallel
+  // region. Where the pool is those OpenMP threads, its row blocks are
+  // single-threaded calls as a CBLAS's are (at ViT-tiny's products, up to
+  // 20% faster than one call that oneDNN splits itself: bench/README.md,
+  // session 19). On a pool of Kiln's own threads each call
+  // would start a team of its own, so the products are called one after
+  // the other from here, each threaded by oneDNN.
+  std::atomic<int> failed{0};
+  auto dnnl = [&](int, int ta, int tb, int m, int n, int k, float al,
+                  const float* pa, int lda, const float* pb, int ldb, float be,
+                  float* pc, int ldc) {
+    const int status =
+        dnnl_sgemm_(ta == kTrans ? 'T' : 'N', tb == kTrans ? 'T' : 'N', m, n, k,
+                    al, pa, lda, pb, ldb, be, pc, ldc);
+    if (status != 0) failed.store(status);
+  };
+  const bool spread = pool != nullptr && pool->uses_openmp();
+  BatchedGemm<float>(dnnl, dims, alpha, beta, fa, fb, fc,
+                     spread ? pool : nullptr, /*whole_products=*/!spread);
+  if (const int status = failed.load(); status != 0) {
+    return absl::InternalError(absl::StrCat("dnnl_sgemm failed with status ",
+                                            status, " (", library_, ")"));
+  }
   return absl::OkStatus();
 }
 

@@ -1,17 +1,20 @@
-// A CBLAS loaded at run time with dlopen, as the CUDA driver is
-// (cuda_driver.h): the client library links no BLAS and builds without
-// one; a machine without one fails the first extern call with a clear
-// FAILED_PRECONDITION, and runs every other artifact.
+// The CPU's matrix products: a BLAS loaded at run time with dlopen, as the
+// CUDA driver is (cuda_driver.h): the client library links no BLAS and
+// builds without one; a machine without one fails the first extern call
+// with a clear FAILED_PRECONDITION, and runs every other artifact.
 //
 //   absl::StatusOr<const CpuBlas*> blas = CpuBlas::Get();
-//   if (!blas.ok()) ...  // FAILED_PRECONDITION: no CBLAS found
+//   if (!blas.ok()) ...  // FAILED_PRECONDITION: no BLAS found
 //   (*blas)->Gemm(DType::kFloat32, dims, 1.0, 0.0, a, b, c);
 //
-// Which library: $KILN_BLAS when set (a path or soname), else the first of
-// libopenblas.so.0, libcblas.so.3 and libblas.so.3 (Debian's alternatives
-// point the last at OpenBLAS when it is installed) that exports
-// cblas_sgemm. bench/cpu_gemm.sh compares OpenBLAS with the
-// reference BLAS and with PyTorch's.
+// Which library: $KILN_BLAS when set (a path or soname), else the first
+// that loads of oneDNN (libdnnl.so.2, or $KILN_ONEDNN; KILN_ONEDNN=0 skips
+// it), libopenblas.so.0, libcblas.so.3 and libblas.so.3 (Debian's
+// alternatives point the last at OpenBLAS when it is installed). A library
+// that exports dnnl_sgemm is called through it, any other through
+// cblas_sgemm. oneDNN is the default: 3-9% faster than OpenBLAS at the
+// products of real models' steps on the 2-core dev machine
+// (bench/python/cpu_gemm.py --shapes; bench/README.md, session 19).
 //
 // Unless OPENBLAS_CORETYPE is set, the first Get sets it from the CPU's
 // features (AVX-512: SKYLAKEX, AVX2: HASWELL) before loading: OpenBLAS's own
@@ -44,11 +47,16 @@ class CpuBlas {
   // float32 (sgemm), at the offsets, strides and leading
   // dimensions of `dims` (from EvaluateGemm, which has checked them against
   // the buffers). A product over k = 0 scales C by beta (zeros for 0).
-  // With a `pool`, C's rows are split into blocks that its threads compute
-  // (each a single-threaded BLAS call): Kiln's one pool runs the cores, the
-  // BLAS starts no threads of its own (they fought the pool and PyTorch's
-  // threads for the cores: 13 against 145 GFLOP/s at 512^3 on 2 cores).
-  // Errors: UNIMPLEMENTED for another dtype.
+  // Threads: a CBLAS runs single-threaded calls, and with a `pool` C's
+  // rows are split into blocks that its threads compute: Kiln's one pool
+  // runs the cores, the BLAS starts no threads of its own (they fought the
+  // pool and PyTorch's threads for the cores: 13 against 145 GFLOP/s at
+  // 512^3 on 2 cores). oneDNN threads each call over the process's OpenMP
+  // threads (PyTorch's, in a PyTorch process): one product is one call from
+  // the calling thread; the products of a batch are spread over a pool
+  // that runs on those OpenMP threads, else called one after the other.
+  // Errors: UNIMPLEMENTED for another dtype; INTERNAL when oneDNN reports
+  // a failure.
   absl::Status Gemm(DType dtype, const GemmDims& dims, double alpha,
                     double beta, const void* a, const void* b, void* c,
                     ThreadPool* pool = nullptr) const;
@@ -63,12 +71,17 @@ class CpuBlas {
  private:
   using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*,
                            int, const float*, int, float, float*, int);
+  // oneDNN's row-major sgemm (dnnl_dim_t = int64_t; returns dnnl_status_t).
+  using DnnlSgemmFn = int (*)(char, char, int64_t, int64_t, int64_t, float,
+                              const float*, int64_t, const float*, int64_t,
+                              float, float*, int64_t);
   CpuBlas() = default;
   static absl::StatusOr<std::unique_ptr<CpuBlas>> Open();
 
   void* handle_ = nullptr;
   std::string library_;
-  SgemmFn sgemm_ = nullptr;
+  SgemmFn sgemm_ = nullptr;           // a CBLAS, or
+  DnnlSgemmFn dnnl_sgemm_ = nullptr;  // oneDNN
 };
 
 }  // namespace kiln

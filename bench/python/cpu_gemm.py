@@ -2,7 +2,8 @@
 eager PyTorch, side by side in one run, on 2 threads:
 
   * sgemm 1024^3: torch.mm eagerly, and a Kiln partition that is one
-    extern call into the BLAS kilnd's artifact names (OpenBLAS here), and
+    extern call into the CPU runtime's BLAS (oneDNN's sgemm by default,
+    OpenBLAS with KILN_BLAS=libopenblas.so.0: runtime/cpu_blas.h), and
     the same with the reference BLAS (KILN_BLAS=<path>) to show why
     OpenBLAS is the default;
   * an MLP block (LayerNorm, Linear 1024->4096, GELU, Linear 4096->1024,
@@ -13,6 +14,10 @@ eager PyTorch, side by side in one run, on 2 threads:
     build/server/kilnd --listen=127.0.0.1:7799 --metrics_listen= &
     OPENBLAS_NUM_THREADS=2 KILN_LIB=build/client/libkiln_c.so PYTHONPATH=python \\
       $PY bench/python/cpu_gemm.py --server 127.0.0.1:7799 [--inductor]
+    $PY bench/python/cpu_gemm.py --server 127.0.0.1:7799 --shapes
+
+--shapes times only the products of real models' steps (SHAPES), with
+Kiln on oneDNN and on OpenBLAS, each in a process of its own.
 
 Times are the median of --repeats runs after warm-up; GFLOP/s counts
 2*m*n*k per product.
@@ -60,6 +65,39 @@ def gemm_row(server: str, n: int, label: str) -> str:
             f"kiln/eager {eager_ms / kiln_ms:5.2f}x")
 
 
+# Products of real models' training steps (m, n, k, A transposed, B
+# transposed): timm ViT-tiny at 8 images of 64x64 (136 tokens, width 192,
+# MLP 768: its forward product and two backward ones), BERT-base at 512
+# tokens (a projection and the MLP's first layer), the small BERT of
+# real_models.py (width 64), and 1024^3.
+SHAPES = [(136, 768, 192, False, True), (136, 192, 768, False, True),
+          (192, 768, 136, True, False), (512, 768, 768, False, True),
+          (512, 3072, 768, False, True), (512, 64, 64, False, True),
+          (1024, 1024, 1024, False, False)]
+
+
+def shape_rows(server: str, label: str) -> list:
+    """torch.mm against a Kiln partition of one product, per SHAPES."""
+    backend = kiln.backend(server=server, fallback="error")
+    rows = []
+    for m, n, k, ta, tb in SHAPES:
+        a = torch.randn(k, m).t() if ta else torch.randn(m, k)
+        b = torch.randn(n, k).t() if tb else torch.randn(k, n)
+        mm = torch.compile(lambda x, y: x @ y, backend=backend, dynamic=False)
+        torch.testing.assert_close(mm(a, b), a @ b, rtol=1e-4, atol=1e-3)
+        inner = max(3, int(3e8 / (m * n * k)))
+        eager_ms = median_ms(torch.mm, a, b, inner=inner)
+        kiln_ms = median_ms(mm, a, b, inner=inner)
+        gf = 2 * m * n * k / 1e6
+        rows.append(f"{m}x{n}x{k}{' A^T' if ta else ''}{' B^T' if tb else ''}"
+                    f"  eager {eager_ms * 1e3:8.1f} us ({gf / eager_ms:5.0f} "
+                    f"GFLOP/s)  kiln[{label}] {kiln_ms * 1e3:8.1f} us "
+                    f"({gf / kiln_ms:5.0f} GFLOP/s)  kiln/eager "
+                    f"{eager_ms / kiln_ms:4.2f}x")
+        torch._dynamo.reset()
+    return rows
+
+
 class MLPBlock(torch.nn.Module):
     def __init__(self, d: int = 1024, hidden: int = 4096) -> None:
         super().__init__()
@@ -82,15 +120,33 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--inductor", action="store_true")
+    ap.add_argument("--shapes", action="store_true",
+                    help="only the products of SHAPES, on the default BLAS "
+                    "and on OpenBLAS (KILN_BLAS=libopenblas.so.0)")
     ap.add_argument("--gemm-only", help=argparse.SUPPRESS)  # child: a label
+    ap.add_argument("--shapes-only", help=argparse.SUPPRESS)  # child: a label
     a = ap.parse_args()
     torch.set_num_threads(2)
     if a.gemm_only:
         print(gemm_row(a.server, a.n, a.gemm_only))
         return
+    if a.shapes_only:
+        print("\n".join(shape_rows(a.server, a.shapes_only)))
+        return
+    if a.shapes:
+        # Each library in a process of its own (chosen once per process),
+        # one after the other.
+        for label, env in [("onednn", {}),
+                           ("openblas", {"KILN_BLAS": "libopenblas.so.0"})]:
+            out = subprocess.run(
+                [sys.executable, __file__, "--server", a.server,
+                 "--shapes-only", label], env=dict(os.environ, **env),
+                capture_output=True, text=True, check=True)
+            print(out.stdout.strip())
+        return
     print(f"torch {torch.__version__}, 2 threads, "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '-')}")
-    print(gemm_row(a.server, a.n, "openblas"))
+    print(gemm_row(a.server, a.n, "default"))
     if os.path.exists(REF_BLAS):
         # The reference BLAS, in a process of its own (the library is
         # chosen once per process).
@@ -100,7 +156,7 @@ def main() -> None:
              "--gemm-only", "refblas"], env=env, capture_output=True,
             text=True, check=True)
         print(out.stdout.strip(), "(n=512: the reference BLAS is slow)")
-        print(gemm_row(a.server, 512, "openblas"))
+        print(gemm_row(a.server, 512, "default"))
 
     torch.manual_seed(0)
     x = torch.randn(256, 1024, requires_grad=False)

@@ -2,7 +2,8 @@
 // (runtime/thread_pool.h): every index runs exactly once, on more than one
 // thread where the pool has several, and the OpenMP path is taken only
 // when a runtime is loaded and the pool's thread count is the default.
-// And CpuBlas::Gemm's row blocks over a pool against a plain triple loop.
+// And CpuBlas::Gemm over a pool against a plain triple loop (a second
+// ctest entry runs it on OpenBLAS: tests/unit/CMakeLists.txt).
 #include "runtime/thread_pool.h"
 
 #include <dlfcn.h>
@@ -12,6 +13,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <iostream>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
@@ -119,7 +122,17 @@ TEST(ThreadPool, AForkedChildRunsRegionsOnItsOwnThread) {
 TEST(ThreadPool, GemmBlocksOverAPool) {
   auto blas = CpuBlas::Get();
   if (!blas.ok()) GTEST_SKIP() << blas.status();
-  ThreadPool pool(3);
+  std::cout << "BLAS: " << (*blas)->library() << "\n";
+  // Kiln's own threads, and the process's OpenMP threads as in a PyTorch
+  // process (oneDNN splits its calls differently on each).
+  ThreadPool own(3);
+  std::vector<ThreadPool*> pools = {&own};
+  std::unique_ptr<ThreadPool> openmp;
+  if (dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL) != nullptr) {
+    openmp = std::make_unique<ThreadPool>();
+    EXPECT_TRUE(openmp->uses_openmp());
+    pools.push_back(openmp.get());
+  }
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<float> u(-1, 1);
   struct Case {
@@ -132,7 +145,9 @@ TEST(ThreadPool, GemmBlocksOverAPool) {
        {Case{1, 40, 3000, 200, false, false},
         Case{2, 30, 2500, 300, true, true}, Case{1, 2600, 9, 300, false, true},
         Case{2, 2100, 12, 250, true, false},
-        Case{1, 300, 280, 64, false, false}}) {
+        Case{1, 300, 280, 64, false, false},
+        // Many small products, and a product over k = 0 (C scaled by beta).
+        Case{8, 3, 4, 5, true, false}, Case{3, 17, 5, 0, false, true}}) {
     SCOPED_TRACE(testing::Message()
                  << t.batch << "x" << t.m << "x" << t.n << "x" << t.k
                  << " ta=" << t.ta << " tb=" << t.tb);
@@ -167,14 +182,18 @@ TEST(ThreadPool, GemmBlocksOverAPool) {
         }
       }
     }
-    ASSERT_TRUE((*blas)
-                    ->Gemm(DType::kFloat32, d, 0.5, 0.25, a.data(), b.data(),
-                           c.data(), &pool)
-                    .ok());
-    double worst = 0;
-    for (size_t e = 0; e < c.size(); ++e)
-      worst = std::max<double>(worst, std::abs(c[e] - want[e]));
-    EXPECT_LT(worst, 1e-4);
+    for (ThreadPool* pool : pools) {
+      SCOPED_TRACE(pool->uses_openmp() ? "OpenMP pool" : "own pool");
+      std::vector<float> out = c;
+      ASSERT_TRUE((*blas)
+                      ->Gemm(DType::kFloat32, d, 0.5, 0.25, a.data(), b.data(),
+                             out.data(), pool)
+                      .ok());
+      double worst = 0;
+      for (size_t e = 0; e < out.size(); ++e)
+        worst = std::max<double>(worst, std::abs(out[e] - want[e]));
+      EXPECT_LT(worst, 1e-4);
+    }
   }
 }
 
