@@ -182,9 +182,8 @@ absl::Status CpuBlas::Gemm(DType dtype, const GemmDims& dims, double alpha,
   // oneDNN threads a call itself over the process's OpenMP threads (a
   // PyTorch process's own) and runs it on one thread inside a parallel
   // region. Where the pool is those OpenMP threads, its row blocks are
-  // single-threaded calls as a CBLAS's are (at ViT-tiny's products, up to
-  // 20% faster than one call that oneDNN splits itself: bench/README.md,
-  // session 19). On a pool of Kiln's own threads each call
+  // single-threaded calls as a CBLAS's are (one call that oneDNN splits
+  // itself was no faster overall: bench/README.md, session 19). On a pool of Kiln's own threads each call
   // would start a team of its own, so the products are called one after
   // the other from here, each threaded by oneDNN.
   std::atomic<int> failed{0};
