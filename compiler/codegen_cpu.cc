@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
@@ -80,6 +81,119 @@ bool PrefersRowBlocks(const Kernel& k) {
     if (st.kind == Stage::Kind::kStoreInner) count(st.offset);
   }
   return along_outer > along_inner;
+}
+
+// Whether `e` reads index var `v`.
+bool ReadsVar(const Expr& e, int v) {
+  if (!e) return false;
+  if (e->op == ExprOp::kVar && e->index == v) return true;
+  for (const Expr& a : e->args)
+    if (ReadsVar(a, v)) return true;
+  return false;
+}
+
+// Calls fn on every node of `e` (shared nodes once).
+void ForEachNode(const Expr& e, absl::flat_hash_set<const ExprNode*>& seen,
+                 const std::function<void(const ExprNode&)>& fn) {
+  if (!e || !seen.insert(e.get()).second) return;
+  fn(*e);
+  for (const Expr& a : e->args) ForEachNode(a, seen, fn);
+}
+
+// A pointwise kernel whose innermost index var L (static size N) is read
+// through floordiv(L + r, d) and remainder(L + r, d) with constant
+// divisors (a concatenation or a permutation of heads along a flattened
+// dim: qkv's gradients into one [tokens, 3 * width] buffer) computes those
+// per element, and its loads, no longer linear in L, are gathers. Splitting
+// L into a * S + b with S the divisors' gcd (S | N, every r a multiple of
+// S) makes each quotient constant along b and each remainder linear in it:
+// floordiv(L + r, d) = floordiv(a * S + r, d) and remainder(L + r, d) =
+// remainder(a * S + r, d) + b. Runs along b then load contiguously. Returns
+// the kernel with dims [..., N / S, S], or nullopt where that does not
+// apply. The flattened range (the kernel's ABI) is unchanged.
+constexpr int64_t kMinSegment = 16;
+
+std::optional<Kernel> SplitInnermostDim(const Kernel& k) {
+  if (k.is_scatter() || k.dims.empty()) return std::nullopt;
+  for (bool inner : k.inner)
+    if (inner) return std::nullopt;
+  const int last = static_cast<int>(k.dims.size()) - 1;
+  const std::optional<int64_t> n = k.dims[last].AsConstant();
+  if (!n.has_value()) return std::nullopt;
+  // The divisors that L reaches.
+  int64_t seg = 0;
+  absl::flat_hash_set<const ExprNode*> seen;
+  auto note = [&](const ExprNode& e) {
+    if ((e.op != ExprOp::kFloorDiv && e.op != ExprOp::kRemainder) ||
+        e.dtype != DType::kInt64 || !ReadsVar(e.args[0], last)) {
+      return;
+    }
+    // Only the innermost: remainder(floordiv(L, 64), 3) is constant along
+    // a segment once floordiv(L, 64) is.
+    std::optional<ir::AffineForm> f = ir::Affine(e.args[0], last + 1);
+    if (f.has_value() && f->coeffs[last] == SymExpr(0)) return;
+    if (!f.has_value()) {
+      bool nested = false;
+      absl::flat_hash_set<const ExprNode*> below;
+      ForEachNode(e.args[0], below, [&](const ExprNode& inner) {
+        nested = nested || inner.op == ExprOp::kFloorDiv ||
+                 inner.op == ExprOp::kRemainder;
+      });
+      if (nested) return;
+    }
+    const Expr& d = e.args[1];
+    seg = d->op == ExprOp::kConst && d->i > 0 ? std::gcd(seg, d->i) : -1;
+  };
+  for (const Stage& st : k.stages) {
+    if (seg < 0) break;
+    ForEachNode(st.value, seen, note);
+    ForEachNode(st.offset, seen, note);
+  }
+  if (seg < kMinSegment || seg >= *n || *n % seg != 0) return std::nullopt;
+  // L = a * seg + b: a takes var `last`, b the new var `last + 1`.
+  const int num_vars = last + 2;
+  std::vector<Expr> vars;
+  for (int v = 0; v < last; ++v) vars.push_back(ir::Var(v));
+  vars.push_back(
+      ir::Add(ir::Mul(ir::Var(last), ir::IntConst(seg)), ir::Var(last + 1)));
+  bool ok = true;
+  ir::Rewriter split([&](const Expr& e) -> std::optional<Expr> {
+    if ((e->op != ExprOp::kFloorDiv && e->op != ExprOp::kRemainder) ||
+        e->dtype != DType::kInt64 || !ReadsVar(e->args[0], last + 1)) {
+      return std::nullopt;
+    }
+    // The argument: b plus a part that is a multiple of seg.
+    std::optional<ir::AffineForm> f = ir::Affine(e->args[0], num_vars);
+    bool aligned = f.has_value() && f->coeffs[last + 1] == SymExpr(1);
+    if (aligned) {
+      for (int v = 0; v <= last; ++v) {
+        std::optional<int64_t> c = f->coeffs[v].AsConstant();
+        aligned = aligned && c.has_value() && *c % seg == 0;
+      }
+      std::optional<int64_t> c = f->constant.AsConstant();
+      aligned = aligned && c.has_value() && *c % seg == 0;
+    }
+    if (!aligned) {
+      ok = false;
+      return std::nullopt;
+    }
+    std::vector<Expr> identity;
+    for (int v = 0; v < num_vars; ++v) identity.push_back(ir::Var(v));
+    identity[last + 1] = ir::IntConst(0);
+    const Expr base = ir::SubstituteVars(e->args[0], identity);
+    if (e->op == ExprOp::kFloorDiv) return ir::FloorDiv(base, e->args[1]);
+    return ir::Add(ir::Mod(base, e->args[1]), ir::Var(last + 1));
+  });
+  Kernel out = k;
+  out.dims[last] = SymExpr(*n / seg);
+  out.dims.push_back(SymExpr(seg));
+  out.inner.push_back(false);
+  for (Stage& st : out.stages) {
+    if (st.value) st.value = split.Run(ir::SubstituteVars(st.value, vars));
+    if (st.offset) st.offset = split.Run(ir::SubstituteVars(st.offset, vars));
+  }
+  if (!ok) return std::nullopt;
+  return out;
 }
 
 // Emits one kernel function.
@@ -446,9 +560,13 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> EmitCpuModule(
     const CpuCodegenOptions& options) {
   return EmitKernelModule(
       context, program.kernels.size(), [&](llvm::Module& module, size_t k) {
-        if (program.kernels[k].is_extern()) return absl::OkStatus();
-        return CpuKernelEmitter(module, program, program.kernels[k], options)
-            .Emit();
+        const Kernel& kernel = program.kernels[k];
+        if (kernel.is_extern()) return absl::OkStatus();
+        if (options.split_innermost_dim) {
+          if (std::optional<Kernel> split = SplitInnermostDim(kernel))
+            return CpuKernelEmitter(module, program, *split, options).Emit();
+        }
+        return CpuKernelEmitter(module, program, kernel, options).Emit();
       });
 }
 

@@ -43,6 +43,11 @@ struct CpuCodegenOptions {
   // their loads vectorise (codegen_cpu.cc, PrefersRowBlocks). false: every
   // row kernel one row at a time (tests compare the two).
   bool row_blocks = true;
+  // Pointwise kernels whose innermost var is read through floordiv and
+  // remainder by constants run it as segments over which those are
+  // constant or linear (codegen_cpu.cc, SplitInnermostDim). false: as
+  // written (tests compare the two).
+  bool split_innermost_dim = true;
 };
 
 absl::StatusOr<std::unique_ptr<llvm::Module>> EmitCpuModule(

@@ -70,6 +70,7 @@ absl::StatusOr<std::string> BuildCpuBinary(const FusedProgram& fused,
   CpuCodegenOptions options;
   options.fast_math = request.options.fast_math();
   options.row_blocks = env.cpu_row_blocks;
+  options.split_innermost_dim = env.cpu_split_innermost_dim;
   auto module = EmitCpuModule(fused, context, options);
   if (!module.ok()) return module.status();
   dump.Write("04-llvm.ll", ModuleText(**module));

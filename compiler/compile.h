@@ -90,6 +90,9 @@ struct CompileEnv {
   // CPU: CpuCodegenOptions::row_blocks. Off only for tests and benchmarks
   // against the row-at-a-time walk; not part of the guard key.
   bool cpu_row_blocks = true;
+  // CPU: CpuCodegenOptions::split_innermost_dim. Off only for tests and
+  // benchmarks; not part of the guard key.
+  bool cpu_split_innermost_dim = true;
   // CUDA: libdevice's out-of-line trig functions compiled once per process
   // (NvptxOptimizeOptions::precompiled_trig). Off only to measure what that
   // saves; the PTX is the same.

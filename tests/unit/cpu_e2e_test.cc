@@ -679,15 +679,13 @@ TEST(CpuIssue17, NumberSelfViewsAndFactoriesMatchReference) {
   }
 }
 
-// Column reductions (a bias gradient: each column of a [rows, columns]
-// tensor summed over the rows) walk their rows in blocks along the last
-// outer dim, the block innermost (CpuCodegenOptions::row_blocks). `json` is
-// compiled with and without blocks: with them its IR must have blocks
-// (blk.body) exactly when `blocked`, and both programs must match the
-// reference on random inputs for each of `bindings`, input 0 changed by
-// `edit` where given.
-void ExpectRowBlocksMatchReference(
-    const std::string& json, bool blocked,
+// A CPU code generation option (CpuCodegenOptions) on and off: `json` is
+// compiled both ways (`set(env, on)`), its unoptimised IR passed to
+// `check_ir(ir, on)`, and both programs must match the reference on random
+// inputs for each of `bindings`, input 0 changed by `edit` where given.
+void ExpectCodegenVariantsMatchReference(
+    const std::string& json, const std::function<void(CompileEnv&, bool)>& set,
+    const std::function<void(const std::string&, bool)>& check_ir,
     std::vector<std::vector<int64_t>> bindings = {{}},
     const std::function<void(HostTensor&)>& edit = nullptr) {
   v1::CompileRequest req;
@@ -698,13 +696,13 @@ void ExpectRowBlocksMatchReference(
   *req.mutable_target()->mutable_cpu() = HostCpuTarget();
   auto graph = ImportGraph(req.graph());
   ASSERT_TRUE(graph.ok()) << graph.status();
-  for (bool row_blocks : {true, false}) {
-    SCOPED_TRACE(row_blocks ? "row blocks" : "one row at a time");
-    char dir_template[] = "/tmp/kiln-row-blocks-XXXXXX";
+  for (bool on : {true, false}) {
+    SCOPED_TRACE(on ? "option on" : "option off");
+    char dir_template[] = "/tmp/kiln-codegen-XXXXXX";
     ASSERT_NE(mkdtemp(dir_template), nullptr);
     const std::filesystem::path dir(dir_template);
     CompileEnv env;
-    env.cpu_row_blocks = row_blocks;
+    set(env, on);
     env.dump_dir = dir.string();
     auto artifact = Compile(req, env);
     ASSERT_TRUE(artifact.ok()) << artifact.status();
@@ -716,7 +714,7 @@ void ExpectRowBlocksMatchReference(
     }
     std::filesystem::remove_all(dir);
     ASSERT_FALSE(ir.empty()) << "no 04-llvm.ll dumped";
-    EXPECT_EQ(absl::StrContains(ir, "blk.body"), row_blocks && blocked);
+    check_ir(ir, on);
     auto exe = CpuExecutable::Load(*artifact);
     ASSERT_TRUE(exe.ok()) << exe.status();
     std::mt19937_64 rng(11);
@@ -727,6 +725,22 @@ void ExpectRowBlocksMatchReference(
       ExpectOutputsMatchReference(**exe, *graph, inputs, pool);
     }
   }
+}
+
+// Column reductions (a bias gradient: each column of a [rows, columns]
+// tensor summed over the rows) walk their rows in blocks along the last
+// outer dim, the block innermost (CpuCodegenOptions::row_blocks): with the
+// option the IR must have blocks (blk.body) exactly when `blocked`.
+void ExpectRowBlocksMatchReference(
+    const std::string& json, bool blocked,
+    std::vector<std::vector<int64_t>> bindings = {{}},
+    const std::function<void(HostTensor&)>& edit = nullptr) {
+  ExpectCodegenVariantsMatchReference(
+      json, [](CompileEnv& env, bool on) { env.cpu_row_blocks = on; },
+      [&](const std::string& ir, bool on) {
+        EXPECT_EQ(absl::StrContains(ir, "blk.body"), on && blocked);
+      },
+      std::move(bindings), edit);
 }
 
 // Every 7th element NaN.
@@ -859,6 +873,69 @@ TEST(CpuRowKeys, MaxAndMinOverRows) {
       x.SetDoubleAt(5 * 67 + c, c == 5 ? -inf : 3.0);             // -inf inside
     }
   });
+}
+
+// q, k and v gradients of [batch, heads, tokens, 64] (batch a symbol where
+// `dynamic`) into one [batch * tokens, 3 * heads * 64] buffer, as the
+// backward of timm's attention (qkv.reshape(B, N, 3, H, D).permute(2, 0,
+// 3, 1, 4).unbind(0)) writes them: a pointwise kernel whose innermost var
+// is read through floordiv and remainder by 64 and heads * 64.
+std::string QkvConcatGraph(int heads, bool dynamic) {
+  const std::string batch = dynamic ? R"({"symbol": "b"})" : R"({"value": 8})";
+  const std::string b = dynamic ? R"({"symbol": "b"})" : "8";
+  std::string inputs;
+  for (const char* name : {"q", "k", "v"}) {
+    absl::StrAppend(&inputs, inputs.empty() ? "" : ", ", R"({"name": ")", name,
+                    R"(", "meta": {"dtype": "FLOAT32", "sizes": [)", batch,
+                    ", ", R"({"value": )", heads,
+                    R"(}, {"value": 17}, {"value": 64}]}})");
+  }
+  const std::string dims5 =
+      dynamic ? absl::StrCat(R"({"dims": {"values": [{"value": 3}, )", batch,
+                             R"(, {"value": )", heads,
+                             R"(}, {"value": 17}, {"value": 64}]}})")
+              : absl::StrCat(R"({"ints": {"values": [3, 8, )", heads,
+                             R"(, 17, 64]}})");
+  (void)b;
+  return absl::StrCat(R"({"inputs": [)", inputs, R"(], "symbols": [)",
+                      dynamic ? R"({"name": "b"})" : "", R"(], "nodes": [
+      {"op": "aten.cat.default", "args": [{"refs": {"values": ["q", "k",
+       "v"]}}, {"i": 0}], "outputs": ["c"]},
+      {"op": "aten.view.default", "args": [{"ref": "c"}, )",
+                      dims5,
+                      R"(], "outputs": ["c5"]},
+      {"op": "aten.permute.default", "args": [{"ref": "c5"},
+       {"ints": {"values": [1, 3, 0, 2, 4]}}], "outputs": ["p"]},
+      {"op": "aten.clone.default", "args": [{"ref": "p"}], "outputs": ["pc"]},
+      {"op": "aten.view.default", "args": [{"ref": "pc"},
+       {"ints": {"values": [-1, )",
+                      3 * heads * 64,
+                      R"(]}}], "outputs": ["y"]}], "outputs": ["y"]})");
+}
+
+// Pointwise kernels whose innermost var is read through floordiv and
+// remainder by constants run it in segments (CpuCodegenOptions::
+// split_innermost_dim, codegen_cpu.cc SplitInnermostDim): the IR differs
+// from the unsplit kernel's, and both match the reference, static and
+// with a dynamic batch.
+TEST(CpuSplitInnermostDim, ConcatenatedHeadsMatchReference) {
+  for (const auto& [heads, dynamic] :
+       {std::pair{3, false}, std::pair{2, true}, std::pair{1, false}}) {
+    SCOPED_TRACE(absl::StrCat(heads, " heads", dynamic ? ", dynamic" : ""));
+    std::string split_ir;
+    ExpectCodegenVariantsMatchReference(
+        QkvConcatGraph(heads, dynamic),
+        [](CompileEnv& env, bool on) { env.cpu_split_innermost_dim = on; },
+        [&](const std::string& ir, bool on) {
+          if (on) {
+            split_ir = ir;
+          } else {
+            EXPECT_NE(ir, split_ir) << "the kernel was not split";
+          }
+        },
+        dynamic ? std::vector<std::vector<int64_t>>{{2}, {5}}
+                : std::vector<std::vector<int64_t>>{{}});
+  }
 }
 
 // Dynamic sizes (at least 2, as every symbol): blocks end where the
