@@ -266,23 +266,46 @@ class CpuKernelEmitter : public KernelEmitterBase {
       return;
     }
     const int last = outer_dims_.back();
-    Value* last_size = dim_size_[last];
-    // for (f = start; f < end; f += n) { decompose f;
-    //   n = min(size_last - i_last, end - f); ... }
+    EmitRuns(start, end, {"run", "i_last", "run.len"}, /*max_len=*/0,
+             [&](Value* first, Value* n) {
+               EmitLoop(b_.getInt64(0), n, "j", [&](Value* j) {
+                 vars_[last] = b_.CreateAdd(first, j, "v_last", true, true);
+                 EmitStages();
+               });
+             });
+  }
+
+  // The names of EmitRuns' blocks and values.
+  struct RunNames {
+    std::string loop, first, len;
+  };
+  // Runs of consecutive positions of the last outer dim over the flat
+  // range [start, end), the other outer vars set per run (DecomposeOuter),
+  // each at most `max_len` long where max_len > 0:
+  //   for (f = start; f < end; f += n) { decompose f;
+  //     n = min(size_last - first, end - f[, max_len]); body(first, n) }
+  void EmitRuns(Value* start, Value* end, const RunNames& names,
+                int64_t max_len,
+                const std::function<void(Value*, Value*)>& body) {
+    Value* last_size = dim_size_[outer_dims_.back()];
     EmitLoopSkeleton(
         start, end, /*is_signed=*/true,
-        {"run.header", "run.body", "run.exit", "f"}, [&](Value* f) {
-          Value* first = b_.CreateSRem(f, last_size, "i_last");
+        {names.loop + ".header", names.loop + ".body", names.loop + ".exit",
+         "f"},
+        [&](Value* f) {
+          Value* first = b_.CreateSRem(f, last_size, names.first);
+          // The rest of the decomposition uses the quotient as the flat
+          // index of the dims before the last.
           DecomposeOuter(b_.CreateSDiv(f, last_size), 1);
-          // The rest of the decomposition used the quotient as the flat index
-          // of the dims before `last`.
           Value* n = b_.CreateSub(last_size, first);
           Value* left = b_.CreateSub(end, f);
-          n = b_.CreateSelect(b_.CreateICmpSLT(left, n), left, n, "run.len");
-          EmitLoop(b_.getInt64(0), n, "j", [&](Value* j) {
-            vars_[last] = b_.CreateAdd(first, j, "v_last", true, true);
-            EmitStages();
-          });
+          n = b_.CreateSelect(b_.CreateICmpSLT(left, n), left, n,
+                              max_len > 0 ? "" : names.len);
+          if (max_len > 0) {
+            n = b_.CreateSelect(b_.CreateICmpSLT(b_.getInt64(max_len), n),
+                                b_.getInt64(max_len), n, names.len);
+          }
+          body(first, n);
           return b_.CreateAdd(f, n);
         });
   }
@@ -305,21 +328,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   // Each reduction keeps its n accumulators in an array; a later stage's
   // row j reads them (finalized) from there.
   void EmitBlockedRowKernel(Value* start, Value* end) {
-    const int last = outer_dims_.back();
-    Value* last_size = dim_size_[last];
-    EmitLoopSkeleton(
-        start, end, /*is_signed=*/true,
-        {"blk.header", "blk.body", "blk.exit", "f"}, [&](Value* f) {
-          Value* first = b_.CreateSRem(f, last_size, "blk.first");
-          DecomposeOuter(b_.CreateSDiv(f, last_size), 1);
-          Value* n = b_.CreateSub(last_size, first);
-          Value* left = b_.CreateSub(end, f);
-          n = b_.CreateSelect(b_.CreateICmpSLT(left, n), left, n);
-          n = b_.CreateSelect(b_.CreateICmpSLT(b_.getInt64(kRowBlock), n),
-                              b_.getInt64(kRowBlock), n, "blk.len");
-          EmitBlockStages(first, n);
-          return b_.CreateAdd(f, n);
-        });
+    EmitRuns(start, end, {"blk", "blk.first", "blk.len"}, kRowBlock,
+             [&](Value* first, Value* n) { EmitBlockStages(first, n); });
   }
 
   void EmitBlockStages(Value* first, Value* n) {

@@ -289,7 +289,9 @@ MODELS: Dict[str, Callable[[], Example]] = {
     "timm_hrnet": _timm("hrnet_w18_small"),
     "timm_dla": _timm("dla34"),
     "timm_edgenext": _timm("edgenext_xx_small"),
-    "timm_tiny_vit": _timm("tiny_vit_5m_224", img_size=64),
+    # timm >= 1.0 builds TinyViT for any input size (no img_size argument):
+    # its windowed attention pads each stage to whole windows.
+    "timm_tiny_vit": _timm("tiny_vit_5m_224"),
     "timm_fastvit": _timm("fastvit_t8"),
 }
 
