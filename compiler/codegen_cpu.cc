@@ -28,12 +28,21 @@ using llvm::Value;
 // small enough that a block's accumulators stay in L1.
 constexpr int64_t kRowBlock = 64;
 
-// Calls fn on every buffer load in `e`, each shared node once.
-void ForEachLoad(const Expr& e, absl::flat_hash_set<const ExprNode*>& seen,
+// Whether `e` reads index var `v`.
+bool ReadsVar(const Expr& e, int v) {
+  if (!e) return false;
+  if (e->op == ExprOp::kVar && e->index == v) return true;
+  for (const Expr& a : e->args)
+    if (ReadsVar(a, v)) return true;
+  return false;
+}
+
+// Calls fn on every node of `e` (shared nodes once).
+void ForEachNode(const Expr& e, absl::flat_hash_set<const ExprNode*>& seen,
                  const std::function<void(const ExprNode&)>& fn) {
   if (!e || !seen.insert(e.get()).second) return;
-  if (e->op == ExprOp::kLoadBuffer) fn(*e);
-  for (const Expr& a : e->args) ForEachLoad(a, seen, fn);
+  fn(*e);
+  for (const Expr& a : e->args) ForEachNode(a, seen, fn);
 }
 
 // Whether a row kernel's loads run along its last outer dim rather than its
@@ -76,28 +85,12 @@ bool PrefersRowBlocks(const Kernel& k) {
   for (const Stage& st : k.stages) {
     if (st.kind == Stage::Kind::kReduce && IsArgReduce(st.reduce)) return false;
     if (st.kind == Stage::Kind::kStoreOuter) continue;
-    ForEachLoad(st.value, seen,
-                [&](const ExprNode& load) { count(load.args[0]); });
+    ForEachNode(st.value, seen, [&](const ExprNode& e) {
+      if (e.op == ExprOp::kLoadBuffer) count(e.args[0]);
+    });
     if (st.kind == Stage::Kind::kStoreInner) count(st.offset);
   }
   return along_outer > along_inner;
-}
-
-// Whether `e` reads index var `v`.
-bool ReadsVar(const Expr& e, int v) {
-  if (!e) return false;
-  if (e->op == ExprOp::kVar && e->index == v) return true;
-  for (const Expr& a : e->args)
-    if (ReadsVar(a, v)) return true;
-  return false;
-}
-
-// Calls fn on every node of `e` (shared nodes once).
-void ForEachNode(const Expr& e, absl::flat_hash_set<const ExprNode*>& seen,
-                 const std::function<void(const ExprNode&)>& fn) {
-  if (!e || !seen.insert(e.get()).second) return;
-  fn(*e);
-  for (const Expr& a : e->args) ForEachNode(a, seen, fn);
 }
 
 // A pointwise kernel whose innermost index var L (static size N) is read
@@ -156,6 +149,10 @@ std::optional<Kernel> SplitInnermostDim(const Kernel& k) {
   for (int v = 0; v < last; ++v) vars.push_back(ir::Var(v));
   vars.push_back(
       ir::Add(ir::Mul(ir::Var(last), ir::IntConst(seg)), ir::Var(last + 1)));
+  // Every var as itself but b, which is 0.
+  std::vector<Expr> b_at_zero;
+  for (int v = 0; v <= last; ++v) b_at_zero.push_back(ir::Var(v));
+  b_at_zero.push_back(ir::IntConst(0));
   bool ok = true;
   ir::Rewriter split([&](const Expr& e) -> std::optional<Expr> {
     if ((e->op != ExprOp::kFloorDiv && e->op != ExprOp::kRemainder) ||
@@ -177,10 +174,7 @@ std::optional<Kernel> SplitInnermostDim(const Kernel& k) {
       ok = false;
       return std::nullopt;
     }
-    std::vector<Expr> identity;
-    for (int v = 0; v < num_vars; ++v) identity.push_back(ir::Var(v));
-    identity[last + 1] = ir::IntConst(0);
-    const Expr base = ir::SubstituteVars(e->args[0], identity);
+    const Expr base = ir::SubstituteVars(e->args[0], b_at_zero);
     if (e->op == ExprOp::kFloorDiv) return ir::FloorDiv(base, e->args[1]);
     return ir::Add(ir::Mod(base, e->args[1]), ir::Var(last + 1));
   });
