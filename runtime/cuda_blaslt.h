@@ -46,9 +46,19 @@ namespace kiln {
 class CublasLtLibrary;
 
 // One executable's GEMMs on one device: a cuBLASLt handle, and per extern
-// step and shape the matrix descriptors and the algorithm that cuBLASLt's
-// heuristic chose for them (cached here, outside the artifact: the choice
-// depends on the GPU and the library version, not on the graph).
+// step and shape the matrix descriptors and the algorithm chosen for them
+// (cached here, outside the artifact: the choice depends on the GPU and the
+// library version, not on the graph).
+//
+// Choosing: the first call of a step and shape asks cuBLASLt's heuristic
+// for up to 8 algorithms and, when the call overwrites C (beta 0) and its
+// stream is not being captured into a CUDA graph, times them on the call's
+// own buffers on `stream` (synchronising it) and keeps the fastest, or the
+// heuristic's first unless another is at least 3% faster. That first call
+// costs 16 to about 32 products more, at least ~3 ms for small ones
+// (cuda_blaslt.cc, FastestAlgorithm); later calls nothing.
+// $KILN_GEMM_AUTOTUNE=N times N candidates (0 or 1: the heuristic's first,
+// no timing, the same algorithm in every process).
 class CudaGemm {
  public:
   // Workspace each Run may use (cuBLASLt's recommendation for Hopper).
@@ -105,12 +115,13 @@ class CudaGemm {
  private:
   struct Key;
   struct Plan;
-  CudaGemm(const CublasLtLibrary* lib, void* handle)
-      : lib_(lib), handle_(handle) {}
+  CudaGemm(const CublasLtLibrary* lib, void* handle, int autotune_candidates)
+      : lib_(lib), handle_(handle), autotune_candidates_(autotune_candidates) {}
   const Plan* PlanFor(const Key& key) const;
 
   const CublasLtLibrary* lib_;
   void* handle_;  // cublasLtHandle_t
+  const int autotune_candidates_;
   mutable absl::Mutex mu_;
   mutable absl::flat_hash_map<std::string, std::shared_ptr<const Plan>> plans_
       ABSL_GUARDED_BY(mu_);

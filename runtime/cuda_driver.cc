@@ -102,6 +102,17 @@ absl::StatusOr<std::unique_ptr<Driver>> Driver::Open(const char* library) {
   KILN_RESOLVE(cuEventRecord)
   KILN_RESOLVE(cuEventQuery)
   KILN_RESOLVE(cuEventSynchronize)
+  KILN_RESOLVE(cuStreamIsCapturing)
+  // Drivers before CUDA 12.8 have only the first version (same signature).
+  if (!Resolve(handle, library, "cuEventElapsedTime_v2",
+               &api.cuEventElapsedTime_v2)
+           .ok()) {
+    if (absl::Status s = Resolve(handle, library, "cuEventElapsedTime",
+                                 &api.cuEventElapsedTime_v2);
+        !s.ok()) {
+      return s;
+    }
+  }
 #undef KILN_RESOLVE
 
   if (absl::Status s = driver->Check(api.cuInit(0), "cuInit"); !s.ok())

@@ -125,6 +125,11 @@ struct DriverApi {
   Result (*cuEventRecord)(Event event, Stream stream);
   Result (*cuEventQuery)(Event event);
   Result (*cuEventSynchronize)(Event event);
+  // cuEventElapsedTime_v2 where the driver has it (CUDA 12.8+), else
+  // cuEventElapsedTime: the same signature.
+  Result (*cuEventElapsedTime_v2)(float* milliseconds, Event start, Event end);
+  // *status: 0 (CU_STREAM_CAPTURE_STATUS_NONE), 1 (active), 2 (invalidated).
+  Result (*cuStreamIsCapturing)(Stream stream, int* status);
 };
 
 // The loaded driver: the library handle and its resolved entry points.

@@ -8,12 +8,15 @@ CompileOptions.allow_tf32). Also relu(x @ w + b) and tanh-gelu(x @ w + b)
 as Kiln compiles them against torch._addmm_activation (cuBLASLt's fused
 epilogues on both sides). The "unfused" column is Kiln with
 CompileOptions.unfused_gemm_epilogues: the bias and activation as a Kiln
-kernel after the product (what Kiln did before the epilogues).
+kernel after the product (what Kiln did before the epilogues). The "heur"
+column is Kiln with KILN_GEMM_AUTOTUNE=0: cuBLASLt's heuristic's first
+algorithm, where the "kiln" column times the heuristic's 8 best on the first
+call and keeps the fastest.
 
     KILN_LIB=.../libkiln_c.so KILN_KILND=.../kilnd python3 bench/python/gpu_gemm.py
 
 Each row: the median of `--repeats` timings (CUDA events) of `--iters`
-back-to-back calls, TFLOP/s of both and Kiln / torch (≥ 1: Kiln faster).
+back-to-back calls (the columns timed in turn within each repeat), TFLOP/s of both and Kiln / torch (≥ 1: Kiln faster).
 Kiln's calls go through the executable's call path (the CPython extension
 where it is built), as a compiled partition calls them.
 """
@@ -21,6 +24,7 @@ where it is built), as a compiled partition calls them.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import warnings
@@ -120,20 +124,49 @@ def tensors(op: str, shape, dtype, device) -> Tuple[List[torch.Tensor], Callable
         bias, x, w.t(), use_gelu=gelu)
 
 
-def time_cuda(fn: Callable[[], object], iters: int, repeats: int) -> float:
-    """Median seconds per call."""
-    for _ in range(3):
-        fn()
-    samples = []
+def time_cuda(fns: List[Callable[[], object]], iters: int,
+              repeats: int) -> List[float]:
+    """Median seconds per call of each of `fns`, timed in turn within every
+    repeat (so that a change of clocks during the run falls on all)."""
+    for fn in fns:
+        for _ in range(3):
+            fn()
+    samples: List[List[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        for fn, out in zip(fns, samples):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) / 1e3 / iters)
+    return [statistics.median(s) for s in samples]
+
+
+def kernel_time(fn: Callable[[], object], iters: int) -> Tuple[float, str]:
+    """Seconds of GPU kernels per call (CUPTI, through torch.profiler), and
+    the kernels' names: what a call costs on the device, without the host
+    time between launches."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(iters):
             fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3 / iters)
-    return statistics.median(samples)
+        torch.cuda.synchronize()
+    total = 0.0
+    names = []
+    for ev in prof.key_averages():
+        t = getattr(ev, "self_device_time_total", None)
+        if t is None:
+            t = ev.self_cuda_time_total
+        if t <= 0:
+            continue
+        total += t
+        names.append(f"{ev.key[:60]} x{ev.count // iters}")
+    return total / 1e6 / iters, "; ".join(names)
 
 
 def main() -> int:
@@ -143,6 +176,9 @@ def main() -> int:
                     help="comma-separated substrings of case names (default all)")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--profile", action="store_true",
+                    help="also print GPU kernel time per call and the "
+                    "kernels each side runs (torch.profiler)")
     ap.add_argument("--server", help="kilnd's address (default: a private one)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -155,9 +191,10 @@ def main() -> int:
     server = args.server or daemon.address
     major, minor = torch.cuda.get_device_capability(0)
     client = kiln.Client(server, rpc_deadline_seconds=300)
+    heur_client = kiln.Client(server, rpc_deadline_seconds=300)
     print(f"GEMMs on {torch.cuda.get_device_name(0)}, torch {torch.__version__}; "
           f"median of {args.repeats} x {args.iters} calls\n")
-    print(f"{'case':<34}{'dtype':>6}{'torch us':>11}{'kiln us':>11}"
+    print(f"{'case':<34}{'dtype':>6}{'torch us':>11}{'kiln us':>11}{'heur us':>10}"
           f"{'unfused us':>12}{'torch TF/s':>12}{'kiln TF/s':>11}"
           f"{'kiln/torch':>12}  max|diff|")
     wanted = [c for c in args.cases.split(",") if c]
@@ -171,8 +208,8 @@ def main() -> int:
                 torch.backends.cuda.matmul.allow_tf32 = tf32
                 inputs, eager = tensors(op, shape, dtype, device)
 
-                def compiled(options):
-                    exe = client.cuda_executable(
+                def compiled(options, via=client):
+                    exe = via.cuda_executable(
                         graph(op, shape, dtype), target=f"sm_{major}{minor}",
                         device=0, options=options)
                     run = exe.call_path(range(len(inputs)), [("kiln", 0)],
@@ -181,26 +218,40 @@ def main() -> int:
 
                 base = kiln._binding.OPTION_ALLOW_TF32 if tf32 else 0
                 kiln_call = compiled(base)
+                # The heuristic's first algorithm, untimed (another client:
+                # each loads its own executable, and the setting is read
+                # when one is loaded).
+                os.environ["KILN_GEMM_AUTOTUNE"] = "0"
+                try:
+                    heur_call = compiled(base, via=heur_client)
+                finally:
+                    os.environ.pop("KILN_GEMM_AUTOTUNE")
                 epilogue = op in ("addmm", "relu_addmm", "gelu_addmm")
                 unfused = compiled(
                     base | kiln._binding.OPTION_UNFUSED_GEMM_EPILOGUES) \
                     if epilogue else None
                 diff = (kiln_call().float() - eager().float()).abs().max().item()
-                t_torch = time_cuda(eager, args.iters, args.repeats)
-                t_kiln = time_cuda(kiln_call, args.iters, args.repeats)
-                t_unfused = time_cuda(unfused, args.iters, args.repeats) \
-                    if unfused else None
+                fns = [eager, kiln_call, heur_call] + ([unfused] if unfused else [])
+                times = time_cuda(fns, args.iters, args.repeats)
+                t_torch, t_kiln, t_heur = times[:3]
+                t_unfused = times[3] if unfused else None
                 b, m, n, k = shape
                 flops = 2.0 * b * m * n * k
                 unfused_text = f"{t_unfused * 1e6:>12.1f}" if t_unfused \
                     else f"{'-':>12}"
                 print(f"{name:<34}{dname:>6}{t_torch * 1e6:>11.1f}"
-                      f"{t_kiln * 1e6:>11.1f}{unfused_text}"
+                      f"{t_kiln * 1e6:>11.1f}{t_heur * 1e6:>10.1f}{unfused_text}"
                       f"{flops / t_torch / 1e12:>12.1f}"
                       f"{flops / t_kiln / 1e12:>11.1f}"
                       f"{t_torch / t_kiln:>11.3f}x  {diff:.2e}", flush=True)
+                if args.profile:
+                    for side, fn in (("torch", eager), ("kiln", kiln_call)):
+                        t, names = kernel_time(fn, args.iters)
+                        print(f"    {side} kernels {t * 1e6:.1f} us/call: {names}",
+                              flush=True)
     finally:
         client.close()
+        heur_client.close()
         if daemon:
             daemon.stop()
     return 0

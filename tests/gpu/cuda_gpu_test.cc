@@ -171,37 +171,45 @@ TEST(CudaGpu, ExampleGraphsMatchReference) {
 // reference, in the three dtypes, with strict reductions too (TF32's
 // rounding is outside the reference's float32 tolerance: bench/python/
 // gpu_gemm.py's TF32 rows show it in effect).
+//
+// Each case twice: with the algorithm timed among cuBLASLt's candidates
+// (the default) and with the heuristic's first (KILN_GEMM_AUTOTUNE=0).
 TEST(CudaGpu, GemmEpiloguesMatchReference) {
   REQUIRE_GPU(gpu);
   int checked = 0;
-  for (const char* dtype : {"FLOAT32", "FLOAT16", "BFLOAT16"}) {
-    for (const char* act : {"", "relu", "gelu_tanh", "gelu"}) {
-      for (int variant = 0; variant < 4; ++variant) {
-        LinearCase c;
-        c.dtype = dtype;
-        c.activation = act;
-        c.bias = variant != 1;
-        c.bias_row = variant == 2;
-        c.symbolic_m = variant == 3;
-        if (variant == 3) c.m = 300, c.k = 256, c.n = 384;
-        if (!c.bias && c.activation.empty()) continue;
-        for (bool unfused : {false, true}) {
-          v1::CompileRequest req;
-          *req.mutable_graph() = LinearGraph(c);
-          req.mutable_options()->set_unfused_gemm_epilogues(unfused);
-          req.mutable_options()->set_strict_fp16_reduction(variant == 3);
-          req.mutable_options()->set_strict_bf16_reduction(variant == 3);
-          const uint64_t seed = 100 + checked;
-          EXPECT_EQ(CheckOnGpu(*gpu, seed, req, /*aligned=*/true), "")
-              << dtype << " act '" << act << "' variant " << variant
-              << (unfused ? " unfused" : " fused") << "\n"
-              << GraphJson(req.graph());
-          ++checked;
+  for (const char* autotune : {"8", "0"}) {
+    setenv("KILN_GEMM_AUTOTUNE", autotune, 1);
+    for (const char* dtype : {"FLOAT32", "FLOAT16", "BFLOAT16"}) {
+      for (const char* act : {"", "relu", "gelu_tanh", "gelu"}) {
+        for (int variant = 0; variant < 4; ++variant) {
+          LinearCase c;
+          c.dtype = dtype;
+          c.activation = act;
+          c.bias = variant != 1;
+          c.bias_row = variant == 2;
+          c.symbolic_m = variant == 3;
+          if (variant == 3) c.m = 300, c.k = 256, c.n = 384;
+          if (!c.bias && c.activation.empty()) continue;
+          for (bool unfused : {false, true}) {
+            v1::CompileRequest req;
+            *req.mutable_graph() = LinearGraph(c);
+            req.mutable_options()->set_unfused_gemm_epilogues(unfused);
+            req.mutable_options()->set_strict_fp16_reduction(variant == 3);
+            req.mutable_options()->set_strict_bf16_reduction(variant == 3);
+            const uint64_t seed = 100 + checked;
+            EXPECT_EQ(CheckOnGpu(*gpu, seed, req, /*aligned=*/true), "")
+                << dtype << " act '" << act << "' variant " << variant
+                << (unfused ? " unfused" : " fused") << " autotune " << autotune
+                << "\n"
+                << GraphJson(req.graph());
+            ++checked;
+          }
         }
       }
     }
   }
-  EXPECT_GT(checked, 80);
+  unsetenv("KILN_GEMM_AUTOTUNE");
+  EXPECT_GT(checked, 160);
 }
 
 // Convolutions (issue 16) as cuDNN calls and, for comparison, as Kiln's

@@ -35,6 +35,10 @@ struct Abi<T, std::enable_if_t<std::is_enum_v<T>>> {
   using type = std::make_signed_t<std::underlying_type_t<T>>;
 };
 template <typename T>
+struct Abi<T*, std::enable_if_t<std::is_enum_v<T>>> {
+  using type = std::make_signed_t<std::underlying_type_t<T>>*;
+};
+template <typename T>
 struct Abi<
     T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
   using type = std::make_signed_t<T>;
@@ -87,6 +91,8 @@ KILN_CHECK_ABI(cuEventDestroy_v2);
 KILN_CHECK_ABI(cuEventRecord);
 KILN_CHECK_ABI(cuEventQuery);
 KILN_CHECK_ABI(cuEventSynchronize);
+KILN_CHECK_ABI(cuEventElapsedTime_v2);
+KILN_CHECK_ABI(cuStreamIsCapturing);
 #undef KILN_CHECK_ABI
 
 // Handles convert both ways without casts, and the constants agree.
