@@ -125,6 +125,9 @@ class LowerContext {
 
   // Adds a node; returns the value reading it at the identity map.
   LoweredValue AddNode(LoopNode node);
+  // The node number the next AddNode gives: for a node whose expressions
+  // read the node itself (a scan's running value, loop_ir.h's kScatter).
+  int NextNode() const { return static_cast<int>(loops_.nodes.size()); }
   // A view of `v`: element idx of the view is element `v_index` of v, where
   // v_index are expressions over the view's vars.
   static LoweredValue Remap(const LoweredValue& v,

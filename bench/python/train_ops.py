@@ -21,6 +21,11 @@ Rows (float32; the GPU sizes are the issue's, the CPU ones smaller):
                  scatter-add, linear in Kiln (a zeroing and one kernel over
                  the 8 x 512 x 768 sources: atomic on the GPU, in source
                  order on the CPU)
+  cumsum         RoBERTa's position ids (mask.cumsum(1) over (8, 512)
+                 token ids), their embedding (514 x 768; CPU 64 wide), a
+                 cumsum of it along the sequence, and the backward (a
+                 flipped cumsum and the embedding's scatter-add): a scan
+                 on the CPU, a quadratic reduction on CUDA
 Each: median of 7 timings of 10 steps (loss.backward() included; CUDA:
 synchronized around them), ms per step. A private kilnd on an ephemeral
 port unless --server is given; "kiln/best" is Kiln's time over the faster
@@ -84,8 +89,20 @@ def cases(device: str, cuda: bool) -> List[Tuple[str, nn.Module, Tuple]]:
         def forward(self, ids):
             return self.emb(ids).square().mean()
 
+    class Cumsum(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(514, 768 if cuda else 64)
+
+        def forward(self, ids):
+            # RoBERTa's position ids (padding id 1), then their embedding.
+            mask = ids.ne(1).int()
+            pos = (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + 1
+            return self.emb(pos).cumsum(1).square().mean()
+
     pos_ids = torch.randint(0, 512, (8, 512) if cuda else (8, 64),
                             device=device, generator=g)
+    tok_ids = torch.randint(0, 5, (8, 512), device=device, generator=g)
     ids = torch.randint(0, vocab, tokens, device=device, generator=g)
     targets = torch.randint(0, vocab, tokens, device=device, generator=g)
     n = tokens[0] * tokens[1]
@@ -99,6 +116,7 @@ def cases(device: str, cuda: bool) -> List[Tuple[str, nn.Module, Tuple]]:
         ("group_norm", Norm(nn.GroupNorm(32, nchw[1])).to(device), (x,)),
         ("dropout", Dropout(), (drop,)),
         ("positions", Positions().to(device), (pos_ids,)),
+        ("cumsum", Cumsum().to(device), (tok_ids,)),
     ]
 
 

@@ -359,7 +359,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerNllLossBackward(
 // the replacing scatters find each element's last source with a
 // reduction (LastSourceScatter, LastSourceIndexPut: deterministic, as the
 // CPU's and the reference's), and cumsum is a reduction per output
-// element over its prefix on every target.
+// element over its prefix (on CPU targets cumsum is a linear scan:
+// LinearCumsum).
 
 // Work above which a quadratic scatter is UNIMPLEMENTED (the client runs
 // it eagerly) rather than compiled: the target's
@@ -710,8 +711,40 @@ absl::StatusOr<std::vector<LoweredValue>> LowerFlip(LowerContext& ctx) {
       LowerContext::Remap(self, j, ctx.out_type().sizes)};
 }
 
-// cumsum: out[p] = sum over k <= p[dim] of self[p with dim = k], as a
-// reduction over [self..., n] (quadratic along `dim`).
+// cumsum on CPU targets: a scan in linear time, as a replacing scatter
+// whose sources walk `dim` in order (AddScatter's in_order), each storing
+// out[p] = self[p] + out[p - 1 along dim] (a read of the node's own
+// buffer, written one step before in the same thread; the other dims are
+// parallel). The sum runs in SumDType (float32 or int64), in index order.
+LoweredValue LinearCumsum(LowerContext& ctx, int dim) {
+  const LoweredValue& self = ctx.value(0);
+  const TensorType& out = ctx.out_type();
+  const int r = static_cast<int>(self.sizes.size());
+  const DType acc = SumDType(out.dtype);
+  const std::vector<Expr> p = IdentityIndex(r);
+  std::vector<Expr> before = p;  // clamped to 0 where p[dim] is 0
+  before[dim] = ir::Binary(ExprOp::kMax, ir::Add(ir::Var(dim), Int(-1)), Int(0),
+                           DType::kInt64);
+  LoweredValue scan;
+  scan.node = ctx.NextNode();
+  scan.index = p;
+  scan.dtype = acc;
+  scan.sizes = self.sizes;
+  const Expr running =
+      ir::Select(ir::Binary(ExprOp::kGt, ir::Var(dim), Int(0), DType::kBool),
+                 LowerContext::Read(scan, before), ir::Const(0, acc));
+  const Expr value = ir::Binary(
+      ExprOp::kAdd,
+      ir::Cast(ir::Cast(LowerContext::Read(self, p), out.dtype), acc), running,
+      acc);
+  return AddScatter(ctx, self.sizes, acc, ir::Const(0, acc), self.sizes, p,
+                    value, /*replace=*/true, /*in_order=*/dim);
+}
+
+// cumsum: out[p] = sum over k <= p[dim] of self[p with dim = k]. On CPU
+// targets a linear scan (LinearCumsum); on CUDA targets (no ordered
+// scatters there) a reduction over [self..., n], quadratic along `dim`
+// and bounded by CheckScatterWork.
 absl::StatusOr<std::vector<LoweredValue>> LowerCumsum(LowerContext& ctx) {
   const LoweredValue& self = ctx.value(0);
   const TensorType& out = ctx.out_type();
@@ -721,6 +754,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerCumsum(LowerContext& ctx) {
         PointwiseOutput(ctx, LowerContext::Read(self, {}))};
   }
   const int dim = WrapCheckedDim(ctx.arg(1).i, r);
+  if (!ctx.options().atomic_scatters)
+    return ScatterOutput(ctx, LinearCumsum(ctx, dim), out.dtype);
   std::vector<SymExpr> space = self.sizes;
   space.push_back(self.sizes[dim]);
   if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;

@@ -186,7 +186,7 @@ LoweredValue AddScatter(LowerContext& ctx, const std::vector<SymExpr>& sizes,
                         DType dtype, const Expr& base,
                         const std::vector<SymExpr>& space,
                         std::vector<Expr> target, const Expr& value,
-                        bool replace) {
+                        bool replace, int in_order) {
   const DType acc = replace ? dtype : SumDType(dtype);
   LoopNode node;
   node.kind = LoopNode::Kind::kScatter;
@@ -201,7 +201,7 @@ LoweredValue AddScatter(LowerContext& ctx, const std::vector<SymExpr>& sizes,
     for (const Expr& t : target) {
       own = own || (t->op == ExprOp::kVar && t->index == static_cast<int>(d));
     }
-    node.scatter_inner.push_back(!own);
+    node.scatter_inner.push_back(!own || static_cast<int>(d) == in_order);
   }
   node.scatter_index = std::move(target);
   return ctx.AddNode(std::move(node));

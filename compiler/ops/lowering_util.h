@@ -43,12 +43,15 @@ DType SumDType(DType dtype);
 // value(q) replaces the element instead, in dtype. On the CPU the source
 // dims that are a target coordinate of their own run in parallel and the
 // others in source order (deterministic); with LowerOptions::
-// atomic_scatters (CUDA) every source position is parallel.
+// atomic_scatters (CUDA) every source position is parallel. Source dim
+// `in_order` (>= 0; CPU targets) runs in source order even where it is a
+// target coordinate of its own: a scan, whose value reads the elements
+// stored before it.
 LoweredValue AddScatter(LowerContext& ctx, const std::vector<SymExpr>& sizes,
                         DType dtype, const Expr& base,
                         const std::vector<SymExpr>& space,
                         std::vector<Expr> target, const Expr& value,
-                        bool replace = false);
+                        bool replace = false, int in_order = -1);
 
 // `sum` (an AddScatter) as the op's output of `dtype`: the scatter itself
 // when it is summed in that dtype (no copy), else a cast of it.

@@ -72,14 +72,15 @@ _CONV_OPS = frozenset({
 })
 
 
-# Scatters that replace (scatter, index_put without accumulate) are
-# quadratic reductions on CUDA in Kiln (gather_scatter_lowering.cc):
-# compiled there only when every size is static (the work is then
-# bounded). Accumulating ones (embedding_dense_backward, scatter_add,
-# index_put with accumulate), and every scatter on the CPU, are linear and
-# take any sizes.
+# Scatters that replace (scatter, index_put without accumulate), and
+# cumsum, are quadratic reductions on CUDA in Kiln
+# (gather_scatter_lowering.cc): compiled there only when every size is
+# static (the work is then bounded). Accumulating ones
+# (embedding_dense_backward, scatter_add, index_put with accumulate), and
+# every scatter and cumsum on the CPU, are linear and take any sizes.
 _SCATTER_OPS = frozenset({
     "aten.scatter.src", "aten.scatter.value", "aten.index_put.default",
+    "aten.cumsum.default",
 })
 
 
@@ -179,9 +180,10 @@ def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
         if any(isinstance(t, torch.Tensor) and
                any(isinstance(d, torch.SymInt) for d in t.shape)
                for t in inputs + [out]):
-            return ("a scatter that replaces, over symbolic sizes (Kiln's "
-                    "are quadratic reductions on CUDA, compiled only for "
-                    "static sizes)")
+            what = "cumsum" if name == "aten.cumsum.default" else \
+                "a scatter that replaces"
+            return (f"{what}, over symbolic sizes (Kiln's are quadratic "
+                    "reductions on CUDA, compiled only for static sizes)")
     if name in _CONV_OPS and any(
             isinstance(t, torch.Tensor) and
             any(isinstance(s, torch.SymInt) for s in t.shape[1:])

@@ -1081,19 +1081,22 @@ def test_autostarted_daemon_exits_when_idle(tmp_path):
             os.kill(pid, 9)
 
 
-def test_a_node_kilnd_refuses_runs_eagerly_and_the_rest_in_kiln(daemon):
-    """kilnd refuses a cumulative sum (a quadratic reduction in Kiln) over
-    more than 2^18 steps on the CPU (2^24 on a GPU; UNIMPLEMENTED naming
-    the node) that the partitioner cannot see coming:
-    the graph is partitioned again without that node, which runs eagerly
-    with the reason, and its neighbours compile (dynamo._compile_graph).
-    With fallback="error" the refusal raises."""
+def test_a_node_kilnd_refuses_runs_eagerly_and_the_rest_in_kiln(
+        daemon, monkeypatch):
+    """kilnd refuses a sort (quadratic in Kiln) along more than 4096
+    elements (UNIMPLEMENTED naming the node). The partitioner knows that
+    limit; here it is raised, as in a client whose limits disagree with its
+    kilnd's, so the refusal comes from kilnd, unforeseen: the graph is
+    partitioned again without that node, which runs eagerly with the
+    reason, and its neighbours compile (dynamo._compile_graph). With
+    fallback="error" the refusal raises."""
+    monkeypatch.setattr(kiln.partition, "_MAX_SORT_SIZE", 1 << 20)
 
     def f(x):
-        return (x * 2).cumsum(0).sin() + 1
+        return (x * 2).sort().values.sin() + 1
 
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(1 << 12, generator=g)
+    x = torch.randn(1 << 13, generator=g)
     backend = kiln.backend(server=daemon.address, fallback="eager")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no fallback warning: a node is left out
@@ -1101,15 +1104,52 @@ def test_a_node_kilnd_refuses_runs_eagerly_and_the_rest_in_kiln(daemon):
     torch.testing.assert_close(out, f(x), rtol=1e-4, atol=1e-4)
     report = backend.report
     assert report.compiled_partitions == report.partitions == 2, str(report)
-    reasons = report.fallbacks["aten.cumsum.default"]
-    assert any("kilnd refused it" in r and "2^18" in r for r in reasons), reasons
+    reasons = report.fallbacks["aten.sort.default"]
+    assert any("kilnd refused it" in r and "4096" in r for r in reasons), reasons
     assert report.op("aten.sin.default").kiln == 1
     assert report.op("aten.mul.Tensor").kiln == 1
 
     torch._dynamo.reset()
     strict = kiln.backend(server=daemon.address, fallback="error")
-    with pytest.raises(Exception, match="2\\^18"):
+    with pytest.raises(Exception, match="4096"):
         torch.compile(f, backend=strict)(x)
+
+
+def test_cumsum_is_linear_on_the_cpu(daemon):
+    """cumsum is a scan on the CPU (gather_scatter_lowering.cc,
+    LinearCumsum), with no size bound: RoBERTa's position ids
+    (mask.cumsum(1) over 8 x 512 tokens, 2^21 steps as the quadratic
+    reduction it was, refused above 2^18) and a float cumsum over 2^14
+    elements with its backward (a flipped cumsum) run whole in Kiln and
+    match eager."""
+
+    def positions(ids):
+        mask = ids.ne(1).int()
+        return (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + 1
+
+    def f(x, w):
+        return ((x * w).cumsum(0).div(64).sin() * x).sum()
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 5, (8, 512), generator=g)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    got = torch.compile(positions, backend=backend)(ids)
+    assert torch.equal(got, positions(ids))
+
+    x = torch.randn(1 << 14, generator=g)
+    w = torch.randn(1 << 14, generator=g, requires_grad=True)
+    w2 = w.detach().clone().requires_grad_(True)
+    torch._dynamo.reset()
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    out = torch.compile(f, backend=backend)(x, w2)
+    ref = f(x, w)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-3)
+    ref.backward()
+    out.backward()
+    torch.testing.assert_close(w2.grad, w.grad, rtol=1e-3, atol=1e-4)
+    report = backend.report
+    assert report.op("aten.cumsum.default").kiln == 2, str(report)
+    assert not report.op("aten.cumsum.default").fallback, str(report)
 
 
 def test_scatters_over_symbolic_sizes_run_in_kiln(daemon):
@@ -1187,29 +1227,36 @@ def test_bilinear_upsampling_trains_in_kiln(daemon):
         assert all("edge" in r for r in reasons), str(report)
 
 
-def test_many_refused_copies_of_one_node_are_left_out_in_one_retry(daemon):
-    """A cumulative sum is a quadratic reduction in Kiln, refused by kilnd
-    above 2^18 steps on the CPU, which the partitioner cannot see coming.
-    Twenty of one signature (and their backward cumsums) are more refused
-    nodes than the graph is partitioned again for one at a time. Nodes
-    alike a refused one (same op, same argument dtypes and sizes) are left
-    out with it, so every partition compiles and only the cumsums run
-    eagerly."""
+def test_many_refused_copies_of_one_node_are_left_out_in_one_retry(
+        daemon, monkeypatch):
+    """A sort is quadratic in Kiln, refused by kilnd along more than 4096
+    elements; with the partitioner's own limit raised (as in the test
+    above) the partitioner cannot see it coming. Twenty of one signature
+    are more refused nodes than the graph is partitioned again for one at a
+    time. Nodes alike a refused one (same op, same argument dtypes and
+    sizes) are left out with it, so every partition compiles and only the
+    sorts run eagerly, forward and backward (a scatter of the gradients
+    into the sorted positions, in Kiln)."""
+    monkeypatch.setattr(kiln.partition, "_MAX_SORT_SIZE", 1 << 20)
 
-    class Sums(torch.nn.Module):
+    class Sorts(torch.nn.Module):
+        # A ramp far steeper than y spaces the values apart: a sort's
+        # gradient follows the order, which two values closer than the
+        # products' rounding (Kiln's GEMM against PyTorch's) would swap.
         def __init__(self):
             super().__init__()
-            self.lin = torch.nn.Linear(700, 700)
+            self.lin = torch.nn.Linear(64, 5000)
+            self.register_buffer("ramp", torch.arange(5000.0) * 1000)
 
         def forward(self, x):
             y = self.lin(x)
-            return torch.stack([(y * (k + 1)).cumsum(-1)
-                                for k in range(20)]).sum(0)
+            return torch.stack([(y * (k + 1) + self.ramp).sort(
+                -1, descending=True).values for k in range(20)]).sum(0)
 
     torch.manual_seed(0)
-    model = Sums()
+    model = Sorts()
     mine = copy.deepcopy(model)
-    x = torch.randn(4, 700)
+    x = torch.randn(4, 64)
     backend = kiln.backend(server=daemon.address, fallback="eager")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nodes left out: no fallback warning
@@ -1223,10 +1270,10 @@ def test_many_refused_copies_of_one_node_are_left_out_in_one_retry(daemon):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-2)
     report = backend.report
     assert report.compiled_partitions == report.partitions, str(report)
-    assert report.op("aten.cumsum.default").fallback, str(report)
-    assert report.op("aten.cumsum.default").kiln == 0, str(report)
+    assert report.op("aten.sort.default").fallback, str(report)
+    assert report.op("aten.sort.default").kiln == 0, str(report)
     for op, reasons in report.fallbacks.items():
-        assert op == "aten.cumsum.default" or all(
+        assert op == "aten.sort.default" or all(
             "edge" in r for r in reasons), str(report)
 
 

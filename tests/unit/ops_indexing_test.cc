@@ -454,12 +454,12 @@ TEST(IndexingScatter, AddSrcAndValue) {
                 {In(0), I(1), In(1), In(2)}, {"same number of dimensions"});
 }
 
-// Scatters are linear in their sources on the CPU (LoopNode::kScatter):
-// sizes far above the bound of the quadratic form (2^18 steps) compile,
-// match the reference on random inputs with duplicate and negative
-// indices, and give the same bits with one thread or two and run after run
-// (each element adds its sources in source order; of several replacing
-// sources the last wins, as in the reference).
+// Scatters are linear in their sources on the CPU (LoopNode::kScatter), and
+// so is cumsum (a scan of ordered stores): sizes far above the bound of the
+// quadratic form (2^18 steps) compile, match the reference on random inputs
+// with duplicate and negative indices, and give the same bits with one thread
+// or two and run after run (each element adds its sources in source order; of
+// several replacing sources the last wins, as in the reference).
 TEST(IndexingScatterLinear, LargeRandomScattersMatchAndRepeatBitForBit) {
   std::mt19937 rng(17);
   auto floats = [&](std::vector<int64_t> sizes, DType dt) {
@@ -541,6 +541,21 @@ TEST(IndexingScatterLinear, LargeRandomScattersMatchAndRepeatBitForBit) {
                    {floats({40, 30, 8}, kF32), indices({700, 1}, 40, kI64),
                     indices({5}, 30, kI64), floats({700, 5, 8}, kF32)},
                    {In(0), Refs({1, 2}), In(3), B(true)}});
+  // cumsum is a scan (LinearCumsum): 8 x 4096 x 4096 = 2^27 steps as the
+  // quadratic reduction; along the last, first and a middle dim, in float32,
+  // bfloat16 and int64, through a transposed view.
+  cases.push_back(
+      {"aten.cumsum.default", {floats({8, 4096}, kF32)}, {In(0), I(-1)}});
+  cases.push_back(
+      {"aten.cumsum.default", {floats({5000, 24}, kF32)}, {In(0), I(0)}});
+  cases.push_back({"aten.cumsum.default",
+                   {floats({16, 3000}, DType::kBFloat16)},
+                   {In(0), I(1)}});
+  cases.push_back(
+      {"aten.cumsum.default", {floats({20, 700, 9}, kI64)}, {In(0), I(1)}});
+  cases.push_back({"aten.cumsum.default",
+                   {TransposedView(floats({3000, 5}, kF32))},
+                   {In(0), I(1)}});
   for (const Case& c : cases) {
     SCOPED_TRACE(absl::StrCat(c.op, " ", DTypeName(c.in[0].dtype()), " ",
                               c.in[0].ToString(0)));
