@@ -400,13 +400,13 @@ TEST_F(FleetTest, CorruptOrForeignValuesAreNeverServed) {
 TEST_F(FleetTest, CompileErrorsAreCachedBriefly) {
   auto a = StartReplica(0).Stub();
   auto b = StartReplica(1).Stub();
-  // A cumulative sum over a symbolic size: imported fine, refused by the
-  // compiler with UNIMPLEMENTED (its quadratic reduction has no size bound).
+  // A sort along a symbolic size: imported fine, refused by the compiler
+  // with UNIMPLEMENTED (its quadratic reduction has no size bound).
   v1::CompileRequest bad;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
                   R"({"symbols": [{"name": "s0"}], "inputs": [
       {"name": "x", "meta": {"dtype": "FLOAT32", "sizes": [{"symbol": "s0"}, {"value": "4"}]}}],
-    "nodes": [{"op": "aten.cumsum.default", "args": [{"ref": "x"}, {"i": "0"}], "outputs": ["y"]}],
+    "nodes": [{"op": "aten.sort.default", "args": [{"ref": "x"}, {"i": "0"}], "outputs": ["y", "i"]}],
     "outputs": ["y"]})",
                   bad.mutable_graph())
                   .ok());
