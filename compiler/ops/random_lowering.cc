@@ -1,6 +1,6 @@
 // Lowerings of the random ops (signatures in graph/ops/random.cc): pointwise
-// nodes whose bodies draw ExprOp::kPhilox words at the element's row-major
-// index, so random numbers fuse with their neighbours like any pointwise
+// nodes whose bodies draw ExprOp::kPhilox words by the element's row-major
+// index (Word), so random numbers fuse with their neighbours like any pointwise
 // op. The arithmetic on the words is graph/ops/random.h's, the same as the
 // reference's (compiler/ops/random_reference.cc).
 #include <cmath>
@@ -27,13 +27,29 @@ Expr LinearIndex(const std::vector<SymExpr>& sizes) {
   return index;
 }
 
-// Word `word` of the op's Philox stream at each element of `sizes`.
-Expr Word(const LowerContext& ctx, const std::vector<SymExpr>& sizes,
-          int word) {
+// Word `which` (< words) of each element of `sizes` for an op drawing
+// `words` words per element (graph/ops/random.h): PhiloxWord(i) of the
+// call PhiloxCall(i) at the element's row-major index i. The elements of a
+// call are consecutive, so where a kernel runs them together (a vector
+// group on CUDA) the compiler computes the call once for all of them.
+Expr Word(const LowerContext& ctx, const std::vector<SymExpr>& sizes, int words,
+          int which) {
   const ops::RandomArgs at = ops::RandomArgsOf(ctx.node());
   const Expr seed = LowerContext::Read(ctx.value(at.seed), {});
-  return ir::Philox(seed, ir::IntConst(ctx.arg(at.offset).i),
-                    LinearIndex(sizes), word);
+  const Expr offset = ir::IntConst(ctx.arg(at.offset).i);
+  const int per_call = ops::kPhiloxWords / words;
+  const Expr index = LinearIndex(sizes);
+  const Expr call = ir::Binary(ExprOp::kFloorDiv, index, ir::IntConst(per_call),
+                               DType::kInt64);
+  const Expr lane = ir::Binary(ExprOp::kRemainder, index,
+                               ir::IntConst(per_call), DType::kInt64);
+  Expr word = ir::Philox(seed, offset, call, (per_call - 1) * words + which);
+  for (int l = per_call - 2; l >= 0; --l) {
+    word =
+        ir::Select(ir::Binary(ExprOp::kEq, lane, ir::IntConst(l), DType::kBool),
+                   ir::Philox(seed, offset, call, l * words + which), word);
+  }
+  return word;
 }
 
 // The low `bits` bits of `word` as an int64.
@@ -61,14 +77,14 @@ Expr MulF(Expr a, Expr b) {
 absl::StatusOr<std::vector<LoweredValue>> LowerRand(LowerContext& ctx) {
   const TensorType& out = ctx.out_type();
   return std::vector<LoweredValue>{ops::PointwiseOutput(
-      ctx, Uniform(Word(ctx, out.sizes, 0), ops::UniformBits(out.dtype)))};
+      ctx, Uniform(Word(ctx, out.sizes, 1, 0), ops::UniformBits(out.dtype)))};
 }
 
 // Box-Muller: sqrt(-2 log(1 - u1)) * cos(2 pi u2), in float32.
 absl::StatusOr<std::vector<LoweredValue>> LowerRandn(LowerContext& ctx) {
   const std::vector<SymExpr>& sizes = ctx.out_type().sizes;
-  const Expr u1 = Uniform(Word(ctx, sizes, 0), ops::kBernoulliBits);
-  const Expr u2 = Uniform(Word(ctx, sizes, 1), ops::kBernoulliBits);
+  const Expr u1 = Uniform(Word(ctx, sizes, 2, 0), ops::kBernoulliBits);
+  const Expr u2 = Uniform(Word(ctx, sizes, 2, 1), ops::kBernoulliBits);
   const Expr log1m = ir::Unary(
       ExprOp::kLog, ir::Binary(ExprOp::kSub, ir::Const(1, kF32), u1, kF32),
       kF32);
@@ -84,13 +100,13 @@ absl::StatusOr<std::vector<LoweredValue>> LowerBernoulliP(LowerContext& ctx) {
   const int64_t threshold =
       ops::BernoulliThreshold(ctx.arg(1).ScalarAsDouble());
   return std::vector<LoweredValue>{
-      ops::PointwiseOutput(ctx, Draw(Word(ctx, sizes, 0), threshold))};
+      ops::PointwiseOutput(ctx, Draw(Word(ctx, sizes, 1, 0), threshold))};
 }
 
 // bernoulli.default: 1 iff a 24-bit uniform < p.
 absl::StatusOr<std::vector<LoweredValue>> LowerBernoulli(LowerContext& ctx) {
   const std::vector<SymExpr>& sizes = ctx.out_type().sizes;
-  const Expr u = Uniform(Word(ctx, sizes, 0), ops::kBernoulliBits);
+  const Expr u = Uniform(Word(ctx, sizes, 1, 0), ops::kBernoulliBits);
   return std::vector<LoweredValue>{ops::PointwiseOutput(
       ctx, ir::Binary(ExprOp::kLt, u, ctx.Operand(0, sizes, kF32),
                       DType::kBool))};
@@ -117,13 +133,21 @@ absl::StatusOr<std::vector<LoweredValue>> LowerNativeDropout(
         ctx.value(0), BoolNode(ctx, sizes, ir::IntConst(1, DType::kBool))};
   }
   const double p = ctx.arg(1).ScalarAsDouble();
+  // The output reads the mask node rather than drawing again: where the
+  // mask is stored (saved for backward) and the output is computed in
+  // another kernel (a reduction's, e.g. a sum of it), that kernel reads a
+  // byte per element instead of computing Philox's ten rounds a second
+  // time; where the mask is not stored, fusion inlines it as before.
+  const LoweredValue mask =
+      BoolNode(ctx, sizes,
+               Draw(Word(ctx, sizes, 1, 0), ops::BernoulliThreshold(1.0 - p)));
   const Expr keep =
-      Draw(Word(ctx, sizes, 0), ops::BernoulliThreshold(1.0 - p));
+      LowerContext::Read(mask, IdentityIndex(static_cast<int>(sizes.size())));
   const Expr out =
       MulF(MulF(ctx.Operand(0, sizes, kF32), ir::Cast(keep, kF32)),
            ir::Const(ops::DropoutScale(p), kF32));
   LoweredValue out_value = ops::PointwiseOutput(ctx, out);
-  return std::vector<LoweredValue>{out_value, BoolNode(ctx, sizes, keep)};
+  return std::vector<LoweredValue>{out_value, mask};
 }
 
 // native_dropout_backward: grad_output * mask * scale, in float32.

@@ -1,6 +1,7 @@
 // Reference semantics of the random ops (signatures in graph/ops/random.cc):
-// element i of the output (row-major) draws Philox4x32-10(seed, offset, i)
-// (support/philox.h) and turns its words into a value with the arithmetic of
+// element i of the output (row-major) draws its words of Philox4x32-10(
+// seed, offset, PhiloxCall(i)) (graph/ops/random.h, support/philox.h) and
+// turns them into a value with the arithmetic of
 // graph/ops/random.h, the same integers and float32 steps as the compiled
 // kernels, so uniforms, bernoulli draws and dropout masks match them bit for
 // bit; normals use double math (within float rounding of the kernels').
@@ -21,8 +22,12 @@ namespace {
 struct Stream {
   uint64_t seed = 0;
   uint64_t offset = 0;
-  std::array<uint32_t, 4> Words(int64_t index) const {
-    return Philox4x32(seed, offset, static_cast<uint64_t>(index));
+  // Word `which` (< words) of element `index` of an op drawing `words`
+  // words per element.
+  uint32_t Word(int64_t index, int words, int which) const {
+    return Philox4x32(seed, offset,
+                      static_cast<uint64_t>(ops::PhiloxCall(
+                          index, words)))[ops::PhiloxWord(index, words, which)];
   }
 };
 
@@ -38,7 +43,7 @@ double Uniform(uint32_t word, int bits) {
   return std::ldexp(static_cast<double>(word & mask), -bits);
 }
 
-// Bernoulli draw of word 0 against a threshold (graph/ops/random.h).
+// Bernoulli draw of a word against a threshold (graph/ops/random.h).
 bool Draw(uint32_t word, int64_t threshold) {
   constexpr uint32_t kMask = (uint32_t{1} << ops::kBernoulliBits) - 1;
   return static_cast<int64_t>(word & kMask) < threshold;
@@ -54,7 +59,7 @@ absl::StatusOr<std::vector<HostTensor>> RandReference(const RefContext& ctx) {
   HostTensor out = HostTensor::Empty(ctx.out_dtypes[0], ctx.out_sizes[0]);
   const int bits = ops::UniformBits(out.dtype());
   for (int64_t i = 0; i < out.numel(); ++i) {
-    out.SetDoubleAt(i, Uniform(s.Words(i)[0], bits));
+    out.SetDoubleAt(i, Uniform(s.Word(i, 1, 0), bits));
   }
   return std::vector<HostTensor>{std::move(out)};
 }
@@ -63,9 +68,8 @@ absl::StatusOr<std::vector<HostTensor>> RandnReference(const RefContext& ctx) {
   const Stream s = StreamOf(ctx);
   HostTensor out = HostTensor::Empty(ctx.out_dtypes[0], ctx.out_sizes[0]);
   for (int64_t i = 0; i < out.numel(); ++i) {
-    const std::array<uint32_t, 4> w = s.Words(i);
-    const double u1 = Uniform(w[0], ops::kBernoulliBits);
-    const double u2 = Uniform(w[1], ops::kBernoulliBits);
+    const double u1 = Uniform(s.Word(i, 2, 0), ops::kBernoulliBits);
+    const double u2 = Uniform(s.Word(i, 2, 1), ops::kBernoulliBits);
     out.SetDoubleAt(i, std::sqrt(-2.0 * std::log(1.0 - u1)) *
                            std::cos(ops::kTwoPi * u2));
   }
@@ -78,7 +82,7 @@ absl::StatusOr<std::vector<HostTensor>> BernoulliPReference(
   const int64_t threshold = ops::BernoulliThreshold(ctx.arg(1).ScalarAsDouble());
   HostTensor out = HostTensor::Empty(ctx.out_dtypes[0], ctx.out_sizes[0]);
   for (int64_t i = 0; i < out.numel(); ++i) {
-    out.SetIntAt(i, Draw(s.Words(i)[0], threshold) ? 1 : 0);
+    out.SetIntAt(i, Draw(s.Word(i, 1, 0), threshold) ? 1 : 0);
   }
   return std::vector<HostTensor>{std::move(out)};
 }
@@ -90,7 +94,7 @@ absl::StatusOr<std::vector<HostTensor>> BernoulliReference(
   const HostTensor& p = ctx.tensors[0];
   HostTensor out = HostTensor::Empty(ctx.out_dtypes[0], ctx.out_sizes[0]);
   for (int64_t i = 0; i < out.numel(); ++i) {
-    const double u = Uniform(s.Words(i)[0], ops::kBernoulliBits);
+    const double u = Uniform(s.Word(i, 1, 0), ops::kBernoulliBits);
     const double pi = static_cast<float>(p.GetDoubleAt(i));
     out.SetIntAt(i, u < pi ? 1 : 0);
   }
@@ -110,7 +114,7 @@ absl::StatusOr<std::vector<HostTensor>> NativeDropoutReference(
   const int64_t threshold = ops::BernoulliThreshold(1.0 - p);
   const double scale = ops::DropoutScale(p);
   for (int64_t i = 0; i < out.numel(); ++i) {
-    const bool keep = !train || Draw(s.Words(i)[0], threshold);
+    const bool keep = !train || Draw(s.Word(i, 1, 0), threshold);
     mask.SetIntAt(i, keep ? 1 : 0);
     const double xi = static_cast<float>(x.GetDoubleAt(i));
     out.SetDoubleAt(i, train ? MulF(MulF(xi, keep ? 1 : 0), scale) : xi);

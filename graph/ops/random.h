@@ -7,8 +7,13 @@
 // Every random op takes two keywords beyond its ATen schema: `seed`, an
 // int64 0-dim tensor (a graph input; the torch backend draws it per call
 // from torch's generator) and `offset`, an int naming the op's stream (the
-// torch backend numbers the random ops of a partition 0, 1, ...). Element i
-// (row-major over the output) draws Philox4x32-10(seed, offset, i).
+// torch backend numbers the random ops of a partition 0, 1, ...). One call
+// of Philox4x32-10 gives 4 words; an op draws `words` of them per element
+// (1, or 2 for a normal), so consecutive elements share a call: element i
+// (row-major over the output) takes words l * words ... l * words + words -
+// 1 of Philox4x32-10(seed, offset, i / n), where n = 4 / words elements
+// share a call and l = i % n (PhiloxCall, PhiloxWord). As PyTorch's CUDA
+// generators, which take 4 numbers from each call.
 #ifndef KILN_GRAPH_OPS_RANDOM_H_
 #define KILN_GRAPH_OPS_RANDOM_H_
 
@@ -18,6 +23,18 @@
 #include "graph/graph.h"
 
 namespace kiln::ops {
+
+// Words of one Philox4x32 call.
+inline constexpr int kPhiloxWords = 4;
+// For an op drawing `words` words per element (1 or 2): the call element
+// `index` draws from, and the position among the call's words of its word
+// `which` (< words).
+inline constexpr int64_t PhiloxCall(int64_t index, int words) {
+  return index / (kPhiloxWords / words);
+}
+inline constexpr int PhiloxWord(int64_t index, int words, int which) {
+  return static_cast<int>(index % (kPhiloxWords / words)) * words + which;
+}
 
 // Argument positions of the seed and offset keywords in `node`'s schema.
 struct RandomArgs {
@@ -31,10 +48,10 @@ RandomArgs RandomArgsOf(const Node& node);
 // for float16, 8 for bfloat16: every value exact in d, never 1).
 int UniformBits(DType d);
 
-// Bernoulli(p) from word 0: 1 iff (word & (2^24 - 1)) < BernoulliThreshold(p)
-// = ceil(p * 2^24) clamped to [0, 2^24]: the probability is p to 2^-24,
-// exactly 0 at p <= 0 and 1 at p >= 1, decided on integers (no rounding
-// differences between the reference and a kernel).
+// Bernoulli(p) from the element's word: 1 iff (word & (2^24 - 1)) <
+// BernoulliThreshold(p) = ceil(p * 2^24) clamped to [0, 2^24]: the probability
+// is p to 2^-24, exactly 0 at p <= 0 and 1 at p >= 1, decided on integers (no
+// rounding differences between the reference and a kernel).
 inline constexpr int kBernoulliBits = 24;
 int64_t BernoulliThreshold(double p);
 
@@ -44,8 +61,9 @@ double DropoutScale(double p);
 // Whether native_dropout `node` drops (train is None or true).
 bool DropoutTrains(const Node& node);
 
-// Normal: Box-Muller on two uniforms of 24 bits, u1 from word 0 and u2 from
-// word 1: sqrt(-2 log(1 - u1)) * cos(2 pi u2) (as PyTorch's CPU normal_).
+// Normal: Box-Muller on two uniforms of 24 bits, u1 from the element's
+// first word and u2 from its second: sqrt(-2 log(1 - u1)) * cos(2 pi u2) (as
+// PyTorch's CPU normal_).
 inline constexpr double kTwoPi = 6.283185307179586476925286766559;
 
 }  // namespace kiln::ops

@@ -44,8 +44,16 @@ std::vector<v1::Argument> Seeded(std::vector<v1::Argument> args, int i,
 }
 
 // The word of Philox for element `index` as a float32 uniform of 24 bits.
-double Uniform24(uint64_t seed, uint64_t offset, uint64_t index, int word = 0) {
-  return std::ldexp(Philox4x32(seed, offset, index)[word] & 0xFFFFFF, -24);
+// The 24-bit uniform of word `which` of element `index` of an op drawing
+// `words` words per element: 4 / words consecutive elements share one
+// Philox call, element index taking words (index % n) * words + which of
+// call index / n (graph/ops/random.h).
+double Uniform24(uint64_t seed, uint64_t offset, uint64_t index, int words = 1,
+                 int which = 0) {
+  const uint64_t n = 4 / words;
+  const uint32_t w =
+      Philox4x32(seed, offset, index / n)[(index % n) * words + which];
+  return std::ldexp(w & 0xFFFFFF, -24);
 }
 
 struct Compiled {
@@ -166,8 +174,9 @@ TEST(Philox, BernoulliThresholdAndScale) {
 // ---- hand-worked values (the reference) ----
 
 TEST(Rand, HandWorkedValues) {
-  // Element i is the low 24 bits of Philox(seed, offset, i) word 0 times
-  // 2^-24: for seed 0, offset 0, element 0 that is 0x27e8d5 / 2^24.
+  // Element i is the low 24 bits of word i % 4 of Philox(seed, offset,
+  // i / 4) times 2^-24: for seed 0, offset 0, element 0 that is 0x27e8d5 /
+  // 2^24; elements 1 to 3 are the same call's other words.
   auto r = RunTracked("aten.rand.default", {Seed(0)},
                       Seeded({Ints({2, 2})}, 0));
   ASSERT_TRUE(r.ok()) << r.status();
@@ -200,11 +209,11 @@ TEST(Rand, HandWorkedValues) {
 }
 
 TEST(Randn, HandWorkedValues) {
-  // Box-Muller: sqrt(-2 log(1 - u1)) cos(2 pi u2), u1 from word 0 and u2
-  // from word 1.
+  // Box-Muller: sqrt(-2 log(1 - u1)) cos(2 pi u2), u1 and u2 the element's
+  // two words (elements 0 and 1 share call 0: words 0, 1 and 2, 3).
   std::vector<double> want;
   for (int i = 0; i < 3; ++i) {
-    const double u1 = Uniform24(5, 1, i, 0), u2 = Uniform24(5, 1, i, 1);
+    const double u1 = Uniform24(5, 1, i, 2, 0), u2 = Uniform24(5, 1, i, 2, 1);
     want.push_back(std::sqrt(-2 * std::log(1 - u1)) * std::cos(2 * M_PI * u2));
   }
   auto r = RunTracked("aten.randn.default", {Seed(5)}, Seeded({Ints({3})}, 0, 1));
