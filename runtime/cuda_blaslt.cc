@@ -305,13 +305,15 @@ uint32_t LtEpilogue(v1::Gemm::Epilogue e) {
 
 // The cache key of one call: step, dtype, sizes, layouts, options and the
 // operands' address alignment (the heuristic's choice depends on each).
+// `shape` is all of it but the step: the steps of one shape share a timed
+// algorithm choice.
 struct CudaGemm::Key {
   std::string bytes;
+  std::string shape;
   Key(int step, DType dtype, const GemmDims& d, const Options& o,
       uint32_t align_a, uint32_t align_b, uint32_t align_c,
       uint32_t align_bias) {
-    const int64_t values[] = {step,
-                              o.epilogue,
+    const int64_t values[] = {o.epilogue,
                               o.tf32,
                               o.strict_reduction,
                               align_bias,
@@ -331,7 +333,10 @@ struct CudaGemm::Key {
                               align_a,
                               align_b,
                               align_c};
-    bytes.assign(reinterpret_cast<const char*>(values), sizeof(values));
+    shape.assign(reinterpret_cast<const char*>(values), sizeof(values));
+    const int64_t step64 = step;
+    bytes.assign(reinterpret_cast<const char*>(&step64), sizeof(step64));
+    bytes += shape;
   }
 };
 
@@ -583,7 +588,16 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
           ", lda ", d.a.ld, ", ldb ", d.b.ld, ", ldc ", d.c.ld, ")"));
     }
     fresh->algo = algos[0];
-    if (algos.size() > 1 && beta == 0) {
+    std::optional<size_t> timed;
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = timed_.find(key.shape); it != timed_.end())
+        timed = it->second;
+    }
+    if (timed && *timed < algos.size()) {
+      // Another step of this shape timed the same candidates.
+      fresh->algo = algos[*timed];
+    } else if (algos.size() > 1 && beta == 0) {
       // C is only written, so the candidates may run on the call's own
       // buffers before the call itself overwrites C.
       const float alpha_f = static_cast<float>(alpha), zero = 0;
@@ -599,6 +613,8 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
           });
       if (!fastest.ok()) return fastest.status();
       fresh->algo = algos[*fastest];
+      absl::MutexLock lock(&mu_);
+      timed_.try_emplace(key.shape, *fastest);
     }
     absl::MutexLock lock(&mu_);
     auto [it, inserted] = plans_.try_emplace(key.bytes, std::move(fresh));  // NOLINT

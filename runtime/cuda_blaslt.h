@@ -55,8 +55,10 @@ class CublasLtLibrary;
 // stream is not being captured into a CUDA graph, times them on the call's
 // own buffers on `stream` (synchronising it) and keeps the fastest, or the
 // heuristic's first unless another is at least 3% faster. That first call
-// costs 16 to about 32 products more, at least ~3 ms for small ones
-// (cuda_blaslt.cc, FastestAlgorithm); later calls nothing.
+// costs 16 to about 32 products more, about 2–3 ms for small ones
+// (cuda_blaslt.cc, FastestAlgorithm); later calls nothing, and the first
+// call of another step of the same shape (a model's repeated layers) takes
+// the same choice untimed.
 // $KILN_GEMM_AUTOTUNE=N times N candidates (0 or 1: the heuristic's first,
 // no timing, the same algorithm in every process).
 class CudaGemm {
@@ -125,6 +127,9 @@ class CudaGemm {
   mutable absl::Mutex mu_;
   mutable absl::flat_hash_map<std::string, std::shared_ptr<const Plan>> plans_
       ABSL_GUARDED_BY(mu_);
+  // Per shape (Key::shape): which of the heuristic's candidates timed
+  // fastest, for the other steps of that shape.
+  mutable absl::flat_hash_map<std::string, size_t> timed_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kiln
