@@ -76,6 +76,7 @@ v1::ExternCall ExternCallStep(const GemmCall& gemm,
   }
   g->set_tf32(gemm.tf32);
   g->set_strict_reduction(gemm.strict_reduction);
+  g->set_deterministic(gemm.deterministic);
   return call;
 }
 

@@ -202,6 +202,8 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   lower_options.atomic_scatters = cuda;
   lower_options.deterministic_scatters =
       request.options.deterministic_algorithms();
+  lower_options.deterministic_gemms =
+      request.options.deterministic_algorithms();
   lower_options.max_scatter_work_log2 =
       cuda ? kCudaMaxScatterWorkLog2 : kCpuMaxScatterWorkLog2;
   absl::StatusOr<LoopGraph> loops = Lower(request.graph, lower_options);

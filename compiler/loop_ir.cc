@@ -797,6 +797,7 @@ std::string LoopGraph::ToString() const {
                           g.bias_offset.ToString(symbol_names));
         if (g.tf32) absl::StrAppend(&out, " tf32");
         if (g.strict_reduction) absl::StrAppend(&out, " strict_reduction");
+        if (g.deterministic) absl::StrAppend(&out, " deterministic");
         break;
       }
     }
@@ -834,9 +835,10 @@ std::string Kernel::ToString(const std::vector<std::string>& names) const {
               ? absl::StrCat(" bias @", gemm->bias_offset.ToString(names))
               : "",
           "\n");
-    if (gemm->tf32 || gemm->strict_reduction)
+    if (gemm->tf32 || gemm->strict_reduction || gemm->deterministic)
       absl::StrAppend(&out, "    ", gemm->tf32 ? "tf32 " : "",
-                      gemm->strict_reduction ? "strict_reduction" : "", "\n");
+                      gemm->strict_reduction ? "strict_reduction " : "",
+                      gemm->deterministic ? "deterministic" : "", "\n");
   }
   for (size_t d = 0; d < dims.size(); ++d) {
     absl::StrAppend(&out, "  ", inner[d] ? "inner" : "outer", " v", d, " < ",

@@ -259,6 +259,9 @@ struct GemmCall {
   // TF32; 16-bit split-K partial sums must not be reduced in 16 bits.
   bool tf32 = false;
   bool strict_reduction = false;
+  // The library heuristic's first algorithm, untimed
+  // (CompileOptions.deterministic_algorithms).
+  bool deterministic = false;
 };
 
 // Whether a library can read `layout` in place: its row or column stride is

@@ -62,6 +62,9 @@ struct LowerOptions {
   // client runs them in PyTorch's deterministic kernels;
   // CompileOptions.deterministic_algorithms).
   bool deterministic_scatters = false;
+  // GemmCall::deterministic: library GEMMs use the heuristic's first
+  // algorithm, never a timed choice (CompileOptions.deterministic_algorithms).
+  bool deterministic_gemms = false;
   // The most steps (2^this) a non-accumulating scatter or a cumulative
   // sum may cost as Kiln's quadratic reduction
   // (compiler/ops/gather_scatter_lowering.cc); above it the node is

@@ -598,7 +598,7 @@ v1::CompileOptions NormalizeOptions(const v1::CompileOptions& options,
     normalized.clear_strict_bf16_reduction();
     normalized.clear_unfused_gemm_epilogues();
   }
-  bool convolutions = false, scatters = false;
+  bool convolutions = false, scatters = false, products = false;
   for (const Node& n : graph.nodes) {
     if (n.op == nullptr) continue;
     convolutions |= n.op->name == "aten.convolution.default" ||
@@ -606,8 +606,14 @@ v1::CompileOptions NormalizeOptions(const v1::CompileOptions& options,
     scatters |= n.op->name == "aten.embedding_dense_backward.default" ||
                 n.op->name == "aten.scatter_add.default" ||
                 n.op->name == "aten.index_put.default";
+    products |= n.op->name == "aten.mm.default" ||
+                n.op->name == "aten.addmm.default" ||
+                n.op->name == "aten.bmm.default" ||
+                n.op->name == "aten.baddbmm.default";
   }
-  if (!target.has_cuda() || !scatters)
+  // On CUDA: accumulating scatters run eagerly, and cuBLASLt calls take the
+  // heuristic's algorithm rather than a timed one.
+  if (!target.has_cuda() || !(scatters || products))
     normalized.clear_deterministic_algorithms();
   if (!target.has_cuda() || !convolutions) {
     normalized.clear_allow_tf32_convolution();

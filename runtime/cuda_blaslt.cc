@@ -314,6 +314,7 @@ struct CudaGemm::Key {
       uint32_t align_a, uint32_t align_b, uint32_t align_c,
       uint32_t align_bias) {
     const int64_t values[] = {o.epilogue,
+                              o.deterministic,
                               o.tf32,
                               o.strict_reduction,
                               align_bias,
@@ -567,12 +568,13 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
     }
     cublaslt::HeuristicResult results[kMaxAutotuneCandidates]{};
     int returned = 0;
-    if (auto s =
-            check(api.cublasLtMatmulAlgoGetHeuristic(
-                      handle_, desc, fresh->a.get(), fresh->b.get(),
-                      fresh->c.get(), fresh->c.get(), pref.get(),
-                      std::max(1, autotune_candidates_), results, &returned),
-                  "cublasLtMatmulAlgoGetHeuristic");
+    if (auto s = check(
+            api.cublasLtMatmulAlgoGetHeuristic(
+                handle_, desc, fresh->a.get(), fresh->b.get(), fresh->c.get(),
+                fresh->c.get(), pref.get(),
+                options.deterministic ? 1 : std::max(1, autotune_candidates_),
+                results, &returned),
+            "cublasLtMatmulAlgoGetHeuristic");
         !s.ok()) {
       return s;
     }
@@ -589,12 +591,14 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
     }
     fresh->algo = algos[0];
     std::optional<size_t> timed;
-    {
+    if (!options.deterministic) {
       absl::MutexLock lock(&mu_);
       if (auto it = timed_.find(key.shape); it != timed_.end())
         timed = it->second;
     }
-    if (timed && *timed < algos.size()) {
+    if (options.deterministic) {
+      // The heuristic's first, as requested alone.
+    } else if (timed && *timed < algos.size()) {
       // Another step of this shape timed the same candidates.
       fresh->algo = algos[*timed];
     } else if (algos.size() > 1 && beta == 0) {

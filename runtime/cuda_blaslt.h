@@ -60,7 +60,8 @@ class CublasLtLibrary;
 // call of another step of the same shape (a model's repeated layers) takes
 // the same choice untimed.
 // $KILN_GEMM_AUTOTUNE=N times N candidates (0 or 1: the heuristic's first,
-// no timing, the same algorithm in every process).
+// no timing, the same algorithm in every process), and so does a call with
+// Options::deterministic (torch.use_deterministic_algorithms(True)).
 class CudaGemm {
  public:
   // Workspace each Run may use (cuBLASLt's recommendation for Hopper).
@@ -81,6 +82,9 @@ class CudaGemm {
     bool tf32 = false;
     // No split-K partial sums reduced in a 16-bit dtype.
     bool strict_reduction = false;
+    // The heuristic's first algorithm, never a timed one (the same in
+    // every process on one GPU and library).
+    bool deterministic = false;
   };
 
   // Enqueues C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for

@@ -477,6 +477,7 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
         options.bias = e.bias >= 0 ? buffers[e.bias] : 0;
         options.tf32 = e.gemm->tf32();
         options.strict_reduction = e.gemm->strict_reduction();
+        options.deterministic = e.gemm->deterministic();
         if (absl::Status s = gemm_->Run(
                 step.index, e.dtype, *dims, e.gemm->alpha(), e.gemm->beta(),
                 buffers[e.a], buffers[e.b], buffers[e.c], workspace.get(),

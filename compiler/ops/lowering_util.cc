@@ -115,6 +115,7 @@ LoweredValue AddGemm(LowerContext& ctx, const LoweredValue& x,
   g.strict_reduction =
       (data == DType::kFloat16 && options.strict_fp16_reduction) ||
       (data == DType::kBFloat16 && options.strict_bf16_reduction);
+  g.deterministic = options.deterministic_gemms;
   LoopNode node;
   node.kind = LoopNode::Kind::kExtern;
   node.dtype = data;

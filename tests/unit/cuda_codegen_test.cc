@@ -1000,6 +1000,13 @@ TEST(CudaCodegen, MatmulFlagsReachTheCallAndTheKey) {
   v1::CompileOptions strict_f16;
   strict_f16.set_strict_fp16_reduction(true);
   EXPECT_TRUE(CompileLinear(f16, strict_f16).gemm.strict_reduction());
+  // torch.use_deterministic_algorithms(True): the heuristic's algorithm,
+  // never a timed one (runtime/cuda_blaslt.h).
+  v1::CompileOptions deterministic;
+  deterministic.set_deterministic_algorithms(true);
+  EXPECT_TRUE(CompileLinear(f32, deterministic).gemm.deterministic());
+  EXPECT_TRUE(CompileLinear(bf16, deterministic).gemm.deterministic());
+  EXPECT_FALSE(CompileLinear(f32).gemm.deterministic());
 
   // Keys: each flag is another CUDA artifact; CPU targets ignore them, and
   // a request without them keeps the key it had before they existed.
@@ -1022,8 +1029,8 @@ TEST(CudaCodegen, MatmulFlagsReachTheCallAndTheKey) {
   strict_f16_bf16.set_strict_bf16_reduction(true);
   const std::string none_cuda = key(cuda, {});
   std::set<std::string> cuda_keys = {none_cuda};
-  for (const v1::CompileOptions& o :
-       {tf32, strict_bf16, strict_f16, unfused, strict_f16_bf16}) {
+  for (const v1::CompileOptions& o : {tf32, strict_bf16, strict_f16, unfused,
+                                      strict_f16_bf16, deterministic}) {
     EXPECT_TRUE(cuda_keys.insert(key(cuda, o)).second) << o.DebugString();
     EXPECT_EQ(key(cpu, o), key(cpu, {})) << o.DebugString();
   }

@@ -496,8 +496,9 @@ std::map<std::string, std::string> OptionsNotInKey(const v1::Target& target) {
       "a cuDNN flag: CPU targets and graphs without a convolution ignore it "
       "(NormalizeOptions)";
   const char* kScatter =
-      "deterministic scatters: CPU targets and graphs without an "
-      "accumulating scatter ignore it (NormalizeOptions)";
+      "deterministic scatters and GEMM algorithms: CPU targets and graphs "
+      "without an accumulating scatter or a matrix product ignore it "
+      "(NormalizeOptions)";
   const char* kCpuConv =
       "oneDNN convolutions: CUDA targets and graphs without a convolution "
       "ignore it (NormalizeOptions)";
@@ -724,8 +725,10 @@ TEST(GuardKeyTest, CpuLibraryConvolutionsChangeKeysOfCpuConvolutionsOnly) {
 
 // deterministic_algorithms changes the CUDA key of a graph with an
 // accumulating scatter (embedding_cross_entropy.json's embedding backward)
-// and no other key.
-TEST(GuardKeyTest, DeterministicAlgorithmsChangeKeysOfCudaScattersOnly) {
+// or a matrix product (its algorithm is then never a timed one), and no
+// other key.
+TEST(GuardKeyTest,
+     DeterministicAlgorithmsChangeKeysOfCudaScattersAndProductsOnly) {
   v1::Target sm90;
   sm90.mutable_cuda()->set_arch("sm_90");
   const v1::Graph scatter = ExampleGraph("embedding_cross_entropy.json");
