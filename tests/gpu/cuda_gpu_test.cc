@@ -196,6 +196,8 @@ TEST(CudaGpu, GemmEpiloguesMatchReference) {
             req.mutable_options()->set_unfused_gemm_epilogues(unfused);
             req.mutable_options()->set_strict_fp16_reduction(variant == 3);
             req.mutable_options()->set_strict_bf16_reduction(variant == 3);
+            // The heuristic's algorithm, untimed (Gemm.deterministic).
+            req.mutable_options()->set_deterministic_algorithms(variant == 2);
             const uint64_t seed = 100 + checked;
             EXPECT_EQ(CheckOnGpu(*gpu, seed, req, /*aligned=*/true), "")
                 << dtype << " act '" << act << "' variant " << variant
