@@ -639,6 +639,48 @@ TEST(IndexingScatterLinear, SymbolicSizesIncludingEmpty) {
   }
 }
 
+// cumsum is a scan on the CPU (LinearCumsum), so sizes may be symbolic:
+// one compile, run for several bindings (down to 2, the least a symbol
+// takes), along the symbolic dim and across it, against the reference.
+TEST(IndexingCumsum, LinearOverSymbolicSizes) {
+  const char* json = R"({"graph": {
+    "symbols": [{"name": "s0"}],
+    "inputs": [
+      {"name": "x", "meta": {"dtype": "FLOAT32", "sizes": [{"symbol": "s0"}, {"value": "5"}]}},
+      {"name": "m", "meta": {"dtype": "INT64", "sizes": [{"value": "3"}, {"symbol": "s0"}]}}],
+    "nodes": [
+      {"op": "aten.cumsum.default", "args": [{"ref": "x"}, {"i": "0"}], "outputs": ["a"]},
+      {"op": "aten.cumsum.default", "args": [{"ref": "x"}, {"i": "1"}], "outputs": ["b"]},
+      {"op": "aten.cumsum.default", "args": [{"ref": "m"}, {"i": "-1"}], "outputs": ["c"]}],
+    "outputs": ["a", "b", "c"]}})";
+  v1::CompileRequest req;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &req).ok());
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  for (int64_t n : {1000, 7, 2}) {
+    SCOPED_TRACE(absl::StrCat("s0 = ", n));
+    HostTensor x = HostTensor::Empty(kF32, {n, 5});
+    HostTensor m = HostTensor::Empty(kI64, {3, n});
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::uniform_int_distribution<int64_t> k(-9, 9);
+    for (int64_t e = 0; e < x.numel(); ++e) x.SetDoubleAt(e, u(rng));
+    for (int64_t e = 0; e < m.numel(); ++e) m.SetIntAt(e, k(rng));
+    auto got = (*exe)->Run({x, m}, &pool);
+    auto want = EvaluateReference(*graph, {x, m});
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(want.ok()) << want.status();
+    for (size_t o = 0; o < got->size(); ++o)
+      EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
+  }
+}
+
 TEST(IndexingIndexPut, AccumulateOrLastWriteWithBroadcasting) {
   const std::string op = "aten.index_put.default";
   const HostTensor z32 = F32({3, 2}, {0, 0, 0, 0, 0, 0});
