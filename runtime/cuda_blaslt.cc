@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "runtime/cublaslt_api.h"
 #include "runtime/dl_error.h"
 
@@ -305,15 +306,18 @@ uint32_t LtEpilogue(v1::Gemm::Epilogue e) {
 
 // The cache key of one call: step, dtype, sizes, layouts, options and the
 // operands' address alignment (the heuristic's choice depends on each).
-// `shape` is all of it but the step: the steps of one shape share a timed
+// shape() is all of it but the step: the steps of one shape share a timed
 // algorithm choice.
 struct CudaGemm::Key {
   std::string bytes;
-  std::string shape;
+  absl::string_view shape() const {
+    return absl::string_view(bytes).substr(sizeof(int64_t));
+  }
   Key(int step, DType dtype, const GemmDims& d, const Options& o,
       uint32_t align_a, uint32_t align_b, uint32_t align_c,
       uint32_t align_bias) {
-    const int64_t values[] = {o.epilogue,
+    const int64_t values[] = {step,
+                              o.epilogue,
                               o.deterministic,
                               o.tf32,
                               o.strict_reduction,
@@ -334,10 +338,7 @@ struct CudaGemm::Key {
                               align_a,
                               align_b,
                               align_c};
-    shape.assign(reinterpret_cast<const char*>(values), sizeof(values));
-    const int64_t step64 = step;
-    bytes.assign(reinterpret_cast<const char*>(&step64), sizeof(step64));
-    bytes += shape;
+    bytes.assign(reinterpret_cast<const char*>(values), sizeof(values));
   }
 };
 
@@ -590,15 +591,15 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
           ", lda ", d.a.ld, ", ldb ", d.b.ld, ", ldc ", d.c.ld, ")"));
     }
     fresh->algo = algos[0];
+    // (A deterministic call asked for the heuristic's first alone: nothing
+    // to choose from.)
     std::optional<size_t> timed;
     if (!options.deterministic) {
       absl::MutexLock lock(&mu_);
-      if (auto it = timed_.find(key.shape); it != timed_.end())
+      if (auto it = timed_.find(key.shape()); it != timed_.end())
         timed = it->second;
     }
-    if (options.deterministic) {
-      // The heuristic's first, as requested alone.
-    } else if (timed && *timed < algos.size()) {
+    if (timed && *timed < algos.size()) {
       // Another step of this shape timed the same candidates.
       fresh->algo = algos[*timed];
     } else if (algos.size() > 1 && beta == 0) {
@@ -618,7 +619,7 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
       if (!fastest.ok()) return fastest.status();
       fresh->algo = algos[*fastest];
       absl::MutexLock lock(&mu_);
-      timed_.try_emplace(key.shape, *fastest);
+      timed_.try_emplace(std::string(key.shape()), *fastest);
     }
     absl::MutexLock lock(&mu_);
     auto [it, inserted] = plans_.try_emplace(key.bytes, std::move(fresh));  // NOLINT

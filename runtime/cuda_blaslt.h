@@ -131,7 +131,7 @@ class CudaGemm {
   mutable absl::Mutex mu_;
   mutable absl::flat_hash_map<std::string, std::shared_ptr<const Plan>> plans_
       ABSL_GUARDED_BY(mu_);
-  // Per shape (Key::shape): which of the heuristic's candidates timed
+  // Per shape (Key::shape()): which of the heuristic's candidates timed
   // fastest, for the other steps of that shape.
   mutable absl::flat_hash_map<std::string, size_t> timed_ ABSL_GUARDED_BY(mu_);
 };

@@ -578,6 +578,28 @@ TEST(IndexingScatterLinear, LargeRandomScattersMatchAndRepeatBitForBit) {
   }
 }
 
+// A CompileRequest in JSON (its graph) compiled for this machine's CPU and
+// loaded, with the imported graph for the reference evaluator.
+struct CpuGraph {
+  std::unique_ptr<CpuExecutable> exe;
+  Graph graph;
+};
+absl::StatusOr<CpuGraph> CompileCpuJson(const char* json) {
+  v1::CompileRequest req;
+  if (auto s = google::protobuf::util::JsonStringToMessage(json, &req);
+      !s.ok()) {
+    return absl::InvalidArgumentError(s.ToString());
+  }
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto artifact = Compile(req);
+  if (!artifact.ok()) return artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  if (!exe.ok()) return exe.status();
+  auto graph = ImportGraph(req.graph());
+  if (!graph.ok()) return graph.status();
+  return CpuGraph{*std::move(exe), *std::move(graph)};
+}
+
 // A scatter over symbolic sizes, one compile for every binding: the
 // target is x[2:] (s0 - 2 rows) and the sources' count is s1, bound to
 // sizes with duplicates, and to an empty target (s0 = 2): no index can be
@@ -601,15 +623,8 @@ TEST(IndexingScatterLinear, SymbolicSizesIncludingEmpty) {
        "args": [{"ref": "t"}, {"refs": {"values": ["i"]}}, {"ref": "v"}, {"b": false}],
        "outputs": ["r"]}],
     "outputs": ["a", "r"]}})";
-  v1::CompileRequest req;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &req).ok());
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
-  auto artifact = Compile(req);
-  ASSERT_TRUE(artifact.ok()) << artifact.status();
-  auto exe = CpuExecutable::Load(*artifact);
-  ASSERT_TRUE(exe.ok()) << exe.status();
-  auto graph = ImportGraph(req.graph());
-  ASSERT_TRUE(graph.ok()) << graph.status();
+  absl::StatusOr<CpuGraph> compiled = CompileCpuJson(json);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
   std::mt19937 rng(5);
   ThreadPool pool(2);
   for (const auto& [rows, n] :
@@ -624,8 +639,8 @@ TEST(IndexingScatterLinear, SymbolicSizesIncludingEmpty) {
     std::uniform_int_distribution<int64_t> k(-rows,
                                              std::max<int64_t>(rows - 1, 0));
     for (int64_t e = 0; e < n; ++e) i.SetIntAt(e, rows > 0 ? k(rng) : 0);
-    auto got = (*exe)->Run({x, i, v}, &pool);
-    auto want = EvaluateReference(*graph, {x, i, v});
+    auto got = compiled->exe->Run({x, i, v}, &pool);
+    auto want = EvaluateReference(compiled->graph, {x, i, v});
     if (rows == 0) {
       EXPECT_EQ(want.status().code(), absl::StatusCode::kOutOfRange);
       EXPECT_EQ(got.status().code(), absl::StatusCode::kOutOfRange)
@@ -653,15 +668,8 @@ TEST(IndexingCumsum, LinearOverSymbolicSizes) {
       {"op": "aten.cumsum.default", "args": [{"ref": "x"}, {"i": "1"}], "outputs": ["b"]},
       {"op": "aten.cumsum.default", "args": [{"ref": "m"}, {"i": "-1"}], "outputs": ["c"]}],
     "outputs": ["a", "b", "c"]}})";
-  v1::CompileRequest req;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &req).ok());
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
-  auto artifact = Compile(req);
-  ASSERT_TRUE(artifact.ok()) << artifact.status();
-  auto exe = CpuExecutable::Load(*artifact);
-  ASSERT_TRUE(exe.ok()) << exe.status();
-  auto graph = ImportGraph(req.graph());
-  ASSERT_TRUE(graph.ok()) << graph.status();
+  absl::StatusOr<CpuGraph> compiled = CompileCpuJson(json);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
   std::mt19937 rng(11);
   ThreadPool pool(2);
   for (int64_t n : {1000, 7, 2}) {
@@ -672,8 +680,8 @@ TEST(IndexingCumsum, LinearOverSymbolicSizes) {
     std::uniform_int_distribution<int64_t> k(-9, 9);
     for (int64_t e = 0; e < x.numel(); ++e) x.SetDoubleAt(e, u(rng));
     for (int64_t e = 0; e < m.numel(); ++e) m.SetIntAt(e, k(rng));
-    auto got = (*exe)->Run({x, m}, &pool);
-    auto want = EvaluateReference(*graph, {x, m});
+    auto got = compiled->exe->Run({x, m}, &pool);
+    auto want = EvaluateReference(compiled->graph, {x, m});
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_TRUE(want.ok()) << want.status();
     for (size_t o = 0; o < got->size(); ++o)
