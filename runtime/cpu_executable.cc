@@ -313,15 +313,18 @@ absl::Status CpuExecutable::RunInto(absl::Span<const HostBufferView> inputs,
           "output ", o, ": sizes [", absl::StrJoin(out.sizes, ", "),
           "], the program writes [", absl::StrJoin(sizes[o], ", "), "]"));
     }
-    int64_t expected = 1, numel = 1;
-    for (size_t d = sizes[o].size(); d-- > 0;) {
+    int64_t numel = 1;
+    for (int64_t size : sizes[o]) numel *= size;
+    // An empty output has no element to place: any strides will do (PyTorch
+    // gives (4, 0) the strides (1, 1), contiguity as counted here (0, 1)).
+    int64_t expected = 1;
+    for (size_t d = sizes[o].size(); numel > 0 && d-- > 0;) {
       if (sizes[o][d] != 1 && out.strides[d] != expected) {
         return absl::InvalidArgumentError(absl::StrCat(
             "output ", o, ": stride ", out.strides[d], " of dim ", d,
             ", the program writes contiguous outputs (stride ", expected, ")"));
       }
       expected *= sizes[o][d];
-      numel *= sizes[o][d];
     }
     if (numel > 0 && out.data == nullptr) {
       return absl::InvalidArgumentError(

@@ -547,6 +547,29 @@ def test_expanded_output_keeps_its_broadcast_strides(daemon):
     assert backend.report.fallback_nodes == 0
 
 
+def test_empty_outputs_forward_backward(daemon):
+    """Outputs with no element come back from Kiln, forward and backward.
+    PyTorch gives an empty tensor strides counted with sizes of at least 1
+    ((4, 0) has (1, 1)); the CPU runtime once refused such an output ("the
+    program writes contiguous outputs") and the partition fell back."""
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    def f(x, y):
+        return (x[:, 0:0] * 2, torch.cat([x, y], 1).relu() + 1, y.sum(1),
+                x.t() @ y, y.t().exp())
+
+    x, y = torch.randn(4, 3), torch.randn(4, 0)
+    kx, ky = (t.clone().requires_grad_() for t in (x, y))
+    ex, ey = (t.clone().requires_grad_() for t in (x, y))
+    out, ref = torch.compile(f, backend=backend)(kx, ky), f(ex, ey)
+    torch.testing.assert_close(out, ref)
+    assert [o.shape for o in out] == [r.shape for r in ref]
+    kgrads = torch.autograd.grad(sum(o.sum() for o in out), (kx, ky))
+    egrads = torch.autograd.grad(sum(r.sum() for r in ref), (ex, ey))
+    torch.testing.assert_close(kgrads, egrads)
+    assert backend.report.compiled_partitions == backend.report.partitions == 2
+
+
 def test_as_strided_and_as_strided_scatter_run_in_kiln(daemon):
     """as_strided addresses its input's memory (functionalization emits it
     for views of channels-last tensors, e.g. ConvNeXt's and Swin's): of a
