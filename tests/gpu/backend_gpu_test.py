@@ -94,6 +94,31 @@ def run_case(name: str, dtype: torch.dtype, dynamic: bool, server: str,
     return r.compiled_partitions > 0, "\n".join(lines)
 
 
+def empty_outputs_case(server: str, device: torch.device) -> Tuple[bool, str]:
+    """Outputs with no element, forward and backward (as
+    tests/python/test_backend.py's test_empty_outputs_forward_backward on
+    the CPU)."""
+    torch._dynamo.reset()
+    backend = KilnBackend(server=server, fallback="error")
+
+    def f(x, y):
+        return (x[:, 0:0] * 2, torch.cat([x, y], 1).relu() + 1, y.sum(1),
+                x.t() @ y, y.t().exp())
+
+    x, y = torch.randn(4, 3, device=device), torch.randn(4, 0, device=device)
+    kx, ky = (t.clone().requires_grad_() for t in (x, y))
+    ex, ey = (t.clone().requires_grad_() for t in (x, y))
+    got, want = torch.compile(f, backend=backend)(kx, ky), f(ex, ey)
+    torch.testing.assert_close(got, want)
+    assert [g.shape for g in got] == [w.shape for w in want]
+    kgrads = torch.autograd.grad(sum(o.sum() for o in got), (kx, ky))
+    egrads = torch.autograd.grad(sum(o.sum() for o in want), (ex, ey))
+    torch.testing.assert_close(kgrads, egrads)
+    r = backend.report
+    return r.compiled_partitions == r.partitions == 2, (
+        f"{r.compiled_partitions}/{r.partitions} partitions")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", help="comma-separated (default: all)")
@@ -127,6 +152,15 @@ def main() -> int:
                     text = "".join(traceback.format_exception_only(type(e), e))[-2000:]
                 failures += not ok
                 print(f"{case:<34} {status}: {text}", flush=True)
+        if not args.models:
+            try:
+                ok, text = empty_outputs_case(server, device)
+                status = "ok" if ok else "FAIL"
+            except Exception as e:  # noqa: BLE001
+                ok, status = False, "FAIL"
+                text = "".join(traceback.format_exception_only(type(e), e))[-2000:]
+            failures += not ok
+            print(f"{'empty-outputs':<34} {status}: {text}", flush=True)
     finally:
         if daemon:
             daemon.stop()

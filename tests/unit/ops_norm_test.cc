@@ -419,31 +419,54 @@ TEST(GroupNorm, HandWorkedValues) {
                 {"divisible"});
 }
 
+// HxW = 15 takes the one-step form, HxW = 40 (and 48 with a mean far
+// from 0) the per-channel-first one (norm_lowering.cc, PerChannelFirst).
 TEST(GroupNorm, CompiledMatchesReference) {
   std::mt19937_64 rng(6);
-  for (DType dt : kFloatDTypes) {
-    SCOPED_TRACE(DTypeName(dt));
-    for (bool strided : {false, true}) {
-      HostTensor x = Random(dt, {2, 6, 3, 5}, rng);
-      if (strided) x = NonContiguous(x);
-      HostTensor g = Random(dt, {2, 6, 3, 5}, rng);
-      HostTensor w = Random(dt, {6}, rng), b = Random(dt, {6}, rng);
-      ExpectCompiledMatchesReference(
-          "aten.native_group_norm.default", {x, w, b},
-          {In(0), In(1), In(2), I(2), I(6), I(15), I(3), F(1e-5)});
-      ExpectCompiledMatchesReference(
-          "aten.native_group_norm.default", {x},
-          {In(0), NoneArg(), NoneArg(), I(2), I(6), I(15), I(6), F(1e-5)});
-      HostTensor mean = Random(dt, {2, 3}, rng);
-      HostTensor rstd = Random(dt, {2, 3}, rng, 0.5, 2);
-      ExpectCompiledMatchesReference(
-          "aten.native_group_norm_backward.default", {g, x, mean, rstd, w},
-          {In(0), In(1), In(2), In(3), In(4), I(2), I(6), I(15), I(3),
-           Mask(true, true, true)});
-      ExpectCompiledMatchesReference(
-          "aten.native_group_norm_backward.default", {g, x, mean, rstd},
-          {In(0), In(1), In(2), In(3), NoneArg(), I(2), I(6), I(15), I(3),
-           Mask(true, false, false)});
+  struct Shape {
+    int64_t h, w;
+    double low, high;  // the input's range
+  };
+  for (const Shape& shape :
+       {Shape{3, 5, -1, 1}, Shape{8, 5, -1, 1}, Shape{6, 8, 90, 110}}) {
+    const int64_t hxw = shape.h * shape.w;
+    SCOPED_TRACE(hxw);
+    for (DType dt : kFloatDTypes) {
+      SCOPED_TRACE(DTypeName(dt));
+      for (bool strided : {false, true}) {
+        const std::vector<int64_t> sizes = {2, 6, shape.h, shape.w};
+        HostTensor x = Random(dt, sizes, rng, shape.low, shape.high);
+        if (strided) x = NonContiguous(x);
+        HostTensor g = Random(dt, sizes, rng);
+        HostTensor w = Random(dt, {6}, rng), b = Random(dt, {6}, rng);
+        ExpectCompiledMatchesReference(
+            "aten.native_group_norm.default", {x, w, b},
+            {In(0), In(1), In(2), I(2), I(6), I(hxw), I(3), F(1e-5)});
+        ExpectCompiledMatchesReference(
+            "aten.native_group_norm.default", {x},
+            {In(0), NoneArg(), NoneArg(), I(2), I(6), I(hxw), I(6), F(1e-5)});
+        HostTensor mean = Random(dt, {2, 3}, rng, shape.low, shape.high);
+        HostTensor rstd = Random(dt, {2, 3}, rng, 0.5, 2);
+        ExpectCompiledMatchesReference(
+            "aten.native_group_norm_backward.default", {g, x, mean, rstd, w},
+            {In(0), In(1), In(2), In(3), In(4), I(2), I(6), I(hxw), I(3),
+             Mask(true, true, true)});
+        ExpectCompiledMatchesReference(
+            "aten.native_group_norm_backward.default", {g, x, mean, rstd},
+            {In(0), In(1), In(2), In(3), NoneArg(), I(2), I(6), I(hxw), I(3),
+             Mask(true, false, false)});
+        ExpectCompiledMatchesReference(
+            "aten.native_group_norm_backward.default", {g, x, mean, rstd, w},
+            {In(0), In(1), In(2), In(3), In(4), I(2), I(6), I(hxw), I(3),
+             Mask(false, true, false)});
+        // 2 groups of 3 channels.
+        HostTensor mean2 = Random(dt, {2, 2}, rng, shape.low, shape.high);
+        HostTensor rstd2 = Random(dt, {2, 2}, rng, 0.5, 2);
+        ExpectCompiledMatchesReference(
+            "aten.native_group_norm_backward.default", {g, x, mean2, rstd2, w},
+            {In(0), In(1), In(2), In(3), In(4), I(2), I(6), I(hxw), I(2),
+             Mask(true, false, true)});
+      }
     }
   }
   // A [N, C] input (HxW = 1) and an empty batch.
