@@ -190,6 +190,178 @@ std::optional<Kernel> SplitInnermostDim(const Kernel& k) {
   return out;
 }
 
+// ---- CoalesceDims: adjacent dims that every access walks as one ----
+//
+// A kernel's innermost loop runs along its last dim: a pointwise kernel
+// over [N, C, 28, 28] runs 28 elements at a time, too short for LLVM's
+// vectoriser (8 floats x 4), so a convolution net's pointwise and row
+// kernels ran scalar. Where every offset reads two adjacent dims P and L
+// of the same kind (outer or inner) only as c * (P * size(L) + L), and no
+// value reads them otherwise (an iota, a mask, a Philox counter), the two
+// are one dim W of size(P) * size(L): runs of 784 instead of 28, as
+// PyTorch's TensorIterator coalesces dims. Codegen only: the flattened
+// outer range (the kernel's ABI) is unchanged.
+
+// e as signed additive terms (through add, sub and neg).
+void AdditiveTerms(const Expr& e, int sign,
+                   std::vector<std::pair<Expr, int>>& terms) {
+  switch (e->op) {
+    case ExprOp::kAdd:
+      AdditiveTerms(e->args[0], sign, terms);
+      AdditiveTerms(e->args[1], sign, terms);
+      return;
+    case ExprOp::kSub:
+      AdditiveTerms(e->args[0], sign, terms);
+      AdditiveTerms(e->args[1], -sign, terms);
+      return;
+    case ExprOp::kNeg:
+      AdditiveTerms(e->args[0], -sign, terms);
+      return;
+    default:
+      terms.push_back({e, sign});
+  }
+}
+
+// An offset split into the terms that read P or L (summed as one affine
+// form) and the rest (kept as expressions).
+struct SplitOffset {
+  ir::AffineForm pl;
+  std::vector<std::pair<Expr, int>> rest;
+};
+
+std::optional<SplitOffset> SplitPL(const Expr& offset, int p, int l,
+                                   int num_vars) {
+  std::vector<std::pair<Expr, int>> terms;
+  AdditiveTerms(offset, 1, terms);
+  SplitOffset out;
+  out.pl.coeffs.assign(num_vars, SymExpr(0));
+  for (const auto& [term, sign] : terms) {
+    if (!ReadsVar(term, p) && !ReadsVar(term, l)) {
+      out.rest.push_back({term, sign});
+      continue;
+    }
+    std::optional<ir::AffineForm> f = ir::Affine(term, num_vars);
+    if (!f.has_value()) return std::nullopt;
+    const SymExpr k(sign);
+    out.pl.constant = out.pl.constant + k * f->constant;
+    for (int v = 0; v < num_vars; ++v)
+      out.pl.coeffs[v] = out.pl.coeffs[v] + k * f->coeffs[v];
+  }
+  return out;
+}
+
+// Whether dims p and l = p + 1 of k can be one (see above).
+bool CanCoalesce(const Kernel& k, int p) {
+  const int l = p + 1, num_vars = static_cast<int>(k.dims.size());
+  bool ok = true;
+  auto offset_ok = [&](const Expr& offset) {
+    if (!ok || !offset) return;
+    std::optional<SplitOffset> split = SplitPL(offset, p, l, num_vars);
+    ok = split.has_value() &&
+         split->pl.coeffs[p] == split->pl.coeffs[l] * k.dims[l];
+  };
+  absl::flat_hash_set<const ExprNode*> seen;
+  std::function<void(const Expr&)> value_ok = [&](const Expr& e) {
+    if (!ok || !e || !seen.insert(e.get()).second) return;
+    if (e->op == ExprOp::kVar && (e->index == p || e->index == l)) {
+      ok = false;
+      return;
+    }
+    if (e->op == ExprOp::kLoadBuffer) {
+      offset_ok(e->args[0]);
+      return;
+    }
+    for (const Expr& a : e->args) value_ok(a);
+  };
+  for (const Stage& st : k.stages) {
+    value_ok(st.value);
+    value_ok(st.finalize);
+    offset_ok(st.offset);
+  }
+  return ok;
+}
+
+// `offset` with P and L only as c * (P * size(L) + L) (CanCoalesce holds).
+Expr CanonicalOffset(const Expr& offset, int p, int l, const SymExpr& size_l,
+                     int num_vars) {
+  std::optional<SplitOffset> split = SplitPL(offset, p, l, num_vars);
+  Expr sum = ir::FromSym(split->pl.constant);
+  auto add = [&](Expr term, int sign) {
+    sum = ir::Add(sum, sign > 0 ? term : ir::Mul(term, ir::IntConst(-1)));
+  };
+  for (const auto& [term, sign] : split->rest) add(term, sign);
+  for (int v = 0; v < num_vars; ++v) {
+    if (v == p || v == l || split->pl.coeffs[v] == SymExpr(0)) continue;
+    add(ir::Mul(ir::Var(v), ir::FromSym(split->pl.coeffs[v])), 1);
+  }
+  if (split->pl.coeffs[l] != SymExpr(0)) {
+    add(ir::Mul(ir::Add(ir::Mul(ir::Var(p), ir::FromSym(size_l)), ir::Var(l)),
+                ir::FromSym(split->pl.coeffs[l])),
+        1);
+  }
+  return sum;
+}
+
+// k with dims p and p + 1 as one (CanCoalesce holds): offsets made
+// canonical, then P = 0 and L = W (var p) substituted, which turns
+// P * size(L) + L into W exactly; later vars move down by one.
+Kernel Coalesce(const Kernel& k, int p) {
+  const int l = p + 1, num_vars = static_cast<int>(k.dims.size());
+  ir::Rewriter canonical([&](const Expr& e) -> std::optional<Expr> {
+    if (e->op != ExprOp::kLoadBuffer ||
+        (!ReadsVar(e->args[0], p) && !ReadsVar(e->args[0], l))) {
+      return std::nullopt;
+    }
+    return ir::LoadBuffer(
+        e->index, CanonicalOffset(e->args[0], p, l, k.dims[l], num_vars),
+        e->dtype);
+  });
+  std::vector<Expr> vars;
+  for (int v = 0; v < num_vars; ++v) {
+    vars.push_back(v == p   ? ir::IntConst(0)
+                   : v == l ? ir::Var(p)
+                   : v > l  ? ir::Var(v - 1)
+                            : ir::Var(v));
+  }
+  auto rewrite = [&](const Expr& e) {
+    return e ? ir::SubstituteVars(canonical.Run(e), vars) : e;
+  };
+  Kernel out = k;
+  out.dims[p] = k.dims[p] * k.dims[l];
+  out.dims.erase(out.dims.begin() + l);
+  out.inner.erase(out.inner.begin() + l);
+  for (Stage& st : out.stages) {
+    st.value = rewrite(st.value);
+    st.finalize = rewrite(st.finalize);
+    if (st.offset && (ReadsVar(st.offset, p) || ReadsVar(st.offset, l))) {
+      st.offset = ir::SubstituteVars(
+          CanonicalOffset(canonical.Run(st.offset), p, l, k.dims[l], num_vars),
+          vars);
+    } else if (st.offset) {
+      st.offset = rewrite(st.offset);
+    }
+  }
+  return out;
+}
+
+// k with every coalescible pair of adjacent dims of the same kind merged;
+// nullopt when none is. Scatter kernels keep their dims (their inner dims'
+// order is the sources' order).
+std::optional<Kernel> CoalesceDims(const Kernel& k) {
+  if (k.is_scatter() || k.dims.size() < 2) return std::nullopt;
+  std::optional<Kernel> out;
+  const Kernel* cur = &k;
+  for (int p = static_cast<int>(k.dims.size()) - 2; p >= 0; --p) {
+    if (p + 1 >= static_cast<int>(cur->dims.size()) ||
+        cur->inner[p] != cur->inner[p + 1] || !CanCoalesce(*cur, p)) {
+      continue;
+    }
+    out = Coalesce(*cur, p);
+    cur = &*out;
+  }
+  return out;
+}
+
 // Emits one kernel function.
 class CpuKernelEmitter : public KernelEmitterBase {
  public:
@@ -566,11 +738,14 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> EmitCpuModule(
       context, program.kernels.size(), [&](llvm::Module& module, size_t k) {
         const Kernel& kernel = program.kernels[k];
         if (kernel.is_extern()) return absl::OkStatus();
+        std::optional<Kernel> coalesced;
+        if (options.coalesce_dims) coalesced = CoalesceDims(kernel);
+        const Kernel& walked = coalesced ? *coalesced : kernel;
         if (options.split_innermost_dim) {
-          if (std::optional<Kernel> split = SplitInnermostDim(kernel))
+          if (std::optional<Kernel> split = SplitInnermostDim(walked))
             return CpuKernelEmitter(module, program, *split, options).Emit();
         }
-        return CpuKernelEmitter(module, program, kernel, options).Emit();
+        return CpuKernelEmitter(module, program, walked, options).Emit();
       });
 }
 

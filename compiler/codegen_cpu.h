@@ -48,6 +48,11 @@ struct CpuCodegenOptions {
   // constant or linear (codegen_cpu.cc, SplitInnermostDim). false: as
   // written (tests compare the two).
   bool split_innermost_dim = true;
+  // Adjacent dims that every access reads as one (c * (P * size(L) + L))
+  // run as one dim, so that runs along a short last dim (a feature map's
+  // 28 columns) become long enough to vectorise (codegen_cpu.cc,
+  // CoalesceDims). false: the dims as written (tests compare the two).
+  bool coalesce_dims = true;
 };
 
 absl::StatusOr<std::unique_ptr<llvm::Module>> EmitCpuModule(

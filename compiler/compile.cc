@@ -71,6 +71,7 @@ absl::StatusOr<std::string> BuildCpuBinary(const FusedProgram& fused,
   options.fast_math = request.options.fast_math();
   options.row_blocks = env.cpu_row_blocks;
   options.split_innermost_dim = env.cpu_split_innermost_dim;
+  options.coalesce_dims = env.cpu_coalesce_dims;
   auto module = EmitCpuModule(fused, context, options);
   if (!module.ok()) return module.status();
   dump.Write("04-llvm.ll", ModuleText(**module));

@@ -93,6 +93,9 @@ struct CompileEnv {
   // CPU: CpuCodegenOptions::split_innermost_dim. Off only for tests and
   // benchmarks; not part of the guard key.
   bool cpu_split_innermost_dim = true;
+  // CPU: CpuCodegenOptions::coalesce_dims. Off only for tests and
+  // benchmarks; not part of the guard key.
+  bool cpu_coalesce_dims = true;
   // CUDA: libdevice's out-of-line trig functions compiled once per process
   // (NvptxOptimizeOptions::precompiled_trig). Off only to measure what that
   // saves; the PTX is the same.

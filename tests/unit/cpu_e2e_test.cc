@@ -938,6 +938,47 @@ TEST(CpuSplitInnermostDim, ConcatenatedHeadsMatchReference) {
   }
 }
 
+// A feature map's spatial dims (and a pointwise kernel's batch and
+// channels) that every access reads as one run as one dim
+// (CpuCodegenOptions::coalesce_dims, codegen_cpu.cc CoalesceDims): a
+// mean over H and W kept for a broadcast subtraction, a ReLU, and a
+// transposed copy whose dims must stay apart. The IR differs from the
+// uncoalesced kernels', and both match the reference, static (28 x 28,
+// too short a run to vectorise uncoalesced) and with symbolic H and W.
+TEST(CpuCoalesceDims, FeatureMapsMatchReference) {
+  const std::string nodes = R"(
+      {"op": "aten.mean.dim", "args": [{"ref": "x"},
+       {"ints": {"values": [2, 3]}}, {"b": true}], "outputs": ["m"]},
+      {"op": "aten.sub.Tensor", "args": [{"ref": "x"}, {"ref": "m"}],
+       "outputs": ["d"]},
+      {"op": "aten.relu.default", "args": [{"ref": "d"}], "outputs": ["r"]},
+      {"op": "aten.mul.Tensor", "args": [{"ref": "r"}, {"f": 3}],
+       "outputs": ["y"]},
+      {"op": "aten.transpose.int", "args": [{"ref": "x"}, {"i": 2}, {"i": 3}],
+       "outputs": ["t"]},
+      {"op": "aten.clone.default", "args": [{"ref": "t"}],
+       "outputs": ["tc"]})";
+  for (bool dynamic : {false, true}) {
+    SCOPED_TRACE(dynamic ? "symbolic H, W" : "28 x 28");
+    std::string coalesced_ir;
+    ExpectCodegenVariantsMatchReference(
+        GraphOfX("FLOAT32",
+                 dynamic ? std::vector<std::string>{"2", "3", "h", "w"}
+                         : std::vector<std::string>{"2", "3", "28", "28"},
+                 nodes, R"("y", "m", "tc")"),
+        [](CompileEnv& env, bool on) { env.cpu_coalesce_dims = on; },
+        [&](const std::string& ir, bool on) {
+          if (on) {
+            coalesced_ir = ir;
+          } else {
+            EXPECT_NE(ir, coalesced_ir) << "no dims were coalesced";
+          }
+        },
+        dynamic ? std::vector<std::vector<int64_t>>{{5, 7}, {28, 28}, {2, 33}}
+                : std::vector<std::vector<int64_t>>{{}});
+  }
+}
+
 // Dynamic sizes (at least 2, as every symbol): blocks end where the
 // columns do, whatever they are.
 TEST(CpuRowBlocks, DynamicSizes) {
