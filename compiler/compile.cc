@@ -201,6 +201,7 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   lower_options.deterministic_convolutions =
       request.options.deterministic_convolutions();
   lower_options.atomic_scatters = cuda;
+  lower_options.reduction_cumsum = cuda || env.reduction_cumsum_on_cpu;
   lower_options.deterministic_scatters =
       request.options.deterministic_algorithms();
   lower_options.deterministic_gemms =

@@ -87,6 +87,10 @@ struct CompileEnv {
   // programs (whose numerics otherwise only a GPU checks) run on the CPU
   // against the reference evaluator. Not part of the guard key.
   bool split_reductions_on_cpu = false;
+  // Tests only: CUDA's cumsum (LowerOptions::reduction_cumsum: blocked or
+  // quadratic reductions) on CPU targets, so that it runs against the
+  // reference evaluator here. Not part of the guard key.
+  bool reduction_cumsum_on_cpu = false;
   // CPU: CpuCodegenOptions::row_blocks. Off only for tests and benchmarks
   // against the row-at-a-time walk; not part of the guard key.
   bool cpu_row_blocks = true;

@@ -62,6 +62,10 @@ struct LowerOptions {
   // client runs them in PyTorch's deterministic kernels;
   // CompileOptions.deterministic_algorithms).
   bool deterministic_scatters = false;
+  // cumsum as reductions (CUDA, which has no ordered scatters: blocks of
+  // about sqrt(n) over long static rows, else quadratic) rather than a
+  // linear scan (the CPU's ordered scatter).
+  bool reduction_cumsum = false;
   // GemmCall::deterministic: library GEMMs use the heuristic's first
   // algorithm, never a timed choice (CompileOptions.deterministic_algorithms).
   bool deterministic_gemms = false;

@@ -17,8 +17,10 @@
 // reference evaluator reports the same as OUT_OF_RANGE. A gather from a
 // dim of static size 0 (an error in PyTorch whenever there is an index)
 // gives zeros.
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -741,10 +743,93 @@ LoweredValue LinearCumsum(LowerContext& ctx, int dim) {
                     value, /*replace=*/true, /*in_order=*/dim);
 }
 
+// Rows along `dim` longer than this take BlockedCumsum on CUDA targets.
+constexpr int64_t kBlockedCumsumMin = 64;
+
+// cumsum on CUDA targets along a static dim of n > kBlockedCumsumMin: the
+// quadratic reduction in blocks of c = ceil(sqrt(n)) positions, k =
+// ceil(n / c) of them, three reductions instead of one of n^2 steps a row:
+//   totals[b]  = sum of block b (c steps each, n a row),
+//   before[b]  = sum of totals[b'] for b' < b (k^2 a row),
+//   within[i]  = sum of self over i's block up to i (c each, n * c a row),
+//   out[i]     = before[i / c] + within[i].
+// About 2 n^1.5 steps a row instead of n^2: 32x fewer at n = 4096. Indices
+// past the end are clamped (a select evaluates both arms). Where
+// UsesBlockedCumsum; other rows take the plain quadratic reduction.
+bool UsesBlockedCumsum(const LowerContext& ctx, int dim) {
+  const std::optional<int64_t> n = ctx.value(0).sizes[dim].AsConstant();
+  return n.has_value() && *n > kBlockedCumsumMin;
+}
+
+absl::StatusOr<std::vector<LoweredValue>> BlockedCumsum(LowerContext& ctx,
+                                                        int dim) {
+  const LoweredValue& self = ctx.value(0);
+  const TensorType& out = ctx.out_type();
+  const int r = static_cast<int>(self.sizes.size());
+  const int64_t n = *self.sizes[dim].AsConstant();
+  const int64_t c =
+      static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n))));
+  const int64_t k = (n + c - 1) / c;
+  const DType acc = SumDType(out.dtype);
+  auto element = [&](const std::vector<Expr>& q) {
+    return ir::Cast(ir::Cast(LowerContext::Read(self, q), out.dtype), acc);
+  };
+  auto clamped = [&](Expr pos) {
+    return ir::Binary(ExprOp::kMin, pos, Int(n - 1), DType::kInt64);
+  };
+  auto bool_op = [](ExprOp op, Expr a, Expr b) {
+    return ir::Binary(op, std::move(a), std::move(b), DType::kBool);
+  };
+  std::vector<bool> reduced(r + 1, false);
+  reduced[r] = true;
+  // totals over [self with dim -> k, c].
+  std::vector<SymExpr> blocks = self.sizes;
+  blocks[dim] = SymExpr(k);
+  std::vector<SymExpr> space = blocks;
+  space.push_back(SymExpr(c));
+  if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;
+  std::vector<Expr> q = IdentityIndex(r);
+  const Expr pos = ir::Add(ir::Mul(ir::Var(dim), Int(c)), ir::Var(r));
+  q[dim] = clamped(pos);
+  auto totals = Reduce(ctx, space, reduced, ReduceKind::kSum, acc,
+                       ir::Select(bool_op(ExprOp::kLt, pos, Int(n)), element(q),
+                                  ir::Const(0, acc)));
+  if (!totals.ok()) return totals.status();
+  // before over [self with dim -> k, k].
+  space = blocks;
+  space.push_back(SymExpr(k));
+  if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;
+  q = IdentityIndex(r);
+  q[dim] = ir::Var(r);
+  auto before =
+      Reduce(ctx, space, reduced, ReduceKind::kSum, acc,
+             ir::Select(bool_op(ExprOp::kLt, ir::Var(r), ir::Var(dim)),
+                        LowerContext::Read(*totals, q), ir::Const(0, acc)));
+  if (!before.ok()) return before.status();
+  // within over [self, c].
+  space = self.sizes;
+  space.push_back(SymExpr(c));
+  if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;
+  q = IdentityIndex(r);
+  q[dim] = clamped(
+      ir::Add(ir::Mul(ir::FloorDiv(ir::Var(dim), Int(c)), Int(c)), ir::Var(r)));
+  auto within = Reduce(ctx, space, reduced, ReduceKind::kSum, acc,
+                       ir::Select(bool_op(ExprOp::kLe, ir::Var(r),
+                                          ir::Mod(ir::Var(dim), Int(c))),
+                                  element(q), ir::Const(0, acc)));
+  if (!within.ok()) return within.status();
+  std::vector<Expr> block_of = IdentityIndex(r);
+  block_of[dim] = ir::FloorDiv(ir::Var(dim), Int(c));
+  return std::vector<LoweredValue>{PointwiseOutput(
+      ctx, ir::Binary(ExprOp::kAdd, LowerContext::Read(*before, block_of),
+                      LowerContext::Read(*within, IdentityIndex(r)), acc))};
+}
+
 // cumsum: out[p] = sum over k <= p[dim] of self[p with dim = k]. On CPU
 // targets a linear scan (LinearCumsum); on CUDA targets (no ordered
-// scatters there) a reduction over [self..., n], quadratic along `dim`
-// and bounded by CheckScatterWork.
+// scatters there) reductions in blocks (BlockedCumsum) over long static
+// rows, else one over [self..., n], quadratic along `dim`; each bounded by
+// CheckScatterWork.
 absl::StatusOr<std::vector<LoweredValue>> LowerCumsum(LowerContext& ctx) {
   const LoweredValue& self = ctx.value(0);
   const TensorType& out = ctx.out_type();
@@ -754,8 +839,9 @@ absl::StatusOr<std::vector<LoweredValue>> LowerCumsum(LowerContext& ctx) {
         PointwiseOutput(ctx, LowerContext::Read(self, {}))};
   }
   const int dim = WrapCheckedDim(ctx.arg(1).i, r);
-  if (!ctx.options().atomic_scatters)
+  if (!ctx.options().reduction_cumsum)
     return ScatterOutput(ctx, LinearCumsum(ctx, dim), out.dtype);
+  if (UsesBlockedCumsum(ctx, dim)) return BlockedCumsum(ctx, dim);
   std::vector<SymExpr> space = self.sizes;
   space.push_back(self.sizes[dim]);
   if (auto s = CheckScatterWork(ctx, space); !s.ok()) return s;

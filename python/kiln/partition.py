@@ -73,9 +73,10 @@ _CONV_OPS = frozenset({
 
 
 # Scatters that replace (scatter, index_put without accumulate), and
-# cumsum, are quadratic reductions on CUDA in Kiln
-# (gather_scatter_lowering.cc): compiled there only when every size is
-# static (the work is then bounded). Accumulating ones
+# cumsum, are quadratic reductions on CUDA in Kiln (cumsum in blocks of
+# about sqrt(n) along rows longer than 64; gather_scatter_lowering.cc):
+# compiled there only when every size is static (the work is then
+# bounded). Accumulating ones
 # (embedding_dense_backward, scatter_add, index_put with accumulate), and
 # every scatter and cumsum on the CPU, are linear and take any sizes.
 _SCATTER_OPS = frozenset({
@@ -182,8 +183,8 @@ def _shape_reason(node: torch.fx.Node, name: str) -> "str | None":
                for t in inputs + [out]):
             what = "cumsum" if name == "aten.cumsum.default" else \
                 "a scatter that replaces"
-            return (f"{what}, over symbolic sizes (Kiln's are quadratic "
-                    "reductions on CUDA, compiled only for static sizes)")
+            return (f"{what}, over symbolic sizes (Kiln's are reductions "
+                    "on CUDA, compiled only for static sizes)")
     if name in _CONV_OPS and any(
             isinstance(t, torch.Tensor) and
             any(isinstance(s, torch.SymInt) for s in t.shape[1:])

@@ -584,14 +584,15 @@ struct CpuGraph {
   std::unique_ptr<CpuExecutable> exe;
   Graph graph;
 };
-absl::StatusOr<CpuGraph> CompileCpuJson(const char* json) {
+absl::StatusOr<CpuGraph> CompileCpuJson(const char* json,
+                                        const CompileEnv& env = {}) {
   v1::CompileRequest req;
   if (auto s = google::protobuf::util::JsonStringToMessage(json, &req);
       !s.ok()) {
     return absl::InvalidArgumentError(s.ToString());
   }
   *req.mutable_target()->mutable_cpu() = HostCpuTarget();
-  auto artifact = Compile(req);
+  auto artifact = Compile(req, env);
   if (!artifact.ok()) return artifact.status();
   auto exe = CpuExecutable::Load(*artifact);
   if (!exe.ok()) return exe.status();
@@ -687,6 +688,48 @@ TEST(IndexingCumsum, LinearOverSymbolicSizes) {
     for (size_t o = 0; o < got->size(); ++o)
       EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
   }
+}
+
+// CUDA's cumsum (LowerOptions::reduction_cumsum) compiled for the CPU
+// (CompileEnv::reduction_cumsum_on_cpu) against the reference: rows longer
+// than 64 in blocks of ceil(sqrt(n)) (BlockedCumsum; 1000 = 32 x 32 - 24,
+// 4000 = 64 x 63 - 32 and 65 = 9 x 8 - 7 end in a partial block), along the
+// first, middle and last dims, in float32, bfloat16 and int64; a row of
+// 64 takes the plain quadratic reduction.
+TEST(IndexingCumsum, BlockedAsOnCuda) {
+  const char* json = R"({"graph": {
+    "inputs": [
+      {"name": "x", "meta": {"dtype": "FLOAT32", "sizes": [{"value": "3"}, {"value": "1000"}, {"value": "2"}]}},
+      {"name": "y", "meta": {"dtype": "BFLOAT16", "sizes": [{"value": "4000"}]}},
+      {"name": "m", "meta": {"dtype": "INT64", "sizes": [{"value": "5"}, {"value": "65"}]}},
+      {"name": "z", "meta": {"dtype": "FLOAT32", "sizes": [{"value": "64"}, {"value": "3"}]}}],
+    "nodes": [
+      {"op": "aten.cumsum.default", "args": [{"ref": "x"}, {"i": "1"}], "outputs": ["a"]},
+      {"op": "aten.cumsum.default", "args": [{"ref": "y"}, {"i": "0"}], "outputs": ["b"]},
+      {"op": "aten.cumsum.default", "args": [{"ref": "m"}, {"i": "-1"}], "outputs": ["c"]},
+      {"op": "aten.cumsum.default", "args": [{"ref": "z"}, {"i": "0"}], "outputs": ["d"]}],
+    "outputs": ["a", "b", "c", "d"]}})";
+  CompileEnv env;
+  env.reduction_cumsum_on_cpu = true;
+  absl::StatusOr<CpuGraph> compiled = CompileCpuJson(json, env);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  std::mt19937 rng(13);
+  ThreadPool pool(2);
+  HostTensor x = HostTensor::Empty(kF32, {3, 1000, 2});
+  HostTensor y = HostTensor::Empty(DType::kBFloat16, {4000});
+  HostTensor m = HostTensor::Empty(kI64, {5, 65});
+  HostTensor z = HostTensor::Empty(kF32, {64, 3});
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::uniform_int_distribution<int64_t> k(-1000000, 1000000);
+  for (HostTensor* t : {&x, &y, &z})
+    for (int64_t e = 0; e < t->numel(); ++e) t->SetDoubleAt(e, u(rng));
+  for (int64_t e = 0; e < m.numel(); ++e) m.SetIntAt(e, k(rng));
+  auto got = compiled->exe->Run({x, y, m, z}, &pool);
+  auto want = EvaluateReference(compiled->graph, {x, y, m, z});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (size_t o = 0; o < got->size(); ++o)
+    EXPECT_EQ(Compare((*got)[o], (*want)[o]), "") << "output " << o;
 }
 
 TEST(IndexingIndexPut, AccumulateOrLastWriteWithBroadcasting) {
