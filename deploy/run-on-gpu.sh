@@ -10,7 +10,8 @@
 # bundle's kilnd); python: the Python binding with PyTorch
 # (kiln/share/kiln/tests/python_binding_test.py, both allocators);
 # backend: the model suite through torch.compile(backend=kiln) on the GPU
-# (tests/gpu/backend_gpu_test.py); pybench: bench/python/gpu_gemm.py and
+# (tests/gpu/backend_gpu_test.py, $BACKEND_ARGS passed on, e.g. "--models
+# blocked-cumsum"); pybench: bench/python/gpu_gemm.py and
 # step_time.py --device cuda; coverage: bench/python/coverage.py --device
 # cuda over the suite and bench/python/zoo.py; callcost:
 # bench/python/call_cost.py --device cuda against the bundle's kilnd;
@@ -89,7 +90,7 @@ if [[ $what == python || $what == all ]]; then
   "${PYTHON:-python3}" "$K/share/kiln/tests/python_binding_test.py" || status=1
 fi
 if [[ $what == backend || $what == all ]]; then
-  "${PYTHON:-python3}" "$here/tests/gpu/backend_gpu_test.py" || status=1
+  "${PYTHON:-python3}" "$here/tests/gpu/backend_gpu_test.py" ${BACKEND_ARGS:-} || status=1
 fi
 if [[ $what == pybench ]]; then
   "${PYTHON:-python3}" "$here/bench/python/gpu_gemm.py" || status=1
