@@ -174,6 +174,19 @@ def main() -> int:
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, "
           f"extension: {kiln._binding.extension() is not None}")
     failures = 0
+
+    def report(case: str, run: Any, fail: str) -> None:
+        """Runs one case (run() -> (ok, text)) and prints its line."""
+        nonlocal failures
+        try:
+            ok, text = run()
+            status = "ok" if ok else fail
+        except Exception as e:  # noqa: BLE001
+            ok, status = False, "FAIL"
+            text = "".join(traceback.format_exception_only(type(e), e))[-2000:]
+        failures += not ok
+        print(f"{case:<34} {status}: {text}", flush=True)
+
     try:
         for name in names:
             for dtype, dynamic in ((torch.float32, False), (torch.float32, True),
@@ -181,26 +194,12 @@ def main() -> int:
                 if dtype == torch.bfloat16 and not MODELS[name].bf16:
                     continue
                 case = f"{name}-{str(dtype)[6:]}-{'dynamic' if dynamic else 'static'}"
-                try:
-                    ok, text = run_case(name, dtype, dynamic, server, device)
-                    status = "ok" if ok else "FAIL (nothing ran in Kiln)"
-                except Exception as e:  # noqa: BLE001
-                    ok, status = False, "FAIL"
-                    text = "".join(traceback.format_exception_only(type(e), e))[-2000:]
-                failures += not ok
-                print(f"{case:<34} {status}: {text}", flush=True)
-        for name, case in (("empty-outputs", empty_outputs_case),
-                           ("blocked-cumsum", blocked_cumsum_case)):
-            if args.models and name not in args.models.split(","):
-                continue
-            try:
-                ok, text = case(server, device)
-                status = "ok" if ok else "FAIL"
-            except Exception as e:  # noqa: BLE001
-                ok, status = False, "FAIL"
-                text = "".join(traceback.format_exception_only(type(e), e))[-2000:]
-            failures += not ok
-            print(f"{name:<34} {status}: {text}", flush=True)
+                report(case, lambda: run_case(name, dtype, dynamic, server, device),
+                       "FAIL (nothing ran in Kiln)")
+        for name, extra in (("empty-outputs", empty_outputs_case),
+                            ("blocked-cumsum", blocked_cumsum_case)):
+            if not args.models or name in args.models.split(","):
+                report(name, lambda: extra(server, device), "FAIL")
     finally:
         if daemon:
             daemon.stop()
