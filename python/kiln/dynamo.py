@@ -79,8 +79,8 @@ from .foreach import foreach_decompositions
 from .decompositions import extra_decompositions
 from .autostart import resolve_server
 from .fx_graph import (KilnGraph, Unsupported, align_norm_stats_with_eager,
-                       draw_seed, is_contiguous, size_input_tensor,
-                       to_kiln_graph)
+                       draw_seed, is_contiguous, share_float64_scalar_converts,
+                       size_input_tensor, to_kiln_graph)
 from .partition import KilnOperatorSupport, graph_device, partition
 
 __all__ = ["ExplainReport", "KilnBackend", "default_backend", "explain"]
@@ -552,6 +552,7 @@ class KilnBackend:
         from torch._functorch.aot_autograd import make_boxed_func  # noqa: PLC0415
 
         align_norm_stats_with_eager(gm)
+        share_float64_scalar_converts(gm)
         pristine = None
         excluded: Dict[str, str] = {}
         for attempt in range(_NODE_RETRIES + 1):

@@ -537,6 +537,58 @@ def align_norm_stats_with_eager(gm: torch.fx.GraphModule) -> None:
                     _as_float32(node.args[i])
 
 
+_CONVERT = "prims.convert_element_type.default"
+
+
+def _convert_to(node: torch.fx.Node) -> Optional[torch.dtype]:
+    """The dtype a convert_element_type node converts to, else None."""
+    if node.op != "call_function" or op_name(node.target) != _CONVERT:
+        return None
+    dtype = node.args[1] if len(node.args) > 1 else node.kwargs.get("dtype")
+    return dtype if isinstance(dtype, torch.dtype) else None
+
+
+def share_float64_scalar_converts(gm: torch.fx.GraphModule) -> None:
+    """A Python float that Dynamo does not specialise (an eps, a scale under
+    dynamic=True) reaches the graph as a 0-dim float64 tensor input, and
+    AOTAutograd converts it where it is used: convert_element_type(x,
+    float64), a no-op, then a convert to float32. Kiln has no float64, so
+    each of those ran eagerly (13 nodes in HF Llama's training step). Here a
+    float64 0-dim placeholder's no-op converts are dropped and its
+    narrowing converts to one dtype become one node right after the
+    placeholder: one eager convert per scalar and dtype, read by the
+    partitions as their input."""
+    graph = gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    anchor = placeholders[-1] if placeholders else None  # insert after it
+    for p in placeholders:
+        val = p.meta.get("val")
+        if not (isinstance(val, torch.Tensor) and val.dtype == torch.float64
+                and val.dim() == 0):
+            continue
+        changed = True
+        while changed:  # no-op converts, chains of them too: read p
+            changed = False
+            for user in list(p.users):
+                if _convert_to(user) is torch.float64 and user.args[0] is p:
+                    user.replace_all_uses_with(p)
+                    graph.erase_node(user)
+                    changed = True
+        shared: Dict[torch.dtype, torch.fx.Node] = {}
+        for user in list(p.users):
+            dtype = _convert_to(user)
+            if dtype is None or user.args[0] is not p:
+                continue
+            if dtype in shared:
+                user.replace_all_uses_with(shared[dtype])
+                graph.erase_node(user)
+                continue
+            anchor.append(user)  # it reads p alone
+            shared[dtype] = anchor = user
+    graph.lint()
+    gm.recompile()
+
+
 def _cast_stats(val: Any, stats: Tuple[int, ...], names: List[str],
                 nodes: List[Dict[str, Any]]) -> List[str]:
     """`names` (a norm's outputs) with each statistics output whose

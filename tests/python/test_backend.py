@@ -570,6 +570,30 @@ def test_empty_outputs_forward_backward(daemon):
     assert backend.report.compiled_partitions == backend.report.partitions == 2
 
 
+def test_float64_scalar_converts_are_shared(daemon):
+    """Under dynamic=True Dynamo passes an unspecialised Python float (an
+    RMSNorm eps) as a 0-dim float64 tensor, and AOTAutograd converts it to
+    float64 (a no-op) and then to float32 at each use. Kiln has no float64:
+    the backend drops the no-op converts and shares one narrowing convert
+    per scalar (fx_graph.share_float64_scalar_converts), so one node runs
+    eagerly instead of four, and the results are eager's."""
+    backend = kiln.backend(server=daemon.address, fallback="error")
+
+    class TwiceNormed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.eps = 1e-6
+
+        def forward(self, x):
+            y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+            return y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    check_fwd_bwd(TwiceNormed(), backend, torch.randn(4, 8, 32), dynamic=True)
+    converts = backend.report.op("prims.convert_element_type.default")
+    assert sum(converts.fallback.values()) <= 1, converts.fallback
+    assert backend.report.compiled_partitions == backend.report.partitions
+
+
 def test_as_strided_and_as_strided_scatter_run_in_kiln(daemon):
     """as_strided addresses its input's memory (functionalization emits it
     for views of channels-last tensors, e.g. ConvNeXt's and Swin's): of a
