@@ -307,14 +307,15 @@ Expr CanonicalOffset(const Expr& offset, int p, int l, const SymExpr& size_l,
 // P * size(L) + L into W exactly; later vars move down by one.
 Kernel Coalesce(const Kernel& k, int p) {
   const int l = p + 1, num_vars = static_cast<int>(k.dims.size());
+  auto canonical_offset = [&](const Expr& offset) {
+    if (!ReadsVar(offset, p) && !ReadsVar(offset, l)) return offset;
+    return CanonicalOffset(offset, p, l, k.dims[l], num_vars);
+  };
   ir::Rewriter canonical([&](const Expr& e) -> std::optional<Expr> {
-    if (e->op != ExprOp::kLoadBuffer ||
-        (!ReadsVar(e->args[0], p) && !ReadsVar(e->args[0], l))) {
-      return std::nullopt;
-    }
-    return ir::LoadBuffer(
-        e->index, CanonicalOffset(e->args[0], p, l, k.dims[l], num_vars),
-        e->dtype);
+    if (e->op != ExprOp::kLoadBuffer) return std::nullopt;
+    const Expr offset = canonical_offset(e->args[0]);
+    if (offset == e->args[0]) return std::nullopt;
+    return ir::LoadBuffer(e->index, offset, e->dtype);
   });
   std::vector<Expr> vars;
   for (int v = 0; v < num_vars; ++v) {
@@ -333,13 +334,7 @@ Kernel Coalesce(const Kernel& k, int p) {
   for (Stage& st : out.stages) {
     st.value = rewrite(st.value);
     st.finalize = rewrite(st.finalize);
-    if (st.offset && (ReadsVar(st.offset, p) || ReadsVar(st.offset, l))) {
-      st.offset = ir::SubstituteVars(
-          CanonicalOffset(canonical.Run(st.offset), p, l, k.dims[l], num_vars),
-          vars);
-    } else if (st.offset) {
-      st.offset = rewrite(st.offset);
-    }
+    if (st.offset) st.offset = rewrite(canonical_offset(st.offset));
   }
   return out;
 }
@@ -352,10 +347,7 @@ std::optional<Kernel> CoalesceDims(const Kernel& k) {
   std::optional<Kernel> out;
   const Kernel* cur = &k;
   for (int p = static_cast<int>(k.dims.size()) - 2; p >= 0; --p) {
-    if (p + 1 >= static_cast<int>(cur->dims.size()) ||
-        cur->inner[p] != cur->inner[p + 1] || !CanCoalesce(*cur, p)) {
-      continue;
-    }
+    if (cur->inner[p] != cur->inner[p + 1] || !CanCoalesce(*cur, p)) continue;
     out = Coalesce(*cur, p);
     cur = &*out;
   }

@@ -369,22 +369,20 @@ Expr Positions(const GroupShape& s) {
   return ir::Cast(ir::FromSym(s.hxw), kF32);
 }
 
+// The channel of view element (n, k, j) of a [N, group, cg] view: k * cg + j.
+Expr ViewChannel(const GroupShape& s) {
+  return ir::Add(ir::Mul(ir::Var(1), ir::IntConst(s.cg)), ir::Var(2));
+}
+
 // A [N, C] value read at view element (n, k, j) of its [N, group, cg] view.
 Expr AtViewChannel(const LoweredValue& v, const GroupShape& s) {
-  return ir::Cast(
-      LowerContext::Read(
-          v, {ir::Var(0),
-              ir::Add(ir::Mul(ir::Var(1), ir::IntConst(s.cg)), ir::Var(2))}),
-      kF32);
+  return ir::Cast(LowerContext::Read(v, {ir::Var(0), ViewChannel(s)}), kF32);
 }
 
 // A [N, C] value as its [N, group, cg] view.
 LoweredValue ChannelsByGroup(const LoweredValue& v, const GroupShape& s) {
-  return LowerContext::Remap(
-      v,
-      {ir::Var(0),
-       ir::Add(ir::Mul(ir::Var(1), ir::IntConst(s.cg)), ir::Var(2))},
-      {v.sizes[0], SymExpr(s.group), SymExpr(s.cg)});
+  return LowerContext::Remap(v, {ir::Var(0), ViewChannel(s)},
+                             {v.sizes[0], SymExpr(s.group), SymExpr(s.cg)});
 }
 
 // Every input dim reduced but N and C.
@@ -484,62 +482,26 @@ absl::StatusOr<std::vector<LoweredValue>> LowerGroupNormBackward(
   const Expr gw = Mul(g, ChannelRead(ctx, 4, 1));
   const bool input_grad = MaskBit(ctx, 9, 0);
   const bool param_grad[] = {MaskBit(ctx, 9, 1), MaskBit(ctx, 9, 2)};
+  const bool per_channel = PerChannelFirst(s);
   const std::vector<bool> row = {false, false, true};
-  const Expr count = Mul(Positions(s), ir::Const(s.cg, kF32));
-  std::vector<LoweredValue> outs;
-  if (!PerChannelFirst(s)) {
-    if (input_grad) {
-      // The group means of gw and gw * xhat, over the [N, group, D] view:
-      // the same expressions with the view's vars substituted.
-      const LoweredValue gv = GroupView(ctx.value(0), s);
-      // Input var d is to_input[d] over the view's vars.
-      const std::vector<Expr> to_input = GroupIndex(in.sizes, s);
-      const Expr gw_v = ir::SubstituteVars(gw, to_input);
-      const Expr xhat_v = ir::SubstituteVars(xhat, to_input);
-      auto m1 = SumOver(ctx, gv, row, false, gw_v, kF32, /*mean=*/true);
-      if (!m1.ok()) return m1.status();
-      auto m2 = SumOver(ctx, gv, row, false, Mul(gw_v, xhat_v), kF32,
-                        /*mean=*/true);
-      if (!m2.ok()) return m2.status();
-      outs.push_back(OutputNode(ctx, 0,
-                                Mul(rstd, Sub(Sub(gw, AtGroup(*m1, s)),
-                                              Mul(xhat, AtGroup(*m2, s))))));
-    } else {
-      outs.push_back(ZerosOutput(ctx, 0));
-    }
-    const std::vector<bool> reduced = AllButChannel(in.sizes.size());
-    const Expr bodies[] = {Mul(g, xhat), g};
-    for (int k = 0; k < 2; ++k) {
-      if (!param_grad[k]) {
-        outs.push_back(ZerosOutput(ctx, k + 1));
-        continue;
-      }
-      auto sum = SumOver(ctx, in, reduced, false, bodies[k],
-                         ctx.out_type(k + 1).dtype);
-      if (!sum.ok()) return sum.status();
-      outs.push_back(*sum);
-    }
-    return outs;
-  }
-  // Per channel: sums[0] = A (of g * xhat), sums[1] = B (of g), [N, C].
-  const std::vector<bool> spatial = Spatial(in.sizes.size());
   const Expr bodies[] = {Mul(g, xhat), g};
+  // Per channel: sums[0] = A (of g * xhat), sums[1] = B (of g), [N, C].
   LoweredValue sums[2];
-  for (int k = 0; k < 2; ++k) {
+  for (int k = 0; k < 2 && per_channel; ++k) {
     if (!input_grad && !param_grad[k]) continue;
-    auto sum = SumOver(ctx, in, spatial, false, bodies[k], kF32);
+    auto sum =
+        SumOver(ctx, in, Spatial(in.sizes.size()), false, bodies[k], kF32);
     if (!sum.ok()) return sum.status();
     sums[k] = *sum;
   }
-  if (input_grad) {
-    // w_c read at view element (n, k, j): channel k * cg + j.
+  std::vector<LoweredValue> outs;
+  if (!input_grad) {
+    outs.push_back(ZerosOutput(ctx, 0));
+  } else if (per_channel) {
+    // The group sums of gw and gw * xhat: sum_c(w_c * B), sum_c(w_c * A).
     const Expr w_v =
         ctx.is_tensor(4)
-            ? ir::Cast(LowerContext::Read(
-                           ctx.value(4),
-                           {ir::Add(ir::Mul(ir::Var(1), ir::IntConst(s.cg)),
-                                    ir::Var(2))}),
-                       kF32)
+            ? ir::Cast(LowerContext::Read(ctx.value(4), {ViewChannel(s)}), kF32)
             : ir::Const(1, kF32);
     const LoweredValue channels = ChannelsByGroup(sums[0], s);
     auto m1 = SumOver(ctx, channels, row, false,
@@ -548,6 +510,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerGroupNormBackward(
     auto m2 = SumOver(ctx, channels, row, false,
                       Mul(w_v, AtViewChannel(sums[0], s)), kF32);
     if (!m2.ok()) return m2.status();
+    const Expr count = Mul(Positions(s), ir::Const(s.cg, kF32));
     auto mean_of = [&](const LoweredValue& v) {
       return ir::Binary(ExprOp::kDiv, AtGroup(v, s), count, kF32);
     };
@@ -555,17 +518,38 @@ absl::StatusOr<std::vector<LoweredValue>> LowerGroupNormBackward(
         ctx, 0,
         Mul(rstd, Sub(Sub(gw, mean_of(*m1)), Mul(xhat, mean_of(*m2))))));
   } else {
-    outs.push_back(ZerosOutput(ctx, 0));
+    // The group means of gw and gw * xhat, over the [N, group, D] view:
+    // the same expressions with the view's vars substituted.
+    const LoweredValue gv = GroupView(ctx.value(0), s);
+    // Input var d is to_input[d] over the view's vars.
+    const std::vector<Expr> to_input = GroupIndex(in.sizes, s);
+    const Expr gw_v = ir::SubstituteVars(gw, to_input);
+    const Expr xhat_v = ir::SubstituteVars(xhat, to_input);
+    auto m1 = SumOver(ctx, gv, row, false, gw_v, kF32, /*mean=*/true);
+    if (!m1.ok()) return m1.status();
+    auto m2 =
+        SumOver(ctx, gv, row, false, Mul(gw_v, xhat_v), kF32, /*mean=*/true);
+    if (!m2.ok()) return m2.status();
+    outs.push_back(OutputNode(
+        ctx, 0,
+        Mul(rstd, Sub(Sub(gw, AtGroup(*m1, s)), Mul(xhat, AtGroup(*m2, s))))));
   }
+  // dweight and dbias: per channel the sums of A and B over N, else sums
+  // over N and HxW.
   for (int k = 0; k < 2; ++k) {
     if (!param_grad[k]) {
       outs.push_back(ZerosOutput(ctx, k + 1));
       continue;
     }
+    const DType dtype = ctx.out_type(k + 1).dtype;
     auto sum =
-        SumOver(ctx, sums[k], {true, false}, false,
-                ir::Cast(LowerContext::Read(sums[k], IdentityIndex(2)), kF32),
-                ctx.out_type(k + 1).dtype);
+        per_channel
+            ? SumOver(
+                  ctx, sums[k], {true, false}, false,
+                  ir::Cast(LowerContext::Read(sums[k], IdentityIndex(2)), kF32),
+                  dtype)
+            : SumOver(ctx, in, AllButChannel(in.sizes.size()), false, bodies[k],
+                      dtype);
     if (!sum.ok()) return sum.status();
     outs.push_back(*sum);
   }
