@@ -11,9 +11,11 @@ code it was not written against.
     $PY bench/python/real_models.py --device cuda --amp bfloat16 \\
         --time 20 --scale 8 --seq 128 --image 128 [names...]   # step times
 
-Per model: nodes in Kiln / all (and the share without the views left at a
-partition's edge, which run eagerly for free: a parameter's t() that the
-backward saves, an alias), partitions, and the worst parameter (or output) by the ratio of Kiln's error to eager's, both against float64 (the
+Per model: nodes in Kiln / all (and the share without views left at a
+partition's edge, which run eagerly for free; since partitions return the
+views of their inputs themselves, fx_graph.ViewOutput, there are none next
+to ops Kiln runs), partitions, and the worst parameter (or output) by the
+ratio of Kiln's error to eager's, both against float64 (the
 error that says whether Kiln is worse than eager float32 itself). A model
 is MISMATCH when some result's error against float64 is above 1e-4 and 20x
 eager's; ERROR when the compiled step raised. Dropout, stochastic depth and

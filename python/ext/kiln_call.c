@@ -18,7 +18,11 @@
  *
  * input_indices: for each Kiln input, the index in args of its tensor.
  * outputs: for each result entry, (0, j) for Kiln output j (a new tensor)
- * or (1, i) for args[i] itself (the same object, never a copy).
+ * or (1, i) for args[i] itself (the same object, never a copy), or a view:
+ * (2, i, sizes, strides, offset) for
+ * args[i].as_strided(sizes, strides, args[i].storage_offset() + offset),
+ * (3, j, sizes, strides, offset) for Kiln output j's
+ * as_strided(sizes, strides, offset) (sizes and strides tuples of ints).
  * static_sizes: a tuple of size tuples per Kiln output, or None: then the
  * sizes come from kiln_cpu_executable_output_sizes per call (symbols).
  * tuple_output: a tuple result, else its only entry.
@@ -64,6 +68,8 @@ static PyObject* g_str_data_ptr;
 static PyObject* g_str_dtype;
 static PyObject* g_str_is_cpu;
 static PyObject* g_str_get_device;
+static PyObject* g_str_as_strided;
+static PyObject* g_str_storage_offset;
 static PyObject* g_current_stream; /* device -> CUstream as int, or NULL */
 static PyObject* g_from_dlpack;    /* capsule -> torch.Tensor, or NULL */
 static PyObject* g_kwnames_dtype; /* ("dtype",) */
@@ -222,8 +228,9 @@ typedef struct {
   PyObject* static_sizes; /* tuple of size tuples, or NULL */
   int64_t* static_dims;   /* total_out_rank entries, when static */
   Py_ssize_t num_results;
-  int* result_is_input;
+  int* result_kind; /* 0 Kiln output, 1 input, 2/3 a view of one */
   Py_ssize_t* result_index;
+  PyObject** result_view; /* kinds 2, 3: (sizes, strides, offset) */
   int tuple_output;
 } CpuCall;
 
@@ -499,6 +506,27 @@ static void ScratchRelease(Scratch* s, Py_ssize_t n_out) {
   PyMem_Free(s->heap);
 }
 
+/* base.as_strided(sizes, strides, offset) for view = (sizes, strides,
+ * offset), the offset counted from base's own storage offset when
+ * `relative` (an input), else from 0 (a new Kiln output). */
+static PyObject* ViewOf(PyObject* base, PyObject* view, int relative) {
+  PyObject* offset = Py_NewRef(PyTuple_GET_ITEM(view, 2));
+  if (relative) {
+    PyObject* own = PyObject_CallMethodNoArgs(base, g_str_storage_offset);
+    PyObject* sum = own == NULL ? NULL : PyNumber_Add(own, offset);
+    Py_XDECREF(own);
+    Py_DECREF(offset);
+    if (sum == NULL) return NULL;
+    offset = sum;
+  }
+  PyObject* argv[4] = {base, PyTuple_GET_ITEM(view, 0),
+                       PyTuple_GET_ITEM(view, 1), offset};
+  PyObject* v = PyObject_VectorcallMethod(
+      g_str_as_strided, argv, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+  Py_DECREF(offset);
+  return v;
+}
+
 static PyObject* CpuCall_vectorcall(PyObject* callable, PyObject* const* args,
                                     size_t nargsf, PyObject* kwnames) {
   CpuCall* self = (CpuCall*)callable;
@@ -516,8 +544,9 @@ static PyObject* CpuCall_vectorcall(PyObject* callable, PyObject* const* args,
     if (result != NULL) {
       for (Py_ssize_t r = 0; r < self->num_results; ++r) {
         Py_ssize_t i = self->result_index[r];
+        int kind = self->result_kind[r];
         PyObject* v;
-        if (self->result_is_input[r]) {
+        if (kind == 1 || kind == 2) {
           if (i >= nargs) {
             PyErr_SetString(PyExc_TypeError, "kiln partition: too few args");
             Py_CLEAR(result);
@@ -527,7 +556,13 @@ static PyObject* CpuCall_vectorcall(PyObject* callable, PyObject* const* args,
         } else {
           v = s.outs[i];
         }
-        PyTuple_SET_ITEM(result, r, Py_NewRef(v));
+        v = kind >= 2 ? ViewOf(v, self->result_view[r], kind == 2)
+                      : Py_NewRef(v);
+        if (v == NULL) {
+          Py_CLEAR(result);
+          break;
+        }
+        PyTuple_SET_ITEM(result, r, v);
       }
     }
   }
@@ -549,8 +584,14 @@ static void CpuCall_dealloc(CpuCall* self) {
   PyMem_Free(self->out_codes);
   PyMem_Free(self->out_ranks);
   PyMem_Free(self->static_dims);
-  PyMem_Free(self->result_is_input);
+  if (self->result_view != NULL) {
+    for (Py_ssize_t r = 0; r < self->num_results; ++r) {
+      Py_XDECREF(self->result_view[r]);
+    }
+  }
+  PyMem_Free(self->result_kind);
   PyMem_Free(self->result_index);
+  PyMem_Free(self->result_view);
   Py_TYPE(self)->tp_free((PyObject*)self);
 }
 
@@ -716,29 +757,41 @@ static PyObject* CallInit(CpuCall* self, PyObject* inputs, PyObject* outputs,
   if (fast == NULL) goto fail;
   self->num_results = PySequence_Fast_GET_SIZE(fast);
   n = self->num_results ? self->num_results : 1;
-  self->result_is_input = PyMem_Malloc((size_t)n * sizeof(int));
+  self->result_kind = PyMem_Malloc((size_t)n * sizeof(int));
   self->result_index = PyMem_Malloc((size_t)n * sizeof(Py_ssize_t));
-  if (self->result_is_input == NULL || self->result_index == NULL) {
+  self->result_view = PyMem_Calloc((size_t)n, sizeof(PyObject*));
+  if (self->result_kind == NULL || self->result_index == NULL ||
+      self->result_view == NULL) {
     Py_DECREF(fast);
     PyErr_NoMemory();
     goto fail;
   }
   for (Py_ssize_t r = 0; r < self->num_results; ++r) {
-    int is_input;
+    int kind;
     Py_ssize_t index;
-    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, r), "pn", &is_input,
-                          &index)) {
+    PyObject *sizes = NULL, *strides = NULL, *offset = NULL;
+    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, r), "in|O!O!O!", &kind,
+                          &index, &PyTuple_Type, &sizes, &PyTuple_Type,
+                          &strides, &PyLong_Type, &offset)) {
       Py_DECREF(fast);
       goto fail;
     }
-    if (index < 0 || (!is_input && index >= self->num_outputs)) {
+    int is_kiln = kind == 0 || kind == 3;
+    if (kind < 0 || kind > 3 || (kind >= 2) != (offset != NULL) || index < 0 ||
+        (is_kiln && index >= self->num_outputs)) {
       Py_DECREF(fast);
-      PyErr_Format(PyExc_ValueError, "CpuCall: result %zd: bad index %zd", r,
-                   index);
+      PyErr_Format(PyExc_ValueError, "CpuCall: result %zd: bad entry", r);
       goto fail;
     }
-    self->result_is_input[r] = is_input;
+    self->result_kind[r] = kind;
     self->result_index[r] = index;
+    if (kind >= 2) {
+      self->result_view[r] = PyTuple_Pack(3, sizes, strides, offset);
+      if (self->result_view[r] == NULL) {
+        Py_DECREF(fast);
+        goto fail;
+      }
+    }
   }
   Py_DECREF(fast);
   if (!self->tuple_output && self->num_results != 1) {
@@ -991,9 +1044,12 @@ PyMODINIT_FUNC PyInit__kiln_call(void) {
   g_str_dtype = PyUnicode_InternFromString("dtype");
   g_str_is_cpu = PyUnicode_InternFromString("is_cpu");
   g_str_get_device = PyUnicode_InternFromString("get_device");
+  g_str_as_strided = PyUnicode_InternFromString("as_strided");
+  g_str_storage_offset = PyUnicode_InternFromString("storage_offset");
   g_kwnames_dtype = Py_BuildValue("(s)", "dtype");
   if (!g_str_shape || !g_str_stride || !g_str_data_ptr || !g_str_dtype ||
-      !g_str_is_cpu || !g_str_get_device || !g_kwnames_dtype) {
+      !g_str_is_cpu || !g_str_get_device || !g_str_as_strided ||
+      !g_str_storage_offset || !g_kwnames_dtype) {
     return NULL;
   }
   PyObject* m = PyModule_Create(&kModule);

@@ -654,7 +654,7 @@ class CudaExecutable:
         return ext.CudaCall(
             self._handle.value, self if _keep_alive else None, self.device,
             torch.device("cuda", self.device), tuple(input_indices),
-            tuple((kind != "kiln", i) for kind, i in outputs), dtypes,
+            _result_entries(outputs), dtypes,
             bool(tuple_output))
 
     def __call__(self, *tensors, stream=None):
@@ -800,9 +800,12 @@ class CpuExecutable:
         """The extension's callable f(*args) for this executable, or None
         without the extension (module docstring). Kiln input k is
         args[input_indices[k]]; f returns, for each entry of `outputs`,
-        ("kiln", j): Kiln output j as a new contiguous tensor, or
-        ("input", i): args[i] itself; as a tuple, or its only entry when
-        not tuple_output. static_sizes: the outputs' sizes when they do not
+        ("kiln", j): Kiln output j as a new contiguous tensor,
+        ("input", i): args[i] itself, or a view ("view_input", i, sizes,
+        strides, offset): args[i].as_strided(sizes, strides,
+        args[i].storage_offset() + offset), ("view_kiln", j, sizes, strides,
+        offset): Kiln output j's as_strided(sizes, strides, offset); as a
+        tuple, or its only entry when not tuple_output. static_sizes: the outputs' sizes when they do not
         depend on the inputs' (no symbols), else None (asked per call).
         Guards and errors as for run_into (KilnError)."""
         ext = _ready_extension()
@@ -816,7 +819,7 @@ class CpuExecutable:
         return ext.CpuCall(
             self._handle.value, self if _keep_alive else None,
             tuple(input_indices),
-            tuple((kind != "kiln", i) for kind, i in outputs), dtypes,
+            _result_entries(outputs), dtypes,
             tuple(self.output_ranks),
             None if static_sizes is None else
             tuple(tuple(int(d) for d in s) for s in static_sizes),
@@ -840,6 +843,22 @@ class CpuExecutable:
                                            self.output_dtypes)]
         self.run_into(tensors, outputs)
         return outputs
+
+
+_RESULT_KINDS = {"kiln": 0, "input": 1, "view_input": 2, "view_kiln": 3}
+
+
+def _result_entries(outputs):
+    """call_path's `outputs` in the extension's form (kiln_call.c)."""
+    entries = []
+    for kind, i, *view in outputs:
+        entry = (_RESULT_KINDS[kind], int(i))
+        if view:
+            sizes, strides, offset = view
+            entry += (tuple(int(v) for v in sizes),
+                      tuple(int(v) for v in strides), int(offset))
+        entries.append(entry)
+    return tuple(entries)
 
 
 def supported_ops():

@@ -78,7 +78,8 @@ from .attention import resolve_policy, rewrite_attention
 from .foreach import foreach_decompositions
 from .decompositions import extra_decompositions
 from .autostart import resolve_server
-from .fx_graph import (KilnGraph, Unsupported, align_norm_stats_with_eager,
+from .fx_graph import (KilnGraph, Unsupported, ViewOutput,
+                       align_norm_stats_with_eager,
                        draw_seed, is_contiguous, share_float64_scalar_converts,
                        size_input_tensor, to_kiln_graph)
 from .partition import KilnOperatorSupport, graph_device, partition
@@ -278,23 +279,52 @@ class KilnPartition(torch.nn.Module):
         self._perms = [(j, p) for j, p in enumerate(graph.output_perms) if p]
         if not graph.scalar_inputs and not graph.size_inputs and \
                 not self._perms and not graph.moved_inputs and \
-                all(s is None for s in self._strides):
-            self._fast = exe.call_path(graph.tensor_inputs, graph.outputs,
-                                       tuple_output, *sizes)
+                all(s is None for s in self._strides) and \
+                all(v.static for v in graph.view_outputs):
+            self._fast = exe.call_path(graph.tensor_inputs,
+                                       self._call_outputs(), tuple_output,
+                                       *sizes)
         else:
             self._run = exe.call_path(
                 range(len(graph.tensor_inputs)),
                 [("kiln", j) for j in range(len(graph.output_meta))],
                 True, *sizes)
 
+    def _call_outputs(self) -> List[Tuple[Any, ...]]:
+        """graph.outputs as call_path takes them (views static)."""
+        entries: List[Tuple[Any, ...]] = []
+        for kind, i in self.graph.outputs:
+            if kind != "view":
+                entries.append((kind, i))
+                continue
+            v = self.graph.view_outputs[i]
+            entries.append((f"view_{v.base[0]}", v.base[1], v.sizes,
+                            v.strides, v.offset))
+        return entries
+
+    def _symbol_values(self, tensors: List[torch.Tensor]) -> Dict[Any, int]:
+        return {sym: tensors[k].shape[d]
+                for sym, (k, d) in self._symbol_dims.items()}
+
     def _expected_strides(self, j: int, tensors: List[torch.Tensor]) -> Tuple[int, ...]:
         want = self._strides[j]
         if isinstance(want, tuple):
             return want
-        values = {sym: tensors[k].shape[d]
-                  for sym, (k, d) in self._symbol_dims.items()}
-        return tuple(int(e.xreplace(values)) if hasattr(e, "xreplace") else int(e)
-                     for e in want)
+        return _evaluate(want, self._symbol_values(tensors))
+
+    def _view(self, v: ViewOutput, outs: List[torch.Tensor],
+              args: Tuple[Any, ...], tensors: List[torch.Tensor]) -> torch.Tensor:
+        """ViewOutput v of this call."""
+        kind, i = v.base
+        base = outs[i] if kind == "kiln" else args[i]
+        if v.static:
+            sizes, strides, offset = v.sizes, v.strides, v.offset
+        else:
+            values = self._symbol_values(tensors)
+            sizes, strides = (_evaluate(v.sizes, values),
+                              _evaluate(v.strides, values))
+            offset = _evaluate((v.offset,), values)[0]
+        return base.as_strided(sizes, strides, base.storage_offset() + offset)
 
     def __call__(self, *args: Any) -> Any:
         # What the FX module calls (nn.Module.__call__'s hook machinery
@@ -360,11 +390,19 @@ class KilnPartition(torch.nn.Module):
         for j, want in enumerate(self._strides):
             if want is not None:
                 outs[j] = restrided(outs[j], self._expected_strides(j, tensors))
-        result = tuple(outs[i] if kind == "kiln" else args[i]
-                       for kind, i in self.graph.outputs)
+        result = tuple(
+            outs[i] if kind == "kiln" else args[i] if kind == "input" else
+            self._view(self.graph.view_outputs[i], outs, args, tensors)
+            for kind, i in self.graph.outputs)
         return result if self._tuple_output else result[0]
 
     _tuple_output = True
+
+
+def _evaluate(exprs: Sequence[Any], values: Dict[Any, int]) -> Tuple[int, ...]:
+    """Sizes given as ints or sympy expressions, for symbol values."""
+    return tuple(int(e.xreplace(values)) if hasattr(e, "xreplace") else int(e)
+                 for e in exprs)
 
 
 def restrided(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:

@@ -21,6 +21,11 @@ from the tensors' sizes), except where an op takes one as a scalar operand
 Tensor twin. A Python number an op takes as a Tensor becomes
 aten.scalar_tensor; aten.alias is its input's value. Outputs that are
 placeholders are not sent: the caller returns those inputs as themselves.
+An output that is a view (ALIAS_VIEW_OPS) of an input, or a view Kiln need
+not write (an expand, a view of another output, a layout with gaps), is a
+ViewOutput: the caller makes it with as_strided over the input or the Kiln
+output it views (as Inductor's wrapper reinterprets a buffer), so it aliases
+its base as eager's view does and Kiln writes nothing for it.
 
 Everything here raises Unsupported (with the reason) for what Kiln's graph
 format cannot say; kiln/partition.py uses the same checks to decide which
@@ -38,7 +43,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.fx
 
-__all__ = ["AS_STRIDED_OPS", "IDENTITY_OPS", "KilnGraph", "SizeInput",
+__all__ = ["ALIAS_VIEW_OPS", "AS_STRIDED_OPS", "IDENTITY_OPS", "KilnGraph",
+           "SizeInput", "ViewOutput",
            "Unsupported", "as_strided_view", "check_node_args", "dtype_name",
            "graph_device", "is_contiguous", "op_name", "schema_args",
            "to_kiln_graph"]
@@ -101,6 +107,16 @@ RANDOM_OPS = frozenset({
 # Ops that are their input's value in a functional graph: the same ref.
 IDENTITY_OPS = frozenset({"aten.alias.default"})
 _IDENTITY_OPS = IDENTITY_OPS
+
+# Ops whose result always shares its input's storage (a view, never a
+# copy): an output made of these over an input is a ViewOutput.
+ALIAS_VIEW_OPS = frozenset({
+    "aten.view.default", "aten._unsafe_view.default", "aten.permute.default",
+    "aten.expand.default", "aten.squeeze.dim", "aten.squeeze.dims",
+    "aten.squeeze.default", "aten.unsqueeze.default", "aten.slice.Tensor",
+    "aten.select.int", "aten.alias.default", "aten.t.default",
+    "aten.transpose.int", "aten.as_strided.default",
+})
 
 
 class Unsupported(Exception):
@@ -860,6 +876,7 @@ class KilnGraph:
     moved_inputs: Kiln inputs that are 0-dim CPU tensors of a CUDA graph
         (a tensor literal PyTorch mixes with CUDA tensors as a scalar): the
         caller moves them to `device` before the call.
+    view_outputs: the outputs ("view", v) of `outputs` refers to.
     """
 
     graph: Dict[str, Any]
@@ -876,10 +893,111 @@ class KilnGraph:
     output_perms: List[Optional[List[int]]] = field(default_factory=list)
     node_origin: List[Optional[str]] = field(default_factory=list)
     moved_inputs: List[int] = field(default_factory=list)
+    view_outputs: List["ViewOutput"] = field(default_factory=list)
 
     @property
     def json(self) -> str:
         return json.dumps(self.graph, separators=(",", ":"))
+
+
+@dataclass
+class ViewOutput:
+    """An output that aliases `base`: base.as_strided(sizes, strides,
+    base.storage_offset() + offset), what eager's chain of views gives.
+    base: ("input", i), FX argument i, or ("kiln", j), Kiln output j in the
+    layout PyTorch expects. sizes, strides, offset: ints, or sympy
+    expressions over symbols some Kiln input's dim is (evaluated per call).
+    Valid because Kiln's guards fix an input's strides and Kiln writes its
+    outputs in the expected ones."""
+
+    base: Tuple[str, int]
+    sizes: Tuple[Any, ...]
+    strides: Tuple[Any, ...]
+    offset: Any
+
+    @property
+    def static(self) -> bool:
+        return all(isinstance(v, int)
+                   for v in self.sizes + self.strides + (self.offset,))
+
+
+def _is_alias_view(node: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" \
+        and op_name(node.target) in ALIAS_VIEW_OPS and bool(node.args) \
+        and isinstance(node.args[0], torch.fx.Node)
+
+
+def _meta_value(v: Any) -> Any:
+    """A size, stride or offset of a fake tensor: an int, or its sympy
+    expression."""
+    e = _sym_expr(v)
+    if e is None:
+        return int(v)
+    return int(e) if e.is_Integer else e
+
+
+def _alias_outputs(gm: torch.fx.GraphModule, results: Sequence[Any],
+                   bound: set) -> Dict[torch.fx.Node, torch.fx.Node]:
+    """The outputs (chains of ALIAS_VIEW_OPS) that are ViewOutputs, each
+    with the node it views: every view of a placeholder; a view nothing
+    else uses when writing it would be waste (an expand, a view of a value
+    the graph returns anyway, a layout that is neither contiguous nor a
+    permuted dense one). Only where the view's sizes, strides and offset
+    are known from Kiln's inputs (`bound`: the symbols an input dim is)."""
+    returned = {r for r in results if isinstance(r, torch.fx.Node)}
+    aliases: Dict[torch.fx.Node, torch.fx.Node] = {}
+    for r in returned:
+        if not _is_alias_view(r):
+            continue
+        chain = [r]
+        source = r.args[0]
+        while _is_alias_view(source):
+            chain.append(source)
+            source = source.args[0]
+        val, base = r.meta.get("val"), source.meta.get("val")
+        if not isinstance(val, torch.Tensor) or \
+                not isinstance(base, torch.Tensor):
+            continue
+        trailing = all(u.op == "output" for u in r.users)
+        if not (source.op == "placeholder" or (trailing and (
+                any(op_name(c.target) == "aten.expand.default" for c in chain)
+                or source in returned or any(c in returned for c in chain[1:])
+                or not _dense(val)))):
+            continue
+        exprs = [_sym_expr(v) for v in
+                 list(val.shape) + list(val.stride()) +
+                 [val.storage_offset(), base.storage_offset()]]
+        if any(e is not None and not e.free_symbols <= bound for e in exprs):
+            continue
+        aliases[r] = source
+    return aliases
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether Kiln writes t in the layout PyTorch expects without a copy:
+    contiguous, or a permuted dense layout."""
+    try:
+        return is_contiguous(t) or permuted_layout(t) is not None
+    except Exception:  # noqa: BLE001 (an expression sympy cannot compare)
+        return False
+
+
+def _skipped_views(gm: torch.fx.GraphModule,
+                   aliases: Dict[torch.fx.Node, torch.fx.Node]) -> set:
+    """The view nodes only ViewOutputs use (nothing in Kiln reads them)."""
+    chains = set()
+    for r in aliases:
+        n = r
+        while n is not aliases[r]:
+            chains.add(n)
+            n = n.args[0]
+    skipped: set = set()
+    for node in reversed(list(gm.graph.nodes)):
+        if node in chains and all(
+                u in skipped or (u.op == "output" and node in aliases)
+                for u in node.users):
+            skipped.add(node)
+    return skipped
 
 
 def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
@@ -895,7 +1013,6 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
     nodes: List[Dict[str, Any]] = []
     placeholders: Dict[torch.fx.Node, int] = {}
     multi: Dict[torch.fx.Node, List[str]] = {}  # node -> its output names
-    output_node: Optional[torch.fx.Node] = None
     dynamic = False
     num_placeholders = 0
     devices: Dict[torch.device, str] = {}  # device -> a node on it
@@ -984,12 +1101,21 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             add_size_input(node, sym, SizeInput(sym, d, a, c))
     dynamic |= bool(size_inputs)
 
+    output_node = next(n for n in gm.graph.nodes if n.op == "output")
+    results = output_node.args[0]
+    if not isinstance(results, (list, tuple)):
+        results = [results]
+    aliases = _alias_outputs(gm, results, symbols.bound)
+    skipped = _skipped_views(gm, aliases)
+
     # Per Kiln node, the FX node it comes from (errors name Kiln nodes).
     origin: List[Optional[str]] = []
     current: Optional[str] = None
     for node in gm.graph.nodes:
         origin.extend([current] * (len(nodes) - len(origin)))
         current = node.name
+        if node in skipped:
+            continue
         if node.op == "placeholder":
             placeholders[node] = num_placeholders
             num_placeholders += 1
@@ -1139,32 +1265,40 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                 multi[node] = _cast_stats(val, FLOAT32_STATS[name], names,
                                           nodes)
         elif node.op == "output":
-            output_node = node
+            pass
         else:
             raise Unsupported(f"a {node.op} node ({node.target})")
 
-    assert output_node is not None
-    results = output_node.args[0]
-    if not isinstance(results, (list, tuple)):
-        results = [results]
     outputs: List[Tuple[str, int]] = []
     kiln_outputs: List[str] = []
     output_meta: List[torch.Tensor] = []
-    for r in results:
-        if not isinstance(r, torch.fx.Node):
-            raise Unsupported(f"an output that is a {type(r).__name__}")
+    view_outputs: List[ViewOutput] = []
+
+    def kiln_output(r: torch.fx.Node) -> Tuple[str, int]:
         if r in placeholders:
-            outputs.append(("input", placeholders[r]))
-            continue
+            return ("input", placeholders[r])
         name = refs.get(r)
         if name is None:
             raise Unsupported(f"output {r.name} is not a tensor of this graph")
-        if name in kiln_outputs:
-            outputs.append(("kiln", kiln_outputs.index(name)))
+        if name not in kiln_outputs:
+            kiln_outputs.append(name)
+            output_meta.append(_val(r))
+        return ("kiln", kiln_outputs.index(name))
+
+    for r in results:
+        if not isinstance(r, torch.fx.Node):
+            raise Unsupported(f"an output that is a {type(r).__name__}")
+        source = aliases.get(r)
+        if source is None:
+            outputs.append(kiln_output(r))
             continue
-        outputs.append(("kiln", len(kiln_outputs)))
-        kiln_outputs.append(name)
-        output_meta.append(_val(r))
+        val, base = _val(r), _val(source)
+        view_outputs.append(ViewOutput(
+            base=kiln_output(source),
+            sizes=tuple(_meta_value(v) for v in val.shape),
+            strides=tuple(_meta_value(v) for v in val.stride()),
+            offset=_meta_value(val.storage_offset() - base.storage_offset())))
+        outputs.append(("view", len(view_outputs) - 1))
     origin.extend([current] * (len(nodes) - len(origin)))
     output_perms = _permute_outputs(nodes, kiln_outputs, output_meta)
     value_origin = {out: origin[k] for k, n in enumerate(nodes[:len(origin)])
@@ -1182,7 +1316,8 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                      dynamic=dynamic,
                      symbol_of=dict(symbols.names), device=device,
                      seeded=seed_ref is not None, output_perms=output_perms,
-                     node_origin=origin, moved_inputs=moved_inputs)
+                     node_origin=origin, moved_inputs=moved_inputs,
+                     view_outputs=view_outputs)
 
 
 def size_hint(size: Any, unknown: int = 0) -> int:

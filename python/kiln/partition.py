@@ -9,12 +9,12 @@ reason, which the fallback report (kiln/dynamo.py) counts per op.
 
 partition() runs torch's CapabilityBasedPartitioner with it: supported
 regions become submodules ``kiln_0``, ``kiln_1``, ... (one Kiln compile
-each). Views that only feed a partition go in with it (Kiln reads the
-viewed tensor in place), as do views of values it computes that leave it
-(Kiln writes that shape or layout directly); views of its inputs, expands
-and views of values it returns anyway stay outside (_trim_views: no
-partition returns a view of its input, and free eager views are not
-materialised); partitions of views alone are dropped.
+each). Views go in with their partition: one that only feeds it is read
+in place, one of a value it computes that leaves it is written in that
+shape or layout directly, and one of its input (or one Kiln need not write:
+an expand, a view of a value it returns anyway) is returned as a view of
+that tensor (fx_graph.ViewOutput), as eager's view would be; partitions of
+views alone are dropped.
 """
 
 from __future__ import annotations
@@ -31,15 +31,13 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .fx_graph import (AS_STRIDED_OPS, IDENTITY_OPS, SLICE_OPS, Unsupported,
                        as_strided_view, check_node_args, graph_device,
-                       is_contiguous, op_name, permuted_layout, schema_args,
-                       slice_to_the_end)
+                       op_name, schema_args, slice_to_the_end)
 
 __all__ = ["KilnOperatorSupport", "PartitionResult", "graph_device",
            "partition", "VIEW_OPS"]
 
 # Ops that only re-index or copy their input (no compute): not worth a
-# partition of their own, and left out at a partition's edge (so that no
-# partition returns a view of its input).
+# partition of their own.
 VIEW_OPS = frozenset({
     "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
     "aten.permute.default", "aten.expand.default", "aten.squeeze.dim",
@@ -48,11 +46,6 @@ VIEW_OPS = frozenset({
     "aten.t.default", "aten.transpose.int", "aten.clone.default",
     "aten.as_strided.default", "aten.expand_copy.default",
 })
-
-
-# Views that Kiln would write out in full when they leave a partition.
-_MATERIALISING_VIEWS = frozenset({"aten.expand.default",
-                                  "aten.expand_copy.default"})
 
 # Ops whose lowering needs some trailing dims of input 0 static (their
 # windows are laid out at compile time): refused when those are symbolic.
@@ -263,71 +256,6 @@ class PartitionResult:
     left_out: Dict[str, List[str]] = field(default_factory=dict)
 
 
-def _is_view(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and op_name(node.target) in VIEW_OPS
-
-
-def _view_source(n: torch.fx.Node,
-                 nodes: Dict[torch.fx.Node, None]) -> "torch.fx.Node | None":
-    """The node a chain of views ending at n starts from: the first
-    non-view ancestor inside the partition, or None when the chain reaches
-    outside (n's value is then a view of a partition input)."""
-    while _is_view(n):
-        args = n.all_input_nodes
-        if not args or args[0] not in nodes:
-            return None
-        n = args[0]
-    return n
-
-
-def _dense_layout(n: torch.fx.Node) -> bool:
-    """Whether Kiln can hand n's value over in the layout PyTorch expects
-    without a copy: contiguous, or a permuted dense layout."""
-    val = n.meta.get("val")
-    if not isinstance(val, torch.Tensor):
-        return False
-    try:
-        return is_contiguous(val) or permuted_layout(val) is not None
-    except Exception:  # noqa: BLE001 (an expression sympy cannot compare)
-        return False
-
-
-def _trim_views(nodes: Dict[torch.fx.Node, None]) -> None:
-    """Takes out of a partition (its node set, in place) the views whose
-    result leaves it and that Kiln should not materialise:
-      - a view of a partition input (the partition would return a view of
-        its own input: eager keeps it a free view);
-      - an expand (a broadcast would be written out in full);
-      - a view of a value the partition returns anyway (eager's view shares
-        its storage; a Kiln output would be a second buffer);
-      - a view whose layout is neither contiguous nor a permuted dense one
-        (a slice with gaps: Kiln would write it and copy it into place).
-    Any other view that leaves the partition stays in: Kiln writes the
-    viewed value in that shape (a permuted layout as a view: fx_graph's
-    output_perms), e.g. a weight's gradient t(mm(...)). A view that only
-    feeds the partition stays in too: Kiln reads the viewed tensor in place
-    (a weight's t(), a reshape of an input)."""
-    changed = True
-    while changed:
-        changed = False
-        for n in list(nodes):
-            if not _is_view(n) or all(u in nodes for u in n.users):
-                continue
-            source = _view_source(n, nodes)
-            # Only views at an end move out (one whose input comes from
-            # outside, or one that nothing inside uses): taking out a view
-            # between two nodes of the partition would make it depend on
-            # itself.
-            trailing = all(u not in nodes for u in n.users)
-            remove = source is None or (trailing and (
-                op_name(n.target) in _MATERIALISING_VIEWS or
-                any(u not in nodes for u in source.users) or
-                not _dense_layout(n)))
-            if remove:
-                del nodes[n]
-                changed = True
-
-
 def partition(gm: torch.fx.GraphModule,
               support: KilnOperatorSupport) -> PartitionResult:
     """Partitions `gm` in place (see the module docstring)."""
@@ -339,8 +267,6 @@ def partition(gm: torch.fx.GraphModule,
         gm, support, allows_single_node_partition=True,
         non_compute_ops=sorted(view_names))
     proposed = partitioner.propose_partitions()
-    for p in proposed:
-        _trim_views(p.nodes)
     kept, left_out = [], {}
     for p in proposed:
         compute = [n for n in p.nodes if n.op == "call_function" and

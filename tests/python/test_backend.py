@@ -680,21 +680,27 @@ def test_dynamic_non_contiguous_outputs(daemon):
     assert backend.report.dynamic_partitions == 1
 
 
-def test_permuted_outputs_are_written_in_place_not_copied(daemon, monkeypatch):
-    """An output PyTorch expects in a permuted dense layout (a transpose, a
-    channels-last tensor) is written by Kiln in that order and handed over
-    as a view: no partition keeps a copy for it (KilnPartition._strides
-    all None) and each has the permutation (fx_graph.permuted_layout)."""
+@pytest.fixture
+def parts(monkeypatch):
+    """The KilnPartitions the test's compiles make, in order."""
     from kiln import dynamo
 
-    parts = []
+    made = []
     init = dynamo.KilnPartition.__init__
 
     def record(self, *args, **kwargs):
         init(self, *args, **kwargs)
-        parts.append(self)
+        made.append(self)
 
     monkeypatch.setattr(dynamo.KilnPartition, "__init__", record)
+    return made
+
+
+def test_permuted_outputs_are_written_in_place_not_copied(daemon, parts):
+    """An output PyTorch expects in a permuted dense layout (a transpose, a
+    channels-last tensor) is written by Kiln in that order and handed over
+    as a view: no partition keeps a copy for it (KilnPartition._strides
+    all None) and each has the permutation (fx_graph.permuted_layout)."""
     backend = kiln.backend(server=daemon.address, fallback="error")
 
     def f(x, y):
@@ -712,6 +718,49 @@ def test_permuted_outputs_are_written_in_place_not_copied(daemon, monkeypatch):
             assert g.stride() == w.stride()
         assert parts and all(all(s is None for s in p._strides) for p in parts)
         assert sorted(len(perm) for p in parts for _, perm in p._perms) == [2, 4]
+
+
+def test_views_leaving_a_partition_alias_their_base(daemon, parts):
+    """Views that leave a partition and that Kiln need not write (of its
+    inputs, as a forward saves t(weight) for the backward; an expand; a
+    view of a value it returns anyway; a slice with gaps) stay in it and
+    come back as views of those tensors (fx_graph.ViewOutput), as eager's
+    do: nothing is left out of the partition, and each result has eager's
+    values and strides and shares its base's storage. Static (the
+    extension's call path) and symbolic sizes (the Python path)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+
+    def f(x, w):
+        wt = w.t()
+        h = torch.tanh(x * 2.0)
+        s = h.sum(1, keepdim=True)
+        return (h, wt, h.view(-1), s.expand(-1, 6), (wt * 3).exp().t(),
+                x[1:, 1:], torch.ops.aten.alias(h))
+
+    x, w = torch.randn(5, 6), torch.randn(6, 3)
+    want = f(x, w)
+    for mode in ("fake", "symbolic"):
+        parts.clear()
+        backend = kiln.backend(server=daemon.address, fallback="error")
+        gm = make_fx(f, tracing_mode=mode)(x, w)
+        compiled = backend._compile_graph(gm, [x, w])
+        got = compiled([x, w])
+        assert backend.report.fallback_nodes == 0, str(backend.report)
+        assert len(parts) == 1 and len(parts[0].graph.view_outputs) == 5
+        assert (parts[0]._fast is not None) == (mode == "fake") or \
+            kiln._binding.extension() is None
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)
+            assert g.stride() == e.stride()
+        h, wt, flat, expanded, _, sliced, alias = got
+        assert wt.untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
+        assert sliced.untyped_storage().data_ptr() == \
+            x.untyped_storage().data_ptr()
+        assert sliced.storage_offset() == 7
+        for v in (flat, alias):
+            assert v.data_ptr() == h.data_ptr() and v is not h
+        assert expanded.stride() == (1, 0)
 
 
 def test_permuted_layout_rules():
