@@ -14,7 +14,8 @@
 # blocked-cumsum"); pybench: bench/python/gpu_gemm.py and
 # step_time.py --device cuda; coverage: bench/python/coverage.py --device
 # cuda over the suite and bench/python/zoo.py; callcost:
-# bench/python/call_cost.py --device cuda against the bundle's kilnd;
+# bench/python/call_cost.py --device cuda against the bundle's kilnd
+# ($CALLCOST_ARGS passed on, e.g. "--train group_norm");
 # attention: bench/python/attention.py --device cuda; trainops:
 # bench/python/train_ops.py --device cuda ($TRAINOPS_ARGS, e.g. --recompute); profile:
 # bench/python/kernel_profile.py --timeline ($PROFILE_ARGS passed on, e.g.
@@ -105,7 +106,7 @@ if [[ $what == callcost ]]; then
     --data_dir="$work/data" >"$work/kilnd.log" 2>&1 &
   for _ in $(seq 100); do [[ -s $work/port ]] && break; sleep 0.1; done
   PYTHONPATH=$K/python "${PYTHON:-python3}" "$here/bench/python/call_cost.py" --device cuda \
-    --server "127.0.0.1:$(head -1 "$work/port")" || status=1
+    --server "127.0.0.1:$(head -1 "$work/port")" ${CALLCOST_ARGS:-} || status=1
   kill %1 || true
 fi
 if [[ $what == realmodels ]]; then

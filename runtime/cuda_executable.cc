@@ -150,6 +150,10 @@ absl::StatusOr<std::unique_ptr<CudaExecutable>> CudaExecutable::Load(
                         {DType::kBFloat16, DType::kFloat32}};
   limits.conv_library = v1::ExternCall::CUDNN;
   limits.conv_dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+  // Each allocation is a call into the caller's allocator (PyTorch's:
+  // a few microseconds through Python); statistics, partial sums and
+  // other small temps take one for all.
+  limits.arena_temp_bytes = 1 << 20;
   absl::StatusOr<ProgramPlan> plan = PlanProgram(exe->artifact_, limits);
   if (!plan.ok()) return plan.status();
   exe->plan_ = *std::move(plan);
@@ -392,7 +396,19 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
 
   // Temps go back to the allocator in stream order: a later allocation on
   // this stream may reuse them at once, its work runs after these launches.
+  // The small ones share one allocation (ProgramPlan::arena_offset).
   absl::InlinedVector<DeviceAllocation, 4> temps(plan_.num_temps);
+  DeviceAllocation arena;
+  if (plan_.arena_bytes > 0) {
+    absl::StatusOr<DeviceAllocation> a = DeviceAllocation::Allocate(
+        allocator_, static_cast<size_t>(plan_.arena_bytes), stream);
+    if (!a.ok()) return a.status();
+    arena = *std::move(a);
+    for (size_t b = 0; b < plan_.arena_offset.size(); ++b) {
+      if (plan_.arena_offset[b] >= 0)
+        buffers[b] = arena.get() + static_cast<uint64_t>(plan_.arena_offset[b]);
+    }
+  }
   absl::InlinedVector<void*, 32> params(plan_.max_params, nullptr);
   const v1::Program& program = artifact_.program();
   // For extern calls: the buffers' element counts (checked by EvaluateGemm

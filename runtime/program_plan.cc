@@ -25,6 +25,16 @@ absl::Status CheckPoly(const v1::SymPoly& poly, int num_symbols,
   return absl::OkStatus();
 }
 
+// The value of a polynomial without symbols; nothing when it has one.
+std::optional<int64_t> ConstantPoly(const v1::SymPoly& poly) {
+  int64_t value = 0;
+  for (const v1::SymPoly::Term& term : poly.terms()) {
+    if (term.symbols_size() > 0) return std::nullopt;
+    value += term.coeff();
+  }
+  return value;
+}
+
 const char* LibraryName(v1::ExternCall::Library library) {
   switch (library) {
     case v1::ExternCall::BLAS:
@@ -471,6 +481,7 @@ absl::StatusOr<ProgramPlan> PlanProgram(const v1::Artifact& artifact,
   const int num_buffers = program.buffers_size();
   out.element_size.assign(num_buffers, 0);
   out.temp_slot.assign(num_buffers, -1);
+  out.arena_offset.assign(num_buffers, -1);
   out.outputs.assign(artifact.outputs_size(), ProgramPlan::Output{});
   std::vector<bool> output_seen(artifact.outputs_size(), false);
 
@@ -542,15 +553,19 @@ absl::StatusOr<ProgramPlan> PlanProgram(const v1::Artifact& artifact,
             ProgramPlan::Output{b, *dtype, &output, &spec.elements()};
         break;
       }
-      case v1::BufferSpec::TEMP:
+      case v1::BufferSpec::TEMP: {
         out.temp_slot[b] = out.num_temps++;
+        const std::optional<int64_t> n = ConstantPoly(spec.elements());
+        if (n && *n >= 0 &&
+            *n <= limits.arena_temp_bytes / out.element_size[b]) {
+          // 256 bytes apart, as the allocators' own blocks are aligned.
+          out.arena_offset[b] = out.arena_bytes;
+          out.arena_bytes += (*n * out.element_size[b] + 255) / 256 * 256;
+        }
         break;
+      }
       case v1::BufferSpec::ERROR: {
-        const std::optional<int64_t> n =
-            spec.elements().terms_size() == 1 &&
-                    spec.elements().terms(0).symbols_size() == 0
-                ? std::optional<int64_t>(spec.elements().terms(0).coeff())
-                : std::nullopt;
+        const std::optional<int64_t> n = ConstantPoly(spec.elements());
         if (out.error_buffer >= 0 || *dtype != DType::kInt64 || n != 3) {
           return absl::InvalidArgumentError(absl::StrCat(
               "artifact: buffer ", b,
@@ -594,6 +609,7 @@ absl::StatusOr<ProgramPlan> PlanProgram(const v1::Artifact& artifact,
             step.has_alloc() ? " twice" : " before allocating it"));
       }
       allocated[b] = step.has_alloc();
+      if (out.arena_offset[b] >= 0) continue;  // in the arena, all run long
       out.steps.push_back(
           ProgramPlan::Step{step.has_alloc() ? ProgramPlan::Step::Kind::kAlloc
                                              : ProgramPlan::Step::Kind::kFree,

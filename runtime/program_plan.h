@@ -61,6 +61,13 @@ struct ProgramPlan {
   std::vector<std::pair<int, int>> input_buffers;  // (buffer id, input)
   std::vector<Output> outputs;
   std::vector<int> temp_slot;         // per buffer: index among temps, or -1
+  // Temps of a static size of at most LaunchLimits::arena_temp_bytes: they
+  // live in one allocation per run (the arena, arena_bytes long), at
+  // arena_offset[buffer] bytes into it (-1 for every other buffer), and
+  // have no kAlloc/kFree steps: a run makes one allocation for all of them
+  // instead of one each (each is a call into the caller's allocator).
+  std::vector<int64_t> arena_offset;
+  int64_t arena_bytes = 0;
   std::vector<int64_t> element_size;  // per buffer, bytes
   int num_temps = 0;
   int max_params = 0;  // buffers + symbols of the widest launch
@@ -89,6 +96,10 @@ struct LaunchLimits {
   // take; LIBRARY_UNSPECIFIED: it makes none.
   v1::ExternCall::Library conv_library = v1::ExternCall::LIBRARY_UNSPECIFIED;
   std::vector<DType> conv_dtypes;
+  // Temps of a static size up to this many bytes share one allocation per
+  // run (ProgramPlan::arena_offset); 0: every temp is allocated by its own
+  // step.
+  int64_t arena_temp_bytes = 0;
 };
 
 // One matrix of a GEMM as a library takes it, for given symbol values:

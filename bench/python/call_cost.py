@@ -73,12 +73,18 @@ def main():
     ap.add_argument("--server", required=True)
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--train", default="",
+                    help="comma-separated train_ops.py cases: time each "
+                    "partition of their training step alone instead")
     a = ap.parse_args()
     global CLOCK, CUDA
     CLOCK = time.process_time if a.clock == "cpu" else time.perf_counter
     CUDA = a.device == "cuda"
     dev = torch.device(a.device)
     torch.set_num_threads(1)
+    if a.train:
+        train_partitions(a.train.split(","), dev, a.server)
+        return
 
     def chain(x):
         return torch.tanh(x * 2 + 1).sigmoid()
@@ -113,9 +119,49 @@ def main():
             print(row)
 
 
-def compile_kiln(fn, x, server, ext):
-    """torch.compile(fn, backend=kiln) through the extension or ctypes;
-    returns it and [(partition, its arguments)] of its compiled
+def train_partitions(names, dev, server):
+    """Per partition of each train_ops.py case's training step (forward,
+    loss, backward): its host/synced time per call alone, and per call the
+    kernels and memory copies/sets it runs and the blocks it allocates from
+    PyTorch's allocator (where the host time goes)."""
+    from torch.autograd import DeviceType  # noqa: PLC0415
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    from train_ops import cases  # noqa: PLC0415
+
+    where = torch.cuda.get_device_name() if CUDA else "CPU"
+    print(f"{where}, torch {torch.__version__}; per partition call: "
+          "microseconds (best of 5), GPU activities, allocations")
+    for name, module, inputs in cases(str(dev), CUDA):
+        if name not in names:
+            continue
+        torch._dynamo.reset()
+        compiled, parts = compile_kiln(
+            module, None, server, ext=True,
+            run=lambda c, inputs=inputs: c(*inputs).backward())
+        for i, (p, p_args) in enumerate(parts):
+            us = per_call_us(p, *p_args, iters=200, warmup=20)
+            allocs = 0
+            if CUDA:
+                before = torch.cuda.memory_stats()["allocation.all.allocated"]
+                p(*p_args)
+                allocs = (torch.cuda.memory_stats()["allocation.all.allocated"]
+                          - before)
+            with profile(activities=[ProfilerActivity.CPU] +
+                         ([ProfilerActivity.CUDA] if CUDA else [])) as prof:
+                p(*p_args)
+                if CUDA:
+                    torch.cuda.synchronize()
+            gpu = [e.name for e in prof.events()
+                   if e.device_type == DeviceType.CUDA]
+            print(f"{name:12s} partition {i} ({len(p_args)} args): {us}  "
+                  f"{len(gpu)} GPU activities, {allocs} allocations")
+
+
+def compile_kiln(fn, x, server, ext, run=None):
+    """torch.compile(fn, backend=kiln) through the extension or ctypes,
+    first called as run(compiled) (default: on x, checked against eager);
+    returns it and [(partition, its first arguments)] of its compiled
     partitions."""
     saved = _binding._ext
     parts = []
@@ -139,7 +185,11 @@ def compile_kiln(fn, x, server, ext):
         dynamo.KilnPartition.__call__ = spy
         backend = kiln.backend(server=server, fallback="error")
         compiled = torch.compile(fn, backend=backend)
-        torch.testing.assert_close(compiled(x), fn(x), atol=1e-4, rtol=1e-4)
+        if run is not None:
+            run(compiled)
+        else:
+            torch.testing.assert_close(compiled(x), fn(x), atol=1e-4,
+                                       rtol=1e-4)
     finally:
         _binding._ext = saved
         dynamo.KilnPartition.__init__ = init

@@ -46,7 +46,8 @@
  * program runs through kiln_cpu_executable_run.
  *
  * Thread-safety: a CpuCall keeps no per-call state; calls may run from
- * several threads (the GIL is released around the program).
+ * several threads (the GIL is released around a CPU program; a CUDA
+ * program, which only enqueues work, keeps it).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -376,12 +377,12 @@ static int RunCuda(CpuCall* self, const kiln_tensor_view* in_views,
       return -1;
     }
   }
-  kiln_status* st;
-  Py_BEGIN_ALLOW_THREADS
-  st = kiln_cuda_executable_run(self->cuda_exe, s->views, (size_t)n_in,
-                                (void*)(uintptr_t)stream, handles,
-                                (size_t)n_out);
-  Py_END_ALLOW_THREADS
+  /* With the GIL held, as PyTorch launches its kernels: the run only
+   * enqueues work, and each allocation from PyTorch's allocator (the C
+   * callbacks below) would otherwise take the GIL back. */
+  kiln_status* st = kiln_cuda_executable_run(
+      self->cuda_exe, s->views, (size_t)n_in, (void*)(uintptr_t)stream, handles,
+      (size_t)n_out);
   int rc = 0;
   if (st != NULL) {
     RaiseStatus(st);

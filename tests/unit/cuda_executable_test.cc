@@ -128,6 +128,46 @@ TEST(CudaExecutableLoadTest, MalformedProgramIsInvalidArgument) {
               HasSubstr("uses temp buffer 1 while it is not allocated"));
 }
 
+// Temps of a static size up to LaunchLimits::arena_temp_bytes share one
+// allocation per run (one call into the caller's allocator for all of
+// them): they get 256-byte aligned offsets and no alloc/free steps. A
+// symbolic or larger temp keeps its own.
+TEST(CudaExecutableLoadTest, SmallStaticTempsShareAnArena) {
+  LaunchLimits limits;
+  limits.arena_temp_bytes = 1 << 20;
+  auto kinds = [](const ProgramPlan& plan) {
+    std::vector<ProgramPlan::Step::Kind> k;
+    for (const ProgramPlan::Step& s : plan.steps) k.push_back(s.kind);
+    return k;
+  };
+  using K = ProgramPlan::Step::Kind;
+  auto symbolic = PlanProgram(TwoKernelArtifact(), limits);
+  ASSERT_TRUE(symbolic.ok()) << symbolic.status();
+  EXPECT_EQ(symbolic->arena_bytes, 0);
+  EXPECT_EQ(kinds(*symbolic),
+            (std::vector<K>{K::kAlloc, K::kLaunch, K::kLaunch, K::kFree}));
+
+  v1::Artifact a = TwoKernelArtifact();
+  *a.mutable_program()->mutable_buffers(1)->mutable_elements() = Poly(4000);
+  auto small = PlanProgram(a, limits);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->arena_offset, (std::vector<int64_t>{-1, 0, -1}));
+  EXPECT_EQ(small->arena_bytes, 16128);  // 16000 bytes, 256-byte multiple
+  EXPECT_EQ(kinds(*small), (std::vector<K>{K::kLaunch, K::kLaunch}));
+  // Without an arena (the CPU runtime's limits), the same temp has steps.
+  auto off = PlanProgram(a, LaunchLimits{});
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->arena_bytes, 0);
+  EXPECT_EQ(kinds(*off).size(), 4u);
+
+  *a.mutable_program()->mutable_buffers(1)->mutable_elements() =
+      Poly((1 << 18) + 1);  // one float more than 1 MiB
+  auto large = PlanProgram(a, limits);
+  ASSERT_TRUE(large.ok());
+  EXPECT_EQ(large->arena_bytes, 0);
+  EXPECT_EQ(kinds(*large).size(), 4u);
+}
+
 TEST(CudaExecutableLoadTest, WithoutADriverTheStatusIsTheDriversOwn) {
   absl::StatusOr<const cuda::Driver*> driver = cuda::Driver::Get();
   if (driver.ok()) GTEST_SKIP() << "a CUDA driver is present";
@@ -261,30 +301,39 @@ TEST_F(CudaExecutableGpuTest, AddOne) {
   }
 }
 
+// Through a temp of its own (a symbolic size) and through the run's arena
+// (a static size, ProgramPlan::arena_offset): the same values, and the
+// temp goes back to the cache after the run.
 TEST_F(CudaExecutableGpuTest, TwoKernelsThroughATemp) {
-  auto exe = Load(TwoKernelArtifact());
-  ASSERT_NE(exe, nullptr);
-  const int64_t s0 = 777;
-  const std::vector<float> x = Iota(4 * s0);
-  cuda::DeviceMemory input = Upload(x);
-  const int64_t sizes[] = {s0, 4}, strides[] = {4, 1};
-  const DeviceTensorView view{input.get(), DType::kFloat32, sizes, strides};
-  auto out = exe->Run({view}, stream_);
-  ASSERT_TRUE(out.ok()) << out.status();
-  const std::vector<float> got = Download((*out)[0].data(), x.size());
-  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], 3 * x[i]) << i;
-  // The temp went back to the cache; only the output is in use.
-  const DeviceAllocatorStats st = allocator_->stats();
-  EXPECT_EQ(st.allocated_bytes,
-            static_cast<int64_t>(
-                CachingDeviceAllocator::SizeClass((*out)[0].nbytes())));
-  EXPECT_GE(st.cached_bytes, 4 * s0 * 4);
+  v1::Artifact in_arena = TwoKernelArtifact();
+  *in_arena.mutable_program()->mutable_buffers(1)->mutable_elements() =
+      Poly(4000);
+  Seal(&in_arena);
+  for (const v1::Artifact& artifact : {TwoKernelArtifact(), in_arena}) {
+    auto exe = Load(artifact);
+    ASSERT_NE(exe, nullptr);
+    const int64_t s0 = 777;  // 3108 elements of the temp
+    const std::vector<float> x = Iota(4 * s0);
+    cuda::DeviceMemory input = Upload(x);
+    const int64_t sizes[] = {s0, 4}, strides[] = {4, 1};
+    const DeviceTensorView view{input.get(), DType::kFloat32, sizes, strides};
+    auto out = exe->Run({view}, stream_);
+    ASSERT_TRUE(out.ok()) << out.status();
+    const std::vector<float> got = Download((*out)[0].data(), x.size());
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], 3 * x[i]) << i;
+    // The temp went back to the cache; only the output is in use.
+    const DeviceAllocatorStats st = allocator_->stats();
+    EXPECT_EQ(st.allocated_bytes,
+              static_cast<int64_t>(
+                  CachingDeviceAllocator::SizeClass((*out)[0].nbytes())));
+    EXPECT_GE(st.cached_bytes, 4 * s0 * 4);
 
-  // The output chains into another run as an input.
-  auto again = exe->Run({(*out)[0].view()}, stream_);
-  ASSERT_TRUE(again.ok()) << again.status();
-  const std::vector<float> got2 = Download((*again)[0].data(), x.size());
-  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got2[i], 9 * x[i]) << i;
+    // The output chains into another run as an input.
+    auto again = exe->Run({(*out)[0].view()}, stream_);
+    ASSERT_TRUE(again.ok()) << again.status();
+    const std::vector<float> got2 = Download((*again)[0].data(), x.size());
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got2[i], 9 * x[i]) << i;
+  }
 }
 
 TEST_F(CudaExecutableGpuTest, GuardsFailBeforeAnyWork) {
