@@ -228,7 +228,10 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
     dump.Write("02-epilogues.txt", loops->ToString());
   }
 
-  absl::StatusOr<FusedProgram> fused = Fuse(*loops, FuseOptions{env.fuse});
+  FuseOptions fuse_options;
+  fuse_options.fuse = env.fuse;
+  fuse_options.stores_into_reductions = cuda || env.split_reductions_on_cpu;
+  absl::StatusOr<FusedProgram> fused = Fuse(*loops, fuse_options);
   if (!fused.ok()) return fused.status();
   dump.Write("03-fused.txt", fused->ToString());
 

@@ -227,6 +227,15 @@ class Fuser {
           return;
         }
       }
+      if (options_.stores_into_reductions &&
+          k.kernel.dims == node.reduce_sizes && OnlyElementStores(k)) {
+        if (auto resolved = ResolveInKernel(body, k)) {
+          k.kernel.inner = node.reduced;  // its stores now run per element
+          for (Stage& st : k.kernel.stages) st.kind = Stage::Kind::kStoreInner;
+          AppendReduce(k, n, *resolved);
+          return;
+        }
+      }
     }
     KernelBuild k;
     k.kernel.name = absl::StrCat("kiln_k", kernels_.size());
@@ -234,6 +243,16 @@ class Fuser {
     k.kernel.inner = node.reduced;
     AppendReduce(k, n, body);
     kernels_.push_back(std::move(k));
+  }
+
+  // Whether `k` is a pointwise kernel: no inner dims, only stores, each
+  // once per element of its dims (IdentityIn's full-space index).
+  static bool OnlyElementStores(const KernelBuild& k) {
+    if (k.has_inner() || k.kernel.stages.empty()) return false;
+    for (const Stage& st : k.kernel.stages) {
+      if (st.kind != Stage::Kind::kStoreOuter) return false;
+    }
+    return true;
   }
 
   void AppendReduce(KernelBuild& k, int n, Expr value) {

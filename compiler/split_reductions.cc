@@ -52,6 +52,15 @@ std::optional<SplitShape> StaticRows(const Kernel& k) {
   return s;
 }
 
+// Whether an element store (kStoreInner) reads no row result: an element
+// of a pointwise value fused into the reduction's kernel
+// (FuseOptions::stores_into_reductions), which any split of the row can
+// store where it reads the element.
+bool ElementOnly(const Stage& st) {
+  return st.kind == Stage::Kind::kStoreInner &&
+         !ir::ContainsOp(st.value, ExprOp::kAcc);
+}
+
 // `k` with its reductions ahead of its row stores, when those are its only
 // stages: fusion interleaves them (sum, store, amax, store for two outputs
 // of the same rows), and Splittable wants the reductions first. A row store
@@ -61,7 +70,7 @@ std::optional<SplitShape> StaticRows(const Kernel& k) {
 Kernel ReductionsFirst(const Kernel& k) {
   Kernel out = k;
   for (const Stage& st : k.stages) {
-    if (st.kind == Stage::Kind::kStoreInner) return out;
+    if (st.kind == Stage::Kind::kStoreInner && !ElementOnly(st)) return out;
   }
   std::stable_partition(
       out.stages.begin(), out.stages.end(),
@@ -75,8 +84,9 @@ std::optional<SplitShape> Splittable(const Kernel& k) {
   SplitShape& s = *shape;
   bool stores = false;
   for (const Stage& st : k.stages) {
-    if (st.kind == Stage::Kind::kStoreInner) return std::nullopt;
-    if (st.kind == Stage::Kind::kStoreOuter) {
+    if (st.kind == Stage::Kind::kStoreInner && !ElementOnly(st))
+      return std::nullopt;
+    if (st.kind != Stage::Kind::kReduce) {
       stores = true;
       continue;
     }
@@ -171,7 +181,9 @@ std::optional<std::vector<Kernel>> Fission(const Kernel& k, FusedProgram& p) {
   for (int s = 0; s < n; ++s) {
     const Stage& st = k.stages[s];
     if (st.kind == Stage::Kind::kStoreInner) {
-      inner_stores = needs_fission = true;
+      // Element-only stores ride along in a split (Split's partial kernel).
+      inner_stores = true;
+      needs_fission |= !ElementOnly(st);
       continue;
     }
     if (st.kind != Stage::Kind::kReduce) continue;
@@ -378,6 +390,14 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
         st.reduce == ReduceKind::kArgMax ? ReduceKind::kMax : ReduceKind::kMin;
     a.stages.push_back(std::move(st));
   }
+  // Element stores: each chunk stores the elements it reads.
+  for (const Stage& orig : k.stages) {
+    if (orig.kind != Stage::Kind::kStoreInner) continue;
+    Stage st = orig;
+    st.value = ir::SubstituteVars(st.value, c.vars);
+    st.offset = ir::SubstituteVars(st.offset, c.vars);
+    a.stages.push_back(std::move(st));
+  }
   auto store = [&](Expr value, int slot, DType dtype) {
     a.stages.push_back(RowStore(std::move(value), slot, partial_offset, dtype));
   };
@@ -422,6 +442,12 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
     });
     st.finalize = to_position.Run(st.finalize);
   }
+  // The element stores were the partial kernel's.
+  b.stages.erase(std::remove_if(b.stages.begin(), b.stages.end(),
+                                [](const Stage& st) {
+                                  return st.kind == Stage::Kind::kStoreInner;
+                                }),
+                 b.stages.end());
   p.kernels.push_back(std::move(a));
   p.kernels.push_back(std::move(b));
 }

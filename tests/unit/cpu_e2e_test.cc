@@ -419,6 +419,28 @@ std::string OneInputGraph(const std::string& dtype,
       R"(], "outputs": ["y"]})", more, R"(], "outputs": [)", outputs, "]}");
 }
 
+// A pointwise output y and a reduction of it over few long rows (group
+// norm's y and the loss mean(y^2)) are one kernel on the GPU
+// (FuseOptions::stores_into_reductions): its split's partial kernel stores
+// the elements of y it reads, the combining kernel stores none. Whole
+// tensor, per row, and along the first dim (strided chunks).
+TEST(CpuSplitReductions, ElementStoresRideInThePartialKernel) {
+  const std::vector<std::string> two = {"kiln_k0_partial", "kiln_k0"};
+  auto graph = [](const std::vector<int64_t>& sizes, int dim) {
+    return OneInputGraph("FLOAT32", sizes, "aten.tanh.default", "",
+                         absl::StrCat(R"(, {"op": "aten.mul.Tensor",
+                          "args": [{"ref": "y"}, {"ref": "y"}],
+                          "outputs": ["z"]},
+                         {"op": "aten.sum.dim_IntList",
+                          "args": [{"ref": "z"}, {"ints": {"values": [)",
+                                      dim, R"(]}}], "outputs": ["s"]})"),
+                         R"("y", "s")");
+  };
+  ExpectSplitMatchesReference(graph({1 << 20}, 0), two, -2, 2);
+  ExpectSplitMatchesReference(graph({8, 1 << 17}, 1), two, -2, 2, 1);
+  ExpectSplitMatchesReference(graph({1 << 16, 4}, 0), two, -2, 2, 1);
+}
+
 // var, std and layer norm over few long rows read each row once for their
 // statistics: chunk means and second moments merged with Chan et al.'s
 // formula. Inputs around 1000 with a spread of about 1 (variance 4/3):
