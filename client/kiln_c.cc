@@ -141,6 +141,21 @@ absl::Status ToHostViews(const kiln_tensor_view* views, size_t n,
   return absl::OkStatus();
 }
 
+// As ToHostViews, for device memory.
+absl::Status ToDeviceViews(const kiln_tensor_view* views, size_t n,
+                           const char* what,
+                           std::vector<std::vector<int64_t>>& contiguous,
+                           std::vector<DeviceTensorView>& out) {
+  std::vector<HostBufferView> host;
+  if (absl::Status s = ToHostViews(views, n, what, contiguous, host); !s.ok())
+    return s;
+  out.resize(n);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = DeviceTensorView{views[i].data, host[i].dtype, host[i].sizes,
+                              host[i].strides};
+  return absl::OkStatus();
+}
+
 // DLPack's unversioned ABI (dlpack.h v0.8), declared here so that no header
 // is needed: the structs a "dltensor" capsule holds.
 struct DLDevice {
@@ -439,22 +454,12 @@ kiln_status* kiln_cuda_executable_run(const kiln_cuda_executable* exe,
         absl::StrCat(kFn, ": room for ", num_outputs,
                      " outputs, the graph has ", expected_outputs)));
   }
-  std::vector<kiln::DeviceTensorView> views(num_inputs);
-  for (size_t i = 0; i < num_inputs; ++i) {
-    const kiln_tensor_view& in = inputs[i];
-    if (!kiln::ValidDType(in.dtype)) {
-      return kiln::ToC(absl::InvalidArgumentError(
-          absl::StrCat("input ", i, ": dtype ", in.dtype, " is not a KILN_*")));
-    }
-    if (in.rank < 0 || (in.rank > 0 && (!in.sizes || !in.strides))) {
-      return kiln::ToC(absl::InvalidArgumentError(absl::StrCat(
-          "input ", i, ": rank ", in.rank, " with ",
-          in.sizes ? "" : "no sizes ", in.strides ? "" : "no strides")));
-    }
-    views[i].data = in.data;
-    views[i].dtype = static_cast<kiln::DType>(in.dtype);
-    views[i].sizes = absl::MakeConstSpan(in.sizes, in.rank);
-    views[i].strides = absl::MakeConstSpan(in.strides, in.rank);
+  std::vector<std::vector<int64_t>> contiguous;
+  std::vector<kiln::DeviceTensorView> views;
+  if (absl::Status s =
+          kiln::ToDeviceViews(inputs, num_inputs, "input", contiguous, views);
+      !s.ok()) {
+    return kiln::ToC(s);
   }
   absl::StatusOr<std::vector<kiln::DeviceTensor>> result =
       exe->exe->Run(views, static_cast<kiln::cuda::Stream>(stream));
@@ -469,6 +474,31 @@ kiln_status* kiln_cuda_executable_run(const kiln_cuda_executable* exe,
         std::make_unique<kiln_cuda_tensor>(std::move((*result)[o])).release();
   }
   return nullptr;
+}
+
+kiln_status* kiln_cuda_executable_run_into(const kiln_cuda_executable* exe,
+                                           const kiln_tensor_view* inputs,
+                                           size_t num_inputs, void* stream,
+                                           const kiln_tensor_view* outputs,
+                                           size_t num_outputs) {
+  constexpr char kFn[] = "kiln_cuda_executable_run_into";
+  if (!exe) return kiln::NullArgument(kFn, "exe");
+  if (num_inputs > 0 && !inputs) return kiln::NullArgument(kFn, "inputs");
+  if (num_outputs > 0 && !outputs) return kiln::NullArgument(kFn, "outputs");
+  std::vector<std::vector<int64_t>> in_contiguous, out_contiguous;
+  std::vector<kiln::DeviceTensorView> in_views, out_views;
+  if (absl::Status s = kiln::ToDeviceViews(inputs, num_inputs, "input",
+                                           in_contiguous, in_views);
+      !s.ok()) {
+    return kiln::ToC(s);
+  }
+  if (absl::Status s = kiln::ToDeviceViews(outputs, num_outputs, "output",
+                                           out_contiguous, out_views);
+      !s.ok()) {
+    return kiln::ToC(s);
+  }
+  return kiln::ToC(exe->exe->RunInto(in_views, out_views,
+                                     static_cast<kiln::cuda::Stream>(stream)));
 }
 
 kiln_status* kiln_cuda_executable_check_index_errors(

@@ -68,8 +68,9 @@ extern "C" {
  * kiln_supported_ops; 3: kiln_client_create_with_trust; 4:
  * kiln_cuda_executable_check_index_errors, and OUT_OF_RANGE from runs for
  * indices out of range; 5: the `options` flags of the get_*_executable
- * calls, which took fast_math as 0 or 1). */
-#define KILN_C_API_VERSION 5
+ * calls, which took fast_math as 0 or 1; 6:
+ * kiln_cuda_executable_run_into). */
+#define KILN_C_API_VERSION 6
 int kiln_c_api_version(void);
 
 /* Status codes (= absl::StatusCode = grpc::StatusCode). */
@@ -272,6 +273,22 @@ kiln_status* kiln_cuda_executable_run(const kiln_cuda_executable* exe,
                                       size_t num_inputs, void* stream,
                                       kiln_cuda_tensor** outputs,
                                       size_t num_outputs);
+
+/* kiln::CudaExecutable::RunInto: as kiln_cuda_executable_run, but output
+ * o is written into outputs[o] (device memory of the executable's device
+ * the caller owns, e.g. from PyTorch's allocator on `stream`: contiguous,
+ * NULL strides meaning so, of the output's dtype and of the sizes the
+ * inputs imply) instead of new memory; only temporaries are allocated.
+ * Input strides may be NULL (contiguous). Errors: as
+ * kiln_cuda_executable_run, and INVALID_ARGUMENT naming the output whose
+ * count, dtype, sizes, strides or data pointer differ; FAILED_PRECONDITION
+ * when the program needs more memory for an output than its elements (use
+ * kiln_cuda_executable_run). Nothing is enqueued on error. */
+kiln_status* kiln_cuda_executable_run_into(const kiln_cuda_executable* exe,
+                                           const kiln_tensor_view* inputs,
+                                           size_t num_inputs, void* stream,
+                                           const kiln_tensor_view* outputs,
+                                           size_t num_outputs);
 
 /* kiln::CudaExecutable::CheckIndexErrors: OUT_OF_RANGE ("node 7
  * (aten.embedding.default): index 50300 is out of range for dimension 0 of

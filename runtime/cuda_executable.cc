@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "runtime/guards.h"
@@ -344,31 +345,30 @@ absl::Status CudaExecutable::RunConv(int step, const ProgramPlan::Extern& e,
                     workspace.get(), stream);
 }
 
+absl::Status CudaExecutable::CheckGuards(
+    absl::Span<const DeviceTensorView> inputs,
+    absl::Span<int64_t> symbols) const {
+  return CheckInputGuards(
+      artifact_, static_cast<int>(inputs.size()),
+      [&](int i) {
+        const DeviceTensorView& t = inputs[i];
+        return GuardedTensor{t.dtype, t.sizes, t.strides, t.data};
+      },
+      symbols);
+}
+
 absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
     absl::Span<const DeviceTensorView> inputs, cuda::Stream stream) const {
   absl::InlinedVector<int64_t, 8> symbols(artifact_.symbols_size(), 0);
-  if (absl::Status s = CheckInputGuards(
-          artifact_, static_cast<int>(inputs.size()),
-          [&](int i) {
-            const DeviceTensorView& t = inputs[i];
-            return GuardedTensor{t.dtype, t.sizes, t.strides, t.data};
-          },
-          absl::MakeSpan(symbols));
-      !s.ok()) {
+  if (absl::Status s = CheckGuards(inputs, absl::MakeSpan(symbols)); !s.ok())
     return s;
-  }
   absl::StatusOr<cuda::ScopedContext> scope =
       cuda::ScopedContext::Enter(*driver_, context_->get());
   if (!scope.ok()) return scope.status();
   // An earlier run's out-of-range index fails this call (Run's comment).
   if (absl::Status s = TakeIndexError(stream); !s.ok()) return s;
 
-  absl::InlinedVector<cuda::DevicePtr, 16> buffers(plan_.element_size.size(),
-                                                   0);
-  if (plan_.error_buffer >= 0) buffers[plan_.error_buffer] = error_word_;
-  for (const auto& [buffer, input] : plan_.input_buffers)
-    buffers[buffer] = inputs[input].data;
-
+  absl::InlinedVector<cuda::DevicePtr, 8> output_data;
   std::vector<DeviceTensor> outputs;
   outputs.reserve(plan_.outputs.size());
   absl::InlinedVector<int64_t, 6> sizes;
@@ -390,9 +390,92 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
         allocator_,
         static_cast<size_t>(elements * plan_.element_size[out.buffer]), stream);
     if (!storage.ok()) return storage.status();
-    buffers[out.buffer] = storage->get();
+    output_data.push_back(storage->get());
     outputs.emplace_back(*std::move(storage), out.dtype, sizes);
   }
+
+  if (absl::Status s = Execute(symbols, inputs, output_data, stream); !s.ok()) {
+    return s;
+  }
+  return outputs;
+}
+
+absl::Status CudaExecutable::RunInto(absl::Span<const DeviceTensorView> inputs,
+                                     absl::Span<const DeviceTensorView> outputs,
+                                     cuda::Stream stream) const {
+  absl::InlinedVector<int64_t, 8> symbols(artifact_.symbols_size(), 0);
+  if (absl::Status s = CheckGuards(inputs, absl::MakeSpan(symbols)); !s.ok())
+    return s;
+  if (outputs.size() != plan_.outputs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(outputs.size(), " outputs given, the program writes ",
+                     plan_.outputs.size()));
+  }
+  absl::InlinedVector<cuda::DevicePtr, 8> output_data;
+  absl::InlinedVector<int64_t, 6> sizes;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const DeviceTensorView& out = outputs[o];
+    const ProgramPlan::Output& spec = plan_.outputs[o];
+    if (out.dtype != spec.dtype) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output ", o, ": dtype ", DTypeName(out.dtype),
+                       ", the program writes ", DTypeName(spec.dtype)));
+    }
+    sizes.clear();
+    int64_t numel = 1;
+    for (const v1::SymPoly& p : spec.spec->sizes()) {
+      sizes.push_back(EvaluateSymPoly(p, symbols));
+      numel *= sizes.back();
+    }
+    if (out.sizes != absl::MakeConstSpan(sizes) ||
+        out.strides.size() != sizes.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output ", o, ": sizes [", absl::StrJoin(out.sizes, ", "),
+          "], the program writes [", absl::StrJoin(sizes, ", "), "]"));
+    }
+    if (EvaluateSymPoly(*spec.elements, symbols) > numel) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("output ", o,
+                       ": the program's buffer is larger than "
+                       "the output; use Run"));
+    }
+    // An empty output has no element to place: any strides will do.
+    int64_t expected = 1;
+    for (size_t d = sizes.size(); numel > 0 && d-- > 0;) {
+      if (sizes[d] != 1 && out.strides[d] != expected) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "output ", o, ": stride ", out.strides[d], " of dim ", d,
+            ", the program writes contiguous outputs (stride ", expected, ")"));
+      }
+      expected *= sizes[d];
+    }
+    if (numel > 0 && out.data == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output ", o, ": no data pointer"));
+    }
+    output_data.push_back(out.data);
+  }
+  absl::StatusOr<cuda::ScopedContext> scope =
+      cuda::ScopedContext::Enter(*driver_, context_->get());
+  if (!scope.ok()) return scope.status();
+  if (absl::Status s = TakeIndexError(stream); !s.ok()) return s;
+  return Execute(symbols, inputs, output_data, stream);
+}
+
+absl::Status CudaExecutable::Execute(
+    absl::Span<const int64_t> symbols_in,
+    absl::Span<const DeviceTensorView> inputs,
+    absl::Span<const cuda::DevicePtr> output_data, cuda::Stream stream) const {
+  // Launch parameters point at the symbols: a copy this call owns.
+  absl::InlinedVector<int64_t, 8> symbols(symbols_in.begin(), symbols_in.end());
+  absl::InlinedVector<cuda::DevicePtr, 16> buffers(plan_.element_size.size(),
+                                                   0);
+  if (plan_.error_buffer >= 0) buffers[plan_.error_buffer] = error_word_;
+  for (const auto& [buffer, input] : plan_.input_buffers)
+    buffers[buffer] = inputs[input].data;
+
+  for (size_t o = 0; o < plan_.outputs.size(); ++o)
+    buffers[plan_.outputs[o].buffer] = output_data[o];
 
   // Temps go back to the allocator in stream order: a later allocation on
   // this stream may reuse them at once, its work runs after these launches.
@@ -516,7 +599,7 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
       return s;
     }
   }
-  return outputs;
+  return absl::OkStatus();
 }
 
 }  // namespace kiln

@@ -148,6 +148,18 @@ class CudaExecutable {
   absl::StatusOr<std::vector<DeviceTensor>> Run(
       absl::Span<const DeviceTensorView> inputs, cuda::Stream stream) const;
 
+  // Run into caller memory: as Run, but output o is written into
+  // outputs[o] (a contiguous tensor of the output's dtype and of the sizes
+  // the inputs imply, e.g. from PyTorch's allocator on `stream`) instead of
+  // new memory; nothing is allocated but temporaries. Errors: as Run, and
+  // INVALID_ARGUMENT naming the output whose count, dtype, sizes, strides
+  // or data pointer differ; FAILED_PRECONDITION when the program's buffer
+  // for an output is larger than the output (use Run). Nothing is enqueued
+  // on error.
+  absl::Status RunInto(absl::Span<const DeviceTensorView> inputs,
+                       absl::Span<const DeviceTensorView> outputs,
+                       cuda::Stream stream) const;
+
   // OUT_OF_RANGE (and clears it) when a Run read an index out of range and
   // its error word has reached the host; with `synchronize`, first waits
   // for `stream` (cuStreamSynchronize), so every Run enqueued on it before
@@ -182,6 +194,16 @@ class CudaExecutable {
   // null when the program checks no index.
   cuda::DevicePtr error_word_ = 0;
   int64_t* error_mirror_ = nullptr;
+  // Checks the inputs against the guards; writes the symbols' values.
+  absl::Status CheckGuards(absl::Span<const DeviceTensorView> inputs,
+                           absl::Span<int64_t> symbols) const;
+  // The program over inputs and output memory whose guards passed, with
+  // the executable's context current: temporaries, launches, extern calls
+  // and the error word's copy, enqueued on `stream`.
+  absl::Status Execute(absl::Span<const int64_t> symbols,
+                       absl::Span<const DeviceTensorView> inputs,
+                       absl::Span<const cuda::DevicePtr> output_data,
+                       cuda::Stream stream) const;
   // Reports and clears the mirror's violation (the device word's clear is
   // enqueued on `stream`); the executable's context must be current.
   absl::Status TakeIndexError(cuda::Stream stream) const;

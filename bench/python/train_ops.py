@@ -27,7 +27,12 @@ Rows (float32; the GPU sizes are the issue's, the CPU ones smaller):
                  flipped cumsum and the embedding's scatter-add): a scan
                  on the CPU, a quadratic reduction on CUDA
 Each: median of 7 timings of 10 steps (loss.backward() included; CUDA:
-synchronized around them), ms per step. A private kilnd on an ephemeral
+synchronized around them), ms per step. With --rounds N the three are
+measured N times in turn (eager, Inductor, Kiln, eager, ...; each compiled
+afresh per round, from the warm caches), and each column is the median of
+its N figures: a host-bound step on a shared machine drifts by tens of
+percent between one minute and the next, which measuring the backends in
+turn spreads over all of them. A private kilnd on an ephemeral
 port unless --server is given; "kiln/best" is Kiln's time over the faster
 of eager and Inductor (<= 1: Kiln as fast or faster).
 """
@@ -35,6 +40,7 @@ of eager and Inductor (<= 1: Kiln as fast or faster).
 from __future__ import annotations
 
 import argparse
+import statistics
 import warnings
 from typing import Dict, List, Tuple
 
@@ -120,11 +126,37 @@ def cases(device: str, cuda: bool) -> List[Tuple[str, nn.Module, Tuple]]:
     ]
 
 
+def measure(module: nn.Module, inputs: Tuple, server: str, cuda: bool,
+            recompute: bool) -> Tuple["kiln.dynamo.KilnBackend", Dict[str, float]]:
+    """One round: ms per step eagerly, with Inductor and with Kiln (and
+    Kiln with recompute=True), each compiled afresh; and Kiln's backend."""
+    row: Dict[str, float] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        row["eager"] = step_ms(lambda: module(*inputs), cuda)
+        torch._dynamo.reset()
+        ind = torch.compile(module)
+        row["inductor"] = step_ms(lambda: ind(*inputs), cuda)
+        torch._dynamo.reset()
+        backend = kiln.backend(server=server, fallback="eager")
+        kln = torch.compile(module, backend=backend)
+        row["kiln"] = step_ms(lambda: kln(*inputs), cuda)
+        if recompute:
+            torch._dynamo.reset()
+            klr = torch.compile(module, backend=kiln.backend(
+                server=server, fallback="eager", recompute=True))
+            row["recompute"] = step_ms(lambda: klr(*inputs), cuda)
+    return backend, row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--server")
     ap.add_argument("--cases", default="", help="comma-separated names")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure the backends in turn this many times; "
+                         "each column is the median")
     ap.add_argument("--recompute", action="store_true",
                     help="also Kiln with recompute=True (the backward "
                          "recomputes cheap values instead of reading what "
@@ -136,7 +168,8 @@ def main() -> None:
     server = a.server or daemon.address
     where = torch.cuda.get_device_name() if cuda else "CPU"
     print(f"training ops fwd+bwd, float32, {where}, torch {torch.__version__}; "
-          f"ms per step (median of 7 x 10)")
+          f"ms per step (median of 7 x 10"
+          + (f"; median of {a.rounds} rounds)" if a.rounds > 1 else ")"))
     print(f"{'case':<14} {'eager':>9} {'inductor':>9} {'kiln':>9} "
           f"{'kiln/best':>9} {'kiln nodes':>11}"
           + (f" {'recompute':>10}" if a.recompute else ""))
@@ -144,22 +177,13 @@ def main() -> None:
         for name, module, inputs in cases(a.device, cuda):
             if wanted and name not in wanted:
                 continue
-            row: Dict[str, float] = {}
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                row["eager"] = step_ms(lambda: module(*inputs), cuda)
-                torch._dynamo.reset()
-                ind = torch.compile(module)
-                row["inductor"] = step_ms(lambda: ind(*inputs), cuda)
-                torch._dynamo.reset()
-                backend = kiln.backend(server=server, fallback="eager")
-                kln = torch.compile(module, backend=backend)
-                row["kiln"] = step_ms(lambda: kln(*inputs), cuda)
-                if a.recompute:
-                    torch._dynamo.reset()
-                    klr = torch.compile(module, backend=kiln.backend(
-                        server=server, fallback="eager", recompute=True))
-                    row["recompute"] = step_ms(lambda: klr(*inputs), cuda)
+            rounds: Dict[str, List[float]] = {}
+            for _ in range(max(a.rounds, 1)):
+                backend, times = measure(module, inputs, server, cuda,
+                                         a.recompute)
+                for k, v in times.items():
+                    rounds.setdefault(k, []).append(v)
+            row = {k: statistics.median(v) for k, v in rounds.items()}
             report = backend.report
             best = min(row["eager"], row["inductor"])
             print(f"{name:<14} {row['eager']:>9.3f} {row['inductor']:>9.3f} "

@@ -66,7 +66,7 @@ import threading
 __all__ = ["Client", "CpuExecutable", "CudaExecutable", "CudaOutput",
            "KilnError", "extension", "load_library", "supported_ops"]
 
-C_API_VERSION = 5  # kiln_c.h's KILN_C_API_VERSION this binding speaks
+C_API_VERSION = 6  # kiln_c.h's KILN_C_API_VERSION this binding speaks
 
 # kiln_c.h's KILN_OPTION_* flags: CompileOptions fields, or-ed into the
 # `options` of the executable calls.

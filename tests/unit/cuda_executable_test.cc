@@ -336,6 +336,42 @@ TEST_F(CudaExecutableGpuTest, TwoKernelsThroughATemp) {
   }
 }
 
+// RunInto writes the outputs into caller memory (as PyTorch's allocator
+// gives it) and allocates nothing but temporaries; an output of the wrong
+// count, dtype, sizes or strides is refused before anything is enqueued.
+TEST_F(CudaExecutableGpuTest, RunIntoCallerMemory) {
+  auto exe = Load(TwoKernelArtifact());
+  ASSERT_NE(exe, nullptr);
+  const int64_t s0 = 300;
+  const std::vector<float> x = Iota(4 * s0);
+  cuda::DeviceMemory input = Upload(x);
+  cuda::DeviceMemory output = Upload(std::vector<float>(x.size(), -1));
+  const int64_t sizes[] = {s0, 4}, strides[] = {4, 1};
+  const DeviceTensorView in{input.get(), DType::kFloat32, sizes, strides};
+  const DeviceTensorView out{output.get(), DType::kFloat32, sizes, strides};
+  const int64_t before = allocator_->stats().allocations;
+  ASSERT_TRUE(exe->RunInto({in}, {out}, stream_).ok());
+  const std::vector<float> got = Download(output.get(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], 3 * x[i]) << i;
+  EXPECT_EQ(allocator_->stats().allocations, before + 1);  // the temp only
+
+  const int64_t short_sizes[] = {s0 - 1, 4}, transposed[] = {1, s0};
+  const std::vector<std::pair<DeviceTensorView, std::string>> bad = {
+      {{output.get(), DType::kFloat16, sizes, strides}, "dtype float16"},
+      {{output.get(), DType::kFloat32, short_sizes, strides}, "sizes [299, 4]"},
+      {{output.get(), DType::kFloat32, sizes, transposed}, "stride 300 of dim"},
+      {{0, DType::kFloat32, sizes, strides}, "no data pointer"},
+  };
+  for (const auto& [view, words] : bad) {
+    const absl::Status s = exe->RunInto({in}, {view}, stream_);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(Message(s), HasSubstr(words));
+  }
+  EXPECT_THAT(Message(exe->RunInto({in}, {}, stream_)),
+              HasSubstr("0 outputs given, the program writes 1"));
+  EXPECT_EQ(Download(output.get(), x.size()), got);  // nothing more ran
+}
+
 TEST_F(CudaExecutableGpuTest, GuardsFailBeforeAnyWork) {
   auto exe = Load(AddOneArtifact());
   ASSERT_NE(exe, nullptr);
