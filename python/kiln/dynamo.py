@@ -50,6 +50,12 @@ run eagerly without trying it; later ones try again. KILN_LOG=fallback prints, p
 that did not run in Kiln, why, and how often; explain() returns the same
 report for a model.
 
+dynamic=True: symbolic sizes become Kiln symbols, except in a graph with
+a convolution or pooling over symbolic channel or spatial sizes (Kiln lays
+their windows out at compile time): that graph is compiled per concrete
+size on its first call with it (SpecializedGraph), without a Dynamo
+recompile.
+
 Devices: a partition's tensors are all on the CPU or all on one CUDA
 device (a node mixing devices runs eagerly). CUDA partitions are compiled
 for that device's architecture (sm_XY) and run on PyTorch's current stream
@@ -82,7 +88,8 @@ from .fx_graph import (KilnGraph, Unsupported, ViewOutput,
                        align_norm_stats_with_eager,
                        draw_seed, is_contiguous, share_float64_scalar_converts,
                        size_input_tensor, to_kiln_graph)
-from .partition import KilnOperatorSupport, graph_device, partition
+from .partition import (KilnOperatorSupport, graph_device, partition,
+                        symbolic_window_op)
 
 __all__ = ["ExplainReport", "KilnBackend", "default_backend", "explain"]
 
@@ -104,6 +111,8 @@ class ExplainReport:
     partitions: partitions sent to Kiln (compiled or not).
     compiled_partitions: of those, compiled and run in Kiln.
     dynamic_partitions: of those, with symbolic sizes (Graph.symbols).
+    specializations: static copies of graphs compiled per concrete size
+        (SpecializedGraph; not counted in `graphs`).
     """
 
     ops: Dict[str, OpReport] = field(default_factory=dict)
@@ -111,6 +120,7 @@ class ExplainReport:
     partitions: int = 0
     compiled_partitions: int = 0
     dynamic_partitions: int = 0
+    specializations: int = 0
 
     def op(self, name: str) -> OpReport:
         return self.ops.setdefault(name, OpReport())
@@ -134,6 +144,7 @@ class ExplainReport:
         self.partitions += other.partitions
         self.compiled_partitions += other.compiled_partitions
         self.dynamic_partitions += other.dynamic_partitions
+        self.specializations += other.specializations
         for name, r in other.ops.items():
             mine = self.op(name)
             mine.kiln += r.kiln
@@ -141,9 +152,11 @@ class ExplainReport:
 
     def __str__(self) -> str:
         total = self.kiln_nodes + self.fallback_nodes
-        lines = [f"kiln: {self.graphs} graph(s), {self.compiled_partitions}/"
-                 f"{self.partitions} partition(s) compiled, {self.kiln_nodes}/"
-                 f"{total} ATen nodes in Kiln"]
+        sizes = (f" (+{self.specializations} per-size compile(s))"
+                 if self.specializations else "")
+        lines = [f"kiln: {self.graphs} graph(s){sizes}, "
+                 f"{self.compiled_partitions}/{self.partitions} partition(s) "
+                 f"compiled, {self.kiln_nodes}/{total} ATen nodes in Kiln"]
         for name, reasons in self.fallbacks.items():
             for reason, count in sorted(reasons.items()):
                 lines.append(f"  fallback {name} x{count}: {reason}")
@@ -591,6 +604,17 @@ class KilnBackend:
 
         align_norm_stats_with_eager(gm)
         share_float64_scalar_converts(gm)
+        window = symbolic_window_op(gm)
+        if window is not None:
+            with self._lock:
+                self.report.merge(ExplainReport(graphs=1))
+            return SpecializedGraph(self, gm, window)
+        return make_boxed_func(self._compile_static(gm))
+
+    def _compile_static(self, gm: torch.fx.GraphModule,
+                        specialization: bool = False) -> torch.fx.GraphModule:
+        """_compile_graph's partitioning and compiles (gm prepared); a
+        specialization (SpecializedGraph) counts as one, not as a graph."""
         pristine = None
         excluded: Dict[str, str] = {}
         for attempt in range(_NODE_RETRIES + 1):
@@ -607,11 +631,13 @@ class KilnBackend:
         if refused:
             self._warn_once("kiln: a partition failed to compile, running it "
                             "eagerly: " + "; ".join(refused.values()))
+        if specialization:
+            report.graphs, report.specializations = 0, 1
         with self._lock:
             self.report.merge(report)
         if _log_enabled():
             print(report, file=sys.stderr)
-        return make_boxed_func(module)
+        return module
 
     def _compile_partitions(
             self, gm: torch.fx.GraphModule, excluded: Dict[str, str]
@@ -744,6 +770,147 @@ class KilnBackend:
 
 # How many times a graph is partitioned again without a node kilnd refused.
 _NODE_RETRIES = 8
+
+
+_NOT_RUN = object()  # SpecializedGraph._run_and_note: nothing computed
+
+
+class SpecializedGraph:
+    """An AOTAutograd graph with a convolution or pooling over symbolic
+    channel or spatial sizes (dynamic=True on a vision model: Kiln lays
+    their windows out at compile time), compiled per concrete size: on the
+    first call with a size, the graph runs on fake copies of the arguments
+    (torch.fx.Interpreter), every node's value noted as a fake tensor of
+    its concrete sizes and strides; that static copy, its integer inputs
+    made constants, is partitioned and compiled as any static graph (kilnd
+    keeps it for every process) and serves that call and each later one
+    with that size. The size is the
+    values of the graph's integer inputs (AOTAutograd passes the symbols
+    as such) and the sizes of its tensor inputs whose sizes are symbolic.
+    One Dynamo graph, no recompile: dynamic=True's promise stays. Called
+    boxed (AOTAutograd's convention for compiled graphs)."""
+
+    def __init__(self, backend: "KilnBackend", gm: torch.fx.GraphModule,
+                 why: str) -> None:
+        # An instance attribute: torch._dynamo.disable's wrapper copies the
+        # callable's __dict__ (functools.wraps), and AOTAutograd reads it.
+        self._boxed_call = True
+        self.backend = backend
+        self.gm = gm
+        self.why = why
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        vals = [n.meta.get("val") for n in placeholders]
+        self._ints = [i for i, v in enumerate(vals)
+                      if isinstance(v, (int, torch.SymInt))]
+        self._shapes = [i for i, v in enumerate(vals)
+                        if isinstance(v, torch.Tensor) and
+                        any(isinstance(d, torch.SymInt) for d in v.shape)]
+        self._compiled: Dict[Tuple[Any, ...], Callable[..., Any]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, args: List[Any]) -> Any:
+        key = tuple(args[i] for i in self._ints) + tuple(
+            tuple(args[i].shape) for i in self._shapes)
+        fn = self._compiled.get(key)
+        if fn is not None:
+            call_args = list(args)
+            args.clear()
+            return fn(*call_args)
+        with self._lock:
+            fn = self._compiled.get(key)
+            if fn is None:
+                call_args = list(args)
+                args.clear()
+                result, static = self._run_and_note(call_args)
+                fn = self._compiled[key] = self._compile(static)
+                if result is not _NOT_RUN:
+                    return result
+                return fn(*call_args)
+        call_args = list(args)
+        args.clear()
+        return fn(*call_args)
+
+    def _run_and_note(self, args: List[Any]) -> Tuple[Any, torch.fx.GraphModule]:
+        """A copy of gm whose nodes' meta["val"] are fake tensors of the
+        concrete sizes `args` give them, its integer inputs and size
+        arithmetic replaced by their values; and _NOT_RUN. The sizes come
+        from running gm on fake copies of args; where that fails (an op
+        whose result's size depends on data), from running it on args
+        themselves, whose result is returned then."""
+        from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: PLC0415
+
+        metas: Dict[str, Any] = {}
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+        def fake(v: Any) -> Any:
+            if isinstance(v, torch.Tensor):
+                return mode.from_tensor(v, static_shapes=True)
+            if isinstance(v, (list, tuple)):
+                return type(v)(fake(x) for x in v)
+            return v
+
+        class Noting(torch.fx.Interpreter):
+            def run_node(self, n: torch.fx.Node) -> Any:
+                value = super().run_node(n)
+                metas[n.name] = fake(value)
+                return value
+
+        result: Any = _NOT_RUN
+        try:
+            with mode:
+                Noting(self.gm).run(*[fake(a) for a in args])
+        except Exception:  # noqa: BLE001 (data-dependent sizes: run it)
+            metas.clear()
+            mode = FakeTensorMode(allow_non_fake_inputs=True)
+            result = Noting(self.gm).run(*args)
+        static = _copy_graph_module(self.gm)
+        placeholders = [n for n in static.graph.nodes if n.op == "placeholder"]
+        for node in static.graph.nodes:
+            if node.name in metas:
+                node.meta = dict(node.meta, val=metas[node.name])
+        # Sizes are constants now: the integer inputs, and integer
+        # arithmetic on them and on tensor sizes (AOTAutograd's sym_size,
+        # mul, floordiv... nodes).
+        const = {placeholders[i] for i in self._ints}
+        for node in list(static.graph.nodes):
+            if node.op != "call_function" or \
+                    not isinstance(metas.get(node.name), int):
+                continue
+            if str(node.target).startswith("aten.sym_") or (
+                    _size_arithmetic(node) and
+                    all(a in const for a in node.all_input_nodes)):
+                const.add(node)
+        for node in const:
+            value = int(metas[node.name]) if node.name in metas else None
+            if value is None:
+                value = int(args[placeholders.index(node)])
+            for user in list(node.users):
+                user.replace_input_with(node, value)
+        for node in reversed(list(static.graph.nodes)):
+            if node in const and node.op == "call_function" and not node.users:
+                static.graph.erase_node(node)
+        static.recompile()
+        return result, static
+
+    def _compile(self, static: torch.fx.GraphModule) -> Callable[..., Any]:
+        try:
+            return self.backend._compile_static(static, specialization=True)
+        except Exception as e:  # noqa: BLE001 (never fail the user's graph)
+            if self.backend.fallback == "error":
+                raise
+            self.backend._warn_once(
+                f"kiln: a graph specialised for its sizes ({self.why}) "
+                f"failed to compile, running it eagerly: {e!r}")
+            return self.gm
+
+
+def _size_arithmetic(node: torch.fx.Node) -> bool:
+    """Whether node is integer arithmetic: Python's operators, torch.sym_*
+    functions."""
+    target = node.target
+    module = getattr(target, "__module__", "") or ""
+    name = getattr(target, "__name__", "") or str(target)
+    return module in ("_operator", "operator") or name.startswith("sym_")
 
 
 def _signature(node: torch.fx.Node) -> Optional[Tuple[Any, ...]]:

@@ -34,7 +34,7 @@ from .fx_graph import (AS_STRIDED_OPS, IDENTITY_OPS, SLICE_OPS, Unsupported,
                        op_name, schema_args, slice_to_the_end)
 
 __all__ = ["KilnOperatorSupport", "PartitionResult", "graph_device",
-           "partition", "VIEW_OPS"]
+           "partition", "symbolic_window_op", "VIEW_OPS"]
 
 # Ops that only re-index or copy their input (no compute): not worth a
 # partition of their own.
@@ -63,6 +63,25 @@ _STATIC_TRAILING_DIMS = {
 _CONV_OPS = frozenset({
     "aten.convolution.default", "aten.convolution_backward.default",
 })
+
+
+def symbolic_window_op(gm: torch.fx.GraphModule) -> "str | None":
+    """A convolution or pooling of gm whose input has a symbolic size past
+    its batch dim (an op the partitioner would leave to eager: Kiln lays
+    its windows out at compile time), or None. dynamo.SpecializedGraph
+    compiles such a graph per concrete size instead."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not node.args:
+            continue
+        name = op_name(node.target)
+        if name not in _CONV_OPS and name not in _STATIC_TRAILING_DIMS:
+            continue
+        arg = node.args[0]
+        val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and any(
+                isinstance(d, torch.SymInt) for d in val.shape[1:]):
+            return name
+    return None
 
 
 # Scatters that replace (scatter, index_put without accumulate), and

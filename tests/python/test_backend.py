@@ -763,6 +763,41 @@ def test_views_leaving_a_partition_alias_their_base(daemon, parts):
         assert expanded.stride() == (1, 0)
 
 
+def test_dynamic_convolutions_compile_per_size(daemon):
+    """dynamic=True on a ConvNet (convolution, batch norm, pooling over
+    symbolic spatial sizes, which Kiln lays out at compile time): one
+    Dynamo graph per direction, a Kiln compile per concrete size on its
+    first call (dynamo.SpecializedGraph; the first call runs compiled
+    too), reused for the size's later calls; every node in Kiln, outputs
+    and gradients as eager's."""
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 4, 3, padding=1), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten())
+    mine = copy.deepcopy(model)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    compiled = torch.compile(mine, backend=backend, dynamic=True)
+    specializations = []
+    for n, hw in ((4, 16), (3, 12), (4, 16)):
+        x = torch.randn(n, 3, hw, hw)
+        out = compiled(x)
+        ref = model(x)
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+        out.square().sum().backward()
+        ref.square().sum().backward()
+        for p_k, p_e in zip(mine.parameters(), model.parameters()):
+            torch.testing.assert_close(p_k.grad, p_e.grad, atol=1e-4,
+                                       rtol=1e-4)
+        specializations.append(backend.report.specializations)
+    report = backend.report
+    assert report.graphs == 2, str(report)  # no Dynamo recompile
+    assert specializations == [2, 4, 4], specializations  # fw + bw per size
+    assert report.fallback_nodes == 0, str(report)
+    assert report.compiled_partitions == report.partitions
+
+
 def test_permuted_layout_rules():
     from kiln.fx_graph import permuted_layout
 

@@ -160,6 +160,8 @@ def test_model_train_step(daemon, case):
     assert report.compiled_partitions == report.partitions, str(report)
     if dynamic:
         # The second batch size reused the graphs (no recompile) and ran
-        # symbolic partitions.
+        # symbolic partitions, or (a graph with convolutions or pooling
+        # over symbolic sizes: dynamo.SpecializedGraph) a copy compiled
+        # for its size.
         assert report.graphs == graphs_before, str(report)
-        assert report.dynamic_partitions > 0
+        assert report.dynamic_partitions > 0 or report.specializations > 0
