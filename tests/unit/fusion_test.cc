@@ -2,24 +2,23 @@
 // no buffers for fused intermediates.
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/fuse.h"
-#include "graph/import.h"
 #include "compiler/lower.h"
 #include "google/protobuf/util/json_util.h"
+#include "graph/import.h"
 #include "gtest/gtest.h"
 
 namespace kiln {
 namespace {
 
-absl::StatusOr<FusedProgram> FuseExample(const std::string& file,
-                                         std::string* dump = nullptr,
-                                         FuseOptions options = {}) {
-  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/" + file);
-  std::stringstream ss;
-  ss << in.rdbuf();
+absl::StatusOr<FusedProgram> FuseJson(const std::string& json,
+                                      std::string* dump = nullptr,
+                                      FuseOptions options = {}) {
   v1::Graph g;
-  auto parsed = google::protobuf::util::JsonStringToMessage(ss.str(), &g);
+  auto parsed = google::protobuf::util::JsonStringToMessage(json, &g);
   if (!parsed.ok()) return absl::InvalidArgumentError(parsed.ToString());
   auto graph = ImportGraph(g);
   if (!graph.ok()) return graph.status();
@@ -29,6 +28,15 @@ absl::StatusOr<FusedProgram> FuseExample(const std::string& file,
   if (fused.ok() && dump)
     *dump = loops->ToString() + "----\n" + fused->ToString();
   return fused;
+}
+
+absl::StatusOr<FusedProgram> FuseExample(const std::string& file,
+                                         std::string* dump = nullptr,
+                                         FuseOptions options = {}) {
+  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/" + file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return FuseJson(ss.str(), dump, options);
 }
 
 int Temps(const FusedProgram& p) {
@@ -78,6 +86,45 @@ TEST(Fusion, UnfusedIsOneKernelPerOpWithBuffersBetween) {
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->kernels.size(), 11u) << dump;  // exp(x*0.5) is two ops
   EXPECT_EQ(Temps(*p), 10) << dump;
+}
+
+// FuseOptions::stores_into_reductions (GPUs): y = tanh(x), an output,
+// and sum(y * y) are one kernel (y stored per element inside the
+// reduction's rows); without the option two. A pointwise kernel that
+// draws random numbers (dropout's mask) keeps its own kernel.
+TEST(Fusion, ElementStoresJoinTheReductionThatReadsThem) {
+  const std::string x = R"({"name": "x", "meta": {"dtype": "FLOAT32",
+      "sizes": [{"value": 64}, {"value": 256}]}})";
+  const std::string square = absl::StrCat(R"({"inputs": [)", x, R"(],
+      "nodes": [{"op": "aten.tanh.default", "args": [{"ref": "x"}],
+                 "outputs": ["y"]},
+                {"op": "aten.mul.Tensor", "args": [{"ref": "y"}, {"ref": "y"}],
+                 "outputs": ["z"]},
+                {"op": "aten.sum.default", "args": [{"ref": "z"}],
+                 "outputs": ["s"]}],
+      "outputs": ["y", "s"]})");
+  const std::string dropout = absl::StrCat(R"({"inputs": [)", x, R"(,
+      {"name": "seed", "meta": {"dtype": "INT64", "sizes": [],
+                                "device": "CPU"}}],
+      "nodes": [{"op": "aten.native_dropout.default",
+                 "args": [{"ref": "x"}, {"f": 0.1}, {"b": true},
+                          {"ref": "seed", "name": "seed"},
+                          {"i": 0, "name": "offset"}],
+                 "outputs": ["y", "m"]},
+                {"op": "aten.sum.default", "args": [{"ref": "y"}],
+                 "outputs": ["s"]}],
+      "outputs": ["m", "s"]})");
+  FuseOptions gpu;
+  gpu.stores_into_reductions = true;
+  for (const auto& [json, options, kernels] :
+       {std::tuple{square, gpu, 1u}, std::tuple{square, FuseOptions{}, 2u},
+        std::tuple{dropout, gpu, 2u}}) {
+    std::string dump;
+    auto p = FuseJson(json, &dump, options);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->kernels.size(), kernels) << dump;
+    EXPECT_EQ(Temps(*p), 0) << dump;
+  }
 }
 
 TEST(Fusion, DynamicBatchFuses) {
