@@ -12,7 +12,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/cpu_blas.h"
 #include "runtime/cpu_conv.h"
@@ -302,33 +301,13 @@ absl::Status CpuExecutable::RunInto(absl::Span<const HostBufferView> inputs,
   std::vector<void*> output_data(outputs.size(), nullptr);
   for (size_t o = 0; o < outputs.size(); ++o) {
     const HostBufferView& out = outputs[o];
-    if (out.dtype != plan_.outputs[o].dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "output ", o, ": dtype ", DTypeName(out.dtype),
-          ", the program writes ", DTypeName(plan_.outputs[o].dtype)));
-    }
-    if (out.sizes != absl::MakeConstSpan(sizes[o]) ||
-        out.strides.size() != sizes[o].size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "output ", o, ": sizes [", absl::StrJoin(out.sizes, ", "),
-          "], the program writes [", absl::StrJoin(sizes[o], ", "), "]"));
-    }
-    int64_t numel = 1;
-    for (int64_t size : sizes[o]) numel *= size;
-    // An empty output has no element to place: any strides will do (PyTorch
-    // gives (4, 0) the strides (1, 1), contiguity as counted here (0, 1)).
-    int64_t expected = 1;
-    for (size_t d = sizes[o].size(); numel > 0 && d-- > 0;) {
-      if (sizes[o][d] != 1 && out.strides[d] != expected) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "output ", o, ": stride ", out.strides[d], " of dim ", d,
-            ", the program writes contiguous outputs (stride ", expected, ")"));
-      }
-      expected *= sizes[o][d];
-    }
-    if (numel > 0 && out.data == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output ", o, ": no data pointer"));
+    if (absl::Status s = CheckOutputMemory(
+            o,
+            GuardedTensor{out.dtype, out.sizes, out.strides,
+                          reinterpret_cast<uintptr_t>(out.data)},
+            plan_.outputs[o].dtype, sizes[o]);
+        !s.ok()) {
+      return s;
     }
     output_data[o] = out.data;
   }

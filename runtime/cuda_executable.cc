@@ -5,7 +5,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "runtime/guards.h"
@@ -394,7 +393,9 @@ absl::StatusOr<std::vector<DeviceTensor>> CudaExecutable::Run(
     outputs.emplace_back(*std::move(storage), out.dtype, sizes);
   }
 
-  if (absl::Status s = Execute(symbols, inputs, output_data, stream); !s.ok()) {
+  if (absl::Status s =
+          Execute(absl::MakeSpan(symbols), inputs, output_data, stream);
+      !s.ok()) {
     return s;
   }
   return outputs;
@@ -416,22 +417,17 @@ absl::Status CudaExecutable::RunInto(absl::Span<const DeviceTensorView> inputs,
   for (size_t o = 0; o < outputs.size(); ++o) {
     const DeviceTensorView& out = outputs[o];
     const ProgramPlan::Output& spec = plan_.outputs[o];
-    if (out.dtype != spec.dtype) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output ", o, ": dtype ", DTypeName(out.dtype),
-                       ", the program writes ", DTypeName(spec.dtype)));
-    }
     sizes.clear();
     int64_t numel = 1;
     for (const v1::SymPoly& p : spec.spec->sizes()) {
       sizes.push_back(EvaluateSymPoly(p, symbols));
       numel *= sizes.back();
     }
-    if (out.sizes != absl::MakeConstSpan(sizes) ||
-        out.strides.size() != sizes.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "output ", o, ": sizes [", absl::StrJoin(out.sizes, ", "),
-          "], the program writes [", absl::StrJoin(sizes, ", "), "]"));
+    if (absl::Status s = CheckOutputMemory(
+            o, GuardedTensor{out.dtype, out.sizes, out.strides, out.data},
+            spec.dtype, sizes);
+        !s.ok()) {
+      return s;
     }
     if (EvaluateSymPoly(*spec.elements, symbols) > numel) {
       return absl::FailedPreconditionError(
@@ -439,35 +435,18 @@ absl::Status CudaExecutable::RunInto(absl::Span<const DeviceTensorView> inputs,
                        ": the program's buffer is larger than "
                        "the output; use Run"));
     }
-    // An empty output has no element to place: any strides will do.
-    int64_t expected = 1;
-    for (size_t d = sizes.size(); numel > 0 && d-- > 0;) {
-      if (sizes[d] != 1 && out.strides[d] != expected) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "output ", o, ": stride ", out.strides[d], " of dim ", d,
-            ", the program writes contiguous outputs (stride ", expected, ")"));
-      }
-      expected *= sizes[d];
-    }
-    if (numel > 0 && out.data == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output ", o, ": no data pointer"));
-    }
     output_data.push_back(out.data);
   }
   absl::StatusOr<cuda::ScopedContext> scope =
       cuda::ScopedContext::Enter(*driver_, context_->get());
   if (!scope.ok()) return scope.status();
   if (absl::Status s = TakeIndexError(stream); !s.ok()) return s;
-  return Execute(symbols, inputs, output_data, stream);
+  return Execute(absl::MakeSpan(symbols), inputs, output_data, stream);
 }
 
 absl::Status CudaExecutable::Execute(
-    absl::Span<const int64_t> symbols_in,
-    absl::Span<const DeviceTensorView> inputs,
+    absl::Span<int64_t> symbols, absl::Span<const DeviceTensorView> inputs,
     absl::Span<const cuda::DevicePtr> output_data, cuda::Stream stream) const {
-  // Launch parameters point at the symbols: a copy this call owns.
-  absl::InlinedVector<int64_t, 8> symbols(symbols_in.begin(), symbols_in.end());
   absl::InlinedVector<cuda::DevicePtr, 16> buffers(plan_.element_size.size(),
                                                    0);
   if (plan_.error_buffer >= 0) buffers[plan_.error_buffer] = error_word_;

@@ -199,8 +199,9 @@ class CudaExecutable {
                            absl::Span<int64_t> symbols) const;
   // The program over inputs and output memory whose guards passed, with
   // the executable's context current: temporaries, launches, extern calls
-  // and the error word's copy, enqueued on `stream`.
-  absl::Status Execute(absl::Span<const int64_t> symbols,
+  // and the error word's copy, enqueued on `stream`. The launches pass
+  // `symbols` by address.
+  absl::Status Execute(absl::Span<int64_t> symbols,
                        absl::Span<const DeviceTensorView> inputs,
                        absl::Span<const cuda::DevicePtr> output_data,
                        cuda::Stream stream) const;

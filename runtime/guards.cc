@@ -1,6 +1,7 @@
 #include "runtime/guards.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace kiln {
 
@@ -98,6 +99,38 @@ absl::Status CheckInputGuards(const v1::Artifact& artifact, int num_inputs,
       return absl::InvalidArgumentError(absl::StrCat(
           "input ", i, ": data is not ", g.alignment(), "-byte aligned"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOutputMemory(size_t index, const GuardedTensor& tensor,
+                               DType dtype, absl::Span<const int64_t> sizes) {
+  if (tensor.dtype != dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output ", index, ": dtype ", DTypeName(tensor.dtype),
+                     ", the program writes ", DTypeName(dtype)));
+  }
+  if (tensor.sizes != sizes || tensor.strides.size() != sizes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output ", index, ": sizes [", absl::StrJoin(tensor.sizes, ", "),
+        "], the program writes [", absl::StrJoin(sizes, ", "), "]"));
+  }
+  int64_t numel = 1;
+  for (int64_t size : sizes) numel *= size;
+  // An empty output has no element to place: any strides will do (PyTorch
+  // gives (4, 0) the strides (1, 1), contiguity as counted here (0, 1)).
+  int64_t expected = 1;
+  for (size_t d = sizes.size(); numel > 0 && d-- > 0;) {
+    if (sizes[d] != 1 && tensor.strides[d] != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output ", index, ": stride ", tensor.strides[d], " of dim ", d,
+          ", the program writes contiguous outputs (stride ", expected, ")"));
+    }
+    expected *= sizes[d];
+  }
+  if (numel > 0 && tensor.address == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output ", index, ": no data pointer"));
   }
   return absl::OkStatus();
 }

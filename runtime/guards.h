@@ -42,6 +42,16 @@ absl::Status CheckInputGuards(const v1::Artifact& artifact, int num_inputs,
                               absl::FunctionRef<GuardedTensor(int)> input,
                               absl::Span<int64_t> symbols);
 
+// Checks caller memory for output `index` of a run into it (the CPU and
+// CUDA runtimes' RunInto): `tensor` (its address may be 0 for an empty
+// output) must have the program's `dtype` and `sizes` and be contiguous
+// (strides of size-1 dims, and of empty outputs, are not checked).
+//
+// Errors: INVALID_ARGUMENT naming the output and its dtype, sizes, stride
+// or missing data pointer.
+absl::Status CheckOutputMemory(size_t index, const GuardedTensor& tensor,
+                               DType dtype, absl::Span<const int64_t> sizes);
+
 }  // namespace kiln
 
 #endif  // KILN_RUNTIME_GUARDS_H_

@@ -784,9 +784,9 @@ class SpecializedGraph:
     its concrete sizes and strides; that static copy, its integer inputs
     made constants, is partitioned and compiled as any static graph (kilnd
     keeps it for every process) and serves that call and each later one
-    with that size. The size is the
-    values of the graph's integer inputs (AOTAutograd passes the symbols
-    as such) and the sizes of its tensor inputs whose sizes are symbolic.
+    with that size. The size is the values of the graph's integer inputs
+    (AOTAutograd passes the symbols as such) and the sizes of its tensor
+    inputs whose sizes are symbolic.
     One Dynamo graph, no recompile: dynamic=True's promise stays. Called
     boxed (AOTAutograd's convention for compiled graphs)."""
 
@@ -809,25 +809,19 @@ class SpecializedGraph:
         self._lock = threading.Lock()
 
     def __call__(self, args: List[Any]) -> Any:
-        key = tuple(args[i] for i in self._ints) + tuple(
-            tuple(args[i].shape) for i in self._shapes)
-        fn = self._compiled.get(key)
-        if fn is not None:
-            call_args = list(args)
-            args.clear()
-            return fn(*call_args)
-        with self._lock:
-            fn = self._compiled.get(key)
-            if fn is None:
-                call_args = list(args)
-                args.clear()
-                result, static = self._run_and_note(call_args)
-                fn = self._compiled[key] = self._compile(static)
-                if result is not _NOT_RUN:
-                    return result
-                return fn(*call_args)
         call_args = list(args)
         args.clear()
+        key = tuple(call_args[i] for i in self._ints) + tuple(
+            tuple(call_args[i].shape) for i in self._shapes)
+        fn = self._compiled.get(key)
+        if fn is None:
+            with self._lock:
+                fn = self._compiled.get(key)
+                if fn is None:
+                    result, static = self._run_and_note(call_args)
+                    fn = self._compiled[key] = self._compile(static)
+                    if result is not _NOT_RUN:
+                        return result
         return fn(*call_args)
 
     def _run_and_note(self, args: List[Any]) -> Tuple[Any, torch.fx.GraphModule]:
@@ -880,12 +874,9 @@ class SpecializedGraph:
                     _size_arithmetic(node) and
                     all(a in const for a in node.all_input_nodes)):
                 const.add(node)
-        for node in const:
-            value = int(metas[node.name]) if node.name in metas else None
-            if value is None:
-                value = int(args[placeholders.index(node)])
+        for node in const:  # every node ran: metas holds its value
             for user in list(node.users):
-                user.replace_input_with(node, value)
+                user.replace_input_with(node, int(metas[node.name]))
         for node in reversed(list(static.graph.nodes)):
             if node in const and node.op == "call_function" and not node.users:
                 static.graph.erase_node(node)
