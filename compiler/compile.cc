@@ -20,6 +20,7 @@
 #include "compiler/gemm_epilogue.h"
 #include "compiler/gpu_launch.h"
 #include "compiler/lower.h"
+#include "compiler/simplify_indices.h"
 #include "compiler/split_reductions.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
@@ -239,6 +240,8 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
     *fused = SplitLongReductions(*std::move(fused));
     dump.Write("03-split.txt", fused->ToString());
   }
+  *fused = SimplifyIndices(*std::move(fused));
+  dump.Write("03-indices.txt", fused->ToString());
 
   std::vector<GpuKernelPlan> gpu_plans;
   KernelBinary binary;

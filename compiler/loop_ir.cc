@@ -1,5 +1,6 @@
 #include "compiler/loop_ir.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -627,6 +628,350 @@ std::optional<AffineForm> Affine(const Expr& e, int num_vars) {
   if (!l || !FoldDivMods(*l, num_vars) || !l->atoms.empty())
     return std::nullopt;
   return AffineForm{std::move(l->constant), std::move(l->vars)};
+}
+
+namespace {
+
+// a * b, or nullopt on overflow.
+std::optional<int64_t> CheckedMul(int64_t a, int64_t b) {
+  int64_t out;
+  if (__builtin_mul_overflow(a, b, &out)) return std::nullopt;
+  return out;
+}
+std::optional<int64_t> CheckedAdd(int64_t a, int64_t b) {
+  int64_t out;
+  if (__builtin_add_overflow(a, b, &out)) return std::nullopt;
+  return out;
+}
+int64_t FloorDivInt(int64_t a, int64_t b) {  // b > 0
+  int64_t q = a / b;
+  if (a % b != 0 && a < 0) --q;
+  return q;
+}
+
+// An int64 expression as constant + sum of coeff * atom; an atom is any
+// node but a sum, a difference, a negation or a product by a constant.
+struct Terms {
+  int64_t constant = 0;
+  std::vector<std::pair<int64_t, Expr>> terms;  // (coeff, atom)
+};
+
+// An atom as floor(x / p) mod s (s = 0: no modulus).
+struct DivMod {
+  Expr x;
+  int64_t p = 1;
+  int64_t s = 0;
+};
+
+std::optional<DivMod> AsDivMod(const Expr& atom) {
+  auto constant = [](const Expr& e) -> std::optional<int64_t> {
+    if (e->op != ExprOp::kConst || e->dtype != DType::kInt64) return {};
+    if (e->i <= 0) return std::nullopt;
+    return e->i;
+  };
+  if (atom->dtype != DType::kInt64) return std::nullopt;
+  if (atom->op == ExprOp::kFloorDiv) {
+    std::optional<int64_t> p = constant(atom->args[1]);
+    if (!p) return std::nullopt;
+    return DivMod{atom->args[0], *p, 0};
+  }
+  if (atom->op == ExprOp::kRemainder) {
+    std::optional<int64_t> s = constant(atom->args[1]);
+    if (!s) return std::nullopt;
+    const Expr& x = atom->args[0];
+    if (x->op == ExprOp::kFloorDiv && x->dtype == DType::kInt64) {
+      if (std::optional<int64_t> p = constant(x->args[1])) {
+        return DivMod{x->args[0], *p, *s};
+      }
+    }
+    return DivMod{x, 1, *s};
+  }
+  return std::nullopt;
+}
+
+Expr FromDivMod(const DivMod& d) {
+  Expr e = d.p == 1 ? d.x : FloorDiv(d.x, IntConst(d.p));
+  return d.s == 0 ? e : Mod(e, IntConst(d.s));
+}
+
+// constant + sum coeff * atom, in the terms' order.
+Expr Build(int64_t constant,
+           const std::vector<std::pair<int64_t, Expr>>& terms) {
+  Expr sum;
+  for (const auto& [c, atom] : terms) {
+    Expr term = c == 1 ? atom : Mul(atom, IntConst(c));
+    sum = sum ? Add(sum, term) : term;
+  }
+  if (!sum) return IntConst(constant);
+  return constant == 0 ? sum : Add(sum, IntConst(constant));
+}
+
+class IndexSimplifier {
+ public:
+  explicit IndexSimplifier(const std::vector<std::optional<IndexRange>>& vars)
+      : vars_(vars), rewriter_([this](const Expr& e) { return Visit(e); }) {}
+
+  Expr Run(const Expr& e) { return rewriter_.Run(e); }
+
+ private:
+  std::optional<Expr> Visit(const Expr& e) {
+    if (e->dtype != DType::kInt64) return std::nullopt;
+    switch (e->op) {
+      case ExprOp::kFloorDiv:
+        return Divide(e->args[0], e->args[1], /*remainder=*/false);
+      case ExprOp::kRemainder:
+        return Divide(e->args[0], e->args[1], /*remainder=*/true);
+      case ExprOp::kAdd:
+      case ExprOp::kSub:
+        return Recombine(e);
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // Adds scale * e to `out`; false on overflow.
+  bool Decompose(const Expr& e, int64_t scale, Terms& out) {
+    if (e->dtype == DType::kInt64) {
+      if (e->op == ExprOp::kConst) {
+        std::optional<int64_t> v = CheckedMul(e->i, scale);
+        std::optional<int64_t> sum =
+            v ? CheckedAdd(out.constant, *v) : std::nullopt;
+        if (!sum) return false;
+        out.constant = *sum;
+        return true;
+      }
+      switch (e->op) {
+        case ExprOp::kAdd:
+          return Decompose(e->args[0], scale, out) &&
+                 Decompose(e->args[1], scale, out);
+        case ExprOp::kSub: {
+          if (scale == INT64_MIN) return false;
+          return Decompose(e->args[0], scale, out) &&
+                 Decompose(e->args[1], -scale, out);
+        }
+        case ExprOp::kNeg:
+          if (scale == INT64_MIN) return false;
+          return Decompose(e->args[0], -scale, out);
+        case ExprOp::kMul:
+          for (int k : {1, 0}) {
+            const Expr& c = e->args[k];
+            if (c->op == ExprOp::kConst) {
+              std::optional<int64_t> v = CheckedMul(c->i, scale);
+              return v && Decompose(e->args[1 - k], *v, out);
+            }
+          }
+          break;
+        default:
+          break;
+      }
+    }
+    for (auto it = out.terms.begin(); it != out.terms.end(); ++it) {
+      if (!Equal(it->second, e)) continue;
+      std::optional<int64_t> sum = CheckedAdd(it->first, scale);
+      if (!sum) return false;
+      it->first = *sum;
+      if (*sum == 0) out.terms.erase(it);
+      return true;
+    }
+    if (scale != 0) out.terms.push_back({scale, e});
+    return true;
+  }
+
+  std::optional<IndexRange> Range(const Expr& e) {
+    auto it = ranges_.find(e.get());
+    if (it != ranges_.end()) return it->second;
+    std::optional<IndexRange> r = ComputeRange(e);
+    ranges_.emplace(e.get(), r);
+    keep_.push_back(e);
+    return r;
+  }
+
+  std::optional<IndexRange> ComputeRange(const Expr& e) {
+    if (e->dtype != DType::kInt64) return std::nullopt;
+    auto scaled = [](IndexRange r, int64_t c) -> std::optional<IndexRange> {
+      std::optional<int64_t> a = CheckedMul(r.lo, c), b = CheckedMul(r.hi, c);
+      if (!a || !b) return std::nullopt;
+      return IndexRange{std::min(*a, *b), std::max(*a, *b)};
+    };
+    switch (e->op) {
+      case ExprOp::kConst:
+        return IndexRange{e->i, e->i};
+      case ExprOp::kVar:
+        if (e->index < 0 || static_cast<size_t>(e->index) >= vars_.size())
+          return std::nullopt;
+        return vars_[e->index];
+      case ExprOp::kNeg: {
+        std::optional<IndexRange> a = Range(e->args[0]);
+        return a ? scaled(*a, -1) : std::nullopt;
+      }
+      case ExprOp::kAdd:
+      case ExprOp::kSub: {
+        std::optional<IndexRange> a = Range(e->args[0]);
+        std::optional<IndexRange> b = Range(e->args[1]);
+        if (!a || !b) return std::nullopt;
+        if (e->op == ExprOp::kSub) {
+          b = scaled(*b, -1);
+          if (!b) return std::nullopt;
+        }
+        std::optional<int64_t> lo = CheckedAdd(a->lo, b->lo);
+        std::optional<int64_t> hi = CheckedAdd(a->hi, b->hi);
+        if (!lo || !hi) return std::nullopt;
+        return IndexRange{*lo, *hi};
+      }
+      case ExprOp::kMul: {
+        std::optional<IndexRange> a = Range(e->args[0]);
+        std::optional<IndexRange> b = Range(e->args[1]);
+        if (!a || !b) return std::nullopt;
+        std::optional<IndexRange> lo = scaled(*a, b->lo);
+        std::optional<IndexRange> hi = scaled(*a, b->hi);
+        if (!lo || !hi) return std::nullopt;
+        return IndexRange{std::min(lo->lo, hi->lo), std::max(lo->hi, hi->hi)};
+      }
+      case ExprOp::kFloorDiv:
+      case ExprOp::kRemainder: {
+        const Expr& d = e->args[1];
+        if (d->op != ExprOp::kConst || d->i <= 0) return std::nullopt;
+        std::optional<IndexRange> a = Range(e->args[0]);
+        if (!a || a->lo < 0) return std::nullopt;
+        if (e->op == ExprOp::kFloorDiv)
+          return IndexRange{a->lo / d->i, a->hi / d->i};
+        if (a->hi < d->i) return a;
+        return IndexRange{0, d->i - 1};
+      }
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // The range of constant + the terms selected by `pick`.
+  std::optional<IndexRange> RangeOf(
+      int64_t constant, const std::vector<std::pair<int64_t, Expr>>& terms) {
+    IndexRange sum{constant, constant};
+    for (const auto& [c, atom] : terms) {
+      std::optional<IndexRange> r = Range(atom);
+      if (!r) return std::nullopt;
+      std::optional<int64_t> a = CheckedMul(r->lo, c), b = CheckedMul(r->hi, c);
+      if (!a || !b) return std::nullopt;
+      std::optional<int64_t> lo = CheckedAdd(sum.lo, std::min(*a, *b));
+      std::optional<int64_t> hi = CheckedAdd(sum.hi, std::max(*a, *b));
+      if (!lo || !hi) return std::nullopt;
+      sum = IndexRange{*lo, *hi};
+    }
+    return sum;
+  }
+
+  // floor(x / d) or x mod d for a constant d > 0 and x >= 0.
+  std::optional<Expr> Divide(const Expr& x, const Expr& divisor,
+                             bool remainder) {
+    if (divisor->op != ExprOp::kConst || divisor->i <= 0) return std::nullopt;
+    const int64_t d = divisor->i;
+    std::optional<IndexRange> rx = Range(x);
+    if (!rx || rx->lo < 0) return std::nullopt;
+    if (rx->hi < d) return remainder ? x : IntConst(0);
+    Terms t;
+    if (!Decompose(x, 1, t)) return std::nullopt;
+    // Candidates for a: d, then the coefficients dividing d, largest first.
+    std::vector<int64_t> candidates = {d};
+    for (const auto& [c, atom] : t.terms) {
+      if (c > 1 && c < d && d % c == 0) candidates.push_back(c);
+    }
+    std::sort(candidates.begin() + 1, candidates.end(), std::greater<>());
+    for (int64_t a : candidates) {
+      std::vector<std::pair<int64_t, Expr>> q, r;
+      for (const auto& [c, atom] : t.terms) {
+        if (c % a == 0) {
+          q.push_back({c / a, atom});
+        } else {
+          r.push_back({c, atom});
+        }
+      }
+      const int64_t q0 = FloorDivInt(t.constant, a);
+      const int64_t r0 = t.constant - q0 * a;
+      std::optional<IndexRange> rr = RangeOf(r0, r);
+      if (!rr || rr->lo < 0) continue;
+      if (rr->hi < a) {
+        // x = a * Q + R with 0 <= R < a (so Q >= 0).
+        Expr quotient = Build(q0, q);
+        if (remainder) {
+          Expr rest = Build(r0, r);
+          if (a == d) return rest;
+          Expr inner = Mod(quotient, IntConst(d / a));
+          return Add(
+              Mul(Divide(quotient, IntConst(d / a), true).value_or(inner),
+                  IntConst(a)),
+              rest);
+        }
+        if (a == d) return quotient;
+        Expr inner = FloorDiv(quotient, IntConst(d / a));
+        return Divide(quotient, IntConst(d / a), false).value_or(inner);
+      }
+      if (a == d && !q.empty()) {
+        // Multiples of d leave the division: x = d * Q + R, R >= 0.
+        Expr rest = Build(r0, r);
+        if (remainder) {
+          Expr inner = Mod(rest, divisor);
+          return Divide(rest, divisor, true).value_or(inner);
+        }
+        Expr inner = FloorDiv(rest, divisor);
+        return Add(Build(q0, q), Divide(rest, divisor, false).value_or(inner));
+      }
+    }
+    return std::nullopt;
+  }
+
+  // A sum whose divisions and remainders of one value recombine (Affine's
+  // FoldDivMods over expressions).
+  std::optional<Expr> Recombine(const Expr& e) {
+    Terms t;
+    if (!Decompose(e, 1, t)) return std::nullopt;
+    bool changed = false;
+    for (bool again = true; again;) {
+      again = false;
+      for (size_t i = 0; i < t.terms.size() && !again; ++i) {
+        std::optional<DivMod> a = AsDivMod(t.terms[i].second);
+        if (!a || a->s == 0) continue;
+        for (size_t j = 0; j < t.terms.size() && !again; ++j) {
+          if (j == i) continue;
+          std::optional<DivMod> b = AsDivMod(t.terms[j].second);
+          std::optional<int64_t> ps = CheckedMul(a->p, a->s);
+          std::optional<int64_t> cs = CheckedMul(t.terms[i].first, a->s);
+          if (!b || !ps || !cs || b->p != *ps || t.terms[j].first != *cs ||
+              !Equal(a->x, b->x)) {
+            continue;
+          }
+          std::optional<int64_t> st =
+              b->s == 0 ? std::optional<int64_t>(0) : CheckedMul(a->s, b->s);
+          if (!st) continue;
+          const int64_t coeff = t.terms[i].first;
+          const DivMod merged{a->x, a->p, *st};
+          t.terms.erase(t.terms.begin() + std::max(i, j));
+          t.terms.erase(t.terms.begin() + std::min(i, j));
+          if (merged.p == 1 && merged.s == 0) {
+            if (!Decompose(merged.x, coeff, t)) return std::nullopt;
+          } else if (!Decompose(FromDivMod(merged), coeff, t)) {
+            return std::nullopt;
+          }
+          changed = again = true;
+        }
+      }
+    }
+    if (!changed) return std::nullopt;
+    return Build(t.constant, t.terms);
+  }
+
+  const std::vector<std::optional<IndexRange>>& vars_;
+  absl::flat_hash_map<const ExprNode*, std::optional<IndexRange>> ranges_;
+  std::vector<Expr> keep_;  // keeps ranges_'s keys alive
+  Rewriter rewriter_;
+};
+
+}  // namespace
+
+Expr SimplifyIndex(const Expr& e,
+                   const std::vector<std::optional<IndexRange>>& var_ranges) {
+  if (!e) return e;
+  IndexSimplifier s(var_ranges);
+  return s.Run(e);
 }
 
 }  // namespace ir

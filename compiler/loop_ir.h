@@ -180,6 +180,27 @@ struct AffineForm {
 // and floor(x / 1) to x, so a view that merges dims stays affine.
 std::optional<AffineForm> Affine(const Expr& e, int num_vars);
 
+// The values an int64 expression takes: lo <= v <= hi.
+struct IndexRange {
+  int64_t lo = 0;
+  int64_t hi = 0;
+};
+// `e` with its int64 index arithmetic simplified where the ranges of the
+// vars prove it (var_ranges[i] for kVar i; nullopt or past the end:
+// unknown; symbols are unknown), over non-negative operands only, so
+// floor and truncating division agree. With x = a*Q + R, 0 <= R < a:
+//   floor(x / (a*b)) -> floor(Q / b)       floor(x / a) -> Q
+//   x mod (a*b)      -> a * (Q mod b) + R  x mod a      -> R
+// (a: the divisor or a coefficient of x dividing it), x mod m -> x for
+// x < m, multiples of the divisor leave a division or remainder
+// (floor((d*Q + R) / d) -> Q + floor(R / d) for R >= 0), and the parts of
+// a reshape's index recombine in sums as in Affine (floor(x / p) mod s * q
+// + floor(x / (p*s)) * s * q -> floor(x / p) * q). The value is the same
+// for every value of the vars within their ranges. Floating-point nodes are
+// rebuilt around their simplified int64 operands only.
+Expr SimplifyIndex(const Expr& e,
+                   const std::vector<std::optional<IndexRange>>& var_ranges);
+
 // Rewrites an expression bottom-up; `fn` may replace any node (returning
 // nullopt keeps the rebuilt node). Memoised structurally so that shared
 // subexpressions stay shared (inlining would otherwise blow up). One

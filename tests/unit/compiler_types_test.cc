@@ -1,7 +1,12 @@
-// SymExpr algebra, PyTorch's promotion lattice and the float16/bfloat16
-// conversions the reference evaluator rounds with.
+// SymExpr algebra, index simplification (ir::SimplifyIndex), PyTorch's
+// promotion lattice and the float16/bfloat16 conversions the reference
+// evaluator rounds with.
 #include <cmath>
+#include <optional>
+#include <random>
+#include <vector>
 
+#include "compiler/loop_ir.h"
 #include "graph/dtype.h"
 #include "graph/sym_expr.h"
 #include "gtest/gtest.h"
@@ -29,6 +34,128 @@ TEST(SymExpr, ExactDivision) {
   EXPECT_FALSE(SymExpr::DivExact(s0, s1).has_value());
   EXPECT_EQ(SymExpr::DivExact(s0 + s1, s0 + s1), SymExpr(1));
   EXPECT_EQ((SymExpr(3) * s0 * s1 + SymExpr(2)).Evaluate({5, 7}), 107);
+}
+
+// An int64 index expression at `vars` (floor division and modulo).
+int64_t EvalIndex(const Expr& e, const std::vector<int64_t>& vars) {
+  auto floor_div = [](int64_t a, int64_t b) {
+    int64_t q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+  };
+  switch (e->op) {
+    case ExprOp::kConst:
+      return e->i;
+    case ExprOp::kVar:
+      return vars[e->index];
+    case ExprOp::kNeg:
+      return -EvalIndex(e->args[0], vars);
+    default:
+      break;
+  }
+  const int64_t a = EvalIndex(e->args[0], vars);
+  const int64_t b = EvalIndex(e->args[1], vars);
+  switch (e->op) {
+    case ExprOp::kAdd:
+      return a + b;
+    case ExprOp::kSub:
+      return a - b;
+    case ExprOp::kMul:
+      return a * b;
+    case ExprOp::kFloorDiv:
+      return floor_div(a, b);
+    case ExprOp::kRemainder:
+      return a - b * floor_div(a, b);
+    default:
+      ADD_FAILURE() << "unexpected op in " << ir::ToString(e);
+      return 0;
+  }
+}
+
+std::vector<std::optional<ir::IndexRange>> Ranges(
+    const std::vector<int64_t>& sizes) {
+  std::vector<std::optional<ir::IndexRange>> r;
+  for (int64_t s : sizes) r.push_back(ir::IndexRange{0, s - 1});
+  return r;
+}
+
+Expr V(int i) { return ir::Var(i); }
+Expr C(int64_t c) { return ir::IntConst(c); }
+
+TEST(SimplifyIndex, SplitReductionOfAGroupNormCancels) {
+  // A split reduction's chunk v0 (1024 of 25088) of a contiguous
+  // [32, 256, 56, 56] tensor read back through its dims, and the group's
+  // statistic [32, 32] at the chunk's (n, channel / 8).
+  const Expr f = ir::Add(ir::Mul(V(0), C(25088)), V(1));
+  const Expr x = ir::Add(
+      ir::Add(
+          ir::Add(ir::Mul(ir::FloorDiv(f, C(802816)), C(802816)),
+                  ir::Mul(ir::Mod(ir::FloorDiv(f, C(3136)), C(256)), C(3136))),
+          ir::Mul(ir::Mod(ir::FloorDiv(f, C(56)), C(56)), C(56))),
+      ir::Mod(f, C(56)));
+  const Expr stat =
+      ir::Add(ir::Mul(ir::FloorDiv(f, C(802816)), C(32)),
+              ir::FloorDiv(ir::Mod(ir::FloorDiv(f, C(3136)), C(256)), C(8)));
+  const auto ranges = Ranges({1024, 25088});
+  EXPECT_EQ(ir::ToString(ir::SimplifyIndex(x, ranges)), "(v0*25088 + v1)");
+  EXPECT_EQ(ir::ToString(ir::SimplifyIndex(stat, ranges)), "v0");
+  // Without v1's bound nothing about the chunk is known.
+  const std::vector<std::optional<ir::IndexRange>> unknown = {ranges[0],
+                                                              std::nullopt};
+  EXPECT_EQ(ir::ToString(ir::SimplifyIndex(stat, unknown)), ir::ToString(stat));
+}
+
+TEST(SimplifyIndex, RandomReshapesKeepTheirValues) {
+  // Flat positions of random dims re-read through random factorizations
+  // (floor divisions and remainders), scaled, offset and nested: every
+  // simplified expression equals the original at every point of the dims.
+  std::mt19937 rng(17);
+  auto pick = [&](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  int simplified = 0;
+  for (int round = 0; round < 300; ++round) {
+    const int nvars = pick(1, 3);
+    std::vector<int64_t> sizes;
+    Expr flat = C(0);
+    int64_t total = 1;
+    for (int v = 0; v < nvars; ++v) {
+      sizes.push_back(pick(1, 9));
+      total *= sizes.back();
+      // Sometimes flipped: size - 1 - v (a negative coefficient).
+      const Expr var = pick(0, 3) == 0
+                           ? ir::Add(C(sizes.back() - 1), ir::Mul(V(v), C(-1)))
+                           : V(v);
+      flat = ir::Add(ir::Mul(flat, C(sizes.back())), var);
+    }
+    if (pick(0, 3) == 0)
+      flat = ir::Add(ir::Mul(flat, C(pick(1, 4))), C(pick(0, 5)));
+    // Re-read flat through a factorization into 2-3 dims, then flatten
+    // with random strides (a permuted or padded view).
+    Expr e = C(pick(0, 3));
+    int64_t stride = 1;
+    for (int k = 0, n = pick(1, 3); k < n; ++k) {
+      const int64_t size = pick(1, 12);
+      Expr coord = ir::Mod(ir::FloorDiv(flat, C(stride)), C(size));
+      if (pick(0, 4) == 0) coord = ir::FloorDiv(coord, C(pick(1, 5)));
+      e = ir::Add(e, ir::Mul(coord, C(pick(0, 2) == 0 ? stride : pick(1, 40))));
+      stride *= size;
+    }
+    if (pick(0, 2) == 0)
+      e = ir::Add(e, ir::Mul(ir::FloorDiv(flat, C(stride)), C(stride)));
+    if (pick(0, 3) == 0) e = ir::Mod(e, C(pick(1, 64)));
+    const Expr s = ir::SimplifyIndex(e, Ranges(sizes));
+    simplified += ir::ToString(s) != ir::ToString(e);
+    std::vector<int64_t> at(nvars, 0);
+    for (int64_t i = 0; i < total; ++i) {
+      for (int64_t rest = i, v = nvars - 1; v >= 0; --v) {
+        at[v] = rest % sizes[v];
+        rest /= sizes[v];
+      }
+      ASSERT_EQ(EvalIndex(s, at), EvalIndex(e, at))
+          << ir::ToString(e) << " -> " << ir::ToString(s) << " at point " << i;
+    }
+  }
+  EXPECT_GT(simplified, 100);  // the rules fire, not only pass through
 }
 
 TEST(DType, PromoteTypesFollowsTorch) {
