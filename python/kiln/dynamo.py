@@ -82,6 +82,7 @@ import torch.fx
 from . import _binding
 from .attention import resolve_policy, rewrite_attention
 from .foreach import foreach_decompositions
+from .remat import kiln_default_partition
 from .decompositions import extra_decompositions
 from .autostart import resolve_server
 from .fx_graph import (KilnGraph, Unsupported, ViewOutput,
@@ -517,9 +518,6 @@ class KilnBackend:
         self._ops: Optional[frozenset] = None
         from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
 
-        from torch._functorch.partitioners import (  # noqa: PLC0415
-            default_partition)
-
         # recompute=True: as Inductor, the backward recomputes what is cheap
         # to recompute (in its own fused kernels) instead of the forward
         # saving it (kiln.backend's `recompute`).
@@ -528,7 +526,7 @@ class KilnBackend:
             fw_compiler=self._compile_graph, bw_compiler=self._compile_graph,
             decompositions=self._decompositions,
             partition_fn=(recompute_partition if self.recompute
-                          else default_partition))
+                          else kiln_default_partition))
         self.__name__ = "kiln"
 
     def _cuda_options(self) -> int:

@@ -151,6 +151,82 @@ def test_recompute_saves_fewer_tensors_and_keeps_compared_values(
                   torch.randn(16, 33), torch.randn(16, 33))
 
 
+class NormAct(torch.nn.Module):
+    """A norm, SiLU, and a loss that reads the SiLU's output in its
+    backward (as a square's derivative does); with `linear`, also a Linear
+    that reads the SiLU's output (a GEMM reads its input from memory)."""
+
+    def __init__(self, norm, linear=None):
+        super().__init__()
+        self.norm, self.linear = norm, linear
+
+    def forward(self, x):
+        h = F.silu(self.norm(x))
+        if self.linear is not None:
+            h = self.linear(h)
+        return h.square().mean()
+
+
+def check_module_fwd_bwd(model, backend, x):
+    """check_fwd_bwd for a module with state (batch norm's running
+    statistics): eager runs a copy, and the copy's gradients and state are
+    compared with the compiled module's."""
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=backend)
+    xe, xk = (x.clone().requires_grad_() for _ in range(2))
+    ref, out = eager(xe), compiled(xk)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    ref.backward()
+    out.backward()
+    torch.testing.assert_close(xk.grad, xe.grad, atol=1e-5, rtol=1e-5)
+    for (name, k), e in zip(model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(k.grad, e.grad, atol=1e-5, rtol=1e-5,
+                                   msg=name)
+    for k, e in zip(model.buffers(), eager.buffers()):
+        torch.testing.assert_close(k, e)
+
+
+@pytest.mark.parametrize("norm,shape", [
+    (lambda: torch.nn.GroupNorm(4, 16), (2, 16, 5, 6)),
+    (lambda: torch.nn.BatchNorm2d(16), (3, 16, 5, 4)),
+    (lambda: torch.nn.BatchNorm1d(16, track_running_stats=False), (6, 16)),
+    (lambda: torch.nn.LayerNorm(24), (3, 7, 24)),
+], ids=["group", "batch", "batch-no-stats", "layer"])
+def test_norm_outputs_are_recomputed_in_the_backward(daemon, monkeypatch,
+                                                     norm, shape):
+    """kiln/remat.py: the backward reads a norm's output and the SiLU of it
+    as expressions of the norm's input and statistics, which it has anyway,
+    so neither is saved (a write and a read of the tensor fewer), and the
+    gradients are eager's. Where a GEMM reads the SiLU's output it stays
+    saved (recomputing it would write it in the backward instead)."""
+    from kiln import dynamo
+
+    saved = []  # per backward graph: the computed tensors the forward saved
+    compile_graph = dynamo.KilnBackend._compile_graph
+
+    def record(self, gm, example_inputs):
+        nodes = list(gm.graph.find_nodes(op="placeholder"))
+        if any(n.name.startswith("tangents") for n in nodes):
+            saved.append([(n.name, n.meta["val"].numel()) for n in nodes
+                          if not n.name.startswith(("tangents", "primals"))])
+        return compile_graph(self, gm, example_inputs)
+
+    monkeypatch.setattr(dynamo.KilnBackend, "_compile_graph", record)
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    torch._dynamo.reset()
+    check_module_fwd_bwd(NormAct(norm()), kiln.backend(
+        server=daemon.address, fallback="error"), x)
+    # Saved: the input, weight, bias (graph inputs) and the statistics.
+    assert saved and all(numel < x.numel() for _, numel in saved[-1]), saved
+    torch._dynamo.reset()
+    check_module_fwd_bwd(NormAct(norm(), torch.nn.Linear(shape[-1], 8)),
+                         kiln.backend(server=daemon.address, fallback="error"),
+                         x)
+    # The GEMM's operand (the SiLU's output or its view) is saved.
+    assert any(numel == x.numel() for _, numel in saved[-1]), saved
+
+
 def test_softmax_layer_norm_gelu_forward_backward(daemon):
     backend = kiln.backend(server=daemon.address, fallback="error")
     check_fwd_bwd(SoftmaxLayerNorm(), backend, torch.randn(8, 5, 64))
