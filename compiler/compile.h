@@ -9,9 +9,12 @@
 //                     into the cuBLASLt call) (gemm_epilogue.h)
 //   Fuse              LoopGraph -> FusedProgram                 (fuse.h)
 //   SplitLongReductions  FusedProgram -> FusedProgram (CUDA)
-//   (split_reductions.h) PlanGpuLaunches   FusedProgram -> a GpuKernelPlan per
-//   kernel (CUDA; gpu_launch.h) CPU:  EmitCpuModule  FusedProgram -> LLVM IR
-//   (codegen_cpu.h)
+//                     (split_reductions.h)
+//   SimplifyIndices   FusedProgram -> FusedProgram: index arithmetic with
+//                     the kernels' dim ranges (simplify_indices.h)
+//   PlanGpuLaunches   FusedProgram -> a GpuKernelPlan per kernel (CUDA;
+//                     gpu_launch.h)
+//   CPU:  EmitCpuModule  FusedProgram -> LLVM IR (codegen_cpu.h)
 //         OptimizeModule, EmitObject, LinkSharedObject -> .so   (cpu_backend.h)
 //   CUDA: EmitCudaModule FusedProgram + plans -> NVPTX IR (codegen_cuda.h)
 //         LinkLibdevice, OptimizeNvptxModule, EmitPtx, LinkCubin -> cubin
@@ -22,7 +25,7 @@
 // With KILN_DUMP_DIR set, each stage writes its IR to
 // $KILN_DUMP_DIR/<first 16 hex digits of the request key>/NN-stage.txt:
 // 01-graph.txt, 02-loops.txt, 02-epilogues.txt (CUDA), 03-fused.txt,
-// 03-split.txt (CUDA),
+// 03-split.txt (CUDA), 03-indices.txt,
 // 04-gpu-plan.txt (CUDA), 04-llvm.ll, 05-llvm-opt.ll, 06-asm.s (CPU) or
 // 06-kernels.ptx, 07-nvjitlink.txt and 08-timings.txt (CUDA).
 //
