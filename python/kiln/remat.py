@@ -23,7 +23,7 @@ expression's inputs and nothing to compute it:
   small, or absent;
 - float32 throughout (a float32 norm of half inputs rounds y, which
   recomputed would round again);
-- static sizes where the expression needs them (group norm's groups);
+- static channels and groups for group norm (its batch may be symbolic);
 - no backward reader of y reaches a matrix product, convolution or
   attention, directly or through views: those read y from memory, so it
   would be written in the backward instead of the forward;
@@ -114,10 +114,10 @@ def _numel(node: Any) -> Optional[int]:
     val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     if not isinstance(val, torch.Tensor):
         return None
-    try:
-        return int(val.numel())
-    except Exception:  # noqa: BLE001 (a symbolic size)
-        return None
+    # A symbolic count is unknown here: int() of it would guard the graph
+    # on its value (a recompile per size).
+    numel = val.numel()
+    return numel if isinstance(numel, int) else None
 
 
 def _is_float32(node: Any) -> bool:
@@ -154,7 +154,7 @@ class _Builder:
     def __call__(self, target: Any, *args: Any) -> Any:
         with self.graph.inserting_before(self.where):
             node = self.graph.call_function(target, tuple(args))
-        vals = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args]
+        vals = torch.fx.node.map_arg(args, lambda a: a.meta["val"])
         with self.fake_mode:
             node.meta["val"] = target(*vals)
         node.meta["partitioner_tag"] = "is_backward"
@@ -176,15 +176,17 @@ def _expression(b: _Builder, name: str, norm: Any, x: Any, mean: Any,
         # Per channel: (N, G) -> (N, G, C/G) -> (N, C), then broadcast over
         # the positions (a load of the group's value by channel index; a
         # view of x would cost every load an index division).
-        n, c, _, group = norm.args[3:7]
-        if not all(isinstance(v, int) for v in [n, c, group] + shape) or \
+        # The channels and groups are static; the batch is left to the
+        # statistics' own size (-1: no guard on a symbolic batch).
+        _, c, _, group = norm.args[3:7]
+        if not (isinstance(c, int) and isinstance(group, int)) or \
                 len(shape) < 2 or c % group:
             return None
 
         def by_channel(stat: Any) -> Any:
             stat = b(aten.expand.default, _unsqueezed(b, stat, 1),
-                     [n, group, c // group])
-            return _unsqueezed(b, b(aten.reshape.default, stat, [n, c]),
+                     [-1, group, c // group])
+            return _unsqueezed(b, b(aten.reshape.default, stat, [-1, c]),
                                len(shape) - 2)
 
         t = b(aten.mul.Tensor, b(aten.sub.Tensor, x, by_channel(mean)),
@@ -230,9 +232,16 @@ def rematerialize_norm_outputs(joint: torch.fx.GraphModule,
     b: Optional[_Builder] = None
     again: Dict[Any, Any] = {}  # forward value -> the backward's expression
 
+    def read_by_backward(v: Any) -> bool:
+        """Whether the backward reads v, or a view of it (AOTAutograd saves
+        a norm's statistics as alias nodes)."""
+        return any(u not in forward or
+                   (u.op == "call_function" and op_name(u.target) in VIEW_OPS
+                    and read_by_backward(u)) for u in v.users)
+
     def saved(v: Any, size: Optional[int]) -> bool:
         """Saved anyway, a graph input or small (against `size`)."""
-        if v.op == "placeholder" or any(u not in forward for u in v.users):
+        if v.op == "placeholder" or read_by_backward(v):
             return True
         numel = _numel(v)
         return numel is not None and size is not None and \

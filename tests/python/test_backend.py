@@ -227,6 +227,48 @@ def test_norm_outputs_are_recomputed_in_the_backward(daemon, monkeypatch,
     assert any(numel == x.numel() for _, numel in saved[-1]), saved
 
 
+@pytest.mark.parametrize("norm", [
+    lambda: torch.nn.GroupNorm(4, 16),
+    lambda: torch.nn.BatchNorm2d(16),
+], ids=["group", "batch"])
+def test_norm_outputs_are_recomputed_under_dynamic_shapes(daemon, monkeypatch,
+                                                          norm):
+    """The same with dynamic=True: two batch sizes, one graph per direction
+    (the expression adds no guard on the batch), eager's values and
+    gradients, only the statistics saved (rank 2 or 1, x's is 4)."""
+    from kiln import dynamo
+
+    graphs, saved = [], []
+    compile_graph = dynamo.KilnBackend._compile_graph
+
+    def record(self, gm, example_inputs):
+        nodes = list(gm.graph.find_nodes(op="placeholder"))
+        graphs.append(gm)
+        if any(n.name.startswith("tangents") for n in nodes):
+            saved.append([n.meta["val"].dim() for n in nodes
+                          if isinstance(n.meta.get("val"), torch.Tensor) and
+                          not n.name.startswith(("tangents", "primals"))])
+        return compile_graph(self, gm, example_inputs)
+
+    monkeypatch.setattr(dynamo.KilnBackend, "_compile_graph", record)
+    torch._dynamo.reset()
+    model = NormAct(norm())
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=kiln.backend(
+        server=daemon.address, fallback="error"), dynamic=True)
+    torch.manual_seed(0)
+    for batch in (3, 5):
+        x = torch.randn(batch, 16, 5, 6)
+        xe, xk = (x.clone().requires_grad_() for _ in range(2))
+        ref, out = eager(xe), compiled(xk)
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        ref.backward()
+        out.backward()
+        torch.testing.assert_close(xk.grad, xe.grad, atol=1e-5, rtol=1e-5)
+    assert len(graphs) == 2, graphs  # forward and backward, no recompile
+    assert saved and all(rank < 4 for rank in saved[0]), saved
+
+
 def test_softmax_layer_norm_gelu_forward_backward(daemon):
     backend = kiln.backend(server=daemon.address, fallback="error")
     check_fwd_bwd(SoftmaxLayerNorm(), backend, torch.randn(8, 5, 64))
