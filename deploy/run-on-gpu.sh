@@ -4,7 +4,7 @@
 # glibc >= 2.36 and, for bench and python, python3 with torch):
 #
 #   make bundle BUNDLE_EXTRA="build/tests/gpu/cuda_gpu_test build/bench/gpu/cuda_bench build/tests/unit/cuda_runtime_test"
-#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|attention|trainops|profile|gemm|realmodels|bench|all [OUT_DIR]
+#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|attention|trainops|profile|gemm|realmodels|inputwrites|bench|all [OUT_DIR]
 #
 # tests: cuda_runtime_test and cuda_gpu_test (its Client test starts the
 # bundle's kilnd); python: the Python binding with PyTorch
@@ -131,6 +131,11 @@ if [[ $what == step ]]; then
   # model's step time on one backend, --profile N for its costliest kernels).
   # shellcheck disable=SC2086
   "${PYTHON:-python3}" "$here/bench/python/model_step.py" --device cuda ${STEP_ARGS:-} || status=1
+fi
+if [[ $what == inputwrites ]]; then
+  # bench/python/input_writes.py --device cuda ($WRITES_ARGS passed on).
+  # shellcheck disable=SC2086
+  "${PYTHON:-python3}" "$here/bench/python/input_writes.py" --device cuda ${WRITES_ARGS:-} || status=1
 fi
 if [[ $what == attention ]]; then
   "${PYTHON:-python3}" "$here/bench/python/attention.py" --device cuda || status=1

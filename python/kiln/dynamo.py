@@ -86,7 +86,7 @@ from .remat import kiln_default_partition
 from .decompositions import extra_decompositions
 from .autostart import resolve_server
 from .fx_graph import (KilnGraph, Unsupported, ViewOutput,
-                       align_norm_stats_with_eager,
+                       align_norm_stats_with_eager, batch_input_writes,
                        draw_seed, is_contiguous, share_float64_scalar_converts,
                        size_input_tensor, to_kiln_graph)
 from .partition import (KilnOperatorSupport, graph_device, partition,
@@ -526,7 +526,8 @@ class KilnBackend:
             fw_compiler=self._compile_graph, bw_compiler=self._compile_graph,
             decompositions=self._decompositions,
             partition_fn=(recompute_partition if self.recompute
-                          else kiln_default_partition))
+                          else kiln_default_partition),
+            keep_inference_input_mutations=True)
         self.__name__ = "kiln"
 
     def _cuda_options(self) -> int:
@@ -602,6 +603,7 @@ class KilnBackend:
 
         align_norm_stats_with_eager(gm)
         share_float64_scalar_converts(gm)
+        batch_input_writes(gm)
         window = symbolic_window_op(gm)
         if window is not None:
             with self._lock:
@@ -658,7 +660,8 @@ class KilnBackend:
                         f"partitioning failed: {e!r}"] += 1
             return gm, report, {}
         for node, reason in support.reasons.items():
-            if _computes_tensors(node):  # not SymInt arithmetic
+            # (Not SymInt arithmetic, not the graph's input writes.)
+            if _computes_tensors(node) and "kiln_input_writes" not in node.meta:
                 report.op(_op_name(node)).fallback[reason] += 1
         for name, reasons in result.left_out.items():
             report.op(name).fallback.update(reasons)

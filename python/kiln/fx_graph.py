@@ -564,6 +564,70 @@ def _convert_to(node: torch.fx.Node) -> Optional[torch.dtype]:
     return dtype if isinstance(dtype, torch.dtype) else None
 
 
+def write_inputs(dsts: Tuple[torch.Tensor, ...],
+                 srcs: Tuple[torch.Tensor, ...]) -> None:
+    """dsts[i].copy_(srcs[i]) for each i: a graph's input mutations
+    (batch_input_writes), one torch._foreach_copy_ per device and dtype
+    (its multi-tensor kernel takes one of each; a list that mixes them,
+    batch norm's float running statistics with its int64 count, would
+    copy tensor by tensor)."""
+    if _FOREACH_COPY is None:
+        for d, s in zip(dsts, srcs):
+            d.copy_(s)
+        return
+    groups: Dict[Tuple[Any, Any], Tuple[List[torch.Tensor],
+                                        List[torch.Tensor]]] = {}
+    for d, s in zip(dsts, srcs):
+        group = groups.setdefault((d.device, d.dtype, s.dtype), ([], []))
+        group[0].append(d)
+        group[1].append(s)
+    for d, s in groups.values():
+        _FOREACH_COPY(d, s)
+
+
+_FOREACH_COPY = getattr(torch, "_foreach_copy_", None)
+
+
+def batch_input_writes(gm: torch.fx.GraphModule) -> int:
+    """A graph AOTAutograd made with keep_inference_input_mutations writes
+    its mutated inputs at its end: copy_(input, new value), one eager
+    dispatch and one kernel each (batch norm's running statistics and
+    count, three per layer; a compiled optimizer step's parameters and
+    states). Here the copies into graph inputs that nothing reads after them
+    become one write_inputs node before the output: one
+    torch._foreach_copy_ per device and dtype (a multi-tensor kernel each).
+    Returns how
+    many copies it took; the graph is recompiled when any."""
+    graph = gm.graph
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    copies = [n for n in graph.nodes
+              if n.op == "call_function" and
+              n.target is torch.ops.aten.copy_.default and
+              len(n.args) == 2 and not n.kwargs and not n.users and
+              isinstance(n.args[0], torch.fx.Node) and
+              n.args[0].op == "placeholder"]
+    if len(copies) < 2:
+        return 0
+    first = min(order[c] for c in copies)
+    dsts = [c.args[0] for c in copies]
+    if len(set(dsts)) != len(dsts):
+        return 0  # one input written twice: keep their order
+    for c in copies:
+        # Nothing after the first copy reads an input it writes.
+        if any(order[u] > first and u not in copies for u in c.args[0].users):
+            return 0
+    out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    with graph.inserting_before(out):
+        node = graph.call_function(
+            write_inputs, (tuple(dsts), tuple(c.args[1] for c in copies)))
+    node.meta["val"] = None
+    node.meta["kiln_input_writes"] = len(copies)
+    for c in copies:
+        graph.erase_node(c)
+    gm.recompile()
+    return len(copies)
+
+
 def share_float64_scalar_converts(gm: torch.fx.GraphModule) -> None:
     """A Python float that Dynamo does not specialise (an eps, a scale under
     dynamic=True) reaches the graph as a 0-dim float64 tensor input, and

@@ -269,6 +269,41 @@ def test_norm_outputs_are_recomputed_under_dynamic_shapes(daemon, monkeypatch,
     assert saved and all(rank < 4 for rank in saved[0]), saved
 
 
+def test_input_mutations_are_one_foreach_copy(daemon, monkeypatch):
+    """Batch norm's running statistics and count are input mutations: the
+    forward graph writes them (keep_inference_input_mutations) and
+    fx_graph.batch_input_writes makes its three copy_ one
+    torch._foreach_copy_ per step; they are eager's after each step, and no
+    copy_ is reported as a fallback."""
+    from kiln import fx_graph
+
+    calls = []
+    foreach = fx_graph._FOREACH_COPY
+    if foreach is None:
+        pytest.skip("this torch has no _foreach_copy_")
+
+    def counted(dsts, srcs):
+        calls.append(len(dsts))
+        return foreach(dsts, srcs)
+
+    monkeypatch.setattr(fx_graph, "_FOREACH_COPY", counted)
+    torch._dynamo.reset()
+    model = NormAct(torch.nn.BatchNorm2d(16))
+    eager = copy.deepcopy(model)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    compiled = torch.compile(model, backend=backend)
+    torch.manual_seed(0)
+    for _ in range(3):
+        x = torch.randn(4, 16, 5, 6)
+        compiled(x.clone().requires_grad_()).backward()
+        eager(x.clone().requires_grad_()).backward()
+        for k, e in zip(model.buffers(), eager.buffers()):
+            torch.testing.assert_close(k, e)
+    # One per dtype: the float32 statistics, the int64 count.
+    assert sorted(calls) == [1, 1, 1, 2, 2, 2], calls
+    assert "aten.copy_.default" not in backend.report.fallbacks
+
+
 def test_softmax_layer_norm_gelu_forward_backward(daemon):
     backend = kiln.backend(server=daemon.address, fallback="error")
     check_fwd_bwd(SoftmaxLayerNorm(), backend, torch.randn(8, 5, 64))
