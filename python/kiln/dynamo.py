@@ -85,7 +85,7 @@ from .foreach import foreach_decompositions
 from .remat import kiln_default_partition
 from .decompositions import extra_decompositions
 from .autostart import resolve_server
-from .fx_graph import (KilnGraph, Unsupported, ViewOutput,
+from .fx_graph import (COMPARISON_OPS, KilnGraph, Unsupported, ViewOutput,
                        align_norm_stats_with_eager, batch_input_writes,
                        draw_seed, is_contiguous, share_float64_scalar_converts,
                        size_input_tensor, to_kiln_graph)
@@ -435,11 +435,6 @@ def restrided(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
     return base.expand(t.shape) if zero else base
 
 
-_COMPARISONS = frozenset(
-    f"aten.{op}.{overload}" for op in ("eq", "ne", "lt", "le", "gt", "ge")
-    for overload in ("Tensor", "Scalar"))
-
-
 def recompute_partition(joint_module: torch.fx.GraphModule,
                         joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
     """AOTAutograd's min-cut rematerialization partitioner (Inductor's),
@@ -465,7 +460,7 @@ def recompute_partition(joint_module: torch.fx.GraphModule,
                     for a in node.all_input_nodes):
             backward.add(node)
     for node in joint_module.graph.nodes:
-        if node.op != "call_function" or str(node.target) not in _COMPARISONS:
+        if node.op != "call_function" or str(node.target) not in COMPARISON_OPS:
             continue
         for arg in node.all_input_nodes:
             if arg not in backward and arg.op != "placeholder":

@@ -43,8 +43,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.fx
 
-__all__ = ["ALIAS_VIEW_OPS", "AS_STRIDED_OPS", "IDENTITY_OPS", "KilnGraph",
-           "SizeInput", "ViewOutput",
+__all__ = ["ALIAS_VIEW_OPS", "AS_STRIDED_OPS", "COMPARISON_OPS",
+           "IDENTITY_OPS", "KilnGraph", "SizeInput", "ViewOutput",
            "Unsupported", "as_strided_view", "check_node_args", "dtype_name",
            "graph_device", "is_contiguous", "op_name", "schema_args",
            "to_kiln_graph"]
@@ -562,6 +562,13 @@ def _convert_to(node: torch.fx.Node) -> Optional[torch.dtype]:
         return None
     dtype = node.args[1] if len(node.args) > 1 else node.kwargs.get("dtype")
     return dtype if isinstance(dtype, torch.dtype) else None
+
+
+# The comparison ops: what a backward compares must be the forward's own
+# bits, never a recomputed copy (dynamo.recompute_partition, kiln/remat.py).
+COMPARISON_OPS = frozenset(
+    f"aten.{op}.{overload}" for op in ("eq", "ne", "lt", "le", "gt", "ge")
+    for overload in ("Tensor", "Scalar"))
 
 
 def write_inputs(dsts: Tuple[torch.Tensor, ...],

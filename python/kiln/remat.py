@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 import torch
 
-from .fx_graph import op_name
+from .fx_graph import COMPARISON_OPS, op_name
 from .partition import VIEW_OPS
 
 __all__ = ["kiln_default_partition", "rematerialize_norm_outputs"]
@@ -67,10 +67,9 @@ _TRAINING = {
 _LIBRARY_CALL_WORDS = ("mm", "convolution", "_scaled_dot_product",
                        "_efficient_attention", "_flash_attention",
                        "_cudnn_attention")
-_COMPARISONS = frozenset({
-    "aten.eq.Tensor", "aten.eq.Scalar", "aten.ne.Tensor", "aten.ne.Scalar",
-    "aten.lt.Tensor", "aten.lt.Scalar", "aten.le.Tensor", "aten.le.Scalar",
-    "aten.gt.Tensor", "aten.gt.Scalar", "aten.ge.Tensor", "aten.ge.Scalar",
+
+# Readers that compare y, or pick elements of it by their values.
+_COMPARISONS = COMPARISON_OPS | frozenset({
     "aten.threshold_backward.default", "aten.maximum.default",
     "aten.minimum.default", "aten.max.dim", "aten.min.dim",
     "aten.amax.default", "aten.amin.default", "aten.argmax.default",

@@ -167,18 +167,23 @@ class NormAct(torch.nn.Module):
         return h.square().mean()
 
 
-def check_module_fwd_bwd(model, backend, x):
-    """check_fwd_bwd for a module with state (batch norm's running
-    statistics): eager runs a copy, and the copy's gradients and state are
-    compared with the compiled module's."""
-    eager = copy.deepcopy(model)
-    compiled = torch.compile(model, backend=backend)
+def compare_step(eager, compiled, x):
+    """One step (forward, backward of the scalar loss) of each on copies of
+    x: the losses and x's gradients agree."""
     xe, xk = (x.clone().requires_grad_() for _ in range(2))
     ref, out = eager(xe), compiled(xk)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     ref.backward()
     out.backward()
     torch.testing.assert_close(xk.grad, xe.grad, atol=1e-5, rtol=1e-5)
+
+
+def check_module_fwd_bwd(model, backend, x):
+    """check_fwd_bwd for a module with state (batch norm's running
+    statistics): eager runs a copy, and the copy's gradients and state are
+    compared with the compiled module's."""
+    eager = copy.deepcopy(model)
+    compare_step(eager, torch.compile(model, backend=backend), x)
     for (name, k), e in zip(model.named_parameters(), eager.parameters()):
         torch.testing.assert_close(k.grad, e.grad, atol=1e-5, rtol=1e-5,
                                    msg=name)
@@ -258,13 +263,7 @@ def test_norm_outputs_are_recomputed_under_dynamic_shapes(daemon, monkeypatch,
         server=daemon.address, fallback="error"), dynamic=True)
     torch.manual_seed(0)
     for batch in (3, 5):
-        x = torch.randn(batch, 16, 5, 6)
-        xe, xk = (x.clone().requires_grad_() for _ in range(2))
-        ref, out = eager(xe), compiled(xk)
-        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
-        ref.backward()
-        out.backward()
-        torch.testing.assert_close(xk.grad, xe.grad, atol=1e-5, rtol=1e-5)
+        compare_step(eager, compiled, torch.randn(batch, 16, 5, 6))
     assert len(graphs) == 2, graphs  # forward and backward, no recompile
     assert saved and all(rank < 4 for rank in saved[0]), saved
 
