@@ -149,10 +149,12 @@ class _Builder:
 
     def __init__(self, graph: torch.fx.Graph, where: Any, fake_mode: Any) -> None:
         self.graph, self.where, self.fake_mode = graph, where, fake_mode
+        self.made: List[Any] = []  # the nodes built, in order
 
     def __call__(self, target: Any, *args: Any) -> Any:
         with self.graph.inserting_before(self.where):
             node = self.graph.call_function(target, tuple(args))
+        self.made.append(node)
         vals = torch.fx.node.map_arg(args, lambda a: a.meta["val"])
         with self.fake_mode:
             node.meta["val"] = target(*vals)
@@ -258,13 +260,22 @@ def rematerialize_norm_outputs(joint: torch.fx.GraphModule,
         if node.op != "call_function" or node not in forward:
             continue
         name = op_name(node.target)
-        if name in _NORMS:
-            value = _norm(node, name, forward, saved, builder)
-        elif name in _CHAIN_OPS and any(a in again for a in node.args):
-            value = _chain(node, forward, saved, builder, again)
-        else:
+        if name not in _NORMS and not (
+                name in _CHAIN_OPS and any(a in again for a in node.args)):
             continue
+        made = len(b.made) if b is not None else 0
+        try:
+            value = (_norm(node, name, forward, saved, builder)
+                     if name in _NORMS else
+                     _chain(node, forward, saved, builder, again))
+        except Exception:  # noqa: BLE001 (a value fake tensors refuse:
+            value = None   # keep saving it, never fail the user's graph)
         if value is None:
+            if b is not None:  # what this attempt built and left unread
+                for n in reversed(b.made[made:]):
+                    if not n.users:
+                        graph.erase_node(n)
+                del b.made[made:]
             continue
         y, expression = value
         again[y] = expression
