@@ -44,6 +44,13 @@ std::optional<int64_t> IntValue(const Expr& e) {
   return std::nullopt;
 }
 
+// floor(a / b) for b != 0 (PyTorch's floor division).
+int64_t FloorDivConst(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
 }  // namespace
 
 Expr Const(double v, DType dtype) {
@@ -115,11 +122,7 @@ Expr FloorDiv(Expr a, Expr b) {
   auto ca = IntValue(a), cb = IntValue(b);
   if (cb && *cb == 1) return a;
   if (ca && *ca == 0) return a;
-  if (ca && cb && *cb != 0) {
-    int64_t q = *ca / *cb;
-    if ((*ca % *cb != 0) && ((*ca < 0) != (*cb < 0))) --q;
-    return IntConst(q);
-  }
+  if (ca && cb && *cb != 0) return IntConst(FloorDivConst(*ca, *cb));
   return Make(ExprOp::kFloorDiv, DType::kInt64, {std::move(a), std::move(b)});
 }
 Expr Mod(Expr a, Expr b) {
@@ -643,11 +646,6 @@ std::optional<int64_t> CheckedAdd(int64_t a, int64_t b) {
   if (__builtin_add_overflow(a, b, &out)) return std::nullopt;
   return out;
 }
-int64_t FloorDivInt(int64_t a, int64_t b) {  // b > 0
-  int64_t q = a / b;
-  if (a % b != 0 && a < 0) --q;
-  return q;
-}
 
 // An int64 expression as constant + sum of coeff * atom; an atom is any
 // node but a sum, a difference, a negation or a product by a constant.
@@ -843,7 +841,7 @@ class IndexSimplifier {
     }
   }
 
-  // The range of constant + the terms selected by `pick`.
+  // The range of constant + sum coeff * atom over `terms`.
   std::optional<IndexRange> RangeOf(
       int64_t constant, const std::vector<std::pair<int64_t, Expr>>& terms) {
     IndexRange sum{constant, constant};
@@ -885,7 +883,7 @@ class IndexSimplifier {
           r.push_back({c, atom});
         }
       }
-      const int64_t q0 = FloorDivInt(t.constant, a);
+      const int64_t q0 = FloorDivConst(t.constant, a);
       const int64_t r0 = t.constant - q0 * a;
       std::optional<IndexRange> rr = RangeOf(r0, r);
       if (!rr || rr->lo < 0) continue;

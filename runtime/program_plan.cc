@@ -556,7 +556,7 @@ absl::StatusOr<ProgramPlan> PlanProgram(const v1::Artifact& artifact,
       case v1::BufferSpec::TEMP: {
         out.temp_slot[b] = out.num_temps++;
         const std::optional<int64_t> n = ConstantPoly(spec.elements());
-        if (n && *n >= 0 &&
+        if (limits.arena_temp_bytes > 0 && n && *n >= 0 &&
             *n <= limits.arena_temp_bytes / out.element_size[b]) {
           // 256 bytes apart, as the allocators' own blocks are aligned.
           out.arena_offset[b] = out.arena_bytes;

@@ -573,23 +573,13 @@ COMPARISON_OPS = frozenset(
 
 def write_inputs(dsts: Tuple[torch.Tensor, ...],
                  srcs: Tuple[torch.Tensor, ...]) -> None:
-    """dsts[i].copy_(srcs[i]) for each i: a graph's input mutations
-    (batch_input_writes), one torch._foreach_copy_ per device and dtype
-    (its multi-tensor kernel takes one of each; a list that mixes them,
-    batch norm's float running statistics with its int64 count, would
-    copy tensor by tensor)."""
+    """dsts[i].copy_(srcs[i]) for each i, in one call: a graph's input
+    mutations of one device and dtype (batch_input_writes)."""
     if _FOREACH_COPY is None:
         for d, s in zip(dsts, srcs):
             d.copy_(s)
         return
-    groups: Dict[Tuple[Any, Any], Tuple[List[torch.Tensor],
-                                        List[torch.Tensor]]] = {}
-    for d, s in zip(dsts, srcs):
-        group = groups.setdefault((d.device, d.dtype, s.dtype), ([], []))
-        group[0].append(d)
-        group[1].append(s)
-    for d, s in groups.values():
-        _FOREACH_COPY(d, s)
+    _FOREACH_COPY(list(dsts), list(srcs))
 
 
 _FOREACH_COPY = getattr(torch, "_foreach_copy_", None)
@@ -601,8 +591,10 @@ def batch_input_writes(gm: torch.fx.GraphModule) -> int:
     dispatch and one kernel each (batch norm's running statistics and
     count, three per layer; a compiled optimizer step's parameters and
     states). Here the copies into graph inputs that nothing reads after them
-    become one write_inputs node before the output: one
-    torch._foreach_copy_ per device and dtype (a multi-tensor kernel each).
+    become write_inputs nodes before the output, one per device and dtype
+    (grouped here, from the meta values): one torch._foreach_copy_ each, a
+    multi-tensor kernel (a list that mixes dtypes, batch norm's float
+    running statistics with its int64 count, would copy tensor by tensor).
     Returns how
     many copies it took; the graph is recompiled when any."""
     graph = gm.graph
@@ -623,12 +615,22 @@ def batch_input_writes(gm: torch.fx.GraphModule) -> int:
         # Nothing after the first copy reads an input it writes.
         if any(order[u] > first and u not in copies for u in c.args[0].users):
             return 0
+
+    def kind(n: torch.fx.Node) -> Any:
+        val = n.meta.get("val")
+        return (val.device, val.dtype) if isinstance(val, torch.Tensor) else None
+
+    groups: Dict[Any, List[torch.fx.Node]] = {}
+    for c in copies:
+        groups.setdefault((kind(c.args[0]), kind(c.args[1])), []).append(c)
     out = next(n for n in reversed(graph.nodes) if n.op == "output")
-    with graph.inserting_before(out):
-        node = graph.call_function(
-            write_inputs, (tuple(dsts), tuple(c.args[1] for c in copies)))
-    node.meta["val"] = None
-    node.meta["kiln_input_writes"] = len(copies)
+    for group in groups.values():
+        with graph.inserting_before(out):
+            node = graph.call_function(
+                write_inputs, (tuple(c.args[0] for c in group),
+                               tuple(c.args[1] for c in group)))
+        node.meta["val"] = None
+        node.meta["kiln_input_writes"] = len(group)
     for c in copies:
         graph.erase_node(c)
     gm.recompile()
