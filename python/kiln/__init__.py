@@ -38,7 +38,7 @@ the wire format.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 from ._binding import (C_API_VERSION, Client, CpuExecutable, CudaExecutable,
                        CudaOutput, KilnError, KilnIndexError, load_library,
@@ -132,9 +132,18 @@ def explain(model: Callable[..., Any], *inputs: Any,
     return _explain(model, *inputs, **kwargs)
 
 
-def _dynamo_backend(gm: Any, example_inputs: Any) -> Callable[..., Any]:
+def _dynamo_backend(gm: Any, example_inputs: Any, *,
+                    options: Optional[Dict[str, Any]] = None,
+                    mode: Optional[str] = None,
+                    name: Optional[str] = None) -> Callable[..., Any]:
     """The ``torch_dynamo_backends`` entry point ``kiln``: the default
-    backend (KILN_SERVER, accurate math, eager fallback)."""
-    from .dynamo import default_backend  # noqa: PLC0415 (needs torch)
+    backend (KILN_SERVER, accurate math, eager fallback), or with
+    ``torch.compile(..., options={...})`` the one kiln.backend(**options)
+    builds (the keys are kiln.backend's keyword arguments; an unknown key is
+    a ValueError naming it). ``mode`` is Inductor's: "default" and the
+    others are accepted, the others with a warning (Kiln has no modes).
+    ``name`` (torch.compile's, for logs) is not used."""
+    from .dynamo import named_backend  # noqa: PLC0415 (needs torch)
 
-    return default_backend()(gm, example_inputs)
+    del name
+    return named_backend(options, mode)(gm, example_inputs)

@@ -16,6 +16,17 @@ op would split its graph and run eagerly:
   the one here is its autograd formula (``_weight_norm_differentiable_backward``
   in FunctionsManual.cpp) in ATen ops.
 
+- ``aten.elu`` and ``aten.elu_backward`` (``nn.ELU``, ``F.elu``):
+  PyTorch's decompositions (``expm1``, ``where``).
+- ``aten.max.dim`` and ``aten.min.dim`` (``x.max(dim)``: PointNet's
+  global feature, a classifier's predicted class): the values are
+  ``amax``/``amin`` and the indices ``argmax``/``argmin``, which pick the
+  first extreme of a row (NaN counting as the extreme) as PyTorch's
+  kernels do. Their backward (``value_selecting_reduction_backward``)
+  decomposes by itself.
+- ``aten.atan`` (``torch.atan``: CIoU box losses, angle features):
+  ``atan2(x, 1)``, the same function.
+
 Only ops whose name is not in ``kiln_ops`` are given (Kiln's own lowering
 wins).
 """
@@ -32,7 +43,8 @@ aten = torch.ops.aten
 
 # Ops whose decomposition PyTorch's full table has (not Core ATen's).
 _FROM_TORCH = ("aten.new_empty_strided.default",
-               "aten.linalg_vector_norm.default")
+               "aten.linalg_vector_norm.default", "aten.elu.default",
+               "aten.elu_backward.default")
 
 
 def _weight_norm_interface_backward(
@@ -52,9 +64,36 @@ def _weight_norm_interface_backward(
     return grad_v.to(saved_v.dtype), grad_g.to(saved_g.dtype)
 
 
+def _max_dim(x: torch.Tensor, dim: int,
+             keepdim: bool = False) -> Any:
+    """aten.max.dim: (the row maxima, the index of each row's first).
+    Bool rows stay whole (argmax takes no bool)."""
+    if x.dtype == torch.bool:
+        return NotImplemented
+    return aten.amax(x, [dim], keepdim), aten.argmax(x, dim, keepdim)
+
+
+def _min_dim(x: torch.Tensor, dim: int,
+             keepdim: bool = False) -> Any:
+    """aten.min.dim: (the row minima, the index of each row's first).
+    Bool rows stay whole."""
+    if x.dtype == torch.bool:
+        return NotImplemented
+    return aten.amin(x, [dim], keepdim), aten.argmin(x, dim, keepdim)
+
+
+def _atan(x: torch.Tensor) -> torch.Tensor:
+    """aten.atan as atan2(x, 1)."""
+    return aten.atan2(x, aten.scalar_tensor(1.0, dtype=x.dtype,
+                                            device=x.device))
+
+
 _OURS: Dict[str, Callable[..., Any]] = {
     "aten._weight_norm_interface_backward.default":
         _weight_norm_interface_backward,
+    "aten.max.dim": _max_dim,
+    "aten.min.dim": _min_dim,
+    "aten.atan.default": _atan,
 }
 
 

@@ -997,6 +997,21 @@ def _op_name(node: torch.fx.Node) -> str:
 
 
 _DEFAULT: Optional[KilnBackend] = None
+# backend="kiln" with options=: one backend per distinct set of options, so
+# that every graph of a model (and of every model compiled with the same
+# options) shares its client, counters and report.
+_BY_OPTIONS: Dict[Tuple[Tuple[str, Any], ...], KilnBackend] = {}
+_BY_OPTIONS_LOCK = threading.Lock()
+# torch.compile's modes are Inductor's; what each means for Kiln.
+_MODES = {
+    "default": None,
+    "reduce-overhead": "CUDA graphs are Inductor's; Kiln runs its own "
+                       "programs (mode ignored)",
+    "max-autotune": "Kiln times GEMM algorithms on the first call anyway "
+                    "(mode ignored)",
+    "max-autotune-no-cudagraphs": "Kiln times GEMM algorithms on the first "
+                                  "call anyway (mode ignored)",
+}
 
 
 def default_backend() -> KilnBackend:
@@ -1006,6 +1021,54 @@ def default_backend() -> KilnBackend:
     if _DEFAULT is None:
         _DEFAULT = KilnBackend()
     return _DEFAULT
+
+
+def option_names() -> Tuple[str, ...]:
+    """The keys ``torch.compile(backend="kiln", options={...})`` takes:
+    kiln.backend's keyword arguments."""
+    import inspect  # noqa: PLC0415
+
+    from . import backend  # noqa: PLC0415
+
+    return tuple(inspect.signature(backend).parameters)
+
+
+def named_backend(options: Optional[Dict[str, Any]] = None,
+                  mode: Optional[str] = None) -> KilnBackend:
+    """The backend for ``torch.compile(model, backend="kiln", mode=...,
+    options={...})``: default_backend() without options, else the
+    backend kiln.backend(**options) builds, one per distinct options in the
+    process. Raises ValueError naming an unknown option key (with the known
+    ones) or an unknown mode; torch.compile reports it as a backend error
+    before anything runs. Inductor's other modes are accepted with one
+    warning saying what Kiln does instead."""
+    if mode is not None and mode not in _MODES:
+        raise ValueError(f"kiln: unknown mode {mode!r} (torch.compile's "
+                         f"modes: {', '.join(_MODES)})")
+    if mode is not None and _MODES[mode] is not None:
+        warnings.warn(f"kiln: mode={mode!r}: {_MODES[mode]}", RuntimeWarning,
+                      stacklevel=3)
+    if not options:
+        return default_backend()
+    known = option_names()
+    unknown = sorted(k for k in options if k not in known)
+    if unknown:
+        raise ValueError(f"kiln: unknown option(s) {', '.join(unknown)} "
+                         f"(kiln.backend takes: {', '.join(known)})")
+    key = tuple(sorted((k, _hashable(v)) for k, v in options.items()))
+    with _BY_OPTIONS_LOCK:
+        if key not in _BY_OPTIONS:
+            from . import backend  # noqa: PLC0415
+
+            _BY_OPTIONS[key] = backend(**options)
+        return _BY_OPTIONS[key]
+
+
+def _hashable(value: Any) -> Any:
+    """An option's value as a dict key (trusted_keys may be a list)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    return value
 
 
 def explain(model: Callable[..., Any], *inputs: Any,

@@ -1184,11 +1184,48 @@ def test_entry_point_backend_by_name(daemon, tmp_path):
         "torch.testing.assert_close(torch.compile(f, backend='kiln')(x), f(x))\n"
         "r = kiln.dynamo.default_backend().report\n"
         "assert r.compiled_partitions == 1, str(r)\n"
+        "torch._dynamo.reset()\n"
+        "g = torch.compile(f, backend='kiln', options={'fast_math': True})\n"
+        "torch.testing.assert_close(g(x), f(x))\n"
+        "assert kiln.dynamo.named_backend({'fast_math': True}).fast_math\n"
         "print(kiln.__file__)\n")
     env = dict(os.environ, PYTHONPATH=str(target), KILN_SERVER=daemon.address)
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
                          capture_output=True, text=True)
     assert out.stdout.strip().startswith(str(target)), out.stdout
+
+
+def test_named_backend_takes_options_and_modes(daemon):
+    """torch.compile(backend="kiln", options={...}) configures the backend
+    as kiln.backend(**options) does (one backend per distinct options);
+    an unknown key fails the compile naming it; Inductor's modes run with
+    one warning. The entry point itself is what the name resolves to."""
+    from kiln import _dynamo_backend
+    import kiln.dynamo as kd
+
+    f = lambda x: torch.softmax(x * 2, dim=-1)  # noqa: E731
+    x = torch.randn(4, 16)
+    opts = {"server": daemon.address, "fast_math": True, "fallback": "error"}
+    torch._dynamo.reset()
+    got = torch.compile(f, backend=_dynamo_backend, options=opts)(x)
+    torch.testing.assert_close(got, f(x))
+    configured = kd.named_backend(dict(opts))
+    assert configured is kd.named_backend(dict(opts))
+    assert configured.fast_math and configured.fallback == "error"
+    assert configured.report.compiled_partitions == 1, configured.report
+    assert kd.named_backend(None) is kd.default_backend()
+
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="unknown option.*fast_maths"):
+        torch.compile(f, backend=_dynamo_backend,
+                      options={"fast_maths": True})(x)
+    with pytest.raises(ValueError, match="unknown mode 'fastest'"):
+        kd.named_backend(None, "fastest")
+    torch._dynamo.reset()
+    with pytest.warns(RuntimeWarning, match="max-autotune"):
+        got = torch.compile(f, backend=_dynamo_backend, mode="max-autotune",
+                            options=None)(x)
+    torch.testing.assert_close(got, f(x))
 
 
 def test_imports_without_torch():
@@ -1640,6 +1677,47 @@ def test_weight_norm_backward_and_new_empty_strided_decompose(daemon):
         torch.testing.assert_close(out, normalize(x), rtol=1e-5, atol=1e-5)
         assert not backend.report.fallbacks.get(
             "aten.linalg_vector_norm.default"), str(backend.report)
+
+
+def test_elu_max_min_dim_and_atan_decompose(daemon):
+    """ELU (and its backward), x.max(dim) / x.min(dim) (values and
+    indices, with ties and a NaN row) and atan run in Kiln through
+    kiln/decompositions.py, forward and backward against eager, with no
+    fallback."""
+
+    def f(x, w):
+        y = F.elu(x @ w, alpha=0.7)
+        mx, imx = y.max(dim=1)
+        mn, imn = y.min(dim=-1, keepdim=True)
+        return mx + torch.atan(mn).sum(), imx, imn, torch.atan(y * 3)
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 5, generator=g)
+    x[2] = 0.25  # a row of ties: the first index, as eager
+    w = torch.randn(5, 7, generator=g, requires_grad=True)
+    backend = kiln.backend(server=daemon.address, fallback="eager")
+    out = torch.compile(f, backend=backend)(x, w)
+    ref = f(x, w)
+    for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    grads = [torch.autograd.grad(o[0].sum() + o[3].square().sum(), w)[0]
+             for o in (out, ref)]
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-5)
+    for op in ("aten.elu.default", "aten.elu_backward.default",
+               "aten.max.dim", "aten.min.dim", "aten.atan.default"):
+        assert not backend.report.fallbacks.get(op), str(backend.report)
+    assert backend.report.compiled_partitions == backend.report.partitions
+
+    # A NaN is a row's maximum and minimum, at its first index, as eager.
+    torch._dynamo.reset()
+    h = lambda x: x.max(1) + x.min(0) + (x > 0).max(1)  # noqa: E731
+    x = torch.randn(4, 6, generator=g)
+    x[1, 3] = float("nan")
+    backend = kiln.backend(server=daemon.address, fallback="eager")
+    for a, b in zip(torch.compile(h, backend=backend)(x), h(x)):
+        torch.testing.assert_close(a, b, equal_nan=True)
+    # Bool rows keep aten.max.dim (argmax takes no bool): it runs eagerly.
+    assert backend.report.fallbacks.get("aten.max.dim"), str(backend.report)
 
 
 def test_channels_last_clones_run_in_kiln(daemon):
