@@ -18,7 +18,12 @@ to ops Kiln runs), partitions, and the worst parameter (or output) by the
 ratio of Kiln's error to eager's, both against float64 (the
 error that says whether Kiln is worse than eager float32 itself). A model
 is MISMATCH when some result's error against float64 is above 1e-4 and 20x
-eager's; ERROR when the compiled step raised. Dropout, stochastic depth and
+eager's, unless eager itself moves as far when its parameters and inputs
+are nudged by a few float32 ulps (2^-20 relative): then the step is
+SENSITIVE at these sizes (a ReLU mask element within rounding of zero
+flips and moves a gradient by a whole element's share; rounding that is
+merely different, as reassociated sums are, does the same), which is not
+counted as a failure. ERROR when the compiled step raised. Dropout, stochastic depth and
 attention dropout are off (their draws differ from eager's by design).
 Inputs are small (2 images of 64x64, 2 sequences of 16 tokens) and the
 transformers small configurations, so a CPU run takes minutes. The
@@ -372,6 +377,26 @@ def _ms_per_step(call: Callable[..., Any], params: nn.Module,
     return ms_per_call(step, steps, inputs[0].is_cuda)
 
 
+def _nudged_step(model: nn.Module, inputs: Tuple[Any, ...],
+                 mode: Mode) -> Dict[str, torch.Tensor]:
+    """Eager's step with every floating parameter and input multiplied by
+    1 + 2^-20 * N(0, 1) (a few float32 ulps): how far rounding-sized
+    changes move this step's results, the yardstick for SENSITIVE."""
+    gen = torch.Generator().manual_seed(1)
+
+    def nudge(t: torch.Tensor) -> torch.Tensor:
+        noise = torch.randn(t.shape, generator=gen).to(t.device, t.dtype)
+        return t * (1 + noise * 2.0 ** -20)
+
+    nudged = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in nudged.parameters():
+            if p.is_floating_point():
+                p.copy_(nudge(p))
+    return _step(nudged, nudged, tuple(
+        nudge(x) if x.is_floating_point() else x for x in inputs), mode)
+
+
 def run_model(name: str, server: str, dynamic: bool,
               device: torch.device, baseline: str = "",
               mode: Mode = Mode(), timed_steps: int = 0) -> Tuple[str, str]:
@@ -413,15 +438,25 @@ def run_model(name: str, server: str, dynamic: bool,
         return "ERROR", f"{type(e).__name__}: {str(e)[:300]}"
     seconds = time.perf_counter() - start
     worst, status = (0.0, ""), "OK"
+    nudged: Optional[Dict[str, torch.Tensor]] = None
+    sensitive: List[str] = []
     for key, ref in exact.items():
         if key not in got:
             return "MISMATCH", f"no gradient for {key}"
         e_kiln, e_eager = _rel(got[key], ref), _rel(eager[key], ref)
         ratio = e_kiln / max(e_eager, 1e-7)
+        if e_kiln > 1e-4 and e_kiln > 20 * e_eager:
+            if nudged is None:
+                nudged = _nudged_step(model, inputs, mode)
+            e_nudged = _rel(nudged[key], ref)
+            if e_kiln <= 2 * e_nudged:
+                status = "SENSITIVE" if status == "OK" else status
+                sensitive.append(f"{key}: kiln {e_kiln:.1e}, eager "
+                                 f"{e_eager:.1e}, eager nudged {e_nudged:.1e}")
+                continue
+            status = "MISMATCH"
         if ratio > worst[0]:
             worst = (ratio, f"{key}: kiln {e_kiln:.1e}, eager {e_eager:.1e}")
-        if e_kiln > 1e-4 and e_kiln > 20 * e_eager:
-            status = "MISMATCH"
     r = backend.report
     n = r.kiln_nodes + r.fallback_nodes
     edge = sum(count for reasons in r.fallbacks.values()
@@ -431,6 +466,9 @@ def run_model(name: str, server: str, dynamic: bool,
             f"{edge} views at edges) graphs={r.graphs} "
             f"partitions={r.compiled_partitions} "
             f"first step {seconds:.1f} s; worst vs float64 {worst[1]}")
+    if sensitive:
+        line += (f"\n      {len(sensitive)} result(s) as far from float64 as "
+                 f"eager's nudged step, e.g. {sensitive[0]}")
     if timed_steps:
         # Kiln and eager, then Inductor compiled afresh (its warm-up step
         # compiles), in this process on the same inputs.
@@ -496,7 +534,7 @@ def main() -> None:
         if daemon:
             daemon.stop()
     counts = {s: sum(1 for _, st, _ in rows if st == s)
-              for s in ("OK", "MISMATCH", "ERROR", "SKIPPED")}
+              for s in ("OK", "SENSITIVE", "MISMATCH", "ERROR", "SKIPPED")}
     print("\n" + ", ".join(f"{c} {s}" for s, c in counts.items()))
     sys.exit(1 if counts["MISMATCH"] or counts["ERROR"] else 0)
 
