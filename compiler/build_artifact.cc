@@ -66,7 +66,10 @@ v1::ExternCall ExternCallStep(const GemmCall& gemm,
   *g->mutable_k() = ToSymPoly(gemm.k);
   g->set_alpha(gemm.alpha);
   g->set_beta(0);
-  g->set_dtype(WireDType(fused.buffers[buffers[2]].dtype));
+  const DType ab = fused.buffers[buffers[0]].dtype;
+  const DType c = fused.buffers[buffers[2]].dtype;
+  g->set_dtype(WireDType(ab));
+  if (c != ab) g->set_c_dtype(WireDType(c));
   g->set_compute_dtype(WireDType(gemm.compute_dtype));
   g->set_epilogue(WireEpilogue(gemm.epilogue));
   if (EpilogueHasBias(gemm.epilogue)) {
@@ -111,7 +114,10 @@ v1::ExternCall ConvCallStep(const ConvCall& conv,
   for (int64_t v : conv.padding) c->add_padding(v);
   for (int64_t v : conv.dilation) c->add_dilation(v);
   c->set_groups(conv.groups);
-  c->set_dtype(WireDType(fused.buffers[buffers[2]].dtype));
+  const DType operands = fused.buffers[buffers[0]].dtype;
+  const DType written = fused.buffers[buffers[2]].dtype;
+  c->set_dtype(WireDType(operands));
+  if (written != operands) c->set_result_dtype(WireDType(written));
   c->set_tf32(conv.tf32);
   c->set_deterministic(conv.deterministic);
   return call;

@@ -187,6 +187,10 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
 
   LowerOptions lower_options;
   lower_options.half_precision_gemm = cuda;  // cuBLASLt takes f16/bf16
+  // oneDNN's bfloat16 GEMM and convolutions need AVX-512 (avx512_core);
+  // below it the operands are widened by Kiln kernels instead.
+  const bool avx512 = !cuda && CpuTargetHasAvx512(request.target.cpu());
+  lower_options.bf16_operands_f32_result = avx512;
   // (request.options is normalized: these are false for CPU targets.)
   lower_options.tf32 = request.options.allow_tf32();
   lower_options.strict_fp16_reduction = request.options.strict_fp16_reduction();
@@ -196,7 +200,8 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   lower_options.library_convolutions =
       cuda ? !env.gpu_kernel_convolutions
            : request.options.cpu_library_convolutions();
-  lower_options.half_precision_convolutions = cuda;  // oneDNN: float32 only
+  lower_options.half_precision_convolutions = cuda;
+  lower_options.bf16_convolutions_f32_result = avx512;  // oneDNN
   lower_options.unrolled_pool_windows = !cuda;
   lower_options.tf32_convolution = request.options.allow_tf32_convolution();
   lower_options.deterministic_convolutions =

@@ -18,6 +18,7 @@
 
 #include "absl/base/const_init.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -360,6 +361,11 @@ bool lld_unusable ABSL_GUARDED_BY(lld_mutex) = false;
 }  // namespace
 
 // ---------------------------------------------------------------------------
+
+bool CpuTargetHasAvx512(const v1::CpuTarget& target) {
+  return target.cpu() == "x86-64-v4" ||
+         absl::StrContains(target.features(), "+avx512bw");
+}
 
 v1::CpuTarget HostCpuTarget() {
   v1::CpuTarget target;

@@ -35,6 +35,11 @@ namespace kiln {
 // name and its features ("+avx2,+fma,-avx512f,...", sorted by name).
 v1::CpuTarget HostCpuTarget();
 
+// Whether `target` has AVX-512 (F, BW, DQ, VL: the x86-64-v4 level, or
+// "+avx512bw" among its features): what oneDNN's bfloat16 GEMM and
+// convolutions need (its avx512_core).
+bool CpuTargetHasAvx512(const v1::CpuTarget& target);
+
 // Creates a TargetMachine for `target` (relocation model PIC, code model
 // small, CodeGenOpt::Aggressive). Registers LLVM's native target once per
 // process. An empty `cpu` means LLVM's generic CPU for the triple.

@@ -36,6 +36,10 @@ struct LowerOptions {
   // (accumulating in float32; cuBLASLt) rather than float32 calls on
   // converted operands (CPU BLAS has no half-precision GEMM).
   bool half_precision_gemm = false;
+  // Without half_precision_gemm: bfloat16 products read their operands in
+  // bfloat16 and write a float32 C (oneDNN's gemm_bf16bf16f32 on the CPU),
+  // instead of float32 calls on operands converted by Kiln kernels.
+  bool bf16_operands_f32_result = false;
   // GemmCall::tf32 for float32 products, GemmCall::strict_reduction for
   // float16 / bfloat16 ones (CompileOptions: PyTorch's flags).
   bool tf32 = false;
@@ -47,6 +51,10 @@ struct LowerOptions {
   // ConvCall::tf32 and ::deterministic (CompileOptions).
   bool library_convolutions = false;
   bool half_precision_convolutions = false;
+  // Without half_precision_convolutions: bfloat16 library convolutions
+  // read their operands in bfloat16 and write a float32 tensor (oneDNN on
+  // the CPU), which the program rounds where it needs bfloat16.
+  bool bf16_convolutions_f32_result = false;
   // Max pools over small windows are one pointwise node with the window
   // unrolled rather than an argmax reduction (the CPU: its kernels then
   // run across outputs).

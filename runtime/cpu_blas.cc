@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -45,9 +49,10 @@ int64_t RowsPerBlock(const GemmDims& d, int64_t threads) {
 }
 
 // With whole_products, a task is one product of the batch (no row blocks).
-template <typename T, typename Fn>
+// In: A's and B's element type; T: C's (and alpha's and beta's).
+template <typename T, typename Fn, typename In = T>
 void BatchedGemm(Fn gemm, const GemmDims& d, double alpha, double beta,
-                 const T* a, const T* b, T* c, ThreadPool* pool,
+                 const In* a, const In* b, T* c, ThreadPool* pool,
                  bool whole_products = false) {
   if (d.batch == 0 || d.m == 0 || d.n == 0) return;
   if (d.k == 0) {
@@ -131,6 +136,12 @@ absl::StatusOr<std::unique_ptr<CpuBlas>> CpuBlas::Open() {
     blas->library_ = name;
     if (void* s = dlsym(handle, "dnnl_sgemm")) {
       blas->dnnl_sgemm_ = reinterpret_cast<DnnlSgemmFn>(s);
+      // Exported by oneDNN since 1.x (its gemm tests declare it);
+      // KILN_ONEDNN_BF16=0 widens bfloat16 operands to float32 instead.
+      const char* bf16 = std::getenv("KILN_ONEDNN_BF16");
+      void* bf = dlsym(handle, "dnnl_gemm_bf16bf16f32");
+      if (bf != nullptr && (bf16 == nullptr || std::string(bf16) != "0"))
+        blas->dnnl_gemm_bf16_ = reinterpret_cast<DnnlGemmBf16Fn>(bf);
       return blas;
     }
     if (void* s = dlsym(handle, "cblas_sgemm")) {
@@ -203,6 +214,73 @@ absl::Status CpuBlas::Gemm(DType dtype, const GemmDims& dims, double alpha,
                                             status, " (", library_, ")"));
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// The element count of `m`'s storage a product reads, from its offset:
+// `rows` x `cols` as stored (a transposed operand's are swapped).
+int64_t OperandSpan(const GemmMatrix& m, int64_t batch, int64_t rows,
+                    int64_t cols) {
+  if (m.transposed) std::swap(rows, cols);
+  return (batch - 1) * m.batch_stride + (rows - 1) * m.ld + cols;
+}
+
+// `n` bfloat16 values (their bits) as float32.
+std::vector<float> WidenBf16(const uint16_t* p, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
+    std::memcpy(&out[static_cast<size_t>(i)], &bits, sizeof(bits));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status CpuBlas::GemmBf16(const GemmDims& dims, double alpha, double beta,
+                               const void* a, const void* b, float* c,
+                               ThreadPool* pool) const {
+  const auto* ha = static_cast<const uint16_t*>(a);
+  const auto* hb = static_cast<const uint16_t*>(b);
+  if (dnnl_gemm_bf16_ != nullptr && !bf16_unimplemented_.load()) {
+    std::atomic<int> failed{0};
+    auto dnnl = [&](int, int ta, int tb, int m, int n, int k, float al,
+                    const uint16_t* pa, int lda, const uint16_t* pb, int ldb,
+                    float be, float* pc, int ldc) {
+      const int status =
+          dnnl_gemm_bf16_(ta == kTrans ? 'T' : 'N', tb == kTrans ? 'T' : 'N', m,
+                          n, k, al, pa, lda, pb, ldb, be, pc, ldc);
+      if (status != 0) failed.store(status);
+    };
+    const bool spread = pool != nullptr && pool->uses_openmp();
+    BatchedGemm<float>(dnnl, dims, alpha, beta, ha, hb, c,
+                       spread ? pool : nullptr, /*whole_products=*/!spread);
+    const int status = failed.load();
+    if (status == 0) return absl::OkStatus();
+    // dnnl_unimplemented: this CPU has no bfloat16 GEMM in oneDNN (it needs
+    // AVX-512); every later call widens the operands instead.
+    constexpr int kDnnlUnimplemented = 3;
+    if (status != kDnnlUnimplemented) {
+      return absl::InternalError(
+          absl::StrCat("dnnl_gemm_bf16bf16f32 failed with status ", status,
+                       " (", library_, ")"));
+    }
+    bf16_unimplemented_.store(true);
+  }
+  // Without it: the operands widened to float32, then sgemm. Each operand's
+  // span from its offset is converted; the product reads it from offset 0.
+  if (dims.batch == 0 || dims.m == 0 || dims.n == 0 || dims.k == 0)
+    return Gemm(DType::kFloat32, dims, alpha, beta, nullptr, nullptr, c, pool);
+  GemmDims wide = dims;
+  const std::vector<float> fa = WidenBf16(
+      ha + dims.a.offset, OperandSpan(dims.a, dims.batch, dims.m, dims.k));
+  const std::vector<float> fb = WidenBf16(
+      hb + dims.b.offset, OperandSpan(dims.b, dims.batch, dims.k, dims.n));
+  wide.a.offset = 0;
+  wide.b.offset = 0;
+  return Gemm(DType::kFloat32, wide, alpha, beta, fa.data(), fb.data(), c,
+              pool);
 }
 
 }  // namespace kiln

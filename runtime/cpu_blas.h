@@ -27,6 +27,8 @@
 #ifndef KILN_RUNTIME_CPU_BLAS_H_
 #define KILN_RUNTIME_CPU_BLAS_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -61,6 +63,17 @@ class CpuBlas {
                     double beta, const void* a, const void* b, void* c,
                     ThreadPool* pool = nullptr) const;
 
+  // C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] with A and B in
+  // bfloat16 and C in float32, accumulated in float32, as Gemm otherwise:
+  // oneDNN's gemm_bf16bf16f32 where the library is oneDNN and the CPU has
+  // it (AVX-512), else (or with $KILN_ONEDNN_BF16=0) the operands widened
+  // to float32 (exactly) and sgemm.
+  // Errors: INTERNAL when oneDNN reports a failure other than
+  // unimplemented; FAILED_PRECONDITION as Get.
+  absl::Status GemmBf16(const GemmDims& dims, double alpha, double beta,
+                        const void* a, const void* b, float* c,
+                        ThreadPool* pool = nullptr) const;
+
   // The library that was loaded (its path or soname).
   const std::string& library() const { return library_; }
 
@@ -75,6 +88,9 @@ class CpuBlas {
   using DnnlSgemmFn = int (*)(char, char, int64_t, int64_t, int64_t, float,
                               const float*, int64_t, const float*, int64_t,
                               float, float*, int64_t);
+  using DnnlGemmBf16Fn = int (*)(char, char, int64_t, int64_t, int64_t, float,
+                                 const uint16_t*, int64_t, const uint16_t*,
+                                 int64_t, float, float*, int64_t);
   CpuBlas() = default;
   static absl::StatusOr<std::unique_ptr<CpuBlas>> Open();
 
@@ -82,6 +98,9 @@ class CpuBlas {
   std::string library_;
   SgemmFn sgemm_ = nullptr;           // a CBLAS, or
   DnnlSgemmFn dnnl_sgemm_ = nullptr;  // oneDNN
+  DnnlGemmBf16Fn dnnl_gemm_bf16_ = nullptr;  // oneDNN's, when it has one
+  // Set when oneDNN answered unimplemented (no AVX-512): widen from then on.
+  mutable std::atomic<bool> bf16_unimplemented_{false};
 };
 
 }  // namespace kiln

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/dl_error.h"
@@ -159,9 +162,13 @@ const absl::StatusOr<std::unique_ptr<DnnlLibrary>>& Library() {
 
 absl::Status Check(dnnl_status_t s, const char* call) {
   if (s == dnnl_success) return absl::OkStatus();
-  return absl::InternalError(
+  const std::string message =
       absl::StrCat("oneDNN ", call, " failed with status ", static_cast<int>(s),
-                   s == dnnl_unimplemented ? " (unimplemented)" : ""));
+                   s == dnnl_unimplemented ? " (unimplemented)" : "");
+  // Unimplemented: this library has no such primitive on this CPU (a
+  // bfloat16 convolution without AVX-512): Run widens to float32 then.
+  return s == dnnl_unimplemented ? absl::UnimplementedError(message)
+                                 : absl::InternalError(message);
 }
 
 // Owners of oneDNN handles, destroyed through the loaded library.
@@ -296,8 +303,30 @@ absl::Status PrepareOperand(const DnnlLibrary& lib,
   return absl::OkStatus();
 }
 
+// Whether bfloat16 calls may use oneDNN's bfloat16 primitives
+// ($KILN_ONEDNN_BF16=0: no, widen to float32; cpu_blas.h's GemmBf16 reads
+// it too).
+bool OneDnnBf16() {
+  static const bool on = [] {
+    const char* env = std::getenv("KILN_ONEDNN_BF16");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return on;
+}
+
+// `n` bfloat16 values (their bits) as float32, into `out`.
+void WidenBf16(const uint16_t* p, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
+    std::memcpy(&out[i], &bits, sizeof(bits));
+  }
+}
+
+// `operands`: the data type of the two tensors the call reads (dnnl_f32,
+// or dnnl_bf16 for a bfloat16 call); the tensor it writes is float32.
 absl::StatusOr<std::unique_ptr<CpuConv::Plan>> MakePlan(
-    const DnnlLibrary& lib, const v1::Convolution& conv, const ConvDims& d) {
+    const DnnlLibrary& lib, const v1::Convolution& conv, const ConvDims& d,
+    dnnl_data_type_t operands) {
   const DnnlApi& api = lib.api;
   auto plan = std::make_unique<CpuConv::Plan>();
   const int sp = d.spatial;
@@ -350,34 +379,41 @@ absl::StatusOr<std::unique_ptr<CpuConv::Plan>> MakePlan(
   plan->zero_written_first &= direction == v1::Convolution::BACKWARD_DATA;
   if (plan->all_zero) return plan;
 
+  // Each tensor's data type: the written one float32, the others
+  // `operands`.
+  const dnnl_data_type_t x_type =
+      direction == v1::Convolution::BACKWARD_DATA ? dnnl_f32 : operands;
+  const dnnl_data_type_t w_type =
+      direction == v1::Convolution::BACKWARD_FILTER ? dnnl_f32 : operands;
+  const dnnl_data_type_t y_type =
+      direction == v1::Convolution::FORWARD ? dnnl_f32 : operands;
   dnnl_memory_desc_t x_user, w_user, y_user, x_any, w_any, y_any;
+  // The forward hint of a backward call: every tensor `operands`.
+  dnnl_memory_desc_t x_hint, w_hint, y_hint;
   dnnl_dims_t w_strides{}, y_strides{};
   ContiguousStrides(w_nd, w_dims, w_strides);
   ContiguousStrides(nd, y_dims, y_strides);
-  if (absl::Status s = Check(
-          api.md_init_by_strides(&x_user, nd, x_dims, dnnl_f32, x_strides),
-          "memory_desc_init_by_strides");
-      !s.ok()) {
-    return s;
+  for (auto [md, n, dims, type, strides_of] :
+       {std::tuple{&x_user, nd, &x_dims, x_type, &x_strides},
+        std::tuple{&w_user, w_nd, &w_dims, w_type, &w_strides},
+        std::tuple{&y_user, nd, &y_dims, y_type, &y_strides}}) {
+    if (absl::Status s =
+            Check(api.md_init_by_strides(md, n, *dims, type, *strides_of),
+                  "memory_desc_init_by_strides");
+        !s.ok()) {
+      return s;
+    }
   }
-  if (absl::Status s = Check(
-          api.md_init_by_strides(&w_user, w_nd, w_dims, dnnl_f32, w_strides),
-          "memory_desc_init_by_strides");
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = Check(
-          api.md_init_by_strides(&y_user, nd, y_dims, dnnl_f32, y_strides),
-          "memory_desc_init_by_strides");
-      !s.ok()) {
-    return s;
-  }
-  for (auto [md, n, dims] :
-       {std::tuple{&x_any, nd, &x_dims}, std::tuple{&w_any, w_nd, &w_dims},
-        std::tuple{&y_any, nd, &y_dims}}) {
-    if (absl::Status s = Check(
-            api.md_init_by_tag(md, n, *dims, dnnl_f32, dnnl_format_tag_any),
-            "memory_desc_init_by_tag");
+  for (auto [md, n, dims, type] :
+       {std::tuple{&x_any, nd, &x_dims, x_type},
+        std::tuple{&w_any, w_nd, &w_dims, w_type},
+        std::tuple{&y_any, nd, &y_dims, y_type},
+        std::tuple{&x_hint, nd, &x_dims, operands},
+        std::tuple{&w_hint, w_nd, &w_dims, operands},
+        std::tuple{&y_hint, nd, &y_dims, operands}}) {
+    if (absl::Status s =
+            Check(api.md_init_by_tag(md, n, *dims, type, dnnl_format_tag_any),
+                  "memory_desc_init_by_tag");
         !s.ok()) {
       return s;
     }
@@ -385,11 +421,13 @@ absl::StatusOr<std::unique_ptr<CpuConv::Plan>> MakePlan(
 
   // The forward description: the primitive of FORWARD, the hint of the
   // backward ones.
+  const bool forward = direction == v1::Convolution::FORWARD;
   dnnl_convolution_desc_t fwd_desc;
   if (absl::Status s = Check(
-          api.forward_init(&fwd_desc, dnnl_forward_training,
-                           dnnl_convolution_direct, &x_any, &w_any, nullptr,
-                           &y_any, strides, dilates, pad_l, pad_r),
+          api.forward_init(
+              &fwd_desc, dnnl_forward_training, dnnl_convolution_direct,
+              forward ? &x_any : &x_hint, forward ? &w_any : &w_hint, nullptr,
+              forward ? &y_any : &y_hint, strides, dilates, pad_l, pad_r),
           "dilated_convolution_forward_desc_init");
       !s.ok()) {
     return s;
@@ -489,8 +527,10 @@ std::string CpuConv::Describe() {
 CpuConv::~CpuConv() = default;
 
 absl::StatusOr<std::shared_ptr<const CpuConv::Plan>> CpuConv::GetPlan(
-    int step, const v1::Convolution& conv, const ConvDims& d) const {
-  std::vector<int64_t> key = {step, d.spatial, d.n, d.c, d.o, d.groups};
+    int step, const v1::Convolution& conv, const ConvDims& d,
+    bool bf16_operands) const {
+  std::vector<int64_t> key = {step, bf16_operands, d.spatial, d.n,
+                              d.c,  d.o,           d.groups};
   for (int s = 0; s < d.spatial; ++s) {
     key.insert(key.end(), {d.x[s], d.kernel[s], d.out[s], d.stride[s],
                            d.padding[s], d.dilation[s]});
@@ -501,7 +541,8 @@ absl::StatusOr<std::shared_ptr<const CpuConv::Plan>> CpuConv::GetPlan(
   }
   // Made outside the lock (oneDNN's kernel generation takes milliseconds);
   // two threads racing on one shape make it twice and keep the first.
-  absl::StatusOr<std::unique_ptr<Plan>> made = MakePlan(**Library(), conv, d);
+  absl::StatusOr<std::unique_ptr<Plan>> made =
+      MakePlan(**Library(), conv, d, bf16_operands ? dnnl_bf16 : dnnl_f32);
   if (!made.ok()) return made.status();
   std::shared_ptr<const Plan> plan = *std::move(made);
   absl::MutexLock lock(&mu_);
@@ -514,21 +555,46 @@ absl::StatusOr<std::shared_ptr<const CpuConv::Plan>> CpuConv::GetPlan(
 absl::Status CpuConv::Run(int step, const v1::Convolution& conv,
                           const ConvDims& dims, const void* a, const void* b,
                           void* c) const {
-  if (conv.dtype() != v1::FLOAT32) {
+  const bool bf16 =
+      conv.dtype() == v1::BFLOAT16 && conv.result_dtype() == v1::FLOAT32;
+  if (conv.dtype() != v1::FLOAT32 && !bf16) {
     return absl::InvalidArgumentError(
-        "artifact: CPU library convolutions take float32 only");
+        "artifact: CPU library convolutions take float32, or bfloat16 "
+        "operands written into float32");
   }
+  const v1::Convolution::Direction direction = conv.direction();
   const int64_t written =
-      conv.direction() == v1::Convolution::FORWARD         ? dims.y_elements
-      : conv.direction() == v1::Convolution::BACKWARD_DATA ? dims.x_elements
-                                                           : dims.w_elements;
+      direction == v1::Convolution::FORWARD         ? dims.y_elements
+      : direction == v1::Convolution::BACKWARD_DATA ? dims.x_elements
+                                                    : dims.w_elements;
   if (written == 0) return absl::OkStatus();
   if (dims.x_elements == 0 || dims.w_elements == 0 || dims.y_elements == 0) {
     // An empty sum: the written tensor is zeros.
     std::memset(c, 0, static_cast<size_t>(written) * sizeof(float));
     return absl::OkStatus();
   }
-  absl::StatusOr<std::shared_ptr<const Plan>> got = GetPlan(step, conv, dims);
+  absl::StatusOr<std::shared_ptr<const Plan>> got =
+      bf16 && !OneDnnBf16() ? absl::UnimplementedError("KILN_ONEDNN_BF16=0")
+                            : GetPlan(step, conv, dims, bf16);
+  if (bf16 && !got.ok() && absl::IsUnimplemented(got.status())) {
+    // No bfloat16 convolution in this oneDNN on this CPU (it needs
+    // AVX-512): the operands widened to float32 (exactly), the float32
+    // call.
+    const int64_t a_elements = direction == v1::Convolution::BACKWARD_DATA
+                                   ? dims.y_elements
+                                   : dims.x_elements;
+    const int64_t b_elements = direction == v1::Convolution::BACKWARD_FILTER
+                                   ? dims.y_elements
+                                   : dims.w_elements;
+    std::vector<float> wa(static_cast<size_t>(a_elements));
+    std::vector<float> wb(static_cast<size_t>(b_elements));
+    WidenBf16(static_cast<const uint16_t*>(a), a_elements, wa.data());
+    WidenBf16(static_cast<const uint16_t*>(b), b_elements, wb.data());
+    v1::Convolution f32 = conv;
+    f32.set_dtype(v1::FLOAT32);
+    f32.clear_result_dtype();
+    return Run(step, f32, dims, wa.data(), wb.data(), c);
+  }
   if (!got.ok()) return got.status();
   const Plan& plan = **got;
   if (plan.all_zero || plan.zero_written_first) {
@@ -653,7 +719,7 @@ std::string CpuConv::Describe() {
 CpuConv::~CpuConv() = default;
 
 absl::StatusOr<std::shared_ptr<const CpuConv::Plan>> CpuConv::GetPlan(
-    int, const v1::Convolution&, const ConvDims&) const {
+    int, const v1::Convolution&, const ConvDims&, bool) const {
   return absl::FailedPreconditionError("no oneDNN in this build");
 }
 

@@ -58,12 +58,16 @@ class CpuConv {
   static std::string Describe();
 
   // Runs extern step `step` (part of the cache key, with the shape) of
-  // `dims` (from EvaluateConv) in float32 over the step's buffers: `a` and
-  // `b` its operands and `c` the tensor it writes, in the order of
-  // artifact.proto's Convolution. `c` is overwritten. Empty tensors are
-  // allowed (the written tensor is then zeros). Errors: INVALID_ARGUMENT
-  // for another dtype, INTERNAL for a oneDNN failure (naming the call and
-  // its status), RESOURCE_EXHAUSTED when a buffer cannot be allocated.
+  // `dims` (from EvaluateConv) over the step's buffers: `a` and `b` its
+  // operands and `c` the tensor it writes, in the order of artifact.proto's
+  // Convolution; in float32, or with bfloat16 operands written into a
+  // float32 `c` (Convolution.result_dtype; where this oneDNN has no
+  // bfloat16 convolution for the CPU, or with $KILN_ONEDNN_BF16=0, the
+  // operands are widened to float32 first).
+  // `c` is overwritten. Empty tensors are allowed (the written tensor is
+  // then zeros). Errors: INVALID_ARGUMENT for another dtype, INTERNAL for a
+  // oneDNN failure (naming the call and its status), RESOURCE_EXHAUSTED
+  // when a buffer cannot be allocated.
   absl::Status Run(int step, const v1::Convolution& conv, const ConvDims& dims,
                    const void* a, const void* b, void* c) const;
 
@@ -76,7 +80,8 @@ class CpuConv {
  private:
   CpuConv() = default;
   absl::StatusOr<std::shared_ptr<const Plan>> GetPlan(
-      int step, const v1::Convolution& conv, const ConvDims& dims) const;
+      int step, const v1::Convolution& conv, const ConvDims& dims,
+      bool bf16_operands) const;
 
   mutable absl::Mutex mu_;
   mutable absl::flat_hash_map<std::vector<int64_t>, std::shared_ptr<const Plan>>

@@ -25,13 +25,16 @@ namespace {
 constexpr int kSupportedFormatVersion = 1;
 
 // What the CPU runtime runs: launches without block geometry, extern calls
-// into a CBLAS in float32, convolutions through oneDNN in float32.
+// into a CBLAS in float32 (bfloat16 operands into a float32 C through
+// oneDNN), convolutions through oneDNN in float32.
 LaunchLimits CpuLimits() {
   LaunchLimits limits;
   limits.extern_library = v1::ExternCall::BLAS;
   limits.gemm_dtypes = {{DType::kFloat32, DType::kFloat32}};
+  limits.gemm_mixed_dtypes = {{DType::kBFloat16, DType::kFloat32}};
   limits.conv_library = v1::ExternCall::ONEDNN;
   limits.conv_dtypes = {DType::kFloat32};
+  limits.conv_mixed_dtypes = {{DType::kBFloat16, DType::kFloat32}};
   return limits;
 }
 
@@ -408,12 +411,14 @@ absl::Status CpuExecutable::Execute(absl::Span<const int64_t> symbols,
         if (profile_) profile_->NoteGemm(step_index, *dims);
         absl::StatusOr<const CpuBlas*> blas = CpuBlas::Get();
         if (!blas.ok()) return blas.status();
-        if (absl::Status s =
-                (*blas)->Gemm(e.dtype, *dims, e.gemm->alpha(), e.gemm->beta(),
-                              buffers[e.a], buffers[e.b], buffers[e.c], pool);
-            !s.ok()) {
-          return s;
-        }
+        const absl::Status s =
+            e.c_dtype != e.dtype
+                ? (*blas)->GemmBf16(*dims, e.gemm->alpha(), e.gemm->beta(),
+                                    buffers[e.a], buffers[e.b],
+                                    static_cast<float*>(buffers[e.c]), pool)
+                : (*blas)->Gemm(e.dtype, *dims, e.gemm->alpha(), e.gemm->beta(),
+                                buffers[e.a], buffers[e.b], buffers[e.c], pool);
+        if (!s.ok()) return s;
         break;
       }
       case ProgramPlan::Step::Kind::kLaunch: {

@@ -94,14 +94,26 @@ absl::StatusOr<ProgramPlan::Extern> PlanConv(
   ProgramPlan::Extern e;
   e.conv = &c;
   const std::optional<DType> dtype = DTypeFromWire(c.dtype());
-  if (!dtype || std::find(limits.conv_dtypes.begin(), limits.conv_dtypes.end(),
-                          *dtype) == limits.conv_dtypes.end()) {
+  const std::optional<DType> result = c.result_dtype() == v1::DTYPE_UNSPECIFIED
+                                          ? dtype
+                                          : DTypeFromWire(c.result_dtype());
+  const bool mixed = dtype && result && *result != *dtype;
+  if (!dtype || !result ||
+      (!mixed && std::find(limits.conv_dtypes.begin(), limits.conv_dtypes.end(),
+                           *dtype) == limits.conv_dtypes.end()) ||
+      (mixed && std::find(limits.conv_mixed_dtypes.begin(),
+                          limits.conv_mixed_dtypes.end(),
+                          std::make_pair(*dtype, *result)) ==
+                    limits.conv_mixed_dtypes.end())) {
     return absl::InvalidArgumentError(
         absl::StrCat("artifact: ", where, " convolves ",
-                     dtype ? DTypeName(*dtype) : "an unknown dtype", ", which ",
+                     dtype ? DTypeName(*dtype) : "an unknown dtype",
+                     mixed ? absl::StrCat(" into ", DTypeName(*result)) : "",
+                     !result ? " into an unknown dtype" : "", ", which ",
                      LibraryName(limits.conv_library), " does not here"));
   }
   e.dtype = e.compute_dtype = *dtype;
+  e.c_dtype = *result;
   if (!v1::Convolution::Direction_IsValid(c.direction())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "artifact: ", where, " has an unknown direction ", c.direction()));
@@ -131,8 +143,9 @@ absl::StatusOr<ProgramPlan::Extern> PlanConv(
   const int ids[3] = {c.input(), c.weight(), c.output()};
   int* slots[3] = {&e.a, &e.b, &e.c};
   for (int m = 0; m < 3; ++m) {
-    if (absl::Status s = CheckExternBuffer(ids[m], names[m], names[m], *dtype,
-                                           where, plan, allocated, program);
+    if (absl::Status s = CheckExternBuffer(ids[m], names[m], names[m],
+                                           m == 2 ? e.c_dtype : *dtype, where,
+                                           plan, allocated, program);
         !s.ok())
       return s;
     *slots[m] = ids[m];
@@ -177,12 +190,36 @@ absl::StatusOr<ProgramPlan::Extern> PlanExtern(
   }
   e.dtype = *dtype;
   e.compute_dtype = *compute;
-  if (std::find(limits.gemm_dtypes.begin(), limits.gemm_dtypes.end(),
+  e.c_dtype = *dtype;
+  if (g.c_dtype() != v1::DTYPE_UNSPECIFIED) {
+    const std::optional<DType> c_dtype = DTypeFromWire(g.c_dtype());
+    if (!c_dtype) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("artifact: ", where, " has an unknown dtype for C"));
+    }
+    if (*c_dtype != *dtype && std::find(limits.gemm_mixed_dtypes.begin(),
+                                        limits.gemm_mixed_dtypes.end(),
+                                        std::make_pair(*dtype, *c_dtype)) ==
+                                  limits.gemm_mixed_dtypes.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("artifact: ", where, " multiplies ", DTypeName(*dtype),
+                       " into a ", DTypeName(*c_dtype), " C, which ",
+                       LibraryName(limits.extern_library), " does not here"));
+    }
+    e.c_dtype = *c_dtype;
+  }
+  if (e.c_dtype == *dtype &&
+      std::find(limits.gemm_dtypes.begin(), limits.gemm_dtypes.end(),
                 std::make_pair(*dtype, *compute)) == limits.gemm_dtypes.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat("artifact: ", where, " multiplies ", DTypeName(*dtype),
                      " computing in ", DTypeName(*compute), ", which ",
                      LibraryName(limits.extern_library), " does not here"));
+  }
+  if (e.c_dtype != *dtype && *compute != DType::kFloat32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "artifact: ", where, " computes a ", DTypeName(*dtype), " product in ",
+        DTypeName(*compute), "; into another C only in float32"));
   }
   if (!std::isfinite(g.alpha()) || !std::isfinite(g.beta())) {
     return absl::InvalidArgumentError(
@@ -199,7 +236,12 @@ absl::StatusOr<ProgramPlan::Extern> PlanExtern(
   for (int m = 0; m < 3; ++m) {
     const v1::MatrixOperand& op = *operands[m];
     const int b = op.buffer();
-    if (absl::Status s = check_buffer(b, names[m], names[m]); !s.ok()) return s;
+    if (absl::Status s = CheckExternBuffer(b, names[m], names[m],
+                                           m == 2 ? e.c_dtype : *dtype, where,
+                                           plan, allocated, program);
+        !s.ok()) {
+      return s;
+    }
     for (const v1::SymPoly* p : {&op.offset(), &op.batch_stride(),
                                  &op.row_stride(), &op.col_stride()}) {
       if (absl::Status s = CheckPoly(*p, num_symbols, where); !s.ok()) return s;

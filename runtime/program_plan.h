@@ -41,6 +41,7 @@ struct ProgramPlan {
     int bias = -1;  // the epilogue's bias vector, when it has one
     DType dtype = DType::kFloat32;          // of A, B, C and the bias
     DType compute_dtype = DType::kFloat32;  // accumulation
+    DType c_dtype = DType::kFloat32;        // C's (Gemm.c_dtype, else dtype)
   };
   struct Step {
     enum class Kind : uint8_t { kAlloc, kFree, kLaunch, kExtern };
@@ -89,6 +90,9 @@ struct LaunchLimits {
   v1::ExternCall::Library extern_library = v1::ExternCall::LIBRARY_UNSPECIFIED;
   // The (data, compute) dtype pairs its GEMMs take.
   std::vector<std::pair<DType, DType>> gemm_dtypes;
+  // (A's and B's dtype, C's) of products whose C is of another dtype
+  // (Gemm.c_dtype): bfloat16 operands with a float32 C on the CPU.
+  std::vector<std::pair<DType, DType>> gemm_mixed_dtypes;
   // Whether its GEMMs apply epilogues (v1::Gemm::epilogue) and take the
   // tf32 and strict_reduction flags (cuBLASLt); a CPU BLAS does neither.
   bool gemm_epilogues = false;
@@ -96,6 +100,9 @@ struct LaunchLimits {
   // take; LIBRARY_UNSPECIFIED: it makes none.
   v1::ExternCall::Library conv_library = v1::ExternCall::LIBRARY_UNSPECIFIED;
   std::vector<DType> conv_dtypes;
+  // (operands' dtype, written tensor's) of convolutions whose written
+  // tensor is of another dtype (Convolution.result_dtype).
+  std::vector<std::pair<DType, DType>> conv_mixed_dtypes;
   // Temps of a static size up to this many bytes share one allocation per
   // run (ProgramPlan::arena_offset); 0: every temp is allocated by its own
   // step.

@@ -17,7 +17,11 @@ eager PyTorch, side by side in one run, on 2 threads:
     $PY bench/python/cpu_gemm.py --server 127.0.0.1:7799 --shapes
 
 --shapes times only the products of real models' steps (SHAPES), with
-Kiln on oneDNN and on OpenBLAS, each in a process of its own.
+Kiln on oneDNN and on OpenBLAS, each in a process of its own. With
+--dtype bfloat16 the products are bfloat16 (torch.mm's oneDNN kernel
+eagerly): Kiln through oneDNN's bfloat16 GEMM into a float32 C rounded by
+one kernel, and with KILN_ONEDNN_BF16=0 (operands widened to float32 by the
+runtime, then sgemm; what a CPU without AVX-512 gets).
 
 Times are the median of --repeats runs after warm-up; GFLOP/s counts
 2*m*n*k per product.
@@ -76,15 +80,19 @@ SHAPES = [(136, 768, 192, False, True), (136, 192, 768, False, True),
           (1024, 1024, 1024, False, False)]
 
 
-def shape_rows(server: str, label: str) -> list:
+def shape_rows(server: str, label: str,
+               dtype: torch.dtype = torch.float32) -> list:
     """torch.mm against a Kiln partition of one product, per SHAPES."""
     backend = kiln.backend(server=server, fallback="error")
     rows = []
+    tol = (dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32
+           else dict(rtol=2e-2, atol=2e-1))
     for m, n, k, ta, tb in SHAPES:
         a = torch.randn(k, m).t() if ta else torch.randn(m, k)
         b = torch.randn(n, k).t() if tb else torch.randn(k, n)
+        a, b = a.to(dtype), b.to(dtype)
         mm = torch.compile(lambda x, y: x @ y, backend=backend, dynamic=False)
-        torch.testing.assert_close(mm(a, b), a @ b, rtol=1e-4, atol=1e-3)
+        torch.testing.assert_close(mm(a, b), a @ b, **tol)
         inner = max(3, int(3e8 / (m * n * k)))
         eager_ms = median_ms(torch.mm, a, b, inner=inner)
         kiln_ms = median_ms(mm, a, b, inner=inner)
@@ -123,6 +131,9 @@ def main() -> None:
     ap.add_argument("--shapes", action="store_true",
                     help="only the products of SHAPES, on the default BLAS "
                     "and on OpenBLAS (KILN_BLAS=libopenblas.so.0)")
+    ap.add_argument("--dtype", default="float32",
+                    choices=["float32", "bfloat16"],
+                    help="of --shapes' products")
     ap.add_argument("--gemm-only", help=argparse.SUPPRESS)  # child: a label
     ap.add_argument("--shapes-only", help=argparse.SUPPRESS)  # child: a label
     a = ap.parse_args()
@@ -130,17 +141,22 @@ def main() -> None:
     if a.gemm_only:
         print(gemm_row(a.server, a.n, a.gemm_only))
         return
+    dtype = getattr(torch, a.dtype)
     if a.shapes_only:
-        print("\n".join(shape_rows(a.server, a.shapes_only)))
+        print("\n".join(shape_rows(a.server, a.shapes_only, dtype)))
         return
     if a.shapes:
         # Each library in a process of its own (chosen once per process),
         # one after the other.
-        for label, env in [("onednn", {}),
-                           ("openblas", {"KILN_BLAS": "libopenblas.so.0"})]:
+        runs = ([("onednn", {}),
+                 ("openblas", {"KILN_BLAS": "libopenblas.so.0"})]
+                if dtype == torch.float32 else
+                [("onednn-bf16", {}), ("widened", {"KILN_ONEDNN_BF16": "0"})])
+        for label, env in runs:
             out = subprocess.run(
                 [sys.executable, __file__, "--server", a.server,
-                 "--shapes-only", label], env=dict(os.environ, **env),
+                 "--dtype", a.dtype, "--shapes-only", label],
+                env=dict(os.environ, **env),
                 capture_output=True, text=True, check=True)
             print(out.stdout.strip())
         return

@@ -302,10 +302,11 @@ LoweredValue GradWeight(LowerContext& ctx, const LoweredValue& a,
 // dilation) breaks; those stay Kiln's kernels, as PyTorch keeps them off
 // cuDNN.
 bool UsesLibrary(const LowerContext& ctx, const ConvGeometry& g, DType dtype) {
+  const LowerOptions& o = ctx.options();
   const bool half = dtype == DType::kFloat16 || dtype == DType::kBFloat16;
-  if (!ctx.options().library_convolutions ||
-      !(dtype == DType::kFloat32 ||
-        (half && ctx.options().half_precision_convolutions))) {
+  if (!o.library_convolutions ||
+      !(dtype == DType::kFloat32 || (half && o.half_precision_convolutions) ||
+        (dtype == DType::kBFloat16 && o.bf16_convolutions_f32_result))) {
     return false;
   }
   for (int d = 0; g.transposed && d < g.dims; ++d) {
@@ -337,8 +338,10 @@ int ContiguousNode(LowerContext& ctx, const LoweredValue& v, DType dtype) {
 
 // The library call `direction` over the convolution x [N, C, *S], w, y
 // with `g`'s stride, padding, dilation and groups; `first` and `second`
-// are its operands in ConvCall's order, the result (of `dtype`) the third
-// tensor.
+// are its operands in ConvCall's order (read in `dtype`), the result the
+// third tensor: of `dtype`, or float32 for bfloat16 where the library
+// writes that (LowerOptions::bf16_convolutions_f32_result; AsOutput
+// rounds it).
 LoweredValue LibraryConv(LowerContext& ctx, ConvDirection direction,
                          const ConvGeometry& g, const LoweredValue& first,
                          const LoweredValue& second,
@@ -355,7 +358,11 @@ LoweredValue LibraryConv(LowerContext& ctx, ConvDirection direction,
   call.deterministic = ctx.options().deterministic_convolutions;
   LoopNode node;
   node.kind = LoopNode::Kind::kExtern;
-  node.dtype = dtype;
+  node.dtype = dtype == DType::kBFloat16 &&
+                       !ctx.options().half_precision_convolutions &&
+                       ctx.options().bf16_convolutions_f32_result
+                   ? DType::kFloat32
+                   : dtype;
   node.sizes = direction == ConvDirection::kForward        ? y_sizes
                : direction == ConvDirection::kBackwardData ? x_sizes
                                                            : w_sizes;
@@ -448,17 +455,25 @@ absl::StatusOr<std::vector<LoweredValue>> LowerConvolutionBackward(
     if (!MaskBit(ctx, 0)) {
       out.push_back(Zeros(ctx, 0));
     } else if (g->transposed) {
-      out.push_back(LibraryConv(ctx, ConvDirection::kForward, *g, gy, w,
-                                cx.sizes, w.sizes, cy.sizes, dtype));
+      out.push_back(AsOutput(ctx,
+                             LibraryConv(ctx, ConvDirection::kForward, *g, gy,
+                                         w, cx.sizes, w.sizes, cy.sizes, dtype),
+                             0));
     } else {
-      out.push_back(LibraryConv(ctx, ConvDirection::kBackwardData, *g, gy, w,
-                                cx.sizes, w.sizes, cy.sizes, dtype));
+      out.push_back(
+          AsOutput(ctx,
+                   LibraryConv(ctx, ConvDirection::kBackwardData, *g, gy, w,
+                               cx.sizes, w.sizes, cy.sizes, dtype),
+                   0));
     }
     if (!MaskBit(ctx, 1)) {
       out.push_back(Zeros(ctx, 1));
     } else {
-      out.push_back(LibraryConv(ctx, ConvDirection::kBackwardFilter, *g, cx, cy,
-                                cx.sizes, w.sizes, cy.sizes, dtype));
+      out.push_back(
+          AsOutput(ctx,
+                   LibraryConv(ctx, ConvDirection::kBackwardFilter, *g, cx, cy,
+                               cx.sizes, w.sizes, cy.sizes, dtype),
+                   1));
     }
   } else {
     // grad_input: the convolution in the other direction with the same

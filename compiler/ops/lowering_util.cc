@@ -93,7 +93,8 @@ LoweredValue Materialize(LowerContext& ctx, const LoweredValue& v,
 
 LoweredValue AddGemm(LowerContext& ctx, const LoweredValue& x,
                      const LoweredValue& y, double alpha,
-                     const std::vector<SymExpr>& sizes, DType data) {
+                     const std::vector<SymExpr>& sizes, DType data,
+                     std::optional<DType> result) {
   const int rank = static_cast<int>(sizes.size());
   const GemmOperand a = OperandOf(ctx, x, data);
   const GemmOperand b = OperandOf(ctx, y, data);
@@ -118,7 +119,7 @@ LoweredValue AddGemm(LowerContext& ctx, const LoweredValue& x,
   g.deterministic = options.deterministic_gemms;
   LoopNode node;
   node.kind = LoopNode::Kind::kExtern;
-  node.dtype = data;
+  node.dtype = result.value_or(data);
   node.sizes = sizes;
   node.gemm = std::move(g);
   node.extern_inputs = {a.node, b.node};

@@ -6,6 +6,7 @@
 #define KILN_COMPILER_OPS_LOWERING_UTIL_H_
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -67,10 +68,11 @@ LoweredValue Materialize(LowerContext& ctx, const LoweredValue& v, DType dtype);
 // place (an input or realized node through an affine view with a unit row
 // or column stride) is passed as it is; any other (a broadcast, a gather, a
 // non-affine view, another dtype) is first written contiguously in `data`
-// by a Kiln kernel.
+// by a Kiln kernel. The product (C) is in `result` (default: `data`).
 LoweredValue AddGemm(LowerContext& ctx, const LoweredValue& x,
                      const LoweredValue& y, double alpha,
-                     const std::vector<SymExpr>& sizes, DType data);
+                     const std::vector<SymExpr>& sizes, DType data,
+                     std::optional<DType> result = std::nullopt);
 
 }  // namespace kiln::ops
 

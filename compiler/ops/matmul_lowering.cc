@@ -12,9 +12,11 @@
 //
 // float16 and bfloat16 products accumulate in float32 either way: on
 // targets whose library takes them (LowerOptions::half_precision_gemm,
-// cuBLASLt) the operands are read in their dtype; otherwise (CPU BLAS) they
-// are converted to float32 by the kernels that write them and the product
-// is rounded once at the end.
+// cuBLASLt) the operands are read in their dtype and C is written in it;
+// bfloat16 on the CPU (LowerOptions::bf16_operands_f32_result, oneDNN) reads
+// its operands in bfloat16 and writes a float32 C; otherwise (float16 on the
+// CPU) they are converted to float32 by the kernels that write them. A
+// float32 C is rounded once at the end.
 #include <optional>
 #include <vector>
 
@@ -24,19 +26,25 @@
 namespace kiln {
 namespace {
 
-// The dtype of the library call's matrices for a product in `out` (Kiln's
-// floating dtypes are float32, float16 and bfloat16); it accumulates in
-// float32.
-DType GemmDType(const LowerContext& ctx, DType out) {
-  return ctx.options().half_precision_gemm ? out : DType::kFloat32;
+// The dtypes of the library call's operands and of its C for a product in
+// `out` (Kiln's floating dtypes are float32, float16 and bfloat16); it
+// accumulates in float32.
+struct GemmDTypes {
+  DType operands, c;
+};
+GemmDTypes GemmDTypesFor(const LowerContext& ctx, DType out) {
+  if (ctx.options().half_precision_gemm) return {out, out};
+  if (out == DType::kBFloat16 && ctx.options().bf16_operands_f32_result)
+    return {DType::kBFloat16, DType::kFloat32};
+  return {DType::kFloat32, DType::kFloat32};
 }
 
 // alpha * x @ y (rank 2, or 3 with a batch dim) as an extern node of the
 // op's output sizes, in the compute dtype.
 LoweredValue AddGemm(LowerContext& ctx, const LoweredValue& x,
                      const LoweredValue& y, double alpha) {
-  return ops::AddGemm(ctx, x, y, alpha, ctx.out_type().sizes,
-                      GemmDType(ctx, ctx.out_type().dtype));
+  const GemmDTypes d = GemmDTypesFor(ctx, ctx.out_type().dtype);
+  return ops::AddGemm(ctx, x, y, alpha, ctx.out_type().sizes, d.operands, d.c);
 }
 
 // The product in the output dtype.

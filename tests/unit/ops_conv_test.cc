@@ -369,18 +369,44 @@ TEST_P(ConvCompiled, NonContiguousInputs) {
   CheckBoth(c);
 }
 
-// float16 and bfloat16 stay Kiln's kernels on the CPU (oneDNN takes
-// float32 only).
+// bfloat16 convolutions are oneDNN calls on the CPU that read bfloat16 and
+// write float32 (Convolution.result_dtype), rounded by the program; float16
+// stays Kiln's kernels (no CPU library takes it). A transposed convolution
+// with output_padding >= stride is Kiln's kernels either way.
+// ops_conv_test_widened runs this with KILN_ONEDNN_BF16=0: the runtime
+// widens the operands to float32 itself, as on a CPU whose oneDNN has no
+// bfloat16 convolution.
 TEST_P(ConvCompiled, ReducedPrecision) {
   for (DType d : {DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(d));
+    // (oneDNN's bfloat16 convolutions need AVX-512: the x86-64-v4 level.)
+    const bool calls = library() && d == DType::kBFloat16 &&
+                       CpuTargetHasAvx512(HostCpuTarget());
     Conv c;
     c.dtype = d;
     c.padding = {1};
     c.bias = true;
-    CheckBoth(c);
-    c.transposed = true;
+    SCOPED_TRACE(c.ToString());
+    const v1::Artifact fwd = Check(ForwardCase(c));
+    const v1::Artifact bwd = Check(BackwardCase(c, {1, 1, 1}));
+    EXPECT_EQ(CountOneDnnCalls(fwd), calls ? 1 : 0);
+    EXPECT_EQ(CountOneDnnCalls(bwd), calls ? 2 : 0);
+    for (const v1::Artifact* a : {&fwd, &bwd}) {
+      for (const v1::Step& s : a->program().steps()) {
+        if (!s.has_call() || !s.call().has_conv()) continue;
+        EXPECT_EQ(s.call().conv().dtype(), v1::BFLOAT16);
+        EXPECT_EQ(s.call().conv().result_dtype(), v1::FLOAT32);
+      }
+    }
+    c.groups = 2;
+    c.c = 4;
     c.stride = {2};
+    CheckBoth(c);
+    c.groups = 1;
+    c.transposed = true;
     c.output_padding = {1};
+    CheckBoth(c);
+    c.output_padding = {0};
     CheckBoth(c);
   }
 }

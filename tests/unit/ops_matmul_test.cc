@@ -304,6 +304,66 @@ TEST(MatmulCompiled, ReducedPrecision) {
   }
 }
 
+// bfloat16 on the CPU: the operands are read in place in bfloat16 (no
+// widening kernel) and C is float32 (Gemm.c_dtype), rounded by the one
+// kernel after it; strided, transposed, batched, k = 1 and k = 0 alike.
+// ops_matmul_test_openblas runs this with OpenBLAS, which has no bfloat16
+// GEMM: the runtime widens the operands itself.
+TEST(MatmulCompiled, BFloat16OperandsIntoAFloat32C) {
+  const DType bf = DType::kBFloat16;
+  // oneDNN's bfloat16 GEMM needs AVX-512 (the x86-64-v4 level).
+  const bool avx512 = CpuTargetHasAvx512(HostCpuTarget());
+  const v1::Artifact a = CheckCompiled(
+      {"aten.mm.default", {Dense({6, 11}, bf), Transposed({11, 5}, bf)}, {}});
+  EXPECT_EQ(CountCalls(a), 1);
+  EXPECT_EQ(CountLaunches(a), avx512 ? 1 : 3) << "only C's rounding";
+  const v1::Gemm* g = nullptr;
+  for (const v1::Step& s : a.program().steps())
+    if (s.has_call()) g = &s.call().gemm();
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->dtype(), avx512 ? v1::BFLOAT16 : v1::FLOAT32);
+  EXPECT_EQ(g->c_dtype(), avx512 ? v1::FLOAT32 : v1::DTYPE_UNSPECIFIED);
+  TestInput rows{bf, {5, 7}, {14, 1}, 3, {}};
+  TestInput cols{bf, {7, 4}, {1, 9}, 2, {}};
+  EXPECT_EQ(CountLaunches(CheckCompiled({"aten.mm.default", {rows, cols}, {}})),
+            avx512 ? 1 : 3);
+  CheckCompiled({"aten.bmm.default",
+                 {Transposed({3, 5, 7}, bf), Dense({3, 7, 4}, bf)},
+                 {}});
+  CheckCompiled(
+      {"aten.baddbmm.default",
+       {Dense({3, 1, 6}, bf), Dense({3, 5, 9}, bf), Dense({3, 9, 6}, bf)},
+       {Beta(0.5), Alpha(-2)}});
+  CheckCompiled(
+      {"aten.mm.default", {Dense({33, 1}, bf), Dense({1, 17}, bf)}, {}});
+  CheckCompiled(
+      {"aten.mm.default", {Dense({4, 0}, bf), Dense({0, 3}, bf)}, {}});
+  // Below AVX-512 (oneDNN has no bfloat16 GEMM there) the operands are
+  // widened by a Kiln kernel, as float16's always are (no CPU library
+  // takes it).
+  {
+    v1::CompileRequest req;
+    *req.mutable_graph() = CaseGraph(
+        {"aten.mm.default", {Dense({6, 11}, bf), Dense({11, 5}, bf)}, {}});
+    v1::CpuTarget v3 = HostCpuTarget();
+    if (CpuTargetHasAvx512(v3)) {
+      v3.set_cpu("x86-64-v3");
+      v3.set_features("");
+      *req.mutable_target()->mutable_cpu() = v3;
+      auto artifact = Compile(req);
+      ASSERT_TRUE(artifact.ok()) << artifact.status();
+      EXPECT_EQ(CountLaunches(*artifact), 3);
+      for (const v1::Step& s : artifact->program().steps()) {
+        if (s.has_call()) EXPECT_EQ(s.call().gemm().dtype(), v1::FLOAT32);
+      }
+    }
+  }
+  const DType h = DType::kFloat16;
+  const v1::Artifact f = CheckCompiled(
+      {"aten.mm.default", {Dense({6, 11}, h), Dense({11, 5}, h)}, {}});
+  EXPECT_EQ(CountLaunches(f), 3);
+}
+
 TEST(MatmulCompiled, DynamicSizes) {
   // x: [s0, 8] @ w: [8, 5], bound to several values of s0.
   for (int64_t s0 : {2, 7, 31}) {
@@ -428,6 +488,23 @@ TEST(MatmulRuntime, MalformedGemmStepsAreRefused) {
     v1::Artifact a = MmArtifact();
     GemmOf(a)->set_dtype(v1::FLOAT16);
     ExpectLoadRefused(a, "multiplies float16");
+  }
+  {
+    // Another C dtype only where the library takes the pair (bfloat16
+    // operands into float32), and its buffer must be of that dtype.
+    v1::Artifact a = MmArtifact();
+    GemmOf(a)->set_c_dtype(v1::FLOAT16);
+    ExpectLoadRefused(a, "multiplies float32 into a float16 C");
+    v1::Artifact b = MmArtifact();
+    GemmOf(b)->set_c_dtype(v1::FLOAT32);  // the same dtype: allowed
+    ASSERT_TRUE(CpuExecutable::Load(b).ok());
+    v1::Artifact c = MmArtifact();
+    GemmOf(c)->set_dtype(v1::BFLOAT16);
+    GemmOf(c)->set_c_dtype(v1::FLOAT32);
+    ExpectLoadRefused(c, "is not of the call's dtype");  // A is float32
+    v1::Artifact d = MmArtifact();
+    GemmOf(d)->set_c_dtype(static_cast<v1::DType>(99));
+    ExpectLoadRefused(d, "unknown dtype for C");
   }
   {
     // A read from an offset past its data: reaches past the buffer's end.
