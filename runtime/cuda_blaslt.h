@@ -45,10 +45,13 @@ namespace kiln {
 
 class CublasLtLibrary;
 
-// One executable's GEMMs on one device: a cuBLASLt handle, and per extern
-// step and shape the matrix descriptors and the algorithm chosen for them
-// (cached here, outside the artifact: the choice depends on the GPU and the
-// library version, not on the graph).
+// GEMMs on one device: a cuBLASLt handle, and per extern step and shape
+// the matrix descriptors and the algorithm chosen for them (cached here,
+// outside the artifact: the choice depends on the GPU and the library
+// version, not on the graph). CudaExecutable shares one per CUDA context
+// among all its executables (runtime/per_context.h): a step index and shape
+// that two executables both have is one plan, and a shape timed by one is
+// not timed again by the others.
 //
 // Choosing: the first call of a step and shape asks cuBLASLt's heuristic
 // for up to 8 algorithms and, when the call overwrites C (beta 0) and its

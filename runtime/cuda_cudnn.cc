@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/cudnn_api.h"
 #include "runtime/dl_error.h"
+#include "runtime/per_context.h"
 
 namespace kiln {
 
@@ -151,30 +153,54 @@ struct CudaConv::Plan {
   size_t workspace_bytes = 0;
   // The last call's variant pack and the addresses it binds (x, w, y,
   // workspace), reused while they repeat, as a caching allocator makes them
-  // step after step. Guarded by CudaConv::run_mu_.
+  // step after step. Guarded by the handle's run_mu.
   mutable Descriptor pack;
   mutable void* pack_pointers[4] = {};
 };
 
-absl::StatusOr<std::unique_ptr<CudaConv>> CudaConv::Create() {
+// A cuDNN handle and the lock that serializes binding it to a stream,
+// enqueueing on it and making plans with it: one per CUDA context, shared
+// by the CudaConv of every executable on it (runtime/per_context.h).
+struct CudaConv::Handle {
+  const CudnnLibrary* lib = nullptr;
+  cudnn::Handle handle = nullptr;
+  absl::Mutex run_mu;
+  ~Handle() {
+    if (handle != nullptr) lib->api().cudnnDestroy(handle);
+  }
+};
+
+absl::StatusOr<std::unique_ptr<CudaConv>> CudaConv::Create(
+    cuda::Context context) {
   absl::StatusOr<const CudnnLibrary*> lib = CudnnLibrary::Get();
   if (!lib.ok()) return lib.status();
-  cudnn::Handle handle = nullptr;
-  if (absl::Status s =
-          (*lib)->Check((*lib)->api().cudnnCreate(&handle), "cudnnCreate");
-      !s.ok()) {
-    return s;
+  auto make = [&]() -> absl::StatusOr<std::unique_ptr<Handle>> {
+    auto h = std::make_unique<Handle>();
+    h->lib = *lib;
+    if (absl::Status s =
+            (*lib)->Check((*lib)->api().cudnnCreate(&h->handle), "cudnnCreate");
+        !s.ok()) {
+      return s;
+    }
+    return h;
+  };
+  absl::StatusOr<std::shared_ptr<Handle>> handle;
+  if (context != nullptr) {
+    handle = SharedPerContext<Handle>(context, make);
+  } else if (absl::StatusOr<std::unique_ptr<Handle>> own = make(); own.ok()) {
+    handle = std::shared_ptr<Handle>(*std::move(own));
+  } else {
+    handle = own.status();
   }
-  return std::unique_ptr<CudaConv>(new CudaConv(*lib, handle));
+  if (!handle.ok()) return handle.status();
+  return std::unique_ptr<CudaConv>(new CudaConv(*lib, *std::move(handle)));
 }
 
 CudaConv::~CudaConv() {
-  // The plans (made with the handle) go before the handle.
-  {
-    absl::MutexLock lock(&mu_);
-    plans_.clear();
-  }
-  if (handle_ != nullptr) lib_->api().cudnnDestroy(handle_);
+  // The plans (made with the handle) go before the handle, which goes with
+  // the last CudaConv of its context.
+  absl::MutexLock lock(&mu_);
+  plans_.clear();
 }
 
 const std::string& CudaConv::library() const { return lib_->name(); }
@@ -298,7 +324,7 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
   }
 
   // Plans use the handle, which Run binds to streams.
-  absl::MutexLock run_lock(&run_mu_);
+  absl::MutexLock run_lock(&handle_->run_mu);
   // The operation graph: three tensors, the convolution, its operation.
   Builder b(lib_);
   void* x = b.Tensor(data_type, xs, kUidX, alignment);
@@ -347,7 +373,7 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
   for (int i = 0; i < 3; ++i) b.SetDesc(op, first + 3 + i, tensors[i]);
   b.Finalize(op, "convolution operation");
   void* graph = b.Make(cudnn::kOperationGraphDescriptor);
-  cudnn::Handle handle = handle_;
+  cudnn::Handle handle = handle_->handle;
   b.Set(graph, cudnn::kAttrOperationGraphHandle, cudnn::kTypeHandle, 1,
         &handle);
   b.SetDesc(graph, cudnn::kAttrOperationGraphOps, op);
@@ -485,7 +511,7 @@ absl::Status CudaConv::Run(const Prepared& prepared, cuda::DevicePtr input,
   }
   const int64_t uids[3] = {kUidX, kUidW, kUidY};
   void* ws = reinterpret_cast<void*>(workspace);
-  absl::MutexLock lock(&run_mu_);
+  absl::MutexLock lock(&handle_->run_mu);
   const bool same =
       p.pack.get() != nullptr && p.pack_pointers[0] == pointers[0] &&
       p.pack_pointers[1] == pointers[1] && p.pack_pointers[2] == pointers[2] &&
@@ -526,13 +552,13 @@ absl::Status CudaConv::Run(const Prepared& prepared, cuda::DevicePtr input,
     for (int i = 0; i < 3; ++i) p.pack_pointers[i] = pointers[i];
     p.pack_pointers[3] = ws;
   }
-  if (absl::Status s =
-          lib_->Check(api.cudnnSetStream(handle_, stream), "cudnnSetStream");
+  if (absl::Status s = lib_->Check(api.cudnnSetStream(handle_->handle, stream),
+                                   "cudnnSetStream");
       !s.ok()) {
     return s;
   }
   return lib_->Check(
-      api.cudnnBackendExecute(handle_, p.plan.get(), p.pack.get()),
+      api.cudnnBackendExecute(handle_->handle, p.plan.get(), p.pack.get()),
       "cudnnBackendExecute");
 }
 

@@ -25,9 +25,10 @@
 // float32, float16 and bfloat16, accumulating in float32.
 //
 // Thread-safety: Create may be called from any thread; Prepare and Run
-// from several threads at once (a cuDNN handle is bound to one stream at a
-// time, so Run serializes its enqueueing; the work itself runs on the
-// caller's stream).
+// from several threads at once, on one CudaConv or on several of one
+// context (a cuDNN handle is bound to one stream at a time, so Run
+// serializes its enqueueing with every user of the handle; the work itself
+// runs on the caller's stream).
 #ifndef KILN_RUNTIME_CUDA_CUDNN_H_
 #define KILN_RUNTIME_CUDA_CUDNN_H_
 
@@ -35,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -49,16 +51,21 @@ namespace kiln {
 
 class CudnnLibrary;
 
-// One executable's convolutions on one device: a cuDNN handle, and per
-// extern step and shape the descriptors and the algorithm chosen for them
-// (cached here, outside the artifact: the choice depends on the GPU and
-// the library version, not on the graph).
+// One executable's convolutions on one device: the device's cuDNN handle
+// (one per CUDA context, shared by the executables on it), and per extern
+// step and shape the descriptors and the algorithm chosen for them (cached
+// here, outside the artifact: the choice depends on the GPU and the
+// library version, not on the graph).
 class CudaConv {
  public:
-  // Loads the library (once per process) and creates a handle. Call with
-  // the executable's CUDA context current. Errors: FAILED_PRECONDITION
-  // naming every library tried and why; INTERNAL for a failed handle.
-  static absl::StatusOr<std::unique_ptr<CudaConv>> Create();
+  // Loads the library (once per process) and takes `context`'s cuDNN
+  // handle, shared with every CudaConv of that context (made by the first,
+  // destroyed with the last; runtime/per_context.h), or with a null
+  // context a handle of its own. Call with that context current. Errors:
+  // FAILED_PRECONDITION naming every library tried and why; INTERNAL for a
+  // failed handle.
+  static absl::StatusOr<std::unique_ptr<CudaConv>> Create(
+      cuda::Context context = nullptr);
 
   struct Plan;
   // A call ready to run: its plan and the workspace it needs.
@@ -96,14 +103,15 @@ class CudaConv {
   CudaConv& operator=(const CudaConv&) = delete;
 
  private:
-  CudaConv(const CudnnLibrary* lib, void* handle)
-      : lib_(lib), handle_(handle) {}
+  struct Handle;
+  CudaConv(const CudnnLibrary* lib, std::shared_ptr<Handle> handle)
+      : lib_(lib), handle_(std::move(handle)) {}
 
   const CudnnLibrary* lib_;
-  void* handle_;  // cudnnHandle_t
-  // Serializes binding the handle to a stream and enqueueing on it, and
-  // making plans (which use the handle).
-  mutable absl::Mutex run_mu_;
+  // The cuDNN handle and the lock that serializes binding it to a stream,
+  // enqueueing on it and making plans (which use it), shared by every
+  // CudaConv of the context.
+  std::shared_ptr<Handle> handle_;
   mutable absl::Mutex mu_;
   mutable absl::flat_hash_map<std::string, std::shared_ptr<const Plan>> plans_
       ABSL_GUARDED_BY(mu_);

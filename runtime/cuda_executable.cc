@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "runtime/guards.h"
+#include "runtime/per_context.h"
 #include "support/sha256.h"
 
 namespace kiln {
@@ -259,12 +260,15 @@ absl::Status CudaExecutable::LoadModule(const CudaLoadOptions& options) {
         cuda::ScopedContext::Enter(*driver_, context_->get());
     if (!scope.ok()) return scope.status();
     if (gemms) {
-      absl::StatusOr<std::unique_ptr<CudaGemm>> gemm = CudaGemm::Create();
+      absl::StatusOr<std::shared_ptr<CudaGemm>> gemm =
+          SharedPerContext<CudaGemm>(context_->get(),
+                                     [] { return CudaGemm::Create(); });
       if (!gemm.ok()) return gemm.status();
       gemm_ = *std::move(gemm);
     }
     if (convs) {
-      absl::StatusOr<std::unique_ptr<CudaConv>> conv = CudaConv::Create();
+      absl::StatusOr<std::unique_ptr<CudaConv>> conv =
+          CudaConv::Create(context_->get());
       if (!conv.ok()) return conv.status();
       conv_ = *std::move(conv);
     }

@@ -219,7 +219,10 @@ class CudaExecutable {
                        cuda::Stream stream) const;
   // cuBLASLt and cuDNN for the extern calls (null when the program makes
   // no GEMM, no convolution).
-  std::unique_ptr<CudaGemm> gemm_;
+  // The GEMM object (handle, plans, timed choices) is the context's, shared
+  // by every executable on it (runtime/per_context.h); the convolutions'
+  // plans are this executable's, over the context's shared cuDNN handle.
+  std::shared_ptr<CudaGemm> gemm_;
   std::unique_ptr<CudaConv> conv_;
 };
 

@@ -23,6 +23,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -265,6 +266,91 @@ TEST(CudaGpu, ConvolutionsMatchReference) {
 // far above the old quadratic bound, every index drawn from [-8, 8] (many
 // sources per element: contended atomics), in float32 and bfloat16 (summed
 // in float32, cast once), against the reference.
+// Executables on one device share its cuBLASLt object (handle, plans,
+// timed choices) and its cuDNN handle (runtime/per_context.h): three
+// executables (two of one artifact with a convolution's backward, one of
+// a linear layer) loaded together, run from three threads at once, each
+// on its own stream, then one dropped and the others run again; every
+// result against the reference.
+TEST(CudaGpu, ExecutablesShareTheDeviceLibraries) {
+  REQUIRE_GPU(gpu);
+  conv_cases::Conv c;
+  c.padding = {1};
+  v1::CompileRequest conv_req;
+  *conv_req.mutable_graph() = CaseGraph(conv_cases::BackwardCase(c, {1, 1, 1}));
+  LinearCase l;
+  l.dtype = "BFLOAT16";
+  l.activation = "relu";
+  v1::CompileRequest gemm_req;
+  *gemm_req.mutable_graph() = LinearGraph(l);
+  std::vector<std::shared_ptr<const CudaExecutable>> exes;
+  std::vector<std::vector<HostTensor>> inputs, wants;
+  for (v1::CompileRequest* req : {&conv_req, &conv_req, &gemm_req}) {
+    req->mutable_target()->mutable_cuda()->set_arch(gpu->arch);
+    auto artifact = Compile(*req);
+    ASSERT_TRUE(artifact.ok()) << artifact.status();
+    auto exe = CudaExecutable::Load(*artifact);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    exes.push_back(*std::move(exe));
+    auto graph = ImportGraph(req->graph());
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    std::mt19937_64 rng(exes.size());
+    inputs.push_back(
+        RandomInputs(*graph, random_graphs::Bindings(*graph)[0], rng));
+    auto want = EvaluateReference(*graph, inputs.back());
+    ASSERT_TRUE(want.ok()) << want.status();
+    wants.push_back(*std::move(want));
+  }
+  // Runs executable i `times` times on a stream of its own; "" when every
+  // result matches.
+  auto run = [&](size_t i, int times) -> std::string {
+    auto scope = cuda::ScopedContext::Enter(*gpu->driver, gpu->context->get());
+    if (!scope.ok()) return scope.status().ToString();
+    const auto& api = gpu->driver->api();
+    cuda::Stream stream = nullptr;
+    if (api.cuStreamCreate(&stream, 1) != cuda::kSuccess) return "stream";
+    std::string error;
+    std::vector<gpu_testing::DeviceInput> dev;
+    std::vector<DeviceTensorView> views;
+    for (const HostTensor& t : inputs[i]) {
+      auto d = gpu_testing::Upload(*gpu, t);
+      if (!d.ok()) return d.status().ToString();
+      dev.push_back(*std::move(d));
+    }
+    for (const auto& d : dev) views.push_back(d.view());
+    for (int r = 0; r < times && error.empty(); ++r) {
+      auto got = exes[i]->Run(views, stream);
+      if (!got.ok()) {
+        error = got.status().ToString();
+        break;
+      }
+      for (size_t o = 0; o < wants[i].size() && error.empty(); ++o) {
+        auto host = gpu_testing::Download(*gpu, (*got)[o], stream);
+        if (!host.ok()) {
+          error = host.status().ToString();
+        } else if (std::string d = Compare(*host, wants[i][o]); !d.empty()) {
+          error = absl::StrCat("executable ", i, " run ", r, " output ", o,
+                               ": ", d);
+        }
+      }
+    }
+    api.cuStreamSynchronize(stream);
+    api.cuStreamDestroy_v2(stream);
+    return error;
+  };
+  std::vector<std::string> errors(exes.size());
+  {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < exes.size(); ++i)
+      threads.emplace_back([&, i] { errors[i] = run(i, 8); });
+    for (std::thread& t : threads) t.join();
+  }
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+  exes[0].reset();  // the shared handles stay with the others
+  EXPECT_EQ(run(1, 2), "");
+  EXPECT_EQ(run(2, 2), "");
+}
+
 TEST(CudaGpu, AccumulatingScattersMatchReference) {
   REQUIRE_GPU(gpu);
   auto t = [](DType dt, std::vector<int64_t> sizes) {
