@@ -226,12 +226,23 @@ int64_t OperandSpan(const GemmMatrix& m, int64_t batch, int64_t rows,
   return (batch - 1) * m.batch_stride + (rows - 1) * m.ld + cols;
 }
 
-// `n` bfloat16 values (their bits) as float32.
-std::vector<float> WidenBf16(const uint16_t* p, int64_t n) {
+// `n` bfloat16 values (their bits) as float32, in chunks over `pool`'s
+// threads when there is one.
+std::vector<float> WidenBf16(const uint16_t* p, int64_t n, ThreadPool* pool) {
   std::vector<float> out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
-    std::memcpy(&out[static_cast<size_t>(i)], &bits, sizeof(bits));
+  constexpr int64_t kChunk = int64_t{1} << 15;
+  auto chunk = [&](int64_t c) {
+    const int64_t end = std::min(n, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < end; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
+      std::memcpy(&out[static_cast<size_t>(i)], &bits, sizeof(bits));
+    }
+  };
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  if (pool == nullptr || chunks <= 1) {
+    for (int64_t c = 0; c < chunks; ++c) chunk(c);
+  } else {
+    pool->ParallelFor(chunks, chunk);
   }
   return out;
 }
@@ -273,10 +284,12 @@ absl::Status CpuBlas::GemmBf16(const GemmDims& dims, double alpha, double beta,
   if (dims.batch == 0 || dims.m == 0 || dims.n == 0 || dims.k == 0)
     return Gemm(DType::kFloat32, dims, alpha, beta, nullptr, nullptr, c, pool);
   GemmDims wide = dims;
-  const std::vector<float> fa = WidenBf16(
-      ha + dims.a.offset, OperandSpan(dims.a, dims.batch, dims.m, dims.k));
-  const std::vector<float> fb = WidenBf16(
-      hb + dims.b.offset, OperandSpan(dims.b, dims.batch, dims.k, dims.n));
+  const std::vector<float> fa =
+      WidenBf16(ha + dims.a.offset,
+                OperandSpan(dims.a, dims.batch, dims.m, dims.k), pool);
+  const std::vector<float> fb =
+      WidenBf16(hb + dims.b.offset,
+                OperandSpan(dims.b, dims.batch, dims.k, dims.n), pool);
   wide.a.offset = 0;
   wide.b.offset = 0;
   return Gemm(DType::kFloat32, wide, alpha, beta, fa.data(), fb.data(), c,
