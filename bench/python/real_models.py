@@ -69,11 +69,16 @@ def _b(batch: int) -> int:
     return batch * SCALE
 
 
-def _tv(name: str, batch: int = 2, **kw: Any) -> Callable[[], Example]:
+def _tv(name: str, batch: int = 2, min_image: int = 0,
+        **kw: Any) -> Callable[[], Example]:
+    """A torchvision classifier on images of IMAGE (at least min_image);
+    an `image_size` keyword is set to that size."""
     def make() -> Example:
         import torchvision.models as m  # noqa: PLC0415
-        return getattr(m, name)(**kw), (torch.randn(_b(batch), 3, IMAGE,
-                                                    IMAGE),)
+        side = max(IMAGE, min_image)
+        args = dict(kw, image_size=side) if "image_size" in kw else kw
+        return getattr(m, name)(**args), (torch.randn(_b(batch), 3, side,
+                                                      side),)
     return make
 
 
@@ -162,6 +167,15 @@ def _tv_segmentation(name: str) -> Callable[[], Example]:
                                          weights_backbone=None,
                                          num_classes=4)),
                 (torch.randn(_b(2), 3, IMAGE, IMAGE),))
+    return make
+
+
+def _tv_video(name: str) -> Callable[[], Example]:
+    """A torchvision video model on clips of 4 frames of IMAGE / 2."""
+    def make() -> Example:
+        import torchvision.models.video as m  # noqa: PLC0415
+        side = max(IMAGE // 2, 16)
+        return getattr(m, name)(), (torch.randn(_b(1), 3, 4, side, side),)
     return make
 
 
@@ -300,6 +314,17 @@ MODELS: Dict[str, Callable[[], Example]] = {
     # its windowed attention pads each stage to whole windows.
     "timm_tiny_vit": _timm("tiny_vit_5m_224"),
     "timm_fastvit": _timm("fastvit_t8"),
+    # Session 24: video, segmentation and larger classifiers.
+    "tv_r3d_18": _tv_video("r3d_18"),
+    "tv_r2plus1d_18": _tv_video("r2plus1d_18"),
+    "tv_mc3_18": _tv_video("mc3_18"),
+    "tv_fcn_resnet50": _tv_segmentation("fcn_resnet50"),
+    "tv_inception_v3": _tv("inception_v3", min_image=96, aux_logits=False,
+                           init_weights=True),
+    "tv_wide_resnet50": _tv("wide_resnet50_2"),
+    "tv_regnet_x_400mf": _tv("regnet_x_400mf"),
+    "tv_mobilenet_v3_large": _tv("mobilenet_v3_large"),
+    "tv_vit_b16": _tv("vit_b_16", batch=1, image_size=None),
 }
 
 
