@@ -595,8 +595,10 @@ def batch_input_writes(gm: torch.fx.GraphModule) -> int:
     (grouped here, from the meta values): one torch._foreach_copy_ each, a
     multi-tensor kernel (a list that mixes dtypes, batch norm's float
     running statistics with its int64 count, would copy tensor by tensor).
-    Returns how
-    many copies it took; the graph is recompiled when any."""
+    A group of one keeps its copy_ (one kernel either way), marked as the
+    write_inputs nodes are (meta "kiln_input_writes": not an op Kiln
+    lacks, so not reported as a fallback). Returns how many copies it
+    took; the graph is recompiled when any."""
     graph = gm.graph
     order = {n: i for i, n in enumerate(graph.nodes)}
     copies = [n for n in graph.nodes
@@ -605,7 +607,7 @@ def batch_input_writes(gm: torch.fx.GraphModule) -> int:
               len(n.args) == 2 and not n.kwargs and not n.users and
               isinstance(n.args[0], torch.fx.Node) and
               n.args[0].op == "placeholder"]
-    if len(copies) < 2:
+    if not copies:
         return 0
     first = min(order[c] for c in copies)
     dsts = [c.args[0] for c in copies]
@@ -624,17 +626,23 @@ def batch_input_writes(gm: torch.fx.GraphModule) -> int:
     for c in copies:
         groups.setdefault((kind(c.args[0]), kind(c.args[1])), []).append(c)
     out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    taken = 0
     for group in groups.values():
+        if len(group) == 1:
+            group[0].meta["kiln_input_writes"] = 1
+            continue
+        taken += len(group)
         with graph.inserting_before(out):
             node = graph.call_function(
                 write_inputs, (tuple(c.args[0] for c in group),
                                tuple(c.args[1] for c in group)))
         node.meta["val"] = None
         node.meta["kiln_input_writes"] = len(group)
-    for c in copies:
-        graph.erase_node(c)
-    gm.recompile()
-    return len(copies)
+        for c in group:
+            graph.erase_node(c)
+    if taken:
+        gm.recompile()
+    return taken
 
 
 def share_float64_scalar_converts(gm: torch.fx.GraphModule) -> None:
