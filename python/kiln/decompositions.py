@@ -26,6 +26,13 @@ op would split its graph and run eagerly:
   decomposes by itself.
 - ``aten.atan`` (``torch.atan``: CIoU box losses, angle features):
   ``atan2(x, 1)``, the same function.
+- ``aten.max_pool3d_with_indices`` (``nn.MaxPool3d``: video and volume
+  nets) and ``aten.adaptive_max_pool2d`` (where its bins are equal; else
+  it stays whole): PyTorch's decompositions; the first's backward and the
+  adaptive max pools' backwards (``aten.max_pool3d_with_indices_backward``,
+  ``aten.adaptive_max_pool{2,3}d_backward``) are the gradient added at the
+  flat spatial index each output element recorded: a scatter_add into
+  zeros (``_max_pool_backward``), as ATen's kernels accumulate it.
 
 Only ops whose name is not in ``kiln_ops`` are given (Kiln's own lowering
 wins).
@@ -44,7 +51,9 @@ aten = torch.ops.aten
 # Ops whose decomposition PyTorch's full table has (not Core ATen's).
 _FROM_TORCH = ("aten.new_empty_strided.default",
                "aten.linalg_vector_norm.default", "aten.elu.default",
-               "aten.elu_backward.default")
+               "aten.elu_backward.default",
+               "aten.max_pool3d_with_indices.default",
+               "aten.adaptive_max_pool2d.default")
 
 
 def _weight_norm_interface_backward(
@@ -88,12 +97,41 @@ def _atan(x: torch.Tensor) -> torch.Tensor:
                                             device=x.device))
 
 
+def _max_pool_backward(spatial: int) -> Callable[..., torch.Tensor]:
+    """The backward of a max pool over `spatial` dims that recorded each
+    output's input position as a flat index into the input's spatial dims
+    (per batch and channel): grad_input[..., i] = sum of grad_output where
+    indices == i."""
+
+    def backward(grad: torch.Tensor, x: torch.Tensor, *args: Any) -> torch.Tensor:
+        indices = args[-1]
+        lead = x.dim() - spatial
+        flat = list(x.shape[:lead]) + [-1]
+        out = aten.new_zeros(x, flat[:-1] + [_numel(x.shape[lead:])],
+                             dtype=grad.dtype)
+        out = aten.scatter_add(out, lead, aten.reshape(indices, flat),
+                               aten.reshape(grad, flat))
+        return aten.reshape(out, list(x.shape))
+
+    return backward
+
+
+def _numel(sizes: Any) -> Any:
+    n = 1
+    for s in sizes:
+        n = n * s
+    return n
+
+
 _OURS: Dict[str, Callable[..., Any]] = {
     "aten._weight_norm_interface_backward.default":
         _weight_norm_interface_backward,
     "aten.max.dim": _max_dim,
     "aten.min.dim": _min_dim,
     "aten.atan.default": _atan,
+    "aten.max_pool3d_with_indices_backward.default": _max_pool_backward(3),
+    "aten.adaptive_max_pool2d_backward.default": _max_pool_backward(2),
+    "aten.adaptive_max_pool3d_backward.default": _max_pool_backward(3),
 }
 
 

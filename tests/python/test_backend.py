@@ -1722,6 +1722,45 @@ def test_elu_max_min_dim_and_atan_decompose(daemon):
     assert backend.report.fallbacks.get("aten.max.dim"), str(backend.report)
 
 
+def test_max_pool3d_and_adaptive_max_pool_backward_decompose(daemon):
+    """nn.MaxPool3d (padding, stride, ceil_mode; batched and unbatched) and
+    adaptive max pooling (equal bins, and unequal ones whose forward stays
+    eager) train in Kiln through kiln/decompositions.py: the backwards are
+    scatter_adds of the gradient at the recorded indices. Forward and
+    gradients against eager, overlapping windows included."""
+
+    def f(x, v, w):
+        a = F.max_pool3d(x, 3, stride=2, padding=1, ceil_mode=True)
+        b = F.max_pool3d(v, 2)  # unbatched (C, D, H, W)
+        c = F.adaptive_max_pool2d(w, (4, 4))  # 8x8: equal bins
+        d = F.adaptive_max_pool2d(w[:, :, :7], (3, 5))  # unequal bins
+        return a.square().sum() + b.sum() + (c * c).sum() + d.sum()
+
+    g = torch.Generator().manual_seed(3)
+    args = [torch.randn(2, 3, 7, 8, 9, generator=g),
+            torch.randn(3, 6, 6, 6, generator=g),
+            torch.randn(2, 4, 8, 8, generator=g)]
+    args[0][0, 0, :3, :3, :3] = 1.5  # ties inside overlapping windows
+    mine = [a.clone().requires_grad_() for a in args]
+    ref = [a.clone().requires_grad_() for a in args]
+    backend = kiln.backend(server=daemon.address, fallback="eager")
+    out = torch.compile(f, backend=backend)(*mine)
+    want = f(*ref)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    out.backward()
+    want.backward()
+    for a, b in zip(mine, ref):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+    fallbacks = backend.report.fallbacks
+    for op in ("aten.max_pool3d_with_indices.default",
+               "aten.max_pool3d_with_indices_backward.default",
+               "aten.adaptive_max_pool2d_backward.default"):
+        assert op not in fallbacks, str(backend.report)
+    # The unequal bins' forward is the one node left to eager.
+    assert fallbacks.get("aten.adaptive_max_pool2d.default", {}), \
+        str(backend.report)
+
+
 def test_channels_last_clones_run_in_kiln(daemon):
     """A copy to channels_last (SegFormer's `.contiguous(memory_format=
     torch.channels_last)` between layers) has its input's values: it runs
