@@ -170,12 +170,15 @@ def _tv_segmentation(name: str) -> Callable[[], Example]:
     return make
 
 
-def _tv_video(name: str) -> Callable[[], Example]:
-    """A torchvision video model on clips of 4 frames of IMAGE / 2."""
+def _tv_video(name: str, frames: int = 4,
+              min_side: int = 16) -> Callable[[], Example]:
+    """A torchvision video model on clips of `frames` frames of IMAGE / 2
+    (at least min_side)."""
     def make() -> Example:
         import torchvision.models.video as m  # noqa: PLC0415
-        side = max(IMAGE // 2, 16)
-        return getattr(m, name)(), (torch.randn(_b(1), 3, 4, side, side),)
+        side = max(IMAGE // 2, min_side)
+        return getattr(m, name)(), (torch.randn(_b(1), 3, frames, side,
+                                                side),)
     return make
 
 
@@ -318,6 +321,8 @@ MODELS: Dict[str, Callable[[], Example]] = {
     "tv_r3d_18": _tv_video("r3d_18"),
     "tv_r2plus1d_18": _tv_video("r2plus1d_18"),
     "tv_mc3_18": _tv_video("mc3_18"),
+    # S3D's head pools 2x7x7 windows: 16 frames of 224 at least.
+    "tv_s3d": _tv_video("s3d", frames=16, min_side=224),
     "tv_fcn_resnet50": _tv_segmentation("fcn_resnet50"),
     "tv_inception_v3": _tv("inception_v3", min_image=96, aux_logits=False,
                            init_weights=True),

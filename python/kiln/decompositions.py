@@ -33,6 +33,11 @@ op would split its graph and run eagerly:
   ``aten.adaptive_max_pool{2,3}d_backward``) are the gradient added at the
   flat spatial index each output element recorded: a scatter_add into
   zeros (``_max_pool_backward``), as ATen's kernels accumulate it.
+- ``aten.avg_pool3d`` and its backward (S3D's and I3D's heads,
+  ``nn.LocalResponseNorm``): a depthwise convolution with a kernel of ones
+  divided by the window's size, and the transposed convolution back;
+  only where every window divides by the same number (no ceil_mode;
+  padding counted, or none) — else they stay whole.
 
 Only ops whose name is not in ``kiln_ops`` are given (Kiln's own lowering
 wins).
@@ -40,7 +45,7 @@ wins).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, FrozenSet, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Tuple
 
 import torch
 
@@ -116,6 +121,69 @@ def _max_pool_backward(spatial: int) -> Callable[..., torch.Tensor]:
     return backward
 
 
+def _triple(v: Any) -> List[int]:
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * 3 if len(v) == 1 else v
+
+
+def _avg_pool3d_plan(x: torch.Tensor, kernel: Any, stride: Any,
+                     padding: Any, ceil_mode: bool, count_include_pad: bool,
+                     divisor_override: Any) -> Any:
+    """(kernel, stride, padding, divisor) when every window of this
+    avg_pool3d divides by one number, else None."""
+    k = _triple(kernel)
+    s = _triple(stride) if stride else k
+    p = _triple(padding)
+    if ceil_mode or (any(p) and not count_include_pad and
+                     divisor_override is None):
+        return None
+    return k, s, p, divisor_override or _numel(k)
+
+
+def _batched(x: torch.Tensor) -> torch.Tensor:
+    return aten.unsqueeze(x, 0) if x.dim() == 4 else x
+
+
+def _avg_pool3d(x: torch.Tensor, kernel: Any, stride: Any = (),
+                padding: Any = 0, ceil_mode: bool = False,
+                count_include_pad: bool = True,
+                divisor_override: Any = None) -> Any:
+    """aten.avg_pool3d as a depthwise convolution with ones, divided."""
+    plan = _avg_pool3d_plan(x, kernel, stride, padding, ceil_mode,
+                            count_include_pad, divisor_override)
+    if plan is None:
+        return NotImplemented
+    k, s, p, div = plan
+    xb = _batched(x)
+    c = xb.shape[1]
+    ones = aten.new_ones(xb, [c, 1] + k)
+    y = aten.convolution(xb, ones, None, s, p, [1, 1, 1], False, [0, 0, 0], c)
+    y = aten.div(y, div)
+    return aten.squeeze(y, [0]) if x.dim() == 4 else y
+
+
+def _avg_pool3d_backward(grad: torch.Tensor, x: torch.Tensor, kernel: Any,
+                         stride: Any, padding: Any, ceil_mode: bool,
+                         count_include_pad: bool,
+                         divisor_override: Any) -> Any:
+    """Its backward: each window's gradient over its size, spread back
+    over the window (a transposed depthwise convolution with ones)."""
+    plan = _avg_pool3d_plan(x, kernel, stride, padding, ceil_mode,
+                            count_include_pad, divisor_override)
+    if plan is None:
+        return NotImplemented
+    k, s, p, div = plan
+    xb, gb = _batched(x), _batched(grad)
+    c = xb.shape[1]
+    ones = aten.new_ones(gb, [c, 1] + k)
+    # The input positions past the last window's reach.
+    extra = [xb.shape[2 + d] - ((gb.shape[2 + d] - 1) * s[d] - 2 * p[d] + k[d])
+             for d in range(3)]
+    g = aten.convolution(aten.div(gb, div), ones, None, s, p, [1, 1, 1], True,
+                         extra, c)
+    return aten.squeeze(g, [0]) if x.dim() == 4 else g
+
+
 def _numel(sizes: Any) -> Any:
     n = 1
     for s in sizes:
@@ -132,6 +200,8 @@ _OURS: Dict[str, Callable[..., Any]] = {
     "aten.max_pool3d_with_indices_backward.default": _max_pool_backward(3),
     "aten.adaptive_max_pool2d_backward.default": _max_pool_backward(2),
     "aten.adaptive_max_pool3d_backward.default": _max_pool_backward(3),
+    "aten.avg_pool3d.default": _avg_pool3d,
+    "aten.avg_pool3d_backward.default": _avg_pool3d_backward,
 }
 
 

@@ -1761,6 +1761,45 @@ def test_max_pool3d_and_adaptive_max_pool_backward_decompose(daemon):
         str(backend.report)
 
 
+def test_avg_pool3d_decomposes_where_windows_divide_alike(daemon):
+    """avg_pool3d and its backward run in Kiln as depthwise (transposed)
+    convolutions with ones where every window divides by one number:
+    padding counted, none, or a divisor_override; batched and unbatched;
+    strides that leave input positions past the last window. With
+    count_include_pad=False over padding, or ceil_mode, it stays eager.
+    Forward and gradients against eager either way."""
+
+    def alike(x, v):
+        return (F.avg_pool3d(x, 2).square().sum() +
+                F.avg_pool3d(x, 3, stride=2, padding=1).sum() +
+                F.avg_pool3d(x, (1, 3, 2), stride=(1, 2, 3),
+                             divisor_override=5).square().sum() +
+                F.avg_pool3d(v, 2).sum())
+
+    def other(x, v):
+        return (F.avg_pool3d(x, 3, stride=2, padding=1,
+                             count_include_pad=False).square().sum() +
+                F.avg_pool3d(x, 2, ceil_mode=True).sum())
+
+    g = torch.Generator().manual_seed(4)
+    args = [torch.randn(2, 3, 7, 8, 9, generator=g),
+            torch.randn(3, 6, 5, 4, generator=g)]
+    for f, decomposed in ((alike, True), (other, False)):
+        torch._dynamo.reset()
+        mine = [a.clone().requires_grad_() for a in args]
+        ref = [a.clone().requires_grad_() for a in args]
+        backend = kiln.backend(server=daemon.address, fallback="eager")
+        out = torch.compile(f, backend=backend)(*mine)
+        want = f(*ref)
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-4)
+        out.backward()
+        want.backward()
+        for a, b in zip(mine, ref):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+        fell = {op for op in backend.report.fallbacks if "avg_pool3d" in op}
+        assert bool(fell) != decomposed, str(backend.report)
+
+
 def test_channels_last_clones_run_in_kiln(daemon):
     """A copy to channels_last (SegFormer's `.contiguous(memory_format=
     torch.channels_last)` between layers) has its input's values: it runs
