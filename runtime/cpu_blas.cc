@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/dl_error.h"
+#include "support/half.h"
 
 namespace kiln {
 namespace {
@@ -136,11 +137,9 @@ absl::StatusOr<std::unique_ptr<CpuBlas>> CpuBlas::Open() {
     blas->library_ = name;
     if (void* s = dlsym(handle, "dnnl_sgemm")) {
       blas->dnnl_sgemm_ = reinterpret_cast<DnnlSgemmFn>(s);
-      // Exported by oneDNN since 1.x (its gemm tests declare it);
-      // KILN_ONEDNN_BF16=0 widens bfloat16 operands to float32 instead.
-      const char* bf16 = std::getenv("KILN_ONEDNN_BF16");
+      // Exported by oneDNN since 1.x (its gemm tests declare it).
       void* bf = dlsym(handle, "dnnl_gemm_bf16bf16f32");
-      if (bf != nullptr && (bf16 == nullptr || std::string(bf16) != "0"))
+      if (bf != nullptr && OneDnnBf16Allowed())
         blas->dnnl_gemm_bf16_ = reinterpret_cast<DnnlGemmBf16Fn>(bf);
       return blas;
     }
@@ -170,6 +169,14 @@ absl::StatusOr<const CpuBlas*> CpuBlas::Get() {
   static const absl::StatusOr<std::unique_ptr<CpuBlas>> loaded = Open();
   if (!loaded.ok()) return loaded.status();
   return loaded->get();
+}
+
+bool CpuBlas::OneDnnBf16Allowed() {
+  static const bool allowed = [] {
+    const char* env = std::getenv("KILN_ONEDNN_BF16");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return allowed;
 }
 
 CpuBlas::~CpuBlas() {
@@ -232,11 +239,9 @@ std::vector<float> WidenBf16(const uint16_t* p, int64_t n, ThreadPool* pool) {
   std::vector<float> out(static_cast<size_t>(n));
   constexpr int64_t kChunk = int64_t{1} << 15;
   auto chunk = [&](int64_t c) {
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-    for (int64_t i = c * kChunk; i < end; ++i) {
-      const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
-      std::memcpy(&out[static_cast<size_t>(i)], &bits, sizeof(bits));
-    }
+    const int64_t begin = c * kChunk;
+    BFloat16ToFloat(p + begin, std::min(n, begin + kChunk) - begin,
+                    out.data() + begin);
   };
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   if (pool == nullptr || chunks <= 1) {

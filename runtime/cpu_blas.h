@@ -74,6 +74,11 @@ class CpuBlas {
                         const void* a, const void* b, float* c,
                         ThreadPool* pool = nullptr) const;
 
+  // Whether bfloat16 calls may use oneDNN's bfloat16 primitives (GEMM here,
+  // convolutions in cpu_conv.h): false with $KILN_ONEDNN_BF16=0, which
+  // widens the operands to float32 instead. Read once per process.
+  static bool OneDnnBf16Allowed();
+
   // The library that was loaded (its path or soname).
   const std::string& library() const { return library_; }
 

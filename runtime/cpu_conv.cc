@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/cpu_blas.h"
 #include "runtime/dl_error.h"
+#include "support/half.h"
 
 #if __has_include(<oneapi/dnnl/dnnl.h>)
 #include <oneapi/dnnl/dnnl.h>
@@ -303,25 +305,6 @@ absl::Status PrepareOperand(const DnnlLibrary& lib,
   return absl::OkStatus();
 }
 
-// Whether bfloat16 calls may use oneDNN's bfloat16 primitives
-// ($KILN_ONEDNN_BF16=0: no, widen to float32; cpu_blas.h's GemmBf16 reads
-// it too).
-bool OneDnnBf16() {
-  static const bool on = [] {
-    const char* env = std::getenv("KILN_ONEDNN_BF16");
-    return env == nullptr || std::string(env) != "0";
-  }();
-  return on;
-}
-
-// `n` bfloat16 values (their bits) as float32, into `out`.
-void WidenBf16(const uint16_t* p, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
-    std::memcpy(&out[i], &bits, sizeof(bits));
-  }
-}
-
 // `operands`: the data type of the two tensors the call reads (dnnl_f32,
 // or dnnl_bf16 for a bfloat16 call); the tensor it writes is float32.
 absl::StatusOr<std::unique_ptr<CpuConv::Plan>> MakePlan(
@@ -574,8 +557,9 @@ absl::Status CpuConv::Run(int step, const v1::Convolution& conv,
     return absl::OkStatus();
   }
   absl::StatusOr<std::shared_ptr<const Plan>> got =
-      bf16 && !OneDnnBf16() ? absl::UnimplementedError("KILN_ONEDNN_BF16=0")
-                            : GetPlan(step, conv, dims, bf16);
+      bf16 && !CpuBlas::OneDnnBf16Allowed()
+          ? absl::UnimplementedError("KILN_ONEDNN_BF16=0")
+          : GetPlan(step, conv, dims, bf16);
   if (bf16 && !got.ok() && absl::IsUnimplemented(got.status())) {
     // No bfloat16 convolution in this oneDNN on this CPU (it needs
     // AVX-512): the operands widened to float32 (exactly), the float32
@@ -588,8 +572,8 @@ absl::Status CpuConv::Run(int step, const v1::Convolution& conv,
                                    : dims.w_elements;
     std::vector<float> wa(static_cast<size_t>(a_elements));
     std::vector<float> wb(static_cast<size_t>(b_elements));
-    WidenBf16(static_cast<const uint16_t*>(a), a_elements, wa.data());
-    WidenBf16(static_cast<const uint16_t*>(b), b_elements, wb.data());
+    BFloat16ToFloat(static_cast<const uint16_t*>(a), a_elements, wa.data());
+    BFloat16ToFloat(static_cast<const uint16_t*>(b), b_elements, wb.data());
     v1::Convolution f32 = conv;
     f32.set_dtype(v1::FLOAT32);
     f32.clear_result_dtype();

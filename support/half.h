@@ -58,6 +58,11 @@ inline float BFloat16ToFloat(uint16_t b) {
   return BitsToFloat(static_cast<uint32_t>(b) << 16);
 }
 
+// n bfloat16 values widened to float32 (exact) into out.
+inline void BFloat16ToFloat(const uint16_t* in, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(in[i]);
+}
+
 inline uint16_t FloatToBFloat16(float f) {
   uint32_t u = FloatBits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // canonical nan

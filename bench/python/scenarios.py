@@ -106,20 +106,16 @@ def optim():
             torch.nn.utils.clip_grad_norm_(mm.parameters(), 0.5); st()
     return f"param err {max((a-b).abs().max().item() for a,b in zip(m.parameters(), m2.parameters())):.2e}"
 run("compiled Adam step", optim)
-def gradscaler_vmap():
+def func_transform(f):
+    """f(w, x) compiled against eager (a torch.func transform inside)."""
     torch._dynamo.reset(); be = kiln.backend(server=srv)
-    f = lambda w, x: torch.func.vmap(lambda r: (w @ r).relu().sum())(x)
     w = torch.randn(8, 8); xx = torch.randn(5, 8)
     torch.testing.assert_close(torch.compile(f, backend=be)(w, xx), f(w, xx))
     return "ok"
-run("vmap", gradscaler_vmap)
-def grad_fn():
-    torch._dynamo.reset(); be = kiln.backend(server=srv)
-    f = lambda w, x: torch.func.grad(lambda w: (x @ w).tanh().sum())(w)
-    w = torch.randn(8, 8); xx = torch.randn(5, 8)
-    torch.testing.assert_close(torch.compile(f, backend=be)(w, xx), f(w, xx))
-    return "ok"
-run("torch.func.grad", grad_fn)
+run("vmap", lambda: func_transform(
+    lambda w, x: torch.func.vmap(lambda r: (w @ r).relu().sum())(x)))
+run("torch.func.grad", lambda: func_transform(
+    lambda w, x: torch.func.grad(lambda w: (x @ w).tanh().sum())(w)))
 def channels_last():
     m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).to(memory_format=torch.channels_last)
     return train_cmp(m, torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last))

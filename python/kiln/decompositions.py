@@ -45,6 +45,7 @@ wins).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Dict, FrozenSet, List, Tuple
 
 import torch
@@ -112,7 +113,7 @@ def _max_pool_backward(spatial: int) -> Callable[..., torch.Tensor]:
         indices = args[-1]
         lead = x.dim() - spatial
         flat = list(x.shape[:lead]) + [-1]
-        out = aten.new_zeros(x, flat[:-1] + [_numel(x.shape[lead:])],
+        out = aten.new_zeros(x, flat[:-1] + [math.prod(x.shape[lead:])],
                              dtype=grad.dtype)
         out = aten.scatter_add(out, lead, aten.reshape(indices, flat),
                                aten.reshape(grad, flat))
@@ -137,7 +138,7 @@ def _avg_pool3d_plan(x: torch.Tensor, kernel: Any, stride: Any,
     if ceil_mode or (any(p) and not count_include_pad and
                      divisor_override is None):
         return None
-    return k, s, p, divisor_override or _numel(k)
+    return k, s, p, divisor_override or math.prod(k)
 
 
 def _batched(x: torch.Tensor) -> torch.Tensor:
@@ -182,13 +183,6 @@ def _avg_pool3d_backward(grad: torch.Tensor, x: torch.Tensor, kernel: Any,
     g = aten.convolution(aten.div(gb, div), ones, None, s, p, [1, 1, 1], True,
                          extra, c)
     return aten.squeeze(g, [0]) if x.dim() == 4 else g
-
-
-def _numel(sizes: Any) -> Any:
-    n = 1
-    for s in sizes:
-        n = n * s
-    return n
 
 
 _OURS: Dict[str, Callable[..., Any]] = {

@@ -1722,6 +1722,25 @@ def test_elu_max_min_dim_and_atan_decompose(daemon):
     assert backend.report.fallbacks.get("aten.max.dim"), str(backend.report)
 
 
+def _compile_against_eager(daemon, f, args, atol=1e-5):
+    """f(*args) compiled with a Kiln backend (eager fallback) and eagerly,
+    on copies of args that require grad: the outputs and then every
+    argument's gradient of the (scalar) output compared. Returns the
+    backend (its report)."""
+    torch._dynamo.reset()
+    mine = [a.clone().requires_grad_() for a in args]
+    ref = [a.clone().requires_grad_() for a in args]
+    backend = kiln.backend(server=daemon.address, fallback="eager")
+    out = torch.compile(f, backend=backend)(*mine)
+    want = f(*ref)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=atol)
+    out.backward()
+    want.backward()
+    for a, b in zip(mine, ref):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+    return backend
+
+
 def test_max_pool3d_and_adaptive_max_pool_backward_decompose(daemon):
     """nn.MaxPool3d (padding, stride, ceil_mode; batched and unbatched) and
     adaptive max pooling (equal bins, and unequal ones whose forward stays
@@ -1741,16 +1760,7 @@ def test_max_pool3d_and_adaptive_max_pool_backward_decompose(daemon):
             torch.randn(3, 6, 6, 6, generator=g),
             torch.randn(2, 4, 8, 8, generator=g)]
     args[0][0, 0, :3, :3, :3] = 1.5  # ties inside overlapping windows
-    mine = [a.clone().requires_grad_() for a in args]
-    ref = [a.clone().requires_grad_() for a in args]
-    backend = kiln.backend(server=daemon.address, fallback="eager")
-    out = torch.compile(f, backend=backend)(*mine)
-    want = f(*ref)
-    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
-    out.backward()
-    want.backward()
-    for a, b in zip(mine, ref):
-        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+    backend = _compile_against_eager(daemon, f, args)
     fallbacks = backend.report.fallbacks
     for op in ("aten.max_pool3d_with_indices.default",
                "aten.max_pool3d_with_indices_backward.default",
@@ -1785,17 +1795,7 @@ def test_avg_pool3d_decomposes_where_windows_divide_alike(daemon):
     args = [torch.randn(2, 3, 7, 8, 9, generator=g),
             torch.randn(3, 6, 5, 4, generator=g)]
     for f, decomposed in ((alike, True), (other, False)):
-        torch._dynamo.reset()
-        mine = [a.clone().requires_grad_() for a in args]
-        ref = [a.clone().requires_grad_() for a in args]
-        backend = kiln.backend(server=daemon.address, fallback="eager")
-        out = torch.compile(f, backend=backend)(*mine)
-        want = f(*ref)
-        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-4)
-        out.backward()
-        want.backward()
-        for a, b in zip(mine, ref):
-            torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+        backend = _compile_against_eager(daemon, f, args, atol=1e-4)
         fell = {op for op in backend.report.fallbacks if "avg_pool3d" in op}
         assert bool(fell) != decomposed, str(backend.report)
 
