@@ -16,7 +16,10 @@ forward + backward (issue 15's first-call benchmark), on the CPU:
 
 Each row runs in its own Python process (imports and the model's
 construction are not timed; the first call and backward are); printed as
-one table with the difference to the floor. --runs N repeats each warm row
+one table with the difference to the floor. --cache-key-cost adds a third
+Inductor process on the warm cache, under cProfile, and prints what
+AOTAutograd's cache spends on its key and on the whole lookup (why Kiln does
+not use that cache: bench/README.md). --runs N repeats each warm row
 N times (median; each in a fresh process); cold rows run once per --runs
 too, each with a new cache dir / daemon.
 
@@ -41,7 +44,7 @@ import bench_util
 from bench_util import Kilnd
 
 CHILD = r"""
-import json, sys, time, warnings
+import json, os, sys, time, warnings
 t_start = time.perf_counter()
 import torch
 import torch.nn as nn
@@ -54,14 +57,30 @@ layer = nn.TransformerEncoderLayer(d_model=d, nhead=8, dim_feedforward=4 * d,
                                    dropout=0.0, batch_first=True)
 x = torch.randn(8, 64, d)
 compiled = torch.compile(layer, backend=backend)
+profile = None
+if os.environ.get("FIRST_CALL_PROFILE") == "1":
+    import cProfile
+    profile = cProfile.Profile()
+    profile.enable()
 t0 = time.perf_counter()
 compiled(x).sum().backward()
 first = time.perf_counter() - t0
+extra = {}
+if profile is not None:
+    # Where AOTAutograd's cache spends a warm first call: computing its key
+    # (Inductor's configs, torch's and Triton's source hashes) and the rest
+    # of the lookup.
+    import pstats
+    profile.disable()
+    stats = pstats.Stats(profile).stats
+    for (_, _, name), (_, _, _, cum, _) in stats.items():
+        if name in ("autograd_cache_key", "try_load"):
+            extra[name + "_s"] = extra.get(name + "_s", 0.0) + cum
 t0 = time.perf_counter()
 compiled(x).sum().backward()
 second = time.perf_counter() - t0
-print(json.dumps({"first_s": first, "second_s": second,
-                  "import_s": t0 - t_start - first - second}))
+print(json.dumps(dict({"first_s": first, "second_s": second,
+                       "import_s": t0 - t_start - first - second}, **extra)))
 """
 
 
@@ -77,12 +96,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--cache-key-cost", action="store_true",
+                    help="also run a third Inductor process on the warm "
+                    "cache under cProfile and print the seconds its "
+                    "AOTAutogradCache spends computing the key and loading")
     a = ap.parse_args()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(bench_util.ROOT / "python")] + [p for p in [env.get("PYTHONPATH")] if p])
     rows: Dict[str, List[float]] = {k: [] for k in (
         "eager", "aot_eager", "inductor cold", "inductor warm", "kiln cold", "kiln warm")}
+    keys: List[Dict[str, float]] = []
     for _ in range(a.runs):
         rows["eager"].append(run_child("eager", "", a.d_model, env)["first_s"])
         rows["aot_eager"].append(
@@ -94,6 +118,9 @@ def main() -> None:
                 run_child("inductor", "", a.d_model, ienv)["first_s"])
             rows["inductor warm"].append(
                 run_child("inductor", "", a.d_model, ienv)["first_s"])
+            if a.cache_key_cost:
+                keys.append(run_child("inductor", "", a.d_model,
+                                      dict(ienv, FIRST_CALL_PROFILE="1")))
         with Kilnd() as daemon:
             rows["kiln cold"].append(
                 run_child("kiln", daemon.address, a.d_model, env)["first_s"])
@@ -110,6 +137,14 @@ def main() -> None:
         m = statistics.median(values)
         print(f"{name:<16}{m:>14.2f}{m - floor:>+14.2f}  "
               + " ".join(f"{v:.2f}" for v in values))
+    if keys:
+        print("\nAOTAutogradCache in a warm Inductor process (cProfile, "
+              "cumulative s): key " + " ".join(
+                  f"{k.get('autograd_cache_key_s', 0):.2f}" for k in keys)
+              + "; whole lookup (key, load, post-compile) " + " ".join(
+                  f"{k.get('try_load_s', 0):.2f}" for k in keys)
+              + "; first call under the profiler " + " ".join(
+                  f"{k['first_s']:.2f}" for k in keys))
 
 
 if __name__ == "__main__":

@@ -240,6 +240,188 @@ IDIOMS = {
     "fnet": ex(FNetish, R(2, 4, 8)),
     "grouped": ex(GroupedConv, R(2, 8, 11, 11)),
 }
+# -- second batch (session 25): what training code does beyond the layers --
+
+
+class ComplexRoPE(nn.Module):
+    """Meta's Llama rotary embedding: complex multiplication
+    (view_as_complex / polar), then attention with a float mask."""
+    def __init__(s):
+        super().__init__(); s.q = nn.Linear(32, 32); s.k = nn.Linear(32, 32); s.v = nn.Linear(32, 32)
+        f = 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8))
+        s.register_buffer("cis", torch.polar(torch.ones(6, 4), torch.outer(torch.arange(6).float(), f)))
+    def rope(s, x):
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * s.cis[None, :, None]).flatten(3).type_as(x)
+    def forward(s, x):
+        b, t, _ = x.shape
+        q, k, v = (m(x).view(b, t, 4, 8) for m in (s.q, s.k, s.v))
+        q, k = s.rope(q), s.rope(k)
+        mask = torch.full((t, t), float("-inf")).triu(1)
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)
+
+
+class AlibiAttn(nn.Module):
+    """ALiBi: a per-head linear bias added to the scores, boolean padding
+    mask, masked_fill with -inf, softmax, nan_to_num for empty rows."""
+    def __init__(s):
+        super().__init__(); s.qkv = nn.Linear(16, 48); s.o = nn.Linear(16, 16)
+        s.register_buffer("slopes", torch.tensor([0.5, 0.25, 0.125, 0.0625]))
+    def forward(s, x):
+        b, t, _ = x.shape
+        q, k, v = s.qkv(x).view(b, t, 3, 4, 4).permute(2, 0, 3, 1, 4)
+        pos = torch.arange(t)
+        bias = -(pos[None, :] - pos[:, None]).abs().float() * s.slopes[:, None, None]
+        sc = q @ k.transpose(-1, -2) / 2.0 + bias
+        pad = torch.zeros(b, t, dtype=torch.bool); pad[0, -2:] = True
+        sc = sc.masked_fill(pad[:, None, None, :], float("-inf"))
+        p = torch.nan_to_num(sc.softmax(-1))
+        return s.o((p @ v).transpose(1, 2).reshape(b, t, 16))
+
+
+class T5Bias(nn.Module):
+    """T5's relative position buckets: log, clamp, where, an embedding."""
+    def __init__(s):
+        super().__init__(); s.e = nn.Embedding(8, 2); s.l = nn.Linear(6, 6)
+    def forward(s, x):
+        t = x.shape[1]
+        rel = torch.arange(t)[None, :] - torch.arange(t)[:, None]
+        n = -rel.clamp(max=0)
+        large = 4 + (torch.log(n.float().clamp(min=1) / 4) / 1.0 * 4).long()
+        bucket = torch.where(n < 4, n, large.clamp(max=7))
+        bias = s.e(bucket).permute(2, 0, 1)
+        return (s.l(x)[:, None] + bias[None, :, :, :t]).sum()
+
+
+class AudioCTC(nn.Module):
+    """A speech model's tail: 1-D convolutions, GLU, log_softmax and CTC."""
+    def __init__(s):
+        super().__init__(); s.c = nn.Conv1d(8, 32, 5, padding=2); s.d = nn.Conv1d(16, 16, 3, padding=1, groups=16); s.o = nn.Linear(16, 6)
+    def forward(s, x, tgt):
+        y = F.glu(s.c(x), dim=1); y = F.silu(s.d(y))
+        lp = s.o(y.transpose(1, 2)).log_softmax(-1).transpose(0, 1)
+        il = torch.full((x.shape[0],), x.shape[2], dtype=torch.long)
+        tl = torch.full((x.shape[0],), tgt.shape[1], dtype=torch.long)
+        return F.ctc_loss(lp, tgt, il, tl)
+
+
+class StraightThroughVQ(nn.Module):
+    """Hard one-hot codes with a straight-through gradient (one_hot of the
+    argmax), a reparameterized Normal (fixed noise: the harness compares
+    with eager) and torch.distributions' KL."""
+    def __init__(s):
+        super().__init__(); s.enc = nn.Linear(12, 16); s.cb = nn.Embedding(16, 12); s.mu = nn.Linear(12, 4); s.lv = nn.Linear(12, 4)
+        s.register_buffer("eps", torch.randn(5, 4, generator=torch.Generator().manual_seed(3)))
+    def forward(s, x):
+        soft = (s.enc(x) / 0.5).softmax(-1)
+        hard = F.one_hot(soft.argmax(-1), 16).to(soft.dtype)
+        z = (hard - soft.detach() + soft) @ s.cb.weight
+        mu, lv = s.mu(z), s.lv(z)
+        d = torch.distributions.Normal(mu, (0.5 * lv).exp())
+        smp = mu + d.stddev * s.eps
+        kl = torch.distributions.kl_divergence(d, torch.distributions.Normal(torch.zeros_like(mu), torch.ones_like(mu))).sum(-1)
+        return (smp.square().sum(-1) + kl + d.log_prob(smp).sum(-1)).mean()
+
+
+class SortOps(nn.Module):
+    """sort/argsort, kthvalue, median, logsumexp, cummax, diff, searchsorted
+    and bucketize, as ranking and quantile losses use them."""
+    def __init__(s):
+        super().__init__(); s.l = nn.Linear(10, 10); s.register_buffer("edges", torch.linspace(-2, 2, 5))
+    def forward(s, x):
+        y = s.l(x)
+        v, i = y.sort(-1, descending=True)
+        r = torch.gather(y, -1, i.argsort(-1))
+        k = y.kthvalue(3, -1).values + y.median(-1).values
+        cm = y.cummax(-1).values
+        b = torch.bucketize(y.detach(), s.edges).float() + torch.searchsorted(s.edges, y.detach().contiguous()).float()
+        return (v[:, :3].sum() + r.mean() + k.mean() + torch.logsumexp(y, -1).mean()
+                + cm.diff(dim=-1).mean() + (b * y).mean())
+
+
+class UnfoldPatch(nn.Module):
+    """Unfold/Fold (patch extraction as in ViT-from-scratch code),
+    PixelUnshuffle, nn.Bilinear, Dropout2d, instance norm."""
+    def __init__(s):
+        super().__init__(); s.bl = nn.Bilinear(12, 12, 4); s.n = nn.InstanceNorm2d(12); s.dr = nn.Dropout2d(0.2)
+    def forward(s, x):
+        p = F.unfold(x, kernel_size=2, stride=2).transpose(1, 2)
+        y = s.bl(p, p.flip(1))
+        z = F.fold(p.transpose(1, 2), x.shape[-2:], kernel_size=2, stride=2)
+        u = s.n(s.dr(F.pixel_unshuffle(z, 2)))
+        return y.mean() + u.square().mean()
+
+
+class EmaStep(nn.Module):
+    """An EMA update of a shadow copy inside the compiled step (in-place
+    lerp_ under no_grad), then addcmul/addcdiv/lerp in the loss."""
+    def __init__(s):
+        super().__init__(); s.l = nn.Linear(8, 8); s.register_buffer("shadow", torch.zeros(8, 8))
+    def forward(s, x):
+        with torch.no_grad():
+            s.shadow.lerp_(s.l.weight, 0.1)
+        y = s.l(x)
+        return (torch.addcmul(y, y, x, value=0.5) + torch.addcdiv(x, y, x.abs() + 1) + torch.lerp(y, x, 0.3)).square().mean() + (s.shadow * s.l.weight).sum()
+
+
+class Interp(nn.Module):
+    """Bicubic and antialiased resizing, area pooling, bicubic grid_sample,
+    ConvTranspose3d, replicate padding in 3-D."""
+    def __init__(s):
+        super().__init__(); s.c = nn.Conv2d(3, 4, 3, padding=1); s.t = nn.ConvTranspose3d(1, 2, 2, stride=2)
+    def forward(s, x):
+        y = s.c(x)
+        a = F.interpolate(y, size=(7, 9), mode="bicubic", align_corners=False)
+        b = F.interpolate(y, size=(5, 5), mode="bilinear", antialias=True)
+        c = F.interpolate(y, size=(4, 4), mode="area")
+        g = torch.stack(torch.meshgrid(torch.linspace(-1, 1, 6), torch.linspace(-1, 1, 6), indexing="xy"), -1)[None].expand(x.shape[0], -1, -1, -1)
+        d = F.grid_sample(y, g, mode="bicubic", align_corners=True)
+        e = s.t(F.pad(y[:, :1, None], (1, 1, 1, 1, 1, 1), mode="replicate"))
+        return a.mean() + b.square().mean() + c.sum() + d.mean() + e.mean()
+
+
+class FocalKL(nn.Module):
+    """Focal loss, KL divergence with log targets, poisson NLL, Huber,
+    multilabel soft margin, margin ranking, cosine embedding losses."""
+    def __init__(s):
+        super().__init__(); s.l = nn.Linear(6, 5)
+    def forward(s, x, y):
+        z = s.l(x); lp = z.log_softmax(-1)
+        pt = lp.gather(1, y[:, None]).squeeze(1).exp()
+        focal = (-(1 - pt) ** 2 * pt.log()).mean()
+        kl = F.kl_div(lp, torch.full_like(lp, -1.6094), reduction="batchmean", log_target=True)
+        t = torch.ones(x.shape[0]); t[::2] = -1
+        return (focal + kl + F.poisson_nll_loss(z.exp(), z.detach().abs()) + F.huber_loss(z, z.detach() * 0.5, delta=0.3)
+                + F.multilabel_soft_margin_loss(z, (z.detach() > 0).float()) + F.margin_ranking_loss(z[:, 0], z[:, 1], t)
+                + F.cosine_embedding_loss(z, z.flip(0), t))
+
+
+class EmbMaxNorm(nn.Module):
+    """Embedding with padding_idx and max_norm (which renormalizes rows of
+    the weight in place), scale_grad_by_freq, and output logits through
+    the embedding's own weight (tied)."""
+    def __init__(s):
+        super().__init__(); s.e = nn.Embedding(20, 8, padding_idx=0, max_norm=1.0); s.f = nn.Embedding(20, 8, scale_grad_by_freq=True)
+    def forward(s, i):
+        h = s.e(i) + s.f(i)
+        return F.cross_entropy((h @ s.f.weight.t()).flatten(0, 1), i.flatten(), ignore_index=0)
+
+
+IDIOMS.update({
+    "complex_rope": ex(ComplexRoPE, R(2, 6, 32)),
+    "alibi": ex(AlibiAttn, R(2, 6, 16)),
+    "t5_bias": ex(T5Bias, R(2, 6, 6)),
+    "audio_ctc": ex(AudioCTC, R(2, 8, 12), torch.randint(1, 6, (2, 4), generator=g)),
+    "st_vq": ex(StraightThroughVQ, R(5, 12)),
+    "sort_ops": ex(SortOps, R(4, 10)),
+    "unfold": ex(UnfoldPatch, R(2, 3, 8, 8)),
+    "ema": ex(EmaStep, R(4, 8)),
+    "interp": ex(Interp, R(2, 3, 8, 8)),
+    "focal_kl": ex(FocalKL, R(6, 6), torch.randint(0, 5, (6,), generator=g)),
+    "emb_maxnorm": ex(EmbMaxNorm, torch.randint(0, 20, (3, 5), generator=g)),
+})
+
+
 if __name__ == "__main__":
     rm.MODELS.clear()
     rm.MODELS.update(IDIOMS)
