@@ -421,6 +421,29 @@ int kiln_cuda_executable_output_rank(const kiln_cuda_executable* exe,
   return exe->exe->artifact().outputs(static_cast<int>(index)).sizes_size();
 }
 
+namespace {
+int InputWrite(const kiln::v1::Artifact& artifact, size_t index, int* output,
+               int* input) {
+  if (!output || !input ||
+      index >= static_cast<size_t>(artifact.input_writes_size()))
+    return -1;
+  const kiln::v1::InputWrite& w =
+      artifact.input_writes(static_cast<int>(index));
+  *output = w.output();
+  *input = w.input();
+  return 0;
+}
+}  // namespace
+
+size_t kiln_cuda_executable_num_input_writes(const kiln_cuda_executable* exe) {
+  return exe ? exe->exe->artifact().input_writes_size() : 0;
+}
+
+int kiln_cuda_executable_input_write(const kiln_cuda_executable* exe,
+                                     size_t index, int* output, int* input) {
+  return exe ? InputWrite(exe->exe->artifact(), index, output, input) : -1;
+}
+
 void kiln_cuda_executable_guard_key(const kiln_cuda_executable* exe,
                                     char hex[65]) {
   if (!hex) return;
@@ -615,6 +638,17 @@ size_t kiln_cpu_executable_num_inputs(const kiln_cpu_executable* exe) {
 
 size_t kiln_cpu_executable_num_outputs(const kiln_cpu_executable* exe) {
   return exe ? exe->exe->cpu_executable().artifact().outputs_size() : 0;
+}
+
+size_t kiln_cpu_executable_num_input_writes(const kiln_cpu_executable* exe) {
+  return exe ? exe->exe->cpu_executable().artifact().input_writes_size() : 0;
+}
+
+int kiln_cpu_executable_input_write(const kiln_cpu_executable* exe,
+                                    size_t index, int* output, int* input) {
+  return exe ? InputWrite(exe->exe->cpu_executable().artifact(), index, output,
+                          input)
+             : -1;
 }
 
 int kiln_cpu_executable_output_dtype(const kiln_cpu_executable* exe,

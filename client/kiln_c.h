@@ -241,6 +241,15 @@ int kiln_cuda_executable_output_dtype(const kiln_cuda_executable* exe,
                                       size_t index);
 int kiln_cuda_executable_output_rank(const kiln_cuda_executable* exe,
                                      size_t index);
+/* The graph's input writes (Graph.input_writes, a mutated input's new
+ * value) that a run stores into the input's memory: write `index` <
+ * num_input_writes is graph output *output, written into input *input.
+ * Such a graph output is not among the executable's outputs, which are the
+ * graph's other outputs in order. Returns 0, or -1 (nothing written) when
+ * `index` is out of range or an argument is null. */
+size_t kiln_cuda_executable_num_input_writes(const kiln_cuda_executable* exe);
+int kiln_cuda_executable_input_write(const kiln_cuda_executable* exe,
+                                     size_t index, int* output, int* input);
 /* The guard key as 64 lowercase hex digits and a NUL, into `hex`. */
 void kiln_cuda_executable_guard_key(const kiln_cuda_executable* exe,
                                     char hex[65]);
@@ -353,6 +362,10 @@ int kiln_cpu_executable_output_dtype(const kiln_cpu_executable* exe,
                                      size_t index);
 int kiln_cpu_executable_output_rank(const kiln_cpu_executable* exe,
                                     size_t index);
+/* As kiln_cuda_executable_num_input_writes and _input_write. */
+size_t kiln_cpu_executable_num_input_writes(const kiln_cpu_executable* exe);
+int kiln_cpu_executable_input_write(const kiln_cpu_executable* exe,
+                                    size_t index, int* output, int* input);
 /* The guard key as 64 lowercase hex digits and a NUL, into `hex`. */
 void kiln_cpu_executable_guard_key(const kiln_cpu_executable* exe,
                                    char hex[65]);

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "support/sha256.h"
 
 namespace kiln {
@@ -261,17 +262,28 @@ v1::Artifact BuildArtifact(const ImportedRequest& request,
                          : DTypeSize(t.dtype));
   }
   *a.mutable_program() = BuildProgram(fused, gpu_plans);
+  for (const auto& [output, input] : fused.input_writes) {
+    v1::InputWrite* iw = a.add_input_writes();
+    iw->set_output(output);
+    iw->set_input(input);
+  }
+  int output = 0;  // the artifact's outputs skip the input writes
   for (size_t o = 0; o < graph.outputs.size(); ++o) {
+    if (absl::c_any_of(fused.input_writes, [&](const auto& w) {
+          return w.first == static_cast<int>(o);
+        }))
+      continue;
     const TensorType& t = graph.type(graph.outputs[o]);
     v1::OutputSpec* out = a.add_outputs();
     out->set_dtype(WireDType(t.dtype));
     for (const SymExpr& s : t.sizes) *out->add_sizes() = ToSymPoly(s);
     for (size_t b = 0; b < fused.buffers.size(); ++b) {
       if (fused.buffers[b].kind == ProgramBuffer::Kind::kOutput &&
-          fused.buffers[b].index == static_cast<int>(o)) {
+          fused.buffers[b].index == output) {
         out->set_buffer(static_cast<int>(b));
       }
     }
+    ++output;
   }
   a.set_binary_sha256(std::string(
       reinterpret_cast<const char*>(binary_hash.data()), binary_hash.size()));

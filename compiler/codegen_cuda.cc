@@ -163,7 +163,10 @@ class CudaKernelEmitter : public KernelEmitterBase {
     for (size_t s = 0; s < nbuf; ++s) {
       fn_->addParamAttr(s, llvm::Attribute::NoAlias);
       fn_->addParamAttr(s, llvm::Attribute::NoCapture);
-      if (IsInputSlot(s)) fn_->addParamAttr(s, llvm::Attribute::ReadOnly);
+      // An input the kernel writes (an input write, FusedProgram) is not
+      // read-only: no non-coherent loads from it.
+      if (IsInputSlot(s) && !StoredSlot(s))
+        fn_->addParamAttr(s, llvm::Attribute::ReadOnly);
     }
     Annotate("kernel", 1);
     Annotate("maxntidx", plan_.block_threads);
@@ -228,6 +231,14 @@ class CudaKernelEmitter : public KernelEmitterBase {
   }
   bool IsInputSlot(size_t slot) const {
     return SlotBuffer(slot).kind == ProgramBuffer::Kind::kInput;
+  }
+  bool StoredSlot(size_t slot) const {
+    for (const Stage& st : kernel_.stages) {
+      if (st.kind != Stage::Kind::kReduce &&
+          st.buffer_slot == static_cast<int>(slot))
+        return true;
+    }
+    return false;
   }
   int64_t SlotAlignment(size_t slot) const {
     const ProgramBuffer& b = SlotBuffer(slot);

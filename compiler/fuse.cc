@@ -353,10 +353,137 @@ class Fuser {
     k.values[n] = InKernelValue{std::move(value), idx};
   }
 
+  // Loads of node `x` in `e`: calls fn(load) for each (null: none).
+  static void ForEachLoadOf(const Expr& e, int x,
+                            const std::function<void(const Expr&)>& fn,
+                            absl::flat_hash_set<const ExprNode*>& seen) {
+    if (!e || !seen.insert(e.get()).second) return;
+    if (e->op == ExprOp::kLoad && e->index == x) fn(e);
+    for (const Expr& a : e->args) ForEachLoadOf(a, x, fn, seen);
+  }
+  static bool StageLoads(const Stage& st, int x) {
+    for (const Expr* e : {&st.value, &st.finalize, &st.offset}) {
+      if (*e && ir::LoadsOf(*e).contains(x)) return true;
+    }
+    return false;
+  }
+
+  // The graph's input writes (LoopGraph::output_input) that can be stored
+  // into the input's memory: output node -> input node. One is taken when
+  //  - the output is stored by one pointwise kernel (no reduction, no
+  //    scatter, not an extern call: one element per iteration; a
+  //    reduction's rows may later be split, and split_reductions moves
+  //    element stores into the partial kernels, ahead of the kernels after
+  //    them);
+  //  - that kernel reads the input only at the element it writes (so no
+  //    other iteration reads an element this one overwrote);
+  //  - no later kernel or extern call reads the input;
+  // and the kernel's stages can be ordered so that each such store comes
+  // after every stage that reads its input (they are reordered so: stages
+  // of a pointwise kernel are independent stores of inline values). A
+  // kernel whose writes cannot all be ordered so keeps them all ordinary
+  // outputs.
+  absl::flat_hash_map<int, int> InPlaceOutputs() {
+    absl::flat_hash_map<int, int> in_place;
+    if (g_.output_input.empty()) return in_place;
+    absl::flat_hash_map<int, int> input_node;  // input number -> node
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      if (g_.nodes[n].kind == LoopNode::Kind::kInput)
+        input_node[g_.nodes[n].input_index] = static_cast<int>(n);
+    }
+    // Per kernel: (input node, store stage) of the writes it could take.
+    absl::flat_hash_map<int, std::vector<std::pair<int, int>>> by_kernel;
+    absl::flat_hash_map<int, int> write_of;  // input node -> output node
+    for (size_t o = 0; o < g_.outputs.size(); ++o) {
+      const int in = g_.output_input[o];
+      if (in < 0 || !input_node.contains(in)) continue;
+      const int x = input_node[in], n = g_.outputs[o];
+      const PendingStore* store = nullptr;
+      int stores = 0;
+      for (const PendingStore& ps : pending_stores_) {
+        if (ps.node == n) {
+          store = &ps;
+          ++stores;
+        }
+      }
+      if (stores != 1) continue;
+      const Kernel& k = kernels_[store->kernel].kernel;
+      bool ok = !k.is_extern() && !k.is_scatter();
+      for (bool inner : k.inner) ok = ok && !inner;
+      for (const Stage& st : k.stages) {
+        ok = ok && st.kind != Stage::Kind::kReduce;
+        absl::flat_hash_set<const ExprNode*> seen;
+        for (const Expr* e : {&st.value, &st.finalize, &st.offset}) {
+          ForEachLoadOf(
+              *e, x,
+              [&](const Expr& load) {
+                ok = ok && load->args.size() == store->index.size();
+                for (size_t d = 0; ok && d < load->args.size(); ++d)
+                  ok = ir::Equal(load->args[d], store->index[d]);
+              },
+              seen);
+        }
+      }
+      for (size_t later = store->kernel + 1; ok && later < kernels_.size();
+           ++later) {
+        for (const Stage& st : kernels_[later].kernel.stages)
+          ok = ok && !StageLoads(st, x);
+      }
+      for (const auto& [kernel, node] : extern_nodes_) {
+        if (kernel <= store->kernel) continue;
+        for (int operand : g_.nodes[node].extern_inputs)
+          ok = ok && operand != x;
+      }
+      if (!ok) continue;
+      by_kernel[store->kernel].push_back({x, store->stage});
+      write_of[x] = n;
+    }
+    for (auto& [kernel, writes] : by_kernel) {
+      std::vector<Stage>& stages = kernels_[kernel].kernel.stages;
+      const int count = static_cast<int>(stages.size());
+      // before[s]: stages that must precede stage s.
+      std::vector<std::vector<int>> before(count);
+      for (const auto& [x, store_stage] : writes) {
+        for (int s = 0; s < count; ++s) {
+          if (s != store_stage && StageLoads(stages[s], x))
+            before[store_stage].push_back(s);
+        }
+      }
+      std::vector<int> order;  // Kahn's, lowest stage first
+      std::vector<bool> placed(count, false);
+      while (static_cast<int>(order.size()) < count) {
+        int next = -1;
+        for (int s = 0; s < count && next < 0; ++s) {
+          if (placed[s]) continue;
+          bool ready = true;
+          for (int b : before[s]) ready = ready && placed[b];
+          if (ready) next = s;
+        }
+        if (next < 0) break;  // a cycle: x's store reads y and y's reads x
+        placed[next] = true;
+        order.push_back(next);
+      }
+      if (static_cast<int>(order.size()) < count) continue;
+      std::vector<int> position(count);
+      std::vector<Stage> reordered;
+      for (int i = 0; i < count; ++i) {
+        position[order[i]] = i;
+        reordered.push_back(std::move(stages[order[i]]));
+      }
+      stages = std::move(reordered);
+      for (PendingStore& ps : pending_stores_) {
+        if (ps.kernel == kernel) ps.stage = position[ps.stage];
+      }
+      for (const auto& [x, store_stage] : writes) in_place[write_of[x]] = x;
+    }
+    return in_place;
+  }
+
   absl::StatusOr<FusedProgram> Finish() {
     FusedProgram p;
     p.symbol_names = g_.symbol_names;
     p.index_checks = g_.index_checks;
+    const absl::flat_hash_map<int, int> in_place = InPlaceOutputs();
     // Program buffers: inputs, then outputs, then temps as needed.
     absl::flat_hash_map<int, int> buffer_of;  // node -> program buffer
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
@@ -378,11 +505,18 @@ class Fuser {
       buffer_of[static_cast<int>(n)] = static_cast<int>(p.buffers.size());
       p.buffers.push_back(std::move(b));
     }
+    int outputs = 0;  // the program's outputs: not the input writes
     for (size_t o = 0; o < g_.outputs.size(); ++o) {
       const LoopNode& node = g_.nodes[g_.outputs[o]];
+      if (auto w = in_place.find(g_.outputs[o]); w != in_place.end()) {
+        buffer_of[g_.outputs[o]] = buffer_of.at(w->second);
+        p.input_writes.emplace_back(static_cast<int>(o),
+                                    g_.nodes[w->second].input_index);
+        continue;
+      }
       ProgramBuffer b;
       b.kind = ProgramBuffer::Kind::kOutput;
-      b.index = static_cast<int>(o);
+      b.index = outputs++;
       b.dtype = node.dtype;
       b.elements = NumElements(node.sizes);
       b.strides = ContiguousStrides(node.sizes);

@@ -1230,6 +1230,10 @@ std::string FusedProgram::ToString() const {
                     DTypeName(buf.dtype), " x ",
                     buf.elements.ToString(symbol_names), "\n");
   }
+  for (const auto& [output, input] : input_writes) {
+    absl::StrAppend(&out, "graph output ", output, " written into input ",
+                    input, "\n");
+  }
   for (const Kernel& k : kernels)
     absl::StrAppend(&out, k.ToString(symbol_names));
   return out;

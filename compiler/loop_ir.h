@@ -424,6 +424,9 @@ struct LoopGraph {
   std::vector<LoopNode> nodes;
   // Graph output o is node outputs[o] (a node per output position).
   std::vector<int> outputs;
+  // Per output: the input it is the new value of (Graph::input_writes), or
+  // -1. Empty when the graph has none.
+  std::vector<int> output_input;
   int num_inputs = 0;
   std::string ToString() const;
 };
@@ -490,7 +493,9 @@ struct ProgramBuffer {
   // added only when some kernel checks an index.
   enum class Kind : uint8_t { kInput, kOutput, kTemp, kError };
   Kind kind = Kind::kTemp;
-  int index = -1;  // input / output number
+  // Input number; output number among the outputs that are not input
+  // writes (FusedProgram::input_writes), as the artifact lists them.
+  int index = -1;
   DType dtype = DType::kFloat32;
   SymExpr elements;
   std::vector<SymExpr> strides;  // kInput: guarded strides; else contiguous
@@ -499,6 +504,10 @@ struct ProgramBuffer {
 struct FusedProgram {
   std::vector<std::string> symbol_names;
   std::vector<IndexCheck> index_checks;  // from the LoopGraph
+  // The input writes the program stores into the inputs' memory, as
+  // (graph output, input) pairs; those outputs have no kOutput buffer, and
+  // kOutput buffers number the other outputs in graph order.
+  std::vector<std::pair<int, int>> input_writes;
   std::vector<ProgramBuffer> buffers;
   std::vector<Kernel> kernels;  // in execution order
   std::string ToString() const;

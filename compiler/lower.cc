@@ -206,6 +206,11 @@ absl::StatusOr<LoopGraph> Lower(const Graph& graph,
     loops.outputs.push_back(static_cast<int>(loops.nodes.size()));
     loops.nodes.push_back(std::move(copy));
   }
+  if (!graph.input_writes.empty()) {
+    loops.output_input.assign(graph.outputs.size(), -1);
+    for (const InputWrite& w : graph.input_writes)
+      loops.output_input[w.output] = w.input;
+  }
   return loops;
 }
 

@@ -24,7 +24,8 @@
 # --device cuda ($REAL_ARGS; libraries from $KILN_REAL_MODELS_DIR or the
 # tarball $KILN_REAL_MODELS_TAR); step: bench/python/model_step.py --device
 # cuda ($STEP_ARGS passed on, e.g. "tv_resnet18 --profile 25"); convblock:
-# bench/python/conv_block.py --device cuda ($CONV_ARGS); all:
+# bench/python/conv_block.py --device cuda ($CONV_ARGS); optimizer:
+# bench/python/optimizer_step.py --device cuda ($OPT_ARGS); all:
 # tests, python and backend. $PYTHON names the interpreter (default python3).
 # The extension _kiln_call is built for $PYTHON on first use when the bundle's
 # was built for another Python (kiln/_ext_build.py; needs cc and Python.h).
@@ -136,6 +137,11 @@ if [[ $what == inputwrites ]]; then
   # bench/python/input_writes.py --device cuda ($WRITES_ARGS passed on).
   # shellcheck disable=SC2086
   "${PYTHON:-python3}" "$here/bench/python/input_writes.py" --device cuda ${WRITES_ARGS:-} || status=1
+fi
+if [[ $what == optimizer ]]; then
+  # bench/python/optimizer_step.py --device cuda ($OPT_ARGS passed on).
+  # shellcheck disable=SC2086
+  "${PYTHON:-python3}" "$here/bench/python/optimizer_step.py" --device cuda ${OPT_ARGS:-} || status=1
 fi
 if [[ $what == attention ]]; then
   "${PYTHON:-python3}" "$here/bench/python/attention.py" --device cuda || status=1

@@ -86,6 +86,10 @@ std::string Graph::ToString() const {
   std::vector<std::string> outs;
   for (ValueId v : outputs) outs.push_back(absl::StrCat("%", values[v].name));
   absl::StrAppend(&out, "return ", absl::StrJoin(outs, ", "), "\n");
+  for (const InputWrite& w : input_writes) {
+    absl::StrAppend(&out, "input write: output ", w.output, " -> input ",
+                    w.input, "\n");
+  }
   return out;
 }
 

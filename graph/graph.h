@@ -148,12 +148,20 @@ struct SymbolInfo {
 // The smallest value a symbol can take (PyTorch's 0/1 specialisation).
 inline constexpr int64_t kMinSymbolValue = 2;
 
+// Graph output `output` is the new value of input `input` (v1::InputWrite).
+struct InputWrite {
+  int output = 0;
+  int input = 0;
+  bool operator==(const InputWrite&) const = default;
+};
+
 struct Graph {
   std::vector<SymbolInfo> symbols;
   std::vector<Value> values;
   std::vector<GraphInput> inputs;
   std::vector<Node> nodes;
   std::vector<ValueId> outputs;
+  std::vector<InputWrite> input_writes;  // at most one per output and input
 
   const TensorType& type(ValueId v) const { return values[v].type; }
   std::vector<std::string> SymbolNames() const;

@@ -318,6 +318,16 @@ class Canonicalizer {
         absl::StrJoin(graph_.outputs, ", ",
                       [&](std::string* o, ValueId v) { o->append(ref(v)); }),
         "\n");
+    // Only when there are any: keys of graphs without stay as they were.
+    if (!graph_.input_writes.empty()) {
+      absl::StrAppend(&out, "input writes ",
+                      absl::StrJoin(graph_.input_writes, ", ",
+                                    [](std::string* o, const InputWrite& w) {
+                                      absl::StrAppend(o, "output ", w.output,
+                                                      " -> input ", w.input);
+                                    }),
+                      "\n");
+    }
     return out;
   }
 

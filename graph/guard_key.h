@@ -21,6 +21,8 @@
 //                 %3 = aten.mul.Tensor(self=%2, other=f:0.5/0x3fe0...)
 //                      : float32[s0, 16]     (on one line)
 //               Floats carry their bit pattern; strings are C-escaped.
+//               Then the outputs, and the input writes when there are any
+//               ("input writes output 0 -> input 2, ...", in request order).
 //   input.<i>   per input: dtype, rank, sizes (static value, canonical
 //               symbol or polynomial over canonical symbols, e.g.
 //               "s0*s1", "-1 + s0": SymExpr's canonical form, so the order

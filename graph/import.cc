@@ -134,10 +134,57 @@ class Importer {
       if (!v.ok()) return v.status();
       graph_.outputs.push_back(*v);
     }
+    if (absl::Status s = ImportInputWrites(); !s.ok()) return s;
     return std::move(graph_);
   }
 
  private:
+  // Graph.input_writes: each pairs an output with an input of its dtype and
+  // sizes that is contiguous; at most one per output and one per input.
+  absl::Status ImportInputWrites() {
+    absl::flat_hash_set<int> outputs, inputs;
+    for (int w = 0; w < proto_.input_writes_size(); ++w) {
+      const v1::InputWrite& iw = proto_.input_writes(w);
+      const std::string where = absl::StrCat("input write ", w);
+      if (iw.output() < 0 || iw.output() >= proto_.outputs_size())
+        return Invalid(where, absl::StrCat("output ", iw.output(),
+                                           " is not an output of the graph"));
+      if (iw.input() < 0 || iw.input() >= proto_.inputs_size())
+        return Invalid(where, absl::StrCat("input ", iw.input(),
+                                           " is not an input of the graph"));
+      if (!outputs.insert(iw.output()).second)
+        return Invalid(where, absl::StrCat("output ", iw.output(),
+                                           " is written into two inputs"));
+      if (!inputs.insert(iw.input()).second)
+        return Invalid(where,
+                       absl::StrCat("input ", iw.input(), " is written twice"));
+      const GraphInput& in = graph_.inputs[iw.input()];
+      const TensorType& it = graph_.type(in.value);
+      const TensorType& ot = graph_.type(graph_.outputs[iw.output()]);
+      if (it.dtype != ot.dtype)
+        return Invalid(
+            where,
+            absl::StrCat("output ", iw.output(), " is ", DTypeName(ot.dtype),
+                         ", input ", iw.input(), " ", DTypeName(it.dtype)));
+      if (it.sizes != ot.sizes)
+        return Invalid(where,
+                       absl::StrCat("output ", iw.output(), " and input ",
+                                    iw.input(), " differ in sizes"));
+      // Contiguous: a dim of size 1 may have any stride (it is never
+      // stepped over).
+      const std::vector<SymExpr> contiguous = ContiguousStrides(it.sizes);
+      bool dense =
+          in.storage_offset == 0 && in.strides.size() == it.sizes.size();
+      for (size_t d = 0; dense && d < it.sizes.size(); ++d)
+        dense = it.sizes[d] == SymExpr(1) || in.strides[d] == contiguous[d];
+      if (!dense)
+        return Invalid(
+            where, absl::StrCat("input ", iw.input(), " is not contiguous"));
+      graph_.input_writes.push_back({iw.output(), iw.input()});
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status ImportSymbols() {
     for (int i = 0; i < proto_.symbols_size(); ++i) {
       const v1::Symbol& s = proto_.symbols(i);

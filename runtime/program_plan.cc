@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/guards.h"
 
@@ -629,6 +630,19 @@ absl::StatusOr<ProgramPlan> PlanProgram(const v1::Artifact& artifact,
     if (!output_seen[o]) {
       return absl::InvalidArgumentError(
           absl::StrCat("artifact: no buffer holds output ", o));
+    }
+  }
+  // Input writes: each names an input, at most once, and a graph output
+  // that is not among the artifact's outputs (at most once).
+  absl::flat_hash_set<int> written_inputs, written_outputs;
+  for (const v1::InputWrite& w : artifact.input_writes()) {
+    if (w.input() < 0 || w.input() >= artifact.inputs_size() ||
+        !written_inputs.insert(w.input()).second || w.output() < 0 ||
+        w.output() >= artifact.outputs_size() + artifact.input_writes_size() ||
+        !written_outputs.insert(w.output()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("artifact: input write of output ", w.output(),
+                       " into input ", w.input(), " is malformed"));
     }
   }
 

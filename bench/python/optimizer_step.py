@@ -9,7 +9,10 @@ The parameters are an MLP's (`--layers` Linear layers of `--width` with
 biases) with random gradients; each row is ms per `optimizer.step()`:
 eager (foreach=True, PyTorch's multi-tensor kernels), Kiln
 (`torch.compile(step, backend=kiln.backend(foreach=True))`: the foreach
-ops as per-tensor ops in one partition, python/kiln/foreach.py) and Inductor (`torch.compile(step)`).
+ops as per-tensor ops in one partition, python/kiln/foreach.py; the new
+parameters and states stored in place, Graph.input_writes), "kiln,
+copies" (the same without input writes: new tensors copied back by the
+graph's trailing _foreach_copy_) and Inductor (`torch.compile(step)`).
 Each compiled step is checked against eager's parameters after the timed
 steps (the same gradients every step). A private kilnd serves.
 """
@@ -17,6 +20,7 @@ steps (the same gradients every step). A private kilnd serves.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 
 import bench_util  # noqa: F401 (sys.path, KILN_LIB)
@@ -25,6 +29,7 @@ from bench_util import Kilnd, ms_per_call
 import torch
 
 import kiln
+from kiln import dynamo
 
 
 def _optimizer(name: str, params) -> torch.optim.Optimizer:
@@ -34,6 +39,21 @@ def _optimizer(name: str, params) -> torch.optim.Optimizer:
     if name == "adam":
         return torch.optim.Adam(params, lr=1e-3, foreach=True)
     return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
+
+
+@contextlib.contextmanager
+def _input_writes(on: bool):
+    """With on=False the backend asks kilnd for no input writes (the
+    partitions compiled inside return the new values as outputs)."""
+    if on:
+        yield
+        return
+    saved = dynamo.input_write_candidates
+    dynamo.input_write_candidates = lambda *args: {}
+    try:
+        yield
+    finally:
+        dynamo.input_write_candidates = saved
 
 
 def main() -> None:
@@ -71,11 +91,18 @@ def main() -> None:
                                               warmup=3)
         backend = kiln.backend(server=daemon.address, fallback="error",
                                foreach=True)
-        for name, compile_with in (("kiln", backend), ("inductor", "inductor")):
+        copies = kiln.backend(server=daemon.address, fallback="error",
+                              foreach=True)
+        for name, compile_with in (("kiln", backend),
+                                   ("kiln, copies", copies),
+                                   ("inductor", "inductor")):
             torch._dynamo.reset()
             model, opt = make()
             step = torch.compile(opt.step, backend=compile_with)
-            rows[name] = ms_per_call(step, a.steps, cuda, warmup=3)
+            # "kiln, copies": the new values as outputs copied back, as
+            # before input writes (Graph.input_writes).
+            with _input_writes(name != "kiln, copies"):
+                rows[name] = ms_per_call(step, a.steps, cuda, warmup=3)
             err = max((p - q).abs().max().item() for p, q in
                       zip(model.parameters(), eager_model.parameters()))
             rows[name + " max |param - eager's|"] = err
@@ -86,7 +113,9 @@ def main() -> None:
             unit = "" if "max" in key else " ms"
             print(f"  {key:<32} {value:.3g}{unit}")
         print(f"  kiln / eager {rows['kiln'] / rows['eager (foreach)']:.2f}, "
-              f"kiln / inductor {rows['kiln'] / rows['inductor']:.2f}")
+              f"kiln / inductor {rows['kiln'] / rows['inductor']:.2f}, "
+              f"kiln / kiln with copies "
+              f"{rows['kiln'] / rows['kiln, copies']:.2f}")
     finally:
         daemon.stop()
 

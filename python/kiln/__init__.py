@@ -92,12 +92,14 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     of bench/python/train_ops.py (bench/README.md).
     foreach: run a compiled optimizer step's _foreach_* ops in Kiln as
     their per-tensor ops, one partition for the whole update
-    (kiln/foreach.py); None: $KILN_FOREACH == "1", else off. Off by
-    default because it is slower than PyTorch's in-place foreach kernels:
-    on the 2-core CPU AdamW's step took 0.84-1.06x eager's time, Adam's
-    1.8x, SGD's 7-10x (the updates are new tensors AOTAutograd copies back
-    into the parameters, and fresh memory page-faults;
-    bench/python/optimizer_step.py).
+    (kiln/foreach.py), the parameters and states written in place
+    (kiln.v1.Graph.input_writes). True: on every device; False: never;
+    None (default): $KILN_FOREACH ("1" or "0") when set, else on CPU
+    graphs only. On the 2-core CPU AdamW's step takes 0.29x eager's time
+    and 0.90x Inductor's, Adam's 0.37x and 1.06x, SGD's 0.91x and 1.42x;
+    on an H100 the per-tensor kernels lose to PyTorch's multi-tensor ones
+    (AdamW 0.77x eager's time, Adam 1.86x, SGD 4.4x: bench/README.md,
+    session 25; bench/python/optimizer_step.py).
 
     A kilnd with tokens, TLS or signed artifacts (README.md, "Running kilnd
     for a team"), each keyword else its environment variable, as

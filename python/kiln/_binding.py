@@ -315,6 +315,10 @@ def _declare(lib):
         "kiln_cuda_executable_output_rank": (ctypes.c_int,
                                              [vp, ctypes.c_size_t]),
         "kiln_cuda_executable_guard_key": (None, [vp, ctypes.c_char_p]),
+        "kiln_cuda_executable_num_input_writes": (ctypes.c_size_t, [vp]),
+        "kiln_cuda_executable_input_write": (
+            ctypes.c_int, [vp, ctypes.c_size_t, p(ctypes.c_int),
+                           p(ctypes.c_int)]),
         "kiln_cuda_executable_device_ordinal": (ctypes.c_int, [vp]),
         "kiln_cuda_executable_run": (status, [vp, p(_TensorView),
                                               ctypes.c_size_t, vp, p(vp),
@@ -342,6 +346,10 @@ def _declare(lib):
         "kiln_cpu_executable_output_rank": (ctypes.c_int,
                                             [vp, ctypes.c_size_t]),
         "kiln_cpu_executable_guard_key": (None, [vp, ctypes.c_char_p]),
+        "kiln_cpu_executable_num_input_writes": (ctypes.c_size_t, [vp]),
+        "kiln_cpu_executable_input_write": (
+            ctypes.c_int, [vp, ctypes.c_size_t, p(ctypes.c_int),
+                           p(ctypes.c_int)]),
         "kiln_cpu_executable_output_sizes": (
             status, [vp, p(_TensorView), ctypes.c_size_t, p(ctypes.c_int64),
                      ctypes.c_size_t]),
@@ -569,9 +577,12 @@ class CudaOutput:
 
 
 def _describe(exe, lib, prefix: str, handle) -> None:
-    """Sets exe's num_inputs, num_outputs, output_dtypes, output_ranks and
-    guard_key from the C API's `<prefix>_*` accessors (the CPU and CUDA
-    executables have the same ones)."""
+    """Sets exe's num_inputs, num_outputs, output_dtypes, output_ranks,
+    input_writes and guard_key from the C API's `<prefix>_*` accessors (the
+    CPU and CUDA executables have the same ones). input_writes: {graph
+    output: input} for the graph's input writes a run stores into the
+    input's memory; those graph outputs are not among the num_outputs
+    outputs, which are the others in order."""
     def fn(name):
         return getattr(lib, f"{prefix}_{name}")
     exe.num_inputs = fn("num_inputs")(handle)
@@ -580,6 +591,12 @@ def _describe(exe, lib, prefix: str, handle) -> None:
                          for i in range(exe.num_outputs)]
     exe.output_ranks = [fn("output_rank")(handle, i)
                         for i in range(exe.num_outputs)]
+    exe.input_writes = {}
+    for k in range(fn("num_input_writes")(handle)):
+        output, inp = ctypes.c_int(), ctypes.c_int()
+        if fn("input_write")(handle, k, ctypes.byref(output),
+                             ctypes.byref(inp)) == 0:
+            exe.input_writes[output.value] = inp.value
     key = ctypes.create_string_buffer(65)
     fn("guard_key")(handle, key)
     exe.guard_key = key.value.decode()

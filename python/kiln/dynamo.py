@@ -87,8 +87,9 @@ from .decompositions import extra_decompositions
 from .autostart import resolve_server
 from .fx_graph import (COMPARISON_OPS, KilnGraph, Unsupported, ViewOutput,
                        align_norm_stats_with_eager, batch_input_writes,
-                       draw_seed, is_contiguous, share_float64_scalar_converts,
-                       size_input_tensor, to_kiln_graph)
+                       draw_seed, input_write_candidates, is_contiguous,
+                       share_float64_scalar_converts, size_input_tensor,
+                       to_kiln_graph)
 from .partition import (KilnOperatorSupport, graph_device, partition,
                         symbolic_window_op)
 
@@ -501,8 +502,17 @@ class KilnBackend:
         self.server = server
         self.fast_math = bool(fast_math)
         self.fuse_gemm_epilogues = bool(fuse_gemm_epilogues)
-        self.foreach = (os.environ.get("KILN_FOREACH") == "1"
-                        if foreach is None else bool(foreach))
+        # The devices whose graphs run _foreach_* ops in Kiln (kiln.backend's
+        # `foreach`): by default the CPU's, where the update written in place
+        # beats PyTorch's foreach kernels; on CUDA those are one launch per
+        # group of tensors against Kiln's per tensor (bench/README.md,
+        # session 25).
+        env = os.environ.get("KILN_FOREACH")
+        if foreach is None and env in ("0", "1"):
+            foreach = env == "1"
+        self.foreach_devices = (frozenset({"cpu"}) if foreach is None else
+                                frozenset({"cpu", "cuda"}) if foreach else
+                                frozenset())
         self.fallback = fallback
         self.report = ExplainReport()
         self._warned = False
@@ -517,12 +527,18 @@ class KilnBackend:
         # to recompute (in its own fused kernels) instead of the forward
         # saving it (kiln.backend's `recompute`).
         self.recompute = bool(recompute)
-        self._aot = aot_autograd(
-            fw_compiler=self._compile_graph, bw_compiler=self._compile_graph,
-            decompositions=self._decompositions,
-            partition_fn=(recompute_partition if self.recompute
-                          else kiln_default_partition),
-            keep_inference_input_mutations=True)
+
+        def aot(foreach_ops: bool) -> Any:
+            return aot_autograd(
+                fw_compiler=self._compile_graph,
+                bw_compiler=self._compile_graph,
+                decompositions=lambda: self._decompositions(foreach_ops),
+                partition_fn=(recompute_partition if self.recompute
+                              else kiln_default_partition),
+                keep_inference_input_mutations=True)
+
+        # Graphs of a device in foreach_devices take the second.
+        self._aot, self._aot_foreach = aot(False), aot(True)
         self.__name__ = "kiln"
 
     def _cuda_options(self) -> int:
@@ -555,6 +571,10 @@ class KilnBackend:
         # Attention as products and a softmax (kiln/attention.py), before
         # AOTAutograd derives the backward from them.
         rewrite_attention(gm, self.attention)
+        devices = {x.device.type for x in example_inputs
+                   if isinstance(x, torch.Tensor)}
+        if devices and devices <= self.foreach_devices:
+            return self._aot_foreach(gm, example_inputs)
         return self._aot(gm, example_inputs)
 
     def counters(self) -> Dict[str, int]:
@@ -570,18 +590,19 @@ class KilnBackend:
             self._ops = _binding.supported_ops()
         return self._ops
 
-    def _decompositions(self) -> Dict[Any, Callable[..., Any]]:
+    def _decompositions(self, foreach_ops: bool
+                        ) -> Dict[Any, Callable[..., Any]]:
         """Core ATen decompositions minus the ops Kiln lowers itself and
         those that must not be decomposed in training graphs, plus a few
         that Core ATen leaves whole (kiln/decompositions.py), plus (with
-        foreach=True) the foreach ops of a compiled optimizer step as
+        foreach_ops) the foreach ops of a compiled optimizer step as
         per-tensor ops (kiln/foreach.py)."""
         table = _core_aten_table()
         ops = self.ops()
         out = {op: table[op] for op in list(table.keys())
                if str(op) not in ops and str(op) not in _KEEP}
         out.update(extra_decompositions(ops))
-        if self.foreach:
+        if foreach_ops:
             out.update(foreach_decompositions(ops, frozenset(map(str, out))))
         return out
 
@@ -694,6 +715,13 @@ class KilnBackend:
             self._warn_once(f"kiln: could not translate {name}, running it "
                             f"eagerly: {e!r}")
             return f"translation failed: {e!r}"
+        # Outputs that are new values of inputs the graph mutates (an
+        # optimizer's parameters): kilnd may store them into the inputs.
+        call = next((n for n in module.graph.nodes
+                     if n.op == "call_module" and n.target == name), None)
+        if call is not None:
+            graph.request_input_writes(
+                input_write_candidates(module, call, graph))
         if self._server_down is not None:
             if time.monotonic() < self._server_down_until:
                 return self._server_down
@@ -736,6 +764,7 @@ class KilnBackend:
             self._warn_once(f"kiln: a partition failed to compile, running it "
                             f"eagerly: {e}")
             return f"compile failed: {e}"
+        graph.take_input_writes(getattr(exe, "input_writes", {}))
         if exe.num_outputs != len(graph.output_meta):
             return "Kiln's outputs differ from PyTorch's"
         if any(d != str(m.dtype).replace("torch.", "")

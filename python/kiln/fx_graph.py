@@ -574,12 +574,17 @@ COMPARISON_OPS = frozenset(
 def write_inputs(dsts: Tuple[torch.Tensor, ...],
                  srcs: Tuple[torch.Tensor, ...]) -> None:
     """dsts[i].copy_(srcs[i]) for each i, in one call: a graph's input
-    mutations of one device and dtype (batch_input_writes)."""
+    mutations of one device and dtype (batch_input_writes). A pair whose
+    source is its destination (a Kiln partition wrote the input itself,
+    input_write_candidates) is skipped."""
+    pairs = [(d, s) for d, s in zip(dsts, srcs) if d is not s]
+    if not pairs:
+        return
     if _FOREACH_COPY is None:
-        for d, s in zip(dsts, srcs):
+        for d, s in pairs:
             d.copy_(s)
         return
-    _FOREACH_COPY(list(dsts), list(srcs))
+    _FOREACH_COPY([d for d, _ in pairs], [s for _, s in pairs])
 
 
 _FOREACH_COPY = getattr(torch, "_foreach_copy_", None)
@@ -979,6 +984,124 @@ class KilnGraph:
     @property
     def json(self) -> str:
         return json.dumps(self.graph, separators=(",", ":"))
+
+    def request_input_writes(self, writes: Dict[int, int]) -> None:
+        """Asks kilnd to store Kiln output j into Kiln input k's memory, for
+        each j: k of `writes` (kiln.v1.Graph.input_writes)."""
+        if writes:
+            self.graph["inputWrites"] = [{"output": j, "input": k}
+                                         for j, k in sorted(writes.items())]
+
+    def take_input_writes(self, written: Dict[int, int]) -> None:
+        """The executable stored Kiln output j into Kiln input k, for each
+        j: k of `written`: those are no longer Kiln outputs (the others keep
+        their order); each FX output that was one is the argument itself,
+        which the run wrote."""
+        if not written:
+            return
+        kept = [j for j in range(len(self.output_meta)) if j not in written]
+        index = {j: n for n, j in enumerate(kept)}
+
+        def remap(ref: Tuple[str, int]) -> Tuple[str, int]:
+            kind, j = ref
+            if kind != "kiln":
+                return ref
+            if j in written:
+                return ("input", self.tensor_inputs[written[j]])
+            return ("kiln", index[j])
+
+        self.outputs = [remap(o) if o[0] != "view" else o
+                        for o in self.outputs]
+        for v in self.view_outputs:
+            v.base = remap(v.base)
+        self.output_meta = [self.output_meta[j] for j in kept]
+        if self.output_perms:
+            self.output_perms = [self.output_perms[j] for j in kept]
+
+
+def input_write_candidates(module: torch.fx.GraphModule, call: torch.fx.Node,
+                           graph: "KilnGraph") -> Dict[int, int]:
+    """{Kiln output j: Kiln input k} of partition `call` (a call_module
+    node of `module`) whose FX output is the new value of graph input p
+    that the partition also reads as Kiln input k: the graph ends with
+    copy_(p, output) (or a write_inputs of it, batch_input_writes), and
+    after the call nothing but that write reads p, and no view of p made
+    before the call outlives it. Kiln may then write the output into p's
+    memory (KilnGraph.request_input_writes); the write that follows is a
+    copy of p onto itself, which does nothing."""
+    order = {n: i for i, n in enumerate(module.graph.nodes)}
+    # FX output position -> the value node the parent reads it as.
+    outputs: Dict[int, torch.fx.Node] = {}
+    for user in call.users:
+        if user.op == "call_function" and user.target is operator.getitem:
+            outputs[user.args[1]] = user
+    if not outputs and len(graph.outputs) == 1:
+        outputs[0] = call
+    writes: Dict[int, int] = {}
+    for pos, value in outputs.items():
+        kind, j = graph.outputs[pos]
+        if kind != "kiln" or (graph.output_perms and graph.output_perms[j]):
+            continue
+        for use in value.users:
+            dst = _written_input(use, value)
+            if dst is None or dst not in call.args:
+                continue
+            k = graph.tensor_inputs.index(call.args.index(dst)) \
+                if call.args.index(dst) in graph.tensor_inputs else None
+            meta, val = graph.output_meta[j], dst.meta.get("val")
+            # Compared as expressions: no guard on a symbolic size.
+            if k is None or not isinstance(val, torch.Tensor) or \
+                    val.dtype != meta.dtype or \
+                    list(map(str, val.shape)) != list(map(str, meta.shape)) \
+                    or not is_contiguous(val) or \
+                    str(val.storage_offset()) != "0" or \
+                    not is_contiguous(meta) or k in writes.values():
+                continue
+            if _read_after(dst, call, use, order):
+                continue
+            writes[j] = k
+    return writes
+
+
+def _written_input(use: torch.fx.Node,
+                   value: torch.fx.Node) -> Optional[torch.fx.Node]:
+    """The graph input `use` writes `value` into (copy_(p, value) or a
+    write_inputs with that pair), else None."""
+    if use.op != "call_function":
+        return None
+    if use.target is torch.ops.aten.copy_.default and use.args[1] is value \
+            and use.args[0].op == "placeholder":
+        return use.args[0]
+    if use.target is write_inputs:
+        for d, src in zip(*use.args):
+            if src is value and d.op == "placeholder":
+                return d
+    return None
+
+
+def _read_after(p: torch.fx.Node, call: torch.fx.Node, write: torch.fx.Node,
+                order: Dict[torch.fx.Node, int]) -> bool:
+    """Whether p is read after `call` by anything but `write`, or a node
+    before it made a view of p (the run would change what it shows)."""
+    base = p.meta.get("val")
+    for user in p.users:
+        if user is call or user is write:
+            continue
+        if order[user] > order[call]:
+            return True
+        val = user.meta.get("val")
+        for v in (val if isinstance(val, (list, tuple)) else [val]):
+            if isinstance(v, torch.Tensor) and isinstance(base, torch.Tensor) \
+                    and _same_storage(v, base):
+                return True
+    return False
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        return a.untyped_storage()._cdata == b.untyped_storage()._cdata
+    except Exception:  # noqa: BLE001 (no storage to compare: assume shared)
+        return True
 
 
 @dataclass

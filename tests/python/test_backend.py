@@ -305,6 +305,107 @@ def test_input_mutations_are_one_foreach_copy(daemon, monkeypatch):
     assert "aten.copy_.default" not in backend.report.fallbacks
 
 
+def test_compiled_optimizer_step_writes_parameters_in_place(daemon,
+                                                           monkeypatch):
+    """A compiled AdamW step (foreach=True: one Kiln partition) mutates
+    every parameter and state. Kiln stores the new values into the
+    parameters' and states' own memory (kiln.v1.Graph.input_writes): the
+    graph's trailing copies are of each tensor onto itself, so no
+    _foreach_copy_ runs, and the parameters and states are eager's after
+    each step."""
+    from kiln import fx_graph
+
+    copied = []
+    foreach = fx_graph._FOREACH_COPY
+    if foreach is not None:
+        def counted(dsts, srcs):
+            copied.append(len(dsts))
+            return foreach(dsts, srcs)
+        monkeypatch.setattr(fx_graph, "_FOREACH_COPY", counted)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4))
+    eager = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
+    eager_opt = torch.optim.AdamW(eager.parameters(), lr=1e-2, foreach=True)
+    backend = kiln.backend(server=daemon.address, fallback="error",
+                           foreach=True)
+
+    @torch.compile(backend=backend)
+    def step():
+        opt.step()
+
+    addresses = [p.data_ptr() for p in model.parameters()]
+    for _ in range(3):
+        x = torch.randn(8, 16)
+        for m in (model, eager):
+            m.zero_grad()
+            m(x).square().mean().backward()
+        step()
+        eager_opt.step()
+        for k, e in zip(model.parameters(), eager.parameters()):
+            torch.testing.assert_close(k, e)
+            for name in ("exp_avg", "exp_avg_sq"):
+                torch.testing.assert_close(opt.state[k][name],
+                                           eager_opt.state[e][name])
+    assert [p.data_ptr() for p in model.parameters()] == addresses
+    assert sum(copied) == 0, copied
+    assert backend.report.fallback_nodes == 0, backend.report
+
+
+_OPTIMIZERS = {
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=True),
+    "adam_amsgrad": lambda p: torch.optim.Adam(p, lr=1e-2, amsgrad=True,
+                                               foreach=True),
+    "sgd_nesterov": lambda p: torch.optim.SGD(
+        p, lr=1e-2, momentum=0.9, nesterov=True, weight_decay=1e-3,
+        foreach=True),
+    "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-2, momentum=0.5,
+                                             centered=True, foreach=True),
+    "adagrad": lambda p: torch.optim.Adagrad(p, lr=1e-2, foreach=True),
+    "adamax": lambda p: torch.optim.Adamax(p, lr=1e-2, foreach=True),
+    "nadam": lambda p: torch.optim.NAdam(p, lr=1e-2, foreach=True),
+    "radam": lambda p: torch.optim.RAdam(p, lr=1e-2, foreach=True),
+    "adadelta": lambda p: torch.optim.Adadelta(p, foreach=True),
+    "rprop": lambda p: torch.optim.Rprop(p, foreach=True),
+    "asgd": lambda p: torch.optim.ASGD(p, lr=1e-2, foreach=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_OPTIMIZERS))
+def test_compiled_optimizers_match_eager(daemon, name):
+    """torch.optim's foreach optimizers, their step compiled with the
+    default backend (on the CPU the foreach ops run in Kiln, the states
+    written in place): parameters and every state tensor as eager's after
+    four steps, every node in Kiln."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4))
+    eager = copy.deepcopy(model)
+    opt = _OPTIMIZERS[name](model.parameters())
+    eager_opt = _OPTIMIZERS[name](eager.parameters())
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    step = torch.compile(opt.step, backend=backend)
+    for _ in range(4):
+        x = torch.randn(8, 16)
+        for m in (model, eager):
+            m.zero_grad()
+            m(x).square().mean().backward()
+        step()
+        eager_opt.step()
+    for k, e in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(k, e, atol=1e-5, rtol=1e-5)
+        for key, value in eager_opt.state[e].items():
+            if isinstance(value, torch.Tensor):
+                torch.testing.assert_close(opt.state[k][key], value,
+                                           atol=1e-5, rtol=1e-5)
+    report = backend.report
+    assert report.compiled_partitions >= 1, str(report)
+    assert report.fallback_nodes == 0, str(report)
+
+
 def test_softmax_layer_norm_gelu_forward_backward(daemon):
     backend = kiln.backend(server=daemon.address, fallback="error")
     check_fwd_bwd(SoftmaxLayerNorm(), backend, torch.randn(8, 5, 64))
@@ -1918,8 +2019,9 @@ def test_foreach_ops_as_per_tensor_ops(daemon):
     """Each decomposed foreach overload matches PyTorch's on lists of
     tensors of different shapes: Scalar, List, ScalarList and Tensor
     variants, keyword-only per-tensor arguments (addcdiv's value, add's
-    alpha), a Scalar base (pow.ScalarAndTensor). Without foreach=True the
-    foreach ops stay whole and run eagerly."""
+    alpha), a Scalar base (pow.ScalarAndTensor). By default they are
+    decomposed too on the CPU (foreach=None); with foreach=False they stay
+    whole and run eagerly."""
     backend = kiln.backend(server=daemon.address, fallback="error",
                            foreach=True)
     g = torch.Generator().manual_seed(0)
@@ -1948,5 +2050,13 @@ def test_foreach_ops_as_per_tensor_ops(daemon):
     out = torch.compile(f, backend=default)(xs, ys, t)
     for o, r in zip(out, f(xs, ys, t)):
         torch.testing.assert_close(o, r, atol=1e-6, rtol=1e-6)
+    assert default.report.fallback_nodes == 0, str(default.report)
+
+    torch._dynamo.reset()
+    off = kiln.backend(server=daemon.address, fallback="error",
+                       foreach=False)
+    out = torch.compile(f, backend=off)(xs, ys, t)
+    for o, r in zip(out, f(xs, ys, t)):
+        torch.testing.assert_close(o, r, atol=1e-6, rtol=1e-6)
     assert any(name.startswith("aten._foreach") for name in
-               default.report.fallbacks), str(default.report)
+               off.report.fallbacks), str(off.report)

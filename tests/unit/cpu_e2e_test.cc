@@ -1,11 +1,13 @@
 // The example graphs compiled for this machine, loaded from memory and run,
 // against the reference evaluator.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -132,6 +134,199 @@ void ExpectMatchesReference(const std::string& json,
   for (const std::vector<int64_t>& symbols : bindings) {
     ExpectOutputsMatchReference(**exe, *graph,
                                 RandomInputs(*graph, symbols, rng), pool);
+  }
+}
+
+// Input writes (Graph.input_writes): a mutated input's new value stored
+// into the input's memory. Compiles `json`, expects the artifact to take
+// exactly the graph outputs `taken` as input writes, runs it once and
+// expects every graph output to be the reference's: a taken one in its
+// input (the run wrote it), the others among the executable's outputs.
+void ExpectInputWrites(const std::string& json, std::vector<int> taken) {
+  v1::CompileRequest req;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(json, req.mutable_graph())
+          .ok())
+      << json;
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  std::vector<int> got_taken;
+  absl::flat_hash_map<int, int> input_of;
+  for (const v1::InputWrite& w : artifact->input_writes()) {
+    got_taken.push_back(w.output());
+    input_of[w.output()] = w.input();
+  }
+  std::sort(got_taken.begin(), got_taken.end());
+  EXPECT_EQ(got_taken, taken);
+  EXPECT_EQ(artifact->outputs_size() + artifact->input_writes_size(),
+            req.graph().outputs_size());
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937_64 rng(11);
+  std::vector<HostTensor> inputs = RandomInputs(*graph, {}, rng);
+  std::vector<HostTensor> before;
+  for (const HostTensor& t : inputs) before.push_back(t.Contiguous());
+  auto want = EvaluateReference(*graph, before);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ThreadPool pool(2);
+  auto got = (*exe)->Run(inputs, &pool);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), static_cast<size_t>(artifact->outputs_size()));
+  size_t next = 0;
+  for (size_t o = 0; o < want->size(); ++o) {
+    if (auto w = input_of.find(static_cast<int>(o)); w != input_of.end()) {
+      EXPECT_EQ(Compare(inputs[w->second], (*want)[o]), "")
+          << "output " << o << ", written into input " << w->second;
+    } else {
+      EXPECT_EQ(Compare((*got)[next++], (*want)[o]), "") << "output " << o;
+    }
+  }
+}
+
+std::string Vector(const std::string& name, int n = 37) {
+  return absl::StrCat(R"({"name": ")", name,
+                      R"(", "meta": {"dtype": "FLOAT32", "sizes": [{"value": )",
+                      n, "}]}}");
+}
+
+// An optimizer's step: the momentum and the parameter both written in
+// place, the parameter's update reading the momentum's new value and its
+// own (the stores are ordered after every read of what they overwrite).
+TEST(CpuInputWrites, AnOptimizerStepWritesItsStateInPlace) {
+  ExpectInputWrites(absl::StrCat(R"({"inputs": [)", Vector("p"), ", ",
+                                 Vector("m"), ", ", Vector("g"), R"(],
+    "nodes": [{"op": "aten.mul.Tensor", "args": [{"ref": "m"}, {"f": 0.9}],
+               "outputs": ["m1"]},
+              {"op": "aten.add.Tensor", "args": [{"ref": "m1"}, {"ref": "g"}],
+               "outputs": ["m2"]},
+              {"op": "aten.mul.Tensor", "args": [{"ref": "m2"}, {"f": 0.1}],
+               "outputs": ["u"]},
+              {"op": "aten.mul.Tensor", "args": [{"ref": "p"}, {"ref": "m"}],
+               "outputs": ["pm"]},
+              {"op": "aten.sub.Tensor", "args": [{"ref": "p"}, {"ref": "u"}],
+               "outputs": ["p1"]},
+              {"op": "aten.add.Tensor", "args": [{"ref": "p1"}, {"ref": "pm"}],
+               "outputs": ["p2"]}],
+    "outputs": ["m2", "p2"],
+    "input_writes": [{"output": 0, "input": 1}, {"output": 1, "input": 0}]})"),
+                    {0, 1});
+}
+
+// A matrix product reads the parameter before the kernel that writes it:
+// still in place (the product's output stays an output).
+TEST(CpuInputWrites, AnEarlierKernelMayReadTheInput) {
+  const std::string matrix = R"("meta": {"dtype": "FLOAT32",
+      "sizes": [{"value": 9}, {"value": 9}]}})";
+  ExpectInputWrites(absl::StrCat(R"({"inputs": [{"name": "p", )", matrix,
+                                 R"(, {"name": "w", )", matrix, R"(],
+    "nodes": [{"op": "aten.mm.default", "args": [{"ref": "p"}, {"ref": "w"}],
+               "outputs": ["y"]},
+              {"op": "aten.mul.Tensor", "args": [{"ref": "p"}, {"f": 0.5}],
+               "outputs": ["p1"]}],
+    "outputs": ["p1", "y"],
+    "input_writes": [{"output": 0, "input": 0}]})"),
+                    {0});
+}
+
+// A kernel that also reduces (here the whole tensor, one row) keeps its
+// writes ordinary outputs: a split of its rows (split_reductions) may move
+// element stores into the partial kernels, ahead of reads of the input in
+// the kernels after them.
+TEST(CpuInputWrites, AReductionKernelKeepsAnOutput) {
+  ExpectInputWrites(absl::StrCat(R"({"inputs": [)", Vector("p"), R"(],
+    "nodes": [{"op": "aten.sum.default", "args": [{"ref": "p"}],
+               "outputs": ["s"]},
+              {"op": "aten.mul.Tensor", "args": [{"ref": "p"}, {"ref": "s"}],
+               "outputs": ["ps"]},
+              {"op": "aten.sub.Tensor", "args": [{"ref": "p"}, {"ref": "ps"}],
+               "outputs": ["p1"]},
+              {"op": "aten.exp.default", "args": [{"ref": "p1"}],
+               "outputs": ["e"]}],
+    "outputs": ["p1", "e"],
+    "input_writes": [{"output": 0, "input": 0}]})"),
+                    {});
+}
+
+// The writer reads the input at other elements (a flip): other iterations
+// would read what this one overwrote. An ordinary output.
+TEST(CpuInputWrites, ReadingOtherElementsKeepsAnOutput) {
+  ExpectInputWrites(absl::StrCat(R"({"inputs": [)", Vector("p"), R"(],
+    "nodes": [{"op": "aten.flip.default",
+               "args": [{"ref": "p"}, {"ints": {"values": [0]}}],
+               "outputs": ["f"]},
+              {"op": "aten.add.Tensor", "args": [{"ref": "p"}, {"ref": "f"}],
+               "outputs": ["p1"]}],
+    "outputs": ["p1"],
+    "input_writes": [{"output": 0, "input": 0}]})"),
+                    {});
+}
+
+// A kernel after the writer reads the old input: an ordinary output.
+TEST(CpuInputWrites, ALaterReaderKeepsAnOutput) {
+  ExpectInputWrites(absl::StrCat(R"({"inputs": [)", Vector("p"), R"(],
+    "nodes": [{"op": "aten.mul.Tensor", "args": [{"ref": "p"}, {"f": 2}],
+               "outputs": ["p1"]},
+              {"op": "aten.mul.Tensor", "args": [{"ref": "p"}, {"ref": "p"}],
+               "outputs": ["sq"]},
+              {"op": "aten.sum.default", "args": [{"ref": "sq"}],
+               "outputs": ["s"]}],
+    "outputs": ["p1", "s"],
+    "input_writes": [{"output": 0, "input": 0}]})"),
+                    {});
+}
+
+// Two inputs swapped: each store reads what the other overwrites, so no
+// order works; both stay outputs.
+TEST(CpuInputWrites, ASwapKeepsBothOutputs) {
+  ExpectInputWrites(
+      absl::StrCat(R"({"inputs": [)", Vector("a"), ", ", Vector("b"), R"(],
+    "nodes": [{"op": "aten.mul.Tensor", "args": [{"ref": "b"}, {"f": 1.5}],
+               "outputs": ["a1"]},
+              {"op": "aten.mul.Tensor", "args": [{"ref": "a"}, {"f": 0.5}],
+               "outputs": ["b1"]}],
+    "outputs": ["a1", "b1"],
+    "input_writes": [{"output": 0, "input": 0}, {"output": 1, "input": 1}]})"),
+      {});
+}
+
+// Malformed input writes are INVALID_ARGUMENT naming the write.
+TEST(CpuInputWrites, MalformedWritesAreRefused) {
+  const std::string head = absl::StrCat(
+      R"({"inputs": [)", Vector("p"), ", ", Vector("q", 5),
+      R"(, {"name": "i", "meta": {"dtype": "INT64", "sizes": [{"value": 37}]}},
+      {"name": "t", "meta": {"dtype": "FLOAT32",
+       "sizes": [{"value": 6}, {"value": 5}],
+       "strides": [{"value": 1}, {"value": 6}]}}],
+    "nodes": [{"op": "aten.mul.Tensor", "args": [{"ref": "p"}, {"f": 2}],
+               "outputs": ["p1"]},
+              {"op": "aten.mul.Tensor", "args": [{"ref": "t"}, {"f": 2}],
+               "outputs": ["t1"]}],
+    "outputs": ["p1", "t1"], "input_writes": )");
+  const std::pair<const char*, const char*> cases[] = {
+      {R"([{"output": 2, "input": 0}])", "output 2 is not an output"},
+      {R"([{"output": 0, "input": 4}])", "input 4 is not an input"},
+      {R"([{"output": 0, "input": 0}, {"output": 0, "input": 1}])",
+       "written into two inputs"},
+      {R"([{"output": 0, "input": 1}])", "differ in sizes"},
+      {R"([{"output": 0, "input": 2}])", "output 0 is float32, input 2 int64"},
+      {R"([{"output": 1, "input": 3}])", "input 3 is not contiguous"},
+  };
+  for (const auto& [writes, why] : cases) {
+    v1::Graph g;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                    absl::StrCat(head, writes, "}"), &g)
+                    .ok())
+        << writes;
+    auto graph = ImportGraph(g);
+    ASSERT_FALSE(graph.ok()) << writes;
+    EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(graph.status().message(), why))
+        << graph.status();
+    EXPECT_TRUE(absl::StrContains(graph.status().message(), "input write"))
+        << graph.status();
   }
 }
 

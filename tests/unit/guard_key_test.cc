@@ -317,6 +317,25 @@ TEST(GuardKeyTest, SensitiveToEachDType) {
   EXPECT_NE(Key(g), Key(ParseGraph(kBinary)));
 }
 
+// Input writes (Graph.input_writes) change the program, so the key: which
+// input, and whether any. A graph without keeps its earlier key (no text).
+TEST(GuardKeyTest, SensitiveToInputWrites) {
+  const v1::Graph plain = ParseGraph(kBinary);
+  std::set<std::string> keys = {Key(plain)};
+  for (int input : {0, 1}) {
+    v1::Graph g = plain;
+    v1::InputWrite* w = g.add_input_writes();
+    w->set_output(0);
+    w->set_input(input);
+    keys.insert(Key(g));
+  }
+  EXPECT_EQ(keys.size(), 3u);
+  absl::StatusOr<Graph> graph = ImportGraph(plain);
+  ASSERT_TRUE(graph.ok());
+  for (const KeyComponent& c : ExplainKey(*graph, CpuTarget(), {}))
+    EXPECT_FALSE(absl::StrContains(c.canonical, "input writes"));
+}
+
 TEST(GuardKeyTest, SensitiveToEachStaticSize) {
   int checked = 0;
   for (uint64_t seed = 0; seed < kSeeds; ++seed) {
