@@ -728,18 +728,28 @@ class KilnBackend:
             self._server_down, self._address = None, None  # try again
         if self._address is None:
             self._address = resolve_server(self.server)
-        try:
+        def compile_graph() -> Any:
             client = _client(self._address, 1, self._auth)
             if graph.device.type == "cuda":
                 index = graph.device.index or 0
                 major, minor = torch.cuda.get_device_capability(index)
-                exe = client.cuda_executable(
+                return client.cuda_executable(
                     graph.graph, target=f"sm_{major}{minor}",
                     fast_math=self.fast_math, allocator="torch", device=index,
                     options=self._cuda_options())
-            else:
-                exe = client.cpu_executable(graph.graph,
-                                            fast_math=self.fast_math)
+            return client.cpu_executable(graph.graph, fast_math=self.fast_math)
+
+        try:
+            try:
+                exe = compile_graph()
+            except _binding.KilnError as e:
+                # Input writes kilnd does not take (a kilnd that checks
+                # them otherwise): the graph without them.
+                if e.code_name != "INVALID_ARGUMENT" or \
+                        "input write" not in e.message or \
+                        graph.graph.pop("inputWrites", None) is None:
+                    raise
+                exe = compile_graph()
         except _binding.KilnError as e:
             if self.fallback == "error":
                 raise

@@ -354,6 +354,25 @@ def test_compiled_optimizer_step_writes_parameters_in_place(daemon,
     assert backend.report.fallback_nodes == 0, backend.report
 
 
+def test_refused_input_writes_compile_without_them(daemon, monkeypatch):
+    """An input write kilnd refuses (INVALID_ARGUMENT naming it) costs the
+    partition nothing: it is compiled again without input writes, runs in
+    Kiln and gives eager's results."""
+    from kiln import dynamo
+
+    def bogus(module, call, graph):
+        return {0: len(graph.tensor_inputs) + 3}  # no such input
+
+    monkeypatch.setattr(dynamo, "input_write_candidates", bogus)
+    torch._dynamo.reset()
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    f = torch.compile(lambda x: (x * 2).sin(), backend=backend)
+    x = torch.randn(5, 7)
+    torch.testing.assert_close(f(x), (x * 2).sin())
+    assert backend.report.fallback_nodes == 0, str(backend.report)
+    assert backend.report.compiled_partitions == 1, str(backend.report)
+
+
 _OPTIMIZERS = {
     "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=True),
     "adam_amsgrad": lambda p: torch.optim.Adam(p, lr=1e-2, amsgrad=True,
