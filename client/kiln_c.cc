@@ -76,13 +76,12 @@ kiln_status* NullArgument(const char* function, const char* argument) {
 // The CompileOptions of KILN_OPTION_* flags; INVALID_ARGUMENT naming any
 // other bit.
 absl::StatusOr<v1::CompileOptions> CompileOptionsFromFlags(int flags) {
-  constexpr int kKnown = KILN_OPTION_FAST_MATH | KILN_OPTION_ALLOW_TF32 |
-                         KILN_OPTION_STRICT_FP16_REDUCTION |
-                         KILN_OPTION_STRICT_BF16_REDUCTION |
-                         KILN_OPTION_UNFUSED_GEMM_EPILOGUES |
-                         KILN_OPTION_ALLOW_TF32_CONVOLUTION |
-                         KILN_OPTION_DETERMINISTIC_CONVOLUTIONS |
-                         KILN_OPTION_DETERMINISTIC_ALGORITHMS;
+  constexpr int kKnown =
+      KILN_OPTION_FAST_MATH | KILN_OPTION_ALLOW_TF32 |
+      KILN_OPTION_STRICT_FP16_REDUCTION | KILN_OPTION_STRICT_BF16_REDUCTION |
+      KILN_OPTION_UNFUSED_GEMM_EPILOGUES | KILN_OPTION_ALLOW_TF32_CONVOLUTION |
+      KILN_OPTION_DETERMINISTIC_CONVOLUTIONS |
+      KILN_OPTION_DETERMINISTIC_ALGORITHMS | KILN_OPTION_CUDNN_BENCHMARK;
   if ((flags & ~kKnown) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "options: unknown bits 0x", absl::Hex(flags & ~kKnown),
@@ -98,6 +97,7 @@ absl::StatusOr<v1::CompileOptions> CompileOptionsFromFlags(int flags) {
   o.set_deterministic_convolutions(flags &
                                    KILN_OPTION_DETERMINISTIC_CONVOLUTIONS);
   o.set_deterministic_algorithms(flags & KILN_OPTION_DETERMINISTIC_ALGORITHMS);
+  o.set_cudnn_benchmark(flags & KILN_OPTION_CUDNN_BENCHMARK);
   return o;
 }
 

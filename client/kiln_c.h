@@ -213,6 +213,7 @@ void kiln_allocator_destroy(kiln_allocator* allocator);
   /* deterministic_convolutions */
 #define KILN_OPTION_DETERMINISTIC_ALGORITHMS 128 \
   /* deterministic_algorithms */
+#define KILN_OPTION_CUDNN_BENCHMARK 256 /* cudnn_benchmark */
 
 /* ---- CUDA executables -------------------------------------------------- */
 

@@ -121,6 +121,7 @@ v1::ExternCall ConvCallStep(const ConvCall& conv,
   if (written != operands) c->set_result_dtype(WireDType(written));
   c->set_tf32(conv.tf32);
   c->set_deterministic(conv.deterministic);
+  c->set_benchmark(conv.benchmark);
   return call;
 }
 

@@ -306,9 +306,10 @@ struct ConvCall {
   std::vector<int64_t> stride, padding, dilation;
   int64_t groups = 1;
   // CompileOptions: float32 inputs may be rounded to TF32; deterministic
-  // algorithms only.
+  // algorithms only; the algorithm timed (cudnn.benchmark).
   bool tf32 = false;
   bool deterministic = false;
+  bool benchmark = false;
 };
 
 struct LoopNode {

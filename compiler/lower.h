@@ -61,6 +61,9 @@ struct LowerOptions {
   bool unrolled_pool_windows = false;
   bool tf32_convolution = false;
   bool deterministic_convolutions = false;
+  // Convolution extern calls choose their algorithm by timing
+  // (Convolution.benchmark; CUDA).
+  bool cudnn_benchmark = false;
   // Accumulating scatters (LoopNode::kScatter) add every source position
   // in parallel, atomically (CUDA: the order of the additions is not
   // deterministic), rather than walking the source dims that are not a

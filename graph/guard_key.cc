@@ -585,6 +585,8 @@ std::string OptionsText(const v1::CompileOptions& options) {
     absl::StrAppend(&text, " deterministic_algorithms=true");
   if (options.cpu_library_convolutions())
     absl::StrAppend(&text, " cpu_library_convolutions=true");
+  if (options.cudnn_benchmark())
+    absl::StrAppend(&text, " cudnn_benchmark=true");
   return text;
 }
 
@@ -628,6 +630,7 @@ v1::CompileOptions NormalizeOptions(const v1::CompileOptions& options,
   if (!target.has_cuda() || !convolutions) {
     normalized.clear_allow_tf32_convolution();
     normalized.clear_deterministic_convolutions();
+    normalized.clear_cudnn_benchmark();
   }
   if (target.has_cuda() || !convolutions)
     normalized.clear_cpu_library_convolutions();

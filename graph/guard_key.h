@@ -41,7 +41,8 @@
 //               fast_math, and for CUDA targets the matrix-product flags
 //               (allow_tf32, strict_fp16_reduction, strict_bf16_reduction,
 //               unfused_gemm_epilogues) and the convolution flags
-//               (allow_tf32_convolution, deterministic_convolutions; only
+//               (allow_tf32_convolution, deterministic_convolutions,
+//               cudnn_benchmark; only
 //               for graphs with a convolution) and deterministic_algorithms
 //               (only for graphs with an accumulating scatter) when set,
 //               so keys of

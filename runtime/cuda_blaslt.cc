@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "runtime/cublaslt_api.h"
 #include "runtime/dl_error.h"
+#include "runtime/gpu_timing.h"
 
 namespace kiln {
 
@@ -96,115 +97,6 @@ int AutotuneCandidates() {
   const char* env = std::getenv("KILN_GEMM_AUTOTUNE");
   if (env == nullptr || *env == '\0') return kDefaultAutotuneCandidates;
   return std::clamp(std::atoi(env), 0, kMaxAutotuneCandidates);
-}
-
-// RAII for a timing event.
-class TimingEvent {
- public:
-  explicit TimingEvent(const cuda::Driver& driver) : driver_(driver) {}
-  ~TimingEvent() {
-    if (event_ != nullptr) driver_.api().cuEventDestroy_v2(event_);
-  }
-  TimingEvent(const TimingEvent&) = delete;
-  TimingEvent& operator=(const TimingEvent&) = delete;
-  absl::Status Create() {
-    return driver_.Check(driver_.api().cuEventCreate(&event_, 0),
-                         "cuEventCreate");
-  }
-  cuda::Event get() const { return event_; }
-
- private:
-  const cuda::Driver& driver_;
-  cuda::Event event_ = nullptr;
-};
-
-// Index of the fastest of `algos` (the heuristic's, best first), run by
-// `launch` on `stream`, which returns cuBLASLt's status:
-//  1. each once untimed (a first call may load its kernel), then once timed;
-//  2. the first and those within 25% of the fastest, in turn, twice more:
-//     as many calls as fill about 0.2 ms (at most 16), the better average
-//     kept.
-// Another algorithm replaces the first only when at least 3% faster, so
-// that noise does not trade the heuristic's choice for an equal one. An
-// algorithm whose call fails is passed over. While `stream` is being
-// captured into a CUDA graph nothing runs (no synchronisation is allowed
-// there) and the first is kept. Errors: the driver's.
-template <typename Launch>
-absl::StatusOr<size_t> FastestAlgorithm(
-    const std::vector<cublaslt::Algo>& algos, cuda::Stream stream,
-    Launch launch) {
-  absl::StatusOr<const cuda::Driver*> driver = cuda::Driver::Get();
-  if (!driver.ok()) return driver.status();
-  const cuda::Driver& drv = **driver;
-  int capturing = 0;
-  if (absl::Status s =
-          drv.Check(drv.api().cuStreamIsCapturing(stream, &capturing),
-                    "cuStreamIsCapturing");
-      !s.ok()) {
-    return s;
-  }
-  if (capturing != 0) return 0;
-  TimingEvent start(drv), end(drv);
-  if (absl::Status s = start.Create(); !s.ok()) return s;
-  if (absl::Status s = end.Create(); !s.ok()) return s;
-  constexpr float kFailed = std::numeric_limits<float>::infinity();
-  // Milliseconds per call of `calls` calls of algos[i]; kFailed when one
-  // fails.
-  auto time = [&](size_t i, int calls) -> absl::StatusOr<float> {
-    if (absl::Status s = drv.Check(drv.api().cuEventRecord(start.get(), stream),
-                                   "cuEventRecord");
-        !s.ok()) {
-      return s;
-    }
-    bool ran = true;
-    for (int c = 0; c < calls && ran; ++c)
-      ran = launch(algos[i]) == cublaslt::kSuccess;
-    if (absl::Status s = drv.Check(drv.api().cuEventRecord(end.get(), stream),
-                                   "cuEventRecord");
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = drv.Check(drv.api().cuEventSynchronize(end.get()),
-                                   "cuEventSynchronize");
-        !s.ok()) {
-      return s;
-    }
-    float ms = 0;
-    if (absl::Status s = drv.Check(
-            drv.api().cuEventElapsedTime_v2(&ms, start.get(), end.get()),
-            "cuEventElapsedTime");
-        !s.ok()) {
-      return s;
-    }
-    return ran ? ms / calls : kFailed;
-  };
-  std::vector<float> ms(algos.size(), kFailed);
-  for (size_t i = 0; i < algos.size(); ++i) {
-    if (launch(algos[i]) != cublaslt::kSuccess) continue;
-    absl::StatusOr<float> t = time(i, 1);
-    if (!t.ok()) return t.status();
-    ms[i] = *t;
-  }
-  const float first_pass_best = *std::min_element(ms.begin(), ms.end());
-  if (first_pass_best == kFailed) return 0;
-  const int calls = std::clamp(static_cast<int>(0.2f / first_pass_best), 1, 16);
-  std::vector<size_t> finalists;
-  for (size_t i = 0; i < algos.size(); ++i) {
-    if (i == 0 || ms[i] <= 1.25f * first_pass_best) finalists.push_back(i);
-  }
-  std::vector<float> best(algos.size(), kFailed);
-  for (int pass = 0; pass < 2; ++pass) {
-    for (size_t i : finalists) {
-      if (ms[i] == kFailed) continue;
-      absl::StatusOr<float> t = time(i, calls);
-      if (!t.ok()) return t.status();
-      best[i] = std::min(best[i], *t);
-    }
-  }
-  const size_t fastest = static_cast<size_t>(
-      std::min_element(best.begin(), best.end()) - best.begin());
-  if (best[fastest] == kFailed) return 0;
-  return best[fastest] < 0.97f * best[0] ? fastest : 0;
 }
 
 // The largest power of two up to 256 that divides `address`.
@@ -607,14 +499,18 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
       // buffers before the call itself overwrites C.
       const float alpha_f = static_cast<float>(alpha), zero = 0;
       absl::StatusOr<size_t> fastest =
-          FastestAlgorithm(algos, stream, [&](const cublaslt::Algo& algo) {
-            return api.cublasLtMatmul(
-                handle_, desc, &alpha_f, reinterpret_cast<const void*>(b_ptr),
-                fresh->a.get(), reinterpret_cast<const void*>(a_ptr),
-                fresh->b.get(), &zero, reinterpret_cast<const void*>(c_ptr),
-                fresh->c.get(), reinterpret_cast<void*>(c_ptr), fresh->c.get(),
-                &algo, reinterpret_cast<void*>(workspace), workspace_bytes,
-                stream);
+          FastestCandidate(algos.size(), stream, [&](size_t i) {
+            const cublaslt::Algo& algo = algos[i];
+            return cublaslt::kSuccess ==
+                   api.cublasLtMatmul(
+                       handle_, desc, &alpha_f,
+                       reinterpret_cast<const void*>(b_ptr), fresh->a.get(),
+                       reinterpret_cast<const void*>(a_ptr), fresh->b.get(),
+                       &zero, reinterpret_cast<const void*>(c_ptr),
+                       fresh->c.get(), reinterpret_cast<void*>(c_ptr),
+                       fresh->c.get(), &algo,
+                       reinterpret_cast<void*>(workspace), workspace_bytes,
+                       stream);
           });
       if (!fastest.ok()) return fastest.status();
       fresh->algo = algos[*fastest];

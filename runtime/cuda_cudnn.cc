@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <type_traits>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/cudnn_api.h"
 #include "runtime/dl_error.h"
+#include "runtime/gpu_timing.h"
 #include "runtime/per_context.h"
 
 namespace kiln {
@@ -149,8 +151,15 @@ absl::StatusOr<const CudnnLibrary*> CudnnLibrary::Get() {
 struct CudaConv::Plan {
   v1::Convolution::Direction direction = v1::Convolution::FORWARD;
   std::vector<Descriptor> descriptors;
-  Descriptor plan;
-  size_t workspace_bytes = 0;
+  // The execution plan and its workspace. Under cudnn.benchmark
+  // (Convolution.benchmark) it is chosen on the first Run among
+  // `candidates` (the heuristic's first engines that finalize, in its
+  // order): until then `plan` is empty. Guarded by the handle's run_mu.
+  mutable Descriptor plan;
+  mutable size_t workspace_bytes = 0;
+  mutable std::vector<std::pair<Descriptor, size_t>> candidates;
+  // What Prepare asks the caller for: the largest candidate's workspace.
+  size_t prepared_workspace_bytes = 0;
   // The last call's variant pack and the addresses it binds (x, w, y,
   // workspace), reused while they repeat, as a caching allocator makes them
   // step after step. Guarded by the handle's run_mu.
@@ -275,6 +284,8 @@ class Builder {
 
 // The unique ids of the three tensors in a variant pack.
 constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3;
+// Engines timed per convolution and shape under cudnn.benchmark.
+constexpr size_t kBenchmarkCandidates = 8;
 
 }  // namespace
 
@@ -309,9 +320,9 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
   std::string key;
   {
     std::vector<int64_t> values = {
-        step,     conv.direction(),     static_cast<int64_t>(dtype),
-        tf32,     conv.deterministic(), d.groups,
-        alignment};
+        step,      conv.direction(),     static_cast<int64_t>(dtype),
+        tf32,      conv.deterministic(), d.groups,
+        alignment, conv.benchmark()};
     for (const auto* v : {&xs, &ws, &ys, &stride, &padding, &dilation})
       values.insert(values.end(), v->begin(), v->end());
     key.assign(reinterpret_cast<const char*>(values.data()),
@@ -320,8 +331,11 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
   {
     absl::MutexLock lock(&mu_);
     if (auto it = plans_.find(key); it != plans_.end())
-      return Prepared{it->second, it->second->workspace_bytes};
+      return Prepared{it->second, it->second->prepared_workspace_bytes};
   }
+  // Under cudnn.benchmark the first engines that finalize are timed on the
+  // first call (Run); otherwise the first is the plan.
+  const size_t wanted = conv.benchmark() ? kBenchmarkCandidates : 1;
 
   // Plans use the handle, which Run binds to streams.
   absl::MutexLock run_lock(&handle_->run_mu);
@@ -467,15 +481,26 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
           bytes < 0) {
         continue;
       }
-      plan->plan = std::move(owned);
-      plan->workspace_bytes = static_cast<size_t>(bytes);
-      for (Descriptor& keep : h.Release())
-        plan->descriptors.push_back(std::move(keep));
-      break;
+      plan->candidates.emplace_back(std::move(owned),
+                                    static_cast<size_t>(bytes));
+      if (plan->candidates.size() >= wanted) break;
     }
-    if (plan->plan.get() != nullptr) break;
+    // The heuristics' descriptors stay alive with the plan (the configs the
+    // candidates hold).
+    for (Descriptor& keep : h.Release())
+      plan->descriptors.push_back(std::move(keep));
+    if (!plan->candidates.empty()) break;
   }
-  if (plan->plan.get() == nullptr) {
+  for (const auto& [candidate, bytes] : plan->candidates) {
+    plan->prepared_workspace_bytes =
+        std::max(plan->prepared_workspace_bytes, bytes);
+  }
+  if (plan->candidates.size() == 1) {
+    plan->plan = std::move(plan->candidates[0].first);
+    plan->workspace_bytes = plan->candidates[0].second;
+    plan->candidates.clear();
+  }
+  if (plan->plan.get() == nullptr && plan->candidates.empty()) {
     return absl::UnimplementedError(absl::StrCat(
         "cuDNN has no ", conv.deterministic() ? "deterministic " : "",
         "engine for this ", DTypeName(dtype), " convolution (",
@@ -487,7 +512,7 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
   std::shared_ptr<const Plan> made = std::move(plan);
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = plans_.try_emplace(key, made);
-  return Prepared{it->second, it->second->workspace_bytes};
+  return Prepared{it->second, it->second->prepared_workspace_bytes};
 }
 
 absl::Status CudaConv::Run(const Prepared& prepared, cuda::DevicePtr input,
@@ -556,6 +581,22 @@ absl::Status CudaConv::Run(const Prepared& prepared, cuda::DevicePtr input,
                                    "cudnnSetStream");
       !s.ok()) {
     return s;
+  }
+  if (!p.candidates.empty()) {
+    // cudnn.benchmark: the candidates run on this call's own buffers (the
+    // convolution only writes its result, which the call itself then
+    // overwrites) and the fastest becomes the plan. While the stream is
+    // captured into a CUDA graph the first is taken untimed.
+    absl::StatusOr<size_t> fastest =
+        FastestCandidate(p.candidates.size(), stream, [&](size_t i) {
+          return api.cudnnBackendExecute(handle_->handle,
+                                         p.candidates[i].first.get(),
+                                         p.pack.get()) == cudnn::kSuccess;
+        });
+    if (!fastest.ok()) return fastest.status();
+    p.plan = std::move(p.candidates[*fastest].first);
+    p.workspace_bytes = p.candidates[*fastest].second;
+    p.candidates.clear();
   }
   return lib_->Check(
       api.cudnnBackendExecute(handle_->handle, p.plan.get(), p.pack.get()),

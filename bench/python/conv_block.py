@@ -9,7 +9,7 @@ separate the convolution from the rest of the block.
     $PY bench/python/conv_block.py [--batch 4] [--threads 2] [--repeats 5]
     # on a GPU (deploy/run-on-gpu.sh BUNDLE convblock, $CONV_ARGS):
     python3 bench/python/conv_block.py --device cuda --batch 32 \
-        --dtype bfloat16 --iters 20
+        --dtype bfloat16 --iters 20 [--cudnn-benchmark]
 
 A private kilnd on an ephemeral port (fresh cache) serves unless --server
 is given (bench_util.Kilnd; build/ or KILN_KILND / KILN_LIB). Times are the
@@ -108,7 +108,12 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--dtype", default="float32",
                     choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--cudnn-benchmark", action="store_true",
+                    help="torch.backends.cudnn.benchmark = True for every "
+                    "backend (eager, Inductor and Kiln each time their "
+                    "algorithms)")
     a = ap.parse_args()
+    torch.backends.cudnn.benchmark = a.cudnn_benchmark
     torch.set_num_threads(a.threads)
     dtype = getattr(torch, a.dtype)
     kilnd = None if a.server else Kilnd()
@@ -117,7 +122,8 @@ def main() -> None:
         where = (torch.cuda.get_device_name() if a.device == "cuda"
                  else f"{a.threads} threads")
         print(f"torch {torch.__version__}, {where}, {a.dtype}, batch "
-              f"{a.batch}, 64 channels, 56x56")
+              f"{a.batch}, 64 channels, 56x56, cudnn.benchmark "
+              f"{a.cudnn_benchmark}")
         x = torch.randn(a.batch, 64, 56, 56, device=a.device, dtype=dtype)
         # One 3x3 conv: forward, grad_input and grad_weight.
         conv_flops = 2 * a.batch * 64 * 64 * 9 * 56 * 56

@@ -543,7 +543,11 @@ def main() -> None:
                     help="torchvision/timm image size")
     ap.add_argument("--server", help="kilnd's address (default: a private "
                     "kilnd on an ephemeral port with a fresh cache)")
+    ap.add_argument("--cudnn-benchmark", action="store_true",
+                    help="torch.backends.cudnn.benchmark = True for every "
+                    "backend")
     a = ap.parse_args()
+    torch.backends.cudnn.benchmark = a.cudnn_benchmark
     global SCALE, SEQ, IMAGE  # noqa: PLW0603 (the models' input sizes)
     SCALE, SEQ, IMAGE = a.scale, a.seq, a.image
     daemon = None if a.server else Kilnd()

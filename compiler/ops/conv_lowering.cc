@@ -356,6 +356,7 @@ LoweredValue LibraryConv(LowerContext& ctx, ConvDirection direction,
   call.groups = g.groups;
   call.tf32 = ctx.options().tf32_convolution && dtype == DType::kFloat32;
   call.deterministic = ctx.options().deterministic_convolutions;
+  call.benchmark = ctx.options().cudnn_benchmark;
   LoopNode node;
   node.kind = LoopNode::Kind::kExtern;
   node.dtype = dtype == DType::kBFloat16 &&

@@ -563,6 +563,8 @@ class KilnBackend:
             flags |= _binding.OPTION_DETERMINISTIC_CONVOLUTIONS
         if torch.are_deterministic_algorithms_enabled():
             flags |= _binding.OPTION_DETERMINISTIC_ALGORITHMS
+        if cudnn.benchmark:
+            flags |= _binding.OPTION_CUDNN_BENCHMARK
         return flags
 
     # -- Dynamo entry ------------------------------------------------------

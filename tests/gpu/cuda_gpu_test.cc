@@ -248,6 +248,8 @@ TEST(CudaGpu, ConvolutionsMatchReference) {
           v1::CompileRequest req;
           *req.mutable_graph() = CaseGraph(t);
           req.mutable_options()->set_deterministic_convolutions(i % 3 == 1);
+          // cudnn.benchmark: the algorithm timed on the first call.
+          req.mutable_options()->set_cudnn_benchmark(i % 2 == 0);
           EXPECT_EQ(
               CheckOnGpu(*gpu, 500 + checked, req, /*aligned=*/false, env), "")
               << c.ToString() << (kernels ? " im2col" : " cuDNN") << " " << t.op

@@ -591,6 +591,14 @@ def test_cuda_matmul_options_follow_pytorchs_flags():
         assert (kiln.backend()._cuda_options()
                 == _binding.OPTION_DETERMINISTIC_CONVOLUTIONS)
         cudnn.deterministic = False
+        # cudnn.benchmark: each convolution's algorithm timed (Kiln's
+        # runtime, per shape).
+        cudnn.benchmark = True
+        try:
+            assert (kiln.backend()._cuda_options()
+                    == _binding.OPTION_CUDNN_BENCHMARK)
+        finally:
+            cudnn.benchmark = False
         torch.use_deterministic_algorithms(True)
         try:
             assert (kiln.backend()._cuda_options()

@@ -407,11 +407,10 @@ TEST_F(KilnCTest, CpuStridedInputsAndSymbolicSizes) {
   // request; the matrix-product and convolution flags are not part of a CPU
   // key, so the
   // executable is the one compiled without them (no second compile).
-  Status unknown(kiln_client_get_cpu_executable(client.get(), dynamic.data(),
-                                                dynamic.size(), "cpu", 256,
-                                                &raw));
+  Status unknown(kiln_client_get_cpu_executable(
+      client.get(), dynamic.data(), dynamic.size(), "cpu", 512, &raw));
   EXPECT_EQ(Code(unknown), KILN_INVALID_ARGUMENT);
-  EXPECT_TRUE(absl::StrContains(Message(unknown), "unknown bits 0x100"))
+  EXPECT_TRUE(absl::StrContains(Message(unknown), "unknown bits 0x200"))
       << Message(unknown);
   uint64_t before[3], after[3];
   kiln_client_counters(client.get(), &before[0], &before[1], &before[2]);
@@ -421,7 +420,7 @@ TEST_F(KilnCTest, CpuStridedInputsAndSymbolicSizes) {
           KILN_OPTION_UNFUSED_GEMM_EPILOGUES |
           KILN_OPTION_ALLOW_TF32_CONVOLUTION |
           KILN_OPTION_DETERMINISTIC_CONVOLUTIONS |
-          KILN_OPTION_DETERMINISTIC_ALGORITHMS,
+          KILN_OPTION_DETERMINISTIC_ALGORITHMS | KILN_OPTION_CUDNN_BENCHMARK,
       &raw));
   ASSERT_EQ(Code(flagged), KILN_OK) << Message(flagged);
   kiln_cpu_executable_destroy(raw);

@@ -524,6 +524,7 @@ std::map<std::string, std::string> OptionsNotInKey(const v1::Target& target) {
   if (target.has_cuda()) {
     return {{"allow_tf32_convolution", kConv},
             {"deterministic_convolutions", kConv},
+            {"cudnn_benchmark", kConv},
             {"deterministic_algorithms", kScatter},
             {"cpu_library_convolutions", kCpuConv}};
   }
@@ -536,6 +537,7 @@ std::map<std::string, std::string> OptionsNotInKey(const v1::Target& target) {
       {"unfused_gemm_epilogues", kMatmul},
       {"allow_tf32_convolution", kConv},
       {"deterministic_convolutions", kConv},
+      {"cudnn_benchmark", kConv},
       {"deterministic_algorithms", kScatter},
       {"cpu_library_convolutions", kCpuConv},
   };
