@@ -391,6 +391,15 @@ class Fuser {
       if (g_.nodes[n].kind == LoopNode::Kind::kInput)
         input_node[g_.nodes[n].input_index] = static_cast<int>(n);
     }
+    // The nodes each kernel loads (any stage).
+    std::vector<absl::flat_hash_set<int>> kernel_loads(kernels_.size());
+    for (size_t k = 0; k < kernels_.size(); ++k) {
+      for (const Stage& st : kernels_[k].kernel.stages) {
+        for (const Expr* e : {&st.value, &st.finalize, &st.offset}) {
+          if (*e) kernel_loads[k].merge(ir::LoadsOf(*e));
+        }
+      }
+    }
     // Per kernel: (input node, store stage) of the writes it could take.
     absl::flat_hash_map<int, std::vector<std::pair<int, int>>> by_kernel;
     absl::flat_hash_map<int, int> write_of;  // input node -> output node
@@ -425,10 +434,8 @@ class Fuser {
         }
       }
       for (size_t later = store->kernel + 1; ok && later < kernels_.size();
-           ++later) {
-        for (const Stage& st : kernels_[later].kernel.stages)
-          ok = ok && !StageLoads(st, x);
-      }
+           ++later)
+        ok = !kernel_loads[later].contains(x);
       for (const auto& [kernel, node] : extern_nodes_) {
         if (kernel <= store->kernel) continue;
         for (int operand : g_.nodes[node].extern_inputs)

@@ -151,15 +151,14 @@ absl::StatusOr<const CudnnLibrary*> CudnnLibrary::Get() {
 struct CudaConv::Plan {
   v1::Convolution::Direction direction = v1::Convolution::FORWARD;
   std::vector<Descriptor> descriptors;
-  // The execution plan and its workspace. Under cudnn.benchmark
-  // (Convolution.benchmark) it is chosen on the first Run among
-  // `candidates` (the heuristic's first engines that finalize, in its
-  // order): until then `plan` is empty. Guarded by the handle's run_mu.
+  // The execution plan. Under cudnn.benchmark (Convolution.benchmark) it
+  // is chosen on the first Run among `candidates` (the heuristic's first
+  // engines that finalize, in its order): until then `plan` is empty.
+  // Guarded by the handle's run_mu.
   mutable Descriptor plan;
-  mutable size_t workspace_bytes = 0;
-  mutable std::vector<std::pair<Descriptor, size_t>> candidates;
-  // What Prepare asks the caller for: the largest candidate's workspace.
-  size_t prepared_workspace_bytes = 0;
+  mutable std::vector<Descriptor> candidates;
+  // The workspace a call needs: the largest candidate's.
+  size_t workspace_bytes = 0;
   // The last call's variant pack and the addresses it binds (x, w, y,
   // workspace), reused while they repeat, as a caching allocator makes them
   // step after step. Guarded by the handle's run_mu.
@@ -331,7 +330,7 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
   {
     absl::MutexLock lock(&mu_);
     if (auto it = plans_.find(key); it != plans_.end())
-      return Prepared{it->second, it->second->prepared_workspace_bytes};
+      return Prepared{it->second, it->second->workspace_bytes};
   }
   // Under cudnn.benchmark the first engines that finalize are timed on the
   // first call (Run); otherwise the first is the plan.
@@ -481,8 +480,9 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
           bytes < 0) {
         continue;
       }
-      plan->candidates.emplace_back(std::move(owned),
-                                    static_cast<size_t>(bytes));
+      plan->candidates.push_back(std::move(owned));
+      plan->workspace_bytes =
+          std::max(plan->workspace_bytes, static_cast<size_t>(bytes));
       if (plan->candidates.size() >= wanted) break;
     }
     // The heuristics' descriptors stay alive with the plan (the configs the
@@ -491,13 +491,8 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
       plan->descriptors.push_back(std::move(keep));
     if (!plan->candidates.empty()) break;
   }
-  for (const auto& [candidate, bytes] : plan->candidates) {
-    plan->prepared_workspace_bytes =
-        std::max(plan->prepared_workspace_bytes, bytes);
-  }
   if (plan->candidates.size() == 1) {
-    plan->plan = std::move(plan->candidates[0].first);
-    plan->workspace_bytes = plan->candidates[0].second;
+    plan->plan = std::move(plan->candidates[0]);
     plan->candidates.clear();
   }
   if (plan->plan.get() == nullptr && plan->candidates.empty()) {
@@ -512,7 +507,7 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
   std::shared_ptr<const Plan> made = std::move(plan);
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = plans_.try_emplace(key, made);
-  return Prepared{it->second, it->second->prepared_workspace_bytes};
+  return Prepared{it->second, it->second->workspace_bytes};
 }
 
 absl::Status CudaConv::Run(const Prepared& prepared, cuda::DevicePtr input,
@@ -589,13 +584,11 @@ absl::Status CudaConv::Run(const Prepared& prepared, cuda::DevicePtr input,
     // captured into a CUDA graph the first is taken untimed.
     absl::StatusOr<size_t> fastest =
         FastestCandidate(p.candidates.size(), stream, [&](size_t i) {
-          return api.cudnnBackendExecute(handle_->handle,
-                                         p.candidates[i].first.get(),
+          return api.cudnnBackendExecute(handle_->handle, p.candidates[i].get(),
                                          p.pack.get()) == cudnn::kSuccess;
         });
     if (!fastest.ok()) return fastest.status();
-    p.plan = std::move(p.candidates[*fastest].first);
-    p.workspace_bytes = p.candidates[*fastest].second;
+    p.plan = std::move(p.candidates[*fastest]);
     p.candidates.clear();
   }
   return lib_->Check(

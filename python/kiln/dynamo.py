@@ -749,8 +749,9 @@ class KilnBackend:
                 # them otherwise): the graph without them.
                 if e.code_name != "INVALID_ARGUMENT" or \
                         "input write" not in e.message or \
-                        graph.graph.pop("inputWrites", None) is None:
+                        "inputWrites" not in graph.graph:
                     raise
+                del graph.graph["inputWrites"]
                 exe = compile_graph()
         except _binding.KilnError as e:
             if self.fallback == "error":
@@ -776,7 +777,7 @@ class KilnBackend:
             self._warn_once(f"kiln: a partition failed to compile, running it "
                             f"eagerly: {e}")
             return f"compile failed: {e}"
-        graph.take_input_writes(getattr(exe, "input_writes", {}))
+        graph.take_input_writes(exe.input_writes)
         if exe.num_outputs != len(graph.output_meta):
             return "Kiln's outputs differ from PyTorch's"
         if any(d != str(m.dtype).replace("torch.", "")

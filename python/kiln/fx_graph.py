@@ -1044,13 +1044,13 @@ def input_write_candidates(module: torch.fx.GraphModule, call: torch.fx.Node,
             continue
         for use in value.users:
             dst = _written_input(use, value)
-            if dst is None or dst not in call.args:
+            if dst is None or dst not in call.args or \
+                    call.args.index(dst) not in graph.tensor_inputs:
                 continue
-            k = graph.tensor_inputs.index(call.args.index(dst)) \
-                if call.args.index(dst) in graph.tensor_inputs else None
+            k = graph.tensor_inputs.index(call.args.index(dst))
             meta, val = graph.output_meta[j], dst.meta.get("val")
             # Compared as expressions: no guard on a symbolic size.
-            if k is None or not isinstance(val, torch.Tensor) or \
+            if not isinstance(val, torch.Tensor) or \
                     val.dtype != meta.dtype or \
                     list(map(str, val.shape)) != list(map(str, meta.shape)) \
                     or not is_contiguous(val) or \

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import warnings
+from typing import Any, Callable, Iterator
 
 import pytest
 import torch
@@ -305,6 +306,22 @@ def test_input_mutations_are_one_foreach_copy(daemon, monkeypatch):
     assert "aten.copy_.default" not in backend.report.fallbacks
 
 
+def _steps_alongside(model: torch.nn.Module, eager: torch.nn.Module,
+                     step: Callable[[], Any], eager_step: Callable[[], Any],
+                     steps: int) -> Iterator[None]:
+    """`steps` training steps of `model` (its optimizer step `step`) and
+    its copy `eager` (`eager_step`) on the same random batches of (8, 16);
+    yields after each."""
+    for _ in range(steps):
+        x = torch.randn(8, 16)
+        for m in (model, eager):
+            m.zero_grad()
+            m(x).square().mean().backward()
+        step()
+        eager_step()
+        yield
+
+
 def test_compiled_optimizer_step_writes_parameters_in_place(daemon,
                                                            monkeypatch):
     """A compiled AdamW step (foreach=True: one Kiln partition) mutates
@@ -337,13 +354,7 @@ def test_compiled_optimizer_step_writes_parameters_in_place(daemon,
         opt.step()
 
     addresses = [p.data_ptr() for p in model.parameters()]
-    for _ in range(3):
-        x = torch.randn(8, 16)
-        for m in (model, eager):
-            m.zero_grad()
-            m(x).square().mean().backward()
-        step()
-        eager_opt.step()
+    for _ in _steps_alongside(model, eager, step, eager_opt.step, 3):
         for k, e in zip(model.parameters(), eager.parameters()):
             torch.testing.assert_close(k, e)
             for name in ("exp_avg", "exp_avg_sq"):
@@ -407,13 +418,8 @@ def test_compiled_optimizers_match_eager(daemon, name):
     eager_opt = _OPTIMIZERS[name](eager.parameters())
     backend = kiln.backend(server=daemon.address, fallback="error")
     step = torch.compile(opt.step, backend=backend)
-    for _ in range(4):
-        x = torch.randn(8, 16)
-        for m in (model, eager):
-            m.zero_grad()
-            m(x).square().mean().backward()
-        step()
-        eager_opt.step()
+    for _ in _steps_alongside(model, eager, step, eager_opt.step, 4):
+        pass
     for k, e in zip(model.parameters(), eager.parameters()):
         torch.testing.assert_close(k, e, atol=1e-5, rtol=1e-5)
         for key, value in eager_opt.state[e].items():
