@@ -1,205 +1,40 @@
 #include "runtime/cuda_cudnn.h"
 
-#include <dlfcn.h>
-
-#include <algorithm>
-#include <cstdlib>
 #include <memory>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "runtime/cudnn_api.h"
-#include "runtime/dl_error.h"
+#include "runtime/cudnn_graph.h"
 #include "runtime/gpu_timing.h"
-#include "runtime/per_context.h"
 
 namespace kiln {
-
-// The process-wide library: the handle from dlopen and the entry points.
-class CudnnLibrary {
- public:
-  static absl::StatusOr<const CudnnLibrary*> Get();
-  const cudnn::Api& api() const { return api_; }
-  const std::string& name() const { return name_; }
-  size_t version() const { return version_; }
-
-  // OK, or INTERNAL "`call`: <cuDNN's status string> (<code>)".
-  absl::Status Check(cudnn::Status status, absl::string_view call) const {
-    if (status == cudnn::kSuccess) return absl::OkStatus();
-    const char* text = api_.cudnnGetErrorString(status);
-    return absl::InternalError(absl::StrCat(
-        call, ": ", text != nullptr ? text : "cuDNN error", " (", status, ")"));
-  }
-
- private:
-  static absl::StatusOr<std::unique_ptr<CudnnLibrary>> Load();
-  static absl::StatusOr<std::unique_ptr<CudnnLibrary>> Open(
-      const char* library);
-  cudnn::Api api_{};
-  std::string name_;
-  size_t version_ = 0;
-};
-
-namespace {
-
-// RAII for cuDNN's descriptors.
-class Descriptor {
- public:
-  Descriptor() = default;
-  Descriptor(void* d, cudnn::Status (*destroy)(void*))
-      : d_(d), destroy_(destroy) {}
-  Descriptor(Descriptor&& o) noexcept : d_(o.d_), destroy_(o.destroy_) {
-    o.d_ = nullptr;
-  }
-  Descriptor& operator=(Descriptor&& o) noexcept {
-    std::swap(d_, o.d_);
-    std::swap(destroy_, o.destroy_);
-    return *this;
-  }
-  ~Descriptor() {
-    if (d_ != nullptr) destroy_(d_);
-  }
-  void* get() const { return d_; }
-
- private:
-  void* d_ = nullptr;
-  cudnn::Status (*destroy_)(void*) = nullptr;
-};
-
-int DataType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return cudnn::kDataFloat;
-    case DType::kFloat16:
-      return cudnn::kDataHalf;
-    case DType::kBFloat16:
-      return cudnn::kDataBFloat16;
-    default:
-      return -1;
-  }
-}
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<CudnnLibrary>> CudnnLibrary::Open(
-    const char* library) {
-  void* handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) return absl::NotFoundError(DlError());
-  // The library stays loaded for the process (like the driver): its
-  // handles may be destroyed during static destruction.
-  auto lib = std::unique_ptr<CudnnLibrary>(new CudnnLibrary());
-  lib->name_ = library;
-  std::vector<std::string> missing;
-  auto resolve = [&](auto& fn, const char* name) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
-        dlsym(handle, name));
-    if (fn == nullptr) missing.push_back(name);
-  };
-  cudnn::Api& api = lib->api_;
-#define KILN_RESOLVE(name) resolve(api.name, #name)
-  KILN_RESOLVE(cudnnGetVersion);
-  KILN_RESOLVE(cudnnGetErrorString);
-  KILN_RESOLVE(cudnnCreate);
-  KILN_RESOLVE(cudnnDestroy);
-  KILN_RESOLVE(cudnnSetStream);
-  KILN_RESOLVE(cudnnBackendCreateDescriptor);
-  KILN_RESOLVE(cudnnBackendDestroyDescriptor);
-  KILN_RESOLVE(cudnnBackendFinalize);
-  KILN_RESOLVE(cudnnBackendSetAttribute);
-  KILN_RESOLVE(cudnnBackendGetAttribute);
-  KILN_RESOLVE(cudnnBackendExecute);
-#undef KILN_RESOLVE
-  if (!missing.empty()) {
-    dlclose(handle);
-    return absl::NotFoundError(
-        absl::StrCat("missing ", absl::StrJoin(missing, ", ")));
-  }
-  lib->version_ = api.cudnnGetVersion();
-  return lib;
-}
-
-absl::StatusOr<std::unique_ptr<CudnnLibrary>> CudnnLibrary::Load() {
-  std::vector<std::string> candidates = {"libcudnn.so.9"};
-  if (const char* env = std::getenv("KILN_CUDNN"); env && *env) {
-    candidates = {env};
-  }
-  std::vector<std::string> tried;
-  for (const std::string& c : candidates) {
-    auto lib = Open(c.c_str());
-    if (lib.ok()) return lib;
-    tried.push_back(absl::StrCat(c, ": ", lib.status().message()));
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "convolutions on CUDA need cuDNN 9, which could not be loaded "
-      "(KILN_CUDNN names it): ",
-      absl::StrJoin(tried, "; ")));
-}
-
-absl::StatusOr<const CudnnLibrary*> CudnnLibrary::Get() {
-  // Process-wide, initialised once and thread-safely (a function-local
-  // static), immutable afterwards; as CublasLtLibrary::Get.
-  static const absl::StatusOr<std::unique_ptr<CudnnLibrary>> loaded = Load();
-  if (!loaded.ok()) return loaded.status();
-  return loaded->get();
-}
 
 // One call's execution plan and every descriptor it was made from (kept
 // alive with it).
 struct CudaConv::Plan {
   v1::Convolution::Direction direction = v1::Convolution::FORWARD;
-  std::vector<Descriptor> descriptors;
+  std::vector<CudnnDescriptor> descriptors;
   // The execution plan. Under cudnn.benchmark (Convolution.benchmark) it
   // is chosen on the first Run among `candidates` (the heuristic's first
   // engines that finalize, in its order): until then `plan` is empty.
   // Guarded by the handle's run_mu.
-  mutable Descriptor plan;
-  mutable std::vector<Descriptor> candidates;
+  mutable CudnnDescriptor plan;
+  mutable std::vector<CudnnDescriptor> candidates;
   // The workspace a call needs: the largest candidate's.
   size_t workspace_bytes = 0;
-  // The last call's variant pack and the addresses it binds (x, w, y,
-  // workspace), reused while they repeat, as a caching allocator makes them
-  // step after step. Guarded by the handle's run_mu.
-  mutable Descriptor pack;
-  mutable void* pack_pointers[4] = {};
-};
-
-// A cuDNN handle and the lock that serializes binding it to a stream,
-// enqueueing on it and making plans with it: one per CUDA context, shared
-// by the CudaConv of every executable on it (runtime/per_context.h).
-struct CudaConv::Handle {
-  const CudnnLibrary* lib = nullptr;
-  cudnn::Handle handle = nullptr;
-  absl::Mutex run_mu;
-  ~Handle() {
-    if (handle != nullptr) lib->api().cudnnDestroy(handle);
-  }
+  // The last call's variant pack (x, w, y, workspace), reused while its
+  // addresses repeat. Guarded by the handle's run_mu.
+  mutable CudnnVariantPack pack;
 };
 
 absl::StatusOr<std::unique_ptr<CudaConv>> CudaConv::Create(
     cuda::Context context) {
   absl::StatusOr<const CudnnLibrary*> lib = CudnnLibrary::Get();
   if (!lib.ok()) return lib.status();
-  auto make = [&]() -> absl::StatusOr<std::unique_ptr<Handle>> {
-    auto h = std::make_unique<Handle>();
-    h->lib = *lib;
-    if (absl::Status s =
-            (*lib)->Check((*lib)->api().cudnnCreate(&h->handle), "cudnnCreate");
-        !s.ok()) {
-      return s;
-    }
-    return h;
-  };
-  absl::StatusOr<std::shared_ptr<Handle>> handle;
-  if (context != nullptr) {
-    handle = SharedPerContext<Handle>(context, make);
-  } else if (absl::StatusOr<std::unique_ptr<Handle>> own = make(); own.ok()) {
-    handle = std::shared_ptr<Handle>(*std::move(own));
-  } else {
-    handle = own.status();
-  }
+  absl::StatusOr<std::shared_ptr<CudnnHandle>> handle =
+      SharedCudnnHandle(*lib, context);
   if (!handle.ok()) return handle.status();
   return std::unique_ptr<CudaConv>(new CudaConv(*lib, *std::move(handle)));
 }
@@ -216,71 +51,6 @@ size_t CudaConv::version() const { return lib_->version(); }
 
 namespace {
 
-// Builds backend descriptors, recording the first failure (later calls do
-// nothing), so that a graph reads as a list of attribute settings.
-class Builder {
- public:
-  explicit Builder(const CudnnLibrary* lib) : lib_(lib) {}
-
-  // A new descriptor of `type` (null after a failure).
-  void* Make(int type) {
-    if (!status_.ok()) return nullptr;
-    void* d = nullptr;
-    if (!Check(lib_->api().cudnnBackendCreateDescriptor(type, &d),
-               "cudnnBackendCreateDescriptor")) {
-      return nullptr;
-    }
-    made_.emplace_back(d, lib_->api().cudnnBackendDestroyDescriptor);
-    return d;
-  }
-  void Set(void* d, int name, int type, int64_t count, const void* values) {
-    if (!status_.ok()) return;
-    Check(lib_->api().cudnnBackendSetAttribute(d, name, type, count, values),
-          absl::StrCat("cudnnBackendSetAttribute(", name, ")"));
-  }
-  void SetInt64(void* d, int name, int64_t v) {
-    Set(d, name, cudnn::kTypeInt64, 1, &v);
-  }
-  void SetDesc(void* d, int name, void* value) {
-    Set(d, name, cudnn::kTypeBackendDescriptor, 1, &value);
-  }
-  void Finalize(void* d, const char* what) {
-    if (!status_.ok()) return;
-    Check(lib_->api().cudnnBackendFinalize(d),
-          absl::StrCat("cudnnBackendFinalize(", what, ")"));
-  }
-  // A finalized tensor descriptor: NCHW-contiguous `sizes`.
-  void* Tensor(int data_type, const std::vector<int64_t>& sizes, int64_t uid,
-               int64_t alignment) {
-    void* t = Make(cudnn::kTensorDescriptor);
-    std::vector<int64_t> strides(sizes.size(), 1);
-    for (size_t i = sizes.size() - 1; i-- > 0;)
-      strides[i] = strides[i + 1] * sizes[i + 1];
-    Set(t, cudnn::kAttrTensorDataType, cudnn::kTypeDataType, 1, &data_type);
-    Set(t, cudnn::kAttrTensorDimensions, cudnn::kTypeInt64,
-        static_cast<int64_t>(sizes.size()), sizes.data());
-    Set(t, cudnn::kAttrTensorStrides, cudnn::kTypeInt64,
-        static_cast<int64_t>(strides.size()), strides.data());
-    SetInt64(t, cudnn::kAttrTensorUniqueId, uid);
-    SetInt64(t, cudnn::kAttrTensorByteAlignment, alignment);
-    Finalize(t, "tensor");
-    return t;
-  }
-
-  bool ok() const { return status_.ok(); }
-  const absl::Status& status() const { return status_; }
-  std::vector<Descriptor> Release() { return std::move(made_); }
-
- private:
-  bool Check(cudnn::Status s, absl::string_view call) {
-    status_ = lib_->Check(s, call);
-    return status_.ok();
-  }
-  const CudnnLibrary* lib_;
-  absl::Status status_;
-  std::vector<Descriptor> made_;
-};
-
 // The unique ids of the three tensors in a variant pack.
 constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3;
 // Engines timed per convolution and shape under cudnn.benchmark.
@@ -295,7 +65,7 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
     return absl::InvalidArgumentError(
         "cuDNN convolutions take no empty tensor");
   }
-  const int data_type = DataType(dtype);
+  const int data_type = CudnnDataType(dtype);
   if (data_type < 0) {
     return absl::UnimplementedError(
         absl::StrCat("cuDNN convolutions in ", DTypeName(dtype)));
@@ -339,10 +109,19 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
   // Plans use the handle, which Run binds to streams.
   absl::MutexLock run_lock(&handle_->run_mu);
   // The operation graph: three tensors, the convolution, its operation.
-  Builder b(lib_);
-  void* x = b.Tensor(data_type, xs, kUidX, alignment);
-  void* w = b.Tensor(data_type, ws, kUidW, alignment);
-  void* y = b.Tensor(data_type, ys, kUidY, alignment);
+  CudnnGraphBuilder b(lib_);
+  void* x = b.Tensor({.data_type = data_type,
+                      .sizes = xs,
+                      .uid = kUidX,
+                      .alignment = alignment});
+  void* w = b.Tensor({.data_type = data_type,
+                      .sizes = ws,
+                      .uid = kUidW,
+                      .alignment = alignment});
+  void* y = b.Tensor({.data_type = data_type,
+                      .sizes = ys,
+                      .uid = kUidY,
+                      .alignment = alignment});
   void* c = b.Make(cudnn::kConvolutionDescriptor);
   const int compute = cudnn::kDataFloat;
   const int mode = cudnn::kCrossCorrelation;
@@ -395,102 +174,26 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
 
   // The engines cuDNN ranks, and the first that passes PyTorch's filters
   // and finalizes into a plan.
-  const cudnn::Api& api = lib_->api();
+  absl::StatusOr<CudnnPlans> found = FinalizeCudnnPlans(
+      *lib_, handle, graph,
+      [&](absl::Span<const int> notes) {
+        bool skip = false;
+        for (int note : notes) {
+          skip |= note == cudnn::kNoteDownConvertInputs;
+          skip |= dtype == DType::kFloat32 && !tf32 &&
+                  note == cudnn::kNoteTensorCore;
+          skip |= conv.deterministic() && note == cudnn::kNoteNondeterministic;
+        }
+        return skip;
+      },
+      wanted);
+  if (!found.ok()) return found.status();
   auto plan = std::make_shared<Plan>();
   plan->direction = conv.direction();
-  std::string rejected;
-  for (int heur_mode : {cudnn::kHeurModeInstant, cudnn::kHeurModeFallback}) {
-    Builder h(lib_);
-    void* heur = h.Make(cudnn::kEngineHeurDescriptor);
-    h.SetDesc(heur, cudnn::kAttrEngineHeurOperationGraph, graph);
-    h.Set(heur, cudnn::kAttrEngineHeurMode, cudnn::kTypeHeurMode, 1,
-          &heur_mode);
-    h.Finalize(heur, "engine heuristics");
-    if (!h.ok()) continue;
-    int64_t count = 0;
-    if (api.cudnnBackendGetAttribute(heur, cudnn::kAttrEngineHeurResults,
-                                     cudnn::kTypeBackendDescriptor, 0, &count,
-                                     nullptr) != cudnn::kSuccess ||
-        count <= 0) {
-      continue;
-    }
-    count = std::min<int64_t>(count, 64);
-    std::vector<void*> configs;
-    for (int64_t i = 0; i < count; ++i)
-      configs.push_back(h.Make(cudnn::kEngineCfgDescriptor));
-    if (!h.ok()) return h.status();
-    int64_t returned = 0;
-    if (absl::Status s = lib_->Check(
-            api.cudnnBackendGetAttribute(heur, cudnn::kAttrEngineHeurResults,
-                                         cudnn::kTypeBackendDescriptor, count,
-                                         &returned, configs.data()),
-            "cudnnBackendGetAttribute(heuristic results)");
-        !s.ok()) {
-      return s;
-    }
-    for (int64_t i = 0; i < returned && i < count; ++i) {
-      // The engine's numerical notes.
-      void* engine = h.Make(cudnn::kEngineDescriptor);
-      int64_t got = 0;
-      int notes[cudnn::kNoteTypeCount] = {};
-      int64_t num_notes = 0;
-      if (!h.ok() ||
-          api.cudnnBackendGetAttribute(configs[i], cudnn::kAttrEngineCfgEngine,
-                                       cudnn::kTypeBackendDescriptor, 1, &got,
-                                       &engine) != cudnn::kSuccess ||
-          api.cudnnBackendGetAttribute(engine, cudnn::kAttrEngineNumericalNote,
-                                       cudnn::kTypeNumericalNote,
-                                       cudnn::kNoteTypeCount, &num_notes,
-                                       notes) != cudnn::kSuccess) {
-        continue;
-      }
-      bool skip = false;
-      for (int64_t n = 0; n < num_notes && n < cudnn::kNoteTypeCount; ++n) {
-        skip |= notes[n] == cudnn::kNoteDownConvertInputs;
-        skip |= dtype == DType::kFloat32 && !tf32 &&
-                notes[n] == cudnn::kNoteTensorCore;
-        skip |=
-            conv.deterministic() && notes[n] == cudnn::kNoteNondeterministic;
-      }
-      if (skip) continue;
-      void* candidate = nullptr;
-      if (api.cudnnBackendCreateDescriptor(cudnn::kExecutionPlanDescriptor,
-                                           &candidate) != cudnn::kSuccess) {
-        continue;
-      }
-      Descriptor owned(candidate, api.cudnnBackendDestroyDescriptor);
-      if (api.cudnnBackendSetAttribute(
-              candidate, cudnn::kAttrExecutionPlanHandle, cudnn::kTypeHandle, 1,
-              &handle) != cudnn::kSuccess ||
-          api.cudnnBackendSetAttribute(candidate,
-                                       cudnn::kAttrExecutionPlanEngineConfig,
-                                       cudnn::kTypeBackendDescriptor, 1,
-                                       &configs[i]) != cudnn::kSuccess) {
-        continue;
-      }
-      const cudnn::Status fin = api.cudnnBackendFinalize(candidate);
-      if (fin != cudnn::kSuccess) {
-        if (rejected.empty()) rejected = lib_->Check(fin, "plan").ToString();
-        continue;
-      }
-      int64_t bytes = 0;
-      if (api.cudnnBackendGetAttribute(
-              candidate, cudnn::kAttrExecutionPlanWorkspaceSize,
-              cudnn::kTypeInt64, 1, &got, &bytes) != cudnn::kSuccess ||
-          bytes < 0) {
-        continue;
-      }
-      plan->candidates.push_back(std::move(owned));
-      plan->workspace_bytes =
-          std::max(plan->workspace_bytes, static_cast<size_t>(bytes));
-      if (plan->candidates.size() >= wanted) break;
-    }
-    // The heuristics' descriptors stay alive with the plan (the configs the
-    // candidates hold).
-    for (Descriptor& keep : h.Release())
-      plan->descriptors.push_back(std::move(keep));
-    if (!plan->candidates.empty()) break;
-  }
+  plan->candidates = std::move(found->plans);
+  plan->workspace_bytes = found->workspace_bytes;
+  plan->descriptors = std::move(found->keep);
+  const std::string& rejected = found->rejected;
   if (plan->candidates.size() == 1) {
     plan->plan = std::move(plan->candidates[0]);
     plan->candidates.clear();
@@ -502,7 +205,7 @@ absl::StatusOr<CudaConv::Prepared> CudaConv::Prepare(
         v1::Convolution::Direction_Name(conv.direction()), ")",
         rejected.empty() ? "" : "; the first rejected: ", rejected));
   }
-  for (Descriptor& keep : b.Release())
+  for (CudnnDescriptor& keep : b.Release())
     plan->descriptors.push_back(std::move(keep));
   std::shared_ptr<const Plan> made = std::move(plan);
   absl::MutexLock lock(&mu_);
@@ -532,45 +235,8 @@ absl::Status CudaConv::Run(const Prepared& prepared, cuda::DevicePtr input,
   const int64_t uids[3] = {kUidX, kUidW, kUidY};
   void* ws = reinterpret_cast<void*>(workspace);
   absl::MutexLock lock(&handle_->run_mu);
-  const bool same =
-      p.pack.get() != nullptr && p.pack_pointers[0] == pointers[0] &&
-      p.pack_pointers[1] == pointers[1] && p.pack_pointers[2] == pointers[2] &&
-      p.pack_pointers[3] == ws;
-  if (!same) {
-    p.pack = Descriptor();
-    void* pack = nullptr;
-    if (absl::Status s =
-            lib_->Check(api.cudnnBackendCreateDescriptor(
-                            cudnn::kVariantPackDescriptor, &pack),
-                        "cudnnBackendCreateDescriptor(variant pack)");
-        !s.ok()) {
-      return s;
-    }
-    Descriptor owned(pack, api.cudnnBackendDestroyDescriptor);
-    absl::Status s = lib_->Check(
-        api.cudnnBackendSetAttribute(pack, cudnn::kAttrVariantPackUniqueIds,
-                                     cudnn::kTypeInt64, 3, uids),
-        "cudnnBackendSetAttribute(unique ids)");
-    if (s.ok()) {
-      s = lib_->Check(api.cudnnBackendSetAttribute(
-                          pack, cudnn::kAttrVariantPackDataPointers,
-                          cudnn::kTypeVoidPtr, 3, pointers),
-                      "cudnnBackendSetAttribute(data pointers)");
-    }
-    if (s.ok()) {
-      s = lib_->Check(
-          api.cudnnBackendSetAttribute(pack, cudnn::kAttrVariantPackWorkspace,
-                                       cudnn::kTypeVoidPtr, 1, &ws),
-          "cudnnBackendSetAttribute(workspace)");
-    }
-    if (s.ok()) {
-      s = lib_->Check(api.cudnnBackendFinalize(pack),
-                      "cudnnBackendFinalize(variant pack)");
-    }
-    if (!s.ok()) return s;
-    p.pack = std::move(owned);
-    for (int i = 0; i < 3; ++i) p.pack_pointers[i] = pointers[i];
-    p.pack_pointers[3] = ws;
+  if (absl::Status s = p.pack.Bind(*lib_, uids, pointers, ws); !s.ok()) {
+    return s;
   }
   if (absl::Status s = lib_->Check(api.cudnnSetStream(handle_->handle, stream),
                                    "cudnnSetStream");

@@ -50,6 +50,7 @@
 namespace kiln {
 
 class CudnnLibrary;
+struct CudnnHandle;
 
 // One executable's convolutions on one device: the device's cuDNN handle
 // (one per CUDA context, shared by the executables on it), and per extern
@@ -103,15 +104,14 @@ class CudaConv {
   CudaConv& operator=(const CudaConv&) = delete;
 
  private:
-  struct Handle;
-  CudaConv(const CudnnLibrary* lib, std::shared_ptr<Handle> handle)
+  CudaConv(const CudnnLibrary* lib, std::shared_ptr<CudnnHandle> handle)
       : lib_(lib), handle_(std::move(handle)) {}
 
   const CudnnLibrary* lib_;
   // The cuDNN handle and the lock that serializes binding it to a stream,
   // enqueueing on it and making plans (which use it), shared by every
   // CudaConv of the context.
-  std::shared_ptr<Handle> handle_;
+  std::shared_ptr<CudnnHandle> handle_;
   mutable absl::Mutex mu_;
   mutable absl::flat_hash_map<std::string, std::shared_ptr<const Plan>> plans_
       ABSL_GUARDED_BY(mu_);

@@ -131,6 +131,78 @@ static_assert(cudnn::kNoteDownConvertInputs ==
 static_assert(cudnn::kNoteNondeterministic ==
               CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
 static_assert(cudnn::kNoteTypeCount == CUDNN_NUMERICAL_NOTE_TYPE_COUNT);
+// The attention graph's descriptors, attributes and modes.
+static_assert(cudnn::kPointwiseDescriptor ==
+              CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+static_assert(cudnn::kOperationPointwiseDescriptor ==
+              CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+static_assert(cudnn::kMatmulDescriptor == CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+static_assert(cudnn::kOperationMatmulDescriptor ==
+              CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+static_assert(cudnn::kReductionDescriptor ==
+              CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+static_assert(cudnn::kOperationReductionDescriptor ==
+              CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+static_assert(cudnn::kOperationReshapeDescriptor ==
+              CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+static_assert(cudnn::kDataInt32 == CUDNN_DATA_INT32);
+static_assert(cudnn::kDataBoolean == CUDNN_DATA_BOOLEAN);
+static_assert(cudnn::kPointwiseAdd == CUDNN_POINTWISE_ADD);
+static_assert(cudnn::kPointwiseMul == CUDNN_POINTWISE_MUL);
+static_assert(cudnn::kPointwiseDiv == CUDNN_POINTWISE_DIV);
+static_assert(cudnn::kPointwiseSub == CUDNN_POINTWISE_SUB);
+static_assert(cudnn::kPointwiseExp == CUDNN_POINTWISE_EXP);
+static_assert(cudnn::kPointwiseLog == CUDNN_POINTWISE_LOG);
+static_assert(cudnn::kPointwiseIdentity == CUDNN_POINTWISE_IDENTITY);
+static_assert(cudnn::kPointwiseCmpGe == CUDNN_POINTWISE_CMP_GE);
+static_assert(cudnn::kPointwiseGenIndex == CUDNN_POINTWISE_GEN_INDEX);
+static_assert(cudnn::kPointwiseBinarySelect == CUDNN_POINTWISE_BINARY_SELECT);
+static_assert(cudnn::kReduceAdd == CUDNN_REDUCE_TENSOR_ADD);
+static_assert(cudnn::kReduceMax == CUDNN_REDUCE_TENSOR_MAX);
+static_assert(cudnn::kTypeBoolean == CUDNN_TYPE_BOOLEAN);
+static_assert(cudnn::kTypePointwiseMode == CUDNN_TYPE_POINTWISE_MODE);
+static_assert(cudnn::kTypeReductionOperatorType ==
+              CUDNN_TYPE_REDUCTION_OPERATOR_TYPE);
+static_assert(cudnn::kAttrTensorIsVirtual == CUDNN_ATTR_TENSOR_IS_VIRTUAL);
+static_assert(cudnn::kAttrTensorIsByValue == CUDNN_ATTR_TENSOR_IS_BY_VALUE);
+static_assert(cudnn::kAttrPointwiseMode == CUDNN_ATTR_POINTWISE_MODE);
+static_assert(cudnn::kAttrPointwiseMathPrec == CUDNN_ATTR_POINTWISE_MATH_PREC);
+static_assert(cudnn::kAttrPointwiseAxis == CUDNN_ATTR_POINTWISE_AXIS);
+static_assert(cudnn::kAttrOperationPointwisePwDescriptor ==
+              CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR);
+static_assert(cudnn::kAttrOperationPointwiseX ==
+              CUDNN_ATTR_OPERATION_POINTWISE_XDESC);
+static_assert(cudnn::kAttrOperationPointwiseB ==
+              CUDNN_ATTR_OPERATION_POINTWISE_BDESC);
+static_assert(cudnn::kAttrOperationPointwiseY ==
+              CUDNN_ATTR_OPERATION_POINTWISE_YDESC);
+static_assert(cudnn::kAttrOperationPointwiseAlpha1 ==
+              CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1);
+static_assert(cudnn::kAttrOperationPointwiseAlpha2 ==
+              CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2);
+static_assert(cudnn::kAttrOperationPointwiseT ==
+              CUDNN_ATTR_OPERATION_POINTWISE_TDESC);
+static_assert(cudnn::kAttrMatmulCompType == CUDNN_ATTR_MATMUL_COMP_TYPE);
+static_assert(cudnn::kAttrOperationMatmulA ==
+              CUDNN_ATTR_OPERATION_MATMUL_ADESC);
+static_assert(cudnn::kAttrOperationMatmulB ==
+              CUDNN_ATTR_OPERATION_MATMUL_BDESC);
+static_assert(cudnn::kAttrOperationMatmulC ==
+              CUDNN_ATTR_OPERATION_MATMUL_CDESC);
+static_assert(cudnn::kAttrOperationMatmulDesc ==
+              CUDNN_ATTR_OPERATION_MATMUL_DESC);
+static_assert(cudnn::kAttrReductionOperator == CUDNN_ATTR_REDUCTION_OPERATOR);
+static_assert(cudnn::kAttrReductionCompType == CUDNN_ATTR_REDUCTION_COMP_TYPE);
+static_assert(cudnn::kAttrOperationReductionX ==
+              CUDNN_ATTR_OPERATION_REDUCTION_XDESC);
+static_assert(cudnn::kAttrOperationReductionY ==
+              CUDNN_ATTR_OPERATION_REDUCTION_YDESC);
+static_assert(cudnn::kAttrOperationReductionDesc ==
+              CUDNN_ATTR_OPERATION_REDUCTION_DESC);
+static_assert(cudnn::kAttrOperationReshapeX ==
+              CUDNN_ATTR_OPERATION_RESHAPE_XDESC);
+static_assert(cudnn::kAttrOperationReshapeY ==
+              CUDNN_ATTR_OPERATION_RESHAPE_YDESC);
 static_assert(sizeof(cudnnBackendAttributeName_t) == sizeof(int));
 static_assert(sizeof(cudnnBackendNumericalNote_t) == sizeof(int));
 static_assert(sizeof(cudnnDataType_t) == sizeof(int));

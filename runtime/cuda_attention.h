@@ -1,0 +1,122 @@
+// Fused scaled-dot-product attention on CUDA through cuDNN's backend
+// (graph) API, forward and backward, as PyTorch's cuDNN attention and
+// cuDNN's frontend build it: one operation graph per direction that cuDNN
+// matches to its fused flash-attention engines (the scores are never
+// written to memory). cuDNN is loaded at run time (runtime/cudnn_graph.h);
+// a machine without it fails such an artifact with FAILED_PRECONDITION.
+//
+//   absl::StatusOr<std::unique_ptr<CudaAttention>> a = CudaAttention::Create();
+//   absl::StatusOr<CudaAttention::Prepared> p = (*a)->Prepare(
+//       step, CudaAttention::Direction::kForward, DType::kBFloat16, dims,
+//       /*causal=*/true, /*scale=*/0.125f);
+//   ... allocate p->workspace_bytes ...
+//   (*a)->Run(*p, {q, k, v, out, stats}, workspace, stream);
+//
+// Semantics, with every tensor contiguous (row-major) and of `dtype`
+// except stats (float32):
+//   q [B, H, Sq, D], k [B, H, Skv, D], v [B, H, Skv, Dv]
+//   s = scale * q @ k^T, masked to -inf where the key is after the query
+//       (causal: column j > row i, PyTorch's is_causal), in float32
+//   stats [B, H, Sq] = logsumexp(s) over the keys (natural log)
+//   out [B, H, Sq, Dv] = softmax(s) @ v, the probabilities rounded to
+//       `dtype` before the product, accumulating in float32
+// Backward takes q, k, v, out, stats and grad_out and writes grad_q,
+// grad_k, grad_v (the products accumulate in float32; grad_q through a
+// float32 buffer in the workspace).
+//
+// cuDNN's fused engines take float16 and bfloat16, head dims that are
+// multiples of 8 up to 128 (256 on newer versions and GPUs); Prepare says
+// UNIMPLEMENTED where cuDNN has no engine for a case.
+//
+// Thread-safety: as CudaConv (runtime/cuda_cudnn.h): any thread; the
+// context's cuDNN handle is shared with its convolutions and Run serializes
+// enqueueing on it.
+#ifndef KILN_RUNTIME_CUDA_ATTENTION_H_
+#define KILN_RUNTIME_CUDA_ATTENTION_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "graph/dtype.h"
+#include "runtime/cuda_driver.h"
+
+namespace kiln {
+
+class CudnnLibrary;
+struct CudnnHandle;
+
+// The sizes of one attention call.
+struct AttentionDims {
+  int64_t batch = 0, heads = 0, s_q = 0, s_kv = 0, d_qk = 0, d_v = 0;
+};
+
+class CudaAttention {
+ public:
+  // Loads cuDNN (once per process) and takes `context`'s cuDNN handle
+  // (shared with the context's convolutions), or with a null context a
+  // handle of its own. Call with that context current. Errors:
+  // FAILED_PRECONDITION when cuDNN cannot be loaded; INTERNAL for a failed
+  // handle.
+  static absl::StatusOr<std::unique_ptr<CudaAttention>> Create(
+      cuda::Context context = nullptr);
+
+  enum class Direction { kForward, kBackward };
+  // The buffers Run takes, in order.
+  static constexpr int kForwardBuffers = 5;   // q k v out stats
+  static constexpr int kBackwardBuffers = 9;  // q k v out stats grad_out
+                                              // grad_q grad_k grad_v
+
+  struct Plan;
+  // A call ready to run: its plan and the workspace it needs.
+  struct Prepared {
+    std::shared_ptr<const Plan> plan;
+    size_t workspace_bytes = 0;
+  };
+
+  // The execution plan for extern step `step` (the cache key, with the
+  // rest of the arguments), made and cached on the first call for a shape.
+  // Errors: INVALID_ARGUMENT for an empty or inconsistent shape or a dtype
+  // other than float16/bfloat16; UNIMPLEMENTED when cuDNN has no engine
+  // for the case (with the first rejection); INTERNAL for a cuDNN failure.
+  absl::StatusOr<Prepared> Prepare(int step, Direction direction, DType dtype,
+                                   const AttentionDims& dims, bool causal,
+                                   float scale) const;
+
+  // Enqueues the call on `stream`. `buffers` are kForwardBuffers or
+  // kBackwardBuffers device addresses (16-byte aligned) in the order
+  // above; `workspace` holds at least prepared.workspace_bytes (256-byte
+  // aligned). Errors: INVALID_ARGUMENT for the wrong number of buffers;
+  // INTERNAL for a cuDNN failure.
+  absl::Status Run(const Prepared& prepared,
+                   absl::Span<const cuda::DevicePtr> buffers,
+                   cuda::DevicePtr workspace, cuda::Stream stream) const;
+
+  // The library that was loaded (its path or soname) and its version.
+  const std::string& library() const;
+  size_t version() const;
+
+  ~CudaAttention();
+  CudaAttention(const CudaAttention&) = delete;
+  CudaAttention& operator=(const CudaAttention&) = delete;
+
+ private:
+  CudaAttention(const CudnnLibrary* lib, std::shared_ptr<CudnnHandle> handle)
+      : lib_(lib), handle_(std::move(handle)) {}
+
+  const CudnnLibrary* lib_;
+  std::shared_ptr<CudnnHandle> handle_;
+  mutable absl::Mutex mu_;
+  mutable absl::flat_hash_map<std::string, std::shared_ptr<const Plan>> plans_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kiln
+
+#endif  // KILN_RUNTIME_CUDA_ATTENTION_H_

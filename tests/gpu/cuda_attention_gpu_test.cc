@@ -1,0 +1,243 @@
+// runtime/cuda_attention.h on a real GPU: cuDNN's fused attention, forward
+// and backward, causal or not, float16 and bfloat16, against a float64
+// reference computed from the same (rounded) inputs. Skipped without a GPU
+// or without cuDNN, with the reason.
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "graph/host_tensor.h"
+#include "gtest/gtest.h"
+#include "runtime/cuda_attention.h"
+#include "tests/gpu/gpu_util.h"
+
+namespace kiln::testing {
+namespace {
+
+using gpu_testing::Gpu;
+
+// Random values in [-1, 1) of `dtype`, rounded as the device reads them.
+HostTensor Random(DType dtype, std::vector<int64_t> sizes, std::mt19937& rng) {
+  HostTensor t = HostTensor::Empty(dtype, std::move(sizes));
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (int64_t i = 0; i < t.numel(); ++i) t.SetDoubleAt(i, u(rng));
+  return t;
+}
+
+struct Device {
+  const Gpu* gpu;
+  std::vector<cuda::DeviceMemory> owned;
+
+  cuda::DevicePtr Alloc(size_t bytes) {
+    auto mem = cuda::DeviceMemory::Allocate(*gpu->driver, gpu->context->get(),
+                                            std::max<size_t>(bytes, 256));
+    EXPECT_TRUE(mem.ok()) << mem.status();
+    owned.push_back(*std::move(mem));
+    return owned.back().get();
+  }
+  cuda::DevicePtr Upload(const HostTensor& t) {
+    const size_t bytes = t.numel() * DTypeSize(t.dtype());
+    const cuda::DevicePtr p = Alloc(bytes);
+    EXPECT_TRUE(
+        gpu->driver
+            ->Check(gpu->driver->api().cuMemcpyHtoD_v2(p, t.data(), bytes),
+                    "cuMemcpyHtoD")
+            .ok());
+    return p;
+  }
+  HostTensor Download(cuda::DevicePtr p, DType dtype,
+                      std::vector<int64_t> sizes) {
+    HostTensor h = HostTensor::Empty(dtype, std::move(sizes));
+    EXPECT_TRUE(
+        gpu->driver
+            ->Check(gpu->driver->api().cuCtxSynchronize(), "cuCtxSynchronize")
+            .ok());
+    EXPECT_TRUE(gpu->driver
+                    ->Check(gpu->driver->api().cuMemcpyDtoH_v2(
+                                h.data(), p, h.numel() * DTypeSize(dtype)),
+                            "cuMemcpyDtoH")
+                    .ok());
+    return h;
+  }
+};
+
+// The float64 reference of one (batch, head): scores, probabilities, out,
+// logsumexp and the three gradients.
+struct Reference {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+Reference Attend(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                 const HostTensor& dout, const AttentionDims& d, bool causal,
+                 double scale) {
+  Reference r;
+  const int64_t bh = d.batch * d.heads;
+  r.out.assign(bh * d.s_q * d.d_v, 0);
+  r.lse.assign(bh * d.s_q, 0);
+  r.dq.assign(bh * d.s_q * d.d_qk, 0);
+  r.dk.assign(bh * d.s_kv * d.d_qk, 0);
+  r.dv.assign(bh * d.s_kv * d.d_v, 0);
+  std::vector<double> p(d.s_q * d.s_kv), dp(d.s_q * d.s_kv);
+  for (int64_t n = 0; n < bh; ++n) {
+    auto Q = [&](int64_t i, int64_t e) {
+      return q.GetDoubleAt((n * d.s_q + i) * d.d_qk + e);
+    };
+    auto K = [&](int64_t j, int64_t e) {
+      return k.GetDoubleAt((n * d.s_kv + j) * d.d_qk + e);
+    };
+    auto V = [&](int64_t j, int64_t e) {
+      return v.GetDoubleAt((n * d.s_kv + j) * d.d_v + e);
+    };
+    auto DO = [&](int64_t i, int64_t e) {
+      return dout.GetDoubleAt((n * d.s_q + i) * d.d_v + e);
+    };
+    for (int64_t i = 0; i < d.s_q; ++i) {
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < d.s_kv; ++j) {
+        double s = 0;
+        for (int64_t e = 0; e < d.d_qk; ++e) s += Q(i, e) * K(j, e);
+        s = causal && j > i ? -INFINITY : s * scale;
+        p[i * d.s_kv + j] = s;
+        mx = std::max(mx, s);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < d.s_kv; ++j)
+        sum += p[i * d.s_kv + j] = std::exp(p[i * d.s_kv + j] - mx);
+      for (int64_t j = 0; j < d.s_kv; ++j) p[i * d.s_kv + j] /= sum;
+      r.lse[n * d.s_q + i] = mx + std::log(sum);
+      for (int64_t e = 0; e < d.d_v; ++e) {
+        double o = 0;
+        for (int64_t j = 0; j < d.s_kv; ++j) o += p[i * d.s_kv + j] * V(j, e);
+        r.out[(n * d.s_q + i) * d.d_v + e] = o;
+      }
+    }
+    for (int64_t i = 0; i < d.s_q; ++i) {
+      double rowdot = 0;
+      for (int64_t j = 0; j < d.s_kv; ++j) {
+        double g = 0;
+        for (int64_t e = 0; e < d.d_v; ++e) g += DO(i, e) * V(j, e);
+        dp[i * d.s_kv + j] = g;
+        rowdot += g * p[i * d.s_kv + j];
+      }
+      for (int64_t j = 0; j < d.s_kv; ++j) {
+        const double pij = p[i * d.s_kv + j];
+        const double ds = pij * (dp[i * d.s_kv + j] - rowdot) * scale;
+        for (int64_t e = 0; e < d.d_v; ++e)
+          r.dv[(n * d.s_kv + j) * d.d_v + e] += pij * DO(i, e);
+        for (int64_t e = 0; e < d.d_qk; ++e) {
+          r.dq[(n * d.s_q + i) * d.d_qk + e] += ds * K(j, e);
+          r.dk[(n * d.s_kv + j) * d.d_qk + e] += ds * Q(i, e);
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// max |got - want| / max(1, max |want|).
+double Error(const HostTensor& got, const std::vector<double>& want) {
+  double err = 0, scale = 1;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::abs(got.GetDoubleAt(i) - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  return err / scale;
+}
+
+TEST(CudaGpu, CudnnAttentionMatchesReference) {
+  absl::StatusOr<Gpu*> gpu = gpu_testing::OpenGpu();
+  if (!gpu.ok()) GTEST_SKIP() << "no CUDA device: " << gpu.status();
+  auto ctx =
+      cuda::ScopedContext::Enter(*(*gpu)->driver, (*gpu)->context->get());
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  absl::StatusOr<std::unique_ptr<CudaAttention>> attention =
+      CudaAttention::Create((*gpu)->context->get());
+  if (!attention.ok()) GTEST_SKIP() << attention.status();
+  std::printf("cuDNN %zu (%s)\n", (*attention)->version(),
+              (*attention)->library().c_str());
+  struct Case {
+    AttentionDims dims;
+    bool causal;
+    DType dtype;
+  };
+  const Case cases[] = {
+      {{2, 3, 128, 128, 64, 64}, true, DType::kBFloat16},
+      {{2, 3, 128, 128, 64, 64}, false, DType::kFloat16},
+      {{1, 2, 77, 77, 64, 64}, true, DType::kFloat16},
+      {{2, 2, 100, 200, 128, 128}, false, DType::kBFloat16},
+      {{1, 4, 256, 256, 32, 32}, true, DType::kBFloat16},
+  };
+  std::mt19937 rng(7);
+  int step = 0;
+  for (const Case& c : cases) {
+    const AttentionDims& d = c.dims;
+    SCOPED_TRACE(absl::StrCat(DTypeName(c.dtype), c.causal ? " causal " : " ",
+                              d.batch, "x", d.heads, "x", d.s_q, "x", d.s_kv,
+                              "x", d.d_qk));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d.d_qk));
+    const HostTensor q =
+        Random(c.dtype, {d.batch, d.heads, d.s_q, d.d_qk}, rng);
+    const HostTensor k =
+        Random(c.dtype, {d.batch, d.heads, d.s_kv, d.d_qk}, rng);
+    const HostTensor v =
+        Random(c.dtype, {d.batch, d.heads, d.s_kv, d.d_v}, rng);
+    const HostTensor dout =
+        Random(c.dtype, {d.batch, d.heads, d.s_q, d.d_v}, rng);
+    const Reference want = Attend(q, k, v, dout, d, c.causal, scale);
+
+    Device dev{*gpu};
+    const cuda::DevicePtr dq_ = dev.Upload(q), dk_ = dev.Upload(k),
+                          dv_ = dev.Upload(v), ddo = dev.Upload(dout);
+    const size_t es = DTypeSize(c.dtype);
+    const cuda::DevicePtr out =
+        dev.Alloc(d.batch * d.heads * d.s_q * d.d_v * es);
+    const cuda::DevicePtr stats = dev.Alloc(d.batch * d.heads * d.s_q * 4);
+    absl::StatusOr<CudaAttention::Prepared> fwd =
+        (*attention)
+            ->Prepare(step++, CudaAttention::Direction::kForward, c.dtype, d,
+                      c.causal, static_cast<float>(scale));
+    ASSERT_TRUE(fwd.ok()) << fwd.status();
+    const cuda::DevicePtr ws = dev.Alloc(fwd->workspace_bytes);
+    absl::Status run =
+        (*attention)->Run(*fwd, {dq_, dk_, dv_, out, stats}, ws, nullptr);
+    ASSERT_TRUE(run.ok()) << run;
+    const HostTensor got_out =
+        dev.Download(out, c.dtype, {d.batch, d.heads, d.s_q, d.d_v});
+    const HostTensor got_lse =
+        dev.Download(stats, DType::kFloat32, {d.batch, d.heads, d.s_q});
+    const double tol = c.dtype == DType::kBFloat16 ? 2e-2 : 4e-3;
+    EXPECT_LT(Error(got_out, want.out), tol);
+    EXPECT_LT(Error(got_lse, want.lse), 1e-3);
+
+    absl::StatusOr<CudaAttention::Prepared> bwd =
+        (*attention)
+            ->Prepare(step++, CudaAttention::Direction::kBackward, c.dtype, d,
+                      c.causal, static_cast<float>(scale));
+    ASSERT_TRUE(bwd.ok()) << bwd.status();
+    const cuda::DevicePtr bws = dev.Alloc(bwd->workspace_bytes);
+    const cuda::DevicePtr gq = dev.Alloc(q.numel() * es),
+                          gk = dev.Alloc(k.numel() * es),
+                          gv = dev.Alloc(v.numel() * es);
+    run = (*attention)
+              ->Run(*bwd, {dq_, dk_, dv_, out, stats, ddo, gq, gk, gv}, bws,
+                    nullptr);
+    ASSERT_TRUE(run.ok()) << run;
+    const double gtol = c.dtype == DType::kBFloat16 ? 3e-2 : 8e-3;
+    EXPECT_LT(Error(dev.Download(gq, c.dtype, q.sizes()), want.dq), gtol);
+    EXPECT_LT(Error(dev.Download(gk, c.dtype, k.sizes()), want.dk), gtol);
+    EXPECT_LT(Error(dev.Download(gv, c.dtype, v.sizes()), want.dv), gtol);
+    std::printf("%s%s %lldx%lldx%lldx%lldx%lld: out %.2e lse %.2e dq %.2e\n",
+                std::string(DTypeName(c.dtype)).c_str(),
+                c.causal ? " causal" : "", static_cast<long long>(d.batch),
+                static_cast<long long>(d.heads), static_cast<long long>(d.s_q),
+                static_cast<long long>(d.s_kv), static_cast<long long>(d.d_qk),
+                Error(got_out, want.out), Error(got_lse, want.lse),
+                Error(dev.Download(gq, c.dtype, q.sizes()), want.dq));
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing
