@@ -125,6 +125,29 @@ v1::ExternCall ConvCallStep(const ConvCall& conv,
   return call;
 }
 
+// An attention kernel's call (cuDNN; CUDA targets only): its slots are the
+// buffers it reads, then those it writes (loop_ir.h, AttentionCall).
+v1::ExternCall AttentionCallStep(const AttentionCall& a,
+                                 const std::vector<int>& buffers,
+                                 const FusedProgram& fused) {
+  v1::ExternCall call;
+  call.set_library(v1::ExternCall::CUDNN);
+  v1::Attention* c = call.mutable_attention();
+  c->set_direction(a.backward ? v1::Attention::BACKWARD
+                              : v1::Attention::FORWARD);
+  for (int b : buffers) c->add_buffers(b);
+  *c->mutable_batch() = ToSymPoly(a.batch);
+  *c->mutable_heads() = ToSymPoly(a.heads);
+  *c->mutable_s_q() = ToSymPoly(a.s_q);
+  *c->mutable_s_kv() = ToSymPoly(a.s_kv);
+  *c->mutable_d_qk() = ToSymPoly(a.d_qk);
+  *c->mutable_d_v() = ToSymPoly(a.d_v);
+  c->set_causal(a.causal);
+  c->set_scale(static_cast<float>(a.scale));
+  c->set_dtype(WireDType(fused.buffers[buffers[0]].dtype));
+  return call;
+}
+
 // A generated kernel's launch.
 void AddLaunch(const Kernel& kernel, const GpuKernelPlan* gpu_plan,
                v1::Program& program) {
@@ -189,7 +212,10 @@ v1::Program BuildProgram(const FusedProgram& fused,
         allocated[b] = true;
       }
     }
-    if (kernel.conv) {
+    if (kernel.attention) {
+      *program.add_steps()->mutable_call() =
+          AttentionCallStep(*kernel.attention, kernel.buffers, fused);
+    } else if (kernel.conv) {
       *program.add_steps()->mutable_call() =
           ConvCallStep(*kernel.conv, kernel.buffers, fused, gpu_plans.empty());
     } else if (kernel.is_extern()) {

@@ -207,6 +207,7 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   lower_options.deterministic_convolutions =
       request.options.deterministic_convolutions();
   lower_options.cudnn_benchmark = cuda && request.options.cudnn_benchmark();
+  lower_options.library_attention = cuda;
   lower_options.atomic_scatters = cuda;
   lower_options.reduction_cumsum = cuda || env.reduction_cumsum_on_cpu;
   lower_options.deterministic_scatters =

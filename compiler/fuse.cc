@@ -59,7 +59,8 @@ class Fuser {
       if (node.kind == LoopNode::Kind::kReduction) {
         AddReduction(static_cast<int>(n));
       } else if (node.kind == LoopNode::Kind::kExtern) {
-        AddExtern(static_cast<int>(n));
+        // A result another node's call writes is no call of its own.
+        if (node.extern_owner < 0) AddExtern(static_cast<int>(n));
       } else if (node.kind == LoopNode::Kind::kScatter) {
         AddScatter(static_cast<int>(n));
       } else {
@@ -86,6 +87,10 @@ class Fuser {
         for (int m : ir::LoadsOf(e)) stack.push_back(m);
       }
       for (int m : g_.nodes[n].extern_inputs) stack.push_back(m);
+      // A call writes all of its results, and runs for any one of them.
+      for (int m : g_.nodes[n].extern_outputs) stack.push_back(m);
+      if (g_.nodes[n].extern_owner >= 0)
+        stack.push_back(g_.nodes[n].extern_owner);
     }
     extern_input_.assign(g_.nodes.size(), false);
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
@@ -149,6 +154,7 @@ class Fuser {
     k.kernel.name = absl::StrCat("kiln_k", kernels_.size());
     k.kernel.gemm = g_.nodes[n].gemm;
     k.kernel.conv = g_.nodes[n].conv;
+    k.kernel.attention = g_.nodes[n].attention;
     extern_nodes_.push_back({static_cast<int>(kernels_.size()), n});
     kernels_.push_back(std::move(k));
   }
@@ -592,7 +598,10 @@ class Fuser {
     std::vector<int> temp_nodes;
     for (const PendingStore& ps : pending_stores_)
       temp_nodes.push_back(ps.node);
-    for (const auto& [kernel, node] : extern_nodes_) temp_nodes.push_back(node);
+    for (const auto& [kernel, node] : extern_nodes_) {
+      temp_nodes.push_back(node);
+      for (int m : g_.nodes[node].extern_outputs) temp_nodes.push_back(m);
+    }
     for (int n : temp_nodes) {
       if (buffer_of.contains(n)) continue;
       const LoopNode& node = g_.nodes[n];
@@ -607,6 +616,13 @@ class Fuser {
     for (const auto& [kernel, n] : extern_nodes_) {
       const LoopNode& node = g_.nodes[n];
       std::vector<int>& buffers = kernels_[kernel].kernel.buffers;
+      if (node.attention) {
+        buffers.clear();
+        for (int m : node.extern_inputs) buffers.push_back(buffer_of.at(m));
+        buffers.push_back(buffer_of.at(n));
+        for (int m : node.extern_outputs) buffers.push_back(buffer_of.at(m));
+        continue;
+      }
       buffers = {buffer_of.at(node.extern_inputs[0]),
                  buffer_of.at(node.extern_inputs[1]), buffer_of.at(n)};
       if (node.gemm && EpilogueHasBias(node.gemm->epilogue))

@@ -1045,6 +1045,16 @@ std::string ConvString(const ConvCall& c,
   if (c.deterministic) absl::StrAppend(&out, " deterministic");
   return out;
 }
+// "attention forward|backward [B, H, L, S] dims E, Ev[ causal] scale s".
+std::string AttentionString(const AttentionCall& a,
+                            const std::vector<std::string>& names) {
+  return absl::StrCat("attention ", a.backward ? "backward " : "forward ",
+                      SizesString({a.batch, a.heads, a.s_q, a.s_kv}, names),
+                      " dims ", a.d_qk.ToString(names), ", ",
+                      a.d_v.ToString(names), a.causal ? " causal" : "",
+                      " scale ", a.scale);
+}
+
 const char* ReduceName(ReduceKind k) {
   switch (k) {
     case ReduceKind::kSum:
@@ -1120,6 +1130,17 @@ std::string LoopGraph::ToString() const {
         break;
       }
       case LoopNode::Kind::kExtern: {
+        if (node.extern_owner >= 0) {
+          absl::StrAppend(&out, " = written by %", node.extern_owner);
+          break;
+        }
+        if (node.attention) {
+          absl::StrAppend(
+              &out, " = ", AttentionString(*node.attention, symbol_names),
+              " of %", absl::StrJoin(node.extern_inputs, ", %"),
+              " also writing %", absl::StrJoin(node.extern_outputs, ", %"));
+          break;
+        }
         if (node.conv) {
           absl::StrAppend(&out, " = ", ConvString(*node.conv, symbol_names),
                           " of %", node.extern_inputs[0], ", %",
@@ -1164,6 +1185,10 @@ std::string Kernel::ToString(const std::vector<std::string>& names) const {
   std::string out = absl::StrCat("kernel ", name, " buffers [",
                                  absl::StrJoin(buffers, ", "), "]\n");
   if (conv) absl::StrAppend(&out, "  extern ", ConvString(*conv, names), "\n");
+  if (attention) {
+    absl::StrAppend(&out, "  extern ", AttentionString(*attention, names),
+                    "\n");
+  }
   if (gemm) {
     absl::StrAppend(&out, "  extern gemm batch ", gemm->batch.ToString(names),
                     " m ", gemm->m.ToString(names), " n ",

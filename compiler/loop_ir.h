@@ -312,6 +312,20 @@ struct ConvCall {
   bool benchmark = false;
 };
 
+// Fused attention computed by a library (cuDNN; issue 16), with the
+// semantics of runtime/cuda_attention.h over contiguous tensors
+// q [B, H, L, E], k [B, H, S, E], v [B, H, S, Ev] of one dtype:
+//   forward   extern_inputs q, k, v; the node's value is out
+//             [B, H, L, Ev], extern_outputs[0] the float32 lse [B, H, L]
+//   backward  extern_inputs q, k, v, out, lse, grad_out; the node's value
+//             is grad_q, extern_outputs grad_k and grad_v
+struct AttentionCall {
+  bool backward = false;
+  SymExpr batch{0}, heads{0}, s_q{0}, s_kv{0}, d_qk{0}, d_v{0};
+  bool causal = false;
+  double scale = 1;
+};
+
 struct LoopNode {
   // kExtern: the node's value (contiguous) is computed by a library call,
   // `gemm` over the nodes extern_inputs (A, B[, bias]) or `conv` over
@@ -376,7 +390,13 @@ struct LoopNode {
   // kExtern
   std::optional<GemmCall> gemm;
   std::optional<ConvCall> conv;
+  std::optional<AttentionCall> attention;
   std::vector<int> extern_inputs;  // loop nodes, realized: A, B[, bias]
+  // The other results a call writes (attention's): kExtern nodes of their
+  // own with no call, whose extern_owner is this node. They follow it in
+  // the graph, so that their readers follow the call.
+  std::vector<int> extern_outputs;
+  int extern_owner = -1;
 
   // kPointwise: what a library call could compute in its epilogue instead
   // (set by the lowerings of addmm's bias add, relu and tanh-gelu; read by
@@ -475,9 +495,14 @@ struct Kernel {
   // slots 0, 1, 2 are A, B and C (possibly the same buffer twice), 3 the
   // bias when the epilogue has one. A convolution: slots 0 and 1 its
   // operands, 2 the tensor it writes (ConvCall).
+  // Attention: slots are its extern_inputs, then the tensors it writes
+  // (the node's value, then its extern_outputs; AttentionCall).
   std::optional<GemmCall> gemm;
   std::optional<ConvCall> conv;
-  bool is_extern() const { return gemm.has_value() || conv.has_value(); }
+  std::optional<AttentionCall> attention;
+  bool is_extern() const {
+    return gemm.has_value() || conv.has_value() || attention.has_value();
+  }
   // A scatter's kernel: one Stage::kScatterAdd or kScatterStore.
   bool is_scatter() const {
     return !stages.empty() && (stages[0].kind == Stage::Kind::kScatterAdd ||

@@ -64,6 +64,10 @@ struct LowerOptions {
   // Convolution extern calls choose their algorithm by timing
   // (Convolution.benchmark; CUDA).
   bool cudnn_benchmark = false;
+  // kiln.attention in float16/bfloat16 is one library call (AttentionCall:
+  // cuDNN's fused attention on CUDA) rather than GEMMs around a softmax;
+  // its backward too unless deterministic_gemms asks for repeatable sums.
+  bool library_attention = false;
   // Accumulating scatters (LoopNode::kScatter) add every source position
   // in parallel, atomically (CUDA: the order of the additions is not
   // deterministic), rather than walking the source dims that are not a

@@ -19,6 +19,7 @@ const OpLowerings& OpLowerings::Get() {
     RegisterNormLowerings(*table);
     RegisterPoolingLowerings(*table);
     RegisterConvLowerings(*table);
+    RegisterAttentionLowerings(*table);
     RegisterGatherScatterLowerings(*table);
     RegisterRandomLowerings(*table);
     RegisterSortLowerings(*table);

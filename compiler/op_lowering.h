@@ -43,6 +43,7 @@ void RegisterMatmulLowerings(OpLowerings& table);
 void RegisterNormLowerings(OpLowerings& table);
 void RegisterPoolingLowerings(OpLowerings& table);
 void RegisterConvLowerings(OpLowerings& table);
+void RegisterAttentionLowerings(OpLowerings& table);
 void RegisterGatherScatterLowerings(OpLowerings& table);
 void RegisterRandomLowerings(OpLowerings& table);
 void RegisterSortLowerings(OpLowerings& table);

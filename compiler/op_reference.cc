@@ -19,6 +19,7 @@ const OpReferences& OpReferences::Get() {
     RegisterNormReferences(*table);
     RegisterPoolingReferences(*table);
     RegisterConvReferences(*table);
+    RegisterAttentionReferences(*table);
     RegisterGatherScatterReferences(*table);
     RegisterRandomReferences(*table);
     RegisterSortReferences(*table);

@@ -57,6 +57,7 @@ void RegisterMatmulReferences(OpReferences& table);
 void RegisterNormReferences(OpReferences& table);
 void RegisterPoolingReferences(OpReferences& table);
 void RegisterConvReferences(OpReferences& table);
+void RegisterAttentionReferences(OpReferences& table);
 void RegisterGatherScatterReferences(OpReferences& table);
 void RegisterRandomReferences(OpReferences& table);
 void RegisterSortReferences(OpReferences& table);

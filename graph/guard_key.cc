@@ -621,10 +621,13 @@ v1::CompileOptions NormalizeOptions(const v1::CompileOptions& options,
     products |= n.op->name == "aten.mm.default" ||
                 n.op->name == "aten.addmm.default" ||
                 n.op->name == "aten.bmm.default" ||
-                n.op->name == "aten.baddbmm.default";
+                n.op->name == "aten.baddbmm.default" ||
+                n.op->name == "kiln.attention.default" ||
+                n.op->name == "kiln.attention_backward.default";
   }
-  // On CUDA: accumulating scatters run eagerly, and cuBLASLt calls take the
-  // heuristic's algorithm rather than a timed one.
+  // On CUDA: accumulating scatters run eagerly, cuBLASLt calls take the
+  // heuristic's algorithm rather than a timed one, and attention's backward
+  // is GEMMs rather than cuDNN's fused (atomically summed) kernel.
   if (!target.has_cuda() || !(scatters || products))
     normalized.clear_deterministic_algorithms();
   if (!target.has_cuda() || !convolutions) {

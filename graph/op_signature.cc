@@ -37,6 +37,7 @@ const OpSignatures& OpSignatures::Get() {
     RegisterNormSignatures(*table);
     RegisterPoolingSignatures(*table);
     RegisterConvSignatures(*table);
+    RegisterAttentionSignatures(*table);
     RegisterGatherScatterSignatures(*table);
     RegisterRandomSignatures(*table);
     RegisterSortSignatures(*table);

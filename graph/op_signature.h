@@ -155,6 +155,7 @@ void RegisterMatmulSignatures(OpSignatures& table);
 void RegisterNormSignatures(OpSignatures& table);
 void RegisterPoolingSignatures(OpSignatures& table);
 void RegisterConvSignatures(OpSignatures& table);
+void RegisterAttentionSignatures(OpSignatures& table);
 void RegisterGatherScatterSignatures(OpSignatures& table);
 void RegisterRandomSignatures(OpSignatures& table);
 void RegisterSortSignatures(OpSignatures& table);

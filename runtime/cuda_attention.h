@@ -46,16 +46,12 @@
 #include "absl/types/span.h"
 #include "graph/dtype.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/program_plan.h"
 
 namespace kiln {
 
 class CudnnLibrary;
 struct CudnnHandle;
-
-// The sizes of one attention call.
-struct AttentionDims {
-  int64_t batch = 0, heads = 0, s_q = 0, s_kv = 0, d_qk = 0, d_v = 0;
-};
 
 class CudaAttention {
  public:

@@ -150,6 +150,7 @@ absl::StatusOr<std::unique_ptr<CudaExecutable>> CudaExecutable::Load(
                         {DType::kFloat16, DType::kFloat32},
                         {DType::kBFloat16, DType::kFloat32}};
   limits.conv_library = v1::ExternCall::CUDNN;
+  limits.attention = true;
   limits.conv_dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   // Each allocation is a call into the caller's allocator (PyTorch's:
   // a few microseconds through Python); statistics, partial sums and
@@ -249,12 +250,13 @@ absl::Status CudaExecutable::LoadModule(const CudaLoadOptions& options) {
     }
   }
 
-  bool gemms = false, convs = false;
+  bool gemms = false, convs = false, attention = false;
   for (const ProgramPlan::Extern& e : plan_.externs) {
     gemms |= e.gemm != nullptr;
     convs |= e.conv != nullptr;
+    attention |= e.attention != nullptr;
   }
-  if (gemms || convs) {
+  if (gemms || convs || attention) {
     // The handles are made with the executable's context current.
     absl::StatusOr<cuda::ScopedContext> scope =
         cuda::ScopedContext::Enter(*driver_, context_->get());
@@ -271,6 +273,12 @@ absl::Status CudaExecutable::LoadModule(const CudaLoadOptions& options) {
           CudaConv::Create(context_->get());
       if (!conv.ok()) return conv.status();
       conv_ = *std::move(conv);
+    }
+    if (attention) {
+      absl::StatusOr<std::unique_ptr<CudaAttention>> a =
+          CudaAttention::Create(context_->get());
+      if (!a.ok()) return a.status();
+      attention_ = *std::move(a);
     }
   }
 
@@ -346,6 +354,34 @@ absl::Status CudaExecutable::RunConv(int step, const ProgramPlan::Extern& e,
   }
   return conv_->Run(*prepared, buffers[e.a], buffers[e.b], buffers[e.c],
                     workspace.get(), stream);
+}
+
+absl::Status CudaExecutable::RunAttention(
+    int step, const ProgramPlan::Extern& e, absl::Span<const int64_t> symbols,
+    absl::Span<const int64_t> elements,
+    absl::Span<const cuda::DevicePtr> buffers, cuda::Stream stream) const {
+  const v1::Attention& a = *e.attention;
+  absl::StatusOr<AttentionDims> dims = EvaluateAttention(a, symbols, elements);
+  if (!dims.ok()) return dims.status();
+  const bool forward = a.direction() == v1::Attention::FORWARD;
+  absl::StatusOr<CudaAttention::Prepared> prepared =
+      attention_->Prepare(step,
+                          forward ? CudaAttention::Direction::kForward
+                                  : CudaAttention::Direction::kBackward,
+                          e.dtype, *dims, a.causal(), a.scale());
+  if (!prepared.ok()) return prepared.status();
+  DeviceAllocation workspace;
+  if (prepared->workspace_bytes > 0) {
+    absl::StatusOr<DeviceAllocation> w = DeviceAllocation::Allocate(
+        allocator_, prepared->workspace_bytes, stream);
+    if (!w.ok()) return w.status();
+    workspace = *std::move(w);
+  }
+  // The artifact lists the reads, then the writes (artifact.proto); the
+  // runtime's order puts grad_out before the gradients already.
+  absl::InlinedVector<cuda::DevicePtr, 9> pointers;
+  for (int b : a.buffers()) pointers.push_back(buffers[b]);
+  return attention_->Run(*prepared, pointers, workspace.get(), stream);
 }
 
 absl::Status CudaExecutable::CheckGuards(
@@ -540,6 +576,14 @@ absl::Status CudaExecutable::Execute(
         if (e.conv != nullptr) {
           if (absl::Status s =
                   RunConv(step.index, e, symbols, elements, buffers, stream);
+              !s.ok()) {
+            return s;
+          }
+          break;
+        }
+        if (e.attention != nullptr) {
+          if (absl::Status s = RunAttention(step.index, e, symbols, elements,
+                                            buffers, stream);
               !s.ok()) {
             return s;
           }

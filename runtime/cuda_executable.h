@@ -32,13 +32,14 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "graph/dtype.h"
+#include "kiln/v1/artifact.pb.h"
+#include "runtime/cuda_attention.h"
 #include "runtime/cuda_blaslt.h"
 #include "runtime/cuda_cudnn.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device_allocator.h"
 #include "runtime/program_plan.h"
-#include "graph/dtype.h"
-#include "kiln/v1/artifact.pb.h"
 
 namespace kiln {
 
@@ -217,13 +218,21 @@ class CudaExecutable {
                        absl::Span<const int64_t> elements,
                        absl::Span<const cuda::DevicePtr> buffers,
                        cuda::Stream stream) const;
+  // Attention extern step `step` (plan_.externs[step] is `e`), as RunConv:
+  // cuDNN's fused attention with a workspace from the allocator.
+  absl::Status RunAttention(int step, const ProgramPlan::Extern& e,
+                            absl::Span<const int64_t> symbols,
+                            absl::Span<const int64_t> elements,
+                            absl::Span<const cuda::DevicePtr> buffers,
+                            cuda::Stream stream) const;
   // cuBLASLt and cuDNN for the extern calls (null when the program makes
-  // no GEMM, no convolution).
+  // no GEMM, no convolution, no attention).
   // The GEMM object (handle, plans, timed choices) is the context's, shared
   // by every executable on it (runtime/per_context.h); the convolutions'
   // plans are this executable's, over the context's shared cuDNN handle.
   std::shared_ptr<CudaGemm> gemm_;
   std::unique_ptr<CudaConv> conv_;
+  std::unique_ptr<CudaAttention> attention_;
 };
 
 }  // namespace kiln

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <string_view>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -160,6 +161,69 @@ absl::StatusOr<ProgramPlan::Extern> PlanConv(
   return e;
 }
 
+// Checks attention step `where` against the buffers and the runtime; its
+// sizes are checked at run time (EvaluateAttention).
+absl::StatusOr<ProgramPlan::Extern> PlanAttention(
+    const v1::ExternCall& call, const std::string& where, int num_symbols,
+    const ProgramPlan& plan, const std::vector<bool>& allocated,
+    const LaunchLimits& limits, const v1::Program& program) {
+  const v1::Attention& a = call.attention();
+  if (!limits.attention || call.library() != v1::ExternCall::CUDNN) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "artifact: ", where, " calls ", LibraryName(call.library()),
+        " for fused attention, which this runtime does not run"));
+  }
+  if (!v1::Attention::Direction_IsValid(a.direction())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "artifact: ", where, " has an unknown direction ", a.direction()));
+  }
+  const bool forward = a.direction() == v1::Attention::FORWARD;
+  const std::optional<DType> dtype = DTypeFromWire(a.dtype());
+  if (!dtype || (*dtype != DType::kFloat16 && *dtype != DType::kBFloat16)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: ", where, " attends in ",
+                     dtype ? DTypeName(*dtype) : "an unknown dtype",
+                     " (float16 or bfloat16 only)"));
+  }
+  static const char* const kForward[] = {"q", "k", "v", "out", "lse"};
+  static const char* const kBackward[] = {
+      "q", "k", "v", "out", "lse", "grad_out", "grad_q", "grad_k", "grad_v"};
+  const int count = forward ? 5 : 9;
+  const int reads = forward ? 3 : 6;
+  if (a.buffers_size() != count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: ", where, " passes ", a.buffers_size(),
+                     " buffers to attention; it takes ", count));
+  }
+  for (const v1::SymPoly* p :
+       {&a.batch(), &a.heads(), &a.s_q(), &a.s_kv(), &a.d_qk(), &a.d_v()}) {
+    if (absl::Status s = CheckPoly(*p, num_symbols, where); !s.ok()) return s;
+  }
+  ProgramPlan::Extern e;
+  e.attention = &a;
+  e.dtype = e.compute_dtype = e.c_dtype = *dtype;
+  for (int m = 0; m < count; ++m) {
+    const char* name = forward ? kForward[m] : kBackward[m];
+    const DType want =
+        std::string_view(name) == "lse" ? DType::kFloat32 : *dtype;
+    const int b = a.buffers(m);
+    if (absl::Status s = CheckExternBuffer(b, name, name, want, where, plan,
+                                           allocated, program);
+        !s.ok())
+      return s;
+    if (m < reads) continue;
+    // A written tensor is no input, and no other tensor of the call.
+    bool aliased = program.buffers(b).kind() == v1::BufferSpec::INPUT;
+    for (int o = 0; o < count; ++o) aliased |= o != m && a.buffers(o) == b;
+    if (aliased) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("artifact: ", where, " writes ", name, " to buffer ", b,
+                       ", which is an input or another tensor of the call"));
+    }
+  }
+  return e;
+}
+
 // Checks extern call step `i` against the buffers (kinds, dtypes,
 // allocation state) and the runtime's library and dtypes.
 absl::StatusOr<ProgramPlan::Extern> PlanExtern(
@@ -169,6 +233,10 @@ absl::StatusOr<ProgramPlan::Extern> PlanExtern(
   const std::string where = absl::StrCat("step ", i, " (extern call)");
   if (call.has_conv()) {
     return PlanConv(call, where, num_symbols, plan, allocated, limits, program);
+  }
+  if (call.has_attention()) {
+    return PlanAttention(call, where, num_symbols, plan, allocated, limits,
+                         program);
   }
   if (limits.extern_library == v1::ExternCall::LIBRARY_UNSPECIFIED ||
       call.library() != limits.extern_library) {
@@ -439,6 +507,54 @@ absl::StatusOr<ConvDims> EvaluateConv(const v1::Convolution& conv,
     if (elements[ids[m]] < needs[m]) {
       return fail("needs ", needs[m], " elements of buffer ", ids[m],
                   ", which has ", elements[ids[m]]);
+    }
+  }
+  return d;
+}
+
+absl::StatusOr<AttentionDims> EvaluateAttention(
+    const v1::Attention& a, absl::Span<const int64_t> symbols,
+    absl::Span<const int64_t> elements) {
+  constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+  AttentionDims d;
+  const struct {
+    const char* name;
+    const v1::SymPoly* poly;
+    int64_t* out;
+  } sizes[] = {
+      {"batch", &a.batch(), &d.batch},  {"heads", &a.heads(), &d.heads},
+      {"queries", &a.s_q(), &d.s_q},    {"keys", &a.s_kv(), &d.s_kv},
+      {"head dim", &a.d_qk(), &d.d_qk}, {"value dim", &a.d_v(), &d.d_v}};
+  for (const auto& s : sizes) {
+    *s.out = EvaluateSymPoly(*s.poly, symbols);
+    if (*s.out < 1 || *s.out > kMaxInt) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("artifact: attention's ", s.name, " is ", *s.out,
+                       " (1 to 2^31 - 1 allowed)"));
+    }
+  }
+  // Element counts (saturating: a huge one fails the buffer check).
+  auto count = [&](std::initializer_list<int64_t> dims) {
+    double c = 1;
+    for (int64_t v : dims) c *= static_cast<double>(v);
+    return c > 9e18 ? std::numeric_limits<int64_t>::max()
+                    : static_cast<int64_t>(c);
+  };
+  const int64_t q = count({d.batch, d.heads, d.s_q, d.d_qk});
+  const int64_t k = count({d.batch, d.heads, d.s_kv, d.d_qk});
+  const int64_t v = count({d.batch, d.heads, d.s_kv, d.d_v});
+  const int64_t o = count({d.batch, d.heads, d.s_q, d.d_v});
+  const int64_t lse = count({d.batch, d.heads, d.s_q});
+  std::vector<int64_t> needs = {q, k, v, o, lse};
+  if (a.direction() == v1::Attention::BACKWARD)
+    needs.insert(needs.end(), {o, q, k, v});
+  for (size_t m = 0;
+       m < needs.size() && m < static_cast<size_t>(a.buffers_size()); ++m) {
+    const int b = a.buffers(static_cast<int>(m));
+    if (elements[b] < needs[m]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("artifact: attention needs ", needs[m],
+                       " elements of buffer ", b, ", which has ", elements[b]));
     }
   }
   return d;

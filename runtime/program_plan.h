@@ -37,6 +37,7 @@ struct ProgramPlan {
   struct Extern {
     const v1::Gemm* gemm = nullptr;
     const v1::Convolution* conv = nullptr;
+    const v1::Attention* attention = nullptr;  // its buffers: attention's
     int a = 0, b = 0, c = 0;
     int bias = -1;  // the epilogue's bias vector, when it has one
     DType dtype = DType::kFloat32;          // of A, B, C and the bias
@@ -103,6 +104,8 @@ struct LaunchLimits {
   // (operands' dtype, written tensor's) of convolutions whose written
   // tensor is of another dtype (Convolution.result_dtype).
   std::vector<std::pair<DType, DType>> conv_mixed_dtypes;
+  // Whether it runs fused attention (cuDNN on GPUs, float16 and bfloat16).
+  bool attention = false;
   // Temps of a static size up to this many bytes share one allocation per
   // run (ProgramPlan::arena_offset); 0: every temp is allocated by its own
   // step.
@@ -162,6 +165,20 @@ struct ConvDims {
 absl::StatusOr<ConvDims> EvaluateConv(const v1::Convolution& conv,
                                       absl::Span<const int64_t> symbols,
                                       absl::Span<const int64_t> elements);
+
+// The sizes of an attention step (artifact.proto, Attention).
+struct AttentionDims {
+  int64_t batch = 0, heads = 0, s_q = 0, s_kv = 0, d_qk = 0, d_v = 0;
+};
+
+// Evaluates an attention step for the symbol values and checks it against
+// the buffers' element counts (`elements`, indexed by buffer id): every
+// size is at least 1 and fits a 32-bit int, and each buffer holds its
+// tensor. Errors: INVALID_ARGUMENT "artifact: ..." saying what is wrong.
+// Runtimes call it before every attention call.
+absl::StatusOr<AttentionDims> EvaluateAttention(
+    const v1::Attention& attention, absl::Span<const int64_t> symbols,
+    absl::Span<const int64_t> elements);
 
 // The status of a run whose error word (artifact.proto, IndexCheck) is
 // `word` = {site + 1, index, size}: OK when word[0] is 0, else OUT_OF_RANGE

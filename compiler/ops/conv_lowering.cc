@@ -315,27 +315,6 @@ bool UsesLibrary(const LowerContext& ctx, const ConvGeometry& g, DType dtype) {
   return true;
 }
 
-// `v` as a whole contiguous node of `dtype`, as a library reads it: its
-// own node when `v` reads all of it in order, else a copy written by a
-// Kiln kernel.
-int ContiguousNode(LowerContext& ctx, const LoweredValue& v, DType dtype) {
-  const LoopNode& node = ctx.loops().nodes[v.node];
-  bool whole = v.dtype == dtype && node.dtype == dtype &&
-               node.sizes == v.sizes && v.index.size() == v.sizes.size();
-  for (size_t d = 0; whole && d < v.index.size(); ++d) {
-    whole = v.index[d]->op == ExprOp::kVar &&
-            v.index[d]->index == static_cast<int64_t>(d);
-  }
-  if (whole && node.kind == LoopNode::Kind::kInput) {
-    const std::vector<SymExpr> contiguous = ContiguousStrides(node.sizes);
-    for (size_t d = 0; whole && d < node.sizes.size(); ++d) {
-      whole = node.sizes[d] == SymExpr(1) || node.strides[d] == contiguous[d];
-    }
-  }
-  if (whole) return v.node;
-  return ops::Materialize(ctx, v, dtype).node;
-}
-
 // The library call `direction` over the convolution x [N, C, *S], w, y
 // with `g`'s stride, padding, dilation and groups; `first` and `second`
 // are its operands in ConvCall's order (read in `dtype`), the result the
@@ -371,8 +350,8 @@ LoweredValue LibraryConv(LowerContext& ctx, ConvDirection direction,
   call.w_sizes = std::move(w_sizes);
   call.y_sizes = std::move(y_sizes);
   node.conv = std::move(call);
-  node.extern_inputs = {ContiguousNode(ctx, first, dtype),
-                        ContiguousNode(ctx, second, dtype)};
+  node.extern_inputs = {ops::ContiguousNode(ctx, first, dtype),
+                        ops::ContiguousNode(ctx, second, dtype)};
   return ctx.AddNode(std::move(node));
 }
 

@@ -91,6 +91,31 @@ LoweredValue Materialize(LowerContext& ctx, const LoweredValue& v,
   return ctx.AddNode(std::move(node));
 }
 
+int ContiguousNode(LowerContext& ctx, const LoweredValue& v, DType dtype) {
+  const LoopNode& node = ctx.loops().nodes[v.node];
+  bool whole = v.dtype == dtype && node.dtype == dtype &&
+               node.sizes == v.sizes && v.index.size() == v.sizes.size();
+  for (size_t d = 0; whole && d < v.index.size(); ++d) {
+    whole = v.index[d]->op == ExprOp::kVar &&
+            v.index[d]->index == static_cast<int64_t>(d);
+  }
+  if (whole && node.kind == LoopNode::Kind::kInput) {
+    const std::vector<SymExpr> contiguous = ContiguousStrides(node.sizes);
+    for (size_t d = 0; whole && d < node.sizes.size(); ++d) {
+      whole = node.sizes[d] == SymExpr(1) || node.strides[d] == contiguous[d];
+    }
+  }
+  if (whole) return v.node;
+  return Materialize(ctx, v, dtype).node;
+}
+
+GemmDTypes GemmDTypesFor(const LowerOptions& options, DType out) {
+  if (options.half_precision_gemm) return {out, out};
+  if (out == DType::kBFloat16 && options.bf16_operands_f32_result)
+    return {DType::kBFloat16, DType::kFloat32};
+  return {DType::kFloat32, DType::kFloat32};
+}
+
 LoweredValue AddGemm(LowerContext& ctx, const LoweredValue& x,
                      const LoweredValue& y, double alpha,
                      const std::vector<SymExpr>& sizes, DType data,

@@ -62,6 +62,19 @@ std::vector<LoweredValue> ScatterOutput(LowerContext& ctx,
 // `v` converted to `dtype` in a contiguous node of its own.
 LoweredValue Materialize(LowerContext& ctx, const LoweredValue& v, DType dtype);
 
+// `v` as a whole contiguous node of `dtype`, as a library reads it: its
+// own node when `v` reads all of it in order, else a copy written by a
+// Kiln kernel.
+int ContiguousNode(LowerContext& ctx, const LoweredValue& v, DType dtype);
+
+// The dtypes of a library GEMM's operands and of its C for a product in
+// `out` (Kiln's floating dtypes are float32, float16 and bfloat16); it
+// accumulates in float32.
+struct GemmDTypes {
+  DType operands, c;
+};
+GemmDTypes GemmDTypesFor(const LowerOptions& options, DType out);
+
 // alpha * x @ y as an extern GEMM node (loop_ir.h, GemmCall) of `sizes`
 // ([m, n], or [batch, m, n] with x and y of rank 3) whose matrices are in
 // `data` (accumulating in float32). An operand the library can read in

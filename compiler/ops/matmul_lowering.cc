@@ -26,24 +26,12 @@
 namespace kiln {
 namespace {
 
-// The dtypes of the library call's operands and of its C for a product in
-// `out` (Kiln's floating dtypes are float32, float16 and bfloat16); it
-// accumulates in float32.
-struct GemmDTypes {
-  DType operands, c;
-};
-GemmDTypes GemmDTypesFor(const LowerContext& ctx, DType out) {
-  if (ctx.options().half_precision_gemm) return {out, out};
-  if (out == DType::kBFloat16 && ctx.options().bf16_operands_f32_result)
-    return {DType::kBFloat16, DType::kFloat32};
-  return {DType::kFloat32, DType::kFloat32};
-}
-
 // alpha * x @ y (rank 2, or 3 with a batch dim) as an extern node of the
 // op's output sizes, in the compute dtype.
 LoweredValue AddGemm(LowerContext& ctx, const LoweredValue& x,
                      const LoweredValue& y, double alpha) {
-  const GemmDTypes d = GemmDTypesFor(ctx, ctx.out_type().dtype);
+  const ops::GemmDTypes d =
+      ops::GemmDTypesFor(ctx.options(), ctx.out_type().dtype);
   return ops::AddGemm(ctx, x, y, alpha, ctx.out_type().sizes, d.operands, d.c);
 }
 

@@ -25,13 +25,6 @@ int64_t ConvGeometry::kernel_elements() const {
 
 namespace {
 
-std::string ShapeString(const std::vector<SymExpr>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    absl::StrAppend(&out, i ? ", " : "", s[i].ToString());
-  return out + "]";
-}
-
 // Argument `arg` (an int list of one entry or `dims`) expanded to `dims`
 // static ints, each at least `min`.
 absl::StatusOr<std::vector<int64_t>> ExpandedInts(const Node& node, int arg,

@@ -7,6 +7,13 @@
 
 namespace kiln::ops {
 
+std::string ShapeString(const std::vector<SymExpr>& sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i)
+    absl::StrAppend(&out, i ? ", " : "", sizes[i].ToString());
+  return out + "]";
+}
+
 ArgSpec Arg(std::string name, ArgKind kind) {
   return ArgSpec{std::move(name), kind, std::nullopt, false};
 }

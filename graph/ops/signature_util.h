@@ -25,6 +25,9 @@ absl::StatusOr<std::vector<SymExpr>> Broadcast(const OpContext& ctx,
                                                const std::vector<SymExpr>& a,
                                                const std::vector<SymExpr>& b);
 
+// "[2, n, 3]": a shape for error messages.
+std::string ShapeString(const std::vector<SymExpr>& sizes);
+
 // Shape of argument i: a tensor's sizes, or [] for a Python scalar or None.
 std::vector<SymExpr> OperandShape(const OpContext& ctx, int i);
 

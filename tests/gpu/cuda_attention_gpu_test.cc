@@ -9,10 +9,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/compile.h"
+#include "compiler/reference.h"
 #include "graph/host_tensor.h"
+#include "graph/import.h"
 #include "gtest/gtest.h"
 #include "runtime/cuda_attention.h"
+#include "runtime/cuda_executable.h"
 #include "tests/gpu/gpu_util.h"
+#include "tests/unit/attention_cases.h"
 
 namespace kiln::testing {
 namespace {
@@ -237,6 +242,86 @@ TEST(CudaGpu, CudnnAttentionMatchesReference) {
                 Error(got_out, want.out), Error(got_lse, want.lse),
                 Error(dev.Download(gq, c.dtype, q.sizes()), want.dq));
   }
+}
+
+// kiln.attention and its backward compiled for the GPU (one cuDNN call
+// each in float16/bfloat16; GEMMs around a softmax in float32 and under
+// deterministic_algorithms), run through CudaExecutable, against the
+// reference: out and lse under the dtype's tolerance, the gradients
+// relative to the largest one.
+TEST(CudaGpu, CompiledAttentionMatchesReference) {
+  absl::StatusOr<Gpu*> gpu = gpu_testing::OpenGpu();
+  if (!gpu.ok()) GTEST_SKIP() << "no CUDA device: " << gpu.status();
+  using attention_cases::Case;
+  std::vector<Case> cases;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+    Case c;
+    c.dtype = dtype;
+    c.b = 2, c.h = 4, c.l = 96, c.s = 96, c.e = c.ev = 64;
+    c.causal = true;
+    c.scale = 0.125;
+    cases.push_back(c);
+    c.causal = false;
+    c.l = 40, c.s = 130;
+    c.strided_q = true;
+    cases.push_back(c);
+  }
+  Case wide;
+  wide.dtype = DType::kBFloat16;
+  wide.b = 1, wide.h = 2, wide.l = wide.s = 200, wide.e = wide.ev = 128;
+  wide.causal = true;
+  cases.push_back(wide);
+  int calls = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    for (bool deterministic : {false, true}) {
+      const Case& c = cases[i];
+      SCOPED_TRACE(
+          absl::StrCat(c.ToString(), deterministic ? " deterministic" : ""));
+      v1::CompileRequest req;
+      *req.mutable_graph() = attention_cases::CaseGraph(c, v1::CUDA);
+      req.mutable_target()->mutable_cuda()->set_arch((*gpu)->arch);
+      req.mutable_options()->set_deterministic_algorithms(deterministic);
+      auto graph = ImportGraph(req.graph());
+      ASSERT_TRUE(graph.ok()) << graph.status();
+      auto artifact = Compile(req);
+      ASSERT_TRUE(artifact.ok()) << artifact.status();
+      for (const v1::Step& s : artifact->program().steps())
+        calls += s.has_call() && s.call().has_attention();
+      auto exe = CudaExecutable::Load(*artifact);
+      ASSERT_TRUE(exe.ok()) << exe.status();
+      std::mt19937_64 rng(31 + i);
+      const std::vector<HostTensor> inputs =
+          attention_cases::CaseInputs(c, c.l, rng);
+      auto want = EvaluateReference(*graph, inputs);
+      ASSERT_TRUE(want.ok()) << want.status();
+      std::vector<gpu_testing::DeviceInput> dev;
+      std::vector<DeviceTensorView> views;
+      for (const HostTensor& t : inputs) {
+        auto d = gpu_testing::Upload(**gpu, t);
+        ASSERT_TRUE(d.ok()) << d.status();
+        dev.push_back(*std::move(d));
+      }
+      for (const auto& d : dev) views.push_back(d.view());
+      auto got = (*exe)->Run(views, nullptr);
+      ASSERT_TRUE(got.ok()) << got.status();
+      for (int o = 0; o < 5; ++o) {
+        auto host = gpu_testing::Download(**gpu, (*got)[o], nullptr);
+        ASSERT_TRUE(host.ok()) << host.status();
+        if (o >= 2) {
+          const double limit = c.dtype == DType::kBFloat16  ? 3e-2
+                               : c.dtype == DType::kFloat16 ? 4e-3
+                                                            : 2e-3;
+          EXPECT_LT(attention_cases::RelativeToLargest(*host, (*want)[o]),
+                    limit)
+              << "output " << o;
+        } else {
+          EXPECT_EQ(Compare(*host, (*want)[o]), "") << "output " << o;
+        }
+      }
+    }
+  }
+  std::printf("%zu attention graphs twice, %d cuDNN attention calls\n",
+              cases.size(), calls);
 }
 
 }  // namespace

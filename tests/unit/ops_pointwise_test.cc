@@ -27,11 +27,11 @@ constexpr double kPi = 3.141592653589793;
 
 TEST(OpCoverage, EveryRegisteredOpIsCovered) {
   std::set<std::string> covered;
-  for (const auto* list : {&PointwiseSuiteOps(), &ReductionSuiteOps(),
-                           &ShapeSuiteOps(), &CompositeSuiteOps(),
-                           &NormSuiteOps(), &IndexingSuiteOps(),
-                           &MatmulSuiteOps(), &ConvSuiteOps(),
-                           &RandomSuiteOps(), &SortSuiteOps()}) {
+  for (const auto* list :
+       {&PointwiseSuiteOps(), &ReductionSuiteOps(), &ShapeSuiteOps(),
+        &CompositeSuiteOps(), &NormSuiteOps(), &IndexingSuiteOps(),
+        &MatmulSuiteOps(), &ConvSuiteOps(), &AttentionSuiteOps(),
+        &RandomSuiteOps(), &SortSuiteOps()}) {
     for (const std::string& op : *list) {
       EXPECT_TRUE(covered.insert(op).second) << op << " is listed twice";
     }

@@ -167,6 +167,13 @@ inline const std::vector<std::string>& ConvSuiteOps() {
   return *ops;
 }
 
+// Kiln's fused attention (ops_attention_test.cc).
+inline const std::vector<std::string>& AttentionSuiteOps() {
+  static const auto* ops = new std::vector<std::string>{
+      "kiln.attention.default", "kiln.attention_backward.default"};
+  return *ops;
+}
+
 // The gather/scatter family (ops_indexing_test.cc).
 inline const std::vector<std::string>& IndexingSuiteOps() {
   static const auto* ops = new std::vector<std::string>{

@@ -1,0 +1,275 @@
+// Lowerings of Kiln's fused attention (signatures: graph/ops/attention.cc).
+//
+// Where the target has a fused attention library (LowerOptions::
+// library_attention: cuDNN on CUDA) and the case is one its engines take
+// (float16 or bfloat16, head dims multiples of 8 up to 128), each op is one
+// extern call (loop_ir.h, AttentionCall) over contiguous operands: the
+// scores never reach memory. Otherwise it is what the library computes,
+// written out: the scores as a GEMM (Kiln's GEMM extern), the masked
+// softmax in float32 as reductions and pointwise nodes, the probabilities
+// rounded to the inputs' dtype, and a second GEMM; the backward recomputes
+// the probabilities from the saved logsumexp and takes four GEMMs:
+//   p  = exp(scale * q @ k^T (masked) - lse)
+//   dv = p^T @ dout            dp = dout @ v^T
+//   ds = p * (dp - rowsum(dout * out)) * scale
+//   dq = ds @ k                dk = ds^T @ q
+// p and ds are rounded to the inputs' dtype before their products, as
+// PyTorch's math attention rounds them.
+#include <cmath>
+#include <vector>
+
+#include "compiler/op_lowering.h"
+#include "compiler/ops/lowering_util.h"
+
+namespace kiln {
+namespace {
+
+using ops::LowerReductionOver;
+using ops::ReadKept;
+
+constexpr DType kF32 = DType::kFloat32;
+
+Expr S(const SymExpr& e) { return ir::FromSym(e); }
+
+// The sizes of one call: q [B, H, L, E], k [B, H, S, E], v [B, H, S, Ev].
+struct Sizes {
+  SymExpr b, h, l, s, e, ev;
+  SymExpr bh() const { return b * h; }
+};
+Sizes SizesOf(const LoweredValue& q, const LoweredValue& v) {
+  return {q.sizes[0], q.sizes[1], q.sizes[2],
+          v.sizes[2], q.sizes[3], v.sizes[3]};
+}
+
+bool UsesLibrary(const LowerContext& ctx, DType dtype, const Sizes& z,
+                 bool backward) {
+  const LowerOptions& o = ctx.options();
+  if (!o.library_attention || (backward && o.deterministic_gemms) ||
+      (dtype != DType::kFloat16 && dtype != DType::kBFloat16)) {
+    return false;
+  }
+  for (const SymExpr& d : {z.e, z.ev}) {
+    const std::optional<int64_t> c = d.AsConstant();
+    if (!c || *c % 8 != 0 || *c > 128) return false;
+  }
+  return true;
+}
+
+// The call over `inputs` writing a node of `sizes` and `dtype` and the
+// nodes of `more` ({sizes, dtype} each): their values, in that order.
+std::vector<LoweredValue> LibraryCall(
+    LowerContext& ctx, AttentionCall call, std::vector<int> inputs,
+    const std::vector<std::pair<std::vector<SymExpr>, DType>>& results) {
+  const int first = ctx.NextNode();
+  std::vector<LoweredValue> out;
+  for (size_t r = 0; r < results.size(); ++r) {
+    LoopNode node;
+    node.kind = LoopNode::Kind::kExtern;
+    node.sizes = results[r].first;
+    node.dtype = results[r].second;
+    if (r == 0) {
+      node.attention = call;
+      node.extern_inputs = inputs;
+      for (size_t m = 1; m < results.size(); ++m)
+        node.extern_outputs.push_back(first + static_cast<int>(m));
+    } else {
+      node.extern_owner = first;
+    }
+    out.push_back(ctx.AddNode(std::move(node)));
+  }
+  return out;
+}
+
+AttentionCall CallOf(const Sizes& z, bool backward, bool causal, double scale) {
+  AttentionCall c;
+  c.backward = backward;
+  c.batch = z.b;
+  c.heads = z.h;
+  c.s_q = z.l;
+  c.s_kv = z.s;
+  c.d_qk = z.e;
+  c.d_v = z.ev;
+  c.causal = causal;
+  c.scale = scale;
+  return c;
+}
+
+// `v` ([B, H, R, C]) as the batched matrices [B * H, R, C], or transposed
+// [B * H, C, R].
+LoweredValue Matrices(const LoweredValue& v, const SymExpr& heads,
+                      bool transposed = false) {
+  const Expr n = ir::Var(0);
+  const Expr bi = ir::FloorDiv(n, S(heads));
+  const Expr hi = ir::Mod(n, S(heads));
+  const Expr r = ir::Var(transposed ? 2 : 1);
+  const Expr c = ir::Var(transposed ? 1 : 2);
+  const SymExpr bh = v.sizes[0] * v.sizes[1];
+  return LowerContext::Remap(
+      v, {bi, hi, r, c},
+      transposed ? std::vector<SymExpr>{bh, v.sizes[3], v.sizes[2]}
+                 : std::vector<SymExpr>{bh, v.sizes[2], v.sizes[3]});
+}
+
+// Batched matrices [B * H, R, C] read back as [B, H, R, C], in `dtype`.
+LoweredValue Heads(LowerContext& ctx, const LoweredValue& m, const Sizes& z,
+                   DType dtype) {
+  const LoweredValue view =
+      LowerContext::Remap(m,
+                          {ir::Add(ir::Mul(ir::Var(0), S(z.h)), ir::Var(1)),
+                           ir::Var(2), ir::Var(3)},
+                          {z.b, z.h, m.sizes[1], m.sizes[2]});
+  if (view.dtype == dtype) return view;
+  return ops::Materialize(ctx, view, dtype);
+}
+
+// scale * q @ k^T over [B * H, L, S] in float32, masked (causal) to -inf
+// where the key's column is after the query's row: an expression over
+// the scores' vars (n, i, j), and the GEMM node it reads.
+struct Scores {
+  LoweredValue product;
+  Expr masked;
+};
+Scores ScoresOf(LowerContext& ctx, const LoweredValue& q, const LoweredValue& k,
+                const Sizes& z, bool causal, double scale, DType dtype) {
+  const ops::GemmDTypes g = ops::GemmDTypesFor(ctx.options(), dtype);
+  Scores s;
+  s.product = ops::AddGemm(ctx, Matrices(q, z.h), Matrices(k, z.h, true), scale,
+                           {z.bh(), z.l, z.s}, g.operands, g.c);
+  const Expr x =
+      ir::Cast(LowerContext::Read(s.product, IdentityIndex(3)), kF32);
+  s.masked = causal ? ir::Select(ir::Binary(ExprOp::kGt, ir::Var(2), ir::Var(1),
+                                            DType::kBool),
+                                 ir::Const(-INFINITY, kF32), x)
+                    : x;
+  return s;
+}
+
+// The product x @ y of batched matrices in the GEMM dtypes for `dtype`.
+LoweredValue Product(LowerContext& ctx, const LoweredValue& x,
+                     const LoweredValue& y, DType dtype) {
+  const ops::GemmDTypes g = ops::GemmDTypesFor(ctx.options(), dtype);
+  return ops::AddGemm(ctx, x, y, 1.0, {x.sizes[0], x.sizes[1], y.sizes[2]},
+                      g.operands, g.c);
+}
+
+// attention(q, k, v, is_causal, scale) -> (out, lse).
+absl::StatusOr<std::vector<LoweredValue>> LowerAttention(LowerContext& ctx) {
+  const LoweredValue &q = ctx.value(0), &k = ctx.value(1), &v = ctx.value(2);
+  const bool causal = ctx.arg(3).b;
+  const double scale = ctx.arg(4).f;
+  const DType dtype = ctx.out_type(0).dtype;
+  const Sizes z = SizesOf(q, v);
+  if (UsesLibrary(ctx, dtype, z, /*backward=*/false)) {
+    std::vector<int> inputs;
+    for (const LoweredValue* x : {&q, &k, &v})
+      inputs.push_back(ops::ContiguousNode(ctx, *x, dtype));
+    return LibraryCall(
+        ctx, CallOf(z, false, causal, scale), inputs,
+        {{ctx.out_type(0).sizes, dtype}, {ctx.out_type(1).sizes, kF32}});
+  }
+  const Scores s = ScoresOf(ctx, q, k, z, causal, scale, dtype);
+  const std::vector<bool> rows{false, false, true};
+  auto mx = LowerReductionOver(ctx, s.product, rows, true, ReduceKind::kMax,
+                               kF32, kF32, s.masked, nullptr);
+  if (!mx.ok()) return mx.status();
+  const Expr e = ir::Unary(
+      ExprOp::kExp,
+      ir::Binary(ExprOp::kSub, s.masked, ReadKept((*mx)[0], rows), kF32), kF32);
+  auto sum = LowerReductionOver(ctx, s.product, rows, true, ReduceKind::kSum,
+                                kF32, kF32, e, nullptr);
+  if (!sum.ok()) return sum.status();
+  const LoweredValue p = ops::PointwiseNode(
+      ctx, {z.bh(), z.l, z.s}, dtype,
+      ir::Binary(ExprOp::kDiv, e, ReadKept((*sum)[0], rows), kF32));
+  const LoweredValue out =
+      Heads(ctx, Product(ctx, p, Matrices(v, z.h), dtype), z, dtype);
+  // lse[b, h, i] = max + log(sum) of row (b * H + h, i).
+  const std::vector<Expr> row{ir::Add(ir::Mul(ir::Var(0), S(z.h)), ir::Var(1)),
+                              ir::Var(2), ir::IntConst(0)};
+  const LoweredValue lse = ops::PointwiseNode(
+      ctx, {z.b, z.h, z.l}, kF32,
+      ir::Binary(
+          ExprOp::kAdd, LowerContext::Read((*mx)[0], row),
+          ir::Unary(ExprOp::kLog, LowerContext::Read((*sum)[0], row), kF32),
+          kF32));
+  return std::vector<LoweredValue>{out, lse};
+}
+
+// attention_backward(grad_out, q, k, v, out, lse, is_causal, scale) ->
+// (grad_q, grad_k, grad_v).
+absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackward(
+    LowerContext& ctx) {
+  const LoweredValue &dout = ctx.value(0), &q = ctx.value(1), &k = ctx.value(2),
+                     &v = ctx.value(3), &out = ctx.value(4),
+                     &lse = ctx.value(5);
+  const bool causal = ctx.arg(6).b;
+  const double scale = ctx.arg(7).f;
+  const DType dtype = ctx.out_type(0).dtype;
+  const Sizes z = SizesOf(q, v);
+  if (UsesLibrary(ctx, dtype, z, /*backward=*/true)) {
+    std::vector<int> inputs;
+    for (const LoweredValue* x : {&q, &k, &v, &out})
+      inputs.push_back(ops::ContiguousNode(ctx, *x, dtype));
+    inputs.push_back(ops::ContiguousNode(ctx, lse, kF32));
+    inputs.push_back(ops::ContiguousNode(ctx, dout, dtype));
+    return LibraryCall(ctx, CallOf(z, true, causal, scale), inputs,
+                       {{ctx.out_type(0).sizes, dtype},
+                        {ctx.out_type(1).sizes, dtype},
+                        {ctx.out_type(2).sizes, dtype}});
+  }
+  const Scores s = ScoresOf(ctx, q, k, z, causal, scale, dtype);
+  // p from the saved logsumexp of row (n, i).
+  const Expr n = ir::Var(0);
+  const Expr lse_row = ir::Cast(
+      LowerContext::Read(
+          lse, {ir::FloorDiv(n, S(z.h)), ir::Mod(n, S(z.h)), ir::Var(1)}),
+      kF32);
+  const Expr p = ir::Unary(
+      ExprOp::kExp, ir::Binary(ExprOp::kSub, s.masked, lse_row, kF32), kF32);
+  const std::vector<SymExpr> scores{z.bh(), z.l, z.s};
+  const LoweredValue p_node = ops::PointwiseNode(ctx, scores, dtype, p);
+  const LoweredValue dout_m = Matrices(dout, z.h);
+  const LoweredValue dv =
+      Product(ctx,
+              LowerContext::Remap(p_node, {ir::Var(0), ir::Var(2), ir::Var(1)},
+                                  {z.bh(), z.s, z.l}),
+              dout_m, dtype);
+  const LoweredValue dp = Product(ctx, dout_m, Matrices(v, z.h, true), dtype);
+  // rowsum(dout * out) over Ev, per row (n, i).
+  const LoweredValue out_m = Matrices(out, z.h);
+  const std::vector<bool> last{false, false, true};
+  const Expr both = ir::Binary(
+      ExprOp::kMul,
+      ir::Cast(LowerContext::Read(dout_m, IdentityIndex(3)), kF32),
+      ir::Cast(LowerContext::Read(out_m, IdentityIndex(3)), kF32), kF32);
+  auto rowsum = LowerReductionOver(ctx, dout_m, last, true, ReduceKind::kSum,
+                                   kF32, kF32, both, nullptr);
+  if (!rowsum.ok()) return rowsum.status();
+  const Expr dp_x = ir::Cast(LowerContext::Read(dp, IdentityIndex(3)), kF32);
+  const Expr ds = ir::Binary(
+      ExprOp::kMul,
+      ir::Binary(
+          ExprOp::kMul, p,
+          ir::Binary(ExprOp::kSub, dp_x, ReadKept((*rowsum)[0], last), kF32),
+          kF32),
+      ir::Const(scale, kF32), kF32);
+  const LoweredValue ds_node = ops::PointwiseNode(ctx, scores, dtype, ds);
+  const LoweredValue dq = Product(ctx, ds_node, Matrices(k, z.h), dtype);
+  const LoweredValue dk =
+      Product(ctx,
+              LowerContext::Remap(ds_node, {ir::Var(0), ir::Var(2), ir::Var(1)},
+                                  {z.bh(), z.s, z.l}),
+              Matrices(q, z.h), dtype);
+  return std::vector<LoweredValue>{Heads(ctx, dq, z, dtype),
+                                   Heads(ctx, dk, z, dtype),
+                                   Heads(ctx, dv, z, dtype)};
+}
+
+}  // namespace
+
+void RegisterAttentionLowerings(OpLowerings& table) {
+  table.Add("kiln.attention.default", LowerAttention);
+  table.Add("kiln.attention_backward.default", LowerAttentionBackward);
+}
+
+}  // namespace kiln

@@ -1,0 +1,130 @@
+// Reference semantics of Kiln's fused attention (graph/ops/attention.cc) in
+// double: the scores, the masked softmax and the products exactly, each
+// result rounded once to its dtype (out and the gradients in the inputs'
+// dtype, lse in float32). Where a library rounds the probabilities to the
+// inputs' dtype before the second product the difference is within the
+// dtype's tolerance (compiler/numerics.h).
+#include <cmath>
+#include <vector>
+
+#include "compiler/op_reference.h"
+#include "compiler/ops/reference_util.h"
+
+namespace kiln {
+namespace {
+
+// One (batch, head) pair's matrices, read from [B, H, R, C] tensors.
+struct Head {
+  const HostTensor& t;
+  int64_t b, h;
+  double operator()(int64_t r, int64_t c) const {
+    return t.GetDouble({b, h, r, c});
+  }
+};
+
+// The probabilities of row i of head (b, h): softmax(scale * q k^T) over
+// the keys, masked (causal) past the diagonal; `lse` its logsumexp.
+std::vector<double> Probabilities(const Head& q, const Head& k, int64_t i,
+                                  int64_t keys, int64_t dim, bool causal,
+                                  double scale, double* lse) {
+  std::vector<double> p(keys);
+  double mx = -INFINITY;
+  for (int64_t j = 0; j < keys; ++j) {
+    double s = 0;
+    for (int64_t e = 0; e < dim; ++e) s += q(i, e) * k(j, e);
+    p[j] = causal && j > i ? -INFINITY : s * scale;
+    mx = std::max(mx, p[j]);
+  }
+  double sum = 0;
+  for (int64_t j = 0; j < keys; ++j) sum += p[j] = std::exp(p[j] - mx);
+  for (int64_t j = 0; j < keys; ++j) p[j] /= sum;
+  *lse = mx + std::log(sum);
+  return p;
+}
+
+absl::StatusOr<std::vector<HostTensor>> AttentionReference(
+    const RefContext& ctx) {
+  const HostTensor &q = ctx.tensors[0], &k = ctx.tensors[1],
+                   &v = ctx.tensors[2];
+  const bool causal = ctx.arg(3).b;
+  const double scale = ctx.arg(4).f;
+  HostTensor out = HostTensor::Empty(ctx.out_dtypes[0], ctx.out_sizes[0]);
+  HostTensor lse = HostTensor::Empty(ctx.out_dtypes[1], ctx.out_sizes[1]);
+  const int64_t batch = q.sizes()[0], heads = q.sizes()[1], rows = q.sizes()[2],
+                dim = q.sizes()[3], keys = k.sizes()[2], dim_v = v.sizes()[3];
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const Head qh{q, b, h}, kh{k, b, h}, vh{v, b, h};
+      for (int64_t i = 0; i < rows; ++i) {
+        double l = 0;
+        const std::vector<double> p =
+            Probabilities(qh, kh, i, keys, dim, causal, scale, &l);
+        lse.SetDouble({b, h, i}, l);
+        for (int64_t e = 0; e < dim_v; ++e) {
+          double o = 0;
+          for (int64_t j = 0; j < keys; ++j) o += p[j] * vh(j, e);
+          out.SetDouble({b, h, i, e}, o);
+        }
+      }
+    }
+  }
+  return std::vector<HostTensor>{std::move(out), std::move(lse)};
+}
+
+// The gradients from the exact probabilities (the saved out and lse are
+// the forward's, so they agree with them to the dtype's rounding).
+absl::StatusOr<std::vector<HostTensor>> AttentionBackwardReference(
+    const RefContext& ctx) {
+  const HostTensor &dout = ctx.tensors[0], &q = ctx.tensors[1],
+                   &k = ctx.tensors[2], &v = ctx.tensors[3];
+  const bool causal = ctx.arg(6).b;
+  const double scale = ctx.arg(7).f;
+  const int64_t batch = q.sizes()[0], heads = q.sizes()[1], rows = q.sizes()[2],
+                dim = q.sizes()[3], keys = k.sizes()[2], dim_v = v.sizes()[3];
+  std::vector<double> dq(batch * heads * rows * dim, 0.0),
+      dk(batch * heads * keys * dim, 0.0),
+      dv(batch * heads * keys * dim_v, 0.0);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const Head qh{q, b, h}, kh{k, b, h}, vh{v, b, h}, doh{dout, b, h};
+      const int64_t bh = b * heads + h;
+      for (int64_t i = 0; i < rows; ++i) {
+        double l = 0;
+        const std::vector<double> p =
+            Probabilities(qh, kh, i, keys, dim, causal, scale, &l);
+        std::vector<double> dp(keys, 0.0);
+        double rowdot = 0;
+        for (int64_t j = 0; j < keys; ++j) {
+          for (int64_t e = 0; e < dim_v; ++e) dp[j] += doh(i, e) * vh(j, e);
+          rowdot += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j < keys; ++j) {
+          const double ds = p[j] * (dp[j] - rowdot) * scale;
+          for (int64_t e = 0; e < dim_v; ++e)
+            dv[(bh * keys + j) * dim_v + e] += p[j] * doh(i, e);
+          for (int64_t e = 0; e < dim; ++e) {
+            dq[(bh * rows + i) * dim + e] += ds * kh(j, e);
+            dk[(bh * keys + j) * dim + e] += ds * qh(i, e);
+          }
+        }
+      }
+    }
+  }
+  std::vector<HostTensor> grads;
+  for (int o = 0; o < 3; ++o) {
+    const std::vector<double>& g = o == 0 ? dq : o == 1 ? dk : dv;
+    HostTensor t = HostTensor::Empty(ctx.out_dtypes[o], ctx.out_sizes[o]);
+    for (int64_t x = 0; x < t.numel(); ++x) t.SetDoubleAt(x, g[x]);
+    grads.push_back(std::move(t));
+  }
+  return grads;
+}
+
+}  // namespace
+
+void RegisterAttentionReferences(OpReferences& table) {
+  table.Add("kiln.attention.default", AttentionReference);
+  table.Add("kiln.attention_backward.default", AttentionBackwardReference);
+}
+
+}  // namespace kiln

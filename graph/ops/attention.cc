@@ -1,0 +1,152 @@
+// Signatures of Kiln's fused attention (issue 16): the ops the Python
+// backend's kiln::attention custom op and its backward become in an
+// AOTAutograd graph (python/kiln/attention.py), with the semantics of
+// runtime/cuda_attention.h:
+//
+//   kiln.attention(q, k, v, is_causal, scale) -> (out, lse)
+//     q [B, H, L, E], k [B, H, S, E], v [B, H, S, Ev], one floating dtype;
+//     out [B, H, L, Ev] = softmax(scale * q @ k^T, masked) @ v in that
+//     dtype, lse [B, H, L] = the rows' logsumexp in float32;
+//     is_causal masks key j > query i (PyTorch's top-left triangle).
+//   kiln.attention_backward(grad_out, q, k, v, out, lse, is_causal, scale)
+//     -> (grad_q, grad_k, grad_v), shaped as q, k, v.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "graph/ops/signature_util.h"
+
+namespace kiln::ops {
+namespace {
+
+// The inputs' one floating dtype (float32, float16, bfloat16).
+absl::StatusOr<DType> AttentionDType(const OpContext& ctx,
+                                     const std::vector<int>& args) {
+  const DType d = ctx.type(args[0]).dtype;
+  for (int a : args) {
+    if (ctx.type(a).dtype != d) {
+      return ctx.Invalid(
+          absl::StrCat("attention takes tensors of one dtype, got ",
+                       DTypeName(d), " and ", DTypeName(ctx.type(a).dtype)));
+    }
+  }
+  if (d != DType::kFloat32 && d != DType::kFloat16 && d != DType::kBFloat16) {
+    return ctx.Invalid(absl::StrCat(
+        "attention takes float32, float16 or bfloat16, not ", DTypeName(d)));
+  }
+  return d;
+}
+
+// Checks q, k, v (arguments q_arg, q_arg + 1, q_arg + 2) and returns
+// their shapes.
+absl::StatusOr<Shapes> QkvShapes(const OpContext& ctx, int q_arg) {
+  const char* names[] = {"query", "key", "value"};
+  Shapes s;
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<SymExpr>& sizes = ctx.type(q_arg + i).sizes;
+    if (sizes.size() != 4) {
+      return ctx.Invalid(absl::StrCat(names[i],
+                                      " must be [batch, heads, length, dim], "
+                                      "got ",
+                                      ShapeString(sizes)));
+    }
+    s.push_back(sizes);
+  }
+  const auto& q = s[0];
+  const auto& k = s[1];
+  const auto& v = s[2];
+  if (!(q[0] == k[0]) || !(q[0] == v[0]) || !(q[1] == k[1]) ||
+      !(q[1] == v[1])) {
+    return ctx.Invalid(absl::StrCat(
+        "query, key and value must have the same batch and heads, got ",
+        ShapeString(q), ", ", ShapeString(k), ", ", ShapeString(v)));
+  }
+  if (!(k[2] == v[2])) {
+    return ctx.Invalid(
+        absl::StrCat("key and value must have the same length, "
+                     "got ",
+                     ShapeString(k), " and ", ShapeString(v)));
+  }
+  if (!(q[3] == k[3])) {
+    return ctx.Invalid(
+        absl::StrCat("query and key must have the same head dim, got ",
+                     ShapeString(q), " and ", ShapeString(k)));
+  }
+  return s;
+}
+
+absl::StatusOr<Shapes> AttentionShape(const OpContext& ctx) {
+  auto s = QkvShapes(ctx, 0);
+  if (!s.ok()) return s.status();
+  const auto& q = (*s)[0];
+  const auto& v = (*s)[2];
+  return Shapes{{q[0], q[1], q[2], v[3]}, {q[0], q[1], q[2]}};
+}
+
+absl::StatusOr<std::vector<DType>> AttentionDTypes(const OpContext& ctx) {
+  auto d = AttentionDType(ctx, {0, 1, 2});
+  if (!d.ok()) return d.status();
+  return std::vector<DType>{*d, DType::kFloat32};
+}
+
+// attention_backward(grad_out, q, k, v, out, lse, is_causal, scale).
+absl::StatusOr<Shapes> AttentionBackwardShape(const OpContext& ctx) {
+  auto s = QkvShapes(ctx, 1);
+  if (!s.ok()) return s.status();
+  const auto& q = (*s)[0];
+  const auto& v = (*s)[2];
+  const std::vector<SymExpr> out{q[0], q[1], q[2], v[3]};
+  if (ctx.type(0).sizes != out || ctx.type(4).sizes != out) {
+    return ctx.Invalid(
+        absl::StrCat("grad_out and out must have the output's shape ",
+                     ShapeString(out), ", got ", ShapeString(ctx.type(0).sizes),
+                     " and ", ShapeString(ctx.type(4).sizes)));
+  }
+  const std::vector<SymExpr> rows{q[0], q[1], q[2]};
+  if (ctx.type(5).sizes != rows || ctx.type(5).dtype != DType::kFloat32) {
+    return ctx.Invalid(absl::StrCat("lse must be float32 ", ShapeString(rows),
+                                    ", got ", DTypeName(ctx.type(5).dtype), " ",
+                                    ShapeString(ctx.type(5).sizes)));
+  }
+  return *s;
+}
+
+absl::StatusOr<std::vector<DType>> AttentionBackwardDTypes(
+    const OpContext& ctx) {
+  auto d = AttentionDType(ctx, {0, 1, 2, 3, 4});
+  if (!d.ok()) return d.status();
+  return std::vector<DType>{*d, *d, *d};
+}
+
+}  // namespace
+}  // namespace kiln::ops
+
+namespace kiln {
+
+void RegisterAttentionSignatures(OpSignatures& table) {
+  using ops::Arg;
+  table.Add(
+      {.name = "kiln.attention.default",
+       .op_class = OpClass::kExtern,
+       .schema = {Arg("query", ArgKind::kTensor), Arg("key", ArgKind::kTensor),
+                  Arg("value", ArgKind::kTensor),
+                  Arg("is_causal", ArgKind::kBool),
+                  Arg("scale", ArgKind::kFloat)},
+       .num_outputs = 2,
+       .shape = ops::AttentionShape,
+       .dtype = ops::AttentionDTypes});
+  table.Add(
+      {.name = "kiln.attention_backward.default",
+       .op_class = OpClass::kExtern,
+       .schema = {Arg("grad_out", ArgKind::kTensor),
+                  Arg("query", ArgKind::kTensor), Arg("key", ArgKind::kTensor),
+                  Arg("value", ArgKind::kTensor), Arg("out", ArgKind::kTensor),
+                  Arg("lse", ArgKind::kTensor),
+                  Arg("is_causal", ArgKind::kBool),
+                  Arg("scale", ArgKind::kFloat)},
+       .num_outputs = 3,
+       .shape = ops::AttentionBackwardShape,
+       .dtype = ops::AttentionBackwardDTypes});
+}
+
+}  // namespace kiln

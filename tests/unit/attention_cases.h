@@ -1,0 +1,119 @@
+// Attention test cases shared by the CPU suite (ops_attention_test.cc) and
+// the GPU suite (tests/gpu/cuda_attention_gpu_test.cc): one graph that runs
+// kiln.attention and feeds its out and lse to kiln.attention_backward, its
+// seeded random inputs, and the error measure for gradients.
+#ifndef KILN_TESTS_UNIT_ATTENTION_CASES_H_
+#define KILN_TESTS_UNIT_ATTENTION_CASES_H_
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "graph/host_tensor.h"
+#include "kiln/v1/graph.pb.h"
+#include "tests/unit/numerics.h"
+
+namespace kiln::testing::attention_cases {
+
+inline constexpr char kAttention[] = "kiln.attention.default";
+inline constexpr char kAttentionBackward[] = "kiln.attention_backward.default";
+
+struct Case {
+  int64_t b = 2, h = 3, l = 5, s = 7, e = 4, ev = 6;
+  DType dtype = DType::kFloat32;
+  bool causal = false;
+  double scale = 0.5;
+  bool strided_q = false;  // q as a [B, L, H, E] tensor's head transpose
+  bool symbolic_l = false;
+  std::string ToString() const {
+    return absl::StrCat(DTypeName(dtype), causal ? " causal " : " ", b, "x", h,
+                        "x", l, "x", s, "x", e, "x", ev,
+                        strided_q ? " strided q" : "",
+                        symbolic_l ? " dynamic L" : "");
+  }
+};
+
+// q, k, v, grad_out -> attention -> backward: outputs out, lse, grad_q,
+// grad_k, grad_v.
+inline v1::Graph CaseGraph(const Case& c, v1::DeviceType device = v1::CPU) {
+  v1::Graph g;
+  if (c.symbolic_l) g.add_symbols()->set_name("L");
+  const std::vector<std::vector<int64_t>> sizes = {{c.b, c.h, c.l, c.e},
+                                                   {c.b, c.h, c.s, c.e},
+                                                   {c.b, c.h, c.s, c.ev},
+                                                   {c.b, c.h, c.l, c.ev}};
+  for (int i = 0; i < 4; ++i) {
+    v1::Input* in = g.add_inputs();
+    in->set_name(absl::StrCat("x", i));
+    v1::TensorMeta* m = in->mutable_meta();
+    m->set_dtype(static_cast<v1::DType>(c.dtype));
+    m->set_device(device);
+    for (int d = 0; d < 4; ++d) {
+      const bool query_length = (i == 0 || i == 3) && d == 2;
+      if (query_length && c.symbolic_l) {
+        m->add_sizes()->set_symbol("L");
+      } else {
+        m->add_sizes()->set_value(sizes[i][d]);
+      }
+    }
+    if (i == 0 && c.strided_q && !c.symbolic_l) {
+      // Storage [B, L, H, E].
+      for (int64_t st : {c.l * c.h * c.e, c.e, c.h * c.e, int64_t{1}})
+        m->add_strides()->set_value(st);
+    }
+  }
+  v1::Node* fwd = g.add_nodes();
+  fwd->set_op(kAttention);
+  for (int i = 0; i < 3; ++i) fwd->add_args()->set_ref(absl::StrCat("x", i));
+  fwd->add_args()->set_b(c.causal);
+  fwd->add_args()->set_f(c.scale);
+  fwd->add_outputs("out");
+  fwd->add_outputs("lse");
+  v1::Node* bwd = g.add_nodes();
+  bwd->set_op(kAttentionBackward);
+  for (const char* ref : {"x3", "x0", "x1", "x2", "out", "lse"})
+    bwd->add_args()->set_ref(ref);
+  bwd->add_args()->set_b(c.causal);
+  bwd->add_args()->set_f(c.scale);
+  for (const char* out : {"grad_q", "grad_k", "grad_v"}) bwd->add_outputs(out);
+  for (const char* out : {"out", "lse", "grad_q", "grad_k", "grad_v"})
+    g.add_outputs(out);
+  return g;
+}
+
+inline std::vector<HostTensor> CaseInputs(const Case& c, int64_t l,
+                                          std::mt19937_64& rng) {
+  std::vector<HostTensor> in;
+  const std::vector<std::vector<int64_t>> sizes = {{c.b, c.h, l, c.e},
+                                                   {c.b, c.h, c.s, c.e},
+                                                   {c.b, c.h, c.s, c.ev},
+                                                   {c.b, c.h, l, c.ev}};
+  for (int i = 0; i < 4; ++i) {
+    HostTensor t = HostTensor::Empty(c.dtype, sizes[i]);
+    if (i == 0 && c.strided_q && !c.symbolic_l) {
+      HostTensor storage = HostTensor::Empty(c.dtype, {c.b, l, c.h, c.e});
+      t = HostTensor::View(storage, sizes[i],
+                           {l * c.h * c.e, c.e, c.h * c.e, 1}, 0);
+    }
+    FillRandom(t, rng);
+    in.push_back(std::move(t));
+  }
+  return in;
+}
+
+// max |got - want| / max |want|.
+inline double RelativeToLargest(const HostTensor& got, const HostTensor& want) {
+  double err = 0, largest = 1e-6;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    err = std::max(err, std::abs(got.GetDoubleAt(i) - want.GetDoubleAt(i)));
+    largest = std::max(largest, std::abs(want.GetDoubleAt(i)));
+  }
+  return err / largest;
+}
+
+}  // namespace kiln::testing::attention_cases
+
+#endif  // KILN_TESTS_UNIT_ATTENTION_CASES_H_

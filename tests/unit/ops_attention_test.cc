@@ -1,0 +1,362 @@
+// Kiln's fused attention (graph/ops/attention.cc, compiler/ops/attention_*):
+// hand-worked values through the reference; the invalid shapes; CPU
+// programs (GEMMs around a masked softmax, the composite the library path
+// replaces) against the reference on random inputs, causal or not, with
+// queries and keys of different lengths, strided (head-transposed) inputs,
+// reduced precision and a dynamic length, the forward's out and lse fed to
+// the backward in one graph; and for CUDA targets, one cuDNN call per
+// direction that the runtime's checks accept (the GPU suite runs them:
+// tests/gpu/cuda_gpu_test.cc), and refuse when malformed.
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/compile.h"
+#include "compiler/cpu_backend.h"
+#include "compiler/reference.h"
+#include "graph/import.h"
+#include "gtest/gtest.h"
+#include "runtime/cpu_executable.h"
+#include "runtime/program_plan.h"
+#include "tests/unit/attention_cases.h"
+#include "tests/unit/numerics.h"
+#include "tests/unit/ops_test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+using attention_cases::Case;
+using attention_cases::CaseGraph;
+using attention_cases::CaseInputs;
+using attention_cases::kAttention;
+using attention_cases::kAttentionBackward;
+using attention_cases::RelativeToLargest;
+
+[[maybe_unused]] ::testing::Environment* const kCoverage =
+    RegisterCoverage("attention", AttentionSuiteOps());
+
+// ---- reference semantics, by hand ----
+
+TEST(Attention, HandWorked) {
+  // One query over two keys with scores 0 and ln 3 (scale 1): weights
+  // 1/4 and 3/4 of the values 4 and 8; lse = ln(1 + 3).
+  const double ln3 = std::log(3.0);
+  auto r = RunTracked(kAttention,
+                      {F32({1, 1, 1, 1}, {1}), F32({1, 1, 2, 1}, {0, ln3}),
+                       F32({1, 1, 2, 1}, {4, 8})},
+                      {In(0), In(1), In(2), B(false), F(1.0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kF32, {1, 1, 1, 1}, {7});
+  ExpectOutput(*r, 1, kF32, {1, 1, 1}, {std::log(4.0)});
+  // Causal: the first query sees only the first key.
+  r = RunTracked(kAttention,
+                 {F32({1, 1, 2, 1}, {1, 1}), F32({1, 1, 2, 1}, {0, ln3}),
+                  F32({1, 1, 2, 1}, {4, 8})},
+                 {In(0), In(1), In(2), B(true), F(1.0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kF32, {1, 1, 2, 1}, {4, 7});
+  ExpectOutput(*r, 1, kF32, {1, 1, 2}, {0, std::log(4.0)});
+  // Backward of out = 1/4 v0 + 3/4 v1 with grad_out 1: grad_v = (1/4, 3/4);
+  // ds_j = p_j (v_j - 7) = (-3/4, 3/4), grad_q = sum ds_j k_j = 3/4 ln 3,
+  // grad_k = ds_j q = (-3/4, 3/4).
+  r = RunTracked(kAttentionBackward,
+                 {F32({1, 1, 1, 1}, {1}), F32({1, 1, 1, 1}, {1}),
+                  F32({1, 1, 2, 1}, {0, ln3}), F32({1, 1, 2, 1}, {4, 8}),
+                  F32({1, 1, 1, 1}, {7}), F32({1, 1, 1}, {std::log(4.0)})},
+                 {In(0), In(1), In(2), In(3), In(4), In(5), B(false), F(1.0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kF32, {1, 1, 1, 1}, {0.75 * ln3});
+  ExpectOutput(*r, 1, kF32, {1, 1, 2, 1}, {-0.75, 0.75});
+  ExpectOutput(*r, 2, kF32, {1, 1, 2, 1}, {0.25, 0.75});
+}
+
+TEST(Attention, InvalidArguments) {
+  const std::vector<v1::Argument> args = {In(0), In(1), In(2), B(false),
+                                          F(0.5)};
+  ExpectInvalid(kAttention,
+                {F32({2, 3, 4}, {}), F32({2, 3, 4}, {}), F32({2, 3, 4}, {})},
+                args, {"node 0", kAttention, "query must be [batch, heads"});
+  ExpectInvalid(
+      kAttention,
+      {F32({1, 2, 4, 8}, {}), F32({1, 3, 4, 8}, {}), F32({1, 3, 4, 8}, {})},
+      args, {"same batch and heads"});
+  ExpectInvalid(
+      kAttention,
+      {F32({1, 2, 4, 8}, {}), F32({1, 2, 5, 8}, {}), F32({1, 2, 6, 8}, {})},
+      args, {"key and value must have the same length"});
+  ExpectInvalid(
+      kAttention,
+      {F32({1, 2, 4, 8}, {}), F32({1, 2, 5, 4}, {}), F32({1, 2, 5, 8}, {})},
+      args, {"same head dim"});
+  ExpectInvalid(
+      kAttention,
+      {F32({1, 1, 2, 2}, {}), BF16({1, 1, 2, 2}, {}), F32({1, 1, 2, 2}, {})},
+      args, {"one dtype"});
+  ExpectInvalid(
+      kAttention,
+      {I64({1, 1, 2, 2}, {}), I64({1, 1, 2, 2}, {}), I64({1, 1, 2, 2}, {})},
+      args, {"float32, float16 or bfloat16"});
+  ExpectInvalid(
+      kAttentionBackward,
+      {F32({1, 1, 2, 4}, {}), F32({1, 1, 2, 4}, {}), F32({1, 1, 3, 4}, {}),
+       F32({1, 1, 3, 4}, {}), F32({1, 1, 2, 4}, {}), F16({1, 1, 2}, {})},
+      {In(0), In(1), In(2), In(3), In(4), In(5), B(true), F(0.5)},
+      {"lse must be float32"});
+}
+
+// ---- compiled against the reference ----
+
+// Compiles the case for the host's CPU, runs it and compares every output
+// with the reference; returns the artifact.
+v1::Artifact CheckCompiled(const Case& c, std::vector<int64_t> lengths = {}) {
+  SCOPED_TRACE(c.ToString());
+  v1::CompileRequest req;
+  *req.mutable_graph() = CaseGraph(c);
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto graph = ImportGraph(req.graph());
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  if (!graph.ok()) return {};
+  auto artifact = Compile(req);
+  EXPECT_TRUE(artifact.ok()) << artifact.status();
+  if (!artifact.ok()) return {};
+  auto exe = CpuExecutable::Load(*artifact);
+  EXPECT_TRUE(exe.ok()) << exe.status();
+  if (!exe.ok()) return {};
+  if (lengths.empty()) lengths.push_back(c.l);
+  for (int64_t l : lengths) {
+    std::mt19937_64 rng(11 + l);
+    const std::vector<HostTensor> inputs = CaseInputs(c, l, rng);
+    auto want = EvaluateReference(*graph, inputs);
+    EXPECT_TRUE(want.ok()) << want.status();
+    auto got = (*exe)->Run(inputs);
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (!want.ok() || !got.ok()) return *artifact;
+    for (int o = 0; o < 5; ++o) {
+      if (o >= 2 && c.dtype != DType::kFloat32) {
+        // Gradients are sums that cancel, of probabilities and score
+        // gradients rounded to the dtype (as PyTorch rounds them): their
+        // error is relative to the largest gradient.
+        EXPECT_LT(RelativeToLargest((*got)[o], (*want)[o]),
+                  c.dtype == DType::kBFloat16 ? 3e-2 : 4e-3)
+            << "L " << l << " output " << o;
+        continue;
+      }
+      const std::string diff = Compare((*got)[o], (*want)[o]);
+      EXPECT_TRUE(diff.empty()) << "L " << l << " output " << o << ": " << diff;
+    }
+  }
+  ExercisedOps().insert(kAttention);
+  ExercisedOps().insert(kAttentionBackward);
+  return *artifact;
+}
+
+int CountCalls(const v1::Artifact& a) {
+  int n = 0;
+  for (const v1::Step& s : a.program().steps()) n += s.has_call();
+  return n;
+}
+
+TEST(AttentionCompiled, ShapesAndMasks) {
+  for (bool causal : {false, true}) {
+    Case c;
+    c.causal = causal;
+    const v1::Artifact a = CheckCompiled(c);
+    // Forward: two GEMMs; backward: five (the scores again, grad_v, dp,
+    // grad_q, grad_k).
+    EXPECT_EQ(CountCalls(a), 7);
+    Case longer_queries = c;  // more queries than keys: no row is empty
+    longer_queries.l = 9;
+    longer_queries.s = 4;
+    CheckCompiled(longer_queries);
+    Case one;  // batch 1, one head, one query, one key
+    one.b = one.h = one.l = one.s = 1;
+    one.causal = causal;
+    CheckCompiled(one);
+  }
+}
+
+TEST(AttentionCompiled, StridedQueryAndScale) {
+  Case c;
+  c.strided_q = true;
+  c.causal = true;
+  c.scale = 1.0 / std::sqrt(4.0);
+  CheckCompiled(c);
+}
+
+TEST(AttentionCompiled, ReducedPrecision) {
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    Case c;
+    c.dtype = dtype;
+    c.causal = true;
+    c.e = c.ev = 8;
+    CheckCompiled(c);
+  }
+}
+
+TEST(AttentionCompiled, DynamicQueryLength) {
+  Case c;
+  c.symbolic_l = true;
+  c.causal = true;
+  c.s = 9;
+  CheckCompiled(c, {3, 9, 12});
+}
+
+// ---- CUDA targets: cuDNN calls ----
+
+v1::Artifact CompileForCuda(const Case& c,
+                            const v1::CompileOptions& options = {}) {
+  v1::CompileRequest req;
+  *req.mutable_graph() = CaseGraph(c, v1::CUDA);
+  req.mutable_target()->mutable_cuda()->set_arch("sm_90");
+  *req.mutable_options() = options;
+  auto artifact = Compile(req);
+  EXPECT_TRUE(artifact.ok()) << artifact.status();
+  return artifact.ok() ? *artifact : v1::Artifact{};
+}
+
+std::vector<const v1::Attention*> AttentionCalls(const v1::Artifact& a) {
+  std::vector<const v1::Attention*> out;
+  for (const v1::Step& s : a.program().steps()) {
+    if (!s.has_call() || !s.call().has_attention()) continue;
+    EXPECT_EQ(s.call().library(), v1::ExternCall::CUDNN);
+    out.push_back(&s.call().attention());
+  }
+  return out;
+}
+
+LaunchLimits CudaLimits() {
+  LaunchLimits limits;
+  limits.max_block_threads = 1024;
+  limits.extern_library = v1::ExternCall::CUBLASLT;
+  limits.gemm_dtypes = {{DType::kFloat32, DType::kFloat32},
+                        {DType::kFloat16, DType::kFloat32},
+                        {DType::kBFloat16, DType::kFloat32}};
+  limits.conv_library = v1::ExternCall::CUDNN;
+  limits.attention = true;
+  return limits;
+}
+
+// float16/bfloat16 attention with head dims up to 128 is one cuDNN call per
+// direction over whole contiguous buffers; the strided query is copied
+// once; the runtime's checks accept both steps and their sizes evaluate to
+// the case's; float32, a head dim the engines do not take, and
+// deterministic_algorithms (for the backward) keep the GEMMs.
+TEST(AttentionCuda, HalfPrecisionIsOneCudnnCallPerDirection) {
+  Case c;
+  c.dtype = DType::kBFloat16;
+  c.e = c.ev = 64;
+  c.causal = true;
+  c.strided_q = true;
+  const v1::Artifact a = CompileForCuda(c);
+  const std::vector<const v1::Attention*> calls = AttentionCalls(a);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0]->direction(), v1::Attention::FORWARD);
+  EXPECT_EQ(calls[1]->direction(), v1::Attention::BACKWARD);
+  EXPECT_EQ(calls[0]->buffers_size(), 5);
+  EXPECT_EQ(calls[1]->buffers_size(), 9);
+  EXPECT_TRUE(calls[0]->causal());
+  EXPECT_FLOAT_EQ(calls[0]->scale(), 0.5f);
+  EXPECT_EQ(calls[0]->dtype(), v1::BFLOAT16);
+  EXPECT_EQ(CountCalls(a), 2) << "no GEMM around the calls";
+  auto plan = PlanProgram(a, CudaLimits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<int64_t> elements;
+  for (const v1::BufferSpec& b : a.program().buffers())
+    elements.push_back(EvaluateSymPoly(b.elements(), {}));
+  int seen = 0;
+  for (const ProgramPlan::Extern& e : plan->externs) {
+    if (e.attention == nullptr) continue;
+    ++seen;
+    auto dims = EvaluateAttention(*e.attention, {}, elements);
+    ASSERT_TRUE(dims.ok()) << dims.status();
+    EXPECT_EQ(dims->batch, c.b);
+    EXPECT_EQ(dims->heads, c.h);
+    EXPECT_EQ(dims->s_q, c.l);
+    EXPECT_EQ(dims->s_kv, c.s);
+    EXPECT_EQ(dims->d_qk, 64);
+  }
+  EXPECT_EQ(seen, 2);
+  // The CPU runtime runs no attention step.
+  LaunchLimits cpu = CudaLimits();
+  cpu.attention = false;
+  auto refused = PlanProgram(a, cpu);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("fused attention"),
+            std::string::npos)
+      << refused.status();
+
+  Case f32 = c;
+  f32.dtype = DType::kFloat32;
+  EXPECT_TRUE(AttentionCalls(CompileForCuda(f32)).empty());
+  Case odd = c;
+  odd.e = odd.ev = 20;
+  EXPECT_TRUE(AttentionCalls(CompileForCuda(odd)).empty());
+  v1::CompileOptions deterministic;
+  deterministic.set_deterministic_algorithms(true);
+  const std::vector<const v1::Attention*> fwd_only =
+      AttentionCalls(CompileForCuda(c, deterministic));
+  ASSERT_EQ(fwd_only.size(), 1u);
+  EXPECT_EQ(fwd_only[0]->direction(), v1::Attention::FORWARD);
+}
+
+// Malformed attention steps are refused before anything runs, naming the
+// step and the problem.
+TEST(AttentionCuda, MalformedStepsAreRefused) {
+  Case c;
+  c.dtype = DType::kFloat16;
+  c.e = c.ev = 32;
+  const v1::Artifact good = CompileForCuda(c);
+  ASSERT_EQ(AttentionCalls(good).size(), 2u);
+  auto first_call = [](v1::Artifact& a) -> v1::Attention* {
+    for (v1::Step& s : *a.mutable_program()->mutable_steps()) {
+      if (s.has_call() && s.call().has_attention())
+        return s.mutable_call()->mutable_attention();
+    }
+    return nullptr;
+  };
+  auto refused = [&](const std::function<void(v1::Attention&)>& edit,
+                     const std::string& part) {
+    v1::Artifact a = good;
+    edit(*first_call(a));
+    auto plan = PlanProgram(a, CudaLimits());
+    ASSERT_FALSE(plan.ok()) << part;
+    EXPECT_NE(plan.status().message().find(part), std::string::npos)
+        << plan.status();
+  };
+  refused([](v1::Attention& a) { a.mutable_buffers()->RemoveLast(); },
+          "it takes 5");
+  refused([](v1::Attention& a) { a.set_dtype(v1::FLOAT32); },
+          "float16 or bfloat16 only");
+  refused([](v1::Attention& a) { a.set_buffers(4, a.buffers(0)); },
+          "is not of the call's dtype");
+  refused([](v1::Attention& a) { a.set_buffers(3, a.buffers(0)); },
+          "an input or another tensor");
+  refused(
+      [](v1::Attention& a) {
+        a.set_direction(static_cast<v1::Attention::Direction>(7));
+      },
+      "unknown direction");
+  // Sizes that the buffers cannot hold fail at run time, before the call.
+  v1::Artifact big = good;
+  first_call(big)->mutable_s_q()->mutable_terms(0)->set_coeff(1000);
+  auto plan = PlanProgram(big, CudaLimits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<int64_t> elements;
+  for (const v1::BufferSpec& b : big.program().buffers())
+    elements.push_back(EvaluateSymPoly(b.elements(), {}));
+  for (const ProgramPlan::Extern& e : plan->externs) {
+    if (e.attention == nullptr) continue;
+    auto dims = EvaluateAttention(*e.attention, {}, elements);
+    ASSERT_FALSE(dims.ok());
+    EXPECT_NE(dims.status().message().find("elements of buffer"),
+              std::string::npos)
+        << dims.status();
+    break;
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing
