@@ -16,7 +16,7 @@
 # cuda over the suite and bench/python/zoo.py; callcost:
 # bench/python/call_cost.py --device cuda against the bundle's kilnd
 # ($CALLCOST_ARGS passed on, e.g. "--train group_norm");
-# attention: bench/python/attention.py --device cuda; trainops:
+# attention: bench/python/attention.py --device cuda ($ATTN_ARGS); trainops:
 # bench/python/train_ops.py --device cuda ($TRAINOPS_ARGS, e.g. --recompute); profile:
 # bench/python/kernel_profile.py --timeline ($PROFILE_ARGS passed on, e.g.
 # "--case group_norm"); gemm: bench/python/gpu_gemm.py
@@ -144,7 +144,8 @@ if [[ $what == optimizer ]]; then
   "${PYTHON:-python3}" "$here/bench/python/optimizer_step.py" --device cuda ${OPT_ARGS:-} || status=1
 fi
 if [[ $what == attention ]]; then
-  "${PYTHON:-python3}" "$here/bench/python/attention.py" --device cuda || status=1
+  # shellcheck disable=SC2086
+  "${PYTHON:-python3}" "$here/bench/python/attention.py" --device cuda ${ATTN_ARGS:-} || status=1
 fi
 if [[ $what == trainops ]]; then
   # shellcheck disable=SC2086

@@ -1,6 +1,7 @@
 """Attention forward + backward: PyTorch's fused kernel (eager) against
-Kiln's decomposition (kiln/attention.py: two GEMMs around a masked softmax)
-and Inductor, side by side in one run, to place the "auto" policy's CUDA
+Kiln's decomposition (kiln/attention.py: two GEMMs around a masked softmax),
+Kiln's fused op (attention="fused": cuDNN's fused attention on CUDA) and
+Inductor, side by side in one run, to place the "auto" policy's CUDA
 threshold (CUDA_MAX_SCORES) on measurements.
 
     PY=$(bash deploy/python-env.sh)
@@ -30,10 +31,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--server")
+    ap.add_argument("--profile", action="store_true",
+                    help="after the table, torch.profiler's kernel times of "
+                         "5 steps of each Kiln variant and eager at the "
+                         "largest shape")
     a = ap.parse_args()
     cuda = a.device == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
-    shapes = ([(8, 12, 256), (8, 12, 512), (8, 12, 1024), (4, 16, 2048)]
+    shapes = ([(8, 4, 64), (8, 12, 128), (8, 12, 256), (8, 12, 512),
+               (8, 12, 1024), (4, 16, 2048)]
               if cuda else [(4, 8, 128), (2, 8, 512)])
     daemon = None if a.server else Kilnd()
     server = a.server or daemon.address
@@ -45,7 +51,8 @@ def main() -> None:
     print(f"attention fwd+bwd, causal, head dim 64, {dtype}, {where}, "
           f"torch {torch.__version__}; ms per step (median of 7 x 10)")
     print(f"{'batch x heads x seq':<22} {'scores':>10} {'eager':>8} "
-          f"{'inductor':>9} {'kiln':>8} {'kiln/eager':>10}")
+          f"{'inductor':>9} {'kiln':>8} {'kiln fused':>10} "
+          f"{'kiln/eager':>10} {'fused/eager':>11}")
     try:
         for b, h, t in shapes:
             g = torch.Generator(device=a.device).manual_seed(0)
@@ -63,13 +70,48 @@ def main() -> None:
                                        attention="decompose")
                 kln = torch.compile(attn, backend=backend)
                 row["kiln"] = step_ms(lambda: kln(q, k, v).sum(), cuda)
+                torch._dynamo.reset()
+                fused = kiln.backend(server=server, fallback="error",
+                                     attention="fused")
+                kfu = torch.compile(attn, backend=fused)
+                row["fused"] = step_ms(lambda: kfu(q, k, v).sum(), cuda)
             print(f"{f'{b} x {h} x {t}':<22} {b * h * t * t:>10} "
                   f"{row['eager']:>8.3f} {row['inductor']:>9.3f} "
-                  f"{row['kiln']:>8.3f} {row['kiln'] / row['eager']:>9.2f}x",
+                  f"{row['kiln']:>8.3f} {row['fused']:>10.3f} "
+                  f"{row['kiln'] / row['eager']:>9.2f}x "
+                  f"{row['fused'] / row['eager']:>10.2f}x",
                   flush=True)
+        if a.profile:
+            profile(attn, shapes[-1], a.device, dtype, server)
     finally:
         if daemon:
             daemon.stop()
+
+
+def profile(attn, shape, device, dtype, server) -> None:
+    """The costliest kernels of 5 steps per variant, and the host time."""
+    from torch.profiler import ProfilerActivity  # noqa: PLC0415
+    b, h, t = shape
+    g = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (torch.randn(b, h, t, 64, device=device, dtype=dtype,
+                           generator=g).requires_grad_() for _ in range(3))
+    variants = {"eager": attn}
+    for policy in ("fused", "decompose"):
+        torch._dynamo.reset()
+        variants[policy] = torch.compile(attn, backend=kiln.backend(
+            server=server, fallback="error", attention=policy))
+    for name, fn in variants.items():
+        for _ in range(3):
+            fn(q, k, v).sum().backward()
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[ProfilerActivity.CPU,
+                                                ProfilerActivity.CUDA]) as p:
+            for _ in range(5):
+                fn(q, k, v).sum().backward()
+            torch.cuda.synchronize()
+        print(f"\n--- {name}, {b} x {h} x {t}, 5 steps ---")
+        print(p.key_averages().table(sort_by="self_cuda_time_total",
+                                     row_limit=8, max_name_column_width=60))
 
 
 if __name__ == "__main__":

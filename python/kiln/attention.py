@@ -14,16 +14,28 @@ rewrite_attention() does it on Dynamo's graph, before AOTAutograd traces
 it: each call of scaled_dot_product_attention (or of
 F.multi_head_attention_forward, nn.MultiheadAttention's, which Dynamo keeps
 as one call and which calls it inside) that the policy decomposes becomes a
-call of sdpa_math() (mha_math()); the others keep the fused kernel. The
-policy, from kiln.backend(attention=...) or KILN_ATTENTION:
+call of sdpa_math() (mha_math()); the others keep the fused kernel. Or Kiln's own fused attention: the custom op kiln::attention (and
+kiln::attention_backward, its gradient through AOTAutograd), which Kiln
+compiles to one cuDNN fused-attention call per direction on CUDA
+(float16/bfloat16, head dims multiples of 8 up to 128;
+runtime/cuda_attention.h) and to GEMMs around a masked softmax elsewhere
+(compiler/ops/attention_lowering.cc). It keeps large attention inside the
+partition around it without writing the scores out. Where a partition runs
+eagerly (a fallback), the ops compute the same in PyTorch (float32
+softmax, probabilities rounded to the inputs' dtype). The policy, from
+kiln.backend(attention=...) or KILN_ATTENTION:
 
-  "auto"      the default: decomposed on the CPU; on CUDA only small
-              attention (at most CUDA_MAX_SCORES = 2^20 score elements),
-              else the fused kernel (flash/memory-efficient attention,
-              eagerly): measured on an H100 (bench/python/attention.py),
+  "auto"      the default: decomposed on the CPU; on CUDA small attention
+              (at most CUDA_MAX_SCORES = 2^20 score elements) decomposed,
+              larger attention Kiln's fused op where it takes the call
+              (fused_eligible: no mask but is_causal, no dropout, one head
+              count, float16/bfloat16, head dims multiples of 8 up to 128),
+              else PyTorch's fused kernel, eagerly. As GEMMs and softmax,
               fwd+bwd of causal bf16 attention at 8x12x256..4x16x2048 ran
-              4-7x slower as GEMMs and softmax than PyTorch's flash kernel,
-              which never writes the scores out.
+              4-7x slower than PyTorch's flash kernel on an H100
+              (bench/python/attention.py).
+  "fused"     Kiln's fused op wherever fused_eligible allows any dtype
+              (on the CPU: its GEMMs and softmax), else decomposed.
   "decompose" always decomposed.
   "eager"     never: attention runs as PyTorch's fused kernel, eagerly.
 
@@ -51,10 +63,10 @@ import torch.nn.functional as F
 
 from .fx_graph import size_hint
 
-__all__ = ["ATTENTION_POLICIES", "resolve_policy", "rewrite_attention",
-           "sdpa_math"]
+__all__ = ["ATTENTION_POLICIES", "fused_eligible", "resolve_policy",
+           "rewrite_attention", "sdpa_fused", "sdpa_math"]
 
-ATTENTION_POLICIES = ("auto", "decompose", "eager")
+ATTENTION_POLICIES = ("auto", "fused", "decompose", "eager")
 
 # "auto" on CUDA: the largest score matrix (batch x heads x L x S elements)
 # decomposed. Small attention is host-bound: as GEMMs and softmax it joins
@@ -121,6 +133,156 @@ def sdpa_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return torch.matmul(probs.to(dtype), v)
 
 
+# ---- Kiln's fused attention as a PyTorch custom op ----
+
+def _attention_scores(q: torch.Tensor, k: torch.Tensor, is_causal: bool,
+                      scale: float) -> torch.Tensor:
+    s = torch.matmul(q, k.transpose(-2, -1)).float() * scale
+    if is_causal:
+        rows = torch.arange(q.size(-2), device=q.device).unsqueeze(-1)
+        cols = torch.arange(k.size(-2), device=q.device)
+        s = s.masked_fill(cols > rows, float("-inf"))
+    return s
+
+
+@torch.library.custom_op(
+    "kiln::attention", mutates_args=(),
+    schema="(Tensor query, Tensor key, Tensor value, bool is_causal, "
+           "float scale) -> (Tensor, Tensor)")
+def attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                 is_causal: bool, scale: float
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse): softmax(scale * q @ k^T, masked) @ v in the inputs'
+    dtype and the rows' logsumexp in float32 (the semantics of
+    graph/ops/attention.cc). This body runs only where Kiln does not."""
+    s = _attention_scores(query, key, is_causal, scale)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse.unsqueeze(-1)).to(query.dtype)
+    return torch.matmul(p, value).contiguous(), lse.contiguous()
+
+
+@attention_op.register_fake
+def _attention_fake(query: torch.Tensor, key: torch.Tensor,
+                    value: torch.Tensor, is_causal: bool, scale: float
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    out = query.new_empty((*query.shape[:-1], value.shape[-1]))
+    return out, query.new_empty(query.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.custom_op(
+    "kiln::attention_backward", mutates_args=(),
+    schema="(Tensor grad_out, Tensor query, Tensor key, Tensor value, "
+           "Tensor out, Tensor lse, bool is_causal, float scale) -> "
+           "(Tensor, Tensor, Tensor)")
+def attention_backward_op(grad_out: torch.Tensor, query: torch.Tensor,
+                          key: torch.Tensor, value: torch.Tensor,
+                          out: torch.Tensor, lse: torch.Tensor,
+                          is_causal: bool, scale: float
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(grad_q, grad_k, grad_v) of attention_op, from its saved out and lse
+    (this body runs only where Kiln does not)."""
+    dtype = query.dtype
+    s = _attention_scores(query, key, is_causal, scale)
+    p = torch.exp(s - lse.unsqueeze(-1))
+    g = grad_out.float()
+    grad_v = torch.matmul(p.to(dtype).transpose(-2, -1), grad_out)
+    dp = torch.matmul(g, value.float().transpose(-2, -1))
+    rowsum = (g * out.float()).sum(-1, keepdim=True)
+    ds = (p * (dp - rowsum) * scale).to(dtype)
+    grad_q = torch.matmul(ds, key)
+    grad_k = torch.matmul(ds.transpose(-2, -1), query)
+    return grad_q.contiguous(), grad_k.contiguous(), grad_v.contiguous()
+
+
+@attention_backward_op.register_fake
+def _attention_backward_fake(grad_out: torch.Tensor, query: torch.Tensor,
+                             key: torch.Tensor, value: torch.Tensor,
+                             out: torch.Tensor, lse: torch.Tensor,
+                             is_causal: bool, scale: float
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (query.new_empty(query.shape), key.new_empty(key.shape),
+            value.new_empty(value.shape))
+
+
+def _attention_setup(ctx: Any, inputs: Any, output: Any) -> None:
+    query, key, value, is_causal, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(query, key, value, out, lse)
+    ctx.is_causal = is_causal
+    ctx.scale = scale
+
+
+def _attention_backward(ctx: Any, grad_out: torch.Tensor,
+                        grad_lse: Optional[torch.Tensor]) -> Any:
+    query, key, value, out, lse = ctx.saved_tensors
+    grads = attention_backward_op(grad_out.contiguous(), query, key, value,
+                                  out, lse, ctx.is_causal, ctx.scale)
+    return (*grads, None, None)
+
+
+attention_op.register_autograd(_attention_backward,
+                               setup_context=_attention_setup)
+
+# The head dims cuDNN's fused engines take (runtime/cuda_attention.h).
+_FUSED_MAX_HEAD_DIM = 128
+
+
+def sdpa_fused(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attn_mask: Optional[torch.Tensor] = None,
+               dropout_p: float = 0.0, is_causal: bool = False,
+               scale: Optional[float] = None,
+               enable_gqa: bool = False) -> torch.Tensor:
+    """scaled_dot_product_attention through Kiln's fused op, for the calls
+    fused_eligible accepts (no mask but is_causal, no dropout, one head
+    count)."""
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.size(-1))
+    return attention_op(query.contiguous(), key.contiguous(),
+                        value.contiguous(), bool(is_causal), float(scale))[0]
+
+
+_SDPA_SIGNATURE = inspect.signature(sdpa_math)
+
+
+def fused_eligible(node: torch.fx.Node, any_dtype: bool = False) -> bool:
+    """Whether Kiln's fused op takes the scaled_dot_product_attention call
+    `node` of Dynamo's graph (from its example values): 4-D query, key and
+    value with one batch and head count, no attn_mask, dropout_p 0, a
+    static head dim that is a multiple of 8 up to 128, float16/bfloat16
+    (any floating dtype with `any_dtype`), a Python-number scale."""
+    if node.target not in _SDPA_TARGETS:
+        return False
+    try:
+        bound = _SDPA_SIGNATURE.bind(*node.args, **node.kwargs)
+    except TypeError:
+        return False
+    bound.apply_defaults()
+    a = bound.arguments
+    if a["attn_mask"] is not None or a["dropout_p"] != 0.0 or \
+            not isinstance(a["is_causal"], bool) or \
+            not (a["scale"] is None or isinstance(a["scale"], float)):
+        return False
+    vals = []
+    for name in ("query", "key", "value"):
+        x = a[name]
+        v = x.meta.get("example_value") if isinstance(x, torch.fx.Node) else None
+        if not isinstance(v, torch.Tensor) or v.dim() != 4:
+            return False
+        vals.append(v)
+    q, k, v = vals
+    dtypes = (torch.float16, torch.bfloat16) + \
+        ((torch.float32,) if any_dtype else ())
+    if q.dtype not in dtypes or k.dtype != q.dtype or v.dtype != q.dtype:
+        return False
+    if any(isinstance(x.shape[1], torch.SymInt) for x in vals) or \
+            q.shape[1] != k.shape[1] or q.shape[1] != v.shape[1]:
+        return False
+    for d in (q.shape[-1], k.shape[-1], v.shape[-1]):
+        if not isinstance(d, int) or d % 8 or d > _FUSED_MAX_HEAD_DIM:
+            return False
+    return q.shape[-1] == k.shape[-1]
+
+
 _MHA_SIGNATURE = inspect.signature(F.multi_head_attention_forward)
 
 
@@ -176,10 +338,13 @@ def _device(node: torch.fx.Node) -> Optional[torch.device]:
     return v.device if isinstance(v, torch.Tensor) else None
 
 
-def rewrite_attention(gm: torch.fx.GraphModule, policy: str) -> int:
+def rewrite_attention(gm: torch.fx.GraphModule, policy: str,
+                      fused: bool = True) -> int:
     """Replaces the scaled_dot_product_attention calls of Dynamo's graph
-    `gm` that `policy` decomposes by sdpa_math (in place; recompiles gm).
-    Returns how many were replaced."""
+    `gm` that `policy` decomposes by sdpa_math, and those it gives Kiln's
+    fused op by sdpa_fused (in place; recompiles gm), the latter only with
+    `fused` (the client library has kiln.attention). Returns how many were
+    replaced."""
     if policy == "eager":
         return 0
     replaced = 0
@@ -194,15 +359,20 @@ def rewrite_attention(gm: torch.fx.GraphModule, policy: str) -> int:
                 continue
             if bound.arguments["need_weights"] is not False:
                 continue  # already bmm and softmax
-        if policy == "auto":
+        target = mha_math if node.target in _MHA_TARGETS else sdpa_math
+        if policy == "fused" and fused and fused_eligible(node, any_dtype=True):
+            target = sdpa_fused
+        elif policy == "auto":
             device = _device(node)
             if device is None:
                 continue
             if device.type != "cpu":
                 n = _scores(node)
                 if n is None or n > CUDA_MAX_SCORES:
-                    continue
-        node.target = mha_math if node.target in _MHA_TARGETS else sdpa_math
+                    if not (fused and fused_eligible(node)):
+                        continue
+                    target = sdpa_fused
+        node.target = target
         replaced += 1
     if replaced:
         gm.recompile()

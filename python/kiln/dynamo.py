@@ -572,7 +572,8 @@ class KilnBackend:
                  example_inputs: Sequence[Any]) -> Callable[..., Any]:
         # Attention as products and a softmax (kiln/attention.py), before
         # AOTAutograd derives the backward from them.
-        rewrite_attention(gm, self.attention)
+        rewrite_attention(gm, self.attention,
+                          fused="kiln.attention.default" in self.ops())
         devices = {x.device.type for x in example_inputs
                    if isinstance(x, torch.Tensor)}
         if devices and devices <= self.foreach_devices:

@@ -155,6 +155,52 @@ def blocked_cumsum_case(server: str, device: torch.device) -> Tuple[bool, str]:
                 ", ".join(f"{k} {v:.3g}" for k, v in errs.items()))
 
 
+def fused_attention_case(server: str, device: torch.device) -> Tuple[bool, str]:
+    """Causal and full self-attention with projections around it, bfloat16
+    and float16, at 2^22 score elements (above the "auto" policy's
+    threshold, so Kiln's fused op: one cuDNN call per direction), forward
+    and backward, against eager on the same device; and the calls in Kiln."""
+    import torch.nn.functional as F  # noqa: PLC0415
+    texts, ok = [], True
+    for dtype in (torch.bfloat16, torch.float16):
+        for causal in (True, False):
+            torch._dynamo.reset()
+            backend = KilnBackend(server=server, fallback="error")
+            b, t, h, e = 4, 512, 4, 64
+            g = torch.Generator(device=device).manual_seed(5)
+            x = torch.randn(b, t, h * e, device=device, generator=g).to(dtype)
+            w = (torch.randn(4, h * e, h * e, device=device, generator=g)
+                 / 16).to(dtype)
+
+            def f(x, w):
+                q, k, v = ((x @ w[i]).view(b, t, h, e).transpose(1, 2)
+                           for i in range(3))
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return o.transpose(1, 2).reshape(b, t, h * e) @ w[3]
+
+            kx, kw = (u.clone().requires_grad_() for u in (x, w))
+            ex, ew = (u.clone().requires_grad_() for u in (x, w))
+            got, want = torch.compile(f, backend=backend)(kx, kw), f(ex, ew)
+            gy = torch.randn(got.shape, device=device, generator=g).to(dtype)
+            kg = torch.autograd.grad(got, (kx, kw), gy)
+            eg = torch.autograd.grad(want, (ex, ew), gy)
+            errs = [(got - want).abs().max().item() /
+                    want.abs().max().item()]
+            errs += [(a - c).abs().max().item() / c.abs().max().item()
+                     for a, c in zip(kg, eg)]
+            r = backend.report
+            calls = (r.op("kiln.attention.default").kiln,
+                     r.op("kiln.attention_backward.default").kiln)
+            this_ok = max(errs) < 3e-2 and calls == (1, 1) and \
+                r.compiled_partitions == r.partitions == 2
+            ok &= this_ok
+            texts.append(f"{str(dtype)[6:]}{' causal' if causal else ''}: "
+                         f"max err/max {max(errs):.2e}, kiln calls {calls}, "
+                         f"{r.compiled_partitions}/{r.partitions} partitions"
+                         f"{'' if this_ok else ' FAILED'}")
+    return ok, "; ".join(texts)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", help="comma-separated (default: all)")
@@ -197,7 +243,8 @@ def main() -> int:
                 report(case, lambda: run_case(name, dtype, dynamic, server, device),
                        "FAIL (nothing ran in Kiln)")
         for name, extra in (("empty-outputs", empty_outputs_case),
-                            ("blocked-cumsum", blocked_cumsum_case)):
+                            ("blocked-cumsum", blocked_cumsum_case),
+                            ("fused-attention", fused_attention_case)):
             if not args.models or name in args.models.split(","):
                 report(name, lambda: extra(server, device), "FAIL")
     finally:

@@ -308,7 +308,11 @@ TEST(CudaGpu, CompiledAttentionMatchesReference) {
         auto host = gpu_testing::Download(**gpu, (*got)[o], nullptr);
         ASSERT_TRUE(host.ok()) << host.status();
         if (o >= 2) {
-          const double limit = c.dtype == DType::kBFloat16  ? 3e-2
+          // Under deterministic_algorithms the backward is GEMMs around a
+          // softmax whose scores cuBLASLt writes in the inputs' dtype (as
+          // PyTorch's math attention rounds them): one more rounding.
+          const double limit = c.dtype == DType::kBFloat16
+                                   ? (deterministic ? 6e-2 : 3e-2)
                                : c.dtype == DType::kFloat16 ? 4e-3
                                                             : 2e-3;
           EXPECT_LT(attention_cases::RelativeToLargest(*host, (*want)[o]),

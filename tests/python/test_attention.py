@@ -177,8 +177,9 @@ def test_policy_eager_keeps_the_fused_kernel(daemon, monkeypatch):
 
 def test_policy_names():
     assert resolve_policy("decompose") == "decompose"
-    with pytest.raises(ValueError, match="auto, decompose, eager"):
-        resolve_policy("fused")
+    assert resolve_policy("fused") == "fused"
+    with pytest.raises(ValueError, match="auto, fused, decompose, eager"):
+        resolve_policy("flash")
 
 
 def test_sdpa_math_matches_eager_without_compiling():
@@ -187,3 +188,73 @@ def test_sdpa_math_matches_eager_without_compiling():
     torch.testing.assert_close(
         sdpa_math(q, k, v, is_causal=True),
         F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+KILN_FUSED = {"kiln.attention.default", "kiln.attention_backward.default"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16],
+                         ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("case", [
+    dict(), dict(is_causal=True), dict(is_causal=True, l=9, s=5),
+    dict(scale=0.37, layout="blhe"),
+], ids=["plain", "causal", "causal-l9-s5", "scale-transposed"])
+def test_fused_policy_runs_kiln_attention(daemon, case, dtype):
+    """attention="fused": scaled_dot_product_attention becomes Kiln's
+    kiln::attention op and AOTAutograd's backward its kiln::attention_backward
+    (on the CPU Kiln compiles both to GEMMs around a masked softmax; on CUDA
+    to cuDNN's fused attention, tests/gpu/backend_gpu_test.py), in one
+    partition with the projections around it, matching eager."""
+    case = dict(case)
+    g = torch.Generator().manual_seed(3)
+    b, h, e = 2, 4, 16
+    l, s = case.pop("l", 7), case.pop("s", 7)
+    transposed = case.pop("layout", None) == "blhe"
+    x = torch.randn(b, l, h * e, generator=g).to(dtype)
+    mem = torch.randn(b, s, h * e, generator=g).to(dtype)
+    w = torch.randn(3, h * e, h * e, generator=g).to(dtype) / 8
+
+    def fn(x, mem, w):
+        q = (x @ w[0]).view(b, l, h, e).transpose(1, 2)
+        k = (mem @ w[1]).view(b, s, h, e).transpose(1, 2)
+        v = (mem @ w[2]).view(b, s, h, e).transpose(1, 2)
+        if not transposed:
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        o = F.scaled_dot_product_attention(q, k, v, **case)
+        return o.transpose(1, 2).reshape(b, l, h * e) @ w[0].t()
+
+    backend = kiln.backend(server=daemon.address, fallback="error",
+                           attention="fused")
+    (a, ga), (c, gc) = _run(fn, backend, x, mem, w)
+    _close(a, c, dtype)
+    for u, y in zip(ga, gc):
+        if dtype == torch.float32:
+            _close(u, y, dtype)
+        else:  # bfloat16 sums through three products: relative to the largest
+            err = (u.float() - y.float()).abs().max()
+            assert err <= 3e-2 * y.float().abs().max(), (err, y.abs().max())
+    report = backend.report
+    assert KILN_FUSED <= set(report.ops), report
+    for op in KILN_FUSED:
+        assert report.op(op).kiln >= 1 and not report.op(op).fallback, report
+    assert not FUSED & set(report.ops), report
+
+
+def test_fused_policy_keeps_what_kiln_fuses_not(daemon):
+    """A call Kiln's fused op does not take (a mask) is decomposed under
+    attention="fused"; "auto" on the CPU decomposes every call."""
+    from kiln.attention import fused_eligible
+    q = k = v = torch.randn(1, 2, 4, 8)
+    mask = torch.rand(4, 4) > 0.5
+    mask[..., 0] = True
+
+    def fn(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    backend = kiln.backend(server=daemon.address, fallback="error",
+                           attention="fused")
+    (a, ga), (c, gc) = _run(fn, backend, q, k, v, mask)
+    _close(a, c, torch.float32)
+    assert not KILN_FUSED & set(backend.report.ops)
+    _no_fused(backend.report)
+    assert callable(fused_eligible)
