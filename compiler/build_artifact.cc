@@ -144,6 +144,9 @@ v1::ExternCall AttentionCallStep(const AttentionCall& a,
   *c->mutable_d_v() = ToSymPoly(a.d_v);
   c->set_causal(a.causal);
   c->set_scale(static_cast<float>(a.scale));
+  c->set_bias(a.bias);
+  c->set_bias_batch(a.bias_batch);
+  c->set_bias_heads(a.bias_heads);
   c->set_dtype(WireDType(fused.buffers[buffers[0]].dtype));
   return call;
 }

@@ -315,15 +315,18 @@ struct ConvCall {
 // Fused attention computed by a library (cuDNN; issue 16), with the
 // semantics of runtime/cuda_attention.h over contiguous tensors
 // q [B, H, L, E], k [B, H, S, E], v [B, H, S, Ev] of one dtype:
-//   forward   extern_inputs q, k, v; the node's value is out
+//   forward   extern_inputs q, k, v[, bias]; the node's value is out
 //             [B, H, L, Ev], extern_outputs[0] the float32 lse [B, H, L]
-//   backward  extern_inputs q, k, v, out, lse, grad_out; the node's value
-//             is grad_q, extern_outputs grad_k and grad_v
+//   backward  extern_inputs q, k, v[, bias], out, lse, grad_out; the
+//             node's value is grad_q, extern_outputs grad_k and grad_v
+// bias: an additive bias on the scaled scores, contiguous
+// [bias_batch ? B : 1, bias_heads ? H : 1, L, S] of the inputs' dtype.
 struct AttentionCall {
   bool backward = false;
   SymExpr batch{0}, heads{0}, s_q{0}, s_kv{0}, d_qk{0}, d_v{0};
   bool causal = false;
   double scale = 1;
+  bool bias = false, bias_batch = false, bias_heads = false;
 };
 
 struct LoopNode {

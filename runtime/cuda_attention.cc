@@ -28,6 +28,7 @@ enum Uid : int64_t {
   kScale,
   kNegInf,
   kOne,
+  kBias,
   kSoftmaxSum,  // backward: rowsum(grad_out * out), float32
   kGradQAccum,  // backward: grad_q in float32
   kFirstVirtual = 100,
@@ -141,11 +142,18 @@ class AttentionGraph {
     ops_.push_back(op);
   }
 
-  // s * scale, then (causal) -inf where the key's column is after the
-  // query's row: the frontend's diagonal band mask with right bound 0.
-  void* ScaleAndMask(void* s, void* scale, void* neg_inf, bool causal) {
+  // s * scale, plus the bias (the frontend's bias score modifier), then
+  // (causal) -inf where the key's column is after the query's row: the
+  // frontend's diagonal band mask with right bound 0.
+  void* ScaleAndMask(void* s, void* scale, void* bias, void* neg_inf,
+                     bool causal) {
     void* scaled = Scores(d_.s_q, d_.s_kv);
     Pointwise(cudnn::kPointwiseMul, s, scale, nullptr, scaled);
+    if (bias != nullptr) {
+      void* biased = Scores(d_.s_q, d_.s_kv);
+      Pointwise(cudnn::kPointwiseAdd, scaled, bias, nullptr, biased);
+      scaled = biased;
+    }
     if (!causal) return scaled;
     void* row = Scores(d_.s_q, d_.s_kv, cudnn::kDataInt32);
     Pointwise(cudnn::kPointwiseGenIndex, scaled, nullptr, nullptr, row,
@@ -192,7 +200,17 @@ std::vector<int64_t> TransposedStrides(int64_t h, int64_t rows, int64_t cols) {
   return {h * rows * cols, rows * cols, 1, cols};
 }
 
-void BuildForward(AttentionGraph& g, bool causal) {
+// The bias tensor, when the call has one.
+void* BiasTensor(AttentionGraph& g, const AttentionOptions& o) {
+  if (!o.bias) return nullptr;
+  const AttentionDims& d = g.dims();
+  return g.Bound(
+      kBias, g.io(),
+      {o.bias_batch ? d.batch : 1, o.bias_heads ? d.heads : 1, d.s_q, d.s_kv});
+}
+
+void BuildForward(AttentionGraph& g, const AttentionOptions& o) {
+  const bool causal = o.causal;
   const AttentionDims& d = g.dims();
   const int io = g.io();
   void* q = g.Bound(kQ, io, {d.batch, d.heads, d.s_q, d.d_qk});
@@ -204,10 +222,11 @@ void BuildForward(AttentionGraph& g, bool causal) {
       g.Bound(kStats, cudnn::kDataFloat, g.RowSizes(), g.RowStrides());
   void* scale = g.Scalar(kScale);
   void* neg_inf = causal ? g.Scalar(kNegInf) : nullptr;
+  void* bias = BiasTensor(g, o);
 
   void* s = g.Scores(d.s_q, d.s_kv);
   g.Matmul(q, kt, s);
-  void* masked = g.ScaleAndMask(s, scale, neg_inf, causal);
+  void* masked = g.ScaleAndMask(s, scale, bias, neg_inf, causal);
   // Softmax with its statistics (the frontend's softmax node).
   void* max = g.Rows();
   g.Reduce(cudnn::kReduceMax, masked, max);
@@ -225,7 +244,8 @@ void BuildForward(AttentionGraph& g, bool causal) {
   g.Matmul(p, v, out);
 }
 
-void BuildBackward(AttentionGraph& g, bool causal) {
+void BuildBackward(AttentionGraph& g, const AttentionOptions& o) {
+  const bool causal = o.causal;
   const AttentionDims& d = g.dims();
   const int io = g.io();
   const int f32 = cudnn::kDataFloat;
@@ -245,6 +265,7 @@ void BuildBackward(AttentionGraph& g, bool causal) {
   void* scale = g.Scalar(kScale);
   void* one = g.Scalar(kOne);
   void* neg_inf = causal ? g.Scalar(kNegInf) : nullptr;
+  void* bias = BiasTensor(g, o);
 
   // softmax_sum = rowsum(grad_out * out).
   void* prod =
@@ -258,7 +279,7 @@ void BuildBackward(AttentionGraph& g, bool causal) {
   // p = exp(scale * q @ k^T (masked) - stats); grad_v = p^T @ grad_out.
   void* s = g.Scores(d.s_q, d.s_kv);
   g.Matmul(q, kt, s);
-  void* masked = g.ScaleAndMask(s, scale, neg_inf, causal);
+  void* masked = g.ScaleAndMask(s, scale, bias, neg_inf, causal);
   void* shifted = g.Scores(d.s_q, d.s_kv);
   g.Pointwise(cudnn::kPointwiseSub, masked, stats, nullptr, shifted);
   void* p = g.Scores(d.s_q, d.s_kv);
@@ -296,6 +317,7 @@ void BuildBackward(AttentionGraph& g, bool causal) {
 struct CudaAttention::Plan {
   Direction direction = Direction::kForward;
   bool causal = false;
+  bool bias = false;
   std::vector<CudnnDescriptor> descriptors;
   CudnnDescriptor plan;
   size_t library_workspace = 0;   // the plan's own, at the workspace start
@@ -328,7 +350,9 @@ size_t CudaAttention::version() const { return lib_->version(); }
 
 absl::StatusOr<CudaAttention::Prepared> CudaAttention::Prepare(
     int step, Direction direction, DType dtype, const AttentionDims& d,
-    bool causal, float scale) const {
+    const AttentionOptions& options) const {
+  const bool causal = options.causal;
+  const float scale = options.scale;
   if (dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuDNN's fused attention takes float16 or bfloat16, not ",
@@ -370,9 +394,9 @@ absl::StatusOr<CudaAttention::Prepared> CudaAttention::Prepare(
   absl::MutexLock run_lock(&handle_->run_mu);
   AttentionGraph g(lib_, d, CudnnDataType(dtype));
   if (direction == Direction::kForward) {
-    BuildForward(g, causal);
+    BuildForward(g, options);
   } else {
-    BuildBackward(g, causal);
+    BuildBackward(g, options);
   }
   void* graph = g.Finish(handle_->handle);
   if (graph == nullptr) return g.builder().status();
@@ -393,6 +417,7 @@ absl::StatusOr<CudaAttention::Prepared> CudaAttention::Prepare(
   auto plan = std::make_shared<Plan>();
   plan->direction = direction;
   plan->causal = causal;
+  plan->bias = options.bias;
   plan->plan = std::move(found->plans[0]);
   plan->descriptors = std::move(found->keep);
   for (CudnnDescriptor& keep : g.builder().Release())
@@ -424,7 +449,8 @@ absl::Status CudaAttention::Run(const Prepared& prepared,
                                 cuda::Stream stream) const {
   const Plan& p = *prepared.plan;
   const bool forward = p.direction == Direction::kForward;
-  const size_t want = forward ? kForwardBuffers : kBackwardBuffers;
+  const size_t want =
+      (forward ? kForwardBuffers : kBackwardBuffers) + (p.bias ? 1 : 0);
   if (buffers.size() != want) {
     return absl::InvalidArgumentError(
         absl::StrCat("attention ", forward ? "forward" : "backward", " takes ",

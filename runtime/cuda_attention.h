@@ -8,15 +8,17 @@
 //   absl::StatusOr<std::unique_ptr<CudaAttention>> a = CudaAttention::Create();
 //   absl::StatusOr<CudaAttention::Prepared> p = (*a)->Prepare(
 //       step, CudaAttention::Direction::kForward, DType::kBFloat16, dims,
-//       /*causal=*/true, /*scale=*/0.125f);
+//       {.causal = true, .scale = 0.125f});
 //   ... allocate p->workspace_bytes ...
 //   (*a)->Run(*p, {q, k, v, out, stats}, workspace, stream);
 //
 // Semantics, with every tensor contiguous (row-major) and of `dtype`
 // except stats (float32):
 //   q [B, H, Sq, D], k [B, H, Skv, D], v [B, H, Skv, Dv]
-//   s = scale * q @ k^T, masked to -inf where the key is after the query
-//       (causal: column j > row i, PyTorch's is_causal), in float32
+//   s = scale * q @ k^T (+ bias, an additive mask of `dtype`
+//       [B or 1, H or 1, Sq, Skv], broadcast over the dims of size 1),
+//       masked to -inf where the key is after the query (causal: column
+//       j > row i, PyTorch's is_causal), in float32
 //   stats [B, H, Sq] = logsumexp(s) over the keys (natural log)
 //   out [B, H, Sq, Dv] = softmax(s) @ v, the probabilities rounded to
 //       `dtype` before the product, accumulating in float32
@@ -53,6 +55,15 @@ namespace kiln {
 class CudnnLibrary;
 struct CudnnHandle;
 
+// What one attention call computes besides its sizes.
+struct AttentionOptions {
+  bool causal = false;
+  float scale = 1.0f;
+  bool bias = false;        // an additive bias is the buffer after v
+  bool bias_batch = false;  // its first dim is B (else 1)
+  bool bias_heads = false;  // its second dim is H (else 1)
+};
+
 class CudaAttention {
  public:
   // Loads cuDNN (once per process) and takes `context`'s cuDNN handle
@@ -64,7 +75,7 @@ class CudaAttention {
       cuda::Context context = nullptr);
 
   enum class Direction { kForward, kBackward };
-  // The buffers Run takes, in order.
+  // The buffers Run takes, in order (with a bias, it follows v):
   static constexpr int kForwardBuffers = 5;   // q k v out stats
   static constexpr int kBackwardBuffers = 9;  // q k v out stats grad_out
                                               // grad_q grad_k grad_v
@@ -82,14 +93,14 @@ class CudaAttention {
   // other than float16/bfloat16; UNIMPLEMENTED when cuDNN has no engine
   // for the case (with the first rejection); INTERNAL for a cuDNN failure.
   absl::StatusOr<Prepared> Prepare(int step, Direction direction, DType dtype,
-                                   const AttentionDims& dims, bool causal,
-                                   float scale) const;
+                                   const AttentionDims& dims,
+                                   const AttentionOptions& options) const;
 
   // Enqueues the call on `stream`. `buffers` are kForwardBuffers or
-  // kBackwardBuffers device addresses (16-byte aligned) in the order
-  // above; `workspace` holds at least prepared.workspace_bytes (256-byte
-  // aligned). Errors: INVALID_ARGUMENT for the wrong number of buffers;
-  // INTERNAL for a cuDNN failure.
+  // kBackwardBuffers device addresses (one more with a bias; 16-byte
+  // aligned) in the order above; `workspace` holds at least
+  // prepared.workspace_bytes (256-byte aligned). Errors: INVALID_ARGUMENT for
+  // the wrong number of buffers; INTERNAL for a cuDNN failure.
   absl::Status Run(const Prepared& prepared,
                    absl::Span<const cuda::DevicePtr> buffers,
                    cuda::DevicePtr workspace, cuda::Stream stream) const;

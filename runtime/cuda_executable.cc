@@ -368,7 +368,12 @@ absl::Status CudaExecutable::RunAttention(
       attention_->Prepare(step,
                           forward ? CudaAttention::Direction::kForward
                                   : CudaAttention::Direction::kBackward,
-                          e.dtype, *dims, a.causal(), a.scale());
+                          e.dtype, *dims,
+                          {.causal = a.causal(),
+                           .scale = a.scale(),
+                           .bias = a.bias(),
+                           .bias_batch = a.bias_batch(),
+                           .bias_heads = a.bias_heads()});
   if (!prepared.ok()) return prepared.status();
   DeviceAllocation workspace;
   if (prepared->workspace_bytes > 0) {
@@ -377,8 +382,8 @@ absl::Status CudaExecutable::RunAttention(
     if (!w.ok()) return w.status();
     workspace = *std::move(w);
   }
-  // The artifact lists the reads, then the writes (artifact.proto); the
-  // runtime's order puts grad_out before the gradients already.
+  // The artifact lists the reads, then the writes (artifact.proto): the
+  // runtime's order.
   absl::InlinedVector<cuda::DevicePtr, 9> pointers;
   for (int b : a.buffers()) pointers.push_back(buffers[b]);
   return attention_->Run(*prepared, pointers, workspace.get(), stream);

@@ -185,11 +185,15 @@ absl::StatusOr<ProgramPlan::Extern> PlanAttention(
                      dtype ? DTypeName(*dtype) : "an unknown dtype",
                      " (float16 or bfloat16 only)"));
   }
-  static const char* const kForward[] = {"q", "k", "v", "out", "lse"};
-  static const char* const kBackward[] = {
-      "q", "k", "v", "out", "lse", "grad_out", "grad_q", "grad_k", "grad_v"};
-  const int count = forward ? 5 : 9;
-  const int reads = forward ? 3 : 6;
+  std::vector<const char*> names = {"q", "k", "v"};
+  if (a.bias()) names.push_back("bias");
+  const std::vector<const char*> rest =
+      forward ? std::vector<const char*>{"out", "lse"}
+              : std::vector<const char*>{"out",    "lse",    "grad_out",
+                                         "grad_q", "grad_k", "grad_v"};
+  names.insert(names.end(), rest.begin(), rest.end());
+  const int count = static_cast<int>(names.size());
+  const int reads = count - (forward ? 2 : 3);
   if (a.buffers_size() != count) {
     return absl::InvalidArgumentError(
         absl::StrCat("artifact: ", where, " passes ", a.buffers_size(),
@@ -203,7 +207,7 @@ absl::StatusOr<ProgramPlan::Extern> PlanAttention(
   e.attention = &a;
   e.dtype = e.compute_dtype = e.c_dtype = *dtype;
   for (int m = 0; m < count; ++m) {
-    const char* name = forward ? kForward[m] : kBackward[m];
+    const char* name = names[m];
     const DType want =
         std::string_view(name) == "lse" ? DType::kFloat32 : *dtype;
     const int b = a.buffers(m);
@@ -545,7 +549,12 @@ absl::StatusOr<AttentionDims> EvaluateAttention(
   const int64_t v = count({d.batch, d.heads, d.s_kv, d.d_v});
   const int64_t o = count({d.batch, d.heads, d.s_q, d.d_v});
   const int64_t lse = count({d.batch, d.heads, d.s_q});
-  std::vector<int64_t> needs = {q, k, v, o, lse};
+  std::vector<int64_t> needs = {q, k, v};
+  if (a.bias()) {
+    needs.push_back(count({a.bias_batch() ? d.batch : 1,
+                           a.bias_heads() ? d.heads : 1, d.s_q, d.s_kv}));
+  }
+  needs.insert(needs.end(), {o, lse});
   if (a.direction() == v1::Attention::BACKWARD)
     needs.insert(needs.end(), {o, q, k, v});
   for (size_t m = 0;

@@ -32,6 +32,8 @@ def main() -> None:
     print("kiln.attention in the client library:",
           "kiln.attention.default" in kiln.supported_ops())
 
+    amp_dtype = getattr(torch, a.amp) if a.amp else None
+
     def backend(gm, example_inputs):
         for n in gm.graph.nodes:
             if n.op == "call_function" and n.target in A._SDPA_TARGETS:
@@ -40,7 +42,7 @@ def main() -> None:
                 print(f"  {n.name}: kwargs {n.kwargs}, "
                       f"{[(str(v.dtype)[6:], tuple(v.shape)) for v in vals]}, "
                       f"scores {A._scores(n)}, device {A._device(n)}, "
-                      f"eligible {A.fused_eligible(n)}")
+                      f"eligible {A.fused_eligible(n, autocast=amp_dtype)}")
         return gm.forward
 
     for name in a.names:

@@ -122,21 +122,55 @@ LoweredValue Heads(LowerContext& ctx, const LoweredValue& m, const Sizes& z,
   return ops::Materialize(ctx, view, dtype);
 }
 
-// scale * q @ k^T over [B * H, L, S] in float32, masked (causal) to -inf
-// where the key's column is after the query's row: an expression over
-// the scores' vars (n, i, j), and the GEMM node it reads.
+// The bias argument `arg` (4-D, each dim 1 or the scores'), when given.
+const LoweredValue* BiasArg(const LowerContext& ctx, int arg) {
+  return ctx.is_tensor(arg) ? &ctx.value(arg) : nullptr;
+}
+
+bool IsOne(const SymExpr& e) { return e == SymExpr(1); }
+
+// The bias for the library: contiguous [B or 1, H or 1, L, S] (its query
+// and key dims written out where they broadcast).
+int LibraryBias(LowerContext& ctx, const LoweredValue& bias, const Sizes& z,
+                DType dtype, AttentionCall& call) {
+  const std::vector<SymExpr>& b = bias.sizes;
+  call.bias = true;
+  call.bias_batch = !IsOne(b[0]);
+  call.bias_heads = !IsOne(b[1]);
+  const LoweredValue full = LowerContext::Remap(
+      bias,
+      {ir::Var(0), ir::Var(1), IsOne(b[2]) ? ir::IntConst(0) : ir::Var(2),
+       IsOne(b[3]) ? ir::IntConst(0) : ir::Var(3)},
+      {b[0], b[1], z.l, z.s});
+  return ops::ContiguousNode(ctx, full, dtype);
+}
+
+// scale * q @ k^T (+ bias) over [B * H, L, S] in float32, masked (causal)
+// to -inf where the key's column is after the query's row: an expression
+// over the scores' vars (n, i, j), and the GEMM node it reads.
 struct Scores {
   LoweredValue product;
   Expr masked;
 };
 Scores ScoresOf(LowerContext& ctx, const LoweredValue& q, const LoweredValue& k,
-                const Sizes& z, bool causal, double scale, DType dtype) {
+                const LoweredValue* bias, const Sizes& z, bool causal,
+                double scale, DType dtype) {
   const ops::GemmDTypes g = ops::GemmDTypesFor(ctx.options(), dtype);
   Scores s;
   s.product = ops::AddGemm(ctx, Matrices(q, z.h), Matrices(k, z.h, true), scale,
                            {z.bh(), z.l, z.s}, g.operands, g.c);
-  const Expr x =
-      ir::Cast(LowerContext::Read(s.product, IdentityIndex(3)), kF32);
+  Expr x = ir::Cast(LowerContext::Read(s.product, IdentityIndex(3)), kF32);
+  if (bias != nullptr) {
+    const std::vector<SymExpr>& b = bias->sizes;
+    const Expr n = ir::Var(0);
+    const std::vector<Expr> index = {
+        IsOne(b[0]) ? ir::IntConst(0) : ir::FloorDiv(n, S(z.h)),
+        IsOne(b[1]) ? ir::IntConst(0) : ir::Mod(n, S(z.h)),
+        IsOne(b[2]) ? ir::IntConst(0) : ir::Var(1),
+        IsOne(b[3]) ? ir::IntConst(0) : ir::Var(2)};
+    x = ir::Binary(ExprOp::kAdd, x,
+                   ir::Cast(LowerContext::Read(*bias, index), kF32), kF32);
+  }
   s.masked = causal ? ir::Select(ir::Binary(ExprOp::kGt, ir::Var(2), ir::Var(1),
                                             DType::kBool),
                                  ir::Const(-INFINITY, kF32), x)
@@ -152,22 +186,26 @@ LoweredValue Product(LowerContext& ctx, const LoweredValue& x,
                       g.operands, g.c);
 }
 
-// attention(q, k, v, is_causal, scale) -> (out, lse).
+// attention(q, k, v, attn_bias?, is_causal, scale) -> (out, lse).
 absl::StatusOr<std::vector<LoweredValue>> LowerAttention(LowerContext& ctx) {
   const LoweredValue &q = ctx.value(0), &k = ctx.value(1), &v = ctx.value(2);
-  const bool causal = ctx.arg(3).b;
-  const double scale = ctx.arg(4).f;
+  const LoweredValue* bias = BiasArg(ctx, 3);
+  const bool causal = ctx.arg(4).b;
+  const double scale = ctx.arg(5).f;
   const DType dtype = ctx.out_type(0).dtype;
   const Sizes z = SizesOf(q, v);
   if (UsesLibrary(ctx, dtype, z, /*backward=*/false)) {
+    AttentionCall call = CallOf(z, false, causal, scale);
     std::vector<int> inputs;
     for (const LoweredValue* x : {&q, &k, &v})
       inputs.push_back(ops::ContiguousNode(ctx, *x, dtype));
+    if (bias != nullptr)
+      inputs.push_back(LibraryBias(ctx, *bias, z, dtype, call));
     return LibraryCall(
-        ctx, CallOf(z, false, causal, scale), inputs,
+        ctx, call, inputs,
         {{ctx.out_type(0).sizes, dtype}, {ctx.out_type(1).sizes, kF32}});
   }
-  const Scores s = ScoresOf(ctx, q, k, z, causal, scale, dtype);
+  const Scores s = ScoresOf(ctx, q, k, bias, z, causal, scale, dtype);
   const std::vector<bool> rows{false, false, true};
   auto mx = LowerReductionOver(ctx, s.product, rows, true, ReduceKind::kMax,
                                kF32, kF32, s.masked, nullptr);
@@ -195,29 +233,34 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttention(LowerContext& ctx) {
   return std::vector<LoweredValue>{out, lse};
 }
 
-// attention_backward(grad_out, q, k, v, out, lse, is_causal, scale) ->
-// (grad_q, grad_k, grad_v).
+// attention_backward(grad_out, q, k, v, attn_bias?, out, lse, is_causal,
+// scale) -> (grad_q, grad_k, grad_v).
 absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackward(
     LowerContext& ctx) {
   const LoweredValue &dout = ctx.value(0), &q = ctx.value(1), &k = ctx.value(2),
-                     &v = ctx.value(3), &out = ctx.value(4),
-                     &lse = ctx.value(5);
-  const bool causal = ctx.arg(6).b;
-  const double scale = ctx.arg(7).f;
+                     &v = ctx.value(3), &out = ctx.value(5),
+                     &lse = ctx.value(6);
+  const LoweredValue* bias = BiasArg(ctx, 4);
+  const bool causal = ctx.arg(7).b;
+  const double scale = ctx.arg(8).f;
   const DType dtype = ctx.out_type(0).dtype;
   const Sizes z = SizesOf(q, v);
   if (UsesLibrary(ctx, dtype, z, /*backward=*/true)) {
+    AttentionCall call = CallOf(z, true, causal, scale);
     std::vector<int> inputs;
-    for (const LoweredValue* x : {&q, &k, &v, &out})
+    for (const LoweredValue* x : {&q, &k, &v})
       inputs.push_back(ops::ContiguousNode(ctx, *x, dtype));
+    if (bias != nullptr)
+      inputs.push_back(LibraryBias(ctx, *bias, z, dtype, call));
+    inputs.push_back(ops::ContiguousNode(ctx, out, dtype));
     inputs.push_back(ops::ContiguousNode(ctx, lse, kF32));
     inputs.push_back(ops::ContiguousNode(ctx, dout, dtype));
-    return LibraryCall(ctx, CallOf(z, true, causal, scale), inputs,
+    return LibraryCall(ctx, call, inputs,
                        {{ctx.out_type(0).sizes, dtype},
                         {ctx.out_type(1).sizes, dtype},
                         {ctx.out_type(2).sizes, dtype}});
   }
-  const Scores s = ScoresOf(ctx, q, k, z, causal, scale, dtype);
+  const Scores s = ScoresOf(ctx, q, k, bias, z, causal, scale, dtype);
   // p from the saved logsumexp of row (n, i).
   const Expr n = ir::Var(0);
   const Expr lse_row = ir::Cast(

@@ -22,17 +22,35 @@ struct Head {
   }
 };
 
-// The probabilities of row i of head (b, h): softmax(scale * q k^T) over
-// the keys, masked (causal) past the diagonal; `lse` its logsumexp.
-std::vector<double> Probabilities(const Head& q, const Head& k, int64_t i,
-                                  int64_t keys, int64_t dim, bool causal,
-                                  double scale, double* lse) {
+// The bias of head (b, h) (argument `arg`, broadcast over its dims of
+// size 1), or none.
+struct Bias {
+  const HostTensor* t = nullptr;
+  int64_t b = 0, h = 0;
+  double operator()(int64_t i, int64_t j) const {
+    if (t == nullptr) return 0;
+    const auto& s = t->sizes();
+    return t->GetDouble({s[0] == 1 ? 0 : b, s[1] == 1 ? 0 : h,
+                         s[2] == 1 ? 0 : i, s[3] == 1 ? 0 : j});
+  }
+};
+Bias BiasOf(const RefContext& ctx, int arg, int64_t b, int64_t h) {
+  if (ctx.arg(arg).kind != Attr::Kind::kTensor) return {};
+  return {&ctx.tensors[arg], b, h};
+}
+
+// The probabilities of row i of head (b, h): softmax(scale * q k^T + bias)
+// over the keys, masked (causal) past the diagonal; `lse` its logsumexp.
+std::vector<double> Probabilities(const Head& q, const Head& k,
+                                  const Bias& bias, int64_t i, int64_t keys,
+                                  int64_t dim, bool causal, double scale,
+                                  double* lse) {
   std::vector<double> p(keys);
   double mx = -INFINITY;
   for (int64_t j = 0; j < keys; ++j) {
     double s = 0;
     for (int64_t e = 0; e < dim; ++e) s += q(i, e) * k(j, e);
-    p[j] = causal && j > i ? -INFINITY : s * scale;
+    p[j] = causal && j > i ? -INFINITY : s * scale + bias(i, j);
     mx = std::max(mx, p[j]);
   }
   double sum = 0;
@@ -46,8 +64,8 @@ absl::StatusOr<std::vector<HostTensor>> AttentionReference(
     const RefContext& ctx) {
   const HostTensor &q = ctx.tensors[0], &k = ctx.tensors[1],
                    &v = ctx.tensors[2];
-  const bool causal = ctx.arg(3).b;
-  const double scale = ctx.arg(4).f;
+  const bool causal = ctx.arg(4).b;
+  const double scale = ctx.arg(5).f;
   HostTensor out = HostTensor::Empty(ctx.out_dtypes[0], ctx.out_sizes[0]);
   HostTensor lse = HostTensor::Empty(ctx.out_dtypes[1], ctx.out_sizes[1]);
   const int64_t batch = q.sizes()[0], heads = q.sizes()[1], rows = q.sizes()[2],
@@ -55,10 +73,11 @@ absl::StatusOr<std::vector<HostTensor>> AttentionReference(
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
       const Head qh{q, b, h}, kh{k, b, h}, vh{v, b, h};
+      const Bias bias = BiasOf(ctx, 3, b, h);
       for (int64_t i = 0; i < rows; ++i) {
         double l = 0;
         const std::vector<double> p =
-            Probabilities(qh, kh, i, keys, dim, causal, scale, &l);
+            Probabilities(qh, kh, bias, i, keys, dim, causal, scale, &l);
         lse.SetDouble({b, h, i}, l);
         for (int64_t e = 0; e < dim_v; ++e) {
           double o = 0;
@@ -77,8 +96,8 @@ absl::StatusOr<std::vector<HostTensor>> AttentionBackwardReference(
     const RefContext& ctx) {
   const HostTensor &dout = ctx.tensors[0], &q = ctx.tensors[1],
                    &k = ctx.tensors[2], &v = ctx.tensors[3];
-  const bool causal = ctx.arg(6).b;
-  const double scale = ctx.arg(7).f;
+  const bool causal = ctx.arg(7).b;
+  const double scale = ctx.arg(8).f;
   const int64_t batch = q.sizes()[0], heads = q.sizes()[1], rows = q.sizes()[2],
                 dim = q.sizes()[3], keys = k.sizes()[2], dim_v = v.sizes()[3];
   std::vector<double> dq(batch * heads * rows * dim, 0.0),
@@ -87,11 +106,12 @@ absl::StatusOr<std::vector<HostTensor>> AttentionBackwardReference(
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
       const Head qh{q, b, h}, kh{k, b, h}, vh{v, b, h}, doh{dout, b, h};
+      const Bias bias = BiasOf(ctx, 4, b, h);
       const int64_t bh = b * heads + h;
       for (int64_t i = 0; i < rows; ++i) {
         double l = 0;
         const std::vector<double> p =
-            Probabilities(qh, kh, i, keys, dim, causal, scale, &l);
+            Probabilities(qh, kh, bias, i, keys, dim, causal, scale, &l);
         std::vector<double> dp(keys, 0.0);
         double rowdot = 0;
         for (int64_t j = 0; j < keys; ++j) {

@@ -3,13 +3,16 @@
 // AOTAutograd graph (python/kiln/attention.py), with the semantics of
 // runtime/cuda_attention.h:
 //
-//   kiln.attention(q, k, v, is_causal, scale) -> (out, lse)
+//   kiln.attention(q, k, v, attn_bias?, is_causal, scale) -> (out, lse)
 //     q [B, H, L, E], k [B, H, S, E], v [B, H, S, Ev], one floating dtype;
-//     out [B, H, L, Ev] = softmax(scale * q @ k^T, masked) @ v in that
-//     dtype, lse [B, H, L] = the rows' logsumexp in float32;
-//     is_causal masks key j > query i (PyTorch's top-left triangle).
-//   kiln.attention_backward(grad_out, q, k, v, out, lse, is_causal, scale)
-//     -> (grad_q, grad_k, grad_v), shaped as q, k, v.
+//     out [B, H, L, Ev] = softmax(scale * q @ k^T + attn_bias, masked) @ v
+//     in that dtype, lse [B, H, L] = the rows' logsumexp in float32;
+//     attn_bias (of the same dtype, 4-D, each dim 1 or the scores') is
+//     added to the scaled scores (a float attention mask); is_causal masks
+//     key j > query i (PyTorch's top-left triangle).
+//   kiln.attention_backward(grad_out, q, k, v, attn_bias?, out, lse,
+//     is_causal, scale) -> (grad_q, grad_k, grad_v), shaped as q, k, v
+//     (the bias gets no gradient).
 #include <string>
 #include <vector>
 
@@ -75,9 +78,33 @@ absl::StatusOr<Shapes> QkvShapes(const OpContext& ctx, int q_arg) {
   return s;
 }
 
+// Checks the optional bias (argument `arg`) against the scores [B, H, L, S]
+// and the query's (argument `q_arg`) dtype.
+absl::Status CheckBias(const OpContext& ctx, int arg, int q_arg,
+                       const Shapes& qkv) {
+  if (!ctx.is_tensor(arg)) return absl::OkStatus();
+  const std::vector<SymExpr>& b = ctx.type(arg).sizes;
+  const std::vector<SymExpr> scores{qkv[0][0], qkv[0][1], qkv[0][2], qkv[1][2]};
+  bool ok = b.size() == 4;
+  for (size_t d = 0; ok && d < 4; ++d)
+    ok = b[d] == SymExpr(1) || b[d] == scores[d];
+  if (!ok) {
+    return ctx.Invalid(
+        absl::StrCat("attn_bias must be 4-D with each dim 1 or the scores' ",
+                     ShapeString(scores), ", got ", ShapeString(b)));
+  }
+  if (ctx.type(arg).dtype != ctx.type(q_arg).dtype) {
+    return ctx.Invalid(
+        absl::StrCat("attn_bias must have the query's dtype, got ",
+                     DTypeName(ctx.type(arg).dtype)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Shapes> AttentionShape(const OpContext& ctx) {
   auto s = QkvShapes(ctx, 0);
   if (!s.ok()) return s.status();
+  if (absl::Status b = CheckBias(ctx, 3, 0, *s); !b.ok()) return b;
   const auto& q = (*s)[0];
   const auto& v = (*s)[2];
   return Shapes{{q[0], q[1], q[2], v[3]}, {q[0], q[1], q[2]}};
@@ -89,31 +116,33 @@ absl::StatusOr<std::vector<DType>> AttentionDTypes(const OpContext& ctx) {
   return std::vector<DType>{*d, DType::kFloat32};
 }
 
-// attention_backward(grad_out, q, k, v, out, lse, is_causal, scale).
+// attention_backward(grad_out, q, k, v, attn_bias?, out, lse, is_causal,
+// scale).
 absl::StatusOr<Shapes> AttentionBackwardShape(const OpContext& ctx) {
   auto s = QkvShapes(ctx, 1);
   if (!s.ok()) return s.status();
+  if (absl::Status b = CheckBias(ctx, 4, 1, *s); !b.ok()) return b;
   const auto& q = (*s)[0];
   const auto& v = (*s)[2];
   const std::vector<SymExpr> out{q[0], q[1], q[2], v[3]};
-  if (ctx.type(0).sizes != out || ctx.type(4).sizes != out) {
+  if (ctx.type(0).sizes != out || ctx.type(5).sizes != out) {
     return ctx.Invalid(
         absl::StrCat("grad_out and out must have the output's shape ",
                      ShapeString(out), ", got ", ShapeString(ctx.type(0).sizes),
-                     " and ", ShapeString(ctx.type(4).sizes)));
+                     " and ", ShapeString(ctx.type(5).sizes)));
   }
   const std::vector<SymExpr> rows{q[0], q[1], q[2]};
-  if (ctx.type(5).sizes != rows || ctx.type(5).dtype != DType::kFloat32) {
+  if (ctx.type(6).sizes != rows || ctx.type(6).dtype != DType::kFloat32) {
     return ctx.Invalid(absl::StrCat("lse must be float32 ", ShapeString(rows),
-                                    ", got ", DTypeName(ctx.type(5).dtype), " ",
-                                    ShapeString(ctx.type(5).sizes)));
+                                    ", got ", DTypeName(ctx.type(6).dtype), " ",
+                                    ShapeString(ctx.type(6).sizes)));
   }
   return *s;
 }
 
 absl::StatusOr<std::vector<DType>> AttentionBackwardDTypes(
     const OpContext& ctx) {
-  auto d = AttentionDType(ctx, {0, 1, 2, 3, 4});
+  auto d = AttentionDType(ctx, {0, 1, 2, 3, 5});
   if (!d.ok()) return d.status();
   return std::vector<DType>{*d, *d, *d};
 }
@@ -130,6 +159,7 @@ void RegisterAttentionSignatures(OpSignatures& table) {
        .op_class = OpClass::kExtern,
        .schema = {Arg("query", ArgKind::kTensor), Arg("key", ArgKind::kTensor),
                   Arg("value", ArgKind::kTensor),
+                  Arg("attn_bias", ArgKind::kOptionalTensor),
                   Arg("is_causal", ArgKind::kBool),
                   Arg("scale", ArgKind::kFloat)},
        .num_outputs = 2,
@@ -140,8 +170,9 @@ void RegisterAttentionSignatures(OpSignatures& table) {
        .op_class = OpClass::kExtern,
        .schema = {Arg("grad_out", ArgKind::kTensor),
                   Arg("query", ArgKind::kTensor), Arg("key", ArgKind::kTensor),
-                  Arg("value", ArgKind::kTensor), Arg("out", ArgKind::kTensor),
-                  Arg("lse", ArgKind::kTensor),
+                  Arg("value", ArgKind::kTensor),
+                  Arg("attn_bias", ArgKind::kOptionalTensor),
+                  Arg("out", ArgKind::kTensor), Arg("lse", ArgKind::kTensor),
                   Arg("is_causal", ArgKind::kBool),
                   Arg("scale", ArgKind::kFloat)},
        .num_outputs = 3,

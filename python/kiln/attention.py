@@ -55,7 +55,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import torch
 import torch.fx
@@ -135,9 +135,12 @@ def sdpa_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 
 # ---- Kiln's fused attention as a PyTorch custom op ----
 
-def _attention_scores(q: torch.Tensor, k: torch.Tensor, is_causal: bool,
+def _attention_scores(q: torch.Tensor, k: torch.Tensor,
+                      bias: Optional[torch.Tensor], is_causal: bool,
                       scale: float) -> torch.Tensor:
     s = torch.matmul(q, k.transpose(-2, -1)).float() * scale
+    if bias is not None:
+        s = s + bias.float()
     if is_causal:
         rows = torch.arange(q.size(-2), device=q.device).unsqueeze(-1)
         cols = torch.arange(k.size(-2), device=q.device)
@@ -147,15 +150,15 @@ def _attention_scores(q: torch.Tensor, k: torch.Tensor, is_causal: bool,
 
 @torch.library.custom_op(
     "kiln::attention", mutates_args=(),
-    schema="(Tensor query, Tensor key, Tensor value, bool is_causal, "
-           "float scale) -> (Tensor, Tensor)")
+    schema="(Tensor query, Tensor key, Tensor value, Tensor? attn_bias, "
+           "bool is_causal, float scale) -> (Tensor, Tensor)")
 def attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                 is_causal: bool, scale: float
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse): softmax(scale * q @ k^T, masked) @ v in the inputs'
-    dtype and the rows' logsumexp in float32 (the semantics of
+                 attn_bias: Optional[torch.Tensor], is_causal: bool,
+                 scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse): softmax(scale * q @ k^T + attn_bias, masked) @ v in the
+    inputs' dtype and the rows' logsumexp in float32 (the semantics of
     graph/ops/attention.cc). This body runs only where Kiln does not."""
-    s = _attention_scores(query, key, is_causal, scale)
+    s = _attention_scores(query, key, attn_bias, is_causal, scale)
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse.unsqueeze(-1)).to(query.dtype)
     return torch.matmul(p, value).contiguous(), lse.contiguous()
@@ -163,7 +166,8 @@ def attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 
 @attention_op.register_fake
 def _attention_fake(query: torch.Tensor, key: torch.Tensor,
-                    value: torch.Tensor, is_causal: bool, scale: float
+                    value: torch.Tensor, attn_bias: Optional[torch.Tensor],
+                    is_causal: bool, scale: float
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     out = query.new_empty((*query.shape[:-1], value.shape[-1]))
     return out, query.new_empty(query.shape[:-1], dtype=torch.float32)
@@ -172,17 +176,18 @@ def _attention_fake(query: torch.Tensor, key: torch.Tensor,
 @torch.library.custom_op(
     "kiln::attention_backward", mutates_args=(),
     schema="(Tensor grad_out, Tensor query, Tensor key, Tensor value, "
-           "Tensor out, Tensor lse, bool is_causal, float scale) -> "
-           "(Tensor, Tensor, Tensor)")
+           "Tensor? attn_bias, Tensor out, Tensor lse, bool is_causal, "
+           "float scale) -> (Tensor, Tensor, Tensor)")
 def attention_backward_op(grad_out: torch.Tensor, query: torch.Tensor,
                           key: torch.Tensor, value: torch.Tensor,
+                          attn_bias: Optional[torch.Tensor],
                           out: torch.Tensor, lse: torch.Tensor,
                           is_causal: bool, scale: float
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad_q, grad_k, grad_v) of attention_op, from its saved out and lse
-    (this body runs only where Kiln does not)."""
+    (this body runs only where Kiln does not; the bias gets no gradient)."""
     dtype = query.dtype
-    s = _attention_scores(query, key, is_causal, scale)
+    s = _attention_scores(query, key, attn_bias, is_causal, scale)
     p = torch.exp(s - lse.unsqueeze(-1))
     g = grad_out.float()
     grad_v = torch.matmul(p.to(dtype).transpose(-2, -1), grad_out)
@@ -197,6 +202,7 @@ def attention_backward_op(grad_out: torch.Tensor, query: torch.Tensor,
 @attention_backward_op.register_fake
 def _attention_backward_fake(grad_out: torch.Tensor, query: torch.Tensor,
                              key: torch.Tensor, value: torch.Tensor,
+                             attn_bias: Optional[torch.Tensor],
                              out: torch.Tensor, lse: torch.Tensor,
                              is_causal: bool, scale: float
                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -205,19 +211,20 @@ def _attention_backward_fake(grad_out: torch.Tensor, query: torch.Tensor,
 
 
 def _attention_setup(ctx: Any, inputs: Any, output: Any) -> None:
-    query, key, value, is_causal, scale = inputs
+    query, key, value, attn_bias, is_causal, scale = inputs
     out, lse = output
-    ctx.save_for_backward(query, key, value, out, lse)
+    ctx.save_for_backward(query, key, value, attn_bias, out, lse)
     ctx.is_causal = is_causal
     ctx.scale = scale
 
 
 def _attention_backward(ctx: Any, grad_out: torch.Tensor,
                         grad_lse: Optional[torch.Tensor]) -> Any:
-    query, key, value, out, lse = ctx.saved_tensors
+    query, key, value, attn_bias, out, lse = ctx.saved_tensors
     grads = attention_backward_op(grad_out.contiguous(), query, key, value,
-                                  out, lse, ctx.is_causal, ctx.scale)
-    return (*grads, None, None)
+                                  attn_bias, out, lse, ctx.is_causal,
+                                  ctx.scale)
+    return (*grads, None, None, None)
 
 
 attention_op.register_autograd(_attention_backward,
@@ -233,23 +240,53 @@ def sdpa_fused(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                scale: Optional[float] = None,
                enable_gqa: bool = False) -> torch.Tensor:
     """scaled_dot_product_attention through Kiln's fused op, for the calls
-    fused_eligible accepts (no mask but is_causal, no dropout, one head
-    count)."""
+    fused_eligible accepts (no dropout; grouped key and value heads
+    repeated, inputs under autocast cast as autocast casts them; a boolean
+    mask
+    becomes an additive one of 0 and -inf, a float mask is added, both in
+    the query's dtype, 4-D with the scores' query and key dims)."""
     if scale is None:
         scale = 1.0 / math.sqrt(query.size(-1))
+    device = query.device.type
+    if torch.is_autocast_enabled(device):  # as autocast casts SDPA's inputs
+        dtype = torch.get_autocast_dtype(device)
+        query, key, value = (x.to(dtype) for x in (query, key, value))
+    if enable_gqa and key.size(-3) != query.size(-3):
+        rep = query.size(-3) // key.size(-3)
+        key = key.repeat_interleave(rep, dim=-3)
+        value = value.repeat_interleave(rep, dim=-3)
+    bias = None
+    if attn_mask is not None:
+        bias = attn_mask
+        if bias.dtype == torch.bool:
+            bias = torch.zeros(bias.shape, dtype=query.dtype,
+                               device=bias.device).masked_fill(
+                                   bias.logical_not(), float("-inf"))
+        bias = bias.to(query.dtype)
+        while bias.dim() < 4:
+            bias = bias.unsqueeze(0)
+        bias = bias.expand(bias.shape[0], bias.shape[1], query.shape[-2],
+                           key.shape[-2])
     return attention_op(query.contiguous(), key.contiguous(),
-                        value.contiguous(), bool(is_causal), float(scale))[0]
+                        value.contiguous(), bias, bool(is_causal),
+                        float(scale))[0]
 
 
 _SDPA_SIGNATURE = inspect.signature(sdpa_math)
 
 
-def fused_eligible(node: torch.fx.Node, any_dtype: bool = False) -> bool:
+def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
+                   autocast: Optional[torch.dtype] = None) -> bool:
     """Whether Kiln's fused op takes the scaled_dot_product_attention call
     `node` of Dynamo's graph (from its example values): 4-D query, key and
-    value with one batch and head count, no attn_mask, dropout_p 0, a
-    static head dim that is a multiple of 8 up to 128, float16/bfloat16
-    (any floating dtype with `any_dtype`), a Python-number scale."""
+    value with one batch size and the query's head count (a multiple of the
+    key's and value's with enable_gqa), dropout_p 0, a static head dim
+    that is a multiple of 8 up to 128, float16/bfloat16 (any floating dtype
+    with `any_dtype`; under autocast to `autocast`, the floating inputs
+    count as that dtype), a Python-number scale, and attn_mask None or a
+    boolean or floating tensor of at most 4 dims that broadcasts to the
+    scores with its batch and head dims 1 or theirs and that needs no
+    gradient (the op gives the bias none)."""
     if node.target not in _SDPA_TARGETS:
         return False
     try:
@@ -258,8 +295,7 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False) -> bool:
         return False
     bound.apply_defaults()
     a = bound.arguments
-    if a["attn_mask"] is not None or a["dropout_p"] != 0.0 or \
-            not isinstance(a["is_causal"], bool) or \
+    if a["dropout_p"] != 0.0 or not isinstance(a["is_causal"], bool) or \
             not (a["scale"] is None or isinstance(a["scale"], float)):
         return False
     vals = []
@@ -272,15 +308,31 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False) -> bool:
     q, k, v = vals
     dtypes = (torch.float16, torch.bfloat16) + \
         ((torch.float32,) if any_dtype else ())
-    if q.dtype not in dtypes or k.dtype != q.dtype or v.dtype != q.dtype:
+    kinds = {x.dtype if autocast is None or not x.is_floating_point()
+             else autocast for x in vals}
+    if len(kinds) != 1 or kinds.pop() not in dtypes:
         return False
-    if any(isinstance(x.shape[1], torch.SymInt) for x in vals) or \
-            q.shape[1] != k.shape[1] or q.shape[1] != v.shape[1]:
+    heads = [x.shape[1] for x in vals]
+    if any(isinstance(n, torch.SymInt) for n in heads) or \
+            heads[1] != heads[2] or heads[0] % heads[1] or \
+            (heads[0] != heads[1] and a["enable_gqa"] is not True):
         return False
     for d in (q.shape[-1], k.shape[-1], v.shape[-1]):
         if not isinstance(d, int) or d % 8 or d > _FUSED_MAX_HEAD_DIM:
             return False
-    return q.shape[-1] == k.shape[-1]
+    if q.shape[-1] != k.shape[-1]:
+        return False
+    mask = a["attn_mask"]
+    if mask is None:
+        return True
+    m = mask.meta.get("example_value") if isinstance(mask, torch.fx.Node) \
+        else None
+    if not isinstance(m, torch.Tensor) or m.dim() > 4 or m.requires_grad or \
+            not (m.dtype == torch.bool or m.is_floating_point()):
+        return False
+    scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    dims = (1,) * (4 - m.dim()) + tuple(m.shape)
+    return all(d == 1 or d == s for d, s in zip(dims, scores))
 
 
 _MHA_SIGNATURE = inspect.signature(F.multi_head_attention_forward)
@@ -338,6 +390,27 @@ def _device(node: torch.fx.Node) -> Optional[torch.device]:
     return v.device if isinstance(v, torch.Tensor) else None
 
 
+_ENTER_AUTOCAST = getattr(torch.amp, "_enter_autocast", None)
+_EXIT_AUTOCAST = getattr(torch.amp, "_exit_autocast", None)
+
+
+def _autocast_dtype(stack: List[Any],
+                    device: Optional[torch.device]) -> Optional[torch.dtype]:
+    """The dtype autocast casts to on `device` at this point of Dynamo's
+    graph (the innermost _enter_autocast(device_type, dtype, enabled,
+    cache) for the device, else the autocast in force around the compile),
+    or None."""
+    if device is None:
+        return None
+    for args in reversed(stack):
+        if len(args) >= 3 and args[0] == device.type:
+            return args[1] if args[2] and isinstance(args[1], torch.dtype) \
+                else None
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return None
+
+
 def rewrite_attention(gm: torch.fx.GraphModule, policy: str,
                       fused: bool = True) -> int:
     """Replaces the scaled_dot_product_attention calls of Dynamo's graph
@@ -348,7 +421,13 @@ def rewrite_attention(gm: torch.fx.GraphModule, policy: str,
     if policy == "eager":
         return 0
     replaced = 0
+    autocast: List[Any] = []  # the _enter_autocast args in force
     for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is _ENTER_AUTOCAST:
+            autocast.append(node.args)
+        elif node.op == "call_function" and node.target is _EXIT_AUTOCAST:
+            if autocast:
+                autocast.pop()
         if node.op != "call_function" or (node.target not in _SDPA_TARGETS and
                                           node.target not in _MHA_TARGETS):
             continue
@@ -360,7 +439,9 @@ def rewrite_attention(gm: torch.fx.GraphModule, policy: str,
             if bound.arguments["need_weights"] is not False:
                 continue  # already bmm and softmax
         target = mha_math if node.target in _MHA_TARGETS else sdpa_math
-        if policy == "fused" and fused and fused_eligible(node, any_dtype=True):
+        amp = _autocast_dtype(autocast, _device(node))
+        if policy == "fused" and fused and fused_eligible(
+                node, any_dtype=True, autocast=amp):
             target = sdpa_fused
         elif policy == "auto":
             device = _device(node)
@@ -369,7 +450,7 @@ def rewrite_attention(gm: torch.fx.GraphModule, policy: str,
             if device.type != "cpu":
                 n = _scores(node)
                 if n is None or n > CUDA_MAX_SCORES:
-                    if not (fused and fused_eligible(node)):
+                    if not (fused and fused_eligible(node, autocast=amp)):
                         continue
                     target = sdpa_fused
         node.target = target

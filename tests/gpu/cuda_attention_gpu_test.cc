@@ -203,7 +203,7 @@ TEST(CudaGpu, CudnnAttentionMatchesReference) {
     absl::StatusOr<CudaAttention::Prepared> fwd =
         (*attention)
             ->Prepare(step++, CudaAttention::Direction::kForward, c.dtype, d,
-                      c.causal, static_cast<float>(scale));
+                      {.causal = c.causal, .scale = static_cast<float>(scale)});
     ASSERT_TRUE(fwd.ok()) << fwd.status();
     const cuda::DevicePtr ws = dev.Alloc(fwd->workspace_bytes);
     absl::Status run =
@@ -220,7 +220,7 @@ TEST(CudaGpu, CudnnAttentionMatchesReference) {
     absl::StatusOr<CudaAttention::Prepared> bwd =
         (*attention)
             ->Prepare(step++, CudaAttention::Direction::kBackward, c.dtype, d,
-                      c.causal, static_cast<float>(scale));
+                      {.causal = c.causal, .scale = static_cast<float>(scale)});
     ASSERT_TRUE(bwd.ok()) << bwd.status();
     const cuda::DevicePtr bws = dev.Alloc(bwd->workspace_bytes);
     const cuda::DevicePtr gq = dev.Alloc(q.numel() * es),
@@ -264,6 +264,11 @@ TEST(CudaGpu, CompiledAttentionMatchesReference) {
     c.causal = false;
     c.l = 40, c.s = 130;
     c.strided_q = true;
+    cases.push_back(c);
+  }
+  for (Case::Bias bias : {Case::Bias::kPerBatch, Case::Bias::kPerHeadRow}) {
+    Case c = cases[0];  // bfloat16 causal 2x4x96x96x64
+    c.bias = bias;
     cases.push_back(c);
   }
   Case wide;

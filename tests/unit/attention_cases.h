@@ -28,31 +28,45 @@ struct Case {
   double scale = 0.5;
   bool strided_q = false;  // q as a [B, L, H, E] tensor's head transpose
   bool symbolic_l = false;
+  // An additive bias (input x4): none, [B, 1, L, S] (a padding or causal
+  // mask as transformers builds it) or [1, H, 1, S] (broadcast rows).
+  enum class Bias { kNone, kPerBatch, kPerHeadRow } bias = Bias::kNone;
+  std::vector<int64_t> BiasSizes(int64_t length) const {
+    return bias == Bias::kPerBatch ? std::vector<int64_t>{b, 1, length, s}
+                                   : std::vector<int64_t>{1, h, 1, s};
+  }
   std::string ToString() const {
     return absl::StrCat(DTypeName(dtype), causal ? " causal " : " ", b, "x", h,
                         "x", l, "x", s, "x", e, "x", ev,
                         strided_q ? " strided q" : "",
-                        symbolic_l ? " dynamic L" : "");
+                        symbolic_l ? " dynamic L" : "",
+                        bias == Bias::kPerBatch     ? " bias [B,1,L,S]"
+                        : bias == Bias::kPerHeadRow ? " bias [1,H,1,S]"
+                                                    : "");
   }
 };
 
-// q, k, v, grad_out -> attention -> backward: outputs out, lse, grad_q,
-// grad_k, grad_v.
+// q, k, v, grad_out[, bias] -> attention -> backward: outputs out, lse,
+// grad_q, grad_k, grad_v.
 inline v1::Graph CaseGraph(const Case& c, v1::DeviceType device = v1::CPU) {
   v1::Graph g;
   if (c.symbolic_l) g.add_symbols()->set_name("L");
-  const std::vector<std::vector<int64_t>> sizes = {{c.b, c.h, c.l, c.e},
-                                                   {c.b, c.h, c.s, c.e},
-                                                   {c.b, c.h, c.s, c.ev},
-                                                   {c.b, c.h, c.l, c.ev}};
-  for (int i = 0; i < 4; ++i) {
+  std::vector<std::vector<int64_t>> sizes = {{c.b, c.h, c.l, c.e},
+                                             {c.b, c.h, c.s, c.e},
+                                             {c.b, c.h, c.s, c.ev},
+                                             {c.b, c.h, c.l, c.ev}};
+  if (c.bias != Case::Bias::kNone) sizes.push_back(c.BiasSizes(c.l));
+  const int bias_length_dim =
+      c.bias == Case::Bias::kPerBatch ? 2 : -1;  // x4's query length
+  for (int i = 0; i < static_cast<int>(sizes.size()); ++i) {
     v1::Input* in = g.add_inputs();
     in->set_name(absl::StrCat("x", i));
     v1::TensorMeta* m = in->mutable_meta();
     m->set_dtype(static_cast<v1::DType>(c.dtype));
     m->set_device(device);
     for (int d = 0; d < 4; ++d) {
-      const bool query_length = (i == 0 || i == 3) && d == 2;
+      const bool query_length =
+          ((i == 0 || i == 3) && d == 2) || (i == 4 && d == bias_length_dim);
       if (query_length && c.symbolic_l) {
         m->add_sizes()->set_symbol("L");
       } else {
@@ -68,14 +82,24 @@ inline v1::Graph CaseGraph(const Case& c, v1::DeviceType device = v1::CPU) {
   v1::Node* fwd = g.add_nodes();
   fwd->set_op(kAttention);
   for (int i = 0; i < 3; ++i) fwd->add_args()->set_ref(absl::StrCat("x", i));
+  auto bias_arg = [&](v1::Node* n) {
+    if (c.bias == Case::Bias::kNone) {
+      n->add_args()->mutable_none();
+    } else {
+      n->add_args()->set_ref("x4");
+    }
+  };
+  bias_arg(fwd);
   fwd->add_args()->set_b(c.causal);
   fwd->add_args()->set_f(c.scale);
   fwd->add_outputs("out");
   fwd->add_outputs("lse");
   v1::Node* bwd = g.add_nodes();
   bwd->set_op(kAttentionBackward);
-  for (const char* ref : {"x3", "x0", "x1", "x2", "out", "lse"})
+  for (const char* ref : {"x3", "x0", "x1", "x2"})
     bwd->add_args()->set_ref(ref);
+  bias_arg(bwd);
+  for (const char* ref : {"out", "lse"}) bwd->add_args()->set_ref(ref);
   bwd->add_args()->set_b(c.causal);
   bwd->add_args()->set_f(c.scale);
   for (const char* out : {"grad_q", "grad_k", "grad_v"}) bwd->add_outputs(out);
@@ -87,11 +111,12 @@ inline v1::Graph CaseGraph(const Case& c, v1::DeviceType device = v1::CPU) {
 inline std::vector<HostTensor> CaseInputs(const Case& c, int64_t l,
                                           std::mt19937_64& rng) {
   std::vector<HostTensor> in;
-  const std::vector<std::vector<int64_t>> sizes = {{c.b, c.h, l, c.e},
-                                                   {c.b, c.h, c.s, c.e},
-                                                   {c.b, c.h, c.s, c.ev},
-                                                   {c.b, c.h, l, c.ev}};
-  for (int i = 0; i < 4; ++i) {
+  std::vector<std::vector<int64_t>> sizes = {{c.b, c.h, l, c.e},
+                                             {c.b, c.h, c.s, c.e},
+                                             {c.b, c.h, c.s, c.ev},
+                                             {c.b, c.h, l, c.ev}};
+  if (c.bias != Case::Bias::kNone) sizes.push_back(c.BiasSizes(l));
+  for (int i = 0; i < static_cast<int>(sizes.size()); ++i) {
     HostTensor t = HostTensor::Empty(c.dtype, sizes[i]);
     if (i == 0 && c.strided_q && !c.symbolic_l) {
       HostTensor storage = HostTensor::Empty(c.dtype, {c.b, l, c.h, c.e});

@@ -47,7 +47,7 @@ TEST(Attention, HandWorked) {
   auto r = RunTracked(kAttention,
                       {F32({1, 1, 1, 1}, {1}), F32({1, 1, 2, 1}, {0, ln3}),
                        F32({1, 1, 2, 1}, {4, 8})},
-                      {In(0), In(1), In(2), B(false), F(1.0)});
+                      {In(0), In(1), In(2), NoneArg(), B(false), F(1.0)});
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectOutput(*r, 0, kF32, {1, 1, 1, 1}, {7});
   ExpectOutput(*r, 1, kF32, {1, 1, 1}, {std::log(4.0)});
@@ -55,27 +55,37 @@ TEST(Attention, HandWorked) {
   r = RunTracked(kAttention,
                  {F32({1, 1, 2, 1}, {1, 1}), F32({1, 1, 2, 1}, {0, ln3}),
                   F32({1, 1, 2, 1}, {4, 8})},
-                 {In(0), In(1), In(2), B(true), F(1.0)});
+                 {In(0), In(1), In(2), NoneArg(), B(true), F(1.0)});
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectOutput(*r, 0, kF32, {1, 1, 2, 1}, {4, 7});
   ExpectOutput(*r, 1, kF32, {1, 1, 2}, {0, std::log(4.0)});
   // Backward of out = 1/4 v0 + 3/4 v1 with grad_out 1: grad_v = (1/4, 3/4);
   // ds_j = p_j (v_j - 7) = (-3/4, 3/4), grad_q = sum ds_j k_j = 3/4 ln 3,
   // grad_k = ds_j q = (-3/4, 3/4).
-  r = RunTracked(kAttentionBackward,
-                 {F32({1, 1, 1, 1}, {1}), F32({1, 1, 1, 1}, {1}),
-                  F32({1, 1, 2, 1}, {0, ln3}), F32({1, 1, 2, 1}, {4, 8}),
-                  F32({1, 1, 1, 1}, {7}), F32({1, 1, 1}, {std::log(4.0)})},
-                 {In(0), In(1), In(2), In(3), In(4), In(5), B(false), F(1.0)});
+  r = RunTracked(
+      kAttentionBackward,
+      {F32({1, 1, 1, 1}, {1}), F32({1, 1, 1, 1}, {1}),
+       F32({1, 1, 2, 1}, {0, ln3}), F32({1, 1, 2, 1}, {4, 8}),
+       F32({1, 1, 1, 1}, {7}), F32({1, 1, 1}, {std::log(4.0)})},
+      {In(0), In(1), In(2), In(3), NoneArg(), In(4), In(5), B(false), F(1.0)});
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectOutput(*r, 0, kF32, {1, 1, 1, 1}, {0.75 * ln3});
   ExpectOutput(*r, 1, kF32, {1, 1, 2, 1}, {-0.75, 0.75});
   ExpectOutput(*r, 2, kF32, {1, 1, 2, 1}, {0.25, 0.75});
+  // A bias of -ln 3 on the second key evens the weights: out = 6,
+  // lse = ln 2.
+  r = RunTracked(kAttention,
+                 {F32({1, 1, 1, 1}, {1}), F32({1, 1, 2, 1}, {0, ln3}),
+                  F32({1, 1, 2, 1}, {4, 8}), F32({1, 1, 1, 2}, {0, -ln3})},
+                 {In(0), In(1), In(2), In(3), B(false), F(1.0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOutput(*r, 0, kF32, {1, 1, 1, 1}, {6});
+  ExpectOutput(*r, 1, kF32, {1, 1, 1}, {std::log(2.0)});
 }
 
 TEST(Attention, InvalidArguments) {
-  const std::vector<v1::Argument> args = {In(0), In(1), In(2), B(false),
-                                          F(0.5)};
+  const std::vector<v1::Argument> args = {In(0),     In(1),    In(2),
+                                          NoneArg(), B(false), F(0.5)};
   ExpectInvalid(kAttention,
                 {F32({2, 3, 4}, {}), F32({2, 3, 4}, {}), F32({2, 3, 4}, {})},
                 args, {"node 0", kAttention, "query must be [batch, heads"});
@@ -103,8 +113,18 @@ TEST(Attention, InvalidArguments) {
       kAttentionBackward,
       {F32({1, 1, 2, 4}, {}), F32({1, 1, 2, 4}, {}), F32({1, 1, 3, 4}, {}),
        F32({1, 1, 3, 4}, {}), F32({1, 1, 2, 4}, {}), F16({1, 1, 2}, {})},
-      {In(0), In(1), In(2), In(3), In(4), In(5), B(true), F(0.5)},
+      {In(0), In(1), In(2), In(3), NoneArg(), In(4), In(5), B(true), F(0.5)},
       {"lse must be float32"});
+  ExpectInvalid(kAttention,
+                {F32({1, 2, 4, 8}, {}), F32({1, 2, 5, 8}, {}),
+                 F32({1, 2, 5, 8}, {}), F32({1, 3, 4, 5}, {})},
+                {In(0), In(1), In(2), In(3), B(false), F(0.5)},
+                {"attn_bias must be 4-D with each dim 1 or the scores'"});
+  ExpectInvalid(kAttention,
+                {F32({1, 2, 4, 8}, {}), F32({1, 2, 5, 8}, {}),
+                 F32({1, 2, 5, 8}, {}), BF16({1, 1, 4, 5}, {})},
+                {In(0), In(1), In(2), In(3), B(false), F(0.5)},
+                {"attn_bias must have the query's dtype"});
 }
 
 // ---- compiled against the reference ----
@@ -176,6 +196,21 @@ TEST(AttentionCompiled, ShapesAndMasks) {
     one.causal = causal;
     CheckCompiled(one);
   }
+}
+
+TEST(AttentionCompiled, AdditiveBias) {
+  for (Case::Bias bias : {Case::Bias::kPerBatch, Case::Bias::kPerHeadRow}) {
+    for (bool causal : {false, true}) {
+      Case c;
+      c.bias = bias;
+      c.causal = causal;
+      CheckCompiled(c);
+    }
+  }
+  Case dynamic;  // the bias's query dim follows the symbolic length
+  dynamic.bias = Case::Bias::kPerBatch;
+  dynamic.symbolic_l = true;
+  CheckCompiled(dynamic, {4, 10});
 }
 
 TEST(AttentionCompiled, StridedQueryAndScale) {
@@ -287,6 +322,19 @@ TEST(AttentionCuda, HalfPrecisionIsOneCudnnCallPerDirection) {
   EXPECT_NE(refused.status().message().find("fused attention"),
             std::string::npos)
       << refused.status();
+
+  Case biased = c;
+  biased.bias = Case::Bias::kPerBatch;
+  const std::vector<const v1::Attention*> with_bias =
+      AttentionCalls(CompileForCuda(biased));
+  ASSERT_EQ(with_bias.size(), 2u);
+  for (const v1::Attention* call : with_bias) {
+    EXPECT_TRUE(call->bias());
+    EXPECT_TRUE(call->bias_batch());
+    EXPECT_FALSE(call->bias_heads());
+  }
+  EXPECT_EQ(with_bias[0]->buffers_size(), 6);
+  EXPECT_EQ(with_bias[1]->buffers_size(), 10);
 
   Case f32 = c;
   f32.dtype = DType::kFloat32;
