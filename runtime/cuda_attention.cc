@@ -1,5 +1,6 @@
 #include "runtime/cuda_attention.h"
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -436,7 +437,8 @@ absl::StatusOr<CudaAttention::Prepared> CudaAttention::Prepare(
     plan->grad_q_accum_offset = bytes;
     bytes += AlignUp(sizeof(float) * d.batch * d.heads * d.s_q * d.d_qk);
   }
-  plan->workspace_bytes = bytes;
+  // cuDNN takes no null workspace, even for a plan that needs none.
+  plan->workspace_bytes = std::max(bytes, kWorkspaceAlign);
   std::shared_ptr<const Plan> made = std::move(plan);
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = plans_.try_emplace(key, made);

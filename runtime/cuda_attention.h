@@ -81,7 +81,8 @@ class CudaAttention {
                                               // grad_q grad_k grad_v
 
   struct Plan;
-  // A call ready to run: its plan and the workspace it needs.
+  // A call ready to run: its plan and the workspace it needs (at least
+  // 256 bytes: cuDNN takes no null workspace).
   struct Prepared {
     std::shared_ptr<const Plan> plan;
     size_t workspace_bytes = 0;

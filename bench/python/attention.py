@@ -31,6 +31,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--server")
+    ap.add_argument("--shape", metavar="B,H,T,D",
+                    help="one shape instead of the table's (head dim D)")
     ap.add_argument("--profile", action="store_true",
                     help="after the table, torch.profiler's kernel times of "
                          "5 steps of each Kiln variant and eager at the "
@@ -41,6 +43,10 @@ def main() -> None:
     shapes = ([(8, 4, 64), (8, 12, 128), (8, 12, 256), (8, 12, 512),
                (8, 12, 1024), (4, 16, 2048)]
               if cuda else [(4, 8, 128), (2, 8, 512)])
+    head_dim = 64
+    if a.shape:
+        b, h, t, head_dim = (int(x) for x in a.shape.split(","))
+        shapes = [(b, h, t)]
     daemon = None if a.server else Kilnd()
     server = a.server or daemon.address
 
@@ -48,7 +54,7 @@ def main() -> None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     where = torch.cuda.get_device_name() if cuda else "CPU"
-    print(f"attention fwd+bwd, causal, head dim 64, {dtype}, {where}, "
+    print(f"attention fwd+bwd, causal, head dim {head_dim}, {dtype}, {where}, "
           f"torch {torch.__version__}; ms per step (median of 7 x 10)")
     print(f"{'batch x heads x seq':<22} {'scores':>10} {'eager':>8} "
           f"{'inductor':>9} {'kiln':>8} {'kiln fused':>10} "
@@ -56,8 +62,8 @@ def main() -> None:
     try:
         for b, h, t in shapes:
             g = torch.Generator(device=a.device).manual_seed(0)
-            q, k, v = (torch.randn(b, h, t, 64, device=a.device, dtype=dtype,
-                                   generator=g).requires_grad_()
+            q, k, v = (torch.randn(b, h, t, head_dim, device=a.device,
+                                   dtype=dtype, generator=g).requires_grad_()
                        for _ in range(3))
             row = {"eager": step_ms(lambda: attn(q, k, v).sum(), cuda)}
             with warnings.catch_warnings():
@@ -82,21 +88,21 @@ def main() -> None:
                   f"{row['fused'] / row['eager']:>10.2f}x",
                   flush=True)
         if a.profile:
-            profile(attn, shapes[-1], a.device, dtype, server)
+            profile(attn, shapes[-1], head_dim, a.device, dtype, server)
     finally:
         if daemon:
             daemon.stop()
 
 
-def profile(attn, shape, device, dtype, server) -> None:
+def profile(attn, shape, head_dim, device, dtype, server) -> None:
     """The costliest kernels of 5 steps per variant, and the host time."""
     from torch.profiler import ProfilerActivity  # noqa: PLC0415
     b, h, t = shape
     g = torch.Generator(device=device).manual_seed(0)
-    q, k, v = (torch.randn(b, h, t, 64, device=device, dtype=dtype,
+    q, k, v = (torch.randn(b, h, t, head_dim, device=device, dtype=dtype,
                            generator=g).requires_grad_() for _ in range(3))
     variants = {"eager": attn}
-    for policy in ("fused", "decompose"):
+    for policy in ("fused",):
         torch._dynamo.reset()
         variants[policy] = torch.compile(attn, backend=kiln.backend(
             server=server, fallback="error", attention=policy))
@@ -111,7 +117,7 @@ def profile(attn, shape, device, dtype, server) -> None:
             torch.cuda.synchronize()
         print(f"\n--- {name}, {b} x {h} x {t}, 5 steps ---")
         print(p.key_averages().table(sort_by="self_cuda_time_total",
-                                     row_limit=8, max_name_column_width=60))
+                                     row_limit=12, max_name_column_width=70))
 
 
 if __name__ == "__main__":

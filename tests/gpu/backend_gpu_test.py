@@ -157,15 +157,16 @@ def blocked_cumsum_case(server: str, device: torch.device) -> Tuple[bool, str]:
 
 def fused_attention_case(server: str, device: torch.device) -> Tuple[bool, str]:
     """Causal and full self-attention with projections around it, bfloat16
-    and float16, at 2^22 score elements (above the "auto" policy's
-    threshold, so Kiln's fused op: one cuDNN call per direction), forward
-    and backward, against eager on the same device; and the calls in Kiln."""
+    and float16, at 2^22 score elements, under attention="fused" (Kiln's
+    fused op: one cuDNN call per direction), forward and backward, against
+    eager on the same device; and the calls in Kiln."""
     import torch.nn.functional as F  # noqa: PLC0415
     texts, ok = [], True
     for dtype in (torch.bfloat16, torch.float16):
         for causal in (True, False):
             torch._dynamo.reset()
-            backend = KilnBackend(server=server, fallback="error")
+            backend = KilnBackend(server=server, fallback="error",
+                                  attention="fused")
             b, t, h, e = 4, 512, 4, 64
             g = torch.Generator(device=device).manual_seed(5)
             x = torch.randn(b, t, h * e, device=device, generator=g).to(dtype)
