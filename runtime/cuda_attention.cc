@@ -461,8 +461,11 @@ absl::Status CudaAttention::Run(const Prepared& prepared,
   auto ptr = [](cuda::DevicePtr a) { return reinterpret_cast<void*>(a); };
   std::vector<int64_t> uids;
   std::vector<void*> pointers;
-  const Uid order[] = {kQ,       kK,     kV,     kOut,  kStats,
-                       kGradOut, kGradQ, kGradK, kGradV};
+  // Run's order: q k v [bias] out stats [grad_out grad_q grad_k grad_v].
+  std::vector<Uid> order = {kQ, kK, kV};
+  if (p.bias) order.push_back(kBias);
+  for (Uid u : {kOut, kStats, kGradOut, kGradQ, kGradK, kGradV})
+    order.push_back(u);
   for (size_t i = 0; i < want; ++i) {
     uids.push_back(order[i]);
     pointers.push_back(ptr(buffers[i]));

@@ -73,11 +73,11 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     KilnError instead). Ops Kiln does not have always run eagerly.
     attention: how scaled_dot_product_attention runs (kiln/attention.py):
     "auto" (None: $KILN_ATTENTION, else "auto": as GEMMs and a softmax in
-    Kiln, except on CUDA above 2^20 score elements, where PyTorch's fused
-    kernel runs eagerly), "fused" (Kiln's own fused op, kiln::attention:
-    one cuDNN call per direction on CUDA; experimental there, see
-    kiln/attention.py), "decompose" (always as GEMMs and a softmax in
-    Kiln) or "eager" (never in Kiln).
+    Kiln, except on CUDA above 2^20 score elements, where Kiln's own fused
+    op, kiln::attention, runs it as one cuDNN call per direction where it
+    takes the call, else PyTorch's fused kernel eagerly), "fused" (Kiln's
+    fused op wherever it takes the call), "decompose" (always as GEMMs and
+    a softmax in Kiln) or "eager" (never in Kiln).
     fuse_gemm_epilogues: on CUDA, a product's bias and ReLU / tanh-GELU are
     applied by cuBLASLt as it writes the product, rounded once, as
     PyTorch's own addmm does (default); False adds them in Kiln's kernels

@@ -25,20 +25,19 @@ eagerly (a fallback), the ops compute the same in PyTorch (float32
 softmax, probabilities rounded to the inputs' dtype). The policy, from
 kiln.backend(attention=...) or KILN_ATTENTION:
 
-  "auto"      the default: decomposed on the CPU; on CUDA only small
-              attention (at most CUDA_MAX_SCORES = 2^20 score elements),
-              else PyTorch's fused kernel, eagerly: as GEMMs and softmax,
-              fwd+bwd of causal bf16 attention at 8x12x256..4x16x2048 ran
-              4-7x slower than PyTorch's flash kernel on an H100
-              (bench/python/attention.py).
+  "auto"      the default: decomposed on the CPU; on CUDA small attention
+              (at most CUDA_MAX_SCORES = 2^20 score elements) decomposed,
+              larger attention Kiln's fused op where fused_eligible takes
+              the call (no dropout; a mask becomes an additive bias;
+              float16/bfloat16, also under autocast; head dims multiples
+              of 8 up to 128), else PyTorch's fused kernel, eagerly. As
+              GEMMs and softmax, fwd+bwd of causal bf16 attention at
+              8x12x256..4x16x2048 ran 4-7x slower than PyTorch's flash
+              kernel on an H100 (bench/python/attention.py); the fused op
+              runs the same cuDNN flash kernels as PyTorch's.
   "fused"     Kiln's fused op wherever fused_eligible takes the call (any
               floating dtype; on the CPU its GEMMs and softmax), else
-              decomposed. Not yet the CUDA default: on an H100 (cuDNN
-              9.14) it runs the same flash kernels as PyTorch's in the
-              isolated and suite cases, but transformers' GPT-2, Llama and
-              GPT-NeoX steps fail in cuDNN (CUDNN_STATUS_BAD_PARAM_NULL_
-              POINTER from isCompatibleVariantPack) and run eagerly, as
-              does an input [B, 1, L, S] bias (bench/README.md).
+              decomposed.
   "decompose" always decomposed.
   "eager"     never: attention runs as PyTorch's fused kernel, eagerly.
 
@@ -453,7 +452,9 @@ def rewrite_attention(gm: torch.fx.GraphModule, policy: str,
             if device.type != "cpu":
                 n = _scores(node)
                 if n is None or n > CUDA_MAX_SCORES:
-                    continue
+                    if not (fused and fused_eligible(node, autocast=amp)):
+                        continue
+                    target = sdpa_fused
         node.target = target
         replaced += 1
     if replaced:
