@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/build_artifact.h"
 #include "compiler/codegen_cpu.h"
@@ -28,6 +29,12 @@
 
 namespace kiln {
 namespace {
+
+// Whether CUDA arch "sm_XX" (validated by ValidateTarget) is at least sm_min.
+bool CudaArchAtLeast(const std::string& arch, int min) {
+  int sm = 0;
+  return arch.size() > 3 && absl::SimpleAtoi(arch.substr(3), &sm) && sm >= min;
+}
 
 // Writes stage dumps when a dump directory is configured. Failures to
 // write are ignored: dumps are a debugging aid, never a reason to fail.
@@ -207,7 +214,9 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   lower_options.deterministic_convolutions =
       request.options.deterministic_convolutions();
   lower_options.cudnn_benchmark = cuda && request.options.cudnn_benchmark();
-  lower_options.library_attention = cuda;
+  // cuDNN's fused attention engines need sm_80 or later.
+  lower_options.library_attention =
+      cuda && CudaArchAtLeast(request.target.cuda().arch(), 80);
   lower_options.atomic_scatters = cuda;
   lower_options.reduction_cumsum = cuda || env.reduction_cumsum_on_cpu;
   lower_options.deterministic_scatters =

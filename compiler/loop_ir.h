@@ -331,8 +331,10 @@ struct AttentionCall {
 
 struct LoopNode {
   // kExtern: the node's value (contiguous) is computed by a library call,
-  // `gemm` over the nodes extern_inputs (A, B[, bias]) or `conv` over
-  // extern_inputs (its two operands).
+  // `gemm` over the nodes extern_inputs (A, B[, bias]), `conv` over
+  // extern_inputs (its two operands) or `attention` over extern_inputs
+  // (AttentionCall's order), or, with extern_owner set, by another node's
+  // call.
   // kScatter: see the scatter fields below.
   enum class Kind : uint8_t {
     kInput,
@@ -394,7 +396,7 @@ struct LoopNode {
   std::optional<GemmCall> gemm;
   std::optional<ConvCall> conv;
   std::optional<AttentionCall> attention;
-  std::vector<int> extern_inputs;  // loop nodes, realized: A, B[, bias]
+  std::vector<int> extern_inputs;  // loop nodes, realized (see above)
   // The other results a call writes (attention's): kExtern nodes of their
   // own with no call, whose extern_owner is this node. They follow it in
   // the graph, so that their readers follow the call.

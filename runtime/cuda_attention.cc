@@ -45,8 +45,9 @@ size_t AlignUp(size_t n) {
 // call adds one operation and returns its output tensor.
 class AttentionGraph {
  public:
-  AttentionGraph(const CudnnLibrary* lib, const AttentionDims& d, int io_type)
-      : b_(lib), d_(d), io_(io_type) {}
+  AttentionGraph(const CudnnLibrary* lib, const AttentionDims& d, int io_type,
+                 int64_t alignment)
+      : b_(lib), d_(d), io_(io_type), alignment_(alignment) {}
 
   CudnnGraphBuilder& builder() { return b_; }
 
@@ -56,7 +57,8 @@ class AttentionGraph {
     return b_.Tensor({.data_type = type,
                       .sizes = std::move(sizes),
                       .strides = std::move(strides),
-                      .uid = uid});
+                      .uid = uid,
+                      .alignment = alignment_});
   }
   void* Scalar(int64_t uid) {
     return b_.Tensor({.data_type = cudnn::kDataFloat,
@@ -188,6 +190,7 @@ class AttentionGraph {
   CudnnGraphBuilder b_;
   AttentionDims d_;
   int io_;
+  int64_t alignment_;  // of the bound tensors' addresses
   int64_t next_virtual_ = kFirstVirtual;
   std::vector<void*> ops_;
 };
@@ -377,6 +380,10 @@ absl::StatusOr<CudaAttention::Prepared> CudaAttention::Prepare(
                               static_cast<int64_t>(direction),
                               static_cast<int64_t>(dtype),
                               causal,
+                              options.bias,
+                              options.bias_batch,
+                              options.bias_heads,
+                              options.alignment,
                               d.batch,
                               d.heads,
                               d.s_q,
@@ -393,7 +400,7 @@ absl::StatusOr<CudaAttention::Prepared> CudaAttention::Prepare(
   }
 
   absl::MutexLock run_lock(&handle_->run_mu);
-  AttentionGraph g(lib_, d, CudnnDataType(dtype));
+  AttentionGraph g(lib_, d, CudnnDataType(dtype), options.alignment);
   if (direction == Direction::kForward) {
     BuildForward(g, options);
   } else {

@@ -22,9 +22,10 @@
 //   stats [B, H, Sq] = logsumexp(s) over the keys (natural log)
 //   out [B, H, Sq, Dv] = softmax(s) @ v, the probabilities rounded to
 //       `dtype` before the product, accumulating in float32
-// Backward takes q, k, v, out, stats and grad_out and writes grad_q,
-// grad_k, grad_v (the products accumulate in float32; grad_q through a
-// float32 buffer in the workspace).
+// Backward takes q, k, v (the bias), out, stats and grad_out and writes
+// grad_q, grad_k, grad_v (the products accumulate in float32; grad_q
+// through a float32 buffer in the workspace, which cuDNN 9.6 and later
+// initialise themselves: the backward needs 9.6).
 //
 // cuDNN's fused engines take float16 and bfloat16, head dims that are
 // multiples of 8 up to 128 (256 on newer versions and GPUs); Prepare says
@@ -62,6 +63,9 @@ struct AttentionOptions {
   bool bias = false;        // an additive bias is the buffer after v
   bool bias_batch = false;  // its first dim is B (else 1)
   bool bias_heads = false;  // its second dim is H (else 1)
+  // A power of two up to 16 that divides every buffer's address (cuDNN's
+  // flash engines want 16; a smaller one may leave no engine).
+  int64_t alignment = 16;
 };
 
 class CudaAttention {
@@ -90,16 +94,17 @@ class CudaAttention {
 
   // The execution plan for extern step `step` (the cache key, with the
   // rest of the arguments), made and cached on the first call for a shape.
-  // Errors: INVALID_ARGUMENT for an empty or inconsistent shape or a dtype
-  // other than float16/bfloat16; UNIMPLEMENTED when cuDNN has no engine
-  // for the case (with the first rejection); INTERNAL for a cuDNN failure.
+  // Errors: INVALID_ARGUMENT for an empty shape or a dtype other than
+  // float16/bfloat16; UNIMPLEMENTED for a backward with cuDNN before 9.6,
+  // or when cuDNN has no engine for the case (with the first rejection);
+  // INTERNAL for a cuDNN failure.
   absl::StatusOr<Prepared> Prepare(int step, Direction direction, DType dtype,
                                    const AttentionDims& dims,
                                    const AttentionOptions& options) const;
 
   // Enqueues the call on `stream`. `buffers` are kForwardBuffers or
-  // kBackwardBuffers device addresses (one more with a bias; 16-byte
-  // aligned) in the order above; `workspace` holds at least
+  // kBackwardBuffers device addresses (one more with a bias; aligned as
+  // options.alignment promised) in the order above; `workspace` holds at least
   // prepared.workspace_bytes (256-byte aligned). Errors: INVALID_ARGUMENT for
   // the wrong number of buffers; INTERNAL for a cuDNN failure.
   absl::Status Run(const Prepared& prepared,

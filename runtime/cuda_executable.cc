@@ -364,6 +364,11 @@ absl::Status CudaExecutable::RunAttention(
   absl::StatusOr<AttentionDims> dims = EvaluateAttention(a, symbols, elements);
   if (!dims.ok()) return dims.status();
   const bool forward = a.direction() == v1::Attention::FORWARD;
+  // The largest power of two up to 16 that divides every address.
+  int64_t alignment = 16;
+  for (int b : a.buffers()) {
+    while (alignment > 1 && buffers[b] % alignment != 0) alignment /= 2;
+  }
   absl::StatusOr<CudaAttention::Prepared> prepared =
       attention_->Prepare(step,
                           forward ? CudaAttention::Direction::kForward
@@ -373,7 +378,8 @@ absl::Status CudaExecutable::RunAttention(
                            .scale = a.scale(),
                            .bias = a.bias(),
                            .bias_batch = a.bias_batch(),
-                           .bias_heads = a.bias_heads()});
+                           .bias_heads = a.bias_heads(),
+                           .alignment = alignment});
   if (!prepared.ok()) return prepared.status();
   DeviceAllocation workspace;
   if (prepared->workspace_bytes > 0) {

@@ -14,7 +14,8 @@ rewrite_attention() does it on Dynamo's graph, before AOTAutograd traces
 it: each call of scaled_dot_product_attention (or of
 F.multi_head_attention_forward, nn.MultiheadAttention's, which Dynamo keeps
 as one call and which calls it inside) that the policy decomposes becomes a
-call of sdpa_math() (mha_math()); the others keep the fused kernel. Or Kiln's own fused attention: the custom op kiln::attention (and
+call of sdpa_math() (mha_math()); the others keep the fused kernel, or
+become Kiln's own fused attention: the custom op kiln::attention (and
 kiln::attention_backward, its gradient through AOTAutograd), which Kiln
 compiles to one cuDNN fused-attention call per direction on CUDA
 (float16/bfloat16, head dims multiples of 8 up to 128;
@@ -242,11 +243,11 @@ def sdpa_fused(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                scale: Optional[float] = None,
                enable_gqa: bool = False) -> torch.Tensor:
     """scaled_dot_product_attention through Kiln's fused op, for the calls
-    fused_eligible accepts (no dropout; grouped key and value heads
-    repeated, inputs under autocast cast as autocast casts them; a boolean
-    mask
-    becomes an additive one of 0 and -inf, a float mask is added, both in
-    the query's dtype, 4-D with the scores' query and key dims)."""
+    fused_eligible accepts: no dropout; grouped key and value heads are
+    repeated; inputs under autocast are cast as autocast casts SDPA's; a
+    boolean mask becomes an additive one of 0 and -inf and a float mask is
+    added, both in the query's dtype, 4-D with the scores' query and key
+    dims."""
     if scale is None:
         scale = 1.0 / math.sqrt(query.size(-1))
     device = query.device.type
@@ -315,9 +316,12 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
     if len(kinds) != 1 or kinds.pop() not in dtypes:
         return False
     heads = [x.shape[1] for x in vals]
-    if any(isinstance(n, torch.SymInt) for n in heads) or \
+    if any(isinstance(n, torch.SymInt) for n in heads) or heads[1] < 1 or \
             heads[1] != heads[2] or heads[0] % heads[1] or \
             (heads[0] != heads[1] and a["enable_gqa"] is not True):
+        return False
+    if q.shape[0] != k.shape[0] or q.shape[0] != v.shape[0] or \
+            k.shape[2] != v.shape[2]:
         return False
     for d in (q.shape[-1], k.shape[-1], v.shape[-1]):
         if not isinstance(d, int) or d % 8 or d > _FUSED_MAX_HEAD_DIM:
@@ -392,6 +396,17 @@ def _device(node: torch.fx.Node) -> Optional[torch.device]:
     return v.device if isinstance(v, torch.Tensor) else None
 
 
+def _cudnn_fused_ok(device: torch.device) -> bool:
+    """Whether cuDNN's fused attention can run on `device`: an sm_80 or
+    later GPU and cuDNN 9.6 or later (its backward)."""
+    try:
+        major, _ = torch.cuda.get_device_capability(device)
+        version = torch.backends.cudnn.version() or 0
+    except (RuntimeError, AssertionError):
+        return False
+    return major >= 8 and version >= 90600
+
+
 _ENTER_AUTOCAST = getattr(torch.amp, "_enter_autocast", None)
 _EXIT_AUTOCAST = getattr(torch.amp, "_exit_autocast", None)
 
@@ -406,8 +421,10 @@ def _autocast_dtype(stack: List[Any],
         return None
     for args in reversed(stack):
         if len(args) >= 3 and args[0] == device.type:
-            return args[1] if args[2] and isinstance(args[1], torch.dtype) \
-                else None
+            if not args[2]:
+                return None
+            return args[1] if isinstance(args[1], torch.dtype) \
+                else torch.get_autocast_dtype(device.type)
     if torch.is_autocast_enabled(device.type):
         return torch.get_autocast_dtype(device.type)
     return None
@@ -452,7 +469,8 @@ def rewrite_attention(gm: torch.fx.GraphModule, policy: str,
             if device.type != "cpu":
                 n = _scores(node)
                 if n is None or n > CUDA_MAX_SCORES:
-                    if not (fused and fused_eligible(node, autocast=amp)):
+                    if not (fused and _cudnn_fused_ok(device) and
+                            fused_eligible(node, autocast=amp)):
                         continue
                     target = sdpa_fused
         node.target = target

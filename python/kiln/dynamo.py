@@ -570,8 +570,8 @@ class KilnBackend:
     # -- Dynamo entry ------------------------------------------------------
     def __call__(self, gm: torch.fx.GraphModule,
                  example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        # Attention as products and a softmax (kiln/attention.py), before
-        # AOTAutograd derives the backward from them.
+        # Attention as products and a softmax, or as Kiln's fused op
+        # (kiln/attention.py), before AOTAutograd derives the backward.
         rewrite_attention(gm, self.attention,
                           fused="kiln.attention.default" in self.ops())
         devices = {x.device.type for x in example_inputs

@@ -242,10 +242,11 @@ TEST(AttentionCompiled, DynamicQueryLength) {
 // ---- CUDA targets: cuDNN calls ----
 
 v1::Artifact CompileForCuda(const Case& c,
-                            const v1::CompileOptions& options = {}) {
+                            const v1::CompileOptions& options = {},
+                            const std::string& arch = "sm_90") {
   v1::CompileRequest req;
   *req.mutable_graph() = CaseGraph(c, v1::CUDA);
-  req.mutable_target()->mutable_cuda()->set_arch("sm_90");
+  req.mutable_target()->mutable_cuda()->set_arch(arch);
   *req.mutable_options() = options;
   auto artifact = Compile(req);
   EXPECT_TRUE(artifact.ok()) << artifact.status();
@@ -278,7 +279,8 @@ LaunchLimits CudaLimits() {
 // direction over whole contiguous buffers; the strided query is copied
 // once; the runtime's checks accept both steps and their sizes evaluate to
 // the case's; float32, a head dim the engines do not take, and
-// deterministic_algorithms (for the backward) keep the GEMMs.
+// deterministic_algorithms (for the backward) and GPUs before sm_80 keep
+// the GEMMs.
 TEST(AttentionCuda, HalfPrecisionIsOneCudnnCallPerDirection) {
   Case c;
   c.dtype = DType::kBFloat16;
@@ -342,6 +344,8 @@ TEST(AttentionCuda, HalfPrecisionIsOneCudnnCallPerDirection) {
   Case odd = c;
   odd.e = odd.ev = 20;
   EXPECT_TRUE(AttentionCalls(CompileForCuda(odd)).empty());
+  // cuDNN's fused engines need sm_80: a Turing target keeps the GEMMs.
+  EXPECT_TRUE(AttentionCalls(CompileForCuda(c, {}, "sm_75")).empty());
   v1::CompileOptions deterministic;
   deterministic.set_deterministic_algorithms(true);
   const std::vector<const v1::Attention*> fwd_only =
