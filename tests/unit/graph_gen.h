@@ -524,6 +524,9 @@ class OpSetGen {
   // Issue 16: matrix products.
   bool Matmul(const OpValue& a);
   bool Conv();
+  // Kiln's fused attention (kiln.attention, with its backward over the
+  // forward's out and lse), drawn by a quarter of the Conv slots.
+  bool Attention();
   // The gather/scatter family of issue 17.2 (embedding ... cumsum), over
   // static shapes, with index tensors made in range from int inputs.
   bool GatherScatter(const OpValue& a);
@@ -1915,6 +1918,7 @@ inline bool OpSetGen::Matmul(const OpValue& a) {
 // an output_mask; all outputs returned.
 inline bool OpSetGen::Conv() {
   if (!o_.extern_ops) return false;
+  if (rng_.Chance(25)) return Attention();
   std::vector<v1::DType> floats;
   for (v1::DType d : o_.dtypes) {
     if (IsFloatDType(d)) floats.push_back(d);
@@ -1995,6 +1999,74 @@ inline bool OpSetGen::Conv() {
     Ints(node, kMasks[rng_.Below(4)]);
   }
   for (const std::string& name : node->outputs()) sinks_.push_back(name);
+  return true;
+}
+
+// kiln.attention over fresh inputs of small static sizes: causal or not,
+// a scale, an additive bias of [B or 1, H or 1, L or 1, S] or none; in
+// float32 half the time followed by kiln.attention_backward over the
+// forward's out and lse (a half-precision backward's gradients sum what
+// the dtype rounded, beyond the per-element tolerance: ops_attention_test
+// checks them against the largest gradient).
+inline bool OpSetGen::Attention() {
+  std::vector<v1::DType> floats;
+  for (v1::DType d : o_.dtypes) {
+    if (IsFloatDType(d)) floats.push_back(d);
+  }
+  if (floats.empty()) return false;
+  const v1::DType dt = rng_.Pick(floats);
+  const int64_t b = 1 + rng_.Below(2), h = 1 + rng_.Below(3),
+                l = 1 + rng_.Below(6), s = 1 + rng_.Below(6),
+                e = 1 + rng_.Below(8), ev = 1 + rng_.Below(8);
+  auto shape = [](std::initializer_list<int64_t> dims) {
+    GenShape g;
+    for (int64_t v : dims) g.push_back(GenDim{"", v});
+    return g;
+  };
+  const std::string q = NewInput(shape({b, h, l, e}), dt)->name;
+  const std::string k = NewInput(shape({b, h, s, e}), dt)->name;
+  const std::string v = NewInput(shape({b, h, s, ev}), dt)->name;
+  std::string bias;
+  if (rng_.Chance(40)) {
+    bias = NewInput(shape({rng_.Chance(50) ? b : 1, rng_.Chance(50) ? h : 1,
+                           rng_.Chance(50) ? l : 1, s}),
+                    dt)
+               ->name;
+  }
+  const bool causal = rng_.Chance(50);
+  const double scale = 0.25 + 0.25 * rng_.Below(4);
+  auto add_bias = [&](v1::Node* n) {
+    if (bias.empty()) {
+      n->add_args()->mutable_none();
+    } else {
+      Ref(n, bias);
+    }
+  };
+  v1::Node* fwd = Node("kiln.attention.default", Fresh());
+  const std::string out = fwd->outputs(0), lse = Fresh();
+  fwd->add_outputs(lse);
+  Ref(fwd, q);
+  Ref(fwd, k);
+  Ref(fwd, v);
+  add_bias(fwd);
+  Bool(fwd, causal);
+  fwd->add_args()->set_f(scale);
+  sinks_.push_back(out);
+  sinks_.push_back(lse);
+  if (dt != v1::FLOAT32 || rng_.Chance(50)) return true;
+  const std::string grad_out = NewInput(shape({b, h, l, ev}), dt)->name;
+  v1::Node* bwd = Node("kiln.attention_backward.default", Fresh());
+  for (int i = 0; i < 2; ++i) bwd->add_outputs(Fresh());
+  Ref(bwd, grad_out);
+  Ref(bwd, q);
+  Ref(bwd, k);
+  Ref(bwd, v);
+  add_bias(bwd);
+  Ref(bwd, out);
+  Ref(bwd, lse);
+  Bool(bwd, causal);
+  bwd->add_args()->set_f(scale);
+  for (const std::string& name : bwd->outputs()) sinks_.push_back(name);
   return true;
 }
 
