@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/cudnn_api.h"
 #include "runtime/cudnn_graph.h"
@@ -466,15 +467,15 @@ absl::Status CudaAttention::Run(const Prepared& prepared,
                      want, " buffers, not ", buffers.size()));
   }
   auto ptr = [](cuda::DevicePtr a) { return reinterpret_cast<void*>(a); };
-  std::vector<int64_t> uids;
-  std::vector<void*> pointers;
-  // Run's order: q k v [bias] out stats [grad_out grad_q grad_k grad_v].
-  std::vector<Uid> order = {kQ, kK, kV};
-  if (p.bias) order.push_back(kBias);
-  for (Uid u : {kOut, kStats, kGradOut, kGradQ, kGradK, kGradV})
-    order.push_back(u);
+  // Run's order: q k v [bias] out stats [grad_out grad_q grad_k grad_v],
+  // then the host scalars and the workspace tensors: at most 16, no heap.
+  static constexpr Uid kOrder[] = {kQ,       kK,     kV,     kOut,  kStats,
+                                   kGradOut, kGradQ, kGradK, kGradV};
+  absl::InlinedVector<int64_t, 16> uids;
+  absl::InlinedVector<void*, 16> pointers;
   for (size_t i = 0; i < want; ++i) {
-    uids.push_back(order[i]);
+    const bool after_bias = p.bias && i >= 3;
+    uids.push_back(p.bias && i == 3 ? kBias : kOrder[i - after_bias]);
     pointers.push_back(ptr(buffers[i]));
   }
   uids.push_back(kScale);

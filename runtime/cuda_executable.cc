@@ -316,6 +316,30 @@ absl::Status CudaExecutable::LoadModule(const CudaLoadOptions& options) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The largest power of two up to 16 that divides the address of every
+// buffer in `ids`.
+template <typename Ids>
+int64_t CommonAlignment(const Ids& ids,
+                        absl::Span<const cuda::DevicePtr> buffers) {
+  int64_t alignment = 16;
+  for (int b : ids) {
+    while (alignment > 1 && buffers[b] % alignment != 0) alignment /= 2;
+  }
+  return alignment;
+}
+
+// A library call's workspace of `bytes` (none when 0).
+absl::StatusOr<DeviceAllocation> Workspace(
+    const std::shared_ptr<DeviceAllocator>& allocator, size_t bytes,
+    cuda::Stream stream) {
+  if (bytes == 0) return DeviceAllocation();
+  return DeviceAllocation::Allocate(allocator, bytes, stream);
+}
+
+}  // namespace
+
 absl::Status CudaExecutable::RunConv(int step, const ProgramPlan::Extern& e,
                                      absl::Span<const int64_t> symbols,
                                      absl::Span<const int64_t> elements,
@@ -337,23 +361,15 @@ absl::Status CudaExecutable::RunConv(int step, const ProgramPlan::Extern& e,
             static_cast<size_t>(written * plan_.element_size[e.c]), stream),
         "cuMemsetD8Async");
   }
-  // The largest power of two up to 16 that divides every address.
-  int64_t alignment = 16;
-  for (int b : {e.a, e.b, e.c}) {
-    while (alignment > 1 && buffers[b] % alignment != 0) alignment /= 2;
-  }
-  absl::StatusOr<CudaConv::Prepared> prepared =
-      conv_->Prepare(step, *e.conv, e.dtype, *dims, alignment);
+  absl::StatusOr<CudaConv::Prepared> prepared = conv_->Prepare(
+      step, *e.conv, e.dtype, *dims,
+      CommonAlignment(std::initializer_list<int>{e.a, e.b, e.c}, buffers));
   if (!prepared.ok()) return prepared.status();
-  DeviceAllocation workspace;
-  if (prepared->workspace_bytes > 0) {
-    absl::StatusOr<DeviceAllocation> w = DeviceAllocation::Allocate(
-        allocator_, prepared->workspace_bytes, stream);
-    if (!w.ok()) return w.status();
-    workspace = *std::move(w);
-  }
+  absl::StatusOr<DeviceAllocation> workspace =
+      Workspace(allocator_, prepared->workspace_bytes, stream);
+  if (!workspace.ok()) return workspace.status();
   return conv_->Run(*prepared, buffers[e.a], buffers[e.b], buffers[e.c],
-                    workspace.get(), stream);
+                    workspace->get(), stream);
 }
 
 absl::Status CudaExecutable::RunAttention(
@@ -364,11 +380,6 @@ absl::Status CudaExecutable::RunAttention(
   absl::StatusOr<AttentionDims> dims = EvaluateAttention(a, symbols, elements);
   if (!dims.ok()) return dims.status();
   const bool forward = a.direction() == v1::Attention::FORWARD;
-  // The largest power of two up to 16 that divides every address.
-  int64_t alignment = 16;
-  for (int b : a.buffers()) {
-    while (alignment > 1 && buffers[b] % alignment != 0) alignment /= 2;
-  }
   absl::StatusOr<CudaAttention::Prepared> prepared =
       attention_->Prepare(step,
                           forward ? CudaAttention::Direction::kForward
@@ -379,20 +390,16 @@ absl::Status CudaExecutable::RunAttention(
                            .bias = a.bias(),
                            .bias_batch = a.bias_batch(),
                            .bias_heads = a.bias_heads(),
-                           .alignment = alignment});
+                           .alignment = CommonAlignment(a.buffers(), buffers)});
   if (!prepared.ok()) return prepared.status();
-  DeviceAllocation workspace;
-  if (prepared->workspace_bytes > 0) {
-    absl::StatusOr<DeviceAllocation> w = DeviceAllocation::Allocate(
-        allocator_, prepared->workspace_bytes, stream);
-    if (!w.ok()) return w.status();
-    workspace = *std::move(w);
-  }
+  absl::StatusOr<DeviceAllocation> workspace =
+      Workspace(allocator_, prepared->workspace_bytes, stream);
+  if (!workspace.ok()) return workspace.status();
   // The artifact lists the reads, then the writes (artifact.proto): the
   // runtime's order.
-  absl::InlinedVector<cuda::DevicePtr, 9> pointers;
+  absl::InlinedVector<cuda::DevicePtr, 10> pointers;
   for (int b : a.buffers()) pointers.push_back(buffers[b]);
-  return attention_->Run(*prepared, pointers, workspace.get(), stream);
+  return attention_->Run(*prepared, pointers, workspace->get(), stream);
 }
 
 absl::Status CudaExecutable::CheckGuards(
