@@ -80,6 +80,7 @@ import torch
 import torch.fx
 
 from . import _binding
+from .aot_logs import quiet_aot_logs
 from .attention import resolve_policy, rewrite_attention
 from .foreach import foreach_decompositions
 from .remat import kiln_default_partition
@@ -576,9 +577,10 @@ class KilnBackend:
                           fused="kiln.attention.default" in self.ops())
         devices = {x.device.type for x in example_inputs
                    if isinstance(x, torch.Tensor)}
-        if devices and devices <= self.foreach_devices:
-            return self._aot_foreach(gm, example_inputs)
-        return self._aot(gm, example_inputs)
+        aot = (self._aot_foreach if devices and devices <= self.foreach_devices
+               else self._aot)
+        with quiet_aot_logs():  # (kiln/aot_logs.py)
+            return aot(gm, example_inputs)
 
     def counters(self) -> Dict[str, int]:
         """How this process's client for the backend's server has served

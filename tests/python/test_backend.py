@@ -1301,6 +1301,42 @@ def test_kiln_log_fallback(daemon, monkeypatch, capsys):
     assert "fallback aten.kthvalue.default x1: not in Kiln's op set" in err, err
 
 
+def test_aot_graphs_print_only_when_torch_logs_ask(daemon, monkeypatch):
+    """AOTAutograd prints its graphs to strings on every compile unless its
+    config says enable_log=False (kiln/aot_logs.py): Kiln's compiles skip
+    that, and still log them when torch's logs ask for them."""
+    from torch._functorch import aot_autograd  # noqa: PLC0415
+    printed = []
+    real = torch.fx.GraphModule.print_readable
+
+    def spy(self, *args, **kwargs):
+        printed.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.fx.GraphModule, "print_readable", spy)
+    monkeypatch.delenv("TORCH_LOGS", raising=False)
+    monkeypatch.delenv("TORCH_TRACE", raising=False)
+    base = aot_autograd.AOTConfig
+    x = torch.randn(4, 8, requires_grad=True)
+
+    def step():
+        torch._dynamo.reset()
+        f = torch.compile(lambda t: torch.tanh(t) * 2,
+                          backend=kiln.backend(server=daemon.address,
+                                               fallback="error"))
+        f(x).sum().backward()
+
+    step()
+    assert printed == [] and aot_autograd.AOTConfig is base
+    torch._logging.set_logs(aot_graphs=True)
+    try:
+        step()
+    finally:
+        torch._logging.set_logs()
+    assert printed, "aot_graphs requested: AOTAutograd prints its graphs"
+    assert aot_autograd.AOTConfig is base
+
+
 def test_entry_point_backend_by_name(daemon, tmp_path):
     """pip installs the package (pyproject.toml) into a directory; a fresh
     process finds backend="kiln" through its torch_dynamo_backends entry
