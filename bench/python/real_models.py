@@ -28,7 +28,11 @@ attention dropout are off (their draws differ from eager's by design);
 --dropout keeps them as the models' configurations have them (training
 as people run it: Kiln's and eager's draws differ, so the step is only
 checked for finite results and every gradient eager gives, and the node
-counts, partitions and step times are the figures).
+counts, partitions and step times are the figures). --checkpointing turns
+on the Hugging Face models' gradient checkpointing (non-reentrant
+torch.utils.checkpoint around each layer: Dynamo's
+tag_activation_checkpoint subgraphs) for every run, eager and float64
+included; other models are SKIPPED.
 Inputs are small (2 images of 64x64, 2 sequences of 16 tokens) and the
 transformers small configurations, so a CPU run takes minutes. The
 libraries come from real_models_env.sh's directory (~/.cache/kiln/
@@ -69,6 +73,8 @@ Example = Tuple[nn.Module, Tuple[Any, ...]]
 SCALE, SEQ, IMAGE = 1, 16, 64
 # main's --dropout: the models keep their dropout (see the docstring).
 KEEP_DROPOUT = False
+# main's --checkpointing (see the docstring).
+CHECKPOINTING = False
 
 
 def _b(batch: int) -> int:
@@ -448,6 +454,13 @@ def run_model(name: str, server: str, dynamic: bool,
         # with other arguments (timm 1.0.31's TinyViT takes no img_size).
         return "SKIPPED", f"{type(e).__name__}: {e}"
     _quiet_randomness(model)
+    if CHECKPOINTING:
+        hf = next((m for m in model.modules()
+                   if hasattr(m, "gradient_checkpointing_enable")), None)
+        if hf is None:
+            return "SKIPPED", "no gradient_checkpointing_enable"
+        hf.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train(not mode.inference)
     model = model.to(device)
     inputs = tuple(x.to(device) for x in inputs)
@@ -561,14 +574,17 @@ def main() -> None:
     ap.add_argument("--dropout", action="store_true",
                     help="keep the models' dropout (results checked for "
                     "being finite only)")
+    ap.add_argument("--checkpointing", action="store_true",
+                    help="the Hugging Face models' gradient checkpointing "
+                    "on (the others SKIPPED)")
     ap.add_argument("--cudnn-benchmark", action="store_true",
                     help="torch.backends.cudnn.benchmark = True for every "
                     "backend")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = a.cudnn_benchmark
-    global SCALE, SEQ, IMAGE, KEEP_DROPOUT  # noqa: PLW0603 (the models')
+    global SCALE, SEQ, IMAGE, KEEP_DROPOUT, CHECKPOINTING  # noqa: PLW0603
     SCALE, SEQ, IMAGE = a.scale, a.seq, a.image
-    KEEP_DROPOUT = a.dropout
+    KEEP_DROPOUT, CHECKPOINTING = a.dropout, a.checkpointing
     daemon = None if a.server else Kilnd()
     server = a.server or daemon.address
     rows = []

@@ -439,14 +439,31 @@ def rewrite_attention(gm: torch.fx.GraphModule, policy: str,
     replaced."""
     if policy == "eager":
         return 0
+    return _rewrite_graph(gm, policy, fused, [])
+
+
+def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
+                   autocast: List[Any]) -> int:
+    """rewrite_attention on gm and on the subgraphs its higher-order ops
+    call (activation checkpointing's tag_activation_checkpoint, cond, ...:
+    a get_attr argument naming a GraphModule), each under the autocast
+    state in force at its call. `autocast`: the _enter_autocast args in
+    force at gm's start (copied, not changed)."""
     replaced = 0
-    autocast: List[Any] = []  # the _enter_autocast args in force
+    autocast = list(autocast)
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target is _ENTER_AUTOCAST:
             autocast.append(node.args)
         elif node.op == "call_function" and node.target is _EXIT_AUTOCAST:
             if autocast:
                 autocast.pop()
+        if node.op == "call_function":
+            for arg in node.args:
+                if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
+                    sub = getattr(gm, str(arg.target), None)
+                    if isinstance(sub, torch.fx.GraphModule):
+                        replaced += _rewrite_graph(sub, policy, fused,
+                                                   autocast)
         if node.op != "call_function" or (node.target not in _SDPA_TARGETS and
                                           node.target not in _MHA_TARGETS):
             continue

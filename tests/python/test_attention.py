@@ -165,6 +165,31 @@ def test_attention_dropout_trains_in_kiln(daemon):
     assert not FUSED & set(backend.report.ops)
 
 
+def test_attention_inside_activation_checkpointing(daemon):
+    """torch.utils.checkpoint (non-reentrant, as Hugging Face's
+    gradient_checkpointing_enable() uses it) puts the block in a subgraph
+    of Dynamo's graph (tag_activation_checkpoint): its attention is
+    rewritten there too, so nothing falls back to the fused kernel, and
+    the gradients match eager's."""
+    from torch.utils.checkpoint import checkpoint  # noqa: PLC0415
+    backend = kiln.backend(server=daemon.address, fallback="eager")
+    lin = nn.Linear(16, 48)
+
+    def block(x):
+        q, k, v = lin(x).view(2, 8, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).sum(1)
+
+    def f(x):
+        return checkpoint(block, x, use_reentrant=False) * 2
+
+    x = torch.randn(2, 8, 16)
+    (out, grads), (got, got_grads) = _run(f, backend, x)
+    _close(got, out, torch.float32)
+    _close(got_grads[0], grads[0], torch.float32)
+    assert backend.report.fallback_nodes == 0, backend.report
+    assert not FUSED & set(backend.report.ops), backend.report
+
+
 def test_policy_eager_keeps_the_fused_kernel(daemon, monkeypatch):
     monkeypatch.setenv("KILN_ATTENTION", "eager")
     backend = kiln.backend(server=daemon.address, fallback="error")
