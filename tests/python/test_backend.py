@@ -1199,6 +1199,59 @@ def test_two_processes_one_compile(daemon):
     assert got == [["1", "0"], ["0", "1"]], got
 
 
+def test_ddp_of_a_compiled_module_matches_eager_ddp(daemon):
+    """Two ranks (gloo, loopback) train DistributedDataParallel(torch.compile(
+    model, backend=kiln)) with buckets small enough that Dynamo's
+    DDPOptimizer splits the graph at their boundaries: every node runs in
+    Kiln, and after three steps each rank's gradients are eager DDP's."""
+    import socket  # noqa: PLC0415
+    code = (
+        "import copy, os, sys, torch, torch.nn as nn, kiln\n"
+        "import torch.distributed as dist\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "rank = int(sys.argv[2])\n"
+        "dist.init_process_group('gloo', rank=rank, world_size=2)\n"
+        "torch.manual_seed(0)\n"
+        "model = nn.Sequential(nn.Linear(64, 256), *[nn.Sequential(\n"
+        "    nn.Linear(256, 256), nn.LayerNorm(256), nn.GELU())\n"
+        "    for _ in range(8)], nn.Linear(256, 10))\n"
+        "ref = copy.deepcopy(model)\n"
+        "b = kiln.backend(server=sys.argv[1], fallback='error')\n"
+        "ddp = DDP(torch.compile(model, backend=b), bucket_cap_mb=1)\n"
+        "ddp_ref = DDP(ref, bucket_cap_mb=1)\n"
+        "torch.manual_seed(rank + 1)\n"
+        "x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))\n"
+        "for _ in range(3):\n"
+        "    nn.functional.cross_entropy(ddp(x), y).backward()\n"
+        "    nn.functional.cross_entropy(ddp_ref(x), y).backward()\n"
+        "for p, q in zip(model.parameters(), ref.parameters()):\n"
+        "    torch.testing.assert_close(p.grad, q.grad)\n"
+        "r = b.report\n"
+        "print(r.kiln_nodes, r.fallback_nodes, r.graphs)\n"
+        "dist.destroy_process_group()\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR, MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port))
+    ranks = [subprocess.Popen([sys.executable, "-c", code, daemon.address,
+                               str(rank)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for rank in range(2)]
+    try:
+        for proc in ranks:
+            out, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+            kiln_nodes, fallback_nodes, graphs = map(int, out.split())
+            assert kiln_nodes > 0 and fallback_nodes == 0, out
+            assert graphs > 2, f"a graph per bucket and direction: {out}"
+    finally:  # a rank that failed leaves the other waiting in gloo
+        for proc in ranks:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def test_eight_processes_start_together_one_compile_per_key(tmp_path):
     """8 processes start together against a kilnd with an empty cache and
     compile the same model (forward and backward) at the same moment (a
