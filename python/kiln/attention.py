@@ -26,7 +26,13 @@ eagerly (a fallback), the ops compute the same in PyTorch (float32
 softmax, probabilities rounded to the inputs' dtype). The policy, from
 kiln.backend(attention=...) or KILN_ATTENTION:
 
-  "auto"      the default: decomposed on the CPU; on CUDA small attention
+  "auto"      the default: on the CPU decomposed, except causal attention
+              (is_causal=True) over more than CPU_MAX_CAUSAL_SCORES = 2^16
+              score elements, which keeps PyTorch's fused kernel, eagerly
+              (its flash kernel skips the blocks the mask drops; as GEMMs
+              and softmax, Llama's training step took 1.2-1.7x as long at
+              128-512 tokens; without the mask the two were even); on
+              CUDA small attention
               (at most CUDA_MAX_SCORES = 2^20 score elements) decomposed,
               larger attention Kiln's fused op where fused_eligible takes
               the call (no dropout; a mask becomes an additive bias;
@@ -79,6 +85,17 @@ ATTENTION_POLICIES = ("auto", "fused", "decompose", "eager")
 # flash kernel is 4-7x faster (bench/python/attention.py). In between is
 # not measured.
 CUDA_MAX_SCORES = 1 << 20
+
+# "auto" on the CPU: the largest causal score matrix decomposed. The 2-core
+# CPU, one training step, decomposed against PyTorch's flash kernel (with
+# the partitions on either side), ms: Llama 8x64 tokens (2^17 scores)
+# 6.1 / 5.1, 2x128 6.9 / 5.5, 2x256 13.0 / 10.0, 2x512 30.1 / 18.0;
+# GPT-2 2x512 26.8 / 19.8; at 2^15 scores and below the two are within
+# run-to-run noise, and decomposed keeps one partition. Non-causal
+# attention (BERT, no mask) was even from 128 to 512 tokens: decomposed.
+# (bench/python/model_step.py MODEL --seq S --scale B with KILN_ATTENTION=
+# decompose and eager.)
+CPU_MAX_CAUSAL_SCORES = 1 << 16
 
 _SDPA_TARGETS = {F.scaled_dot_product_attention,
                  torch._C._nn.scaled_dot_product_attention}
@@ -368,6 +385,17 @@ def _hint(size: Any) -> int:
     return size_hint(size, unknown=1 << 62)
 
 
+def _causal_call(node: torch.fx.Node) -> bool:
+    """Whether an SDPA call says is_causal=True (a literal, no mask)."""
+    try:
+        bound = _SDPA_SIGNATURE.bind(*node.args, **node.kwargs)
+    except TypeError:
+        return False
+    bound.apply_defaults()
+    return bound.arguments["is_causal"] is True and \
+        bound.arguments["attn_mask"] is None
+
+
 def _scores(node: torch.fx.Node) -> Optional[int]:
     """Elements of the score matrix of an SDPA or MHA call, from Dynamo's
     example values; None when unknown."""
@@ -483,7 +511,12 @@ def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
             device = _device(node)
             if device is None:
                 continue
-            if device.type != "cpu":
+            if device.type == "cpu":
+                if node.target in _SDPA_TARGETS and _causal_call(node):
+                    n = _scores(node)
+                    if n is None or n > CPU_MAX_CAUSAL_SCORES:
+                        continue
+            else:
                 n = _scores(node)
                 if n is None or n > CUDA_MAX_SCORES:
                     if not (fused and _cudnn_fused_ok(device) and

@@ -248,6 +248,9 @@ class KilnOperatorSupport(OperatorSupportBase):
             return f"{op_name(node.target)} is not an ATen op"
         name = op_name(node.target)
         if name not in self.ops and name not in IDENTITY_OPS:
+            if name.startswith("aten._scaled_dot_product_"):
+                return ("PyTorch's fused attention kernel, kept by the "
+                        "attention policy (kiln/attention.py, KILN_ATTENTION)")
             return "not in Kiln's op set"
         try:
             check_node_args(node)

@@ -200,6 +200,34 @@ def test_policy_eager_keeps_the_fused_kernel(daemon, monkeypatch):
         backend.report.ops
 
 
+@pytest.mark.parametrize("causal,tokens,fused", [
+    (True, 256, True),    # 2x2x256x256 = 2^18 causal scores: PyTorch's
+    (True, 64, False),    # 2^14: decomposed
+    (False, 256, False),  # not causal: decomposed at any size
+])
+def test_auto_on_the_cpu_keeps_flash_for_large_causal_attention(
+        daemon, monkeypatch, causal, tokens, fused):
+    """"auto" on the CPU: causal attention above CPU_MAX_CAUSAL_SCORES keeps
+    PyTorch's flash kernel (which skips the masked blocks), and the report
+    says why; the rest is decomposed into Kiln. Results as eager's."""
+    monkeypatch.delenv("KILN_ATTENTION", raising=False)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    q = torch.randn(2, 2, tokens, 16)
+
+    def f(q):
+        return F.scaled_dot_product_attention(q, q * 0.5, q, is_causal=causal)
+
+    (out, grads), (got, got_grads) = _run(f, backend, q)
+    _close(got, out, torch.float32)
+    _close(got_grads[0], grads[0], torch.float32)
+    reasons = backend.report.fallbacks.get(
+        "aten._scaled_dot_product_flash_attention_for_cpu.default", {})
+    if fused:
+        assert any("attention policy" in r for r in reasons), reasons
+    else:
+        _no_fused(backend.report)
+
+
 def test_policy_names():
     assert resolve_policy("decompose") == "decompose"
     assert resolve_policy("fused") == "fused"
