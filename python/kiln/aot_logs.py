@@ -13,7 +13,9 @@ README's "First call" numbers). enable_log gates nothing but that logging
 quiet_aot_logs() makes aot_module_simplified's config say enable_log=False
 for one call, when nothing would read the logs: no TORCH_LOGS artifact
 (aot_graphs, aot_joint_graph, ...), no log level set through
-torch._logging, no TORCH_TRACE. It is a no-op where this torch's
+torch._logging, no TORCH_TRACE, and no handler but torch's own on its
+structured-trace logger (pytest's log capture adds some: under pytest
+the graphs print as before). It is a no-op where this torch's
 AOTAutograd is not shaped as expected.
 """
 

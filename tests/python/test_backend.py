@@ -1369,6 +1369,12 @@ def test_aot_graphs_print_only_when_torch_logs_ask(daemon, monkeypatch):
     monkeypatch.setattr(torch.fx.GraphModule, "print_readable", spy)
     monkeypatch.delenv("TORCH_LOGS", raising=False)
     monkeypatch.delenv("TORCH_TRACE", raising=False)
+    # pytest's log capture adds its handlers to torch's structured-trace
+    # logger, and any handler there counts as a reader: torch's own only.
+    from torch._logging import _internal  # noqa: PLC0415
+    monkeypatch.setattr(_internal.trace_log, "handlers", [
+        h for h in _internal.trace_log.handlers
+        if type(h).__name__ == "LazyTraceHandler"])
     base = aot_autograd.AOTConfig
     x = torch.randn(4, 8, requires_grad=True)
 
