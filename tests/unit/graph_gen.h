@@ -521,6 +521,14 @@ class OpSetGen {
   // Issue 17 item 4: norms, pooling, activation backward ops over fresh
   // inputs; their outputs go to sinks_.
   bool NormPool();
+  // The floating dtypes of o_.dtypes, in their order.
+  std::vector<v1::DType> FloatDTypes() const {
+    std::vector<v1::DType> floats;
+    for (v1::DType d : o_.dtypes) {
+      if (IsFloatDType(d)) floats.push_back(d);
+    }
+    return floats;
+  }
   // Issue 16: matrix products.
   bool Matmul(const OpValue& a);
   bool Conv();
@@ -1919,10 +1927,7 @@ inline bool OpSetGen::Matmul(const OpValue& a) {
 inline bool OpSetGen::Conv() {
   if (!o_.extern_ops) return false;
   if (rng_.Chance(25)) return Attention();
-  std::vector<v1::DType> floats;
-  for (v1::DType d : o_.dtypes) {
-    if (IsFloatDType(d)) floats.push_back(d);
-  }
+  const std::vector<v1::DType> floats = FloatDTypes();
   if (floats.empty()) return false;
   const v1::DType dt = rng_.Pick(floats);
   const int dims = 1 + rng_.Below(3);
@@ -2009,10 +2014,7 @@ inline bool OpSetGen::Conv() {
 // the dtype rounded, beyond the per-element tolerance: ops_attention_test
 // checks them against the largest gradient).
 inline bool OpSetGen::Attention() {
-  std::vector<v1::DType> floats;
-  for (v1::DType d : o_.dtypes) {
-    if (IsFloatDType(d)) floats.push_back(d);
-  }
+  const std::vector<v1::DType> floats = FloatDTypes();
   if (floats.empty()) return false;
   const v1::DType dt = rng_.Pick(floats);
   const int64_t b = 1 + rng_.Below(2), h = 1 + rng_.Below(3),
@@ -2395,10 +2397,7 @@ inline bool OpSetGen::Cat(const OpValue& a) {
 // graph inputs (exact on both sides, so only the op's own float32 math
 // differs from the reference), its outputs returned and not reused.
 inline bool OpSetGen::NormPool() {
-  std::vector<v1::DType> floats;
-  for (v1::DType d : o_.dtypes) {
-    if (IsFloatDType(d)) floats.push_back(d);
-  }
+  const std::vector<v1::DType> floats = FloatDTypes();
   if (floats.empty()) return false;
   const v1::DType dt = rng_.Pick(floats);
   auto size = [this](int lo, int hi) {
