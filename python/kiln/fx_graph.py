@@ -1227,6 +1227,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             raise Unsupported("tensors on several devices: " + ", ".join(
                 f"{n} on {d}" for d, n in devices.items()))
     seed_ref: Optional[str] = None
+    seed_args: List[Dict[str, Any]] = []  # the random ops' seed arguments
     random_streams = 0
     size_inputs: Dict[int, Any] = {}
 
@@ -1435,16 +1436,9 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                 arg["name"] = k
                 args.append(arg)
             if name in RANDOM_OPS:
-                if seed_ref is None:
-                    # Placeholders come first in an FX graph: the seed is
-                    # FX argument num_placeholders (appended per call).
-                    seed_ref = f"in{len(inputs)}"
-                    inputs.append({"name": seed_ref, "meta": {
-                        "dtype": dtype_name(torch.int64), "sizes": [],
-                        "device": "CPU"}})
-                    tensor_inputs.append(num_placeholders)
-                    input_meta.append(torch.empty((), dtype=torch.int64))
-                args.append({"ref": seed_ref, "name": "seed"})
+                # The seed input is declared after the loop (seed_args).
+                seed_args.append({"ref": None, "name": "seed"})
+                args.append(seed_args[-1])
                 args.append({"i": random_streams, "name": "offset"})
                 random_streams += 1
             val = _val(node)
@@ -1503,6 +1497,19 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
             strides=tuple(_meta_value(v) for v in val.stride()),
             offset=_meta_value(val.storage_offset() - base.storage_offset())))
         outputs.append(("view", len(view_outputs) - 1))
+    if seed_args:
+        # The last Kiln input, FX argument num_placeholders (the caller
+        # appends it to each call): after every placeholder, wherever the
+        # graph declares them (torch.fx's fuse_as_graphmodule declared a
+        # partition's inputs where first used, after a random op, before
+        # torch 2.12).
+        seed_ref = f"in{len(inputs)}"
+        inputs.append({"name": seed_ref, "meta": {
+            "dtype": dtype_name(torch.int64), "sizes": [], "device": "CPU"}})
+        tensor_inputs.append(num_placeholders)
+        input_meta.append(torch.empty((), dtype=torch.int64))
+        for arg in seed_args:
+            arg["ref"] = seed_ref
     origin.extend([current] * (len(nodes) - len(origin)))
     output_perms = _permute_outputs(nodes, kiln_outputs, output_meta)
     value_origin = {out: origin[k] for k, n in enumerate(nodes[:len(origin)])

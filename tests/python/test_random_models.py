@@ -146,3 +146,37 @@ def test_random_ops_run_in_kiln_with_pytorchs_distributions(daemon):
     again = f(x)
     assert all(torch.equal(p, q) for p, q in zip((u, z, n, r, b, bp), again))
     _no_random_fallback(backend.report)
+
+
+
+def test_partition_seed_follows_placeholders_declared_after_random_ops(daemon):
+    """A partition's seed is passed after all of its FX arguments, however
+    late its submodule declares some of them. torch.fx's
+    fuse_as_graphmodule declared a partition's inputs where they are first
+    used before torch 2.12 (GPT-2 with attention dropout on CUDA, torch
+    2.11: the seed was bound to a weight and every call fell back); this
+    builds such a submodule by hand."""
+    from torch.fx.experimental.proxy_tensor import make_fx  # noqa: PLC0415
+
+    def f(x, w):
+        y, mask = torch.ops.aten.native_dropout(x, 0.5, True)
+        return y * w, mask
+
+    x, w = torch.rand(64, 8) + 0.5, torch.rand(8) + 0.5
+    sub = make_fx(f, tracing_mode="fake")(x, w)
+    nodes = list(sub.graph.nodes)
+    w_node = next(n for n in nodes if n.op == "placeholder" and n.name != nodes[0].name)
+    dropout = next(n for n in nodes if n.op == "call_function" and
+                   "native_dropout" in str(n.target))
+    dropout.append(w_node)  # declared after the random op, as 2.11 did
+    sub.recompile()
+    assert [n.op for n in sub.graph.nodes][:3] == [
+        "placeholder", "call_function", "placeholder"], sub.graph
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    module = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    module.add_submodule("kiln_0", sub)
+    assert backend._compile_partition(module, "kiln_0", sub) is None
+    out, mask = module.kiln_0(x, w)
+    keep = mask.float().mean().item()
+    assert 0.35 < keep < 0.65, keep
+    torch.testing.assert_close(out, x * mask / 0.5 * w, atol=1e-6, rtol=1e-6)
