@@ -110,15 +110,16 @@ if [[ $what == callcost ]]; then
     --server "127.0.0.1:$(head -1 "$work/port")" ${CALLCOST_ARGS:-} || status=1
   kill %1 || true
 fi
+# realmodels and step take their models' libraries from
+# $KILN_REAL_MODELS_DIR, or a tarball of that directory
+# ($KILN_REAL_MODELS_TAR, unpacked here).
+if [[ ($what == realmodels || $what == step) && -n ${KILN_REAL_MODELS_TAR:-} ]]; then
+  mkdir -p "$work/real-models"
+  tar -xJf "$KILN_REAL_MODELS_TAR" -C "$work/real-models"
+  export KILN_REAL_MODELS_DIR=$work/real-models
+fi
 if [[ $what == realmodels ]]; then
-  # bench/python/real_models.py --device cuda ($REAL_ARGS passed on); the
-  # libraries from $KILN_REAL_MODELS_DIR, or a tarball of that directory
-  # ($KILN_REAL_MODELS_TAR, unpacked here).
-  if [[ -n ${KILN_REAL_MODELS_TAR:-} ]]; then
-    mkdir -p "$work/real-models"
-    tar -xJf "$KILN_REAL_MODELS_TAR" -C "$work/real-models"
-    export KILN_REAL_MODELS_DIR=$work/real-models
-  fi
+  # bench/python/real_models.py --device cuda ($REAL_ARGS passed on).
   # shellcheck disable=SC2086
   "${PYTHON:-python3}" "$here/bench/python/real_models.py" --device cuda ${REAL_ARGS:-} || status=1
 fi

@@ -51,7 +51,7 @@ def _print_profile(step, count: int, cuda: bool) -> None:
     key = "device time" if cuda else "CPU time"
     total = sum(cost.values()) or 1
     print(f"top {count} {'kernels' if cuda else 'ops'} of 5 steps "
-          f"(by self {key}):")
+          f"(by self {key}; all of them: {total / 5 / 1000:.3f} ms/step):")
     for name, us in sorted(cost.items(), key=lambda kv: -kv[1])[:count]:
         calls = next(e.count for e in events if e.key == name)
         print(f"  {us / 5 / 1000:8.3f} ms/step {100 * us / total:5.1f}% "
@@ -72,8 +72,11 @@ def main() -> None:
     ap.add_argument("--image", type=int, default=64)
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="then print the N costliest kernels of 5 steps")
+    ap.add_argument("--dropout", action="store_true",
+                    help="keep the model's dropout (real_models.py's flag)")
     args = ap.parse_args()
     rm.SCALE, rm.SEQ, rm.IMAGE = args.scale, args.seq, args.image
+    rm.KEEP_DROPOUT = args.dropout
     torch.manual_seed(0)
     model, inputs = rm.MODELS[args.model]()
     rm._quiet_randomness(model)
