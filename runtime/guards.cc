@@ -60,9 +60,9 @@ absl::Status CheckInputGuards(const v1::Artifact& artifact, int num_inputs,
     const GuardedTensor t = input(i);
     const int rank = static_cast<int>(t.sizes.size());
     if (static_cast<int>(t.dtype) != static_cast<int>(g.dtype())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input ", i, ": dtype ", DTypeName(t.dtype),
-                       ", compiled for dtype #", g.dtype()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input ", i, ": dtype ", DTypeName(t.dtype), ", compiled for ",
+          DTypeName(static_cast<DType>(g.dtype()))));
     }
     if (rank != g.sizes_size()) {
       return absl::InvalidArgumentError(

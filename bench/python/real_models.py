@@ -23,7 +23,10 @@ are nudged by a few float32 ulps (2^-20 relative): then the step is
 SENSITIVE at these sizes (a ReLU mask element within rounding of zero
 flips and moves a gradient by a whole element's share; rounding that is
 merely different, as reassociated sums are, does the same), which is not
-counted as a failure. ERROR when the compiled step raised. Dropout, stochastic depth and
+counted as a failure. ERROR when the compiled step raised. FALLBACK when
+the results are right but Kiln warned that something it compiled runs
+eagerly (a partition kilnd refused, or one whose call failed: a guard or
+the runtime), whose warnings the line then lists. Dropout, stochastic depth and
 attention dropout are off (their draws differ from eager's by design);
 --dropout keeps them as the models' configurations have them (training
 as people run it: Kiln's and eager's draws differ, so the step is only
@@ -483,8 +486,8 @@ def run_model(name: str, server: str, dynamic: bool,
                              dynamic=dynamic or None)
     start = time.perf_counter()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             got = _step(compiled, mine, inputs, mode)
     except Exception as e:  # noqa: BLE001 (reported per model)
         traceback.print_exc()
@@ -515,6 +518,11 @@ def run_model(name: str, server: str, dynamic: bool,
             status = "MISMATCH"
         if ratio > worst[0]:
             worst = (ratio, f"{key}: kiln {e_kiln:.1e}, eager {e_eager:.1e}")
+    fell_back = sorted({str(w.message) for w in caught
+                        if str(w.message).startswith("kiln:") and
+                        "eagerly" in str(w.message)})
+    if fell_back and status == "OK":
+        status = "FALLBACK"
     r = backend.report
     n = r.kiln_nodes + r.fallback_nodes
     edge = sum(count for reasons in r.fallbacks.values()
@@ -544,6 +552,8 @@ def run_model(name: str, server: str, dynamic: bool,
     for op, reasons in r.fallbacks.items():
         for reason, count in reasons.items():
             line += f"\n      {op:<40} x{count:<3} {reason[:100]}"
+    for message in fell_back:
+        line += f"\n      warned: {message[:300]}"
     return status, line
 
 
@@ -603,9 +613,11 @@ def main() -> None:
         if daemon:
             daemon.stop()
     counts = {s: sum(1 for _, st, _ in rows if st == s)
-              for s in ("OK", "SENSITIVE", "MISMATCH", "ERROR", "SKIPPED")}
+              for s in ("OK", "SENSITIVE", "FALLBACK", "MISMATCH", "ERROR",
+                        "SKIPPED")}
     print("\n" + ", ".join(f"{c} {s}" for s, c in counts.items()))
-    sys.exit(1 if counts["MISMATCH"] or counts["ERROR"] else 0)
+    sys.exit(1 if counts["MISMATCH"] or counts["ERROR"] or counts["FALLBACK"]
+             else 0)
 
 
 if __name__ == "__main__":

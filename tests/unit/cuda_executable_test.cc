@@ -206,7 +206,7 @@ TEST_F(DeviceGuardTest, NamesInputDimAndGuard) {
   s = Check(DType::kFloat32, {3, 5}, {5, 1}, 0x1000);
   EXPECT_EQ(s.message(), "input 0: size 5 of dim 1, compiled for 4");
   s = Check(DType::kInt32, {3, 4}, {4, 1}, 0x1000);
-  EXPECT_EQ(s.message(), "input 0: dtype int32, compiled for dtype #1");
+  EXPECT_EQ(s.message(), "input 0: dtype int32, compiled for float32");
   s = Check(DType::kFloat32, {1, 4}, {4, 1}, 0x1000);
   EXPECT_THAT(Message(s),
               HasSubstr("size 1 violates the guard of symbol s0 (>= 2)"));
@@ -400,7 +400,7 @@ TEST_F(CudaExecutableGpuTest, GuardsFailBeforeAnyWork) {
       {DeviceTensorView{input.get(), DType::kBFloat16, sizes, strides}},
       stream_);
   EXPECT_EQ(typed.status().message(),
-            "input 0: dtype bfloat16, compiled for dtype #1");
+            "input 0: dtype bfloat16, compiled for float32");
   auto none = exe->Run({}, stream_);
   EXPECT_EQ(none.status().message(), "the graph takes 1 inputs, got 0");
   EXPECT_EQ(allocator_->stats().allocations, before);  // nothing allocated
