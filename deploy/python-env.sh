@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's Python environment for the torch tests (tests/python/): a
 # venv with torch, pytest, numpy (torch warns without it) and setuptools
-# (the tests pip-install python/ without build isolation) from PyPI,
+# (the tests pip-install python/ without build isolation: 70.1 or later,
+# which builds wheels without the `wheel` package) from PyPI,
 # created on first use under
 #   ${KILN_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/venv}
 # and a quick no-op afterwards (a stamp file records what was installed).
@@ -22,7 +23,7 @@ VENV="${KILN_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/venv}"
 TORCH_SPEC="${KILN_TORCH_SPEC:-torch>=2.6,<3}"
 PYTEST_SPEC="pytest>=7"
 STAMP="$VENV/.kiln-stamp"
-WANT="3 $TORCH_SPEC $PYTEST_SPEC"
+WANT="4 $TORCH_SPEC $PYTEST_SPEC"
 
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   echo "$VENV/bin/python"
@@ -49,7 +50,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-  "$TORCH_SPEC" "$PYTEST_SPEC" numpy "setuptools>=61" >&2
+  "$TORCH_SPEC" "$PYTEST_SPEC" numpy "setuptools>=70.1" >&2
 "$VENV/bin/python" -c "import torch, pytest; print('kiln: torch', torch.__version__, file=__import__('sys').stderr)" >&2
 echo "$WANT" >"$STAMP"
 echo "$VENV/bin/python"

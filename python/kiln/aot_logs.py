@@ -51,7 +51,8 @@ def _torch_logs_requested() -> bool:
 
 def _quiet_config_class(base: Any) -> Optional[type]:
     """AOTConfig with enable_log defaulting to False, or None when base is
-    not the frozen dataclass with that field this module expects."""
+    not a dataclass with that field (frozen from some torch after 2.11,
+    not before: the subclass is as frozen as its base)."""
     global _quiet_class  # noqa: PLW0603 (built once, on first use)
     if _quiet_class is not None and _quiet_class.__mro__[1] is base:
         return _quiet_class
@@ -60,7 +61,7 @@ def _quiet_config_class(base: Any) -> Optional[type]:
         return None
     quiet = dataclasses.make_dataclass(
         "AOTConfig", [("enable_log", bool, dataclasses.field(default=False))],
-        bases=(base,), frozen=True)
+        bases=(base,), frozen=base.__dataclass_params__.frozen)
     quiet.__module__ = base.__module__
     quiet.__qualname__ = base.__qualname__
     _quiet_class = quiet
