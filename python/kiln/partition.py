@@ -19,6 +19,7 @@ views alone are dropped.
 
 from __future__ import annotations
 
+import heapq
 import operator
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Mapping, Tuple
@@ -315,6 +316,64 @@ def partition(gm: torch.fx.GraphModule,
         result.partitions[f"kiln_{i}"] = [
             op_name(n.target) for n in p.nodes
             if n.op == "call_function" and n.target is not operator.getitem]
-    result.module = partitioner.fuse_partitions(kept, prefix="kiln_") \
-        if kept else gm
+    if kept:
+        position = {n.name: i for i, n in enumerate(gm.graph.nodes)}
+        last = {f"kiln_{i}": max(position[n.name] for n in p.nodes)
+                for i, p in enumerate(kept)}
+        result.module = partitioner.fuse_partitions(kept, prefix="kiln_")
+        _restore_order(result.module, position, last)
+    else:
+        result.module = gm
     return result
+
+
+def _restore_order(gm: torch.fx.GraphModule, position: Mapping[str, int],
+                   last: Mapping[str, int]) -> None:
+    """Orders gm's nodes as before partitioning, each partition's call (and
+    its getitems) where its last node was, as far as data dependencies
+    allow: torch.fx's fuse_by_partitions sorted the fused graph
+    breadth-first in older torch (legalize_graph: 2.6 does, 2.11 sorts
+    stably), which put a
+    graph's output before its side effects (an optimizer step's copy_ into
+    its parameters: `return ()` first, the update never ran) and may move a
+    write of an input before a read of it. Newer torch sorts stably; on it
+    this keeps the order it made."""
+    keys: Dict[torch.fx.Node, Tuple] = {}
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            keys[n] = (-1, len(keys))
+        elif n.op == "output":
+            keys[n] = (float("inf"),)
+        elif n.op == "call_module" and n.target in last:
+            keys[n] = (last[n.target], 0)
+        elif (n.target is operator.getitem and
+              isinstance(n.args[0], torch.fx.Node) and
+              n.args[0].op == "call_module" and n.args[0].target in last):
+            keys[n] = (last[n.args[0].target], 1, n.args[1])
+        elif n.name in position:
+            keys[n] = (position[n.name], 0)
+        else:  # a node fusing made: after its inputs
+            keys[n] = max((keys[i] for i in n.all_input_nodes),
+                          default=(-1,)) + (2,)
+    pending = {n: len(n.all_input_nodes) for n in gm.graph.nodes}
+    ready = [(keys[n], i, n) for i, n in enumerate(gm.graph.nodes)
+             if pending[n] == 0]
+    heapq.heapify(ready)
+    ordered: List[torch.fx.Node] = []
+    tie = len(ready)
+    while ready:
+        _, _, n = heapq.heappop(ready)
+        ordered.append(n)
+        for user in n.users:
+            pending[user] -= 1
+            if pending[user] == 0:
+                tie += 1
+                heapq.heappush(ready, (keys[user], tie, user))
+    if len(ordered) != len(pending):
+        raise RuntimeError("partitioned graph has a cycle")
+    if ordered == list(gm.graph.nodes):
+        return
+    for before, n in zip(ordered, ordered[1:]):
+        before.append(n)
+    gm.graph.lint()
+    gm.recompile()

@@ -365,6 +365,58 @@ def test_compiled_optimizer_step_writes_parameters_in_place(daemon,
     assert backend.report.fallback_nodes == 0, backend.report
 
 
+def test_partitioned_graph_keeps_its_order_after_a_breadth_first_sort(
+        daemon, monkeypatch):
+    """torch 2.6's fuse_by_partitions re-sorted the partitioned graph
+    breadth-first (tools_common.legalize_graph): an optimizer step's graph,
+    which returns nothing, came out with its `return ()` before the Kiln
+    call and the copies into the parameters, so the parameters never moved.
+    kiln.partition restores the graph's order after fusing. This sorts
+    breadth-first after torch's fusion here too (torch 2.15 sorts stably),
+    then checks an SGD step and a batch-norm training step (its running
+    statistics are written into buffers) against eager."""
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.tools_common import legalize_graph
+
+    fuse = CapabilityBasedPartitioner.fuse_partitions
+
+    def fuse_then_sort_breadth_first(self, partitions, prefix="fused_"):
+        return legalize_graph(fuse(self, partitions, prefix=prefix))
+
+    monkeypatch.setattr(CapabilityBasedPartitioner, "fuse_partitions",
+                        fuse_then_sort_breadth_first)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4))
+    eager = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9,
+                          foreach=True)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=1e-2, momentum=0.9,
+                                foreach=True)
+    backend = kiln.backend(server=daemon.address, fallback="error",
+                           foreach=True)
+    step = torch.compile(opt.step, backend=backend)
+    for _ in _steps_alongside(model, eager, step, eager_opt.step, 2):
+        for k, e in zip(model.parameters(), eager.parameters()):
+            torch.testing.assert_close(k, e)
+    assert backend.report.compiled_partitions >= 1, backend.report
+
+    torch._dynamo.reset()
+    bn = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.BatchNorm1d(8))
+    eager_bn = copy.deepcopy(bn)
+    compiled = torch.compile(bn, backend=kiln.backend(
+        server=daemon.address, fallback="error"))
+    x = torch.randn(8, 16)
+    compiled(x).square().sum().backward()
+    eager_bn(x).square().sum().backward()
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(bn[1], name),
+                                   getattr(eager_bn[1], name), msg=name)
+    for (name, k), e in zip(bn.named_parameters(), eager_bn.parameters()):
+        torch.testing.assert_close(k.grad, e.grad, msg=name)
+
+
 def test_refused_input_writes_compile_without_them(daemon, monkeypatch):
     """An input write kilnd refuses (INVALID_ARGUMENT naming it) costs the
     partition nothing: it is compiled again without input writes, runs in
