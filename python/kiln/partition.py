@@ -374,6 +374,7 @@ def _restore_order(gm: torch.fx.GraphModule, position: Mapping[str, int],
     if ordered == list(gm.graph.nodes):
         return
     for before, n in zip(ordered, ordered[1:]):
-        before.append(n)
+        if before.next is not n:
+            before.append(n)
     gm.graph.lint()
     gm.recompile()

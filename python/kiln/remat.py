@@ -354,5 +354,22 @@ def kiln_default_partition(joint_module: torch.fx.GraphModule,
     from torch._functorch.partitioners import default_partition  # noqa: PLC0415
 
     rematerialize_norm_outputs(joint_module, num_fwd_outputs)
+    _fill_tensor_meta(joint_module)
     return default_partition(joint_module, joint_inputs,
                              num_fwd_outputs=num_fwd_outputs, **kwargs)
+
+
+def _fill_tensor_meta(gm: torch.fx.GraphModule) -> None:
+    """Gives each tensor-valued call_function node without "tensor_meta"
+    one from its fake value. torch 2.6's default_partition takes a node
+    without it for a tuple-valued one whose users must all be getitems,
+    and asserts; some nodes of its own joint graphs under dynamic shapes
+    lack it (a causal attention's scale computed from a symbolic head
+    dim: scalar_tensor, div, pow, mul). Newer torch looks at "val"."""
+    from torch.fx.passes.shape_prop import _extract_tensor_metadata  # noqa: PLC0415
+
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if (node.op == "call_function" and "tensor_meta" not in node.meta
+                and isinstance(val, torch.Tensor)):
+            node.meta["tensor_meta"] = _extract_tensor_metadata(val)

@@ -102,3 +102,14 @@ def _fresh_dynamo() -> Iterator[None]:
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+def symbolic_module_ints() -> bool:
+    """Whether this torch's Dynamo makes the int attributes of modules
+    (a head count, a maximum length) symbols under dynamic=True. torch 2.6
+    does (it has no allow_unspec_int_on_nn_module; 2.11 and 2.15 keep them
+    constants): `d // heads` and `table[:seq]` then relate symbols Kiln
+    cannot bound (`heads * (d // heads) == d`, `seq <= max_len`), so kilnd
+    refuses those nodes and, with fallback="eager", they run eagerly."""
+    import torch._dynamo.config  # noqa: PLC0415
+    return not hasattr(torch._dynamo.config, "allow_unspec_int_on_nn_module")
