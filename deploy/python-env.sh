@@ -17,9 +17,12 @@
 #   KILN_PYTHON        the interpreter that creates it (default: python3,
 #                      preferring /usr/bin/python3)
 #   KILN_TORCH_SPEC    the torch requirement (default below)
+#   KILN_VENV_SUFFIX   appended to the venv's directory: a second venv for
+#                      another torch (ctest's python_torch_oldest_test:
+#                      -torch2.6 with KILN_TORCH_SPEC="torch==2.6.*")
 set -euo pipefail
 
-VENV="${KILN_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/venv}"
+VENV="${KILN_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/venv}${KILN_VENV_SUFFIX:-}"
 TORCH_SPEC="${KILN_TORCH_SPEC:-torch>=2.6,<3}"
 PYTEST_SPEC="pytest>=7"
 STAMP="$VENV/.kiln-stamp"
