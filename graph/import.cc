@@ -1,6 +1,7 @@
 #include "graph/import.h"
 
 #include <limits>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -274,13 +275,22 @@ class Importer {
     return e;
   }
 
-  // A size that must be >= 0 for every value of its symbols (>= 2).
+  // A size that must be >= 0 for every value of its symbols: >= 2 and at
+  // most their max_value, which the runtime's guards check (a dim of
+  // 384 - s0 where Dynamo bounds s0 by 382).
   absl::Status CheckNonNegative(const SymExpr& e, absl::string_view where,
                                 absl::string_view what) {
-    if (e.NonNegativeFrom(kMinSymbolValue)) return absl::OkStatus();
-    return Invalid(where, absl::StrCat(what, " = ", Text(e),
-                                       " can be negative for symbol values >= ",
-                                       kMinSymbolValue));
+    std::vector<int64_t> max_values;
+    max_values.reserve(graph_.symbols.size());
+    for (const SymbolInfo& s : graph_.symbols)
+      max_values.push_back(s.max_value);
+    if (e.NonNegativeWithin(kMinSymbolValue, max_values)) {
+      return absl::OkStatus();
+    }
+    return Invalid(
+        where, absl::StrCat(what, " = ", Text(e),
+                            " can be negative for symbol values >= ",
+                            kMinSymbolValue, " (and within their max_value)"));
   }
 
   // Every symbol of `e` is bound from an input's plain dim (the runtime

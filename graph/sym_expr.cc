@@ -1,6 +1,7 @@
 #include "graph/sym_expr.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -128,6 +129,28 @@ bool SymExpr::NonNegativeFrom(int64_t min) const {
 bool SymExpr::NonNegativeWithin(int64_t min,
                                 absl::Span<const int64_t> max_values) const {
   if (NonNegativeFrom(min)) return true;
+  if (min > 0 && !terms_.empty()) {
+    // Symbols every term has (s0 in 384*s0 - s0*s1) are positive factors:
+    // the sign is the quotient's.
+    std::vector<int> common = terms_[0].symbols;
+    for (const Term& t : terms_) {
+      std::vector<int> both;
+      std::set_intersection(common.begin(), common.end(), t.symbols.begin(),
+                            t.symbols.end(), std::back_inserter(both));
+      common = std::move(both);
+    }
+    if (!common.empty()) {
+      SymExpr quotient;
+      for (const Term& t : terms_) {
+        std::vector<int> rest;
+        std::set_difference(t.symbols.begin(), t.symbols.end(), common.begin(),
+                            common.end(), std::back_inserter(rest));
+        quotient.terms_.push_back(Term{t.coeff, std::move(rest)});
+      }
+      quotient.Canonicalize();
+      return quotient.NonNegativeWithin(min, max_values);
+    }
+  }
   __int128 least = 0;
   constexpr __int128 kLimit = static_cast<__int128>(1) << 100;
   for (const Term& t : terms_) {

@@ -63,8 +63,11 @@ class SymExpr {
   // [min, max_values[s]] (max_values[s] <= 0: unbounded), by a sufficient
   // test: NonNegativeFrom(min), or the sum over terms of each term's least
   // value (a positive term at every symbol = min, a negative one at every
-  // symbol = its max) is >= 0. False when a negative term has an unbounded
-  // symbol. Used to prove a slice end never passes its dim (s0 <= 512).
+  // symbol = its max) is >= 0, after dividing out the symbols every term
+  // has (positive when min > 0: 384*s0 - s0*s1 is tested as 384 - s1).
+  // False when a negative term has an unbounded symbol. Used to prove a
+  // slice end never passes its dim (s0 <= 512) and that input sizes and
+  // strides are sizes (graph/import.cc).
   bool NonNegativeWithin(int64_t min,
                          absl::Span<const int64_t> max_values) const;
 

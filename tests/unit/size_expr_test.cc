@@ -167,6 +167,33 @@ TEST(SizeExprImportTest, BadExpressionsAreInvalidArgumentsNamingWhere) {
   }
 }
 
+// An input dim of 384 - s0 is a size only while s0 <= 384: with that
+// bound declared (max_value, which the runtime's guards check) it imports;
+// without it, it is refused as possibly negative.
+TEST(SizeExprImportTest, InputSizesMayUseTheSymbolsMaxValue) {
+  auto graph = [](const std::string& s0) {
+    return absl::StrCat(
+        R"({"inputs": [{"name": "x", "meta": {"dtype": "FLOAT32", "sizes": )",
+        R"([{"symbol": "s0"}]}}, {"name": "z", "meta": {"dtype": "FLOAT32", )",
+        R"("sizes": [)", Expr({"-1:s0", "384:"}), R"(]}}], "symbols": [)", s0,
+        R"(], "nodes": [{"op": "aten.sin.default", "args": [{"ref": "z"}], )",
+        R"("outputs": ["y"]}], "outputs": ["y"]})");
+  };
+  EXPECT_TRUE(
+      ImportGraph(Parse(graph(R"({"name": "s0", "max_value": 382})"))).ok());
+  EXPECT_TRUE(
+      ImportGraph(Parse(graph(R"({"name": "s0", "max_value": 384})"))).ok());
+  for (const std::string& s0 :
+       {std::string(R"({"name": "s0"})"),
+        std::string(R"({"name": "s0", "max_value": 385})")}) {
+    auto g = ImportGraph(Parse(graph(s0)));
+    ASSERT_FALSE(g.ok()) << s0;
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(g.status().message().find("can be negative"), std::string::npos)
+        << g.status();
+  }
+}
+
 TEST(SizeExprImportTest, CompoundSizesImportAsPolynomials) {
   auto g = ImportGraph(Parse(
       G(absl::StrCat(
@@ -508,6 +535,11 @@ TEST(SymExprTest, NonNegativeWithinUsesTheSymbolsBounds) {
   EXPECT_FALSE((SymExpr(512) - s1).NonNegativeWithin(2, {512}));
   EXPECT_TRUE((SymExpr(100) - s0 * s1).NonNegativeWithin(2, {10, 10}));
   EXPECT_FALSE((SymExpr(99) - s0 * s1).NonNegativeWithin(2, {10, 10}));
+  // A factor every term has is divided out: s1 * (384 - s0), s1 unbounded.
+  EXPECT_TRUE((384 * s1 - s1 * s0).NonNegativeWithin(2, {384, 0}));
+  EXPECT_FALSE((384 * s1 - s1 * s0).NonNegativeWithin(2, {385, 0}));
+  EXPECT_FALSE((384 * s1 - s1 * s0).NonNegativeWithin(2, {0, 0}));
+  EXPECT_TRUE((s1 * s1 * 8 - s1 * s1 * s0).NonNegativeWithin(2, {8, 0}));
   EXPECT_TRUE((s0 - SymExpr(2)).NonNegativeWithin(2, {}));  // from the min
 }
 
