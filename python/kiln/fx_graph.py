@@ -1500,9 +1500,9 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
     if seed_args:
         # The last Kiln input, FX argument num_placeholders (the caller
         # appends it to each call): after every placeholder, wherever the
-        # graph declares them (torch.fx's fuse_as_graphmodule declared a
-        # partition's inputs where first used, after a random op, before
-        # torch 2.12).
+        # graph declares them (torch.fx's fuse_as_graphmodule declares a
+        # partition's inputs where first used, after a random op, in torch
+        # 2.11; 2.15 declares them first).
         seed_ref = f"in{len(inputs)}"
         inputs.append({"name": seed_ref, "meta": {
             "dtype": dtype_name(torch.int64), "sizes": [], "device": "CPU"}})

@@ -152,10 +152,10 @@ def test_random_ops_run_in_kiln_with_pytorchs_distributions(daemon):
 def test_partition_seed_follows_placeholders_declared_after_random_ops(daemon):
     """A partition's seed is passed after all of its FX arguments, however
     late its submodule declares some of them. torch.fx's
-    fuse_as_graphmodule declared a partition's inputs where they are first
-    used before torch 2.12 (GPT-2 with attention dropout on CUDA, torch
-    2.11: the seed was bound to a weight and every call fell back); this
-    builds such a submodule by hand."""
+    fuse_as_graphmodule declares a partition's inputs where they are first
+    used in torch 2.11 (2.15 declares them first): with GPT-2's attention
+    dropout on CUDA the seed was bound to a weight and every call fell
+    back. This builds such a submodule by hand."""
     from torch.fx.experimental.proxy_tensor import make_fx  # noqa: PLC0415
 
     def f(x, w):
