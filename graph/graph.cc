@@ -13,6 +13,13 @@ std::vector<std::string> Graph::SymbolNames() const {
   return names;
 }
 
+std::vector<int64_t> Graph::SymbolMaxValues() const {
+  std::vector<int64_t> max_values;
+  max_values.reserve(symbols.size());
+  for (const SymbolInfo& s : symbols) max_values.push_back(s.max_value);
+  return max_values;
+}
+
 namespace {
 std::string SizesToString(const std::vector<SymExpr>& sizes,
                           const std::vector<std::string>& names) {

@@ -165,6 +165,9 @@ struct Graph {
 
   const TensorType& type(ValueId v) const { return values[v].type; }
   std::vector<std::string> SymbolNames() const;
+  // Each symbol's max_value (0: unbounded), by symbol id: what
+  // SymExpr::NonNegativeWithin takes.
+  std::vector<int64_t> SymbolMaxValues() const;
   // A readable listing, one line per input, node and output; the first
   // compiler stage's dump.
   std::string ToString() const;

@@ -208,6 +208,7 @@ class Importer {
       graph_.symbols.push_back(SymbolInfo{
           s.name(), s.max_value(), std::max<int64_t>(s.multiple_of(), 1)});
     }
+    max_values_ = graph_.SymbolMaxValues();
     return absl::OkStatus();
   }
 
@@ -280,11 +281,7 @@ class Importer {
   // 384 - s0 where Dynamo bounds s0 by 382).
   absl::Status CheckNonNegative(const SymExpr& e, absl::string_view where,
                                 absl::string_view what) {
-    std::vector<int64_t> max_values;
-    max_values.reserve(graph_.symbols.size());
-    for (const SymbolInfo& s : graph_.symbols)
-      max_values.push_back(s.max_value);
-    if (e.NonNegativeWithin(kMinSymbolValue, max_values)) {
+    if (e.NonNegativeWithin(kMinSymbolValue, max_values_)) {
       return absl::OkStatus();
     }
     return Invalid(
@@ -764,6 +761,7 @@ class Importer {
   Graph graph_;
   absl::flat_hash_map<std::string, int> symbol_ids_;
   absl::flat_hash_set<int> bound_symbols_;  // see CollectBoundSymbols
+  std::vector<int64_t> max_values_;         // graph_.SymbolMaxValues()
   absl::flat_hash_map<std::string, ValueId> value_ids_;
   absl::flat_hash_map<std::string, int> defined_by_node_;  // first definition
 };

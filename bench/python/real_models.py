@@ -518,9 +518,9 @@ def run_model(name: str, server: str, dynamic: bool,
             status = "MISMATCH"
         if ratio > worst[0]:
             worst = (ratio, f"{key}: kiln {e_kiln:.1e}, eager {e_eager:.1e}")
-    fell_back = sorted({str(w.message) for w in caught
-                        if str(w.message).startswith("kiln:") and
-                        "eagerly" in str(w.message)})
+    messages = (str(w.message) for w in caught)
+    fell_back = sorted({m for m in messages
+                        if m.startswith("kiln:") and "eagerly" in m})
     if fell_back and status == "OK":
         status = "FALLBACK"
     r = backend.report

@@ -91,11 +91,8 @@ absl::StatusOr<SymExpr> SymbolicEndLength(const OpContext& ctx,
     return ctx.Invalid(absl::StrCat("slice end ", end.ToString(names),
                                     " may be below its start"));
   }
-  std::vector<int64_t> max_values;
-  for (const SymbolInfo& s : ctx.graph().symbols) {
-    max_values.push_back(s.max_value);
-  }
-  if (!(n - end).NonNegativeWithin(kMinSymbolValue, max_values)) {
+  if (!(n - end).NonNegativeWithin(kMinSymbolValue,
+                                   ctx.graph().SymbolMaxValues())) {
     return ctx.Invalid(absl::StrCat(
         "slice end ", end.ToString(names), " may pass the dim's size ",
         n.ToString(names), " (bound the symbols: Symbol.max_value)"));

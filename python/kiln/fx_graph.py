@@ -1226,7 +1226,6 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
         if len(devices) > 1:
             raise Unsupported("tensors on several devices: " + ", ".join(
                 f"{n} on {d}" for d, n in devices.items()))
-    seed_ref: Optional[str] = None
     seed_args: List[Dict[str, Any]] = []  # the random ops' seed arguments
     random_streams = 0
     size_inputs: Dict[int, Any] = {}
@@ -1526,7 +1525,7 @@ def to_kiln_graph(gm: torch.fx.GraphModule) -> KilnGraph:
                      scalar_inputs=scalar_inputs, size_inputs=size_inputs,
                      dynamic=dynamic,
                      symbol_of=dict(symbols.names), device=device,
-                     seeded=seed_ref is not None, output_perms=output_perms,
+                     seeded=bool(seed_args), output_perms=output_perms,
                      node_origin=origin, moved_inputs=moved_inputs,
                      view_outputs=view_outputs)
 

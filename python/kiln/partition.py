@@ -331,13 +331,12 @@ def _restore_order(gm: torch.fx.GraphModule, position: Mapping[str, int],
                    last: Mapping[str, int]) -> None:
     """Orders gm's nodes as before partitioning, each partition's call (and
     its getitems) where its last node was, as far as data dependencies
-    allow: torch.fx's fuse_by_partitions sorted the fused graph
-    breadth-first in older torch (legalize_graph: 2.6 does, 2.11 sorts
-    stably), which put a
-    graph's output before its side effects (an optimizer step's copy_ into
-    its parameters: `return ()` first, the update never ran) and may move a
-    write of an input before a read of it. Newer torch sorts stably; on it
-    this keeps the order it made."""
+    allow. torch.fx's fuse_by_partitions sorts the fused graph
+    breadth-first in torch 2.6 (legalize_graph), which put a graph's output
+    before its side effects (an optimizer step's copy_ into its parameters:
+    `return ()` first, the update never ran) and may move a write of an
+    input before a read of it. torch 2.11 and later sort stably; there this
+    keeps the order they made."""
     keys: Dict[torch.fx.Node, Tuple] = {}
     for n in gm.graph.nodes:
         if n.op == "placeholder":

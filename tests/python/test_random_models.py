@@ -148,7 +148,6 @@ def test_random_ops_run_in_kiln_with_pytorchs_distributions(daemon):
     _no_random_fallback(backend.report)
 
 
-
 def test_partition_seed_follows_placeholders_declared_after_random_ops(daemon):
     """A partition's seed is passed after all of its FX arguments, however
     late its submodule declares some of them. torch.fx's
@@ -164,9 +163,8 @@ def test_partition_seed_follows_placeholders_declared_after_random_ops(daemon):
 
     x, w = torch.rand(64, 8) + 0.5, torch.rand(8) + 0.5
     sub = make_fx(f, tracing_mode="fake")(x, w)
-    nodes = list(sub.graph.nodes)
-    w_node = next(n for n in nodes if n.op == "placeholder" and n.name != nodes[0].name)
-    dropout = next(n for n in nodes if n.op == "call_function" and
+    w_node = [n for n in sub.graph.nodes if n.op == "placeholder"][1]
+    dropout = next(n for n in sub.graph.nodes if n.op == "call_function" and
                    "native_dropout" in str(n.target))
     dropout.append(w_node)  # declared after the random op, as 2.11 did
     sub.recompile()
