@@ -177,6 +177,26 @@ def _timm(name: str, **kw: Any) -> Callable[[], Example]:
     return make
 
 
+def _timm_any(name: str) -> Callable[[], Example]:
+    """Any timm architecture by name (`timm:NAME` on the command line): at
+    IMAGE's size where the model takes an img_size, else at its own."""
+    def make() -> Example:
+        import timm  # noqa: PLC0415
+        try:
+            model = timm.create_model(name, pretrained=False, img_size=IMAGE)
+        except TypeError:  # a model without img_size (most CNNs)
+            model = timm.create_model(name, pretrained=False)
+        return model, (torch.randn(_b(2), 3, IMAGE, IMAGE),)
+    return make
+
+
+def _model(name: str) -> Example:
+    """The named model and its inputs: one of MODELS, or `timm:NAME`."""
+    if name.startswith("timm:"):
+        return _timm_any(name[len("timm:"):])()
+    return MODELS[name]()
+
+
 def _tv_segmentation(name: str) -> Callable[[], Example]:
     def make() -> Example:
         import torchvision.models.segmentation as m  # noqa: PLC0415
@@ -451,7 +471,7 @@ def run_model(name: str, server: str, dynamic: bool,
               mode: Mode = Mode(), timed_steps: int = 0) -> Tuple[str, str]:
     torch.manual_seed(0)
     try:
-        model, inputs = MODELS[name]()
+        model, inputs = _model(name)
     except (ImportError, TypeError) as e:
         # The library is missing, or its installed version builds the model
         # with other arguments (timm 1.0.31's TinyViT takes no img_size).
@@ -559,7 +579,8 @@ def run_model(name: str, server: str, dynamic: bool,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="*", help=f"of {', '.join(MODELS)}")
+    ap.add_argument("names", nargs="*", help=f"of {', '.join(MODELS)}; "
+                    "or timm:NAME, any timm architecture")
     ap.add_argument("--dynamic", action="store_true", help="dynamic=True")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--inference", action="store_true",

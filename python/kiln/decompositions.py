@@ -27,8 +27,12 @@ op would split its graph and run eagerly:
 - ``aten.atan`` (``torch.atan``: CIoU box losses, angle features):
   ``atan2(x, 1)``, the same function.
 - ``aten.max_pool3d_with_indices`` (``nn.MaxPool3d``: video and volume
-  nets) and ``aten.adaptive_max_pool2d`` (where its bins are equal; else
-  it stays whole): PyTorch's decompositions; the first's backward and the
+  nets) and ``aten.adaptive_max_pool{2,3}d`` (global, or where its bins
+  are equal; else they stay whole): PyTorch's decompositions where this
+  torch has them (2.15 does, 2.11 and older do not: S3D's 13 max pools
+  ran eagerly on 2.11), else the same algorithm here
+  (``_max_pool3d_with_indices``: every window gathered, its max and the
+  first position of it); the first's backward and the
   adaptive max pools' backwards (``aten.max_pool3d_with_indices_backward``,
   ``aten.adaptive_max_pool{2,3}d_backward``) are the gradient added at the
   flat spatial index each output element recorded: a scatter_add into
@@ -59,7 +63,8 @@ _FROM_TORCH = ("aten.new_empty_strided.default",
                "aten.linalg_vector_norm.default", "aten.elu.default",
                "aten.elu_backward.default",
                "aten.max_pool3d_with_indices.default",
-               "aten.adaptive_max_pool2d.default")
+               "aten.adaptive_max_pool2d.default",
+               "aten.adaptive_max_pool3d.default")
 
 
 def _weight_norm_interface_backward(
@@ -120,6 +125,96 @@ def _max_pool_backward(spatial: int) -> Callable[..., torch.Tensor]:
         return aten.reshape(out, list(x.shape))
 
     return backward
+
+
+def _pooled_size(size: Any, k: int, s: int, p: int, d: int,
+                 ceil_mode: bool) -> Any:
+    """A max pool's output length along one dim (ATen's
+    pooling_output_shape): with ceil_mode the last window may start past
+    the end's padding by less than a stride, never past the padded end."""
+    span = size + 2 * p - d * (k - 1) - 1
+    out = (span + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out = out - 1
+    return out
+
+
+def _max_pool3d_with_indices(x: torch.Tensor, kernel: Any,
+                             stride: Any = (), padding: Any = 0,
+                             dilation: Any = 1,
+                             ceil_mode: bool = False) -> Any:
+    """aten.max_pool3d_with_indices for a torch without its decomposition,
+    as PyTorch 2.15's (``_max_pool_nd_with_indices``): the input padded
+    with -inf, every window gathered by index tensors, the max over each
+    window and the first position holding it (max.dim), as a flat index
+    into the unpadded D*H*W volume. Floating inputs only."""
+    if not x.is_floating_point() or x.dim() not in (4, 5):
+        return NotImplemented
+    k = _triple(kernel)
+    s = _triple(stride) if stride else k
+    p, d = _triple(padding), _triple(dilation)
+    xb = _batched(x)
+    sizes = list(xb.shape[2:])
+    outs = [_pooled_size(sizes[i], k[i], s[i], p[i], d[i], ceil_mode)
+            for i in range(3)]
+    pad: List[Any] = []
+    for i in reversed(range(3)):  # constant_pad_nd takes the last dim first
+        need = (outs[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1
+        pad += [p[i], max(0, need - (sizes[i] + 2 * p[i])) + p[i]]
+    xp = aten.constant_pad_nd(xb, pad, float("-inf"))
+    index: List[Any] = [None, None]
+    for i in range(3):  # [out_i, k_i] broadcast over the other dims
+        at = (aten.unsqueeze(aten.arange(outs[i], device=x.device), 1) * s[i]
+              + aten.unsqueeze(aten.arange(k[i], device=x.device), 0) * d[i])
+        shape = [1] * 6
+        shape[2 * i], shape[2 * i + 1] = outs[i], k[i]
+        index.append(aten.reshape(at, shape))
+    windows = aten.index(xp, index)  # N, C, o0, k0, o1, k1, o2, k2
+    windows = aten.permute(windows, [0, 1, 2, 4, 6, 3, 5, 7])
+    windows = aten.reshape(windows, list(windows.shape[:5]) + [-1])
+    values, local = aten.max(windows, -1)
+    flat = None
+    for i in range(3):
+        tail = math.prod(k[i + 1:])
+        pos = aten.remainder(aten.div(local, tail, rounding_mode="floor"),
+                             k[i]) if i else aten.div(
+                                 local, tail, rounding_mode="floor")
+        shape = [1] * 5
+        shape[2 + i] = outs[i]
+        start = aten.reshape(aten.arange(outs[i], device=x.device), shape)
+        coord = start * s[i] + pos * d[i] - p[i]
+        flat = coord if flat is None else flat * sizes[i] + coord
+    if x.dim() == 4:
+        return aten.squeeze(values, [0]), aten.squeeze(flat, [0])
+    return values, flat
+
+
+def _adaptive_max_pool(spatial: int) -> Callable[..., Any]:
+    """aten.adaptive_max_pool{2,3}d for a torch without its decomposition,
+    as PyTorch 2.15's: a global pool is amax and the first argmax of the
+    flattened volume; equal bins are the max pool of the bin's size; other
+    bins stay whole."""
+
+    def pool(x: torch.Tensor, output_size: Any) -> Any:
+        outs = list(output_size)
+        ins = list(x.shape[-spatial:])
+        if not x.is_floating_point() or 0 in outs:
+            return NotImplemented
+        if all(o == 1 for o in outs):
+            dims = list(range(-spatial, 0))
+            values = aten.amax(x, dims, True)
+            flat = aten.reshape(x, list(x.shape[:-spatial]) + [-1])
+            indices = aten.reshape(aten.argmax(flat, -1),
+                                   list(x.shape[:-spatial]) + [1] * spatial)
+            return values, indices
+        if any(i % o for i, o in zip(ins, outs)):
+            return NotImplemented
+        kernel = [i // o for i, o in zip(ins, outs)]
+        if spatial == 2:
+            return aten.max_pool2d_with_indices(x, kernel)
+        return aten.max_pool3d_with_indices(x, kernel)
+
+    return pool
 
 
 def _triple(v: Any) -> List[int]:
@@ -198,6 +293,13 @@ _OURS: Dict[str, Callable[..., Any]] = {
     "aten.avg_pool3d_backward.default": _avg_pool3d_backward,
 }
 
+# Ours for the ops of _FROM_TORCH that an older torch's table lacks.
+_WHEN_TORCH_LACKS: Dict[str, Callable[..., Any]] = {
+    "aten.max_pool3d_with_indices.default": _max_pool3d_with_indices,
+    "aten.adaptive_max_pool2d.default": _adaptive_max_pool(2),
+    "aten.adaptive_max_pool3d.default": _adaptive_max_pool(3),
+}
+
 
 def _overload(name: str) -> Any:
     """The op overload "aten.<packet>.<overload>" names, or None when this
@@ -215,8 +317,12 @@ def extra_decompositions(
     out: Dict[Any, Callable[..., Any]] = {}
     for name in _FROM_TORCH:
         op = _overload(name)
-        if name not in kiln_ops and op in decomposition_table:
+        if name in kiln_ops or op is None:
+            continue
+        if op in decomposition_table:
             out[op] = decomposition_table[op]
+        elif name in _WHEN_TORCH_LACKS:
+            out[op] = _WHEN_TORCH_LACKS[name]
     for name, fn in _OURS.items():
         op = _overload(name)
         if name not in kiln_ops and op is not None:

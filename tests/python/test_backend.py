@@ -2022,19 +2022,25 @@ def _compile_against_eager(daemon, f, args, atol=1e-5):
     return backend
 
 
-def test_max_pool3d_and_adaptive_max_pool_backward_decompose(daemon):
-    """nn.MaxPool3d (padding, stride, ceil_mode; batched and unbatched) and
-    adaptive max pooling (equal bins, and unequal ones whose forward stays
-    eager) train in Kiln through kiln/decompositions.py: the backwards are
-    scatter_adds of the gradient at the recorded indices. Forward and
-    gradients against eager, overlapping windows included."""
+def test_max_pool3d_and_adaptive_max_pool_decompose(daemon):
+    """nn.MaxPool3d (padding, stride, dilation, ceil_mode; batched and
+    unbatched) and adaptive max pooling (global, equal bins, and unequal
+    ones whose forward stays eager) train in Kiln through
+    kiln/decompositions.py on every torch (PyTorch's forward
+    decompositions where it has them, Kiln's copy of them where not: 2.11
+    and older): the backwards are scatter_adds of the gradient at the
+    recorded indices. Forward and gradients against eager, overlapping
+    windows and ties included."""
 
     def f(x, v, w):
         a = F.max_pool3d(x, 3, stride=2, padding=1, ceil_mode=True)
         b = F.max_pool3d(v, 2)  # unbatched (C, D, H, W)
         c = F.adaptive_max_pool2d(w, (4, 4))  # 8x8: equal bins
         d = F.adaptive_max_pool2d(w[:, :, :7], (3, 5))  # unequal bins
-        return a.square().sum() + b.sum() + (c * c).sum() + d.sum()
+        e = F.max_pool3d(x, (2, 3, 2), stride=(1, 2, 3), dilation=(2, 1, 2))
+        g = F.adaptive_max_pool3d(x, 1)  # global
+        return (a.square().sum() + b.sum() + (c * c).sum() + d.sum()
+                + (e * e).sum() + (g * 3).sum())
 
     g = torch.Generator().manual_seed(3)
     args = [torch.randn(2, 3, 7, 8, 9, generator=g),
@@ -2043,21 +2049,42 @@ def test_max_pool3d_and_adaptive_max_pool_backward_decompose(daemon):
     args[0][0, 0, :3, :3, :3] = 1.5  # ties inside overlapping windows
     backend = _compile_against_eager(daemon, f, args)
     fallbacks = backend.report.fallbacks
-    # The forwards' decompositions are PyTorch's (torch 2.15 has them, 2.11
-    # not); without them the forward pools run eagerly, the backwards
-    # (kiln/decompositions.py's own) in Kiln.
-    from torch._decomp import decomposition_table  # noqa: PLC0415
-    forward = "aten.max_pool3d_with_indices.default"
-    if torch.ops.aten.max_pool3d_with_indices.default in decomposition_table:
-        assert forward not in fallbacks, str(backend.report)
-    else:
-        assert fallbacks.get(forward), str(backend.report)
-    for op in ("aten.max_pool3d_with_indices_backward.default",
-               "aten.adaptive_max_pool2d_backward.default"):
+    for op in ("aten.max_pool3d_with_indices.default",
+               "aten.adaptive_max_pool3d.default",
+               "aten.max_pool3d_with_indices_backward.default",
+               "aten.adaptive_max_pool2d_backward.default",
+               "aten.adaptive_max_pool3d_backward.default"):
         assert op not in fallbacks, str(backend.report)
     # The unequal bins' forward is the one node left to eager.
     assert fallbacks.get("aten.adaptive_max_pool2d.default", {}), \
         str(backend.report)
+
+
+@pytest.mark.parametrize("case", [
+    dict(kernel=3, stride=2, padding=1, dilation=1, ceil_mode=True),
+    dict(kernel=(1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1), dilation=1,
+         ceil_mode=False),
+    dict(kernel=2, stride=(), padding=0, dilation=(1, 2, 1),
+         ceil_mode=True),
+    dict(kernel=(3, 2, 1), stride=1, padding=(1, 1, 0), dilation=1,
+         ceil_mode=False),
+])
+def test_kilns_own_max_pool3d_decomposition_matches_aten(case):
+    """Kiln's copy of PyTorch 2.15's max_pool3d_with_indices
+    decomposition, for the torches without it, gives ATen's values and
+    indices (the first maximum of a window, -inf padding never chosen) on
+    random and tied inputs, batched and not."""
+    from kiln.decompositions import _max_pool3d_with_indices  # noqa: PLC0415
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, 5, 7, 6, generator=g)
+    x[1, 2, :2, :4, :4] = 0.25  # ties
+    args = (case["kernel"], case["stride"], case["padding"],
+            case["dilation"], case["ceil_mode"])
+    for t in (x, x[0]):
+        want = torch.ops.aten.max_pool3d_with_indices(t, *args)
+        got = _max_pool3d_with_indices(t, *args)
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+        torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
 
 
 def test_avg_pool3d_decomposes_where_windows_divide_alike(daemon):
