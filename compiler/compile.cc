@@ -143,7 +143,13 @@ absl::StatusOr<v1::CudaBinary> BuildCudaBinary(
   if (!ptx.ok()) return ptx.status();
   lap("ptx");
   dump.Write("06-kernels.ptx", *ptx);
-  auto cubin = LinkCubin(*ptx, request.target.cuda().arch());
+  int link_threads = env.cuda_link_threads;
+  if (link_threads < 0) {
+    const char* v = std::getenv("KILN_CUDA_LINK_THREADS");
+    if (v == nullptr || !absl::SimpleAtoi(v, &link_threads) || link_threads < 0)
+      link_threads = 0;
+  }
+  auto cubin = LinkCubin(*ptx, request.target.cuda().arch(), link_threads);
   if (!cubin.ok()) return cubin.status();
   lap("nvjitlink");
   dump.Write("08-timings.txt", timings);

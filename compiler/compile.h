@@ -107,6 +107,13 @@ struct CompileEnv {
   // (NvptxOptimizeOptions::precompiled_trig). Off only to measure what that
   // saves; the PTX is the same.
   bool cuda_precompiled_trig = true;
+  // CUDA: the threads ptxas compiles a program's kernels on (LinkCubin's
+  // `threads`: 1 one, 0 every core; -1: $KILN_CUDA_LINK_THREADS, else 0).
+  // The cubin is the same byte for byte either way (CudaCodegen.
+  // LinkingOnManyThreadsGivesTheSameCubin), so not part of the guard key.
+  // On 16 cores DenseNet-121's two programs linked in 0.17 s instead of
+  // 13.1 s (bench/README.md, session 29).
+  int cuda_link_threads = -1;
   // Out-of-range index checks (loop_ir.h, IndexCheck). Off only to measure
   // what they cost (bench/compiler/index_check_bench.cc): indices are still
   // clamped, but a bad one is never reported. Not part of the guard key, so

@@ -725,7 +725,7 @@ absl::StatusOr<std::string> EmitPtx(llvm::Module& module,
 }
 
 absl::StatusOr<CubinResult> LinkCubin(const std::string& ptx,
-                                      const std::string& arch) {
+                                      const std::string& arch, int threads) {
   if (auto cc = ParseCudaArch(arch); !cc.ok()) return cc.status();
   const NvJitLink& nv = LoadNvJitLink();
   if (!nv.error.empty()) {
@@ -734,9 +734,12 @@ absl::StatusOr<CubinResult> LinkCubin(const std::string& ptx,
         "); install CUDA 13's libnvjitlink or set KILN_NVJITLINK"));
   }
   const std::string arch_opt = absl::StrCat("-arch=", arch);
-  const char* options[] = {arch_opt.c_str(), "-O3", "-verbose"};
+  const std::string split_opt =
+      absl::StrCat("-split-compile=", std::max(threads, 0));
+  const char* options[] = {arch_opt.c_str(), "-O3", "-verbose",
+                           split_opt.c_str()};
   NvJitLink::Handle h = nullptr;
-  if (int r = nv.create(&h, 3, options); r != 0) {
+  if (int r = nv.create(&h, threads == 1 ? 3 : 4, options); r != 0) {
     return absl::InternalError(absl::StrCat("nvJitLinkCreate failed: ", r));
   }
   auto log_of = [&](auto size_fn, auto log_fn) {

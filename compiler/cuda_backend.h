@@ -98,10 +98,12 @@ struct CubinResult {
 int64_t SpillBytes(const std::string& log);
 
 // Compiles PTX to a cubin for `arch` ("sm_90") with nvJitLink (-O3,
-// -verbose). Errors: FAILED_PRECONDITION when nvJitLink cannot be loaded;
+// -verbose). `threads` other than 1 lets ptxas compile the kernels on that
+// many threads (nvJitLink's -split-compile; 0: as many as the machine
+// has). Errors: FAILED_PRECONDITION when nvJitLink cannot be loaded;
 // INTERNAL with nvJitLink's error log when it rejects the PTX.
 absl::StatusOr<CubinResult> LinkCubin(const std::string& ptx,
-                                      const std::string& arch);
+                                      const std::string& arch, int threads = 1);
 
 }  // namespace kiln
 

@@ -806,6 +806,52 @@ TEST(CudaCodegen, PrecompiledTrigFunctionsChangeNothing) {
   EXPECT_GE(with_trig, 6);
 }
 
+// ptxas on every core (CompileEnv::cuda_link_threads 0: nvJitLink's
+// -split-compile) gives the cubin one thread gives, byte for byte, trig
+// calls and multi-kernel programs included.
+TEST(CudaCodegen, LinkingOnManyThreadsGivesTheSameCubin) {
+  std::vector<v1::CompileRequest> requests;
+  for (const char* file : {"chain10.json", "chain30.json", "chain30_sum.json",
+                           "softmax.json", "dynamic_batch.json"})
+    requests.push_back(ForGpu(Request(file)));
+  graph_gen::GraphGenOptions o = random_graphs::Options();
+  o.first_issue17_seed = 0;
+  const int count = random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600) / 12;
+  for (int seed = 0; seed < count; ++seed) {
+    v1::CompileRequest req;
+    *req.mutable_graph() = graph_gen::RandomGraph(seed, o);
+    requests.push_back(ForGpu(req, "sm_90", seed % 2 ? 16 : 0));
+  }
+  graph_gen::GraphGenOptions large = o;  // programs of many kernels
+  large.max_nodes = 160;
+  large.max_inputs = 6;
+  for (int seed = 0; seed < 4; ++seed) {
+    v1::CompileRequest req;
+    *req.mutable_graph() = graph_gen::RandomGraph(1000 + seed, large);
+    requests.push_back(ForGpu(req));
+  }
+  CompileEnv one, many;
+  one.cuda_link_threads = 1;
+  many.cuda_link_threads = 0;
+  int kernels = 0, largest = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    for (bool fast_math : {false, true}) {
+      v1::CompileRequest req = requests[i];
+      req.mutable_options()->set_fast_math(fast_math);
+      auto a = Compile(req, one);
+      auto b = Compile(req, many);
+      ASSERT_TRUE(a.ok()) << i << ": " << a.status();
+      ASSERT_TRUE(b.ok()) << i << ": " << b.status();
+      kernels += a->program().steps_size();
+      largest = std::max(largest, a->program().steps_size());
+      EXPECT_TRUE(a->cuda().cubin() == b->cuda().cubin())
+          << "request " << i << " fast_math " << fast_math;
+    }
+  }
+  EXPECT_GT(kernels, static_cast<int>(2 * requests.size()));
+  EXPECT_GT(largest, 20);
+}
+
 TEST(CudaCodegen, RandomGraphsOverTheWholeOpSetCompile) {
   const int count = random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600);
   std::map<std::string, int> ops;
