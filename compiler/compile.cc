@@ -5,9 +5,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/build_artifact.h"
@@ -26,6 +28,7 @@
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/Transforms/Utils/Cloning.h"
 
 namespace kiln {
 namespace {
@@ -57,9 +60,32 @@ class Dumper {
     std::ofstream out(absl::StrCat(dir_, "/", name));
     out << text;
   }
+  // The text is made only when dumps are on (an IR's ToString is not free:
+  // a big program's is a noticeable share of its compile).
+  void Write(absl::string_view name,
+             absl::FunctionRef<std::string()> make_text) {
+    if (enabled()) Write(name, absl::string_view(make_text()));
+  }
 
  private:
   std::string dir_;
+};
+
+// Stage wall times for the dump (08-timings.txt): "stage N ms" lines.
+class Laps {
+ public:
+  void Lap(absl::string_view stage) {
+    const auto now = std::chrono::steady_clock::now();
+    absl::StrAppend(&text_, stage, " ",
+                    std::chrono::duration<double, std::milli>(now - t_).count(),
+                    " ms\n");
+    t_ = now;
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  std::chrono::steady_clock::time_point t_ = std::chrono::steady_clock::now();
+  std::string text_;
 };
 
 std::string ModuleText(const llvm::Module& m) {
@@ -69,11 +95,37 @@ std::string ModuleText(const llvm::Module& m) {
   return os.str();
 }
 
+// How many modules BuildCpuBinary compiles a CPU program's kernels as,
+// each on a thread of its own (OptimizeAndEmitObjects): one per
+// CompileEnv::cpu_compile_threads, but no part under
+// kMinKernelsPerCpuPart kernels (a part's target machine and bitcode copy
+// are not free).
+constexpr int kMinKernelsPerCpuPart = 32;
+
+int CpuCompileParts(const CompileEnv& env, const llvm::Module& module) {
+  int threads = env.cpu_compile_threads;
+  if (threads < 0) {
+    const char* v = std::getenv("KILN_CPU_COMPILE_THREADS");
+    if (v == nullptr || !absl::SimpleAtoi(v, &threads) || threads < 0)
+      threads = 0;
+  }
+  if (threads == 0)
+    threads =
+        static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int kernels = 0;
+  for (const llvm::Function& f : module)
+    kernels += !f.isDeclaration() && !f.hasLocalLinkage();
+  const int min_per_part = env.cpu_min_kernels_per_part > 0
+                               ? env.cpu_min_kernels_per_part
+                               : kMinKernelsPerCpuPart;
+  return std::max(1, std::min(threads, kernels / min_per_part));
+}
+
 // The CPU back end: LLVM IR, O3 with libmvec, object, shared object.
 absl::StatusOr<std::string> BuildCpuBinary(const FusedProgram& fused,
                                            const ImportedRequest& request,
-                                           const CompileEnv& env,
-                                           Dumper& dump) {
+                                           const CompileEnv& env, Dumper& dump,
+                                           Laps& laps) {
   llvm::LLVMContext context;
   CpuCodegenOptions options;
   options.fast_math = request.options.fast_math();
@@ -82,41 +134,43 @@ absl::StatusOr<std::string> BuildCpuBinary(const FusedProgram& fused,
   options.coalesce_dims = env.cpu_coalesce_dims;
   auto module = EmitCpuModule(fused, context, options);
   if (!module.ok()) return module.status();
-  dump.Write("04-llvm.ll", ModuleText(**module));
-  auto tm = MakeTargetMachine(request.target.cpu());
-  if (!tm.ok()) return tm.status();
-  if (absl::Status s =
-          OptimizeModule(**module, **tm, request.options.fast_math());
-      !s.ok())
-    return s;
+  laps.Lap("codegen");
   if (dump.enabled()) {
-    dump.Write("05-llvm-opt.ll", ModuleText(**module));
-    if (auto asm_text = EmitAssembly(**module, **tm); asm_text.ok())
-      dump.Write("06-asm.s", *asm_text);
+    dump.Write("04-llvm.ll", ModuleText(**module));
+    laps.Lap("dump");
   }
-  auto object = EmitObject(**module, **tm);
-  if (!object.ok()) return object.status();
-  return LinkSharedObject({*object});
+  if (dump.enabled()) {
+    // The whole module optimized, for the dumps (the parts below are
+    // optimized one by one).
+    auto tm = MakeTargetMachine(request.target.cpu());
+    if (!tm.ok()) return tm.status();
+    std::unique_ptr<llvm::Module> copy = llvm::CloneModule(**module);
+    if (OptimizeModule(*copy, **tm, request.options.fast_math()).ok()) {
+      dump.Write("05-llvm-opt.ll", ModuleText(*copy));
+      if (auto asm_text = EmitAssembly(*copy, **tm); asm_text.ok())
+        dump.Write("06-asm.s", *asm_text);
+    }
+    laps.Lap("dump");
+  }
+  const int parts = CpuCompileParts(env, **module);
+  auto objects = OptimizeAndEmitObjects(**module, request.target.cpu(),
+                                        request.options.fast_math(), parts);
+  if (!objects.ok()) return objects.status();
+  laps.Lap(absl::StrCat("O3 and object, ", objects->size(), " part(s)"));
+  auto so = LinkSharedObject(*objects);
+  laps.Lap("link");
+  return so;
 }
 
 // The CUDA back end: NVPTX IR in the plans' forms, libdevice, O3, PTX,
 // nvJitLink cubin.
 absl::StatusOr<v1::CudaBinary> BuildCudaBinary(
     const FusedProgram& fused, const std::vector<GpuKernelPlan>& plans,
-    const ImportedRequest& request, const CompileEnv& env, Dumper& dump) {
+    const ImportedRequest& request, const CompileEnv& env, Dumper& dump,
+    Laps& laps) {
 #ifdef KILN_HAVE_CUDA_BACKEND
   const bool fast_math = request.options.fast_math();
-  // Stage wall times, for the dump (the CUDA path's costs are uneven:
-  // nvJitLink's ptxas dominates).
-  std::string timings;
-  auto t = std::chrono::steady_clock::now();
-  auto lap = [&](const char* stage) {
-    const auto now = std::chrono::steady_clock::now();
-    absl::StrAppend(&timings, stage, " ",
-                    std::chrono::duration<double, std::milli>(now - t).count(),
-                    " ms\n");
-    t = now;
-  };
+  auto lap = [&](const char* stage) { laps.Lap(stage); };
   CudaCodegenOptions options;
   options.fast_math = fast_math;
   for (const GraphInput& in : request.graph.inputs)
@@ -130,7 +184,10 @@ absl::StatusOr<v1::CudaBinary> BuildCudaBinary(
   llvm::Module& module = **emitted;
   module.setTargetTriple((*tm)->getTargetTriple().str());
   module.setDataLayout((*tm)->createDataLayout());
-  if (dump.enabled()) dump.Write("04-llvm.ll", ModuleText(module));
+  if (dump.enabled()) {
+    dump.Write("04-llvm.ll", ModuleText(module));
+    lap("dump");
+  }
   if (absl::Status s = LinkLibdevice(module, fast_math); !s.ok()) return s;
   lap("libdevice");
   if (absl::Status s = OptimizeNvptxModule(
@@ -138,11 +195,17 @@ absl::StatusOr<v1::CudaBinary> BuildCudaBinary(
       !s.ok())
     return s;
   lap("O3");
-  dump.Write("05-llvm-opt.ll", ModuleText(module));
+  if (dump.enabled()) {
+    dump.Write("05-llvm-opt.ll", ModuleText(module));
+    lap("dump");
+  }
   auto ptx = EmitPtx(module, **tm);
   if (!ptx.ok()) return ptx.status();
   lap("ptx");
-  dump.Write("06-kernels.ptx", *ptx);
+  if (dump.enabled()) {
+    dump.Write("06-kernels.ptx", *ptx);
+    lap("dump");
+  }
   int link_threads = env.cuda_link_threads;
   if (link_threads < 0) {
     const char* v = std::getenv("KILN_CUDA_LINK_THREADS");
@@ -152,7 +215,6 @@ absl::StatusOr<v1::CudaBinary> BuildCudaBinary(
   auto cubin = LinkCubin(*ptx, request.target.cuda().arch(), link_threads);
   if (!cubin.ok()) return cubin.status();
   lap("nvjitlink");
-  dump.Write("08-timings.txt", timings);
   dump.Write("07-nvjitlink.txt", cubin->log);
   v1::CudaBinary out;
   out.set_arch(request.target.cuda().arch());
@@ -196,7 +258,8 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   const auto t0 = std::chrono::steady_clock::now();
   const bool cuda = request.target.has_cuda();
   Dumper dump(env, request.key);
-  dump.Write("01-graph.txt", request.graph.ToString());
+  Laps laps;
+  dump.Write("01-graph.txt", [&] { return request.graph.ToString(); });
 
   LowerOptions lower_options;
   lower_options.half_precision_gemm = cuda;  // cuBLASLt takes f16/bf16
@@ -233,6 +296,7 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
       cuda ? kCudaMaxScatterWorkLog2 : kCpuMaxScatterWorkLog2;
   absl::StatusOr<LoopGraph> loops = Lower(request.graph, lower_options);
   if (!loops.ok()) return loops.status();
+  laps.Lap("lower");
   if (!env.index_checks && !loops->index_checks.empty()) {
     ir::Rewriter unchecked([](const Expr& x) -> std::optional<Expr> {
       if (x->op != ExprOp::kCheck) return std::nullopt;
@@ -244,11 +308,11 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
     }
     loops->index_checks.clear();
   }
-  dump.Write("02-loops.txt", loops->ToString());
+  dump.Write("02-loops.txt", [&] { return loops->ToString(); });
 
   if (cuda && !request.options.unfused_gemm_epilogues()) {
     *loops = FoldGemmEpilogues(*std::move(loops));
-    dump.Write("02-epilogues.txt", loops->ToString());
+    dump.Write("02-epilogues.txt", [&] { return loops->ToString(); });
   }
 
   FuseOptions fuse_options;
@@ -256,29 +320,34 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   fuse_options.stores_into_reductions = cuda || env.split_reductions_on_cpu;
   absl::StatusOr<FusedProgram> fused = Fuse(*loops, fuse_options);
   if (!fused.ok()) return fused.status();
-  dump.Write("03-fused.txt", fused->ToString());
+  laps.Lap("fuse");
+  dump.Write("03-fused.txt", [&] { return fused->ToString(); });
 
   if (cuda ? env.gpu_split_reductions : env.split_reductions_on_cpu) {
     *fused = SplitLongReductions(*std::move(fused));
-    dump.Write("03-split.txt", fused->ToString());
+    dump.Write("03-split.txt", [&] { return fused->ToString(); });
   }
   *fused = SimplifyIndices(*std::move(fused));
-  dump.Write("03-indices.txt", fused->ToString());
+  dump.Write("03-indices.txt", [&] { return fused->ToString(); });
+  laps.Lap("simplify");
 
   std::vector<GpuKernelPlan> gpu_plans;
   KernelBinary binary;
   if (cuda) {
     gpu_plans = PlanGpuLaunches(*fused, PlanOptions(env));
-    dump.Write("04-gpu-plan.txt", GpuPlansToString(*fused, gpu_plans));
+    dump.Write("04-gpu-plan.txt",
+               [&] { return GpuPlansToString(*fused, gpu_plans); });
     absl::StatusOr<v1::CudaBinary> cubin =
-        BuildCudaBinary(*fused, gpu_plans, request, env, dump);
+        BuildCudaBinary(*fused, gpu_plans, request, env, dump, laps);
     if (!cubin.ok()) return cubin.status();
     binary.cuda = *std::move(cubin);
   } else {
-    absl::StatusOr<std::string> so = BuildCpuBinary(*fused, request, env, dump);
+    absl::StatusOr<std::string> so =
+        BuildCpuBinary(*fused, request, env, dump, laps);
     if (!so.ok()) return so.status();
     binary.cpu_shared_object = *std::move(so);
   }
+  dump.Write("08-timings.txt", laps.text());
 
   v1::Artifact artifact =
       BuildArtifact(request, *fused, gpu_plans, std::move(binary));

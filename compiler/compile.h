@@ -107,6 +107,14 @@ struct CompileEnv {
   // (NvptxOptimizeOptions::precompiled_trig). Off only to measure what that
   // saves; the PTX is the same.
   bool cuda_precompiled_trig = true;
+  // CPU: the threads a program's kernels are optimized and emitted on
+  // (OptimizeAndEmitObjects; 1 one, 0 every core; -1:
+  // $KILN_CPU_COMPILE_THREADS, else 0), each with at least
+  // cpu_min_kernels_per_part kernels (0: the default, 32; tests set fewer).
+  // The results are the same bit for bit either way (CompileThreads.*), so
+  // neither is part of the guard key.
+  int cpu_compile_threads = -1;
+  int cpu_min_kernels_per_part = 0;
   // CUDA: the threads ptxas compiles a program's kernels on (LinkCubin's
   // `threads`: 1 one, 0 every core; -1: $KILN_CUDA_LINK_THREADS, else 0).
   // The cubin is the same byte for byte either way (CudaCodegen.

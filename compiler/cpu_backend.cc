@@ -13,11 +13,13 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/base/const_init.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -30,6 +32,8 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Analysis/TargetLibraryInfo.h"
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/Bitcode/BitcodeWriter.h"
 #include "llvm/IR/Function.h"
 #include "llvm/IR/InstIterator.h"
 #include "llvm/IR/LegacyPassManager.h"
@@ -44,6 +48,7 @@
 #include "llvm/Target/TargetOptions.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/Triple.h"
+#include "llvm/Transforms/Utils/Cloning.h"
 
 namespace kiln {
 namespace {
@@ -487,6 +492,81 @@ absl::StatusOr<std::string> EmitObject(llvm::Module& module,
 absl::StatusOr<std::string> EmitAssembly(llvm::Module& module,
                                          llvm::TargetMachine& tm) {
   return Emit(module, tm, llvm::CGFT_AssemblyFile);
+}
+
+absl::StatusOr<std::vector<std::string>> OptimizeAndEmitObjects(
+    llvm::Module& module, const v1::CpuTarget& target, bool fast_math,
+    int parts) {
+  std::vector<const llvm::Function*> kernels;
+  for (const llvm::Function& f : module)
+    if (!f.isDeclaration() && !f.hasLocalLinkage()) kernels.push_back(&f);
+  if (parts <= 1 || kernels.size() < static_cast<size_t>(parts)) {
+    auto tm = MakeTargetMachine(target);
+    if (!tm.ok()) return tm.status();
+    if (absl::Status s = OptimizeModule(module, **tm, fast_math); !s.ok())
+      return s;
+    auto object = EmitObject(module, **tm);
+    if (!object.ok()) return object.status();
+    return std::vector<std::string>{*std::move(object)};
+  }
+  // Each part as bitcode: a copy of the module whose other parts' kernels
+  // are declarations (CloneModule leaves undefined what the predicate
+  // declines), then dropped where nothing refers to them.
+  absl::flat_hash_map<const llvm::Function*, int> part_of;
+  for (size_t i = 0; i < kernels.size(); ++i)
+    part_of[kernels[i]] = static_cast<int>(i % parts);
+  std::vector<std::string> bitcode(parts);
+  for (int p = 0; p < parts; ++p) {
+    llvm::ValueToValueMapTy map;
+    std::unique_ptr<llvm::Module> copy =
+        llvm::CloneModule(module, map, [&](const llvm::GlobalValue* gv) {
+          const auto* f = llvm::dyn_cast<llvm::Function>(gv);
+          auto it = f == nullptr ? part_of.end() : part_of.find(f);
+          return it == part_of.end() || it->second == p;
+        });
+    std::vector<llvm::Function*> unused;
+    for (llvm::Function& f : *copy) {
+      const llvm::Function* original = module.getFunction(f.getName());
+      if (f.isDeclaration() && f.use_empty() && original != nullptr &&
+          part_of.contains(original))
+        unused.push_back(&f);
+    }
+    for (llvm::Function* f : unused) f->eraseFromParent();
+    llvm::raw_string_ostream os(bitcode[p]);
+    llvm::WriteBitcodeToFile(*copy, os);
+  }
+  std::vector<absl::StatusOr<std::string>> objects(
+      parts, absl::InternalError("not compiled"));
+  auto compile_part = [&](int p) {
+    llvm::LLVMContext context;
+    auto part = llvm::parseBitcodeFile(
+        llvm::MemoryBufferRef(bitcode[p], "kiln_part"), context);
+    if (!part) {
+      objects[p] = absl::InternalError(absl::StrCat(
+          "module part ", p, ": ", llvm::toString(part.takeError())));
+      return;
+    }
+    auto tm = MakeTargetMachine(target);
+    if (!tm.ok()) {
+      objects[p] = tm.status();
+      return;
+    }
+    if (absl::Status s = OptimizeModule(**part, **tm, fast_math); !s.ok()) {
+      objects[p] = s;
+      return;
+    }
+    objects[p] = EmitObject(**part, **tm);
+  };
+  std::vector<std::thread> threads;
+  for (int p = 1; p < parts; ++p) threads.emplace_back(compile_part, p);
+  compile_part(0);
+  for (std::thread& t : threads) t.join();
+  std::vector<std::string> out;
+  for (absl::StatusOr<std::string>& o : objects) {
+    if (!o.ok()) return o.status();
+    out.push_back(*std::move(o));
+  }
+  return out;
 }
 
 absl::StatusOr<std::string> LinkSharedObject(

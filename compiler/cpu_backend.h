@@ -85,6 +85,25 @@ absl::StatusOr<std::string> EmitObject(llvm::Module& module,
 absl::StatusOr<std::string> EmitAssembly(llvm::Module& module,
                                          llvm::TargetMachine& tm);
 
+// OptimizeModule and EmitObject for `module` on up to `parts` threads: its
+// kernels (the functions it defines with external linkage) dealt round
+// robin, in module order, into `parts` modules, each with its own copy of
+// everything else the module defines (internal helpers, constants), each
+// optimized and emitted in an LLVMContext of its own with a TargetMachine
+// for `target` (MakeTargetMachine). Returns one object per part, in order,
+// for LinkSharedObject; with `parts` <= 1, or fewer kernels than parts, the
+// module's one object made in this thread. A kernel is optimized with the
+// same helpers as in the whole module, so it computes the same; `module`
+// is left in an unspecified state. Deterministic: the same module and
+// `parts` give the same objects.
+//
+// Errors: as MakeTargetMachine, OptimizeModule and EmitObject (the first
+// part's error); INTERNAL when a part cannot be written or read back as
+// bitcode.
+absl::StatusOr<std::vector<std::string>> OptimizeAndEmitObjects(
+    llvm::Module& module, const v1::CpuTarget& target, bool fast_math,
+    int parts);
+
 struct LinkOptions {
   // DT_SONAME of the output; empty: none.
   std::string soname = "libkiln_kernels.so";

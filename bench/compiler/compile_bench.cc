@@ -10,6 +10,12 @@
 //   build/bench/compiler/compile_bench --benchmark_repetitions=5
 //   build/bench/compiler/compile_bench --benchmark_filter='chain.*sm90'
 //       --benchmark_repetitions=9 --benchmark_enable_random_interleaving
+//
+// KILN_BENCH_GRAPHS=/a.json,/b.json adds a CPU and an sm_90 row for each of
+// those graphs (kiln.v1.Graph as JSON: a real model's partition, say), and
+// KILN_DUMP_DIR=dir writes each compile's stage times to
+// dir/<key>/08-timings.txt.
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -22,7 +28,9 @@ namespace kiln {
 namespace {
 
 v1::CompileRequest Request(const std::string& file) {
-  std::ifstream in(std::string(KILN_EXAMPLES_DIR) + "/" + file);
+  std::ifstream in(file.starts_with("/")
+                       ? file
+                       : std::string(KILN_EXAMPLES_DIR) + "/" + file);
   std::stringstream ss;
   ss << in.rdbuf();
   v1::CompileRequest req;
@@ -119,7 +127,38 @@ KILN_CUDA_TRIG_BENCH(chain30_sm90_trig_each_compile, "chain30.json");
 KILN_CUDA_TRIG_BENCH(chain30_sum_sm90_trig_each_compile, "chain30_sum.json");
 #endif
 
+// Rows for $KILN_BENCH_GRAPHS (see the top).
+void RegisterGraphFiles() {
+  const char* files = std::getenv("KILN_BENCH_GRAPHS");
+  if (files == nullptr) return;
+  std::stringstream list(files);
+  for (std::string file; std::getline(list, file, ',');) {
+    if (file.empty()) continue;
+    benchmark::RegisterBenchmark(
+        ("BM_Compile/" + file).c_str(),
+        [file](benchmark::State& state) { BM_Compile(state, file); })
+        ->Unit(benchmark::kMillisecond)
+        ->MeasureProcessCPUTime()
+        ->UseRealTime();
+#ifdef KILN_HAVE_CUDA_BACKEND
+    benchmark::RegisterBenchmark(
+        ("BM_CompileCuda/" + file).c_str(),
+        [file](benchmark::State& state) { BM_CompileCuda(state, file); })
+        ->Unit(benchmark::kMillisecond)
+        ->MeasureProcessCPUTime()
+        ->UseRealTime();
+#endif
+  }
+}
+
 }  // namespace
 }  // namespace kiln
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  kiln::RegisterGraphFiles();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -30,17 +31,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/cpu_executable.h"
-#include "runtime/thread_pool.h"
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
-#include "graph/import.h"
-#include "graph/op_signature.h"
 #include "compiler/reference.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/util/json_util.h"
+#include "graph/import.h"
+#include "graph/op_signature.h"
 #include "gtest/gtest.h"
+#include "runtime/cpu_executable.h"
+#include "runtime/thread_pool.h"
 #include "tests/unit/graph_gen.h"
 #include "tests/unit/numerics.h"
 #include "tests/unit/random_graphs.h"
@@ -275,6 +276,67 @@ TEST(CompileConcurrency, EightThreadsCompileIdenticalArtifacts) {
           << "seed " << seed << " thread " << t;
     }
   }
+}
+
+// A program's kernels compiled as several modules on several threads
+// (CompileEnv::cpu_compile_threads) compute what the one module computes,
+// bit for bit, and match the reference; the same split twice gives the
+// same shared object.
+TEST(CompileThreads, SplitProgramsGiveTheSameResultsBitForBit) {
+  GraphGenOptions large = Options();
+  large.max_nodes = 160;
+  large.max_inputs = 6;
+  CompileEnv one, split;
+  one.cpu_compile_threads = 1;
+  split.cpu_compile_threads = 3;
+  split.cpu_min_kernels_per_part = 2;
+  ThreadPool pool(2);
+  int differing_objects = 0;
+  for (uint64_t seed : {11, 12, 13, 14, 15, 16}) {
+    v1::CompileRequest req;
+    *req.mutable_graph() = RandomGraph(5000 + seed, large);
+    *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+    auto graph = ImportGraph(req.graph());
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    auto a = Compile(req, one);
+    auto b = Compile(req, split);
+    auto c = Compile(req, split);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(b->cpu().shared_object() == c->cpu().shared_object())
+        << "seed " << seed;
+    differing_objects += a->cpu().shared_object() != b->cpu().shared_object();
+    auto exe_a = CpuExecutable::Load(*a);
+    auto exe_b = CpuExecutable::Load(*b);
+    ASSERT_TRUE(exe_a.ok()) << exe_a.status();
+    ASSERT_TRUE(exe_b.ok()) << exe_b.status();
+    for (const std::vector<int64_t>& binding : Bindings(*graph)) {
+      std::mt19937_64 rng(seed);
+      std::vector<HostTensor> inputs = RandomInputs(*graph, binding, rng);
+      auto want = EvaluateReference(*graph, inputs);
+      auto got_a = (*exe_a)->Run(inputs, &pool);
+      auto got_b = (*exe_b)->Run(inputs, &pool);
+      ASSERT_TRUE(want.ok()) << want.status();
+      ASSERT_TRUE(got_a.ok()) << got_a.status();
+      ASSERT_TRUE(got_b.ok()) << got_b.status();
+      ASSERT_EQ(got_a->size(), got_b->size());
+      for (size_t o = 0; o < got_a->size(); ++o) {
+        const HostTensor& x = (*got_a)[o];
+        const HostTensor& y = (*got_b)[o];
+        ASSERT_EQ(x.sizes(), y.sizes());
+        ASSERT_TRUE(x.IsContiguous() && y.IsContiguous());
+        EXPECT_EQ(
+            std::memcmp(x.data(), y.data(), x.numel() * DTypeSize(x.dtype())),
+            0)
+            << "seed " << seed << " output " << o;
+        EXPECT_EQ(Compare((*got_b)[o], (*want)[o]), "")
+            << "seed " << seed << " output " << o;
+      }
+    }
+  }
+  // The split happened: the split programs' objects are laid out otherwise.
+  EXPECT_GE(differing_objects, 4);
 }
 
 }  // namespace
