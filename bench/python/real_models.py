@@ -10,6 +10,11 @@ code it was not written against.
     $PY bench/python/real_models.py [--dynamic] [--device cuda] [names...]
     $PY bench/python/real_models.py --device cuda --amp bfloat16 \\
         --time 20 --scale 8 --seq 128 --image 128 [names...]   # step times
+    $PY bench/python/real_models.py timm:resnet50 hf:Qwen3ForCausalLM  # any
+
+A name may also be timm:NAME (any timm architecture) or hf:CLASS (any
+transformers text model, its configuration shrunk to 2 layers of 64 wide;
+_HF_ANY_SMALL). A model whose eager step raises at these sizes is SKIPPED.
 
 Per model: nodes in Kiln / all (and the share without views left at a
 partition's edge, which run eagerly for free; since partitions return the
