@@ -137,11 +137,8 @@ absl::StatusOr<std::string> BuildCpuBinary(const FusedProgram& fused,
   laps.Lap("codegen");
   if (dump.enabled()) {
     dump.Write("04-llvm.ll", ModuleText(**module));
-    laps.Lap("dump");
-  }
-  if (dump.enabled()) {
     // The whole module optimized, for the dumps (the parts below are
-    // optimized one by one).
+    // optimized one by one): dumping doubles the LLVM work.
     auto tm = MakeTargetMachine(request.target.cpu());
     if (!tm.ok()) return tm.status();
     std::unique_ptr<llvm::Module> copy = llvm::CloneModule(**module);
@@ -156,7 +153,7 @@ absl::StatusOr<std::string> BuildCpuBinary(const FusedProgram& fused,
   auto objects = OptimizeAndEmitObjects(**module, request.target.cpu(),
                                         request.options.fast_math(), parts);
   if (!objects.ok()) return objects.status();
-  laps.Lap(absl::StrCat("O3 and object, ", objects->size(), " part(s)"));
+  laps.Lap(absl::StrCat("O3+object/", objects->size(), "_parts"));
   auto so = LinkSharedObject(*objects);
   laps.Lap("link");
   return so;

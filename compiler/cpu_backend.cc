@@ -512,16 +512,20 @@ absl::StatusOr<std::vector<std::string>> OptimizeAndEmitObjects(
   // Each part as bitcode: a copy of the module whose other parts' kernels
   // are declarations (CloneModule leaves undefined what the predicate
   // declines), then dropped where nothing refers to them.
-  absl::flat_hash_map<const llvm::Function*, int> part_of;
+  // Every other definition visible outside the module (a global variable,
+  // should codegen ever make one) belongs to part 0, so that the link sees
+  // it once; internal ones are copied into every part.
+  absl::flat_hash_map<const llvm::GlobalValue*, int> part_of;
   for (size_t i = 0; i < kernels.size(); ++i)
     part_of[kernels[i]] = static_cast<int>(i % parts);
+  for (const llvm::GlobalVariable& g : module.globals())
+    if (!g.isDeclaration() && !g.hasLocalLinkage()) part_of[&g] = 0;
   std::vector<std::string> bitcode(parts);
   for (int p = 0; p < parts; ++p) {
     llvm::ValueToValueMapTy map;
     std::unique_ptr<llvm::Module> copy =
         llvm::CloneModule(module, map, [&](const llvm::GlobalValue* gv) {
-          const auto* f = llvm::dyn_cast<llvm::Function>(gv);
-          auto it = f == nullptr ? part_of.end() : part_of.find(f);
+          auto it = part_of.find(gv);
           return it == part_of.end() || it->second == p;
         });
     std::vector<llvm::Function*> unused;

@@ -450,6 +450,42 @@ TEST(CpuBackendEndToEndTest, AddExpZeroSumRunCorrectly) {
   EXPECT_EQ(FunctionOrDie<SumFn>(lib, "sum_array")(ones.data(), 0), 0.0f);
 }
 
+// OptimizeAndEmitObjects deals the four kernels into three objects, which
+// link (-z defs: nothing undefined, nothing twice) into a library whose
+// kernels compute what the one-module library's do.
+TEST(CpuBackendEndToEndTest, KernelsInPartsLinkAndRun) {
+  llvm::LLVMContext ctx;
+  std::unique_ptr<llvm::Module> module = BasicKernels(ctx);
+  absl::StatusOr<std::vector<std::string>> objects =
+      OptimizeAndEmitObjects(*module, HostCpuTarget(), /*fast_math=*/true, 3);
+  ASSERT_TRUE(objects.ok()) << objects.status();
+  ASSERT_EQ(objects->size(), 3u);
+  absl::StatusOr<std::string> so = LinkSharedObject(*objects);
+  ASSERT_TRUE(so.ok()) << so.status();
+  LoadedLibrary lib = LoadOrDie(*so);
+  constexpr int64_t kN = 1003;
+  std::vector<float> a(kN), b(kN), out(kN, -1.0f);
+  for (int64_t i = 0; i < kN; ++i) {
+    a[i] = static_cast<float>(i) * 0.25f - 100.0f;
+    b[i] = static_cast<float>(i % 17) * 0.5f;
+  }
+  FunctionOrDie<MapFn2>(lib, "add_arrays")(a.data(), b.data(), out.data(), kN);
+  for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(out[i], a[i] + b[i]) << i;
+  using SumFn = float(const float*, int64_t);
+  std::vector<float> ones(kN, 1.0f);
+  EXPECT_EQ(FunctionOrDie<SumFn>(lib, "sum_array")(ones.data(), kN),
+            static_cast<float>(kN));
+  using ZeroFn = void(float*, int64_t);
+  FunctionOrDie<ZeroFn>(lib, "zero_fill")(out.data(), kN);
+  EXPECT_TRUE(
+      std::all_of(out.begin(), out.end(), [](float v) { return v == 0.0f; }));
+  // More parts than kernels: one object, as without parts.
+  std::unique_ptr<llvm::Module> again = BasicKernels(ctx);
+  objects = OptimizeAndEmitObjects(*again, HostCpuTarget(), true, 16);
+  ASSERT_TRUE(objects.ok()) << objects.status();
+  EXPECT_EQ(objects->size(), 1u);
+}
+
 // Every libmvec mapping the back end registers must exist in glibc: the link
 // runs with -z defs, so a wrong vector function name fails here; the values
 // check the calling convention.
