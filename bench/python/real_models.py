@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import math
 import os
 import sys
 import time
@@ -473,10 +474,21 @@ def _quiet_randomness(model: nn.Module) -> None:
 
 def _rel(x: torch.Tensor, ref: torch.Tensor, floor: float = 0.0) -> float:
     """x's largest difference from ref over ref's largest magnitude, or over
-    `floor` where that is larger."""
-    ref = ref.double()
-    return ((x.double() - ref).abs().max() /
-            max(ref.abs().max().item(), floor, 1e-12)).item()
+    `floor` where that is larger; NaN where ref has none (or none where
+    ref has NaN) is an infinite error, NaN where ref has NaN none."""
+    x, ref = x.double(), ref.double()
+    if x.shape != ref.shape:
+        return math.inf
+    nan = torch.isnan(ref)
+    if not torch.equal(torch.isnan(x), nan):
+        return math.inf
+    x, ref = x[~nan], ref[~nan]
+    if ref.numel() == 0:
+        return 0.0
+    diff = (x - ref).abs().max().item()
+    if diff != diff or diff == math.inf:  # an infinity where ref differs
+        return 0.0 if torch.equal(x, ref) else math.inf
+    return diff / max(ref.abs().max().item(), floor, 1e-12)
 
 
 # The smallest magnitude errors are measured against, as a share of the
@@ -570,12 +582,12 @@ def run_model(name: str, server: str, dynamic: bool,
         traceback.print_exc()
         return "ERROR", f"{type(e).__name__}: {str(e)[:300]}"
     seconds = time.perf_counter() - start
-    worst, status = (0.0, ""), "OK"
+    worst, status = (0.0, "none (Kiln equals float64 everywhere)"), "OK"
     nudged: Optional[Dict[str, torch.Tensor]] = None
     sensitive: List[str] = []
-    floor = _FLOOR_SHARE * max((r.double().abs().max().item()
-                                for r in exact.values() if r.numel()),
-                               default=0.0)
+    floor = _FLOOR_SHARE * max(
+        (r.double().abs().nan_to_num(0.0, 0.0, 0.0).max().item()
+         for r in exact.values() if r.numel()), default=0.0)
     for key, ref in exact.items():
         if key not in got:
             return "MISMATCH", f"no gradient for {key}"
