@@ -739,7 +739,13 @@ absl::StatusOr<CubinResult> LinkCubin(const std::string& ptx,
   const char* options[] = {arch_opt.c_str(), "-O3", "-verbose",
                            split_opt.c_str()};
   NvJitLink::Handle h = nullptr;
-  if (int r = nv.create(&h, threads == 1 ? 3 : 4, options); r != 0) {
+  int created = nv.create(&h, threads == 1 ? 3 : 4, options);
+  if (created != 0 && threads != 1) {
+    // An nvJitLink that does not take -split-compile: one thread.
+    h = nullptr;
+    created = nv.create(&h, 3, options);
+  }
+  if (int r = created; r != 0) {
     return absl::InternalError(absl::StrCat("nvJitLinkCreate failed: ", r));
   }
   auto log_of = [&](auto size_fn, auto log_fn) {
