@@ -95,6 +95,16 @@ std::string ModuleText(const llvm::Module& m) {
   return os.str();
 }
 
+// A CompileEnv thread count: `configured` when set (>= 0), else $`env_var`
+// when it is a count, else 0 (every core).
+int ThreadsSetting(int configured, const char* env_var) {
+  if (configured >= 0) return configured;
+  int threads = 0;
+  const char* v = std::getenv(env_var);
+  if (v == nullptr || !absl::SimpleAtoi(v, &threads) || threads < 0) return 0;
+  return threads;
+}
+
 // How many modules BuildCpuBinary compiles a CPU program's kernels as,
 // each on a thread of its own (OptimizeAndEmitObjects): one per
 // CompileEnv::cpu_compile_threads, but no part under
@@ -103,18 +113,12 @@ std::string ModuleText(const llvm::Module& m) {
 constexpr int kMinKernelsPerCpuPart = 32;
 
 int CpuCompileParts(const CompileEnv& env, const llvm::Module& module) {
-  int threads = env.cpu_compile_threads;
-  if (threads < 0) {
-    const char* v = std::getenv("KILN_CPU_COMPILE_THREADS");
-    if (v == nullptr || !absl::SimpleAtoi(v, &threads) || threads < 0)
-      threads = 0;
-  }
+  int threads =
+      ThreadsSetting(env.cpu_compile_threads, "KILN_CPU_COMPILE_THREADS");
   if (threads == 0)
     threads =
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int kernels = 0;
-  for (const llvm::Function& f : module)
-    kernels += !f.isDeclaration() && !f.hasLocalLinkage();
+  const int kernels = CountKernels(module);
   const int min_per_part = env.cpu_min_kernels_per_part > 0
                                ? env.cpu_min_kernels_per_part
                                : kMinKernelsPerCpuPart;
@@ -167,7 +171,6 @@ absl::StatusOr<v1::CudaBinary> BuildCudaBinary(
     Laps& laps) {
 #ifdef KILN_HAVE_CUDA_BACKEND
   const bool fast_math = request.options.fast_math();
-  auto lap = [&](const char* stage) { laps.Lap(stage); };
   CudaCodegenOptions options;
   options.fast_math = fast_math;
   for (const GraphInput& in : request.graph.inputs)
@@ -177,41 +180,37 @@ absl::StatusOr<v1::CudaBinary> BuildCudaBinary(
   llvm::LLVMContext context;
   auto emitted = EmitCudaModule(fused, plans, context, options);
   if (!emitted.ok()) return emitted.status();
-  lap("codegen");
+  laps.Lap("codegen");
   llvm::Module& module = **emitted;
   module.setTargetTriple((*tm)->getTargetTriple().str());
   module.setDataLayout((*tm)->createDataLayout());
   if (dump.enabled()) {
     dump.Write("04-llvm.ll", ModuleText(module));
-    lap("dump");
+    laps.Lap("dump");
   }
   if (absl::Status s = LinkLibdevice(module, fast_math); !s.ok()) return s;
-  lap("libdevice");
+  laps.Lap("libdevice");
   if (absl::Status s = OptimizeNvptxModule(
           module, **tm, NvptxOptimizeOptions{env.cuda_precompiled_trig});
       !s.ok())
     return s;
-  lap("O3");
+  laps.Lap("O3");
   if (dump.enabled()) {
     dump.Write("05-llvm-opt.ll", ModuleText(module));
-    lap("dump");
+    laps.Lap("dump");
   }
   auto ptx = EmitPtx(module, **tm);
   if (!ptx.ok()) return ptx.status();
-  lap("ptx");
+  laps.Lap("ptx");
   if (dump.enabled()) {
     dump.Write("06-kernels.ptx", *ptx);
-    lap("dump");
+    laps.Lap("dump");
   }
-  int link_threads = env.cuda_link_threads;
-  if (link_threads < 0) {
-    const char* v = std::getenv("KILN_CUDA_LINK_THREADS");
-    if (v == nullptr || !absl::SimpleAtoi(v, &link_threads) || link_threads < 0)
-      link_threads = 0;
-  }
-  auto cubin = LinkCubin(*ptx, request.target.cuda().arch(), link_threads);
+  auto cubin = LinkCubin(
+      *ptx, request.target.cuda().arch(),
+      ThreadsSetting(env.cuda_link_threads, "KILN_CUDA_LINK_THREADS"));
   if (!cubin.ok()) return cubin.status();
-  lap("nvjitlink");
+  laps.Lap("nvjitlink");
   dump.Write("07-nvjitlink.txt", cubin->log);
   v1::CudaBinary out;
   out.set_arch(request.target.cuda().arch());

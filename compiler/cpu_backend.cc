@@ -494,18 +494,39 @@ absl::StatusOr<std::string> EmitAssembly(llvm::Module& module,
   return Emit(module, tm, llvm::CGFT_AssemblyFile);
 }
 
+namespace {
+
+bool IsKernel(const llvm::Function& f) {
+  return !f.isDeclaration() && !f.hasLocalLinkage();
+}
+
+// One module's object: a target machine for `target`, O3, emission.
+absl::StatusOr<std::string> OptimizeAndEmit(llvm::Module& module,
+                                            const v1::CpuTarget& target,
+                                            bool fast_math) {
+  auto tm = MakeTargetMachine(target);
+  if (!tm.ok()) return tm.status();
+  if (absl::Status s = OptimizeModule(module, **tm, fast_math); !s.ok())
+    return s;
+  return EmitObject(module, **tm);
+}
+
+}  // namespace
+
+int CountKernels(const llvm::Module& module) {
+  int n = 0;
+  for (const llvm::Function& f : module) n += IsKernel(f);
+  return n;
+}
+
 absl::StatusOr<std::vector<std::string>> OptimizeAndEmitObjects(
     llvm::Module& module, const v1::CpuTarget& target, bool fast_math,
     int parts) {
   std::vector<const llvm::Function*> kernels;
   for (const llvm::Function& f : module)
-    if (!f.isDeclaration() && !f.hasLocalLinkage()) kernels.push_back(&f);
+    if (IsKernel(f)) kernels.push_back(&f);
   if (parts <= 1 || kernels.size() < static_cast<size_t>(parts)) {
-    auto tm = MakeTargetMachine(target);
-    if (!tm.ok()) return tm.status();
-    if (absl::Status s = OptimizeModule(module, **tm, fast_math); !s.ok())
-      return s;
-    auto object = EmitObject(module, **tm);
+    auto object = OptimizeAndEmit(module, target, fast_math);
     if (!object.ok()) return object.status();
     return std::vector<std::string>{*std::move(object)};
   }
@@ -550,16 +571,7 @@ absl::StatusOr<std::vector<std::string>> OptimizeAndEmitObjects(
           "module part ", p, ": ", llvm::toString(part.takeError())));
       return;
     }
-    auto tm = MakeTargetMachine(target);
-    if (!tm.ok()) {
-      objects[p] = tm.status();
-      return;
-    }
-    if (absl::Status s = OptimizeModule(**part, **tm, fast_math); !s.ok()) {
-      objects[p] = s;
-      return;
-    }
-    objects[p] = EmitObject(**part, **tm);
+    objects[p] = OptimizeAndEmit(**part, target, fast_math);
   };
   std::vector<std::thread> threads;
   for (int p = 1; p < parts; ++p) threads.emplace_back(compile_part, p);

@@ -85,6 +85,10 @@ absl::StatusOr<std::string> EmitObject(llvm::Module& module,
 absl::StatusOr<std::string> EmitAssembly(llvm::Module& module,
                                          llvm::TargetMachine& tm);
 
+// The functions `module` defines with external linkage: its kernels, which
+// OptimizeAndEmitObjects deals into parts.
+int CountKernels(const llvm::Module& module);
+
 // OptimizeModule and EmitObject for `module` on up to `parts` threads: its
 // kernels (the functions it defines with external linkage) dealt round
 // robin, in module order, into `parts` modules, each with its own copy of

@@ -745,8 +745,9 @@ absl::StatusOr<CubinResult> LinkCubin(const std::string& ptx,
     h = nullptr;
     created = nv.create(&h, 3, options);
   }
-  if (int r = created; r != 0) {
-    return absl::InternalError(absl::StrCat("nvJitLinkCreate failed: ", r));
+  if (created != 0) {
+    return absl::InternalError(
+        absl::StrCat("nvJitLinkCreate failed: ", created));
   }
   auto log_of = [&](auto size_fn, auto log_fn) {
     size_t n = 0;

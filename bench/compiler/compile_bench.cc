@@ -134,19 +134,21 @@ void RegisterGraphFiles() {
   std::stringstream list(files);
   for (std::string file; std::getline(list, file, ',');) {
     if (file.empty()) continue;
-    benchmark::RegisterBenchmark(
-        ("BM_Compile/" + file).c_str(),
-        [file](benchmark::State& state) { BM_Compile(state, file); })
-        ->Unit(benchmark::kMillisecond)
-        ->MeasureProcessCPUTime()
-        ->UseRealTime();
+    auto add = [&file](const std::string& name, auto bench) {
+      benchmark::RegisterBenchmark(
+          (name + "/" + file).c_str(),
+          [file, bench](benchmark::State& state) { bench(state, file); })
+          ->Unit(benchmark::kMillisecond)
+          ->MeasureProcessCPUTime()
+          ->UseRealTime();
+    };
+    add("BM_Compile", [](benchmark::State& state, const std::string& f) {
+      BM_Compile(state, f);
+    });
 #ifdef KILN_HAVE_CUDA_BACKEND
-    benchmark::RegisterBenchmark(
-        ("BM_CompileCuda/" + file).c_str(),
-        [file](benchmark::State& state) { BM_CompileCuda(state, file); })
-        ->Unit(benchmark::kMillisecond)
-        ->MeasureProcessCPUTime()
-        ->UseRealTime();
+    add("BM_CompileCuda", [](benchmark::State& state, const std::string& f) {
+      BM_CompileCuda(state, f);
+    });
 #endif
   }
 }

@@ -405,6 +405,19 @@ TEST(OptimizeModuleTest, InvalidIrIsInvalidArgument) {
 // ---------------------------------------------------------------------------
 // End to end on this machine.
 
+// Runs BasicKernels' add_arrays on 1003 elements (not a multiple of any
+// vector width) and checks the sums exactly.
+void ExpectAddArraysAdds(const LoadedLibrary& lib) {
+  constexpr int64_t kN = 1003;
+  std::vector<float> a(kN), b(kN), out(kN, -1.0f);
+  for (int64_t i = 0; i < kN; ++i) {
+    a[i] = static_cast<float>(i) * 0.25f - 100.0f;
+    b[i] = static_cast<float>(i % 17) * 0.5f;
+  }
+  FunctionOrDie<MapFn2>(lib, "add_arrays")(a.data(), b.data(), out.data(), kN);
+  for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(out[i], a[i] + b[i]) << i;
+}
+
 TEST(CpuBackendEndToEndTest, AddExpZeroSumRunCorrectly) {
   llvm::LLVMContext ctx;
   std::unique_ptr<llvm::Module> module = BasicKernels(ctx);
@@ -420,16 +433,10 @@ TEST(CpuBackendEndToEndTest, AddExpZeroSumRunCorrectly) {
   EXPECT_FALSE(absl::StrContains(*so, "kiln-lld"));
   EXPECT_TRUE(absl::StrContains(*so, "libkiln_kernels.so"));  // DT_SONAME
   LoadedLibrary lib = LoadOrDie(*so);
+  ASSERT_NO_FATAL_FAILURE(ExpectAddArraysAdds(lib));
 
   constexpr int64_t kN = 1003;  // not a multiple of any vector width
-  std::vector<float> a(kN), b(kN), out(kN, -1.0f);
-  for (int64_t i = 0; i < kN; ++i) {
-    a[i] = static_cast<float>(i) * 0.25f - 100.0f;
-    b[i] = static_cast<float>(i % 17) * 0.5f;
-  }
-  FunctionOrDie<MapFn2>(lib, "add_arrays")(a.data(), b.data(), out.data(), kN);
-  for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(out[i], a[i] + b[i]) << i;
-
+  std::vector<float> out(kN, -1.0f);
   std::vector<float> x(kN);
   for (int64_t i = 0; i < kN; ++i) x[i] = -20.0f + 40.0f * i / kN;
   FunctionOrDie<MapFn1>(lib, "exp_arrays")(x.data(), out.data(), kN);
@@ -463,14 +470,9 @@ TEST(CpuBackendEndToEndTest, KernelsInPartsLinkAndRun) {
   absl::StatusOr<std::string> so = LinkSharedObject(*objects);
   ASSERT_TRUE(so.ok()) << so.status();
   LoadedLibrary lib = LoadOrDie(*so);
+  ASSERT_NO_FATAL_FAILURE(ExpectAddArraysAdds(lib));
   constexpr int64_t kN = 1003;
-  std::vector<float> a(kN), b(kN), out(kN, -1.0f);
-  for (int64_t i = 0; i < kN; ++i) {
-    a[i] = static_cast<float>(i) * 0.25f - 100.0f;
-    b[i] = static_cast<float>(i % 17) * 0.5f;
-  }
-  FunctionOrDie<MapFn2>(lib, "add_arrays")(a.data(), b.data(), out.data(), kN);
-  for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(out[i], a[i] + b[i]) << i;
+  std::vector<float> out(kN, -1.0f);
   using SumFn = float(const float*, int64_t);
   std::vector<float> ones(kN, 1.0f);
   EXPECT_EQ(FunctionOrDie<SumFn>(lib, "sum_array")(ones.data(), kN),

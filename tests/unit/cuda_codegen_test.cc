@@ -770,21 +770,30 @@ TEST(CudaCodegen, ArtifactsDoNotDependOnEarlierCompiles) {
   EXPECT_TRUE(first->cuda().cubin() == again->cuda().cubin());
 }
 
-// The precompiled trig functions (CompileEnv::cuda_precompiled_trig) leave
-// the PTX and the cubin as they were when each compile built them.
-TEST(CudaCodegen, PrecompiledTrigFunctionsChangeNothing) {
+// The example graphs and `count` random graphs of `o` (every other one
+// with 16-byte aligned inputs), for sm_90: the requests the tests below
+// compile two ways and compare.
+std::vector<v1::CompileRequest> ExampleAndRandomRequests(
+    const graph_gen::GraphGenOptions& o, int count) {
   std::vector<v1::CompileRequest> requests;
   for (const char* file : {"chain10.json", "chain30.json", "chain30_sum.json",
                            "softmax.json", "dynamic_batch.json"})
     requests.push_back(ForGpu(Request(file)));
-  graph_gen::GraphGenOptions o = random_graphs::Options();
-  o.dtypes = {v1::FLOAT32};
-  const int count = random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600) / 6;
   for (int seed = 0; seed < count; ++seed) {
     v1::CompileRequest req;
     *req.mutable_graph() = graph_gen::RandomGraph(seed, o);
     requests.push_back(ForGpu(req, "sm_90", seed % 2 ? 16 : 0));
   }
+  return requests;
+}
+
+// The precompiled trig functions (CompileEnv::cuda_precompiled_trig) leave
+// the PTX and the cubin as they were when each compile built them.
+TEST(CudaCodegen, PrecompiledTrigFunctionsChangeNothing) {
+  graph_gen::GraphGenOptions o = random_graphs::Options();
+  o.dtypes = {v1::FLOAT32};
+  const std::vector<v1::CompileRequest> requests = ExampleAndRandomRequests(
+      o, random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600) / 6);
   CompileEnv each_compile;
   each_compile.cuda_precompiled_trig = false;
   int with_trig = 0;
@@ -810,18 +819,10 @@ TEST(CudaCodegen, PrecompiledTrigFunctionsChangeNothing) {
 // -split-compile) gives the cubin one thread gives, byte for byte, trig
 // calls and multi-kernel programs included.
 TEST(CudaCodegen, LinkingOnManyThreadsGivesTheSameCubin) {
-  std::vector<v1::CompileRequest> requests;
-  for (const char* file : {"chain10.json", "chain30.json", "chain30_sum.json",
-                           "softmax.json", "dynamic_batch.json"})
-    requests.push_back(ForGpu(Request(file)));
   graph_gen::GraphGenOptions o = random_graphs::Options();
   o.first_issue17_seed = 0;
-  const int count = random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600) / 12;
-  for (int seed = 0; seed < count; ++seed) {
-    v1::CompileRequest req;
-    *req.mutable_graph() = graph_gen::RandomGraph(seed, o);
-    requests.push_back(ForGpu(req, "sm_90", seed % 2 ? 16 : 0));
-  }
+  std::vector<v1::CompileRequest> requests = ExampleAndRandomRequests(
+      o, random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600) / 12);
   graph_gen::GraphGenOptions large = o;  // programs of many kernels
   large.max_nodes = 160;
   large.max_inputs = 6;
