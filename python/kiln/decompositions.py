@@ -37,6 +37,10 @@ op would split its graph and run eagerly:
   ``aten.adaptive_max_pool{2,3}d_backward``) are the gradient added at the
   flat spatial index each output element recorded: a scatter_add into
   zeros (``_max_pool_backward``), as ATen's kernels accumulate it.
+- ``aten.histc`` (the load-balancing statistics of transformers' MoE
+  routers: DBRX, Ernie 4.5, FlexOlmo, DeepSeek V4, ...): the bin of each
+  element as ATen's kernels compute it, counted by an accumulating
+  ``index_put`` (``_histc``).
 - ``aten.avg_pool3d`` and its backward (S3D's and I3D's heads,
   ``nn.LocalResponseNorm``): a depthwise convolution with a kernel of ones
   divided by the window's size, and the transposed convolution back;
@@ -280,7 +284,52 @@ def _avg_pool3d_backward(grad: torch.Tensor, x: torch.Tensor, kernel: Any,
     return aten.squeeze(g, [0]) if x.dim() == 4 else g
 
 
+def _histc(x: torch.Tensor, bins: int = 100, min: Any = 0,  # noqa: A002
+           max: Any = 0) -> Any:  # noqa: A002
+    """torch.histc as ATen computes it: an element v in [lo, hi] counts in
+    bin int((v - lo) * bins / (hi - lo)) (the last bin also takes hi),
+    in the input's dtype (integers divide as integers, half types in
+    float32, as on CUDA); elements outside, and NaN, are not counted.
+    lo == hi (the default 0, 0) means the data's own range, widened by
+    1 each way where it is one value; that needs a static, non-empty
+    input (else NotImplemented: the op stays whole). The counts are an
+    accumulating index_put into zeros, in the input's dtype."""
+    lo, hi = min, max
+    if not isinstance(bins, int) or bins < 1 or not all(
+            isinstance(v, (int, float)) for v in (lo, hi)):
+        return NotImplemented
+    flat = aten.reshape(x, [-1])
+    if x.is_floating_point():
+        acc = x.dtype if x.dtype in (torch.float32, torch.float64) \
+            else torch.float32
+        v = flat.to(acc)
+    else:
+        acc, v = None, flat
+    if lo == hi:
+        n = flat.shape[0]
+        if not isinstance(n, int) or n == 0 or acc is None:
+            return NotImplemented
+        lo, hi = aten.amin(v, [0]), aten.amax(v, [0])
+        same = aten.eq(lo, hi)
+        lo = aten.where(same, lo - 1, lo)
+        hi = aten.where(same, hi + 1, hi)
+    elif lo > hi:
+        return NotImplemented  # ATen raises; so does the op left whole
+    in_range = aten.logical_and(aten.ge(v, lo), aten.le(v, hi))
+    if acc is None:
+        pos = aten.floor_divide(aten.mul(aten.sub(v, int(lo)), bins),
+                                int(hi) - int(lo))
+    else:
+        pos = aten.div(aten.mul(aten.sub(v, lo), bins), aten.sub(hi, lo)
+                       if isinstance(hi, torch.Tensor) else hi - lo)
+    pos = aten.clamp_max(pos.to(torch.int64), bins - 1)
+    pos = aten.where(in_range, pos, 0)
+    counts = aten.zeros([bins], dtype=x.dtype, device=x.device)
+    return aten.index_put(counts, [pos], in_range.to(x.dtype), True)
+
+
 _OURS: Dict[str, Callable[..., Any]] = {
+    "aten.histc.default": _histc,
     "aten._weight_norm_interface_backward.default":
         _weight_norm_interface_backward,
     "aten.max.dim": _max_dim,

@@ -11,6 +11,8 @@ called on the CPU or CUDA runtime without copies: inputs are passed as they
 are (strides and storage offsets included); CPU outputs are written into
 tensors allocated here with torch.empty, CUDA outputs are allocated by
 PyTorch's caching allocator. Everything else runs eagerly in between.
+Complex values (rotary embeddings written with view_as_complex) are held as
+pairs of reals before partitioning (kiln/complex.py).
 
 Outputs: a partition output that is one of its inputs is returned as
 itself; an output whose expected strides (the fake tensor's) are a dense
@@ -82,6 +84,7 @@ import torch.fx
 from . import _binding
 from .aot_logs import quiet_aot_logs
 from .attention import resolve_policy, rewrite_attention
+from .complex import BOUNDARY as COMPLEX_BOUNDARY, lower_complex
 from .foreach import foreach_decompositions
 from .remat import kiln_default_partition
 from .decompositions import extra_decompositions
@@ -622,6 +625,7 @@ class KilnBackend:
         the whole graph back to eager."""
         from torch._functorch.aot_autograd import make_boxed_func  # noqa: PLC0415
 
+        lower_complex(gm)  # complex values as real pairs (kiln/complex.py)
         align_norm_stats_with_eager(gm)
         share_float64_scalar_converts(gm)
         batch_input_writes(gm)
@@ -681,8 +685,10 @@ class KilnBackend:
                         f"partitioning failed: {e!r}"] += 1
             return gm, report, {}
         for node, reason in support.reasons.items():
-            # (Not SymInt arithmetic, not the graph's input writes.)
-            if _computes_tensors(node) and "kiln_input_writes" not in node.meta:
+            # (Not SymInt arithmetic, not the graph's input writes, not the
+            # views between complex values and their pairs.)
+            if _computes_tensors(node) and "kiln_input_writes" not in \
+                    node.meta and COMPLEX_BOUNDARY not in node.meta:
                 report.op(_op_name(node)).fallback[reason] += 1
         for name, reasons in result.left_out.items():
             report.op(name).fallback.update(reasons)

@@ -34,10 +34,11 @@ expression's inputs and nothing to compute it:
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Optional, Sequence, Set
 
 import torch
 
+from .fx_build import NodeBuilder
 from .fx_graph import COMPARISON_OPS, op_name
 from .partition import VIEW_OPS
 
@@ -144,31 +145,13 @@ def _reads_from_memory(node: Any, forward: Set[Any]) -> bool:
     return False
 
 
-class _Builder:
-    """Appends nodes before `where`, each with its fake value."""
-
-    def __init__(self, graph: torch.fx.Graph, where: Any, fake_mode: Any) -> None:
-        self.graph, self.where, self.fake_mode = graph, where, fake_mode
-        self.made: List[Any] = []  # the nodes built, in order
-
-    def __call__(self, target: Any, *args: Any) -> Any:
-        with self.graph.inserting_before(self.where):
-            node = self.graph.call_function(target, tuple(args))
-        self.made.append(node)
-        vals = torch.fx.node.map_arg(args, lambda a: a.meta["val"])
-        with self.fake_mode:
-            node.meta["val"] = target(*vals)
-        node.meta["partitioner_tag"] = "is_backward"
-        return node
-
-
-def _unsqueezed(b: _Builder, node: Any, times: int) -> Any:
+def _unsqueezed(b: NodeBuilder, node: Any, times: int) -> Any:
     for _ in range(times):
         node = b(aten.unsqueeze.default, node, -1)
     return node
 
 
-def _expression(b: _Builder, name: str, norm: Any, x: Any, mean: Any,
+def _expression(b: NodeBuilder, name: str, norm: Any, x: Any, mean: Any,
                 rstd: Any, weight: Any, bias: Any) -> Optional[Any]:
     """y as ATen nodes of x and the statistics, or None where the sizes it
     needs are not static."""
@@ -230,7 +213,7 @@ def rematerialize_norm_outputs(joint: torch.fx.GraphModule,
     not any is."""
     graph = joint.graph
     forward = _forward_nodes(graph, num_fwd_outputs)
-    b: Optional[_Builder] = None
+    b: Optional[NodeBuilder] = None
     again: Dict[Any, Any] = {}  # forward value -> the backward's expression
 
     def read_by_backward(v: Any) -> bool:
@@ -248,12 +231,13 @@ def rematerialize_norm_outputs(joint: torch.fx.GraphModule,
         return numel is not None and size is not None and \
             numel * _SMALL_SHARE <= size
 
-    def builder(like: Any) -> Optional[_Builder]:
+    def builder(like: Any) -> Optional[NodeBuilder]:
         nonlocal b
         if b is None:
             fake_mode = getattr(like.meta.get("val"), "fake_mode", None)
             if fake_mode is not None:
-                b = _Builder(graph, _last_forward(graph, forward), fake_mode)
+                b = NodeBuilder(graph, _last_forward(graph, forward), fake_mode,
+                                {"partitioner_tag": "is_backward"})
         return b
 
     for node in list(graph.nodes):
@@ -288,7 +272,7 @@ def rematerialize_norm_outputs(joint: torch.fx.GraphModule,
 
 
 def _norm(norm: Any, name: str, forward: Set[Any], saved: Callable[..., bool],
-          builder: Callable[[Any], Optional[_Builder]]) -> Optional[Any]:
+          builder: Callable[[Any], Optional[NodeBuilder]]) -> Optional[Any]:
     """(y, y's expression in the backward) of an eligible norm, else None."""
     at = _TRAINING.get(name)
     if at is not None and (len(norm.args) <= at or norm.args[at] is not True):
@@ -323,7 +307,7 @@ def _norm(norm: Any, name: str, forward: Set[Any], saved: Callable[..., bool],
 
 
 def _chain(node: Any, forward: Set[Any], saved: Callable[..., bool],
-           builder: Callable[[Any], Optional[_Builder]],
+           builder: Callable[[Any], Optional[NodeBuilder]],
            again: Dict[Any, Any]) -> Optional[Any]:
     """(node, its expression in the backward) for a pointwise op of an
     expression (a SiLU of a norm's output) that the backward reads, its

@@ -2275,3 +2275,31 @@ def test_foreach_ops_as_per_tensor_ops(daemon):
         torch.testing.assert_close(o, r, atol=1e-6, rtol=1e-6)
     assert any(name.startswith("aten._foreach") for name in
                off.report.fallbacks), str(off.report)
+
+
+def test_histc_runs_in_kiln_as_aten_counts(daemon):
+    """torch.histc (MoE routers' load-balancing statistics: integer expert
+    ids in [0, E]; a given range with values outside it and NaN; the data's
+    own range, and one value widened by 1) runs in Kiln through
+    kiln/decompositions.py's _histc and counts exactly as eager."""
+
+    def f(ids, x, same):
+        return (torch.histc(ids, bins=8, min=0, max=8),
+                torch.histc(x, bins=13, min=-1.0, max=1.5),
+                torch.histc(x[3:], bins=7),
+                torch.histc(same, bins=5))
+
+    g = torch.Generator().manual_seed(6)
+    ids = torch.randint(0, 8, (4, 6), generator=g).float()
+    x = torch.randn(300, generator=g)
+    x[:3] = torch.tensor([float("nan"), 1.5, -1.0])
+    same = torch.full((9,), 2.0)
+    torch._dynamo.reset()
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    got = torch.compile(f, backend=backend)(ids, x, same)
+    for a, b in zip(got, f(ids, x, same)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert "aten.histc.default" not in backend.report.fallbacks, \
+        str(backend.report)
+    assert backend.report.op("aten.index_put.default").kiln >= 4, \
+        str(backend.report)
