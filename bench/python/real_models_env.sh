@@ -11,7 +11,8 @@
 #   real_models_env.sh --slim-tar OUT.tar.xz
 # also packs a copy for the GPU machine (deploy/run-on-gpu.sh realmodels,
 # KILN_REAL_MODELS_TAR) small enough to carry (~11 MiB): transformers'
-# models limited to real_models.py's, without torchvision's bundled
+# models limited to real_models.py's (and a few MoE and complex-rotary
+# ones its hf: names reach), without torchvision's bundled
 # libraries (its pure-Python models are what runs there), the hub's
 # download helpers, numpy and pillow (the GPU machine's own are used) and
 # tokenizers (only Whisper needs it).
@@ -33,7 +34,8 @@ pack_slim() {
   find "$stage" -name __pycache__ -prune -exec rm -rf {} +
   local keep="auto bert gpt2 llama mistral qwen2 distilbert roberta vit t5
     bart albert electra deberta_v2 opt gpt_neox phi gemma mixtral falcon bloom
-    swin convnext clip whisper"
+    swin convnext clip whisper beit dinov2 gpt_bigcode mobilebert segformer
+    squeezebert xlnet wav2vec2 llama4 qwen3 qwen3_moe ernie4_5_moe"
   for m in "$stage"/transformers/models/*/; do
     local name
     name=$(basename "$m")
