@@ -4,7 +4,7 @@
 # glibc >= 2.36 and, for bench and python, python3 with torch):
 #
 #   make bundle BUNDLE_EXTRA="build/tests/gpu/cuda_gpu_test build/bench/gpu/cuda_bench build/tests/unit/cuda_runtime_test"
-#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|attention|trainops|profile|gemm|realmodels|inputwrites|bench|all [OUT_DIR]
+#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|attention|trainops|profile|gemm|realmodels|idioms|inputwrites|bench|all [OUT_DIR]
 #
 # tests: cuda_runtime_test and cuda_gpu_test (its Client test starts the
 # bundle's kilnd); python: the Python binding with PyTorch
@@ -122,6 +122,11 @@ if [[ $what == realmodels ]]; then
   # bench/python/real_models.py --device cuda ($REAL_ARGS passed on).
   # shellcheck disable=SC2086
   "${PYTHON:-python3}" "$here/bench/python/real_models.py" --device cuda ${REAL_ARGS:-} || status=1
+fi
+if [[ $what == idioms ]]; then
+  # bench/python/idioms.py --device cuda ($IDIOM_ARGS passed on).
+  # shellcheck disable=SC2086
+  "${PYTHON:-python3}" "$here/bench/python/idioms.py" --device cuda ${IDIOM_ARGS:-} || status=1
 fi
 if [[ $what == convblock ]]; then
   # bench/python/conv_block.py --device cuda ($CONV_ARGS passed on).

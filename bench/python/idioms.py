@@ -257,7 +257,7 @@ class ComplexRoPE(nn.Module):
         b, t, _ = x.shape
         q, k, v = (m(x).view(b, t, 4, 8) for m in (s.q, s.k, s.v))
         q, k = s.rope(q), s.rope(k)
-        mask = torch.full((t, t), float("-inf")).triu(1)
+        mask = torch.full((t, t), float("-inf"), device=x.device).triu(1)
         return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)
 
 

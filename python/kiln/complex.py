@@ -445,6 +445,29 @@ def _viewable_as_complex(pair: Any) -> bool:
             all(s % 2 == 0 for s in v.stride()[:-1]))
 
 
+def _restrided(b: NodeBuilder, p: torch.fx.Node, want: Any) -> torch.fx.Node:
+    """p laid out with strides `want` (same sizes) where those are a dense
+    layout in another dim order: permute, a contiguous clone, permute
+    back (Kiln writes the clone in that order; the views are free).
+    Otherwise (equal already, symbolic, or not dense) p itself."""
+    v = _val(p)
+    have, sizes = tuple(v.stride()), tuple(v.shape)
+    want = tuple(want)
+    if have == want or len(want) != len(sizes) or not all(
+            isinstance(x, int) for x in sizes + want):
+        return p
+    perm = sorted(range(len(want)), key=lambda d: (-want[d], -sizes[d]))
+    expect = 1
+    for d in reversed(perm):
+        if sizes[d] != 1 and want[d] != expect:
+            return p
+        expect *= sizes[d]
+    inverse = [perm.index(d) for d in range(len(perm))]
+    q = b(aten.clone.default, b(aten.permute.default, p, perm),
+          memory_format=torch.contiguous_format)
+    return b(aten.permute.default, q, inverse)
+
+
 def lower_complex(gm: torch.fx.GraphModule) -> int:
     """Rewrites gm's complex values as pairs where a rule covers them
     (module docstring). Returns how many nodes it lowered (0: gm is
@@ -463,11 +486,15 @@ def lower_complex(gm: torch.fx.GraphModule) -> int:
     replaced: Dict[torch.fx.Node, torch.fx.Node] = {}  # real results
     after_inputs = next(n for n in graph.nodes if n.op != "placeholder")
 
+    def after(n: torch.fx.Node) -> torch.fx.Node:
+        """Where a node computed from n alone goes."""
+        return after_inputs if n.op == "placeholder" else n.next
+
     def pair_of(z: torch.fx.Node) -> torch.fx.Node:
         """z's pair: lowered already, or a view of the complex tensor z
         (a graph input, or the result of an op that stayed complex)."""
         if z not in pairs:
-            boundary.where = after_inputs if z.op == "placeholder" else z.next
+            boundary.where = after(z)
             pairs[z] = boundary(aten.view_as_real.default, z)
         return pairs[z]
 
@@ -496,14 +523,24 @@ def lower_complex(gm: torch.fx.GraphModule) -> int:
 
     # Readers that stayed complex (ops without a rule, the graph's outputs)
     # read each lowered value as a complex view of its pair.
+    # They get the strides the traced graph gave the value (what a graph
+    # output saved for the backward was compiled for there).
     gone = set(lowered) | set(replaced)
     for node, result in replaced.items():
+        users = [u for u in node.users if u not in gone]
+        if users:
+            boundary.where = after(result)
+            laid = _restrided(boundary, result, _val(node).stride())
+            for u in users:
+                u.replace_input_with(node, laid)
         node.replace_all_uses_with(result)
     for node in reversed(lowered):
         users = [u for u in node.users if u not in gone]
         if users:
             p = pairs[node]
-            boundary.where = p.next
+            boundary.where = after(p)
+            p = _restrided(boundary, p,
+                           [2 * s for s in _val(node).stride()] + [1])
             if not _viewable_as_complex(p):
                 p = boundary(aten.clone.default, p,
                              memory_format=torch.contiguous_format)

@@ -10,6 +10,7 @@ compiles."""
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any, List
 
 import pytest
@@ -122,6 +123,8 @@ def _checked_backend(lowered: List[int]) -> Any:
             for a, b in zip(got, want):
                 if isinstance(b, torch.Tensor):
                     assert a.dtype == b.dtype and a.shape == b.shape
+                    assert a.stride() == b.stride() or b.numel() <= 1, \
+                        (a.stride(), b.stride())
                     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
             return got
 
@@ -215,3 +218,38 @@ def test_rotary_graphs_keep_their_results_under_dynamic_sizes():
         torch.testing.assert_close(compiled(x), model(x))
         compiled(x).sum().backward()
     assert len(lowered) == 2 and all(n > 0 for n in lowered), lowered
+
+
+def _llama4_rotary(x, inv_freq, positions):
+    """transformers' Llama 4 rotary embedding: freqs_cis from torch.polar
+    of a transposed product (so with transposed strides), saved for the
+    backward as a complex tensor."""
+    freqs = (inv_freq[None, :, None].expand(positions.shape[0], -1, 1)
+             @ positions[:, None, :].float()).transpose(1, 2)
+    cis = torch.polar(torch.ones_like(freqs), freqs) * 0.5
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(xc * cis[:, :, None, :]).flatten(3).square().sum()
+
+
+def test_saved_complex_values_keep_their_traced_strides(daemon):
+    """A complex value the forward saves for the backward is laid out as
+    traced (here transposed), so the backward partition compiled for those
+    strides runs it: no partition falls back at run time (before, the
+    pair came out contiguous and the backward ran eagerly with a warning)."""
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(2, 6, 3, 8, generator=g)
+    inv, pos = torch.rand(4, generator=g), torch.arange(6).expand(2, 6)
+    backend = kiln.backend(server=daemon.address, fallback="eager")
+    xs, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = torch.compile(_llama4_rotary, backend=backend)(xs, inv, pos)
+        out.backward()
+    assert not [w for w in caught if "kiln" in str(w.message)], \
+        [str(w.message) for w in caught]
+    want = _llama4_rotary(xr, inv, pos)
+    want.backward()
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(xs.grad, xr.grad)
+    assert backend.report.fallback_nodes == 0, str(backend.report)
