@@ -86,6 +86,9 @@ SCALE, SEQ, IMAGE = 1, 16, 64
 KEEP_DROPOUT = False
 # main's --checkpointing (see the docstring).
 CHECKPOINTING = False
+# --cudagraphs: Kiln with cudagraphs=True, Inductor's baseline with
+# mode="reduce-overhead" (both CUDA graph trees).
+CUDAGRAPHS = False
 
 
 def _b(batch: int) -> int:
@@ -569,7 +572,8 @@ def run_model(name: str, server: str, dynamic: bool,
         exact = (_step(exact_model, exact_model, inputs, mode, exact=True)
                  if mode.amp else eager)
     torch._dynamo.reset()
-    backend = kiln.backend(server=server, fallback="eager")
+    backend = kiln.backend(server=server, fallback="eager",
+                           cudagraphs=CUDAGRAPHS)
     mine = copy.deepcopy(model)
     compiled = torch.compile(mine, backend=baseline or backend,
                              dynamic=dynamic or None)
@@ -636,7 +640,8 @@ def run_model(name: str, server: str, dynamic: bool,
                                 timed_steps)
         torch._dynamo.reset()
         ind_model = copy.deepcopy(model)
-        ind = torch.compile(ind_model, dynamic=dynamic or None)
+        ind = torch.compile(ind_model, dynamic=dynamic or None,
+                            mode="reduce-overhead" if CUDAGRAPHS else None)
         ind_ms = _ms_per_step(ind, ind_model, inputs, mode, timed_steps)
         line += (f"\n      step ms: kiln {kiln_ms:.2f}, inductor {ind_ms:.2f}"
                  f", eager {eager_ms:.2f} (kiln/inductor "
@@ -682,14 +687,19 @@ def main() -> None:
     ap.add_argument("--checkpointing", action="store_true",
                     help="the Hugging Face models' gradient checkpointing "
                     "on (the others SKIPPED)")
+    ap.add_argument("--cudagraphs", action="store_true",
+                    help="Kiln with cudagraphs=True and the Inductor "
+                    "baseline with mode='reduce-overhead' (CUDA only)")
     ap.add_argument("--cudnn-benchmark", action="store_true",
                     help="torch.backends.cudnn.benchmark = True for every "
                     "backend")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = a.cudnn_benchmark
     global SCALE, SEQ, IMAGE, KEEP_DROPOUT, CHECKPOINTING  # noqa: PLW0603
+    global CUDAGRAPHS  # noqa: PLW0603
     SCALE, SEQ, IMAGE = a.scale, a.seq, a.image
     KEEP_DROPOUT, CHECKPOINTING = a.dropout, a.checkpointing
+    CUDAGRAPHS = a.cudagraphs
     daemon = None if a.server else Kilnd()
     server = a.server or daemon.address
     rows = []

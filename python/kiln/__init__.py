@@ -58,6 +58,7 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
             fuse_gemm_epilogues: bool = True,
             recompute: bool = False,
             foreach: Optional[bool] = None,
+            cudagraphs: Optional[bool] = None,
             token: Optional[str] = None,
             token_file: Optional[str] = None, trusted_keys: Any = None,
             tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
@@ -104,6 +105,15 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     (AdamW 0.77x eager's time, Adam 1.86x, SGD 4.4x: bench/README.md,
     session 25; bench/python/optimizer_step.py).
 
+    cudagraphs: on CUDA, each compiled forward and backward graph is
+    captured once and replayed as a CUDA graph by PyTorch's CUDA graph
+    trees (kiln/cudagraphs.py), as torch.compile's mode="reduce-overhead"
+    does for Inductor (that mode sets it here too): one launch per graph
+    instead of Python and a driver call per partition and eager op.
+    None (default): $KILN_CUDAGRAPHS ("1" or "0") when set, else False.
+    Graphs CUDA graphs cannot hold (CPU tensors, mutated inputs) run
+    without, as PyTorch logs.
+
     A kilnd with tokens, TLS or signed artifacts (README.md, "Running kilnd
     for a team"), each keyword else its environment variable, as
     kiln.Client takes them: token ($KILN_TOKEN) or token_file
@@ -119,7 +129,7 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     return KilnBackend(server=server, fast_math=fast_math, fallback=fallback,
                        fuse_gemm_epilogues=fuse_gemm_epilogues,
                        recompute=recompute, foreach=foreach,
-                       attention=attention, token=token, token_file=token_file,
+                       cudagraphs=cudagraphs, attention=attention, token=token, token_file=token_file,
                        trusted_keys=trusted_keys, tls_ca=tls_ca,
                        tls_cert=tls_cert, tls_key=tls_key,
                        tls_server_name=tls_server_name)
@@ -145,8 +155,9 @@ def _dynamo_backend(gm: Any, example_inputs: Any, *,
     backend (KILN_SERVER, accurate math, eager fallback), or with
     ``torch.compile(..., options={...})`` the one kiln.backend(**options)
     builds (the keys are kiln.backend's keyword arguments; an unknown key is
-    a ValueError naming it). ``mode`` is Inductor's: "default" and the
-    others are accepted, the others with a warning (Kiln has no modes).
+    a ValueError naming it). ``mode`` is Inductor's: "reduce-overhead"
+    turns on kiln.backend's cudagraphs; "default" and the others are
+    accepted, the others with a warning (Kiln has no other modes).
     ``name`` (torch.compile's, for logs) is not used."""
     from .dynamo import named_backend  # noqa: PLC0415 (needs torch)
 

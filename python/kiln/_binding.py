@@ -324,6 +324,10 @@ def _declare(lib):
         "kiln_cuda_executable_run": (status, [vp, p(_TensorView),
                                               ctypes.c_size_t, vp, p(vp),
                                               ctypes.c_size_t]),
+        "kiln_cuda_executable_run_into": (status, [vp, p(_TensorView),
+                                                   ctypes.c_size_t, vp,
+                                                   p(_TensorView),
+                                                   ctypes.c_size_t]),
         "kiln_cuda_executable_check_index_errors": (status,
                                                     [vp, vp, ctypes.c_int]),
         "kiln_cuda_tensor_data": (ctypes.c_uint64, [vp]),
@@ -646,6 +650,22 @@ class CudaExecutable:
                            self._allocator_keep)
                 for i in range(self.num_outputs)]
 
+    def run_into(self, inputs, outputs):
+        """Runs on torch CUDA tensors of this executable's device, writing
+        output o into outputs[o] (contiguous torch tensors of the output's
+        dtype and sizes, e.g. torch.empty: memory PyTorch owns, as CUDA
+        graph trees require), enqueued on torch's current stream. Errors:
+        KilnError as kiln_cuda_executable_run_into (FAILED_PRECONDITION:
+        the program needs more memory for an output; use __call__)."""
+        torch = _torch_dtypes()
+        in_views, keep_in = _views(inputs, "input")
+        out_views, keep_out = _views(outputs, "output")
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        _check(self._lib, self._lib.kiln_cuda_executable_run_into(
+            self._handle, in_views, len(inputs), ctypes.c_void_p(stream),
+            out_views, len(outputs)))
+        del keep_in, keep_out
+
     def check_index_errors(self, stream=None, wait=True):
         """Raises KilnIndexError (an IndexError) when a run read an index
         out of range (PyTorch's device-side assert; otherwise the next run
@@ -724,7 +744,7 @@ class CudaExecutable:
 
 
 def _views(tensors, what):
-    """A ctypes array of kiln_tensor_views over torch CPU tensors (and what
+    """A ctypes array of kiln_tensor_views over torch tensors (and what
     keeps its sizes/strides arrays alive)."""
     n = len(tensors)
     views = (_TensorView * max(n, 1))()

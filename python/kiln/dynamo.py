@@ -85,6 +85,7 @@ from . import _binding
 from .aot_logs import quiet_aot_logs
 from .attention import resolve_policy, rewrite_attention
 from .complex import BOUNDARY as COMPLEX_BOUNDARY, lower_complex
+from .cudagraphs import cudagraph_aot
 from .foreach import foreach_decompositions
 from .remat import kiln_default_partition
 from .decompositions import extra_decompositions
@@ -296,7 +297,13 @@ class KilnPartition(torch.nn.Module):
         # Outputs Kiln writes in a permuted order (KilnGraph.output_perms):
         # permuted back here, a view.
         self._perms = [(j, p) for j, p in enumerate(graph.output_perms) if p]
-        if not graph.scalar_inputs and not graph.size_inputs and \
+        # Under CUDA graph trees (kiln/cudagraphs.py) outputs must be
+        # memory PyTorch's allocator owns with its own deleter: written
+        # into torch.empty tensors (run_into), never handed over by DLPack.
+        self._owned_outputs = self._cuda and backend.cudagraphs
+        if self._owned_outputs:
+            pass
+        elif not graph.scalar_inputs and not graph.size_inputs and \
                 not self._perms and not graph.moved_inputs and \
                 all(s is None for s in self._strides) and \
                 all(v.static for v in graph.view_outputs):
@@ -320,6 +327,33 @@ class KilnPartition(torch.nn.Module):
             entries.append((f"view_{v.base[0]}", v.base[1], v.sizes,
                             v.strides, v.offset))
         return entries
+
+    def _run_owned(self, tensors: List[torch.Tensor]) -> List[torch.Tensor]:
+        """The CUDA run into torch.empty outputs (_owned_outputs). Where the
+        sizes are not known here (a symbol no input gives) or the program
+        needs larger output buffers, the run's own outputs are copied into
+        them."""
+        device = self.graph.device
+        sizes = self._static_sizes
+        if sizes is None:
+            try:
+                values = self._symbol_values(tensors)
+                sizes = [_evaluate([s.node.expr if isinstance(s, torch.SymInt)
+                                    else s for s in m.shape], values)
+                         for m in self.graph.output_meta]
+            except Exception:  # noqa: BLE001 (a symbol no input gives)
+                sizes = None
+        if sizes is not None:
+            outs = [torch.empty(s, dtype=d, device=device)
+                    for s, d in zip(sizes, self._dtypes)]
+            try:
+                self.exe.run_into(tensors, outs)
+                return outs
+            except _binding.KilnError as e:
+                if e.code != 9:  # FAILED_PRECONDITION: larger buffers
+                    raise
+        return [torch.empty_like(o, memory_format=torch.contiguous_format)
+                .copy_(o) for o in self.exe(*tensors)]
 
     def _symbol_values(self, tensors: List[torch.Tensor]) -> Dict[Any, int]:
         return {sym: tensors[k].shape[d]
@@ -393,7 +427,9 @@ class KilnPartition(torch.nn.Module):
         for k in self.graph.moved_inputs:
             tensors[k] = tensors[k].to(self.graph.device)
         try:
-            if self._run is not None:
+            if self._owned_outputs:
+                outs = self._run_owned(tensors)
+            elif self._run is not None:
                 outs = list(self._run(*tensors))
             elif self._cuda:
                 outs = self.exe(*tensors)
@@ -482,6 +518,7 @@ class KilnBackend:
     def __init__(self, server: Optional[str] = None, fast_math: bool = False,
                  fallback: str = "eager", fuse_gemm_epilogues: bool = True,
                  recompute: bool = False, foreach: Optional[bool] = None,
+                 cudagraphs: Optional[bool] = None,
                  attention: Optional[str] = None, token: Optional[str] = None,
                  token_file: Optional[str] = None,
                  trusted_keys: Optional[Any] = None,
@@ -517,6 +554,11 @@ class KilnBackend:
         self.foreach_devices = (frozenset({"cpu"}) if foreach is None else
                                 frozenset({"cpu", "cuda"}) if foreach else
                                 frozenset())
+        env = os.environ.get("KILN_CUDAGRAPHS")
+        if cudagraphs is None:
+            cudagraphs = env == "1"
+        # CUDA graphs around each compiled CUDA graph (kiln/cudagraphs.py).
+        self.cudagraphs = bool(cudagraphs)
         self.fallback = fallback
         self.report = ExplainReport()
         self._warned = False
@@ -533,17 +575,20 @@ class KilnBackend:
         self.recompute = bool(recompute)
 
         def aot(foreach_ops: bool) -> Any:
-            return aot_autograd(
-                fw_compiler=self._compile_graph,
-                bw_compiler=self._compile_graph,
-                decompositions=lambda: self._decompositions(foreach_ops),
-                partition_fn=(recompute_partition if self.recompute
-                              else kiln_default_partition),
-                keep_inference_input_mutations=True)
+            return aot_autograd(fw_compiler=self._compile_graph,
+                                bw_compiler=self._compile_graph,
+                                **self._aot_options(foreach_ops))
 
         # Graphs of a device in foreach_devices take the second.
         self._aot, self._aot_foreach = aot(False), aot(True)
         self.__name__ = "kiln"
+
+    def _aot_options(self, foreach_ops: bool) -> Dict[str, Any]:
+        """aot_autograd's arguments other than the compilers."""
+        return dict(decompositions=lambda: self._decompositions(foreach_ops),
+                    partition_fn=(recompute_partition if self.recompute
+                                  else kiln_default_partition),
+                    keep_inference_input_mutations=True)
 
     def _cuda_options(self) -> int:
         """The matrix-product and convolution CompileOptions of a CUDA
@@ -580,8 +625,16 @@ class KilnBackend:
                           fused="kiln.attention.default" in self.ops())
         devices = {x.device.type for x in example_inputs
                    if isinstance(x, torch.Tensor)}
-        aot = (self._aot_foreach if devices and devices <= self.foreach_devices
-               else self._aot)
+        foreach_ops = bool(devices) and devices <= self.foreach_devices
+        aot = self._aot_foreach if foreach_ops else self._aot
+        if self.cudagraphs and devices == {"cuda"}:
+            graphs = cudagraph_aot(self._compile_graph, len(example_inputs),
+                                   **self._aot_options(foreach_ops))
+            if graphs is None:
+                self._warn_once("kiln: cudagraphs: this torch has no CUDA "
+                                "graph trees; running without")
+            else:
+                aot = graphs
         with quiet_aot_logs():  # (kiln/aot_logs.py)
             return aot(gm, example_inputs)
 
@@ -1056,8 +1109,7 @@ _BY_OPTIONS_LOCK = threading.Lock()
 # torch.compile's modes are Inductor's; what each means for Kiln.
 _MODES = {
     "default": None,
-    "reduce-overhead": "CUDA graphs are Inductor's; Kiln runs its own "
-                       "programs (mode ignored)",
+    "reduce-overhead": None,  # kiln.backend(cudagraphs=True)
     "max-autotune": "Kiln times GEMM algorithms on the first call anyway "
                     "(mode ignored)",
     "max-autotune-no-cudagraphs": "Kiln times GEMM algorithms on the first "
@@ -1091,14 +1143,17 @@ def named_backend(options: Optional[Dict[str, Any]] = None,
     backend kiln.backend(**options) builds, one per distinct options in the
     process. Raises ValueError naming an unknown option key (with the known
     ones) or an unknown mode; torch.compile reports it as a backend error
-    before anything runs. Inductor's other modes are accepted with one
-    warning saying what Kiln does instead."""
+    before anything runs. mode="reduce-overhead" is options' cudagraphs
+    (True unless options say otherwise); Inductor's other modes are
+    accepted with one warning saying what Kiln does instead."""
     if mode is not None and mode not in _MODES:
         raise ValueError(f"kiln: unknown mode {mode!r} (torch.compile's "
                          f"modes: {', '.join(_MODES)})")
     if mode is not None and _MODES[mode] is not None:
         warnings.warn(f"kiln: mode={mode!r}: {_MODES[mode]}", RuntimeWarning,
                       stacklevel=3)
+    if mode == "reduce-overhead":
+        options = {"cudagraphs": True, **(options or {})}
     if not options:
         return default_backend()
     known = option_names()

@@ -1481,7 +1481,7 @@ def test_entry_point_backend_by_name(daemon, tmp_path):
     assert out.stdout.strip().startswith(str(target)), out.stdout
 
 
-def test_named_backend_takes_options_and_modes(daemon):
+def test_named_backend_takes_options_and_modes(daemon, monkeypatch):
     """torch.compile(backend="kiln", options={...}) configures the backend
     as kiln.backend(**options) does (one backend per distinct options);
     an unknown key fails the compile naming it; Inductor's modes run with
@@ -1512,6 +1512,19 @@ def test_named_backend_takes_options_and_modes(daemon):
         got = torch.compile(f, backend=_dynamo_backend, mode="max-autotune",
                             options=None)(x)
     torch.testing.assert_close(got, f(x))
+    # reduce-overhead: CUDA graphs (kiln/cudagraphs.py); a CPU graph runs
+    # as without them.
+    reduced = kd.named_backend(dict(opts), "reduce-overhead")
+    assert reduced.cudagraphs and reduced is not configured
+    assert not kd.named_backend(dict(opts, cudagraphs=False),
+                                "reduce-overhead").cudagraphs
+    torch._dynamo.reset()
+    monkeypatch.setenv("KILN_SERVER", daemon.address)  # (mode xor options)
+    got = torch.compile(f, backend=_dynamo_backend, mode="reduce-overhead")(x)
+    torch.testing.assert_close(got, f(x))
+    by_mode = kd.named_backend(None, "reduce-overhead")
+    assert by_mode.cudagraphs and by_mode.report.compiled_partitions == 1, \
+        by_mode.report
 
 
 def test_imports_without_torch():
