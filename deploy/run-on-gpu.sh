@@ -4,7 +4,7 @@
 # glibc >= 2.36 and, for bench and python, python3 with torch):
 #
 #   make bundle BUNDLE_EXTRA="build/tests/gpu/cuda_gpu_test build/bench/gpu/cuda_bench build/tests/unit/cuda_runtime_test"
-#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|attention|trainops|profile|gemm|realmodels|idioms|inputwrites|bench|all [OUT_DIR]
+#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|attention|trainops|profile|gemm|realmodels|idioms|steptime|inputwrites|bench|all [OUT_DIR]
 #
 # tests: cuda_runtime_test and cuda_gpu_test (its Client test starts the
 # bundle's kilnd); python: the Python binding with PyTorch
@@ -97,6 +97,11 @@ fi
 if [[ $what == pybench ]]; then
   "${PYTHON:-python3}" "$here/bench/python/gpu_gemm.py" || status=1
   "${PYTHON:-python3}" "$here/bench/python/step_time.py" --device cuda || status=1
+fi
+if [[ $what == steptime ]]; then
+  # bench/python/step_time.py --device cuda alone ($STEPTIME_ARGS passed on).
+  # shellcheck disable=SC2086
+  "${PYTHON:-python3}" "$here/bench/python/step_time.py" --device cuda ${STEPTIME_ARGS:-} || status=1
 fi
 if [[ $what == coverage ]]; then
   (cd "$here/bench/python" && "${PYTHON:-python3}" coverage.py --device cuda \

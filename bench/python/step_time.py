@@ -11,6 +11,7 @@ from other processes falls on all three alike).
     PY=$(bash deploy/python-env.sh)
     $PY bench/python/step_time.py                      # all models
     $PY bench/python/step_time.py --models mlp,nanogpt --iters 20 --repeats 5
+    $PY bench/python/step_time.py --device cuda --cudagraphs   # + CUDA graphs
 
 A private kilnd on an ephemeral port serves Kiln unless --server is given
 (build/server/kilnd, build/client/libkiln_c.so; KILN_KILND and KILN_LIB
@@ -47,12 +48,14 @@ def make_step(name: str, backend: str, server: str,
     opt = make_optimizer(model, spec)
     if backend == "eager":
         step_model: Callable = model
-    elif backend == "inductor":
-        step_model = torch.compile(model, backend="inductor",
-                                   dynamic=args.dynamic)
+    elif backend.startswith("inductor"):
+        step_model = torch.compile(
+            model, backend="inductor", dynamic=args.dynamic,
+            mode="reduce-overhead" if backend.endswith("cg") else None)
     else:
         step_model = torch.compile(
-            model, backend=kiln.backend(server=server, fallback="eager"),
+            model, backend=kiln.backend(server=server, fallback="eager",
+                                        cudagraphs=backend.endswith("cg")),
             dynamic=args.dynamic)
     inputs, target = spec.example()
     inputs = tuple(a.to(device) if isinstance(a, torch.Tensor) else a
@@ -102,9 +105,15 @@ def main() -> None:
     ap.add_argument("--dynamic", action="store_true")
     ap.add_argument("--device", default="cpu",
                     help="cpu or cuda (each step ends with a synchronize)")
+    ap.add_argument("--cudagraphs", action="store_true",
+                    help="also Inductor with mode='reduce-overhead' and Kiln "
+                    "with cudagraphs=True (columns inductor-cg, kiln-cg)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads (default: torch's choice)")
     args = ap.parse_args()
+    global BACKENDS  # noqa: PLW0603
+    if args.cudagraphs:
+        BACKENDS = BACKENDS + ("inductor-cg", "kiln-cg")
     names = args.models.split(",") if args.models else list(MODELS)
     daemon = None if args.server else Kilnd()
     server = args.server or daemon.address
@@ -119,17 +128,17 @@ def main() -> None:
               f"{'dynamic' if args.dynamic else 'static'}, load average "
               f"{os.getloadavg()[0]:.1f}; median of "
               f"{args.repeats} x {args.iters} steps after {args.warmup} warm-up\n")
-        print(f"{'model':<14}" + "".join(f"{b + ' ms':>13}" for b in BACKENDS) +
+        print(f"{'model':<14}" + "".join(f"{b + ' ms':>16}" for b in BACKENDS) +
               f"{'kiln/ind':>10}{'kiln/eager':>11}" +
-              "".join(f"{'1st ' + b + ' s':>15}" for b in BACKENDS[1:]))
+              "".join(f"{'1st ' + b + ' s':>18}" for b in BACKENDS[1:]))
         for name in names:
             r = time_model(name, server, args)
             k = r["kiln"]["step_ms"]
             print(f"{name:<14}" +
-                  "".join(f"{r[b]['step_ms']:>13.3f}" for b in BACKENDS) +
+                  "".join(f"{r[b]['step_ms']:>16.3f}" for b in BACKENDS) +
                   f"{k / r['inductor']['step_ms']:>9.2f}x"
                   f"{k / r['eager']['step_ms']:>10.2f}x" +
-                  "".join(f"{r[b]['first_s']:>15.2f}" for b in BACKENDS[1:]),
+                  "".join(f"{r[b]['first_s']:>18.2f}" for b in BACKENDS[1:]),
                   flush=True)
     finally:
         if daemon:
