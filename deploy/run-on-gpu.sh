@@ -111,7 +111,7 @@ if [[ $what == callcost ]]; then
   "$K/bin/kilnd" --listen=127.0.0.1:0 --metrics_listen= --port_file="$work/port" \
     --data_dir="$work/data" >"$work/kilnd.log" 2>&1 &
   for _ in $(seq 100); do [[ -s $work/port ]] && break; sleep 0.1; done
-  PYTHONPATH=$K/python "${PYTHON:-python3}" "$here/bench/python/call_cost.py" --device cuda \
+  PYTHONPATH=$here/python "${PYTHON:-python3}" "$here/bench/python/call_cost.py" --device cuda \
     --server "127.0.0.1:$(head -1 "$work/port")" ${CALLCOST_ARGS:-} || status=1
   kill %1 || true
 fi

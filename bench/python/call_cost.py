@@ -13,7 +13,9 @@ plus the kernels. --clock=cpu measures the process's CPU time
 loaded machine. On CUDA each figure is "host/synced": the loop's wall time
 per call before the final torch.cuda.synchronize() (what the host spends to
 enqueue a call) and after it (kernels included); the chain's kernels are
-tiny, so its synced figure is the host cost too.
+tiny, so its synced figure is the host cost too. On CUDA also "kiln-cg"
+(kiln.backend(cudagraphs=True)) and "inductor-cg" (mode="reduce-overhead"):
+the whole graph replayed by PyTorch's CUDA graph trees.
 
     PY=$(bash deploy/python-env.sh)
     build/server/kilnd --listen=127.0.0.1:7799 --metrics_listen= &
@@ -116,6 +118,12 @@ def main():
                            for p, p_args in parts)
                 row += (f"  kiln-{path} {total:8.1f} (call {call:6.1f}, "
                         f"{len(parts)} partition(s))")
+            if CUDA:  # whole graphs replayed: CUDA graph trees
+                cg = torch.compile(fn, backend=kiln.backend(
+                    server=a.server, fallback="error", cudagraphs=True))
+                ind = torch.compile(fn, mode="reduce-overhead")
+                row += (f"  kiln-cg {per_call_us(cg, x, iters=iters):8.1f}"
+                        f"  inductor-cg {per_call_us(ind, x, iters=iters):8.1f}")
             print(row)
 
 
