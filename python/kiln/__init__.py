@@ -111,8 +111,8 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     does for Inductor (that mode sets it here too): one launch per graph
     instead of Python and a driver call per partition and eager op.
     None (default): $KILN_CUDAGRAPHS ("1" or "0") when set, else False.
-    Graphs CUDA graphs cannot hold (CPU tensors, mutated inputs) run
-    without, as PyTorch logs.
+    Graphs CUDA graphs cannot hold (CPU tensors, mutated inputs) and, for
+    now, graphs with symbolic sizes run without, as PyTorch logs.
 
     A kilnd with tokens, TLS or signed artifacts (README.md, "Running kilnd
     for a team"), each keyword else its environment variable, as

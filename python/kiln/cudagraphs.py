@@ -23,7 +23,10 @@ skips).
 This module reuses torch/_dynamo/backends/cudagraphs.py's checks (the
 same in torch 2.6 to 2.15): a graph with CPU tensors, ops CUDA graphs
 cannot hold, or mutated inputs runs without a CUDA graph (PyTorch logs
-why), and so does its backward. cudagraph_aot() returns None where this
+why), and so does its backward. So does a graph with symbolic sizes
+(dynamic=True, or Dynamo's automatic dynamic shapes after a size
+changed): not yet (replays on the H200 were handed inputs of another
+size). cudagraph_aot() returns None where this
 torch lacks those pieces; the backend then warns once and runs without.
 """
 
@@ -69,6 +72,15 @@ def cudagraph_aot(compile_graph: Compiler, num_dynamo_inputs: int,
         tensors, several devices, ops graphs cannot hold), and inputs it
         mutates that are not static (parameters and buffers are: a batch
         norm's running statistics are written in place on replay)."""
+        for node in gm.graph.find_nodes(op="placeholder"):
+            val = node.meta.get("val")
+            if isinstance(val, torch.SymInt) or (
+                    isinstance(val, torch.Tensor) and
+                    any(isinstance(d, torch.SymInt) for d in val.shape)):
+                # Not yet: replays of one size were handed another's
+                # inputs on the H200 (the trees key their recordings by
+                # the int inputs; Kiln's graphs did not match that).
+                return "symbolic sizes (Kiln records static graphs only)"
         mutated = find_input_mutations(gm.graph) - set(static)
         if mutated and not getattr(torch._dynamo.config,
                                    "cudagraph_backend_support_input_mutation",
