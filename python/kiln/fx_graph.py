@@ -155,12 +155,61 @@ def _non_polynomial(expr: Any) -> str:
     return "not a polynomial with integer coefficients"
 
 
+def _integral_floats(e: Any) -> Any:
+    """e with each float constant that is an integer made one."""
+    import sympy  # noqa: PLC0415
+    floats = {f: sympy.Integer(int(f)) for f in e.atoms(sympy.Float)
+              if float(f).is_integer()}
+    return e.xreplace(floats) if floats else e
+
+
+def _integer_polynomial(e: Any) -> bool:
+    import sympy  # noqa: PLC0415
+    e = sympy.expand(e)
+    syms = sorted(e.free_symbols, key=str)
+    if not syms:
+        return bool(e.is_Integer)
+    return (not e.atoms(sympy.Function) and e.is_polynomial(*syms) and
+            all(c.is_Integer for c in sympy.Poly(e, *syms).coeffs()))
+
+
+def exact_size(expr: Any) -> Any:
+    """expr with the float arithmetic Dynamo writes for sizes computed in
+    Python floats (`torch.arange(klen, -qlen, -1.0)`'s length is
+    CeilToInt(FloatTrueDiv(ToFloat(-s0) - ToFloat(s0), -1.0))) done
+    exactly, in rationals: ToFloat(x) is x, a float division a division,
+    and a rounding to int (CeilToInt, FloorToInt, TruncToInt) or a FloorDiv
+    by a constant is dropped where its argument is already an integer
+    polynomial (2*s0), so the rounding has nothing to do. Others stay as
+    they are (and stay refused). Min/Max are rebuilt, so sympy settles
+    those the symbols' signs decide (Max(1, 2*s0) is 2*s0 for s0 > 0)."""
+    import sympy  # noqa: PLC0415
+    if not expr.args:
+        return _integral_floats(expr)
+    args = [exact_size(a) for a in expr.args]
+    name = type(expr).__name__
+    if name == "ToFloat":
+        return args[0]
+    if name in ("FloatTrueDiv", "IntTrueDiv"):
+        return _integral_floats(sympy.expand(args[0] / args[1]))
+    if name in ("CeilToInt", "FloorToInt", "TruncToInt") and \
+            _integer_polynomial(args[0]):
+        return sympy.expand(args[0])
+    if name == "FloorDiv" and args[1].is_Integer and args[1] != 0 and \
+            _integer_polynomial(args[0] / args[1]):
+        return sympy.expand(args[0] / args[1])
+    return _integral_floats(expr.func(*args))
+
+
 def poly_terms(expr: Any) -> List[Tuple[int, List[Any]]]:
     """`expr` (a sympy expression of a SymInt) as polynomial terms
-    (coeff, [symbol, ...]) (a symbol repeated for a power); raises
-    Unsupported for floor division, modulo, min/max and the like."""
+    (coeff, [symbol, ...]) (a symbol repeated for a power), after
+    exact_size; raises Unsupported for floor division, modulo, min/max
+    and the like."""
     import sympy  # noqa: PLC0415
     e = sympy.expand(expr)
+    if e.atoms(sympy.Function):
+        e = sympy.expand(exact_size(e))
     syms = sorted(e.free_symbols, key=str)
     if not syms:
         if not e.is_Integer:

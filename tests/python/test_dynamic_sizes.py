@@ -217,3 +217,59 @@ def test_slice_of_a_static_dim_to_a_dynamic_length_runs_in_kiln(daemon):
     print(f"\na static table cut to seq 5 and 9: {report}")
     assert report.op("aten.slice.Tensor").kiln == 1, str(report)
     assert report.compiled_partitions == report.partitions == 1, str(report)
+
+
+class _RelativePositions(torch.nn.Module):
+    """XLNet's relative positional encoding: torch.arange(klen, -qlen,
+    -1.0), a float arange whose length Dynamo writes in float arithmetic
+    (CeilToInt(FloatTrueDiv(ToFloat(-s0) - ToFloat(s0), -1.0)), which is
+    2*s0), then sinusoids of it."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(d, d)
+        self.register_buffer("inv_freq", 1 / 10000 ** (
+            torch.arange(0, d, 2.0) / d))
+
+    def forward(self, x):
+        seq = x.shape[1]
+        pos = torch.arange(seq, -seq, -1.0)
+        table = torch.outer(pos, self.inv_freq)
+        emb = torch.cat([table.sin(), table.cos()], dim=-1)  # (2 seq, d)
+        return self.proj(x).repeat(1, 2, 1) * emb
+
+
+def test_sizes_written_in_float_arithmetic_run_in_kiln(daemon):
+    """Sizes Dynamo writes with float operations run in Kiln where they are
+    integer polynomials done exactly (fx_graph.exact_size): XLNet's float
+    arange over a dynamic length; before, each node sized by it ran
+    eagerly ("not a polynomial in the sizes (CeilToInt, FloatTrueDiv,
+    ...)"), 132 of XLNet's 663 nodes in Kiln under dynamic=True. The
+    arange itself (a symbolic start) stays eager."""
+    import sympy
+    from torch.utils._sympy.functions import (CeilToInt, FloatTrueDiv,
+                                              FloorDiv, ToFloat)
+
+    from kiln.fx_graph import exact_size
+
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    length = CeilToInt(FloatTrueDiv(ToFloat(-s0) - ToFloat(s0), -1.0))
+    assert poly_terms(4 * s0 * sympy.Max(1, length)) == [(8, [s0, s0])]
+    assert exact_size(FloorDiv(2 * s0 + 4, 2)) == s0 + 2
+    with pytest.raises(Unsupported):  # a division that is not exact
+        poly_terms(CeilToInt(FloatTrueDiv(ToFloat(s0), 3.0)))
+    with pytest.raises(Unsupported, match="FloorDiv"):
+        poly_terms(FloorDiv(s0, 2))
+
+    torch.manual_seed(0)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    _compare_at_lengths(_RelativePositions(), backend, (5, 9),
+                        lambda seq: (torch.randn(2, seq, 16),),
+                        lambda out: out.square().sum())
+    report = backend.report
+    print(f"\nfloat arange over seq 5 and 9: {report}")
+    # Everything sized by the length runs in Kiln; the arange itself
+    # (a symbolic start) is the one node left to eager.
+    assert set(report.fallbacks) <= {"aten.arange.start_step"}, str(report)
+    assert report.fallback_nodes <= 1 and report.kiln_nodes >= 20, \
+        str(report)
