@@ -43,12 +43,14 @@ __all__ = ["cudagraph_aot"]
 Compiler = Callable[[torch.fx.GraphModule, List[Any]], Callable[..., Any]]
 
 
-def cudagraph_aot(compile_graph: Compiler, num_dynamo_inputs: int,
-                  **aot_kwargs: Any) -> Optional[Any]:
+def cudagraph_aot(compile_graph: Compiler, compile_captured: Compiler,
+                  num_dynamo_inputs: int, **aot_kwargs: Any) -> Optional[Any]:
     """An AOTAutograd backend (aot_autograd with `aot_kwargs`) whose
-    forward, backward and inference graphs are compiled by
-    `compile_graph` (KilnBackend._compile_graph) and replayed as CUDA
-    graphs; None when this torch lacks CUDA graph trees."""
+    forward, backward and inference graphs are replayed as CUDA graphs,
+    compiled by `compile_captured` (KilnBackend._compile_graph with
+    outputs PyTorch's allocator owns); a graph the trees skip is compiled
+    by `compile_graph` (the usual call path). None when this torch lacks
+    CUDA graph trees."""
     try:
         from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
         from torch._dynamo.backends.cudagraphs import (  # noqa: PLC0415
@@ -96,7 +98,7 @@ def cudagraph_aot(compile_graph: Compiler, num_dynamo_inputs: int,
         traces = get_stack_traces(gm)
         placeholders = get_placeholder_info(gm.graph)
         mutated = find_input_mutations(gm.graph)
-        compiled = compile_graph(gm, inputs)
+        compiled = compile_captured(gm, inputs)
         if not is_backward:
             device_index.set(index)
 

@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import functools
 import os
 import re
 import sys
@@ -297,10 +298,12 @@ class KilnPartition(torch.nn.Module):
         # Outputs Kiln writes in a permuted order (KilnGraph.output_perms):
         # permuted back here, a view.
         self._perms = [(j, p) for j, p in enumerate(graph.output_perms) if p]
-        # Under CUDA graph trees (kiln/cudagraphs.py) outputs must be
-        # memory PyTorch's allocator owns with its own deleter: written
-        # into torch.empty tensors (run_into), never handed over by DLPack.
-        self._owned_outputs = self._cuda and backend.cudagraphs
+        # Under CUDA graph trees (kiln/cudagraphs.py: a graph compiled with
+        # owned_outputs) outputs must be memory PyTorch's allocator owns
+        # with its own deleter: written into torch.empty tensors
+        # (run_into), never handed over by DLPack.
+        self._owned_outputs = self._cuda and getattr(
+            backend._tls, "owned_outputs", False)
         if self._owned_outputs:
             pass
         elif not graph.scalar_inputs and not graph.size_inputs and \
@@ -566,6 +569,7 @@ class KilnBackend:
         self._server_down_until = 0.0
         self._address: Optional[str] = None
         self._lock = threading.Lock()
+        self._tls = threading.local()  # owned_outputs of the compile in hand
         self._ops: Optional[frozenset] = None
         from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
 
@@ -628,8 +632,10 @@ class KilnBackend:
         foreach_ops = bool(devices) and devices <= self.foreach_devices
         aot = self._aot_foreach if foreach_ops else self._aot
         if self.cudagraphs and devices == {"cuda"}:
-            graphs = cudagraph_aot(self._compile_graph, len(example_inputs),
-                                   **self._aot_options(foreach_ops))
+            graphs = cudagraph_aot(
+                self._compile_graph,
+                functools.partial(self._compile_graph, owned_outputs=True),
+                len(example_inputs), **self._aot_options(foreach_ops))
             if graphs is None:
                 self._warn_once("kiln: cudagraphs: this torch has no CUDA "
                                 "graph trees; running without")
@@ -669,13 +675,24 @@ class KilnBackend:
 
     # -- one AOTAutograd graph ---------------------------------------------
     def _compile_graph(self, gm: torch.fx.GraphModule,
-                       example_inputs: Sequence[Any]) -> Callable[..., Any]:
+                       example_inputs: Sequence[Any],
+                       owned_outputs: bool = False) -> Callable[..., Any]:
         """Partitions gm, compiles each partition, returns the module.
         A partition kilnd refuses because of one node (its error names
         "node N (op)") is partitioned again without that node, up to
         _NODE_RETRIES times per graph (fallback="eager"): with partitions
         as large as whole graphs, one node Kiln cannot compile must not send
-        the whole graph back to eager."""
+        the whole graph back to eager. owned_outputs: the graph will be
+        captured by CUDA graph trees (kiln/cudagraphs.py), whose outputs
+        must be memory PyTorch's allocator owns (KilnPartition._run_owned)."""
+        self._tls.owned_outputs = owned_outputs
+        try:
+            return self._compile_prepared(gm)
+        finally:
+            self._tls.owned_outputs = False
+
+    def _compile_prepared(self, gm: torch.fx.GraphModule) -> Callable[..., Any]:
+        """_compile_graph's work: gm's graph passes, then its partitions."""
         from torch._functorch.aot_autograd import make_boxed_func  # noqa: PLC0415
 
         lower_complex(gm)  # complex values as real pairs (kiln/complex.py)
