@@ -92,7 +92,8 @@ from .remat import kiln_default_partition
 from .decompositions import extra_decompositions
 from .autostart import resolve_server
 from .fx_graph import (COMPARISON_OPS, KilnGraph, Unsupported, ViewOutput,
-                       align_norm_stats_with_eager, batch_input_writes,
+                       align_norm_stats_with_eager,
+                       arange_from_symbolic_starts, batch_input_writes,
                        draw_seed, input_write_candidates, is_contiguous,
                        share_float64_scalar_converts, size_input_tensor,
                        to_kiln_graph)
@@ -698,6 +699,7 @@ class KilnBackend:
         lower_complex(gm)  # complex values as real pairs (kiln/complex.py)
         align_norm_stats_with_eager(gm)
         share_float64_scalar_converts(gm)
+        arange_from_symbolic_starts(gm)
         batch_input_writes(gm)
         window = symbolic_window_op(gm)
         if window is not None:

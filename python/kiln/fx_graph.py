@@ -740,6 +740,57 @@ def share_float64_scalar_converts(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
+def arange_from_symbolic_starts(gm: torch.fx.GraphModule) -> int:
+    """Rewrites each torch.arange whose start is a SymInt (XLNet's
+    arange(klen, -qlen, -1.0), position ids after a cache's length) with a
+    step of 1 or -1 as start + step * arange(length): Kiln's arange takes
+    a symbolic end only, while a symbolic scalar added to a tensor is a
+    Kiln input (a 0-dim tensor). The length, (end - start) * step, is
+    SymInt arithmetic that runs in Python, outside the partitions. Returns
+    how many it rewrote."""
+    import operator  # noqa: PLC0415
+
+    from .fx_build import NodeBuilder, fake_mode_of  # noqa: PLC0415
+
+    names = ("aten.arange.start", "aten.arange.start_step")
+    fake_mode = None
+    done = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or op_name(node.target) not in names:
+            continue
+        args = schema_args(node)
+        start, end = args[0], args[1]
+        step = args[2] if op_name(node.target) == names[1] else 1
+        val = node.meta.get("val")
+        if not (isinstance(start, torch.fx.Node) and
+                isinstance(start.meta.get("val"), torch.SymInt) and
+                isinstance(val, torch.Tensor) and
+                not isinstance(step, bool) and step in (1, -1) and
+                (isinstance(end, int) or (isinstance(end, torch.fx.Node) and
+                 isinstance(end.meta.get("val"), torch.SymInt)))):
+            continue
+        fake_mode = fake_mode or fake_mode_of(gm.graph)
+        if fake_mode is None:
+            return done
+        b = NodeBuilder(gm.graph, node, fake_mode)
+        length = b(operator.sub, end, start) if step > 0 else \
+            b(operator.sub, start, end)
+        t = b(torch.ops.aten.arange.default, length, dtype=val.dtype,
+              device=val.device)
+        if step < 0:
+            t = b(torch.ops.aten.mul.Tensor, t, -1)
+        t = b(torch.ops.aten.add.Tensor, t, start)
+        if t.meta["val"].dtype != val.dtype:
+            t = b(torch.ops.prims.convert_element_type.default, t, val.dtype)
+        node.replace_all_uses_with(t)
+        gm.graph.erase_node(node)
+        done += 1
+    if done:
+        gm.graph.lint()
+        gm.recompile()
+    return done
+
+
 def _cast_stats(val: Any, stats: Tuple[int, ...], names: List[str],
                 nodes: List[Dict[str, Any]]) -> List[str]:
     """`names` (a norm's outputs) with each statistics output whose

@@ -244,8 +244,8 @@ def test_sizes_written_in_float_arithmetic_run_in_kiln(daemon):
     integer polynomials done exactly (fx_graph.exact_size): XLNet's float
     arange over a dynamic length; before, each node sized by it ran
     eagerly ("not a polynomial in the sizes (CeilToInt, FloatTrueDiv,
-    ...)"), 132 of XLNet's 663 nodes in Kiln under dynamic=True. The
-    arange itself (a symbolic start) stays eager."""
+    ...)"), 132 of XLNet's 663 nodes in Kiln under dynamic=True; and the
+    arange itself, whose start is symbolic."""
     import sympy
     from torch.utils._sympy.functions import (CeilToInt, FloatTrueDiv,
                                               FloorDiv, ToFloat)
@@ -268,8 +268,7 @@ def test_sizes_written_in_float_arithmetic_run_in_kiln(daemon):
                         lambda out: out.square().sum())
     report = backend.report
     print(f"\nfloat arange over seq 5 and 9: {report}")
-    # Everything sized by the length runs in Kiln; the arange itself
-    # (a symbolic start) is the one node left to eager.
-    assert set(report.fallbacks) <= {"aten.arange.start_step"}, str(report)
-    assert report.fallback_nodes <= 1 and report.kiln_nodes >= 20, \
-        str(report)
+    # Everything runs in Kiln, the arange too: a symbolic start becomes
+    # start + step * arange(length) (fx_graph.arange_from_symbolic_starts).
+    assert report.fallback_nodes == 0, str(report)
+    assert report.op("aten.arange.default").kiln >= 1, str(report)
