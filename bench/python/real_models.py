@@ -212,7 +212,13 @@ _HF_ANY_SMALL = dict(
     n_embd=64, n_layer=2, n_head=4, n_positions=64,
     max_position_embeddings=64, embedding_size=64, head_dim=16,
     pad_token_id=0, bos_token_id=1, eos_token_id=2,
-    decoder_start_token_id=0, sep_token_id=2, cls_token_id=1)
+    decoder_start_token_id=0, sep_token_id=2, cls_token_id=1,
+    # DeepSeek's multi-head latent attention and experts, consistent with
+    # the sizes above.
+    q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8,
+    qk_nope_head_dim=16, v_head_dim=16, moe_intermediate_size=32,
+    n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+    first_k_dense_replace=1)
 
 
 def _hf_any(model_cls: str) -> Callable[[], Example]:
@@ -225,6 +231,9 @@ def _hf_any(model_cls: str) -> Callable[[], Example]:
         cls = getattr(transformers, model_cls)
         default = cls.config_class()
         kw = {k: v for k, v in _HF_ANY_SMALL.items() if hasattr(default, k)}
+        if "kv_lora_rank" in kw:  # latent attention: a head per query head,
+            kw["num_key_value_heads"] = kw["num_attention_heads"]
+            kw.pop("head_dim", None)  # the rotary part's own size
         cfg = _no_dropout(cls.config_class(**kw))
         ids = torch.randint(3, 100, (_b(2), SEQ))
         if getattr(cfg, "is_encoder_decoder", False):
