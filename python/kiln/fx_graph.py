@@ -844,7 +844,8 @@ def slice_to_the_end(node: torch.fx.Node, args: Sequence[Any]) -> Tuple[Any, ...
 
 def _node_args(node: torch.fx.Node) -> Tuple[Any, ...]:
     """node.args, with the one size of a view/reshape that is neither a
-    constant nor a plain symbol (s0*16) given as -1 (Kiln infers it), an
+    constant nor a plain symbol (s0*16) given as -1 (Kiln infers it; unless
+    a -1 is there already), an
     index list's Nones dropped (IndexLayout says where they were) and a
     slice's symbolic end that is its dim's size given as None."""
     args = node.args
@@ -864,7 +865,10 @@ def _node_args(node: torch.fx.Node) -> Tuple[Any, ...]:
             expr = _sym_expr(val)
             if expr is not None and not expr.is_Integer and not expr.is_Symbol:
                 compound.append(i)
-        if len(compound) == 1:
+        # (Not where the sizes already infer one: view(b, -1, h * d) with a
+        # compound b keeps b, a polynomial argument.)
+        inferred = any(isinstance(v, int) and v == -1 for v in sizes)
+        if len(compound) == 1 and not inferred:
             sizes[compound[0]] = -1
             args = (args[0], sizes, *args[2:])
     return args

@@ -272,3 +272,37 @@ def test_sizes_written_in_float_arithmetic_run_in_kiln(daemon):
     # start + step * arange(length) (fx_graph.arange_from_symbolic_starts).
     assert report.fallback_nodes == 0, str(report)
     assert report.op("aten.arange.default").kiln >= 1, str(report)
+
+
+class _FlatHeads(torch.nn.Module):
+    """BLOOM's reshapes: view(batch * heads, seq, -1), a compound size next
+    to an inferred one."""
+
+    def __init__(self, d: int = 16, heads: int = 4) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(d, d)
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        y = self.proj(x).view(b * self.heads, t, -1).softmax(-1)
+        return y.view(b, self.heads, t, -1).transpose(1, 2).reshape(b, t, -1)
+
+
+def test_compound_size_next_to_an_inferred_one_runs_in_kiln(daemon):
+    """view(b * heads, seq, -1) under dynamic=True: the compound size stays
+    a polynomial argument where the sizes already infer one (the
+    translator used to make it a second -1, which kilnd refused: BLOOM's
+    views ran eagerly, 355/362 nodes in 6 partitions; now 361/362 in 3)."""
+    if symbolic_module_ints():
+        pytest.skip("this torch makes the head count a symbol too "
+                    "(conftest.symbolic_module_ints)")
+    torch.manual_seed(0)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    _compare_at_lengths(_FlatHeads(), backend, (5, 9),
+                        lambda seq: (torch.randn(3, seq, 16),),
+                        lambda out: out.square().sum())
+    report = backend.report
+    print(f"\ncompound view sizes over seq 5 and 9: {report}")
+    assert report.fallback_nodes == 0, str(report)
+    assert report.compiled_partitions == report.partitions == 2, str(report)
