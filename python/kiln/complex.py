@@ -276,22 +276,19 @@ def _div(c: _Lowering, a: Any, b: Any) -> Any:
     return c.b(aten.div.Tensor, c.pair(a), c.real_operand(b))
 
 
-def _sum(c: _Lowering, z: Any, dims: Any = None, keepdim: bool = False,
-         dtype: Any = None) -> Any:
-    if dtype is not None:
-        raise _NoRule("sum with a dtype")
-    r = c.rank(z)
-    dims = list(range(r)) if not dims else [c.dim(d, r) for d in dims]
-    return c.b(aten.sum.dim_IntList, c.pair(z), dims, keepdim)
+# sum and mean over complex dims: the same reduction over the pair's dims.
+_REDUCTIONS = {"aten.sum.dim_IntList": aten.sum.dim_IntList,
+               "aten.mean.default": aten.mean.dim,
+               "aten.mean.dim": aten.mean.dim}
 
 
-def _mean(c: _Lowering, z: Any, dims: Any = None, keepdim: bool = False,
-          dtype: Any = None) -> Any:
+def _reduce(c: _Lowering, z: Any, dims: Any = None, keepdim: bool = False,
+            dtype: Any = None) -> Any:
     if dtype is not None:
-        raise _NoRule("mean with a dtype")
+        raise _NoRule("a reduction with a dtype")
     r = c.rank(z)
     dims = list(range(r)) if not dims else [c.dim(d, r) for d in dims]
-    return c.b(aten.mean.dim, c.pair(z), dims, keepdim)
+    return c.b(_REDUCTIONS[op_name(c.node.target)], c.pair(z), dims, keepdim)
 
 
 def _slice_scatter(c: _Lowering, z: Any, src: Any, dim: int = 0,
@@ -414,9 +411,9 @@ _RULES: Dict[str, Callable[..., Any]] = {
     "aten.div.Tensor": _div,
     "aten.mul.Scalar": _mul_div_scalar,
     "aten.div.Scalar": _mul_div_scalar,
-    "aten.sum.dim_IntList": _sum,
-    "aten.mean.default": _mean,
-    "aten.mean.dim": _mean,
+    "aten.sum.dim_IntList": _reduce,
+    "aten.mean.default": _reduce,
+    "aten.mean.dim": _reduce,
     "aten.slice_scatter.default": _slice_scatter,
     "aten.select_scatter.default": _select_scatter,
     "aten.full.default": _full,

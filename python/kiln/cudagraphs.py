@@ -33,7 +33,7 @@ torch lacks those pieces; the backend then warns once and runs without.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Set
 
 import torch
 import torch.fx
@@ -68,8 +68,8 @@ def cudagraph_aot(compile_graph: Compiler, compile_captured: Compiler,
     do_cudagraphs = BoxedBool(True)
     device_index = BoxedDeviceIndex(None)
 
-    def skip_reason(gm: torch.fx.GraphModule, static: List[int]
-                    ) -> Optional[str]:
+    def skip_reason(gm: torch.fx.GraphModule, static: List[int],
+                    mutated: Set[int]) -> Optional[str]:
         """Why gm cannot be a CUDA graph, or None: torch's checks (CPU
         tensors, several devices, ops graphs cannot hold), and inputs it
         mutates that are not static (parameters and buffers are: a batch
@@ -83,21 +83,20 @@ def cudagraph_aot(compile_graph: Compiler, compile_captured: Compiler,
                 # inputs on the H200 (the trees key their recordings by
                 # the int inputs; Kiln's graphs did not match that).
                 return "symbolic sizes (Kiln records static graphs only)"
-        mutated = find_input_mutations(gm.graph) - set(static)
-        if mutated and not getattr(torch._dynamo.config,
-                                   "cudagraph_backend_support_input_mutation",
-                                   False):
-            return f"mutated inputs {sorted(mutated)}"
+        unmanaged = mutated - set(static)
+        if unmanaged and not getattr(torch._dynamo.config,
+                                     "cudagraph_backend_support_input_mutation",
+                                     False):
+            return f"mutated inputs {sorted(unmanaged)}"
         return check_for_skip(gm, len(gm.graph.find_nodes(op="placeholder")))
 
     def wrap(gm: torch.fx.GraphModule, inputs: List[Any], static: List[int],
-             is_backward: bool, is_inference: bool) -> Any:
+             mutated: Set[int], is_backward: bool, is_inference: bool) -> Any:
         # What the wrapper needs from the graph as traced: Kiln's
         # compile partitions gm in place.
         index = get_device_index(gm)
         traces = get_stack_traces(gm)
         placeholders = get_placeholder_info(gm.graph)
-        mutated = find_input_mutations(gm.graph)
         compiled = compile_captured(gm, inputs)
         if not is_backward:
             device_index.set(index)
@@ -130,13 +129,14 @@ def cudagraph_aot(compile_graph: Compiler, compile_captured: Compiler,
             static = range(num_fw_fixed_arguments(num_dynamo_inputs,
                                                   len(inputs)))
         static = list(static)
-        skip = skip_reason(gm, static)
+        mutated = find_input_mutations(gm.graph)
+        skip = skip_reason(gm, static, mutated)
         if skip:
             BoxedBool.disable(do_cudagraphs)
             log_cudagraph_skip_and_bump_counter(
                 f"skipping cudagraphs due to {skip}")
             return compile_graph(gm, inputs)
-        return wrap(gm, inputs, static, False, is_inference)
+        return wrap(gm, inputs, static, mutated, False, is_inference)
 
     def backward(gm: torch.fx.GraphModule, inputs: List[Any]) -> Any:
         if not do_cudagraphs:
@@ -144,9 +144,10 @@ def cudagraph_aot(compile_graph: Compiler, compile_captured: Compiler,
         # The saved values are the forward graph's outputs (its pool's
         # memory): static; the tangents are copied in.
         static = list(range(count_tangents(gm)))
-        skip = skip_reason(gm, static)
+        mutated = find_input_mutations(gm.graph)
+        skip = skip_reason(gm, static, mutated)
         if not skip:
-            return wrap(gm, inputs, static, True, False)
+            return wrap(gm, inputs, static, mutated, True, False)
         log_cudagraph_skip_and_bump_counter(
             f"skipping cudagraphs due to {skip}")
         # The forward was captured: the tree must know its backward runs

@@ -303,11 +303,12 @@ class KilnPartition(torch.nn.Module):
         # owned_outputs) outputs must be memory PyTorch's allocator owns
         # with its own deleter: written into torch.empty tensors
         # (run_into), never handed over by DLPack.
-        self._owned_outputs = self._cuda and getattr(
+        # (Symbolic sizes are never captured: cudagraphs.py skips them.)
+        self._owned_outputs = self._cuda and not graph.dynamic and getattr(
             backend._tls, "owned_outputs", False)
         if self._owned_outputs:
-            pass
-        elif not graph.scalar_inputs and not graph.size_inputs and \
+            return  # forward runs _run_owned; no call path
+        if not graph.scalar_inputs and not graph.size_inputs and \
                 not self._perms and not graph.moved_inputs and \
                 all(s is None for s in self._strides) and \
                 all(v.static for v in graph.view_outputs):
@@ -333,29 +334,17 @@ class KilnPartition(torch.nn.Module):
         return entries
 
     def _run_owned(self, tensors: List[torch.Tensor]) -> List[torch.Tensor]:
-        """The CUDA run into torch.empty outputs (_owned_outputs). Where the
-        sizes are not known here (a symbol no input gives) or the program
-        needs larger output buffers, the run's own outputs are copied into
-        them."""
-        device = self.graph.device
-        sizes = self._static_sizes
-        if sizes is None:
-            try:
-                values = self._symbol_values(tensors)
-                sizes = [_evaluate([s.node.expr if isinstance(s, torch.SymInt)
-                                    else s for s in m.shape], values)
-                         for m in self.graph.output_meta]
-            except Exception:  # noqa: BLE001 (a symbol no input gives)
-                sizes = None
-        if sizes is not None:
-            outs = [torch.empty(s, dtype=d, device=device)
-                    for s, d in zip(sizes, self._dtypes)]
-            try:
-                self.exe.run_into(tensors, outs)
-                return outs
-            except _binding.KilnError as e:
-                if e.code != 9:  # FAILED_PRECONDITION: larger buffers
-                    raise
+        """The CUDA run into torch.empty outputs (_owned_outputs; captured
+        graphs have static sizes). Where the program needs larger output
+        buffers, the run's own outputs are copied into them."""
+        outs = [torch.empty(s, dtype=d, device=self.graph.device)
+                for s, d in zip(self._static_sizes, self._dtypes)]
+        try:
+            self.exe.run_into(tensors, outs)
+            return outs
+        except _binding.KilnError as e:
+            if e.code != 9:  # FAILED_PRECONDITION: larger buffers
+                raise
         return [torch.empty_like(o, memory_format=torch.contiguous_format)
                 .copy_(o) for o in self.exe(*tensors)]
 

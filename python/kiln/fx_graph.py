@@ -43,6 +43,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.fx
 
+from .fx_build import NodeBuilder, fake_mode_of
+
 __all__ = ["ALIAS_VIEW_OPS", "AS_STRIDED_OPS", "COMPARISON_OPS",
            "IDENTITY_OPS", "KilnGraph", "SizeInput", "ViewOutput",
            "Unsupported", "as_strided_view", "check_node_args", "dtype_name",
@@ -748,10 +750,6 @@ def arange_from_symbolic_starts(gm: torch.fx.GraphModule) -> int:
     Kiln input (a 0-dim tensor). The length, (end - start) * step, is
     SymInt arithmetic that runs in Python, outside the partitions. Returns
     how many it rewrote."""
-    import operator  # noqa: PLC0415
-
-    from .fx_build import NodeBuilder, fake_mode_of  # noqa: PLC0415
-
     names = ("aten.arange.start", "aten.arange.start_step")
     fake_mode = None
     done = 0

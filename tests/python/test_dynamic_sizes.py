@@ -219,6 +219,20 @@ def test_slice_of_a_static_dim_to_a_dynamic_length_runs_in_kiln(daemon):
     assert report.compiled_partitions == report.partitions == 1, str(report)
 
 
+def _all_in_kiln_at_5_and_9(daemon, make, batch: int, what: str):
+    """make() against eager at sequence lengths 5 and 9 (inputs (batch,
+    seq, 16), dynamic=True): every node in Kiln. Returns the report."""
+    torch.manual_seed(0)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    _compare_at_lengths(make(), backend, (5, 9),
+                        lambda seq: (torch.randn(batch, seq, 16),),
+                        lambda out: out.square().sum())
+    report = backend.report
+    print(f"\n{what} over seq 5 and 9: {report}")
+    assert report.fallback_nodes == 0, str(report)
+    return report
+
+
 class _RelativePositions(torch.nn.Module):
     """XLNet's relative positional encoding: torch.arange(klen, -qlen,
     -1.0), a float arange whose length Dynamo writes in float arithmetic
@@ -261,16 +275,10 @@ def test_sizes_written_in_float_arithmetic_run_in_kiln(daemon):
     with pytest.raises(Unsupported, match="FloorDiv"):
         poly_terms(FloorDiv(s0, 2))
 
-    torch.manual_seed(0)
-    backend = kiln.backend(server=daemon.address, fallback="error")
-    _compare_at_lengths(_RelativePositions(), backend, (5, 9),
-                        lambda seq: (torch.randn(2, seq, 16),),
-                        lambda out: out.square().sum())
-    report = backend.report
-    print(f"\nfloat arange over seq 5 and 9: {report}")
+    report = _all_in_kiln_at_5_and_9(daemon, _RelativePositions, 2,
+                                     "float arange")
     # Everything runs in Kiln, the arange too: a symbolic start becomes
     # start + step * arange(length) (fx_graph.arange_from_symbolic_starts).
-    assert report.fallback_nodes == 0, str(report)
     assert report.op("aten.arange.default").kiln >= 1, str(report)
 
 
@@ -297,12 +305,6 @@ def test_compound_size_next_to_an_inferred_one_runs_in_kiln(daemon):
     if symbolic_module_ints():
         pytest.skip("this torch makes the head count a symbol too "
                     "(conftest.symbolic_module_ints)")
-    torch.manual_seed(0)
-    backend = kiln.backend(server=daemon.address, fallback="error")
-    _compare_at_lengths(_FlatHeads(), backend, (5, 9),
-                        lambda seq: (torch.randn(3, seq, 16),),
-                        lambda out: out.square().sum())
-    report = backend.report
-    print(f"\ncompound view sizes over seq 5 and 9: {report}")
-    assert report.fallback_nodes == 0, str(report)
+    report = _all_in_kiln_at_5_and_9(daemon, _FlatHeads, 3,
+                                     "compound view sizes")
     assert report.compiled_partitions == report.partitions == 2, str(report)
