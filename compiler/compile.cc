@@ -12,6 +12,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "compiler/build_artifact.h"
 #include "compiler/codegen_cpu.h"
 #include "compiler/cpu_backend.h"
@@ -22,6 +23,7 @@
 #include "compiler/fuse.h"
 #include "compiler/gemm_epilogue.h"
 #include "compiler/gpu_launch.h"
+#include "compiler/llvm_pipeline.h"
 #include "compiler/lower.h"
 #include "compiler/simplify_indices.h"
 #include "compiler/split_reductions.h"
@@ -105,23 +107,21 @@ int ThreadsSetting(int configured, const char* env_var) {
   return threads;
 }
 
-// How many modules BuildCpuBinary compiles a CPU program's kernels as,
-// each on a thread of its own (OptimizeAndEmitObjects): one per
-// CompileEnv::cpu_compile_threads, but no part under
-// kMinKernelsPerCpuPart kernels (a part's target machine and bitcode copy
-// are not free).
-constexpr int kMinKernelsPerCpuPart = 32;
+// How many modules a program's kernels are compiled as, each on a thread of
+// its own (CompileKernelParts, llvm_pipeline.h): one per `threads` (a
+// CompileEnv setting, ThreadsSetting's `env_var` when unset; 0: every
+// core), but no part under `min_per_part` kernels (0: kMinKernelsPerPart;
+// a part's target machine and bitcode copy are not free).
+constexpr int kMinKernelsPerPart = 32;
 
-int CpuCompileParts(const CompileEnv& env, const llvm::Module& module) {
-  int threads =
-      ThreadsSetting(env.cpu_compile_threads, "KILN_CPU_COMPILE_THREADS");
+int CompileParts(int configured, const char* env_var, int min_per_part,
+                 const llvm::Module& module) {
+  int threads = ThreadsSetting(configured, env_var);
   if (threads == 0)
     threads =
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int kernels = CountKernels(module);
-  const int min_per_part = env.cpu_min_kernels_per_part > 0
-                               ? env.cpu_min_kernels_per_part
-                               : kMinKernelsPerCpuPart;
+  if (min_per_part <= 0) min_per_part = kMinKernelsPerPart;
   return std::max(1, std::min(threads, kernels / min_per_part));
 }
 
@@ -153,7 +153,9 @@ absl::StatusOr<std::string> BuildCpuBinary(const FusedProgram& fused,
     }
     laps.Lap("dump");
   }
-  const int parts = CpuCompileParts(env, **module);
+  const int parts =
+      CompileParts(env.cpu_compile_threads, "KILN_CPU_COMPILE_THREADS",
+                   env.cpu_min_kernels_per_part, **module);
   auto objects = OptimizeAndEmitObjects(**module, request.target.cpu(),
                                         request.options.fast_math(), parts);
   if (!objects.ok()) return objects.status();
@@ -190,20 +192,25 @@ absl::StatusOr<v1::CudaBinary> BuildCudaBinary(
   }
   if (absl::Status s = LinkLibdevice(module, fast_math); !s.ok()) return s;
   laps.Lap("libdevice");
-  if (absl::Status s = OptimizeNvptxModule(
-          module, **tm, NvptxOptimizeOptions{env.cuda_precompiled_trig});
-      !s.ok())
-    return s;
-  laps.Lap("O3");
+  const NvptxOptimizeOptions nvptx{env.cuda_precompiled_trig};
   if (dump.enabled()) {
-    dump.Write("05-llvm-opt.ll", ModuleText(module));
+    // The whole module optimized, for the dumps (the parts below are
+    // optimized one by one): dumping doubles the LLVM work.
+    std::unique_ptr<llvm::Module> copy = llvm::CloneModule(module);
+    if (OptimizeNvptxModule(*copy, **tm, nvptx).ok())
+      dump.Write("05-llvm-opt.ll", ModuleText(*copy));
     laps.Lap("dump");
   }
-  auto ptx = EmitPtx(module, **tm);
+  const int parts =
+      CompileParts(env.cuda_compile_threads, "KILN_CUDA_COMPILE_THREADS",
+                   env.cuda_min_kernels_per_part, module);
+  auto ptx = OptimizeAndEmitPtx(module, request.target.cuda(), nvptx, parts);
   if (!ptx.ok()) return ptx.status();
-  laps.Lap("ptx");
+  laps.Lap(absl::StrCat("O3+ptx/", ptx->size(), "_parts"));
+  // The parts one after another (for reading; the runtime loads the cubin).
+  std::string ptx_text = absl::StrJoin(*ptx, "\n");
   if (dump.enabled()) {
-    dump.Write("06-kernels.ptx", *ptx);
+    dump.Write("06-kernels.ptx", ptx_text);
     laps.Lap("dump");
   }
   auto cubin = LinkCubin(
@@ -215,7 +222,7 @@ absl::StatusOr<v1::CudaBinary> BuildCudaBinary(
   v1::CudaBinary out;
   out.set_arch(request.target.cuda().arch());
   out.set_cubin(std::move(cubin->cubin));
-  out.set_ptx(*std::move(ptx));
+  out.set_ptx(std::move(ptx_text));
   out.set_jit_log(std::move(cubin->log));
   return out;
 #else

@@ -115,6 +115,15 @@ struct CompileEnv {
   // neither is part of the guard key.
   int cpu_compile_threads = -1;
   int cpu_min_kernels_per_part = 0;
+  // CUDA: the threads a program's kernels are optimized and emitted as PTX
+  // on (OptimizeAndEmitPtx; 1 one, 0 every core; -1:
+  // $KILN_CUDA_COMPILE_THREADS, else 0), each with at least
+  // cuda_min_kernels_per_part kernels (0: the default, 32; tests set
+  // fewer). Each kernel's PTX is the same either way but for label numbers
+  // (CudaCodegen.SplitProgramsGiveEachKernelTheSamePtx), so neither is part
+  // of the guard key.
+  int cuda_compile_threads = -1;
+  int cuda_min_kernels_per_part = 0;
   // CUDA: the threads ptxas compiles a program's kernels on (LinkCubin's
   // `threads`: 1 one, 0 every core; -1: $KILN_CUDA_LINK_THREADS, else 0).
   // The cubin is the same byte for byte either way (CudaCodegen.

@@ -331,15 +331,16 @@ class TempDir {
 // a bundle links the same way everywhere.
 std::string BundleLinkDir() {
   std::error_code ec;
-  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::filesystem::path exe =
+      std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return "";
   return (exe.parent_path().parent_path() / "share" / "kiln" / "link").string();
 }
 
 absl::StatusOr<std::vector<std::string>> DefaultLibraryDirs() {
-  std::vector<std::string> candidates = {
-      "/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64",
-      "/lib64", "/usr/lib"};
+  std::vector<std::string> candidates = {"/usr/lib/x86_64-linux-gnu",
+                                         "/lib/x86_64-linux-gnu", "/usr/lib64",
+                                         "/lib64", "/usr/lib"};
   if (std::string bundle = BundleLinkDir(); !bundle.empty()) {
     candidates.insert(candidates.begin(), std::move(bundle));
   }
@@ -496,10 +497,6 @@ absl::StatusOr<std::string> EmitAssembly(llvm::Module& module,
 
 namespace {
 
-bool IsKernel(const llvm::Function& f) {
-  return !f.isDeclaration() && !f.hasLocalLinkage();
-}
-
 // One module's object: a target machine for `target`, O3, emission.
 absl::StatusOr<std::string> OptimizeAndEmit(llvm::Module& module,
                                             const v1::CpuTarget& target,
@@ -513,76 +510,12 @@ absl::StatusOr<std::string> OptimizeAndEmit(llvm::Module& module,
 
 }  // namespace
 
-int CountKernels(const llvm::Module& module) {
-  int n = 0;
-  for (const llvm::Function& f : module) n += IsKernel(f);
-  return n;
-}
-
 absl::StatusOr<std::vector<std::string>> OptimizeAndEmitObjects(
     llvm::Module& module, const v1::CpuTarget& target, bool fast_math,
     int parts) {
-  std::vector<const llvm::Function*> kernels;
-  for (const llvm::Function& f : module)
-    if (IsKernel(f)) kernels.push_back(&f);
-  if (parts <= 1 || kernels.size() < static_cast<size_t>(parts)) {
-    auto object = OptimizeAndEmit(module, target, fast_math);
-    if (!object.ok()) return object.status();
-    return std::vector<std::string>{*std::move(object)};
-  }
-  // Each part as bitcode: a copy of the module whose other parts' kernels
-  // are declarations (CloneModule leaves undefined what the predicate
-  // declines), then dropped where nothing refers to them.
-  // Every other definition visible outside the module (a global variable,
-  // should codegen ever make one) belongs to part 0, so that the link sees
-  // it once; internal ones are copied into every part.
-  absl::flat_hash_map<const llvm::GlobalValue*, int> part_of;
-  for (size_t i = 0; i < kernels.size(); ++i)
-    part_of[kernels[i]] = static_cast<int>(i % parts);
-  for (const llvm::GlobalVariable& g : module.globals())
-    if (!g.isDeclaration() && !g.hasLocalLinkage()) part_of[&g] = 0;
-  std::vector<std::string> bitcode(parts);
-  for (int p = 0; p < parts; ++p) {
-    llvm::ValueToValueMapTy map;
-    std::unique_ptr<llvm::Module> copy =
-        llvm::CloneModule(module, map, [&](const llvm::GlobalValue* gv) {
-          auto it = part_of.find(gv);
-          return it == part_of.end() || it->second == p;
-        });
-    std::vector<llvm::Function*> unused;
-    for (llvm::Function& f : *copy) {
-      const llvm::Function* original = module.getFunction(f.getName());
-      if (f.isDeclaration() && f.use_empty() && original != nullptr &&
-          part_of.contains(original))
-        unused.push_back(&f);
-    }
-    for (llvm::Function* f : unused) f->eraseFromParent();
-    llvm::raw_string_ostream os(bitcode[p]);
-    llvm::WriteBitcodeToFile(*copy, os);
-  }
-  std::vector<absl::StatusOr<std::string>> objects(
-      parts, absl::InternalError("not compiled"));
-  auto compile_part = [&](int p) {
-    llvm::LLVMContext context;
-    auto part = llvm::parseBitcodeFile(
-        llvm::MemoryBufferRef(bitcode[p], "kiln_part"), context);
-    if (!part) {
-      objects[p] = absl::InternalError(absl::StrCat(
-          "module part ", p, ": ", llvm::toString(part.takeError())));
-      return;
-    }
-    objects[p] = OptimizeAndEmit(**part, target, fast_math);
-  };
-  std::vector<std::thread> threads;
-  for (int p = 1; p < parts; ++p) threads.emplace_back(compile_part, p);
-  compile_part(0);
-  for (std::thread& t : threads) t.join();
-  std::vector<std::string> out;
-  for (absl::StatusOr<std::string>& o : objects) {
-    if (!o.ok()) return o.status();
-    out.push_back(*std::move(o));
-  }
-  return out;
+  return CompileKernelParts(module, parts, [&](llvm::Module& part) {
+    return OptimizeAndEmit(part, target, fast_math);
+  });
 }
 
 absl::StatusOr<std::string> LinkSharedObject(

@@ -85,20 +85,14 @@ absl::StatusOr<std::string> EmitObject(llvm::Module& module,
 absl::StatusOr<std::string> EmitAssembly(llvm::Module& module,
                                          llvm::TargetMachine& tm);
 
-// The functions `module` defines with external linkage: its kernels, which
-// OptimizeAndEmitObjects deals into parts.
-int CountKernels(const llvm::Module& module);
-
-// OptimizeModule and EmitObject for `module` on up to `parts` threads: its
-// kernels (the functions it defines with external linkage) dealt round
-// robin, in module order, into `parts` modules, each with its own copy of
-// everything else the module defines (internal helpers, constants), each
-// optimized and emitted in an LLVMContext of its own with a TargetMachine
-// for `target` (MakeTargetMachine). Returns one object per part, in order,
-// for LinkSharedObject; with `parts` <= 1, or fewer kernels than parts, the
-// module's one object made in this thread. A kernel is optimized with the
-// same helpers as in the whole module, so it computes the same; `module`
-// is left in an unspecified state. Deterministic: the same module and
+// OptimizeModule and EmitObject for `module` on up to `parts` threads
+// (CompileKernelParts, llvm_pipeline.h: the kernels dealt into `parts`
+// modules, each optimized and emitted in an LLVMContext of its own with a
+// TargetMachine for `target`, MakeTargetMachine). Returns one object per part,
+// in order, for LinkSharedObject; with `parts` <= 1, or fewer kernels than
+// parts, the module's one object made in this thread. A kernel is optimized
+// with the same helpers as in the whole module, so it computes the same;
+// `module` is left in an unspecified state. Deterministic: the same module and
 // `parts` give the same objects.
 //
 // Errors: as MakeTargetMachine, OptimizeModule and EmitObject (the first

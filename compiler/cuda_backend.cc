@@ -724,9 +724,24 @@ absl::StatusOr<std::string> EmitPtx(llvm::Module& module,
   return ptx;
 }
 
-absl::StatusOr<CubinResult> LinkCubin(const std::string& ptx,
+absl::StatusOr<std::vector<std::string>> OptimizeAndEmitPtx(
+    llvm::Module& module, const v1::CudaTarget& target,
+    const NvptxOptimizeOptions& options, int parts) {
+  return CompileKernelParts(
+      module, parts, [&](llvm::Module& part) -> absl::StatusOr<std::string> {
+        auto tm = MakeNvptxTargetMachine(target);
+        if (!tm.ok()) return tm.status();
+        if (absl::Status s = OptimizeNvptxModule(part, **tm, options); !s.ok())
+          return s;
+        return EmitPtx(part, **tm);
+      });
+}
+
+absl::StatusOr<CubinResult> LinkCubin(absl::Span<const std::string> ptx,
                                       const std::string& arch, int threads) {
   if (auto cc = ParseCudaArch(arch); !cc.ok()) return cc.status();
+  if (ptx.empty())
+    return absl::InvalidArgumentError("LinkCubin: no PTX to link");
   const NvJitLink& nv = LoadNvJitLink();
   if (!nv.error.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -759,8 +774,13 @@ absl::StatusOr<CubinResult> LinkCubin(const std::string& ptx,
   };
   CubinResult result;
   // nvJitLink wants the PTX NUL-terminated.
-  int r = nv.add_data(h, kNvJitLinkInputPtx, ptx.c_str(), ptx.size() + 1,
-                      "kiln.ptx");
+  int r = 0;
+  for (size_t i = 0; i < ptx.size() && r == 0; ++i) {
+    const std::string name =
+        i == 0 ? std::string("kiln.ptx") : absl::StrCat("kiln_", i, ".ptx");
+    r = nv.add_data(h, kNvJitLinkInputPtx, ptx[i].c_str(), ptx[i].size() + 1,
+                    name.c_str());
+  }
   if (r == 0) r = nv.complete(h);
   if (r != 0) {
     std::string log = log_of(nv.error_log_size, nv.error_log);

@@ -34,9 +34,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kiln/v1/graph.pb.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Target/TargetMachine.h"
@@ -97,12 +99,28 @@ struct CubinResult {
 // nvJitLink/ptxas -verbose log.
 int64_t SpillBytes(const std::string& log);
 
-// Compiles PTX to a cubin for `arch` ("sm_90") with nvJitLink (-O3,
+// OptimizeNvptxModule and EmitPtx for `module` (libdevice linked) on up to
+// `parts` threads: CompileKernelParts (llvm_pipeline.h) deals its kernels
+// into `parts` modules, each optimized and emitted in an LLVMContext of its
+// own with a TargetMachine for `target`. Returns one PTX module per part,
+// in order, for LinkCubin; with `parts` <= 1 or fewer kernels than parts,
+// the module's one PTX made in this thread. A kernel's PTX is the same as
+// in the whole module but for the numbers in its labels and local depot
+// (the function's index in its module). Deterministic; `module` is left in
+// an unspecified state. Errors: as MakeNvptxTargetMachine,
+// OptimizeNvptxModule and EmitPtx (the first part's error).
+absl::StatusOr<std::vector<std::string>> OptimizeAndEmitPtx(
+    llvm::Module& module, const v1::CudaTarget& target,
+    const NvptxOptimizeOptions& options, int parts);
+
+// Compiles PTX modules (EmitPtx's, one or more: each kernel is defined in
+// one) into one cubin for `arch` ("sm_90") with nvJitLink (-O3,
 // -verbose). `threads` other than 1 lets ptxas compile the kernels on that
 // many threads (nvJitLink's -split-compile; 0: as many as the machine
 // has). Errors: FAILED_PRECONDITION when nvJitLink cannot be loaded;
-// INTERNAL with nvJitLink's error log when it rejects the PTX.
-absl::StatusOr<CubinResult> LinkCubin(const std::string& ptx,
+// INVALID_ARGUMENT for no modules; INTERNAL with nvJitLink's error log when
+// it rejects the PTX.
+absl::StatusOr<CubinResult> LinkCubin(absl::Span<const std::string> ptx,
                                       const std::string& arch, int threads = 1);
 
 }  // namespace kiln

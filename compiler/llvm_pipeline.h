@@ -8,6 +8,12 @@
 #ifndef KILN_COMPILER_LLVM_PIPELINE_H_
 #define KILN_COMPILER_LLVM_PIPELINE_H_
 
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "llvm/Analysis/TargetLibraryInfo.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Passes/PassBuilder.h"
@@ -28,6 +34,31 @@ struct O3PipelineOptions {
 // module, CGSCC, function and loop analyses registered and cross-registered.
 void RunO3Pipeline(llvm::Module& module, llvm::TargetMachine& tm,
                    const O3PipelineOptions& options);
+
+// The functions `module` defines with external linkage: its kernels, which
+// SplitKernels deals into parts.
+int CountKernels(const llvm::Module& module);
+
+// `module` as `parts` modules, each as bitcode: its kernels dealt round
+// robin, in module order, into the parts, each part a copy of the module
+// with everything else it defines (internal helpers, constants) and the
+// declarations of other parts' kernels dropped. Every other definition
+// visible outside the module (a global variable, should codegen ever make
+// one) belongs to part 0, so that a link sees it once. Named metadata
+// whose operands name a function (NVPTX's nvvm.annotations) keeps only the
+// operands of functions the part defines. Deterministic; `module` is not
+// changed. With parts <= 1 or fewer kernels than parts: one part.
+std::vector<std::string> SplitKernels(const llvm::Module& module, int parts);
+
+// Runs `compile` on each part of SplitKernels(module, parts), each on a
+// thread of its own (the first on the caller's) in an LLVMContext of its
+// own, and returns the results in order; with one part, `compile` gets
+// `module` itself in this thread (and may change it). A kernel is compiled
+// with the same helpers as in the whole module. Errors: the first part's
+// error in part order; INTERNAL when a part's bitcode cannot be read back.
+absl::StatusOr<std::vector<std::string>> CompileKernelParts(
+    llvm::Module& module, int parts,
+    const std::function<absl::StatusOr<std::string>(llvm::Module&)>& compile);
 
 }  // namespace kiln
 

@@ -31,10 +31,10 @@
 #include "compiler/codegen_cuda.h"
 #include "compiler/cuda_backend.h"
 #include "compiler/fuse.h"
-#include "graph/import.h"
 #include "compiler/lower.h"
 #include "compiler/split_reductions.h"
 #include "google/protobuf/util/json_util.h"
+#include "graph/import.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 
@@ -163,7 +163,7 @@ int Run(int argc, char** argv) {
       auto ptx = EmitPtx(module, **tm);
       if (!ptx.ok()) return 1;
       lap("PTX codegen");
-      auto cubin = LinkCubin(*ptx, "sm_90");
+      auto cubin = LinkCubin({*ptx}, "sm_90");
       if (!cubin.ok()) {
         std::fprintf(stderr, "%s\n", cubin.status().ToString().c_str());
         return 1;

@@ -612,6 +612,27 @@ int CheckRandomGraphs(Gpu& gpu, const char* what, int64_t count,
   return failures;
 }
 
+// Programs of many kernels compiled as several modules (CompileEnv::
+// cuda_compile_threads: the kernels dealt into parts, each part's PTX
+// linked into one cubin by nvJitLink) load and match the reference; with
+// and without fast math. (CudaCodegen.SplitProgramsGiveEachKernelTheSamePtx
+// checks the PTX without a GPU.)
+TEST(CudaGpu, SplitProgramsMatchReference) {
+  REQUIRE_GPU(gpu);
+  graph_gen::GraphGenOptions large = random_graphs::GpuOptions();
+  large.max_nodes = 160;
+  large.max_inputs = 6;
+  CompileEnv env;
+  env.cuda_compile_threads = 3;
+  env.cuda_min_kernels_per_part = 2;
+  const int64_t count = random_graphs::EnvInt("KILN_GPU_SPLIT_GRAPHS", 40);
+  for (bool fast_math : {false, true}) {
+    EXPECT_EQ(CheckRandomGraphs(*gpu, fast_math ? "split fast-math" : "split",
+                                count, large, fast_math, env),
+              0);
+  }
+}
+
 // fast_math (approximate exp/log/division, accurate sin/cos) stays within
 // the same tolerances on the float32 graphs of the suite.
 TEST(CudaGpu, RandomGraphsFastMathMatchReference) {

@@ -832,6 +832,7 @@ TEST(CudaCodegen, LinkingOnManyThreadsGivesTheSameCubin) {
     requests.push_back(ForGpu(req));
   }
   CompileEnv one, many;
+  one.cuda_compile_threads = many.cuda_compile_threads = 1;  // one module
   one.cuda_link_threads = 1;
   many.cuda_link_threads = 0;
   int kernels = 0, largest = 0;
@@ -851,6 +852,91 @@ TEST(CudaCodegen, LinkingOnManyThreadsGivesTheSameCubin) {
   }
   EXPECT_GT(kernels, static_cast<int>(2 * requests.size()));
   EXPECT_GT(largest, 20);
+}
+
+// Each `.entry` of `ptx` (one or more modules, as BuildCudaBinary joins
+// them) by name, its labels and local depot renumbered as 0: those carry the
+// function's index in its module.
+std::map<std::string, std::string> EntriesOf(const std::string& ptx) {
+  std::map<std::string, std::string> out;
+  for (size_t at = ptx.find(".entry "); at != std::string::npos;
+       at = ptx.find(".entry ", at + 1)) {
+    const size_t name_end = ptx.find('(', at);
+    const size_t end = ptx.find("\n}\n", at);
+    if (name_end == std::string::npos || end == std::string::npos) break;
+    std::string body = ptx.substr(at, end - at);
+    for (const char* prefix : {"$L__BB", "__local_depot"}) {
+      std::string renumbered;
+      size_t from = 0;
+      for (size_t p = body.find(prefix); p != std::string::npos;
+           p = body.find(prefix, from)) {
+        size_t digits = p + std::string(prefix).size();
+        renumbered.append(body, from, digits - from);
+        while (digits < body.size() && absl::ascii_isdigit(body[digits]))
+          ++digits;
+        renumbered.append("0");
+        from = digits;
+      }
+      renumbered.append(body, from, std::string::npos);
+      body = std::move(renumbered);
+    }
+    out[ptx.substr(at + 7, name_end - at - 7)] = std::move(body);
+  }
+  return out;
+}
+
+// A program's kernels optimized and emitted as several modules on several
+// threads (CompileEnv::cuda_compile_threads) get the PTX the one module
+// gives them, but for label numbers, and link into one cubin; the same
+// split twice gives the same cubin. (tests/gpu/cuda_gpu_test.cc,
+// SplitProgramsMatchReference, runs them.)
+TEST(CudaCodegen, SplitProgramsGiveEachKernelTheSamePtx) {
+  graph_gen::GraphGenOptions large = random_graphs::Options();
+  large.first_issue17_seed = 0;
+  large.max_nodes = 160;
+  large.max_inputs = 6;
+  CompileEnv one, split;
+  one.cuda_compile_threads = 1;
+  split.cuda_compile_threads = 3;
+  split.cuda_min_kernels_per_part = 2;
+  int split_programs = 0, kernels = 0;
+  for (int seed = 0; seed < 6; ++seed) {
+    for (bool fast_math : {false, true}) {
+      v1::CompileRequest req;
+      *req.mutable_graph() = graph_gen::RandomGraph(7000 + seed, large);
+      req = ForGpu(req);
+      req.mutable_options()->set_fast_math(fast_math);
+      auto a = Compile(req, one);
+      auto b = Compile(req, split);
+      auto c = Compile(req, split);
+      ASSERT_TRUE(a.ok()) << seed << ": " << a.status();
+      ASSERT_TRUE(b.ok()) << seed << ": " << b.status();
+      ASSERT_TRUE(c.ok()) << seed << ": " << c.status();
+      EXPECT_TRUE(b->cuda().cubin() == c->cuda().cubin()) << "seed " << seed;
+      const std::map<std::string, std::string> whole =
+          EntriesOf(a->cuda().ptx());
+      const std::map<std::string, std::string> parts =
+          EntriesOf(b->cuda().ptx());
+      ASSERT_EQ(whole.size(), parts.size()) << "seed " << seed;
+      for (const auto& [name, body] : whole) {
+        auto it = parts.find(name);
+        ASSERT_NE(it, parts.end()) << "seed " << seed << ": " << name;
+        EXPECT_EQ(it->second, body) << "seed " << seed << ": " << name;
+        // Every kernel is in the linked cubin.
+        EXPECT_NE(b->cuda().cubin().find(name), std::string::npos) << name;
+      }
+      kernels += static_cast<int>(whole.size());
+      // The split happened: one PTX header per part.
+      int headers = 0;
+      for (size_t at = b->cuda().ptx().find(".version");
+           at != std::string::npos;
+           at = b->cuda().ptx().find(".version", at + 1))
+        ++headers;
+      split_programs += headers > 1;
+    }
+  }
+  EXPECT_GE(split_programs, 8);
+  EXPECT_GT(kernels, 100);
 }
 
 TEST(CudaCodegen, RandomGraphsOverTheWholeOpSetCompile) {
