@@ -4,7 +4,7 @@
 # glibc >= 2.36 and, for bench and python, python3 with torch):
 #
 #   make bundle BUNDLE_EXTRA="build/tests/gpu/cuda_gpu_test build/bench/gpu/cuda_bench build/tests/unit/cuda_runtime_test"
-#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|attention|trainops|profile|gemm|realmodels|idioms|steptime|inputwrites|bench|all [OUT_DIR]
+#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|compilebench|attention|trainops|profile|gemm|realmodels|idioms|steptime|inputwrites|bench|all [OUT_DIR]
 #
 # tests: cuda_runtime_test and cuda_gpu_test (its Client test starts the
 # bundle's kilnd); python: the Python binding with PyTorch
@@ -114,6 +114,18 @@ if [[ $what == callcost ]]; then
   PYTHONPATH=$here/python "${PYTHON:-python3}" "$here/bench/python/call_cost.py" --device cuda \
     --server "127.0.0.1:$(head -1 "$work/port")" ${CALLCOST_ARGS:-} || status=1
   kill %1 || true
+fi
+if [[ $what == compilebench ]]; then
+  # compile_bench (a bundle --extra) once per thread setting in
+  # $COMPILE_THREADS (default "1 0": one module, every core), for both back
+  # ends' KILN_*_COMPILE_THREADS ($COMPILE_ARGS passed on, e.g. graphs in
+  # KILN_BENCH_GRAPHS and --benchmark_filter).
+  for t in ${COMPILE_THREADS:-1 0}; do
+    echo "== KILN_CUDA_COMPILE_THREADS=$t KILN_CPU_COMPILE_THREADS=$t"
+    # shellcheck disable=SC2086
+    KILN_CUDA_COMPILE_THREADS=$t KILN_CPU_COMPILE_THREADS=$t \
+      "$K/bin/compile_bench" ${COMPILE_ARGS:-} || status=1
+  done
 fi
 # realmodels and step take their models' libraries from
 # $KILN_REAL_MODELS_DIR, or a tarball of that directory
