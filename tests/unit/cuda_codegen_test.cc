@@ -31,6 +31,9 @@
 #include "graph/imported_request.h"
 #include "graph/op_signature.h"
 #include "gtest/gtest.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
 #include "tests/unit/epilogue_graphs.h"
 #include "tests/unit/example_graphs.h"
 #include "tests/unit/graph_gen.h"
@@ -852,6 +855,44 @@ TEST(CudaCodegen, LinkingOnManyThreadsGivesTheSameCubin) {
   }
   EXPECT_GT(kernels, static_cast<int>(2 * requests.size()));
   EXPECT_GT(largest, 20);
+}
+
+// A signed conversion of a bool to float gives -1.0 for true in the PTX
+// (LLVM 16's NVPTX lowering gives 1.0: SelectSignedBoolConversions).
+TEST(CudaCodegen, SignedBoolConversionsGiveMinusOne) {
+  v1::CudaTarget target;
+  target.set_arch("sm_90");
+  auto tm = MakeNvptxTargetMachine(target);
+  ASSERT_TRUE(tm.ok()) << tm.status();
+  llvm::LLVMContext context;
+  llvm::Module module("kiln_test", context);
+  module.setTargetTriple((*tm)->getTargetTriple().str());
+  module.setDataLayout((*tm)->createDataLayout());
+  llvm::Type* ptr = llvm::PointerType::get(context, 1);
+  llvm::Function* f = llvm::Function::Create(
+      llvm::FunctionType::get(llvm::Type::getVoidTy(context), {ptr, ptr},
+                              false),
+      llvm::Function::ExternalLinkage, "kiln_k0", module);
+  f->setCallingConv(llvm::CallingConv::PTX_Kernel);
+  llvm::IRBuilder<> b(llvm::BasicBlock::Create(context, "entry", f));
+  // to_float32(to_int64(all) - 1), as Kiln writes it for a bool
+  // reduction's result minus one (here all of two elements): InstCombine
+  // makes it sitofp(or(x0 == 0, x1 == 0)), which LLVM 16 got wrong.
+  llvm::Value* x0 = b.CreateLoad(b.getFloatTy(), f->getArg(0));
+  llvm::Value* x1 = b.CreateLoad(
+      b.getFloatTy(), b.CreateConstGEP1_64(b.getFloatTy(), f->getArg(0), 1));
+  llvm::Value* zero = llvm::ConstantFP::get(b.getFloatTy(), 0.0);
+  llvm::Value* all =
+      b.CreateAnd(b.CreateFCmpUNE(x0, zero), b.CreateFCmpUNE(x1, zero));
+  llvm::Value* minus_one =
+      b.CreateAdd(b.CreateZExt(all, b.getInt64Ty()), b.getInt64(-1));
+  b.CreateStore(b.CreateSIToFP(minus_one, b.getFloatTy()), f->getArg(1));
+  b.CreateRetVoid();
+  ASSERT_TRUE(OptimizeNvptxModule(module, **tm).ok());
+  auto ptx = EmitPtx(module, **tm);
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  EXPECT_TRUE(absl::StrContains(*ptx, "0fBF800000")) << *ptx;  // -1.0f
+  EXPECT_FALSE(absl::StrContains(*ptx, "cvt.rn.f32.s32")) << *ptx;
 }
 
 // Each `.entry` of `ptx` (one or more modules, as BuildCudaBinary joins
