@@ -632,7 +632,31 @@ class KilnBackend:
             else:
                 aot = graphs
         with quiet_aot_logs():  # (kiln/aot_logs.py)
-            return aot(gm, example_inputs)
+            try:
+                return aot(gm, example_inputs)
+            except Exception as e:  # noqa: BLE001
+                if self.fallback == "error" or _dynamo_control(e):
+                    raise
+                return self._eager_graph(gm, e)
+
+    def _eager_graph(self, gm: torch.fx.GraphModule, e: Exception
+                     ) -> Callable[..., Any]:
+        """Dynamo's graph run eagerly, with a warning, where AOTAutograd or
+        one of Kiln's passes over its graphs raised: nothing a user writes
+        may fail because of Kiln (fallback="eager"). The report counts its
+        nodes as fallbacks for that reason."""
+        reason = f"the backend raised {type(e).__name__}: {e}".splitlines()[0]
+        report = ExplainReport(graphs=1)
+        for node in gm.graph.nodes:
+            if node.op == "call_function":
+                report.op(_op_name(node)).fallback[reason[:200]] += 1
+        with self._lock:
+            self.report.merge(report)
+        if _log_enabled():
+            print(f"kiln: fallback: a graph of {len(gm.graph.nodes)} nodes "
+                  f"runs eagerly: {reason}", file=sys.stderr)
+        self._warn_once(f"kiln: a graph runs eagerly: {reason}")
+        return gm.forward
 
     def counters(self) -> Dict[str, int]:
         """How this process's client for the backend's server has served
@@ -1001,6 +1025,12 @@ class SpecializedGraph:
                 f"kiln: a graph specialised for its sizes ({self.why}) "
                 f"failed to compile, running it eagerly: {e!r}")
             return self.gm
+
+
+def _dynamo_control(e: Exception) -> bool:
+    """Whether e is one of Dynamo's own exceptions (a graph break, a
+    recompile, a skipped frame), which must reach Dynamo as raised."""
+    return type(e).__module__.startswith("torch._dynamo")
 
 
 def _size_arithmetic(node: torch.fx.Node) -> bool:

@@ -213,6 +213,16 @@ def rematerialize_norm_outputs(joint: torch.fx.GraphModule,
     not any is."""
     graph = joint.graph
     forward = _forward_nodes(graph, num_fwd_outputs)
+    # The expressions go before the node after the forward's last one. A
+    # backward node can come before that in the joint graph (AOTAutograd
+    # traced it early): it keeps reading the saved value.
+    start = _last_forward(graph, forward)
+    after_start: Set[Any] = set()
+    seen = False
+    for n in graph.nodes:
+        seen = seen or n is start
+        if seen:
+            after_start.add(n)
     b: Optional[NodeBuilder] = None
     again: Dict[Any, Any] = {}  # forward value -> the backward's expression
 
@@ -236,7 +246,7 @@ def rematerialize_norm_outputs(joint: torch.fx.GraphModule,
         if b is None:
             fake_mode = getattr(like.meta.get("val"), "fake_mode", None)
             if fake_mode is not None:
-                b = NodeBuilder(graph, _last_forward(graph, forward), fake_mode,
+                b = NodeBuilder(graph, start, fake_mode,
                                 {"partitioner_tag": "is_backward"})
         return b
 
@@ -263,7 +273,8 @@ def rematerialize_norm_outputs(joint: torch.fx.GraphModule,
             continue
         y, expression = value
         again[y] = expression
-        for user in [u for u in y.users if u not in forward and u is not expression]:
+        for user in [u for u in y.users if u not in forward and
+                     u is not expression and u in after_start]:
             user.replace_input_with(y, expression)
     if again:
         graph.lint()

@@ -1396,6 +1396,37 @@ def test_fallback_error_raises():
         kiln.backend(fallback="sometimes")
 
 
+def test_a_graph_pass_that_raises_runs_the_graph_eagerly(daemon, monkeypatch):
+    """One of Kiln's passes over AOTAutograd's graphs raising (here the
+    norm rematerialization, made to) must not fail the user's step: with
+    fallback="eager" Dynamo's graph runs eagerly, warns, and the report
+    names the reason; with fallback="error" it raises."""
+    import kiln.remat  # noqa: PLC0415
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("remat went wrong")
+
+    monkeypatch.setattr(kiln.remat, "rematerialize_norm_outputs", broken)
+    torch._dynamo.reset()
+    backend = kiln.backend(server=daemon.address)
+    model = SoftmaxLayerNorm(d=16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_fwd_bwd(model, backend, torch.randn(4, 16))
+    messages = [str(w.message) for w in kiln_warnings(caught)]
+    assert any("RuntimeError: remat went wrong" in m for m in messages), messages
+    reasons = {r for per_op in backend.report.fallbacks.values() for r in per_op}
+    assert reasons == {"the backend raised RuntimeError: remat went wrong"}
+    assert backend.report.kiln_nodes == 0
+    torch._dynamo.reset()
+    strict = torch.compile(SoftmaxLayerNorm(d=16),
+                           backend=kiln.backend(server=daemon.address,
+                                                fallback="error"))
+    with pytest.raises(Exception, match="remat went wrong"):
+        strict(torch.randn(4, 16, requires_grad=True)).sum().backward()
+    torch._dynamo.reset()
+
+
 def test_kiln_log_fallback(daemon, monkeypatch, capsys):
     monkeypatch.setenv("KILN_LOG", "fallback")
     backend = kiln.backend(server=daemon.address)
