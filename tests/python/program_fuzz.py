@@ -219,7 +219,8 @@ def _misc(p: Program, v: Value) -> Optional[str]:
     choices = [f"{a}.to(torch.bfloat16).to({a}.dtype)",
                f"({a} > 0).to({a}.dtype) * {a}",
                f"{a}.sort(-1).values", f"{a}.gather(-1, {a}.argsort(-1))",
-               f"{a}.index_select(-1, torch.tensor([0, {v.shape[-1] - 1}, 0]))",
+               f"{a}.index_select(-1, torch.tensor([0, {v.shape[-1] - 1}, 0],"
+               f" device={a}.device))",
                f"F.dropout({a}, 0.0, training=True)", f"{a}.topk(1, -1).values",
                f"torch.clamp_min({a}, 0.1)", f"{a}.masked_fill({a} < -1, 0.0)"]
     if r == 3:
@@ -236,9 +237,11 @@ def _mutate(p: Program, v: Value) -> Optional[str]:
     a, r, n = v.name, len(v.shape), v.shape[-1]
     choices = [f"{a}.clone().mul_(2).add_(1)", f"{a}.clone().clamp_(-1, 1)",
                f"{a}.clone().masked_fill_({a} > 1, 1.0)",
-               f"{a}.clone().index_fill_(-1, torch.tensor([0]), 0.5)",
+               f"{a}.clone().index_fill_(-1, torch.tensor([0], device={a}.device),"
+               " 0.5)",
                f"{a}.clone().scatter_add_(-1, {a}.argsort(-1), {a} * 0.5)",
-               f"{a}.clone().index_add_(-1, torch.tensor([{n - 1}, 0]),"
+               f"{a}.clone().index_add_(-1, torch.tensor([{n - 1}, 0],"
+               f" device={a}.device),"
                f" {a}.narrow(-1, 0, 2) if {n} >= 2 else {a})",
                f"torch.zeros_like({a}).scatter_(-1, {a}.argmax(-1, keepdim=True),"
                f" 1.0) * {a}"]
@@ -264,12 +267,13 @@ def _attention(p: Program, v: Value) -> Optional[str]:
 
 def _shape_ops(p: Program, v: Value) -> Optional[str]:
     a, r, n = v.name, len(v.shape), v.shape[-1]
-    choices = [f"{a}.repeat(*([1] * {r - 1}), 2)", f"{a}[..., torch.tensor([{n - 1}, 0])]"]
+    choices = [f"{a}.repeat(*([1] * {r - 1}), 2)", f"{a}[..., torch.tensor([{n - 1}, 0], device={a}.device)]"]
     if n >= 2:
         choices.append(f"{a}.unfold(-1, 2, 1).sum(-1)")
     if r >= 2 and v.shape[-2] == n:
         choices.append(f"{a}.tril()")
-        choices.append(f"{a}.masked_fill(torch.ones({n}, {n}, dtype=torch.bool)"
+        choices.append(f"{a}.masked_fill(torch.ones({n}, {n}, dtype=torch.bool,"
+                       f" device={a}.device)"
                        f".triu(1), -30.0).softmax(-1)")
     if r == 3:
         choices.append(f"F.interpolate({a}, scale_factor=2, mode='nearest')")
@@ -442,13 +446,13 @@ class Result:
 
 
 def check_program(seed: int, backend: Callable[..., Any], dynamic: bool = False,
-                  ops: int = 12) -> Tuple[Result, str]:
-    """Runs seed's program through `backend` (kiln.backend(...)): one step,
-    and with dynamic=True a second at another batch size. Returns the
-    result and the program's source."""
+                  ops: int = 12, device: str = "cpu") -> Tuple[Result, str]:
+    """Runs seed's program through `backend` (kiln.backend(...)) on
+    `device`: one step, and with dynamic=True a second at another batch
+    size. Returns the result and the program's source."""
     src, params, shapes = make_program(seed, ops)
     gen = torch.Generator().manual_seed(seed + 1)
-    eager = FuzzModule(src, params, gen)
+    eager = FuzzModule(src, params, gen).to(device)
     mine = copy.deepcopy(eager)
     wide = copy.deepcopy(eager).double()
     torch._dynamo.reset()
@@ -459,13 +463,14 @@ def check_program(seed: int, backend: Callable[..., Any], dynamic: bool = False,
     worst = ""
     for batch in batches:
         sized = [(batch,) + s[1:] for s in shapes]
-        inputs = [torch.randn(*s, generator=gen) for s in sized]
+        inputs = [torch.randn(*s, generator=gen).to(device) for s in sized]
         try:
             with torch.no_grad():
                 probe = eager(*inputs)
         except Exception:  # noqa: BLE001 - this batch size does not suit it
             continue
-        weights = [torch.randn(o.shape, generator=gen) for o in probe]
+        weights = [torch.randn(o.shape, generator=gen).to(device)
+                   for o in probe]
         try:
             got = _step(mine, compiled, inputs, weights)
         except Exception:  # noqa: BLE001
@@ -489,10 +494,11 @@ def check_program(seed: int, backend: Callable[..., Any], dynamic: bool = False,
         nudged = copy.deepcopy(eager)
         with torch.no_grad():
             for p in nudged.parameters():
-                p.mul_(1 + 2 ** -20 * torch.randn(p.shape, generator=gen))
+                p.mul_(1 + 2 ** -20 * torch.randn(p.shape, generator=gen)
+                       .to(device))
         moved = _step(nudged, nudged,
-                      [x * (1 + 2 ** -20 * torch.randn(x.shape, generator=gen))
-                       for x in inputs], weights)
+                      [x * (1 + 2 ** -20 * torch.randn(x.shape, generator=gen)
+                            .to(device)) for x in inputs], weights)
         wrong = [(k, ek, ee) for k, ek, ee in flagged
                  if ek > 2 * _err(moved[k], ref[k])]
         detail = ", ".join(f"{k} kiln {ek:.1e} eager {ee:.1e}"
@@ -513,6 +519,7 @@ def main() -> None:
                     metavar=("FIRST", "END"))
     ap.add_argument("--ops", type=int, default=12)
     ap.add_argument("--dynamic", action="store_true")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--verbose", action="store_true", help="print every program")
     ap.add_argument("--server", help="kilnd's address (default: a private one)")
     a = ap.parse_args()
@@ -528,7 +535,8 @@ def main() -> None:
     bad = 0
     try:
         for seed in range(*a.seeds):
-            result, src = check_program(seed, backend, a.dynamic, a.ops)
+            result, src = check_program(seed, backend, a.dynamic, a.ops,
+                                        a.device)
             nodes = result.kiln_nodes + result.fallback_nodes
             print(f"seed {seed}: {result.status} {result.kiln_nodes}/{nodes}"
                   f" nodes in Kiln {result.detail}".rstrip(), flush=True)
