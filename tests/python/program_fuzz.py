@@ -239,7 +239,11 @@ def _mutate(p: Program, v: Value) -> Optional[str]:
                f"{a}.clone().masked_fill_({a} > 1, 1.0)",
                f"{a}.clone().index_fill_(-1, torch.tensor([0], device={a}.device),"
                " 0.5)",
-               f"{a}.clone().scatter_add_(-1, {a}.argsort(-1), {a} * 0.5)",
+               # The sorted values go where they came from: whatever order
+               # a sort gives equal elements (PyTorch's is unspecified,
+               # Kiln's stable), the sum is the same.
+               f"{a}.clone().scatter_add_(-1, {a}.argsort(-1),"
+               f" {a}.sort(-1).values * 0.5)",
                f"{a}.clone().index_add_(-1, torch.tensor([{n - 1}, 0],"
                f" device={a}.device),"
                f" {a}.narrow(-1, 0, 2) if {n} >= 2 else {a})",
