@@ -94,7 +94,8 @@ from .autostart import resolve_server
 from .fx_graph import (COMPARISON_OPS, KilnGraph, Unsupported, ViewOutput,
                        align_norm_stats_with_eager,
                        arange_from_symbolic_starts, batch_input_writes,
-                       draw_seed, input_write_candidates, is_contiguous,
+                       draw_seed, give_constants_values,
+                       input_write_candidates, is_contiguous,
                        share_float64_scalar_converts, size_input_tensor,
                        to_kiln_graph)
 from .partition import (KilnOperatorSupport, graph_device, partition,
@@ -709,6 +710,7 @@ class KilnBackend:
         """_compile_graph's work: gm's graph passes, then its partitions."""
         from torch._functorch.aot_autograd import make_boxed_func  # noqa: PLC0415
 
+        give_constants_values(gm)
         lower_complex(gm)  # complex values as real pairs (kiln/complex.py)
         align_norm_stats_with_eager(gm)
         share_float64_scalar_converts(gm)

@@ -701,6 +701,26 @@ def batch_input_writes(gm: torch.fx.GraphModule) -> int:
     return taken
 
 
+def give_constants_values(gm: torch.fx.GraphModule) -> int:
+    """Gives each get_attr node of a tensor constant (a `torch.tensor([...])`
+    literal AOTAutograd lifted into the module) without a fake value one,
+    made in the graph's fake mode from the constant: torch 2.6 leaves
+    them without, and the translator refused their readers ("argument
+    _tensor_constant0 is a NoneType"). Returns how many it gave."""
+    mode = fake_mode_of(gm.graph)
+    given = 0
+    for node in gm.graph.nodes:
+        if node.op != "get_attr" or "val" in node.meta or mode is None:
+            continue
+        value: Any = gm
+        for part in str(node.target).split("."):
+            value = getattr(value, part, None)
+        if isinstance(value, torch.Tensor):
+            node.meta["val"] = mode.from_tensor(value, static_shapes=True)
+            given += 1
+    return given
+
+
 def share_float64_scalar_converts(gm: torch.fx.GraphModule) -> None:
     """A Python float that Dynamo does not specialise (an eps, a scale under
     dynamic=True) reaches the graph as a 0-dim float64 tensor input, and
