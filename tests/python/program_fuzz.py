@@ -20,7 +20,7 @@ of a tie, and it is not counted).
 
     PY=$(bash deploy/python-env.sh)
     KILN_LIB=build/client/libkiln_c.so KILN_KILND=build/server/kilnd \\
-      $PY tests/python/program_fuzz.py --seeds 0 200 [--dynamic]
+      $PY tests/python/program_fuzz.py --seeds 0 200 [--dynamic] [--amp bfloat16]
 
 prints one line per program (OK, SENSITIVE, WRONG with the results, ERROR
 with the exception) and the source of each program that is not OK.
@@ -30,6 +30,7 @@ tests/python/test_program_fuzz.py runs a bounded number in make test.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import random
 import re
@@ -450,10 +451,13 @@ class Result:
 
 
 def check_program(seed: int, backend: Callable[..., Any], dynamic: bool = False,
-                  ops: int = 12, device: str = "cpu") -> Tuple[Result, str]:
+                  ops: int = 12, device: str = "cpu",
+                  amp: Optional[torch.dtype] = None) -> Tuple[Result, str]:
     """Runs seed's program through `backend` (kiln.backend(...)) on
     `device`: one step, and with dynamic=True a second at another batch
-    size. Returns the result and the program's source."""
+    size; with `amp` (torch.bfloat16, torch.float16) Kiln's and eager's
+    float32 steps run under torch.autocast (the float64 reference does
+    not). Returns the result and the program's source."""
     src, params, shapes = make_program(seed, ops)
     gen = torch.Generator().manual_seed(seed + 1)
     eager = FuzzModule(src, params, gen).to(device)
@@ -475,11 +479,15 @@ def check_program(seed: int, backend: Callable[..., Any], dynamic: bool = False,
             continue
         weights = [torch.randn(o.shape, generator=gen).to(device)
                    for o in probe]
+        autocast = (torch.autocast(device, dtype=amp) if amp is not None
+                    else contextlib.nullcontext())
         try:
-            got = _step(mine, compiled, inputs, weights)
+            with autocast:
+                got = _step(mine, compiled, inputs, weights)
         except Exception:  # noqa: BLE001
             return Result("ERROR", traceback.format_exc(limit=-3)), src
-        want = _step(eager, eager, inputs, weights)
+        with autocast:
+            want = _step(eager, eager, inputs, weights)
         try:
             ref = _step(wide, wide, [x.double() for x in inputs],
                         [w.double() for w in weights])
@@ -500,9 +508,10 @@ def check_program(seed: int, backend: Callable[..., Any], dynamic: bool = False,
             for p in nudged.parameters():
                 p.mul_(1 + 2 ** -20 * torch.randn(p.shape, generator=gen)
                        .to(device))
-        moved = _step(nudged, nudged,
-                      [x * (1 + 2 ** -20 * torch.randn(x.shape, generator=gen)
-                            .to(device)) for x in inputs], weights)
+        with autocast:
+            moved = _step(nudged, nudged,
+                          [x * (1 + 2 ** -20 * torch.randn(x.shape, generator=gen)
+                                .to(device)) for x in inputs], weights)
         wrong = [(k, ek, ee) for k, ek, ee in flagged
                  if ek > 2 * _err(moved[k], ref[k])]
         detail = ", ".join(f"{k} kiln {ek:.1e} eager {ee:.1e}"
@@ -524,6 +533,8 @@ def main() -> None:
     ap.add_argument("--ops", type=int, default=12)
     ap.add_argument("--dynamic", action="store_true")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--amp", choices=["bfloat16", "float16"],
+                    help="Kiln's and eager's steps under torch.autocast")
     ap.add_argument("--verbose", action="store_true", help="print every program")
     ap.add_argument("--server", help="kilnd's address (default: a private one)")
     a = ap.parse_args()
@@ -539,8 +550,9 @@ def main() -> None:
     bad = 0
     try:
         for seed in range(*a.seeds):
-            result, src = check_program(seed, backend, a.dynamic, a.ops,
-                                        a.device)
+            result, src = check_program(
+                seed, backend, a.dynamic, a.ops, a.device,
+                getattr(torch, a.amp) if a.amp else None)
             nodes = result.kiln_nodes + result.fallback_nodes
             print(f"seed {seed}: {result.status} {result.kiln_nodes}/{nodes}"
                   f" nodes in Kiln {result.detail}".rstrip(), flush=True)
