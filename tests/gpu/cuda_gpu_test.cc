@@ -621,14 +621,7 @@ TEST(CudaGpu, GraphFromFile) {
   if (file == nullptr || *file == 0)
     GTEST_SKIP() << "KILN_GPU_GRAPH_JSON not set";
   REQUIRE_GPU(gpu);
-  std::ifstream in(file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  v1::CompileRequest req;
-  ASSERT_TRUE(
-      google::protobuf::util::JsonStringToMessage(ss.str(), req.mutable_graph())
-          .ok())
-      << file;
+  const v1::CompileRequest req = RequestFromJson(file);
   EXPECT_EQ(CheckOnGpu(*gpu, random_graphs::EnvInt("KILN_GPU_GRAPH_SEED", 0),
                        req, /*aligned=*/true),
             "");
@@ -641,9 +634,8 @@ TEST(CudaGpu, GraphFromFile) {
 // checks the PTX without a GPU.)
 TEST(CudaGpu, SplitProgramsMatchReference) {
   REQUIRE_GPU(gpu);
-  graph_gen::GraphGenOptions large = random_graphs::GpuOptions();
-  large.max_nodes = 160;
-  large.max_inputs = 6;
+  const graph_gen::GraphGenOptions large =
+      random_graphs::Large(random_graphs::GpuOptions());
   CompileEnv split, one;
   split.cuda_compile_threads = 3;
   split.cuda_min_kernels_per_part = 2;

@@ -335,16 +335,24 @@ def _run_source(src: str) -> Callable[..., Any]:
     return scope["forward"]
 
 
+def _add_params(module: nn.Module, params: Sequence[Tuple[int, ...]],
+                gen: torch.Generator) -> nn.Module:
+    """Registers self.p<i> of each shape: weights ~ N(0, 1/fan_in), vectors
+    (norm scales, biases) near 1."""
+    for i, shape in enumerate(params):
+        scale = 1.0 / max(1, shape[-1] if len(shape) > 1 else 1) ** 0.5
+        value = torch.randn(*shape, generator=gen) * scale
+        if len(shape) == 1:
+            value = 1.0 + 0.1 * value
+        module.register_parameter(f"p{i}", nn.Parameter(value))
+    return module
+
+
 class FuzzModule(nn.Module):
     def __init__(self, src: str, params: Sequence[Tuple[int, ...]],
                  gen: torch.Generator) -> None:
         super().__init__()
-        for i, shape in enumerate(params):
-            scale = 1.0 / max(1, shape[-1] if len(shape) > 1 else 1) ** 0.5
-            value = torch.randn(*shape, generator=gen) * scale
-            if len(shape) == 1:
-                value = 1.0 + 0.1 * value
-            self.register_parameter(f"p{i}", nn.Parameter(value))
+        _add_params(self, params, gen)
         self.src = src
         self._forward = _run_source(src)
 
@@ -383,8 +391,8 @@ def make_program(seed: int, ops: int = 12) -> Tuple[str, List[Tuple[int, ...]],
         if expr is None:
             del prog.params[n_params:]
             continue
-        holder = FuzzModule("def forward(self, *xs):\n    return None\n",
-                            prog.params, torch.Generator().manual_seed(0))
+        holder = _add_params(nn.Module(), prog.params,
+                             torch.Generator().manual_seed(0))
         try:
             with torch.no_grad():
                 out = eval(expr, {"torch": torch, "F": F, "self": holder},  # noqa: S307

@@ -826,9 +826,7 @@ TEST(CudaCodegen, LinkingOnManyThreadsGivesTheSameCubin) {
   o.first_issue17_seed = 0;
   std::vector<v1::CompileRequest> requests = ExampleAndRandomRequests(
       o, random_graphs::EnvInt("KILN_CUDA_RANDOM_GRAPHS", 600) / 12);
-  graph_gen::GraphGenOptions large = o;  // programs of many kernels
-  large.max_nodes = 160;
-  large.max_inputs = 6;
+  const graph_gen::GraphGenOptions large = random_graphs::Large(o);
   for (int seed = 0; seed < 4; ++seed) {
     v1::CompileRequest req;
     *req.mutable_graph() = graph_gen::RandomGraph(1000 + seed, large);
@@ -932,10 +930,9 @@ std::map<std::string, std::string> EntriesOf(const std::string& ptx) {
 // split twice gives the same cubin. (tests/gpu/cuda_gpu_test.cc,
 // SplitProgramsMatchReference, runs them.)
 TEST(CudaCodegen, SplitProgramsGiveEachKernelTheSamePtx) {
-  graph_gen::GraphGenOptions large = random_graphs::Options();
+  graph_gen::GraphGenOptions large =
+      random_graphs::Large(random_graphs::Options());
   large.first_issue17_seed = 0;
-  large.max_nodes = 160;
-  large.max_inputs = 6;
   CompileEnv one, split;
   one.cuda_compile_threads = 1;
   split.cuda_compile_threads = 3;

@@ -22,15 +22,22 @@ inline std::string ExamplesDir() {
   return env && *env ? env : KILN_EXAMPLES_DIR;
 }
 
-inline v1::CompileRequest Request(const std::string& file) {
-  std::ifstream in(ExamplesDir() + "/" + file);
+// A kiln.v1.Graph in JSON read from `path` into a request's graph (a
+// test failure names the path when it does not parse).
+inline v1::CompileRequest RequestFromJson(const std::string& path) {
+  std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   v1::CompileRequest req;
   EXPECT_TRUE(
       google::protobuf::util::JsonStringToMessage(ss.str(), req.mutable_graph())
           .ok())
-      << file;
+      << path;
+  return req;
+}
+
+inline v1::CompileRequest Request(const std::string& file) {
+  v1::CompileRequest req = RequestFromJson(ExamplesDir() + "/" + file);
   *req.mutable_target()->mutable_cpu() = HostCpuTarget();
   return req;
 }

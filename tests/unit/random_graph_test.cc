@@ -205,9 +205,7 @@ TEST(RandomGraphs, CompiledMatchesReference) {
 // KILN_LARGE_RANDOM_GRAPHS (default 24) graphs from seed
 // KILN_LARGE_RANDOM_GRAPHS_FIRST (default 0), on two threads.
 TEST(RandomGraphs, LargeGraphsMatchReference) {
-  GraphGenOptions large = Options();
-  large.max_nodes = 160;
-  large.max_inputs = 6;
+  const GraphGenOptions large = random_graphs::Large(Options());
   const int64_t first = EnvInt("KILN_LARGE_RANDOM_GRAPHS_FIRST", 0);
   const int64_t count = EnvInt("KILN_LARGE_RANDOM_GRAPHS", 24);
   std::atomic<int64_t> next{first};
@@ -325,9 +323,7 @@ TEST(CompileConcurrency, EightThreadsCompileIdenticalArtifacts) {
 // bit for bit, and match the reference; the same split twice gives the
 // same shared object.
 TEST(CompileThreads, SplitProgramsGiveTheSameResultsBitForBit) {
-  GraphGenOptions large = Options();
-  large.max_nodes = 160;
-  large.max_inputs = 6;
+  const GraphGenOptions large = random_graphs::Large(Options());
   CompileEnv one, split;
   one.cpu_compile_threads = 1;
   split.cpu_compile_threads = 3;

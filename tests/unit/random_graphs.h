@@ -30,6 +30,14 @@ inline GraphGenOptions Options() {
   return o;
 }
 
+// Programs of many kernels: up to 160 nodes over up to 6 inputs (the
+// split-compile tests, RandomGraphs.LargeGraphsMatchReference).
+inline GraphGenOptions Large(GraphGenOptions o) {
+  o.max_nodes = 160;
+  o.max_inputs = 6;
+  return o;
+}
+
 // Options() for CUDA targets: the same ops (matrix products are cuBLASLt
 // calls there); kept apart so that GPU suites can differ when an op does.
 inline GraphGenOptions GpuOptions() { return Options(); }
