@@ -12,7 +12,11 @@ forward + backward (issue 15's first-call benchmark), on the CPU:
   inductor warm the same, a second process on that dir
   kiln cold     backend=kiln against a fresh kilnd with an empty data dir
   kiln warm     a second process against the same daemon (its artifacts
-                compiled; the process's own caches empty)
+                compiled) and the AOTAutograd cache the cold process filled
+                (kiln/aot_cache.py: AOTAutograd's tracing skipped)
+  kiln warm, no AOT cache
+                the same with KILN_AOT_CACHE=0: the daemon's cache alone
+                (the row this benchmark called "kiln warm" before)
 
 Each row runs in its own Python process (imports and the model's
 construction are not timed; the first call and backward are); printed as
@@ -105,7 +109,8 @@ def main() -> None:
     env["PYTHONPATH"] = os.pathsep.join(
         [str(bench_util.ROOT / "python")] + [p for p in [env.get("PYTHONPATH")] if p])
     rows: Dict[str, List[float]] = {k: [] for k in (
-        "eager", "aot_eager", "inductor cold", "inductor warm", "kiln cold", "kiln warm")}
+        "eager", "aot_eager", "inductor cold", "inductor warm", "kiln cold",
+        "kiln warm", "kiln warm, no AOT cache")}
     keys: List[Dict[str, float]] = []
     for _ in range(a.runs):
         rows["eager"].append(run_child("eager", "", a.d_model, env)["first_s"])
@@ -121,21 +126,26 @@ def main() -> None:
             if a.cache_key_cost:
                 keys.append(run_child("inductor", "", a.d_model,
                                       dict(ienv, FIRST_CALL_PROFILE="1")))
-        with Kilnd() as daemon:
+        with Kilnd() as daemon, \
+                tempfile.TemporaryDirectory(prefix="kiln_aot_") as aot:
+            kenv = dict(env, KILN_AOT_CACHE_DIR=aot, KILN_AOT_CACHE="1")
             rows["kiln cold"].append(
-                run_child("kiln", daemon.address, a.d_model, env)["first_s"])
+                run_child("kiln", daemon.address, a.d_model, kenv)["first_s"])
             rows["kiln warm"].append(
-                run_child("kiln", daemon.address, a.d_model, env)["first_s"])
+                run_child("kiln", daemon.address, a.d_model, kenv)["first_s"])
+            rows["kiln warm, no AOT cache"].append(
+                run_child("kiln", daemon.address, a.d_model,
+                          dict(kenv, KILN_AOT_CACHE="0"))["first_s"])
     floor = statistics.median(rows["eager"])
     import torch  # noqa: PLC0415 (the version only)
 
     print(f"first call of torch.compile(nn.TransformerEncoderLayer(d_model="
           f"{a.d_model}, nhead=8)) fwd+bwd on (8, 64, {a.d_model}), fresh "
           f"process, torch {torch.__version__}, median of {a.runs}\n")
-    print(f"{'backend':<16}{'first call s':>14}{'over eager s':>14}  runs")
+    print(f"{'backend':<24}{'first call s':>14}{'over eager s':>14}  runs")
     for name, values in rows.items():
         m = statistics.median(values)
-        print(f"{name:<16}{m:>14.2f}{m - floor:>+14.2f}  "
+        print(f"{name:<24}{m:>14.2f}{m - floor:>+14.2f}  "
               + " ".join(f"{v:.2f}" for v in values))
     if keys:
         print("\nAOTAutogradCache in a warm Inductor process (cProfile, "

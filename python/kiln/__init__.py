@@ -63,7 +63,8 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
             token_file: Optional[str] = None, trusted_keys: Any = None,
             tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
             tls_key: Optional[str] = None,
-            tls_server_name: Optional[str] = None) -> Callable[..., Any]:
+            tls_server_name: Optional[str] = None,
+            aot_cache: Optional[bool] = None) -> Callable[..., Any]:
     """A configured Dynamo backend for ``torch.compile(backend=...)``.
 
     server: kilnd's address ("HOST:PORT" or "unix:PATH"; None: $KILN_SERVER,
@@ -123,16 +124,25 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     tls_ca, tls_cert, tls_key, tls_server_name ($KILN_TLS_CA, ...). A
     token kilnd refuses fails the compile: eager with one warning, or
     KilnError (UNAUTHENTICATED, PERMISSION_DENIED) with fallback="error".
+
+    aot_cache: keep AOTAutograd's forward and backward graphs on disk, so
+    that a process compiling a graph again (a restart, another rank on the
+    host) skips AOTAutograd's tracing (kiln/aot_cache.py: static graphs of
+    plain tensors without aliased outputs). None (default): on unless
+    $KILN_AOT_CACHE=0; the directory is $KILN_AOT_CACHE_DIR, else
+    ~/.cache/kiln/aot. KILN_LOG=aot prints each hit, miss and why a graph
+    is not cached.
     """
     from .dynamo import KilnBackend  # noqa: PLC0415 (needs torch)
 
     return KilnBackend(server=server, fast_math=fast_math, fallback=fallback,
                        fuse_gemm_epilogues=fuse_gemm_epilogues,
                        recompute=recompute, foreach=foreach,
-                       cudagraphs=cudagraphs, attention=attention, token=token, token_file=token_file,
+                       cudagraphs=cudagraphs, attention=attention,
+                       token=token, token_file=token_file,
                        trusted_keys=trusted_keys, tls_ca=tls_ca,
                        tls_cert=tls_cert, tls_key=tls_key,
-                       tls_server_name=tls_server_name)
+                       tls_server_name=tls_server_name, aot_cache=aot_cache)
 
 
 def explain(model: Callable[..., Any], *inputs: Any,

@@ -83,6 +83,8 @@ import torch
 import torch.fx
 
 from . import _binding
+from .aot_cache import (Capture, NotCacheable, default_store, graph_key,
+                        load_graph, make_runtime)
 from .aot_logs import quiet_aot_logs
 from .attention import resolve_policy, rewrite_attention
 from .complex import BOUNDARY as COMPLEX_BOUNDARY, lower_complex
@@ -518,7 +520,8 @@ class KilnBackend:
                  trusted_keys: Optional[Any] = None,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
                  tls_key: Optional[str] = None,
-                 tls_server_name: Optional[str] = None) -> None:
+                 tls_server_name: Optional[str] = None,
+                 aot_cache: Optional[bool] = None) -> None:
         if fallback not in ("eager", "error"):
             raise ValueError(f"fallback={fallback!r}: expected 'eager' or 'error'")
         self.attention = resolve_policy(attention)
@@ -577,6 +580,10 @@ class KilnBackend:
         # Graphs of a device in foreach_devices take the second.
         self._aot, self._aot_foreach = aot(False), aot(True)
         self.__name__ = "kiln"
+        # AOTAutograd's results kept between processes (kiln/aot_cache.py):
+        # None follows KILN_AOT_CACHE.
+        self._aot_store = default_store() if aot_cache is not False else None
+        self._aot_counts: collections.Counter = collections.Counter()
 
     def _aot_options(self, foreach_ops: bool) -> Dict[str, Any]:
         """aot_autograd's arguments other than the compilers."""
@@ -622,7 +629,14 @@ class KilnBackend:
                    if isinstance(x, torch.Tensor)}
         foreach_ops = bool(devices) and devices <= self.foreach_devices
         aot = self._aot_foreach if foreach_ops else self._aot
-        if self.cudagraphs and devices == {"cuda"}:
+        graphs = self.cudagraphs and devices == {"cuda"}
+        if self._aot_store is not None and not graphs:
+            compiled, capturing = self._cached_aot(gm, example_inputs,
+                                                   foreach_ops)
+            if compiled is not None:
+                return compiled
+            aot = capturing or aot
+        if graphs:
             graphs = cudagraph_aot(
                 self._compile_graph,
                 functools.partial(self._compile_graph, owned_outputs=True),
@@ -639,6 +653,66 @@ class KilnBackend:
                 if self.fallback == "error" or _dynamo_control(e):
                     raise
                 return self._eager_graph(gm, e)
+
+    def _cached_aot(self, gm: torch.fx.GraphModule,
+                    example_inputs: Sequence[Any], foreach_ops: bool
+                    ) -> Tuple[Optional[Callable[..., Any]], Any]:
+        """AOTAutograd's cached result for Dynamo's graph gm
+        (kiln/aot_cache.py): (the compiled function, None) on a hit; on a
+        miss (None, the aot_autograd function that stores its graphs once
+        compiled); (None, None) for a graph the cache does not hold."""
+        store = self._aot_store
+        assert store is not None
+        salt = repr((sorted(self.ops()), self.attention, self.recompute,
+                     foreach_ops))
+        try:
+            key = graph_key(gm, example_inputs, salt)
+        except NotCacheable as e:
+            self._aot_log(f"not cached: {e}")
+            self._aot_counts["uncacheable"] += 1
+            return None, None
+        entry = store.get(key)
+        if entry is not None:
+            try:
+                fw = self._compile_graph(load_graph(entry.fw), [])
+                bw = (self._compile_graph(load_graph(entry.bw), [])
+                      if entry.bw is not None else None)
+                compiled = make_runtime(entry, fw, bw)
+            except Exception as e:  # noqa: BLE001 (trace again instead)
+                if self.fallback == "error" and isinstance(e, _binding.KilnError):
+                    raise
+                self._aot_log(f"entry {key[:16]} dropped: "
+                              f"{type(e).__name__}: {e}")
+                store.drop(key)
+            else:
+                self._aot_counts["hits"] += 1
+                self._aot_log(f"hit {key[:16]}")
+                return compiled, None
+        self._aot_counts["misses"] += 1
+
+        def stored(ok: bool) -> None:
+            self._aot_counts["stored" if ok else "store_failed"] += 1
+            self._aot_log(f"stored {key[:16]}" if ok else
+                          f"could not store {key[:16]} in {store.directory}")
+
+        capture = Capture(store, key, len(example_inputs), stored)
+        from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
+        options = self._aot_options(foreach_ops)
+        options["partition_fn"] = capture.partition_fn(options["partition_fn"])
+        return None, aot_autograd(
+            fw_compiler=capture.compiler(self._compile_graph),
+            bw_compiler=capture.compiler(self._compile_graph), **options)
+
+    def aot_cache_counters(self) -> Dict[str, int]:
+        """How this backend's graphs used the AOTAutograd cache
+        (kiln/aot_cache.py): {"hits", "misses", "stored", "store_failed",
+        "uncacheable"}."""
+        return {k: self._aot_counts[k] for k in
+                ("hits", "misses", "stored", "store_failed", "uncacheable")}
+
+    def _aot_log(self, message: str) -> None:
+        if "aot" in os.environ.get("KILN_LOG", "").split(","):
+            print(f"kiln: aot cache: {message}", file=sys.stderr)
 
     def _eager_graph(self, gm: torch.fx.GraphModule, e: Exception
                      ) -> Callable[..., Any]:

@@ -29,6 +29,11 @@ sys.path.insert(0, PYTHON_DIR)
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("KILN_LIB", str(ROOT / "build" / "client" / "libkiln_c.so"))
 KILND = os.environ.get("KILN_KILND", str(ROOT / "build" / "server" / "kilnd"))
+# The AOTAutograd cache (kiln/aot_cache.py) of this pytest run: a fresh
+# directory, shared by every test and subprocess of the run (so a graph an
+# earlier test compiled is a hit in a later one), never the user's.
+_AOT_DIR = tempfile.TemporaryDirectory(prefix="kiln_pytest_aot_")
+os.environ["KILN_AOT_CACHE_DIR"] = _AOT_DIR.name
 
 
 class Daemon:
