@@ -1,7 +1,7 @@
 """Shared by the Python benchmarks: the checkout's paths on sys.path
 (python/ for kiln, tests/ for the model suite `models`), KILN_LIB defaulting
-to the build tree's libkiln_c.so, and a private kilnd on an ephemeral port.
-Imports without torch."""
+to the build tree's libkiln_c.so, a private kilnd on an ephemeral port and
+a private, empty AOTAutograd cache. Imports without torch."""
 
 from __future__ import annotations
 
@@ -19,6 +19,12 @@ for _p in (ROOT / "python", ROOT / "tests"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 os.environ.setdefault("KILN_LIB", str(ROOT / "build" / "client" / "libkiln_c.so"))
+# A benchmark's first calls are cold: its own AOTAutograd cache
+# (kiln/aot_cache.py), empty, removed at exit, inherited by the processes it
+# starts; set KILN_AOT_CACHE_DIR to measure with another.
+if "KILN_AOT_CACHE_DIR" not in os.environ:
+    _AOT_DIR = tempfile.TemporaryDirectory(prefix="kiln_bench_aot_")
+    os.environ["KILN_AOT_CACHE_DIR"] = _AOT_DIR.name
 
 
 def step_ms(loss: Callable[[], Any], cuda: bool) -> float:

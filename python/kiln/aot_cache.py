@@ -20,7 +20,9 @@ Which graphs: the common case only, checked from AOTAutograd's metadata when
 the entry is made; anything else compiles as before, every time:
 - static sizes (no SymInt input, no symbolic dim);
 - plain tensors in, plain tensors out, no input appearing twice;
-- no output that aliases an input or an intermediate, no effect tokens,
+- no output that aliases an input or an intermediate (but for a view of
+  an intermediate nothing else reads, returned as a tensor of its own as
+  AOTAutograd does), no effect tokens,
   no functionalized RNG, no tensor subclass;
 - inputs written only inside the graph (BatchNorm's running statistics:
   MutationType.MUTATED_IN_GRAPH), never by AOTAutograd's runtime;
@@ -162,8 +164,7 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                 raise NotCacheable(f"node {node.name} reads a "
                                    f"{type(value).__name__}")
             h.update(repr(_tensor_meta(value)).encode())
-            h.update(value.detach().cpu().contiguous().view(-1)
-                     .view(torch.uint8).numpy().tobytes())
+            h.update(_tensor_bytes(value))
     storages: Dict[Any, int] = {}
     for i, x in enumerate(example_inputs):
         if not isinstance(x, torch.Tensor):
@@ -172,6 +173,18 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         ref = StorageWeakRef(x.untyped_storage())
         h.update(repr((meta, storages.setdefault(ref, i))).encode())
     return h.hexdigest()
+
+
+def _tensor_bytes(t: torch.Tensor) -> bytes:
+    """A real tensor's elements (a constant of the graph), read outside the
+    fake mode the backend may be called under."""
+    from torch._subclasses.fake_tensor import (  # noqa: PLC0415
+        unset_fake_temporarily)
+
+    with unset_fake_temporarily():
+        c = t.detach().cpu().contiguous()
+        return c.view(-1).view(torch.uint8).numpy().tobytes() \
+            if c.numel() else b""
 
 
 def _attr(gm: torch.nn.Module, target: str) -> Any:
@@ -292,10 +305,9 @@ def save_graph(gm: torch.fx.GraphModule) -> Dict[str, Any]:
                     value.numel() * value.element_size() > (1 << 20):
                 raise NotCacheable(f"node {node.name}: a constant that is "
                                    f"not a tensor of at most 1 MiB")
-            c = value.detach().cpu().contiguous()
             consts[str(node.target)] = (
-                str(c.dtype).split(".")[-1], tuple(c.shape), str(value.device),
-                c.view(-1).view(torch.uint8).numpy().tobytes())
+                str(value.dtype).split(".")[-1], tuple(value.shape),
+                str(value.device), _tensor_bytes(value))
             nodes.append((node.name, "get_attr", str(node.target), (), {},
                           val))
         elif node.op == "output":
@@ -356,8 +368,6 @@ def summarize_metadata(meta: Any, num_inputs: int) -> Dict[str, Any]:
         raise NotCacheable("functionalized RNG")
     if getattr(meta, "num_intermediate_bases", 0):
         raise NotCacheable("outputs alias intermediates")
-    if getattr(meta, "num_unsafe_view_outputs", 0):
-        raise NotCacheable("unsafe-view outputs")
     if getattr(meta, "grad_enabled_mutation", None) is not None:
         raise NotCacheable("the graph changes grad mode")
     for field_name in ("subclass_inp_meta", "subclass_fw_graph_out_meta"):
@@ -376,9 +386,13 @@ def summarize_metadata(meta: Any, num_inputs: int) -> Dict[str, Any]:
         if kind == MutationType.MUTATED_IN_GRAPH and \
                 not info.mutations_hidden_from_autograd:
             versions.append(i)
-    out_grad, tangents = [], []
+    out_grad, tangents, unsafe_views = [], [], []
     for i, info in enumerate(meta.output_info):
-        if info.output_type != OutputType.non_alias:
+        if info.output_type == OutputType.unsafe_view_alias:
+            # A view of an intermediate nothing else sees: AOTAutograd
+            # returns it as a tensor of its own (aten._unsafe_view).
+            unsafe_views.append(i)
+        elif info.output_type != OutputType.non_alias:
             raise NotCacheable(f"output {i} aliases ({info.output_type})")
         if not (isinstance(info.raw_type, type)
                 and issubclass(info.raw_type, torch.Tensor)):
@@ -388,6 +402,7 @@ def summarize_metadata(meta: Any, num_inputs: int) -> Dict[str, Any]:
             tangents.append(i)
     return {"outputs": len(meta.output_info), "out_grad": out_grad,
             "tangents": tangents, "versions": versions,
+            "unsafe_views": unsafe_views,
             "amp": bool(torch._C._is_any_autocast_enabled())}
 
 
@@ -471,9 +486,12 @@ class Capture:
     call). Anything NotCacheable ends the capture quietly (`why`)."""
 
     def __init__(self, store: Store, key: str, num_inputs: int,
-                 on_stored: Callable[[bool], None]) -> None:
+                 report: Callable[[str, str], None]) -> None:
+        """report(outcome, detail) is called once the capture ends:
+        ("stored", ""), ("store_failed", the directory) or ("uncacheable",
+        why)."""
         self.store, self.key, self.num_inputs = store, key, num_inputs
-        self.on_stored = on_stored
+        self.report = report
         self.training = False
         self.why: Optional[str] = None
         self._fw: Optional[Dict[str, Any]] = None
@@ -513,12 +531,16 @@ class Capture:
                 self._finish(save_graph(gm))
         except NotCacheable as e:
             self.why = str(e)
+            self.report("uncacheable", self.why)
 
     def _finish(self, bw: Optional[Dict[str, Any]]) -> None:
         assert self._fw is not None and self._meta is not None
         entry = entry_from(self._fw, bw, self._meta, self.num_inputs)
         self._done = True
-        self.on_stored(self.store.put(self.key, entry))
+        if self.store.put(self.key, entry):
+            self.report("stored", "")
+        else:
+            self.report("store_failed", self.store.directory)
 
 
 # -- the runtime -----------------------------------------------------------
@@ -529,7 +551,8 @@ def make_runtime(entry: Entry, fw: Callable[[List[Any]], Any],
     """Dynamo's compiled function for an entry: fw (and bw) are the compiled
     graphs, boxed (called with a list). As AOTAutograd's runtime for the
     graphs this cache holds: the forward in an autograd.Function that saves
-    what the backward reads; outputs that need no gradient marked so;
+    what the backward reads; outputs that need no gradient marked so, views
+    of intermediates made tensors of their own (aten._unsafe_view);
     tangents restrided to what the backward was traced with; inputs the
     graph writes get their version bumped; autocast off while the graphs
     run when it was on at compile time (it is in the graphs)."""
@@ -555,6 +578,7 @@ def make_runtime(entry: Entry, fw: Callable[[List[Any]], Any],
         return inference
 
     out_grad = meta["out_grad"]
+    unsafe_views = meta["unsafe_views"]
     tangent_of = meta["tangents"]
     strides = meta["tangent_strides"]
 
@@ -567,6 +591,8 @@ def make_runtime(entry: Entry, fw: Callable[[List[Any]], Any],
             else:
                 outs = list(fw(list(args)))
             user = outs[:n_out]
+            for i in unsafe_views:
+                user[i] = torch.ops.aten._unsafe_view(user[i], user[i].shape)
             ctx.save_for_backward(*outs[n_out:])
             ctx.mark_non_differentiable(
                 *[o for o, g in zip(user, out_grad) if not g])

@@ -205,6 +205,18 @@ def _core_aten_table() -> Dict[Any, Callable[..., Any]]:
 _RETRY_SECONDS = 10.0
 
 
+def _aot_graphs_logged() -> bool:
+    """Whether torch's logs ask for AOTAutograd's graphs (TORCH_LOGS=
+    aot_graphs, aot_joint_graph): then it traces, cache or not."""
+    try:
+        from torch._logging._internal import log_state  # noqa: PLC0415
+
+        return any(log_state.is_artifact_enabled(a)
+                   for a in ("aot_graphs", "aot_joint_graph"))
+    except (ImportError, AttributeError):
+        return False
+
+
 def _log_enabled() -> bool:
     return "fallback" in os.environ.get("KILN_LOG", "").split(",")
 
@@ -666,6 +678,8 @@ class KilnBackend:
         salt = repr((sorted(self.ops()), self.attention, self.recompute,
                      foreach_ops))
         try:
+            if _aot_graphs_logged():
+                raise NotCacheable("torch's logs ask for AOTAutograd's graphs")
             key = graph_key(gm, example_inputs, salt)
         except NotCacheable as e:
             self._aot_log(f"not cached: {e}")
@@ -690,12 +704,11 @@ class KilnBackend:
                 return compiled, None
         self._aot_counts["misses"] += 1
 
-        def stored(ok: bool) -> None:
-            self._aot_counts["stored" if ok else "store_failed"] += 1
-            self._aot_log(f"stored {key[:16]}" if ok else
-                          f"could not store {key[:16]} in {store.directory}")
+        def report(outcome: str, detail: str) -> None:
+            self._aot_counts[outcome] += 1
+            self._aot_log(f"{outcome} {key[:16]} {detail}".rstrip())
 
-        capture = Capture(store, key, len(example_inputs), stored)
+        capture = Capture(store, key, len(example_inputs), report)
         from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
         options = self._aot_options(foreach_ops)
         options["partition_fn"] = capture.partition_fn(options["partition_fn"])

@@ -452,7 +452,7 @@ def _err(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 @dataclass
 class Result:
-    status: str  # OK, SENSITIVE, WRONG, ERROR, SKIPPED
+    status: str  # OK, SENSITIVE, WRONG, ERROR, SKIPPED, MISSED (--warm)
     detail: str = ""
     kiln_nodes: int = 0
     fallback_nodes: int = 0
@@ -556,6 +556,13 @@ def main() -> None:
                     help="Kiln's and eager's steps under torch.autocast")
     ap.add_argument("--verbose", action="store_true", help="print every program")
     ap.add_argument("--server", help="kilnd's address (default: a private one)")
+    ap.add_argument("--warm", action="store_true",
+                    help="run each program twice, each time with a new "
+                    "backend after torch._dynamo.reset(): the second takes "
+                    "AOTAutograd's graphs from the AOT cache (kiln/"
+                    "aot_cache.py) and must be as right as the first; a "
+                    "program the first stored that the second does not hit "
+                    "is MISSED")
     a = ap.parse_args()
     import conftest  # noqa: PLC0415 (kiln on sys.path; tests/python's Daemon)
     import kiln  # noqa: PLC0415
@@ -569,21 +576,32 @@ def main() -> None:
     bad = 0
     try:
         for seed in range(*a.seeds):
-            result, src = check_program(
-                seed, backend, a.dynamic, a.ops, a.device,
-                getattr(torch, a.amp) if a.amp else None)
+            amp = getattr(torch, a.amp) if a.amp else None
+            if a.warm:
+                first = kiln.backend(server=server, fallback="eager")
+                check_program(seed, first, a.dynamic, a.ops, a.device, amp)
+                backend = kiln.backend(server=server, fallback="eager")
+            result, src = check_program(seed, backend, a.dynamic, a.ops,
+                                        a.device, amp)
+            if a.warm:
+                stored = first.aot_cache_counters()["stored"]
+                hits = backend.aot_cache_counters()["hits"]
+                result.detail = (f"(AOT cache: {stored} stored, {hits} hit) "
+                                 + result.detail)
+                if hits < stored and result.status not in ("WRONG", "ERROR"):
+                    result.status = "MISSED"
             nodes = result.kiln_nodes + result.fallback_nodes
             print(f"seed {seed}: {result.status} {result.kiln_nodes}/{nodes}"
                   f" nodes in Kiln {result.detail}".rstrip(), flush=True)
             if a.verbose:
                 print(src, flush=True)
-            if result.status in ("WRONG", "ERROR"):
+            if result.status in ("WRONG", "ERROR", "MISSED"):
                 bad += 1
                 print(src, flush=True)
     finally:
         if daemon is not None:
             daemon.stop()
-    print(f"{a.seeds[1] - a.seeds[0]} programs, {bad} WRONG or ERROR")
+    print(f"{a.seeds[1] - a.seeds[0]} programs, {bad} WRONG, ERROR or MISSED")
     sys.exit(1 if bad else 0)
 
 

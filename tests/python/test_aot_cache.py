@@ -305,3 +305,48 @@ def test_store_stays_under_its_bound(tmp_path):
     sizes = [p.stat().st_size for p in tmp_path.iterdir()]
     assert sum(sizes) <= 3000 and len(sizes) >= 2
     assert store.get("k5") is not None and store.get("k0") is None
+
+
+def _scaled_by(values):
+    def f(x, w):
+        return ((x @ w) * torch.tensor(values)).sum()
+    return f
+
+
+def test_tensor_constants_are_keyed_by_value(daemon, aot_dir):
+    """A tensor literal is a constant of Dynamo's graph (get_attr), read
+    under the fake mode the backend is called in: two graphs that differ in
+    its values alone get two entries, each right."""
+    g = torch.Generator().manual_seed(6)
+    x, w0 = torch.randn(4, 3, generator=g), torch.randn(3, 3, generator=g)
+    seen = []
+    for values in ([1.0, 2.0, 3.0], [1.0, 2.0, 4.0], [1.0, 2.0, 3.0]):
+        torch._dynamo.reset()
+        f = _scaled_by(values)
+        backend = kiln.backend(server=daemon.address, fallback="error")
+        w = w0.clone().requires_grad_()
+        torch.compile(f, backend=backend)(x, w).backward()
+        w_ref = w0.clone().requires_grad_()
+        f(x, w_ref).backward()
+        torch.testing.assert_close(w.grad, w_ref.grad)
+        seen.append(backend.aot_cache_counters())
+        assert backend.report.kiln_nodes > 0
+    assert [c["stored"] for c in seen] == [1, 1, 0], seen
+    assert [c["hits"] for c in seen] == [0, 0, 1], seen
+    assert len(_entries(aot_dir)) == 2
+
+
+def test_torch_logs_of_aot_graphs_trace_anyway(daemon, aot_dir):
+    """TORCH_LOGS=aot_graphs asks for AOTAutograd's graphs: the backend
+    traces, neither hit nor store."""
+    def f(x):
+        return torch.sin(x).sum()
+
+    torch._logging.set_logs(aot_graphs=True)
+    try:
+        for out, _, counts in _compile_twice(
+                daemon, f, lambda: (torch.ones(3, requires_grad=True),)):
+            assert counts["uncacheable"] == 1 and counts["hits"] == 0, counts
+    finally:
+        torch._logging.set_logs()
+    assert _entries(aot_dir) == []

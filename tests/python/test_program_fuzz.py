@@ -53,6 +53,34 @@ def test_random_programs_with_dynamic_sizes(daemon):
     assert not bad, "\n".join(f"seed {s}: {st} {d}" for s, st, d in bad)
 
 
+def test_random_programs_from_the_aot_cache(daemon):
+    """Each program twice, each time with a new backend after
+    torch._dynamo.reset() (program_fuzz.py --warm): the second takes
+    AOTAutograd's graphs from the AOT cache (kiln/aot_cache.py) and must
+    train like eager as the first did. The programs read tensor constants
+    (get_attr), which the backend is handed under a fake mode."""
+    stored = hits = 0
+    bad = []
+    for seed in range(20_000, 20_000 + max(COUNT // 2, 4)):
+        first = kiln.backend(server=daemon.address, fallback="eager")
+        program_fuzz.check_program(seed, first)
+        second = kiln.backend(server=daemon.address, fallback="eager")
+        result, src = program_fuzz.check_program(seed, second)
+        stored += first.aot_cache_counters()["stored"]
+        hits += second.aot_cache_counters()["hits"]
+        if result.status not in ("OK", "SENSITIVE", "SKIPPED") or \
+                second.aot_cache_counters()["hits"] < \
+                first.aot_cache_counters()["stored"]:
+            bad.append(f"seed {seed}: {result.status} {result.detail} "
+                       f"{second.aot_cache_counters()}\n{src}")
+        assert result.kiln_nodes >= 0.9 * (result.kiln_nodes +
+                                           result.fallback_nodes) or \
+            result.status == "SKIPPED", (seed, result)
+    print(f"AOT cache: {stored} graphs stored, {hits} hit")
+    assert not bad, "\n".join(bad)
+    assert stored >= max(COUNT // 2, 4) // 2, stored
+
+
 def test_a_norm_output_the_backward_reads_early(daemon):
     """Seed 311 of 16 ops (found by the fuzzer): AOTAutograd's joint graph
     had a backward node reading a layer norm's output before the forward's
