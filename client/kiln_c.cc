@@ -20,6 +20,7 @@
 #include "client/kiln_client.h"
 #include "client/request_json.h"
 #include "graph/op_signature.h"
+#include "runtime/cpu_blas.h"
 #include "runtime/cpu_executable.h"
 #include "runtime/cuda_executable.h"
 #include "runtime/device_allocator.h"
@@ -630,6 +631,12 @@ kiln_status* kiln_client_get_cpu_executable(kiln_client* client,
 
 void kiln_cpu_executable_destroy(kiln_cpu_executable* exe) {
   std::unique_ptr<kiln_cpu_executable> owned(exe);
+}
+
+kiln_status* kiln_cpu_runtime_prepare(void) {
+  absl::Status status = kiln::CpuBlas::Prepare();
+  if (!status.ok()) return kiln::ToC(status);
+  return nullptr;
 }
 
 size_t kiln_cpu_executable_num_inputs(const kiln_cpu_executable* exe) {

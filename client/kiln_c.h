@@ -69,8 +69,8 @@ extern "C" {
  * kiln_cuda_executable_check_index_errors, and OUT_OF_RANGE from runs for
  * indices out of range; 5: the `options` flags of the get_*_executable
  * calls, which took fast_math as 0 or 1; 6:
- * kiln_cuda_executable_run_into). */
-#define KILN_C_API_VERSION 6
+ * kiln_cuda_executable_run_into; 7: kiln_cpu_runtime_prepare). */
+#define KILN_C_API_VERSION 7
 int kiln_c_api_version(void);
 
 /* Status codes (= absl::StatusCode = grpc::StatusCode). */
@@ -355,6 +355,14 @@ kiln_status* kiln_client_get_cpu_executable(kiln_client* client,
                                             const char* target, int options,
                                             kiln_cpu_executable** out);
 void kiln_cpu_executable_destroy(kiln_cpu_executable* exe);
+
+/* Loads the CPU runtime's BLAS and runs one small product, so that the
+ * library's one-time start-up (about 70 ms for oneDNN on a 2-core machine)
+ * is paid now, e.g. by a thread of the caller's own while it traces its
+ * model, rather than by the first run of a CPU executable with a matrix
+ * product. Idempotent; thread-safe. Errors: FAILED_PRECONDITION when no
+ * BLAS loads (naming each library tried), INTERNAL when it fails. */
+kiln_status* kiln_cpu_runtime_prepare(void);
 
 size_t kiln_cpu_executable_num_inputs(const kiln_cpu_executable* exe);
 size_t kiln_cpu_executable_num_outputs(const kiln_cpu_executable* exe);

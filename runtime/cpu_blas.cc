@@ -171,6 +171,19 @@ absl::StatusOr<const CpuBlas*> CpuBlas::Get() {
   return loaded->get();
 }
 
+absl::Status CpuBlas::Prepare() {
+  absl::StatusOr<const CpuBlas*> blas = Get();
+  if (!blas.ok()) return blas.status();
+  constexpr int64_t kN = 8;
+  std::vector<float> a(kN * kN, 1.0f), b(kN * kN, 1.0f), c(kN * kN, 0.0f);
+  GemmDims dims;
+  dims.batch = 1;
+  dims.m = dims.n = dims.k = kN;
+  dims.a.ld = dims.b.ld = dims.c.ld = kN;
+  return (*blas)->Gemm(DType::kFloat32, dims, 1.0, 0.0, a.data(), b.data(),
+                       c.data());
+}
+
 bool CpuBlas::OneDnnBf16Allowed() {
   static const bool allowed = [] {
     const char* env = std::getenv("KILN_ONEDNN_BF16");

@@ -44,6 +44,12 @@ class CpuBlas {
   // The process-wide library, loaded on first call. Errors:
   // FAILED_PRECONDITION naming every library tried and why it failed.
   static absl::StatusOr<const CpuBlas*> Get();
+  // Get, then one 8x8x8 float32 product, so that the library's one-time
+  // start-up (CPU detection, code generation, threads: about 70 ms for
+  // oneDNN on the 2-core dev machine) is paid by the caller, e.g. a thread
+  // of its own while the process traces its model, rather than by the
+  // first executable run. Errors: as Get and Gemm.
+  static absl::Status Prepare();
 
   // C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for i < dims.batch in
   // float32 (sgemm), at the offsets, strides and leading

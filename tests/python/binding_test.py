@@ -90,6 +90,21 @@ class WithoutDaemon(unittest.TestCase):
         lib = kiln.load_library()
         self.assertEqual(lib.kiln_c_api_version(), kiln.C_API_VERSION)
 
+    def test_prepare_cpu_runtime(self):
+        # The BLAS CI installs loads (twice: idempotent); a bad KILN_BLAS
+        # names the library it tried, in a process of its own (the
+        # library is loaded once per process).
+        kiln._binding.prepare_cpu_runtime()
+        kiln._binding.prepare_cpu_runtime()
+        code = ("import kiln\ntry:\n kiln._binding.prepare_cpu_runtime()\n"
+                "except kiln.KilnError as e:\n print(e.code_name, e)")
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True,
+            env=dict(os.environ, KILN_BLAS="/nonexistent/libblas.so",
+                     PYTHONPATH=os.pathsep.join(sys.path)), timeout=60)
+        self.assertIn("FAILED_PRECONDITION", out.stdout + out.stderr)
+        self.assertIn("/nonexistent/libblas.so", out.stdout + out.stderr)
+
     def test_unreachable_server_is_unavailable(self):
         client = kiln.Client("127.0.0.1:1", rpc_deadline_seconds=2,
                              max_retries=1)

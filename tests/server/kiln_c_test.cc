@@ -466,6 +466,15 @@ TEST(KilnC, SupportedOps) {
   EXPECT_NE(ops.back(), '\n');
 }
 
+TEST(KilnC, CpuRuntimePrepareIsIdempotent) {
+  // The BLAS CI installs loads; a second call finds it loaded.
+  for (int i = 0; i < 2; ++i) {
+    kiln_status* s = kiln_cpu_runtime_prepare();
+    EXPECT_EQ(s, nullptr) << (s ? kiln_status_message(s) : "");
+    kiln_status_free(s);
+  }
+}
+
 TEST(KilnCNoServer, UnavailableWhenNothingListens) {
   kiln_client* c = nullptr;
   Status created(kiln_client_create("127.0.0.1:1", 2, 1, &c));
