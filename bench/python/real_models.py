@@ -627,10 +627,11 @@ def run_model(name: str, server: str, dynamic: bool,
         if w_status == "MISMATCH":
             status = "MISMATCH"
             worst = (w_worst[0], "warm: " + w_worst[1])
-        counts = warm_backend.aot_cache_counters()
+        first_counts = backend.aot_cache_counters()
         warm = (f", warm first step {warm_seconds:.1f} s (AOT cache "
-                f"{counts['hits']} hits of {backend.aot_cache_counters()['stored']} "
-                f"stored)")
+                f"{warm_backend.aot_cache_counters()['hits']} hits of "
+                f"{first_counts['stored']} stored, "
+                f"{first_counts['uncacheable']} not cacheable)")
     messages = (str(w.message) for w in caught)
     fell_back = sorted({m for m in messages
                         if m.startswith("kiln:") and "eagerly" in m})

@@ -179,7 +179,10 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
 
 def _tensor_bytes(t: torch.Tensor) -> bytes:
     """A real tensor's elements (a constant of the graph), read outside the
-    fake mode the backend may be called under."""
+    fake mode the backend may be called under. NotCacheable for a fake
+    tensor (no elements to key or keep)."""
+    if isinstance(t, FakeTensor):
+        raise NotCacheable("a constant without values (a fake tensor)")
     with unset_fake_temporarily():
         c = t.detach().cpu().contiguous()
         return c.view(-1).view(torch.uint8).numpy().tobytes() \
@@ -528,8 +531,9 @@ class Capture:
                     self._finish(None)
             else:
                 self._finish(save_graph(gm))
-        except NotCacheable as e:
-            self.why = str(e)
+        except Exception as e:  # noqa: BLE001 (the cache never fails a compile)
+            self.why = (str(e) if isinstance(e, NotCacheable) else
+                        f"{type(e).__name__}: {e}".splitlines()[0][:200])
             self.report("uncacheable", self.why)
 
     def _finish(self, bw: Optional[Dict[str, Any]]) -> None:

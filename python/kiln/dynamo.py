@@ -702,7 +702,9 @@ class KilnBackend:
             if _aot_graphs_logged():
                 raise NotCacheable("torch's logs ask for AOTAutograd's graphs")
             key = graph_key(gm, example_inputs, salt)
-        except NotCacheable as e:
+        except Exception as e:  # noqa: BLE001 (the cache never fails a compile)
+            if not isinstance(e, NotCacheable):
+                e = NotCacheable(f"{type(e).__name__}: {e}".splitlines()[0])
             self._aot_log(f"not cached: {e}")
             self._aot_counts["uncacheable"] += 1
             return None, None
