@@ -15,7 +15,11 @@ per call before the final torch.cuda.synchronize() (what the host spends to
 enqueue a call) and after it (kernels included); the chain's kernels are
 tiny, so its synced figure is the host cost too. On CUDA also "kiln-cg"
 (kiln.backend(cudagraphs=True)) and "inductor-cg" (mode="reduce-overhead"):
-the whole graph replayed by PyTorch's CUDA graph trees.
+the whole graph replayed by PyTorch's CUDA graph trees. "kiln-ext-hit":
+the same graph compiled again after torch._dynamo.reset(), from the AOT
+cache (kiln/aot_cache.py: Kiln's own autograd.Function and inference
+wrapper instead of AOTAutograd's runtime wrappers); the other kiln columns
+compile without that cache.
 
     PY=$(bash deploy/python-env.sh)
     build/server/kilnd --listen=127.0.0.1:7799 --metrics_listen= &
@@ -24,6 +28,8 @@ the whole graph replayed by PyTorch's CUDA graph trees.
 """
 
 import argparse
+import os
+import tempfile
 import time
 
 import torch
@@ -79,6 +85,8 @@ def main():
                     help="comma-separated train_ops.py cases: time each "
                     "partition of their training step alone instead")
     a = ap.parse_args()
+    # A private AOT cache: the kiln-ext-hit column fills it first.
+    os.environ["KILN_AOT_CACHE_DIR"] = tempfile.mkdtemp(prefix="kiln_aot_")
     global CLOCK, CUDA
     CLOCK = time.process_time if a.clock == "cpu" else time.perf_counter
     CUDA = a.device == "cuda"
@@ -118,6 +126,12 @@ def main():
                            for p, p_args in parts)
                 row += (f"  kiln-{path} {total:8.1f} (call {call:6.1f}, "
                         f"{len(parts)} partition(s))")
+            if have_ext:
+                for _ in range(2):  # the first stores, the second hits
+                    torch._dynamo.reset()
+                    hit, _ = compile_kiln(fn, x, a.server, ext=True,
+                                          aot_cache=True)
+                row += f"  kiln-ext-hit {per_call_us(hit, x, iters=iters):8.1f}"
             if CUDA:  # whole graphs replayed: CUDA graph trees
                 cg = torch.compile(fn, backend=kiln.backend(
                     server=a.server, fallback="error", cudagraphs=True))
@@ -166,11 +180,11 @@ def train_partitions(names, dev, server):
                   f"{len(gpu)} GPU activities, {allocs} allocations")
 
 
-def compile_kiln(fn, x, server, ext, run=None):
-    """torch.compile(fn, backend=kiln) through the extension or ctypes,
-    first called as run(compiled) (default: on x, checked against eager);
-    returns it and [(partition, its first arguments)] of its compiled
-    partitions."""
+def compile_kiln(fn, x, server, ext, run=None, aot_cache=False):
+    """torch.compile(fn, backend=kiln) through the extension or ctypes
+    (with or without the AOT cache), first called as run(compiled)
+    (default: on x, checked against eager); returns it and [(partition, its
+    first arguments)] of its compiled partitions."""
     saved = _binding._ext
     parts = []
     init = dynamo.KilnPartition.__init__
@@ -191,7 +205,8 @@ def compile_kiln(fn, x, server, ext, run=None):
             _binding._ext = False  # as KILN_NO_EXTENSION=1
         dynamo.KilnPartition.__init__ = record
         dynamo.KilnPartition.__call__ = spy
-        backend = kiln.backend(server=server, fallback="error")
+        backend = kiln.backend(server=server, fallback="error",
+                               aot_cache=aot_cache)
         compiled = torch.compile(fn, backend=backend)
         if run is not None:
             run(compiled)
