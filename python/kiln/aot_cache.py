@@ -603,7 +603,11 @@ def make_runtime(entry: Entry, fw: Callable[[List[Any]], Any],
             return tuple(user)
 
         @staticmethod
+        @torch.autograd.function.once_differentiable
         def backward(ctx: Any, *grads: Any) -> Any:  # type: ignore[override]
+            # (Once differentiable: the backward graph's results carry no
+            # autograd history, and a double backward must fail, as
+            # AOTAutograd's does, not return nothing.)
             tangents = []
             for j, i in enumerate(tangent_of):
                 g = grads[i]

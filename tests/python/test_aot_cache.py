@@ -350,3 +350,21 @@ def test_torch_logs_of_aot_graphs_trace_anyway(daemon, aot_dir):
     finally:
         torch._logging.set_logs()
     assert _entries(aot_dir) == []
+
+
+def test_double_backward_fails_on_a_hit(daemon, aot_dir):
+    """A hit's backward is once differentiable: create_graph=True and a
+    second derivative must raise, as through AOTAutograd, never give a
+    silently wrong (missing) second derivative."""
+    def f(x):
+        return (torch.sin(x) * x).sum()
+
+    for _ in range(2):
+        torch._dynamo.reset()
+        backend = kiln.backend(server=daemon.address, fallback="error")
+        x = torch.linspace(0.0, 1.0, 5, requires_grad=True)
+        (g,) = torch.autograd.grad(torch.compile(f, backend=backend)(x), x,
+                                   create_graph=True)
+        with pytest.raises(RuntimeError):
+            g.sum().backward()
+    assert backend.aot_cache_counters()["hits"] == 1
