@@ -64,9 +64,9 @@ import torch.fx
 from torch._subclasses.fake_tensor import (FakeTensor, FakeTensorMode,
                                            unset_fake_temporarily)
 
-__all__ = ["Capture", "Entry", "NotCacheable", "Store", "default_store", "entry_from",
-           "graph_key", "load_graph", "make_runtime", "save_graph",
-           "summarize_metadata"]
+__all__ = ["Capture", "Entry", "NotCacheable", "Store", "default_store",
+           "entry_from", "graph_key", "load_graph", "make_runtime",
+           "save_graph", "summarize_metadata"]
 
 FORMAT = 1
 
