@@ -2354,3 +2354,54 @@ def test_histc_runs_in_kiln_as_aten_counts(daemon):
         str(backend.report)
     assert backend.report.op("aten.index_put.default").kiln >= 4, \
         str(backend.report)
+
+
+def test_partition_of_a_graph_kiln_takes_whole():
+    """Where Kiln supports every node, partition() takes the whole graph as
+    one partition without CapabilityBasedPartitioner's search (its cost
+    grows with every node's downstream set: DenseNet); that is exactly the
+    partition the partitioner proposes. With a node Kiln lacks the
+    partitioner runs as before."""
+    import operator
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+
+    from kiln.partition import KilnOperatorSupport, graph_device, partition
+
+    def dense(x, w):  # DenseNet-like: every block reads all before it
+        feats = [x]
+        for _ in range(4):
+            h = torch.relu(torch.cat(feats, dim=1) @ w[:sum(
+                f.shape[1] for f in feats)]) * 0.5
+            feats.append(h[:, :4])
+        return torch.cat(feats, dim=1).sum(), feats[-1].t()
+
+    def lacking(x, w):
+        return torch.kthvalue(dense(x, w)[1], 2, dim=0).values.exp()
+
+    ops = frozenset(kiln.supported_ops())
+    x, w = torch.randn(3, 4), torch.randn(20, 8)
+    for fn, whole in ((dense, True), (lacking, False)):
+        gm = make_fx(fn, tracing_mode="fake")(x, w)
+        ref_gm = copy.deepcopy(gm)
+        ref = CapabilityBasedPartitioner(
+            ref_gm, KilnOperatorSupport(ops, {}, graph_device(ref_gm)),
+            allows_single_node_partition=True).propose_partitions()
+        calls = [n.name for n in gm.graph.nodes if n.op == "call_function"]
+        support = KilnOperatorSupport(ops, {}, graph_device(gm))
+        result = partition(gm, support)
+        if whole:
+            assert len(ref) == 1
+            assert {n.name for n in next(iter(ref)).nodes} == set(calls)
+            assert len(result.partitions) == 1 and not support.reasons
+        else:
+            assert support.reasons, "kthvalue is not Kiln's"
+            assert len(result.partitions) == len(
+                [p for p in ref if any(n.target is not operator.getitem
+                                       for n in p.nodes)]) >= 1
+        got = result.module(x, w)
+        want = fn(x, w)
+        for a, b in zip(got if isinstance(got, (list, tuple)) else [got],
+                        want if isinstance(want, (list, tuple)) else [want]):
+            torch.testing.assert_close(a, b)
