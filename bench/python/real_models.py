@@ -583,21 +583,12 @@ def run_model(name: str, server: str, dynamic: bool,
         exact_model = copy.deepcopy(model)
         exact = (_step(exact_model, exact_model, inputs, mode, exact=True)
                  if mode.amp else eager)
-    torch._dynamo.reset()
-    backend = kiln.backend(server=server, fallback="eager",
-                           cudagraphs=CUDAGRAPHS)
-    mine = copy.deepcopy(model)
-    compiled = torch.compile(mine, backend=baseline or backend,
-                             dynamic=dynamic or None)
-    start = time.perf_counter()
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            got = _step(compiled, mine, inputs, mode)
+        first = _first_step(model, inputs, mode, server, dynamic, baseline)
     except Exception as e:  # noqa: BLE001 (reported per model)
         traceback.print_exc()
         return "ERROR", f"{type(e).__name__}: {str(e)[:300]}"
-    seconds = time.perf_counter() - start
+    backend, mine, compiled, got, seconds, caught = first
     status, worst, sensitive = _compare(got, eager, exact, model, inputs, mode)
     if status == "MISMATCH" and not worst[0]:
         return status, worst[1]
@@ -605,22 +596,13 @@ def run_model(name: str, server: str, dynamic: bool,
     if WARM and not baseline:
         # A new Dynamo, backend and client (kilnd's and the AOT cache's
         # entries stay): what a restarted process's first step finds.
-        torch._dynamo.reset()
         kiln.dynamo._drop_client(server, 1)
-        warm_backend = kiln.backend(server=server, fallback="eager",
-                                    cudagraphs=CUDAGRAPHS)
-        warm_model = copy.deepcopy(model)
-        warm_compiled = torch.compile(warm_model, backend=warm_backend,
-                                      dynamic=dynamic or None)
-        start = time.perf_counter()
         try:
-            with warnings.catch_warnings(record=True) as caught_warm:
-                warnings.simplefilter("always")
-                got_warm = _step(warm_compiled, warm_model, inputs, mode)
+            warm_backend, _, _, got_warm, warm_seconds, caught_warm = \
+                _first_step(model, inputs, mode, server, dynamic, "")
         except Exception as e:  # noqa: BLE001 (reported per model)
             traceback.print_exc()
             return "ERROR", f"warm: {type(e).__name__}: {str(e)[:300]}"
-        warm_seconds = time.perf_counter() - start
         caught += caught_warm
         w_status, w_worst, _ = _compare(got_warm, eager, exact, model, inputs,
                                         mode)
@@ -670,6 +652,25 @@ def run_model(name: str, server: str, dynamic: bool,
     for message in fell_back:
         line += f"\n      warned: {message[:300]}"
     return status, line
+
+
+def _first_step(model: nn.Module, inputs: Tuple[Any, ...], mode: Any,
+                server: str, dynamic: bool, baseline: str) -> Tuple[Any, ...]:
+    """A copy of `model` compiled afresh (Dynamo reset) with a new Kiln
+    backend (or `baseline`) and its first step: (backend, the copy, the
+    compiled module, the step's results, its seconds, the warnings it
+    raised). The step's exception propagates."""
+    torch._dynamo.reset()
+    backend = kiln.backend(server=server, fallback="eager",
+                           cudagraphs=CUDAGRAPHS)
+    mine = copy.deepcopy(model)
+    compiled = torch.compile(mine, backend=baseline or backend,
+                             dynamic=dynamic or None)
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _step(compiled, mine, inputs, mode)
+    return backend, mine, compiled, got, time.perf_counter() - start, caught
 
 
 def _compare(got: Dict[str, torch.Tensor], eager: Dict[str, torch.Tensor],

@@ -445,9 +445,9 @@ def entry_from(fw: Dict[str, Any], bw: Optional[Dict[str, Any]],
     input."""
     if sum(n[1] == "placeholder" for n in fw["nodes"]) != num_inputs:
         raise NotCacheable("the forward's inputs are not Dynamo's")
-    if bw is not None and _output_count(bw) != num_inputs:
+    if bw is not None and len(_outputs(bw)) != num_inputs:
         raise NotCacheable("the backward's outputs are not one per input")
-    fw_outs = _output_count(fw)
+    fw_outs = len(_outputs(fw))
     if bw is None:
         if fw_outs != meta["outputs"]:
             raise NotCacheable("inference graph outputs are not the user's")
@@ -460,11 +460,8 @@ def entry_from(fw: Dict[str, Any], bw: Optional[Dict[str, Any]],
             any(not n[0].startswith("tangents") for n in places[saved:]):
         raise NotCacheable("the backward's inputs are not saved values then "
                            "tangents")
-    for n in fw["nodes"]:
-        if n[1] == "output":
-            outs = n[3][1][0][1]
-            if any(not (isinstance(o, tuple) and o[0] == "n") for o in outs):
-                raise NotCacheable("a forward output that is not a tensor")
+    if any(not (isinstance(o, tuple) and o[0] == "n") for o in _outputs(fw)):
+        raise NotCacheable("a forward output that is not a tensor")
     meta = dict(meta, saved=saved,
                 tangent_strides=[tuple(n[5][2]) if isinstance(n[5], tuple)
                                  and n[5][0] == "T" else None
@@ -472,10 +469,11 @@ def entry_from(fw: Dict[str, Any], bw: Optional[Dict[str, Any]],
     return Entry(fw, bw, meta)
 
 
-def _output_count(g: Dict[str, Any]) -> int:
+def _outputs(g: Dict[str, Any]) -> List[Any]:
+    """The encoded values a saved graph's output node returns."""
     for n in g["nodes"]:
         if n[1] == "output":
-            return len(n[3][1][0][1])
+            return n[3][1][0][1]  # args ("t", [("l" or "t", [values])])
     raise NotCacheable("a graph without output")
 
 

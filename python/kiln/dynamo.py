@@ -236,8 +236,9 @@ def _aot_graphs_logged() -> bool:
         return False
 
 
-def _log_enabled() -> bool:
-    return "fallback" in os.environ.get("KILN_LOG", "").split(",")
+def _log_enabled(category: str = "fallback") -> bool:
+    """Whether KILN_LOG names `category` ("fallback", "aot")."""
+    return category in os.environ.get("KILN_LOG", "").split(",")
 
 
 # How a backend reaches kilnd beyond its address: kiln.Client's keyword
@@ -747,7 +748,7 @@ class KilnBackend:
                 ("hits", "misses", "stored", "store_failed", "uncacheable")}
 
     def _aot_log(self, message: str) -> None:
-        if "aot" in os.environ.get("KILN_LOG", "").split(","):
+        if _log_enabled("aot"):
             print(f"kiln: aot cache: {message}", file=sys.stderr)
 
     def _eager_graph(self, gm: torch.fx.GraphModule, e: Exception

@@ -12,12 +12,13 @@ regions become submodules ``kiln_0``, ``kiln_1``, ... (one Kiln compile
 each). Where it supports every node (most graphs of real models) the
 partition is the whole graph, which is what the partitioner would find,
 without it: its proposal walks every node's downstream set and took 3.3 of
-a warm DenseNet-121 step's 24 s under cProfile on the 2-core box. Views go in with their partition: one that only feeds it is read
-in place, one of a value it computes that leaves it is written in that
-shape or layout directly, and one of its input (or one Kiln need not write:
-an expand, a view of a value it returns anyway) is returned as a view of
-that tensor (fx_graph.ViewOutput), as eager's view would be; partitions of
-views alone are dropped.
+a warm DenseNet-121 step's 24 s under cProfile on the 2-core box. Views go
+in with their partition: one that only feeds it is read in place, one of a
+value it computes that leaves it is written in that shape or layout
+directly, and one of its input (or one Kiln need not write: an expand, a
+view of a value it returns anyway) is returned as a view of that tensor
+(fx_graph.ViewOutput), as eager's view would be; partitions of views alone
+are dropped.
 """
 
 from __future__ import annotations
