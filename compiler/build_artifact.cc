@@ -47,6 +47,8 @@ v1::Gemm::Epilogue WireEpilogue(GemmEpilogue e) {
       return v1::Gemm::GELU_TANH;
     case GemmEpilogue::kGeluTanhBias:
       return v1::Gemm::GELU_TANH_BIAS;
+    case GemmEpilogue::kBiasGradB:
+      return v1::Gemm::BGRAD_B;
   }
   return v1::Gemm::EPILOGUE_NONE;
 }
@@ -73,7 +75,7 @@ v1::ExternCall ExternCallStep(const GemmCall& gemm,
   if (c != ab) g->set_c_dtype(WireDType(c));
   g->set_compute_dtype(WireDType(gemm.compute_dtype));
   g->set_epilogue(WireEpilogue(gemm.epilogue));
-  if (EpilogueHasBias(gemm.epilogue)) {
+  if (EpilogueHasBias(gemm.epilogue) || EpilogueWritesBias(gemm.epilogue)) {
     MatrixLayout bias;
     bias.offset = gemm.bias_offset;
     *g->mutable_bias() = MatrixOperandOf(bias, buffers[3]);

@@ -6,7 +6,8 @@
 //                     checked, graph imported, request key (imported_request.h)
 //   Lower             Graph -> LoopGraph                        (lower.h)
 //   FoldGemmEpilogues LoopGraph -> LoopGraph (CUDA: bias, ReLU, tanh-GELU
-//                     into the cuBLASLt call) (gemm_epilogue.h)
+//                     and the bias gradient into the cuBLASLt call)
+//                     (gemm_epilogue.h)
 //   Fuse              LoopGraph -> FusedProgram                 (fuse.h)
 //   SplitLongReductions  FusedProgram -> FusedProgram (CUDA)
 //                     (split_reductions.h)

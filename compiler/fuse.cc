@@ -627,6 +627,8 @@ class Fuser {
                  buffer_of.at(node.extern_inputs[1]), buffer_of.at(n)};
       if (node.gemm && EpilogueHasBias(node.gemm->epilogue))
         buffers.push_back(buffer_of.at(node.extern_inputs[2]));
+      if (node.gemm && EpilogueWritesBias(node.gemm->epilogue))
+        buffers.push_back(buffer_of.at(node.extern_outputs[0]));
     }
     for (const PendingStore& ps : pending_stores_) {
       Stage& st = kernels_[ps.kernel].kernel.stages[ps.stage];

@@ -24,6 +24,26 @@
 // Training graphs: AOTAutograd saves a pre-activation for the backward of
 // gelu, so there only the bias folds; relu's backward reads relu's output,
 // so bias + relu fold whole.
+//
+// Backward: a linear layer's bias gradient, the output gradient summed over
+// its rows, is written by the weight gradient's product, which reads those
+// rows anyway (cuBLASLt's bias-gradient epilogue):
+//
+//   %5 = gemm of %3 (x^T), %4 (gy)          %5 = gemm of %3, %4
+//   %6 = sum over v0 of %4[v0, v1]   ==>         epilogue bgrad_b, also
+//                                                writing %6
+//
+// when the sum reads exactly the product's B (row-major, read in place) over
+// its k rows (also as several dims: [batch, tokens, n] summed over both),
+// follows the product in the graph, and has its dtype; the product has
+// batch 1, alpha 1, a static m > 0 and no other epilogue (k may be
+// symbolic: over k = 0 the runtime writes zeros to both). The sum's node
+// becomes an extern result of the call (LoopNode::extern_owner). cuBLASLt
+// sums B's columns only for its A operand untransposed, which is Kiln's B
+// row-major; the other operand's (BGRADB) cost more than a separate sum on
+// an H200 (bench/python/bgrad_probe.py), so a sum of A's rows stays a
+// kernel. Numerics: the library sums in float32 and rounds once, as Kiln's
+// reduction kernel does, in another order.
 #ifndef KILN_COMPILER_GEMM_EPILOGUE_H_
 #define KILN_COMPILER_GEMM_EPILOGUE_H_
 

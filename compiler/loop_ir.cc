@@ -979,6 +979,10 @@ bool EpilogueHasBias(GemmEpilogue e) {
          e == GemmEpilogue::kGeluTanhBias;
 }
 
+bool EpilogueWritesBias(GemmEpilogue e) {
+  return e == GemmEpilogue::kBiasGradB;
+}
+
 const char* EpilogueName(GemmEpilogue e) {
   switch (e) {
     case GemmEpilogue::kNone:
@@ -993,6 +997,8 @@ const char* EpilogueName(GemmEpilogue e) {
       return "gelu_tanh";
     case GemmEpilogue::kGeluTanhBias:
       return "gelu_tanh_bias";
+    case GemmEpilogue::kBiasGradB:
+      return "bgrad_b";
   }
   return "?";
 }
@@ -1159,6 +1165,8 @@ std::string LoopGraph::ToString() const {
         if (EpilogueHasBias(g.epilogue))
           absl::StrAppend(&out, " bias %", node.extern_inputs[2], "@",
                           g.bias_offset.ToString(symbol_names));
+        if (EpilogueWritesBias(g.epilogue))
+          absl::StrAppend(&out, " also writing %", node.extern_outputs[0]);
         if (g.tf32) absl::StrAppend(&out, " tf32");
         if (g.strict_reduction) absl::StrAppend(&out, " strict_reduction");
         if (g.deterministic) absl::StrAppend(&out, " deterministic");
@@ -1199,7 +1207,7 @@ std::string Kernel::ToString(const std::vector<std::string>& names) const {
     if (gemm->epilogue != GemmEpilogue::kNone)
       absl::StrAppend(
           &out, "    epilogue ", EpilogueName(gemm->epilogue),
-          EpilogueHasBias(gemm->epilogue)
+          EpilogueHasBias(gemm->epilogue) || EpilogueWritesBias(gemm->epilogue)
               ? absl::StrCat(" bias @", gemm->bias_offset.ToString(names))
               : "",
           "\n");

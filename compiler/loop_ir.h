@@ -257,7 +257,9 @@ struct MatrixLayout {
 // gemm_epilogue.h folds one in): C = act(alpha * A @ B + bias[col]), bias a
 // vector of n elements (the node's extern_inputs[2], its kernel's buffer
 // slot 3), act the identity, ReLU or tanh-GELU, computed in compute_dtype
-// and rounded once.
+// and rounded once. kBiasGradB instead also writes B's column sums,
+// bias[j] = sum_p B[p][j] (batch 1, alpha 1, B row-major): the node's
+// extern_outputs[0], its kernel's buffer slot 3.
 enum class GemmEpilogue : uint8_t {
   kNone,
   kBias,
@@ -265,8 +267,12 @@ enum class GemmEpilogue : uint8_t {
   kReluBias,
   kGeluTanh,
   kGeluTanhBias,
+  kBiasGradB,
 };
+// Whether the epilogue reads a bias vector (kBias, kReluBias, kGeluTanhBias).
 bool EpilogueHasBias(GemmEpilogue e);
+// Whether it writes one (kBiasGradB).
+bool EpilogueWritesBias(GemmEpilogue e);
 const char* EpilogueName(GemmEpilogue e);
 
 struct GemmCall {

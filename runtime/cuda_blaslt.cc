@@ -191,6 +191,8 @@ uint32_t LtEpilogue(v1::Gemm::Epilogue e) {
       return cublaslt::kEpilogueGelu;
     case v1::Gemm::GELU_TANH_BIAS:
       return cublaslt::kEpilogueGeluBias;
+    case v1::Gemm::BGRAD_B:  // the library's A is Kiln's B
+      return cublaslt::kEpilogueBgradA;
     default:
       return 0;
   }
@@ -288,6 +290,12 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
         "cuBLASLt GEMM: epilogue ", options.epilogue,
         has_bias ? " without a bias" : " is unknown or takes no bias"));
   }
+  if (GemmEpilogueWritesBias(options.epilogue) &&
+      (d.batch != 1 || d.b.transposed || alpha != 1 || beta != 0)) {
+    return absl::UnimplementedError(
+        "cuBLASLt's bias gradient (BGRAD_B) needs batch 1, alpha 1, beta 0 "
+        "and a row-major B");
+  }
   const cuda::DevicePtr bias_ptr =
       has_bias ? options.bias + d.bias_offset * DTypeSize(dtype) : 0;
   if (d.batch == 0 || d.m == 0 || d.n == 0) return absl::OkStatus();
@@ -297,16 +305,28 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
   const cuda::DevicePtr c_ptr = c + d.c.offset * size;
   if (d.k == 0) {
     // Nothing to sum: C = beta * C, which Kiln only asks for with beta 0
-    // on a contiguous C (compiler/gemm_epilogue.h folds epilogues only
-    // into products over a static k > 0).
-    if (beta != 0 || options.epilogue != v1::Gemm::EPILOGUE_NONE ||
-        d.c.ld != d.n ||
-        (d.batch > 1 && d.c.batch_stride != d.m * d.n)) {
+    // on a contiguous C (compiler/gemm_epilogue.h folds the other
+    // epilogues only into products over a static k > 0); a bias gradient
+    // is zeros too.
+    const bool writes_bias = GemmEpilogueWritesBias(options.epilogue);
+    if (beta != 0 ||
+        (options.epilogue != v1::Gemm::EPILOGUE_NONE && !writes_bias) ||
+        d.c.ld != d.n || (d.batch > 1 && d.c.batch_stride != d.m * d.n)) {
       return absl::UnimplementedError(
-          "a cuBLASLt GEMM over k = 0 with beta != 0 or a strided C");
+          "a cuBLASLt GEMM over k = 0 with beta != 0, an epilogue or a "
+          "strided C");
     }
     absl::StatusOr<const cuda::Driver*> driver = cuda::Driver::Get();
     if (!driver.ok()) return driver.status();
+    if (writes_bias) {
+      if (absl::Status s = (*driver)->Check(
+              (*driver)->api().cuMemsetD8Async(
+                  bias_ptr, 0, static_cast<size_t>(d.n * size), stream),
+              "cuMemsetD8Async");
+          !s.ok()) {
+        return s;
+      }
+    }
     return (*driver)->Check(
         (*driver)->api().cuMemsetD8Async(
             c_ptr, 0, static_cast<size_t>(d.batch * d.m * d.n * size), stream),

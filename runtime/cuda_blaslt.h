@@ -17,9 +17,9 @@
 // "A" is Kiln's B and its "B" is Kiln's A, each read in place (a transposed
 // operand is a transpose flag, never a copy). Data types: float32 (computed
 // in float32, or with TF32 inputs when asked), float16 and bfloat16
-// (accumulated in float32). Epilogues (bias, ReLU, tanh-GELU) are
-// cuBLASLt's: the bias is a vector along Kiln's n, which is the column-major
-// result's rows, as cuBLASLt's bias is.
+// (accumulated in float32). Epilogues (bias, ReLU, tanh-GELU, the bias
+// gradient) are cuBLASLt's: the bias is a vector along Kiln's n, which is
+// the column-major result's rows, as cuBLASLt's bias is.
 //
 // Thread-safety: CudaGemm::Create may be called from any thread. Run may be
 // called concurrently from several threads; concurrent calls on different
@@ -79,6 +79,8 @@ class CudaGemm {
   struct Options {
     // Applied before C is written: bias (n elements of `dtype` at
     // `bias`, added to every row), ReLU, tanh-GELU, or both. NONE: none.
+    // BGRAD_B writes B's column sums to `bias` instead (batch 1, alpha 1,
+    // beta 0, B row-major: cuBLASLt's BGRADA).
     v1::Gemm::Epilogue epilogue = v1::Gemm::EPILOGUE_NONE;
     cuda::DevicePtr bias = 0;
     // float32 products may round their inputs to TF32.

@@ -358,6 +358,13 @@ absl::StatusOr<ProgramPlan::Extern> PlanExtern(
         absl::StrCat("artifact: ", where, " writes buffer ", e.c,
                      ", which is an input or an operand of the call"));
   }
+  if (GemmEpilogueWritesBias(g.epilogue()) &&
+      (program.buffers(e.bias).kind() == v1::BufferSpec::INPUT ||
+       e.bias == e.a || e.bias == e.b)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "artifact: ", where, " writes its bias gradient to buffer ", e.bias,
+        ", which is an input or an operand of the call"));
+  }
   return e;
 }
 
@@ -571,7 +578,11 @@ absl::StatusOr<AttentionDims> EvaluateAttention(
 
 bool GemmEpilogueHasBias(v1::Gemm::Epilogue epilogue) {
   return epilogue == v1::Gemm::BIAS || epilogue == v1::Gemm::RELU_BIAS ||
-         epilogue == v1::Gemm::GELU_TANH_BIAS;
+         epilogue == v1::Gemm::GELU_TANH_BIAS || GemmEpilogueWritesBias(epilogue);
+}
+
+bool GemmEpilogueWritesBias(v1::Gemm::Epilogue epilogue) {
+  return epilogue == v1::Gemm::BGRAD_B;
 }
 
 absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
@@ -621,6 +632,13 @@ absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
   if (d.c.transposed && d.m > 1 && d.n > 1) {
     return absl::InvalidArgumentError(
         "artifact: GEMM output C is not row-major");
+  }
+  if (GemmEpilogueWritesBias(gemm.epilogue()) &&
+      (d.batch != 1 || gemm.alpha() != 1 || gemm.beta() != 0 ||
+       d.b.transposed)) {
+    return absl::InvalidArgumentError(
+        "artifact: a GEMM's bias gradient (BGRAD_B) needs batch 1, alpha 1, "
+        "beta 0 and a row-major B");
   }
   if (gemm.has_bias()) {
     d.bias_offset = EvaluateSymPoly(gemm.bias().offset(), symbols);

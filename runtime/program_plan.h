@@ -127,9 +127,10 @@ struct GemmDims {
   int64_t bias_offset = 0;  // elements into the bias buffer, when there is one
 };
 
-// Whether a GEMM epilogue adds a bias vector (BIAS, RELU_BIAS,
-// GELU_TANH_BIAS).
+// Whether a GEMM epilogue has a bias vector: one it adds (BIAS, RELU_BIAS,
+// GELU_TANH_BIAS) or one it writes (BGRAD_B: GemmEpilogueWritesBias).
 bool GemmEpilogueHasBias(v1::Gemm::Epilogue epilogue);
+bool GemmEpilogueWritesBias(v1::Gemm::Epilogue epilogue);
 
 // Evaluates a GEMM step for the symbol values and checks it against the
 // buffers' element counts (`elements`, indexed by buffer id): sizes are
@@ -137,7 +138,8 @@ bool GemmEpilogueHasBias(v1::Gemm::Epilogue epilogue);
 // column stride with a leading dimension the library accepts, strides are
 // non-negative, C is row-major, and every element any matrix (and the
 // epilogue's bias vector, which must be contiguous) may touch lies inside
-// its buffer. Errors: INVALID_ARGUMENT "artifact: ..." naming the
+// its buffer; BGRAD_B also needs batch 1, alpha 1, beta 0 and a row-major
+// B. Errors: INVALID_ARGUMENT "artifact: ..." naming the
 // operand and what is wrong. Runtimes call it before every extern call.
 absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
                                       absl::Span<const int64_t> symbols,

@@ -83,7 +83,9 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     fuse_gemm_epilogues: on CUDA, a product's bias and ReLU / tanh-GELU are
     applied by cuBLASLt as it writes the product, rounded once, as
     PyTorch's own addmm does (default); False adds them in Kiln's kernels
-    after the product is rounded. TF32 and reduced-precision reductions
+    after the product is rounded. The same switch covers a linear layer's
+    bias gradient, which the weight gradient's cuBLASLt call writes.
+    TF32 and reduced-precision reductions
     follow PyTorch's flags (torch.set_float32_matmul_precision,
     torch.backends.cuda.matmul.allow_{fp16,bf16}_reduced_precision_reduction).
     recompute: split forward from backward as Inductor does

@@ -174,6 +174,10 @@ TEST(CudaGpu, CudnnAttentionMatchesReference) {
       {{1, 2, 77, 77, 64, 64}, true, DType::kFloat16},
       {{2, 2, 100, 200, 128, 128}, false, DType::kBFloat16},
       {{1, 4, 256, 256, 32, 32}, true, DType::kBFloat16},
+      // Head dims above 128 (cuDNN 9 on sm_90).
+      {{2, 2, 128, 128, 256, 256}, true, DType::kBFloat16},
+      {{1, 3, 96, 160, 160, 160}, false, DType::kFloat16},
+      {{2, 2, 64, 64, 192, 192}, false, DType::kBFloat16},
   };
   std::mt19937 rng(7);
   int step = 0;

@@ -215,6 +215,46 @@ TEST(CudaGpu, GemmEpiloguesMatchReference) {
   EXPECT_GT(checked, 160);
 }
 
+// A linear layer's backward whose bias gradient is the weight gradient's
+// cuBLASLt epilogue (BGRAD_B, compiler/gemm_epilogue.h), and the same
+// graphs unfused, against the reference: 2-D and 3-D activations, a
+// symbolic token count, the product that keeps its sum kernel, in the
+// three dtypes, timed and with the heuristic's algorithm.
+TEST(CudaGpu, BiasGradientsMatchReference) {
+  REQUIRE_GPU(gpu);
+  int checked = 0;
+  for (const char* autotune : {"8", "0"}) {
+    setenv("KILN_GEMM_AUTOTUNE", autotune, 1);
+    for (const char* dtype : {"FLOAT32", "FLOAT16", "BFLOAT16"}) {
+      for (int variant = 0; variant < 5; ++variant) {
+        LinearBackwardCase c;
+        c.dtype = dtype;
+        if (variant == 1) c.batch = 3;
+        if (variant == 2) c.symbolic_tokens = true;
+        if (variant == 3) {
+          c.batch = 4, c.tokens = 128, c.k = 256, c.n = 768;
+          c.symbolic_tokens = true;
+        }
+        c.gy_transposed_product = variant == 4;
+        for (bool unfused : {false, true}) {
+          v1::CompileRequest req;
+          *req.mutable_graph() = LinearBackwardGraph(c);
+          req.mutable_options()->set_unfused_gemm_epilogues(unfused);
+          const uint64_t seed = 300 + checked;
+          EXPECT_EQ(CheckOnGpu(*gpu, seed, req, /*aligned=*/true), "")
+              << dtype << " variant " << variant
+              << (unfused ? " unfused" : " fused") << " autotune " << autotune
+              << "\n"
+              << GraphJson(req.graph());
+          ++checked;
+        }
+      }
+    }
+  }
+  unsetenv("KILN_GEMM_AUTOTUNE");
+  EXPECT_EQ(checked, 60);
+}
+
 // Convolutions (issue 16) as cuDNN calls and, for comparison, as Kiln's
 // im2col kernels and cuBLASLt GEMMs (CompileEnv::gpu_kernel_convolutions),
 // forward and backward, against the reference: the CPU suite's geometries

@@ -11,6 +11,7 @@
 #include "runtime/cuda_executable.h"
 #include "compiler/compile.h"
 #include "gtest/gtest.h"
+#include "tests/unit/epilogue_graphs.h"
 #include "tests/unit/example_graphs.h"
 #include "tests/unit/graph_gen.h"
 #include "tests/unit/random_graphs.h"
@@ -89,6 +90,63 @@ TEST(CudaArtifactLoad, RandomGraphsWithProducts) {
     }
   }
   EXPECT_GE(products, 10);
+}
+
+// A linear layer's backward whose weight gradient's call also writes the
+// bias gradient (Gemm.BGRAD_B) loads; a bias gradient written into an
+// input, or asked of a product it does not fit, is refused by the
+// program checks before anything runs.
+TEST(CudaArtifactLoad, BiasGradientEpilogues) {
+  for (int variant = 0; variant < 3; ++variant) {
+    LinearBackwardCase c;
+    c.batch = variant == 1 ? 3 : 0;
+    c.symbolic_tokens = variant == 2;
+    c.dtype = variant == 1 ? "BFLOAT16" : "FLOAT32";
+    v1::CompileRequest req;
+    *req.mutable_graph() = LinearBackwardGraph(c);
+    auto a = Compile(ForSm90(req, 16));
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(LoadProblem(*a), "") << "variant " << variant;
+    v1::Gemm* bgrad = nullptr;
+    for (v1::Step& step : *a->mutable_program()->mutable_steps()) {
+      if (step.has_call() &&
+          step.call().gemm().epilogue() == v1::Gemm::BGRAD_B) {
+        bgrad = step.mutable_call()->mutable_gemm();
+      }
+    }
+    ASSERT_NE(bgrad, nullptr) << "variant " << variant;
+    auto refused = [&](auto change, const std::string& part) {
+      v1::Artifact bad = *a;
+      for (v1::Step& step : *bad.mutable_program()->mutable_steps()) {
+        if (step.has_call() &&
+            step.call().gemm().epilogue() == v1::Gemm::BGRAD_B) {
+          change(*step.mutable_call()->mutable_gemm());
+        }
+      }
+      auto exe = CudaExecutable::Load(bad);
+      ASSERT_FALSE(exe.ok());
+      EXPECT_EQ(exe.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_TRUE(absl::StrContains(exe.status().message(), part))
+          << exe.status();
+    };
+    // Buffer 0 is the input x.
+    refused([](v1::Gemm& g) { g.mutable_bias()->set_buffer(0); },
+            "writes its bias gradient to buffer 0");
+    refused([](v1::Gemm& g) { g.clear_bias(); },
+            "has a bias epilogue without a bias");
+    if (variant == 0) {
+      // Checked per run (EvaluateGemm): without a driver, call it here.
+      v1::Gemm g = *bgrad;
+      std::vector<int64_t> elements(a->program().buffers_size(), 1 << 20);
+      EXPECT_TRUE(EvaluateGemm(g, {}, elements).ok());
+      g.set_alpha(2);
+      auto d = EvaluateGemm(g, {}, elements);
+      ASSERT_FALSE(d.ok());
+      EXPECT_TRUE(absl::StrContains(d.status().message(),
+                                    "bias gradient (BGRAD_B) needs batch 1"))
+          << d.status();
+    }
+  }
 }
 
 }  // namespace

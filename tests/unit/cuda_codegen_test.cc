@@ -1153,6 +1153,83 @@ TEST(CudaCodegen, BiasAndActivationsAreCublasLtEpilogues) {
   }
 }
 
+// A linear layer's bias gradient is written by the weight gradient's
+// cuBLASLt call (BGRAD_B) where that call reads the output gradient as its
+// row-major B; its reduction kernel is gone. Unfused, or where the product
+// reads the gradient as A, the sum stays a kernel.
+TEST(CudaCodegen, BiasGradientIsTheWeightGradientsEpilogue) {
+  struct Want {
+    LinearBackwardCase c;
+    bool folds;
+  };
+  auto with = [](auto f) {
+    LinearBackwardCase c;
+    f(c);
+    return c;
+  };
+  const Want cases[] = {
+      {with([](LinearBackwardCase&) {}), true},
+      {with([](LinearBackwardCase& c) { c.dtype = "BFLOAT16"; }), true},
+      {with([](LinearBackwardCase& c) { c.dtype = "FLOAT16"; }), true},
+      {with([](LinearBackwardCase& c) { c.batch = 3; }), true},
+      {with([](LinearBackwardCase& c) { c.symbolic_tokens = true; }), true},
+      {with([](LinearBackwardCase& c) {
+         c.batch = 2;
+         c.symbolic_tokens = true;
+         c.dtype = "BFLOAT16";
+       }),
+       true},
+      {with([](LinearBackwardCase& c) { c.gy_transposed_product = true; }),
+       false},
+  };
+  for (const Want& w : cases) {
+    SCOPED_TRACE(absl::StrCat(w.c.dtype, " batch ", w.c.batch, " symbolic ",
+                              w.c.symbolic_tokens, " gy^T @ x ",
+                              w.c.gy_transposed_product));
+    auto compile = [&](bool unfused) {
+      v1::CompileRequest req;
+      *req.mutable_graph() = LinearBackwardGraph(w.c);
+      req.mutable_options()->set_unfused_gemm_epilogues(unfused);
+      return Compile(ForGpu(req, "sm_90"));
+    };
+    for (bool unfused : {false, true}) {
+      auto a = compile(unfused);
+      ASSERT_TRUE(a.ok()) << a.status();
+      EXPECT_EQ(CheckStructure(*a), "");
+      int launches = 0, calls = 0, bgrad = 0;
+      for (const v1::Step& step : a->program().steps()) {
+        if (step.has_launch()) ++launches;
+        if (!step.has_call()) continue;
+        ++calls;
+        const v1::Gemm& g = step.call().gemm();
+        if (g.epilogue() != v1::Gemm::BGRAD_B) continue;
+        ++bgrad;
+        EXPECT_TRUE(g.has_bias());
+        ASSERT_EQ(g.b().col_stride().terms_size(), 1);  // B row-major
+        EXPECT_EQ(g.b().col_stride().terms(0).coeff(), 1);
+        EXPECT_EQ(g.b().col_stride().terms(0).symbols_size(), 0);
+        // The bias gradient is the graph's third output, written in place.
+        EXPECT_EQ(a->outputs(2).buffer(), g.bias().buffer());
+      }
+      EXPECT_EQ(calls, 2);
+      const bool folds = w.folds && !unfused;
+      EXPECT_EQ(bgrad, folds ? 1 : 0);
+      if (!unfused) continue;
+      auto fused = compile(false);
+      ASSERT_TRUE(fused.ok()) << fused.status();
+      int fused_launches = 0;
+      for (const v1::Step& step : fused->program().steps())
+        fused_launches += step.has_launch();
+      // The sum's kernels (one, or two where a long column is split) go.
+      if (w.folds) {
+        EXPECT_LT(fused_launches, launches);
+      } else {
+        EXPECT_EQ(fused_launches, launches);
+      }
+    }
+  }
+}
+
 TEST(CudaCodegen, MatmulFlagsReachTheCallAndTheKey) {
   LinearCase f32;
   LinearCase bf16;

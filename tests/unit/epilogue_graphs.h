@@ -89,6 +89,92 @@ inline v1::Graph LinearGraph(const LinearCase& c) {
   return g;
 }
 
+// The backward of a linear layer with a bias as AOTAutograd hands it over:
+// x [tokens, k] (or [batch, tokens, k], read as [batch * tokens, k]), w
+// [n, k] and the output gradient gy of x's leading shape and n; outputs
+// grad_x = gy @ w, grad_w = (x^T @ gy)^T and grad_b = gy summed over every
+// dim but the last. The bias gradient can be the weight gradient's
+// epilogue (compiler/gemm_epilogue.h: BGRAD_B).
+struct LinearBackwardCase {
+  std::string dtype = "FLOAT32";
+  int64_t batch = 0;  // > 0: 3-D activations [batch, tokens, k]
+  int64_t tokens = 37, k = 29, n = 45;
+  bool symbolic_tokens = false;  // tokens is a symbol (2..tokens)
+  // grad_w as gy^T @ x (the bias gradient then sums A's rows: no fold).
+  bool gy_transposed_product = false;
+};
+
+inline v1::Graph LinearBackwardGraph(const LinearBackwardCase& c) {
+  const std::string t = c.symbolic_tokens
+                            ? std::string(R"({"symbol": "st"})")
+                            : absl::StrCat(R"({"value": )", c.tokens, "}");
+  const std::string lead =
+      c.batch > 0 ? absl::StrCat(R"({"value": )", c.batch, "}, ", t) : t;
+  auto meta = [&](const std::string& sizes) {
+    return absl::StrCat(R"({"dtype": ")", c.dtype,
+                        R"(", "device": "CUDA", "sizes": [)", sizes, "]}");
+  };
+  auto value = [](int64_t v) { return absl::StrCat(R"({"value": )", v, "}"); };
+  std::string inputs = absl::StrCat(
+      R"({"name": "x", "meta": )", meta(absl::StrCat(lead, ", ", value(c.k))),
+      "}, ", R"({"name": "w", "meta": )",
+      meta(absl::StrCat(value(c.n), ", ", value(c.k))), "}, ",
+      R"({"name": "gy", "meta": )",
+      meta(absl::StrCat(lead, ", ", value(c.n))), "}");
+  std::string nodes;
+  std::string x2 = "x", gy2 = "gy";
+  if (c.batch > 0) {
+    x2 = "x2";
+    gy2 = "gy2";
+    absl::StrAppend(
+        &nodes, R"({"op": "aten.view.default", "args": [{"ref": "x"}, )",
+        R"({"dims": {"values": [{"value": -1}, )", value(c.k),
+        R"(]}}], "outputs": ["x2"]}, )",
+        R"({"op": "aten.view.default", "args": [{"ref": "gy"}, )",
+        R"({"dims": {"values": [{"value": -1}, )", value(c.n),
+        R"(]}}], "outputs": ["gy2"]}, )");
+  }
+  absl::StrAppend(
+      &nodes, R"({"op": "aten.mm.default", "args": [{"ref": ")", gy2,
+      R"("}, {"ref": "w"}], "outputs": ["gx2"]}, )");
+  if (c.gy_transposed_product) {
+    absl::StrAppend(
+        &nodes, R"({"op": "aten.t.default", "args": [{"ref": ")", gy2,
+        R"("}], "outputs": ["gyt"]}, )",
+        R"({"op": "aten.mm.default", "args": [{"ref": "gyt"}, {"ref": ")", x2,
+        R"("}], "outputs": ["gw"]}, )");
+  } else {
+    absl::StrAppend(
+        &nodes, R"({"op": "aten.t.default", "args": [{"ref": ")", x2,
+        R"("}], "outputs": ["xt"]}, )",
+        R"({"op": "aten.mm.default", "args": [{"ref": "xt"}, {"ref": ")", gy2,
+        R"("}], "outputs": ["gwt"]}, )",
+        R"({"op": "aten.t.default", "args": [{"ref": "gwt"}], )",
+        R"("outputs": ["gw"]}, )");
+  }
+  absl::StrAppend(
+      &nodes, R"({"op": "aten.sum.dim_IntList", "args": [{"ref": "gy"}, )",
+      c.batch > 0 ? R"({"ints": {"values": [0, 1]}}, )"
+                  : R"({"ints": {"values": [0]}}, )",
+      R"({"b": true}], "outputs": ["gb1"]}, )",
+      R"({"op": "aten.view.default", "args": [{"ref": "gb1"}, )",
+      R"({"dims": {"values": [)", value(c.n), R"(]}}], "outputs": ["gb"]})");
+  std::string outputs = R"("gx2", "gw", "gb")";
+  const std::string symbols =
+      c.symbolic_tokens
+          ? absl::StrCat(R"("symbols": [{"name": "st", "maxValue": )",
+                         c.tokens, "}], ")
+          : "";
+  const std::string json =
+      absl::StrCat("{", symbols, R"("inputs": [)", inputs, R"(], "nodes": [)",
+                   nodes, R"(], "outputs": [)", outputs, "]}");
+  v1::Graph g;
+  if (!google::protobuf::util::JsonStringToMessage(json, &g).ok()) {
+    return v1::Graph();  // the test's import then says why
+  }
+  return g;
+}
+
 }  // namespace kiln::testing
 
 #endif  // KILN_TESTS_UNIT_EPILOGUE_GRAPHS_H_
