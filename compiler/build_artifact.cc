@@ -49,6 +49,8 @@ v1::Gemm::Epilogue WireEpilogue(GemmEpilogue e) {
       return v1::Gemm::GELU_TANH_BIAS;
     case GemmEpilogue::kBiasGradB:
       return v1::Gemm::BGRAD_B;
+    case GemmEpilogue::kBiasGradA:
+      return v1::Gemm::BGRAD_A;
   }
   return v1::Gemm::EPILOGUE_NONE;
 }

@@ -213,6 +213,9 @@ class CudaKernelEmitter : public KernelEmitterBase {
       case Form::kLoopedRow:
         EmitRows();
         break;
+      case Form::kColumn:
+        EmitColumns();
+        break;
     }
     return FinishFunction();
   }
@@ -880,6 +883,100 @@ class CudaKernelEmitter : public KernelEmitterBase {
         });
   }
 
+  // ---- columns ----
+
+  // Lane x of warp y takes row bid * kColumnRows + x and elements y, y + T,
+  // ... of it (T threads a row), kColumnUnroll at a time: loads of a warp
+  // are adjacent along the rows. Rows past the end read row 0 and store
+  // nothing, so that every thread reaches the block's barriers.
+  void EmitColumns() {
+    const int t = plan_.threads_per_row;
+    const int64_t lanes = plan_.items_per_block;
+    Value* x = b_.CreateURem(tid_, b_.getInt64(lanes), "x");
+    lt_ = b_.CreateUDiv(tid_, b_.getInt64(lanes), "y");
+    column_lane_ = x;
+    Value* row = b_.CreateAdd(b_.CreateMul(bid_, b_.getInt64(lanes)), x, "row");
+    Value* rows = Product(outer_dims_);
+    row_valid_ = b_.CreateICmpULT(row, rows);
+    memo_.emplace_back();
+    Decompose(b_.CreateSelect(row_valid_, row, b_.getInt64(0)), outer_dims_);
+    Value* row_size = Product(inner_dims_);
+    const int u = plan_.groups_per_thread;
+    EmitStages(
+        [&](const Stage& st, int slot, DType vdtype, Value* acc0, Value* pos0) {
+          llvm::AllocaInst* acc = EntryAlloca(acc0->getType(), "acc");
+          llvm::AllocaInst* pos = EntryAlloca(b_.getInt64Ty(), "pos");
+          b_.CreateStore(acc0, acc);
+          b_.CreateStore(pos0, pos);
+          EmitStridedLoop(lt_, row_size, int64_t{t} * u, [&](Value* i) {
+            Value* a = b_.CreateLoad(acc0->getType(), acc);
+            Value* p = b_.CreateLoad(b_.getInt64Ty(), pos);
+            for (int k = 0; k < u; ++k) {
+              Value* e = b_.CreateAdd(i, b_.getInt64(int64_t{k} * t));
+              Value* in = k == 0 ? nullptr : b_.CreateICmpULT(e, row_size);
+              memo_.emplace_back();
+              Decompose(in ? b_.CreateSelect(in, e, b_.getInt64(0)) : e,
+                        inner_dims_);
+              Accumulate(st, vdtype, in, &a, &p);
+              memo_.pop_back();
+            }
+            b_.CreateStore(a, acc);
+            b_.CreateStore(p, pos);
+          });
+          FinishReduce(st, slot, vdtype, b_.CreateLoad(acc0->getType(), acc),
+                       b_.CreateLoad(b_.getInt64Ty(), pos));
+        },
+        [&](const Stage& st, size_t) { StoreOuter(st); });
+    memo_.pop_back();
+  }
+
+  // The T partials of each row (one per warp, at the lane of the row)
+  // combined in warp order through shared memory; every thread of the row
+  // gets the result.
+  void ColumnReduce(ReduceKind k, DType d, Value** acc, Value** pos) {
+    const int t = plan_.threads_per_row;
+    const int64_t lanes = plan_.items_per_block;
+    const bool arg = IsArgReduce(k);
+    if (!column_val_) column_val_ = SharedArray("column_val", t * lanes);
+    if (arg && !column_pos_) column_pos_ = SharedArray("column_pos", t * lanes);
+    auto* ty = llvm::ArrayType::get(b_.getInt64Ty(), t * lanes);
+    auto slot = [&](llvm::GlobalVariable* g, Value* i) {
+      return b_.CreateInBoundsGEP(ty, g, {b_.getInt64(0), i});
+    };
+    Barrier();  // the previous reduction's readers are done
+    Value* mine = b_.CreateAdd(b_.CreateMul(lt_, b_.getInt64(lanes)),
+                               column_lane_);
+    b_.CreateStore(ToBits64(*acc), slot(column_val_, mine));
+    if (arg) b_.CreateStore(*pos, slot(column_pos_, mine));
+    Barrier();
+    llvm::Type* vty = (*acc)->getType();
+    Value* a = InitValue(k, d);
+    Value* p = b_.getInt64(0);
+    for (int w = 0; w < t; ++w) {
+      Value* i = b_.CreateAdd(b_.getInt64(int64_t{w} * lanes), column_lane_);
+      Value* v = FromBits64(b_.CreateLoad(b_.getInt64Ty(), slot(column_val_, i)),
+                            vty);
+      Value* pv = arg ? b_.CreateLoad(b_.getInt64Ty(), slot(column_pos_, i))
+                      : nullptr;
+      if (w == 0) {
+        a = v;
+        p = arg ? pv : p;
+      } else {
+        TreeCombine(k, d, &a, &p, v, pv);
+      }
+    }
+    *acc = a;
+    *pos = p;
+  }
+
+  llvm::GlobalVariable* SharedArray(const char* name, int64_t elements) {
+    auto* ty = llvm::ArrayType::get(b_.getInt64Ty(), elements);
+    return new llvm::GlobalVariable(  // owned by the module
+        m_, ty, false, llvm::GlobalValue::InternalLinkage,
+        llvm::UndefValue::get(ty), absl::StrCat(kernel_.name, "_", name),
+        nullptr, llvm::GlobalValue::NotThreadLocal, kShared);
+  }
+
   llvm::AllocaInst* EntryAlloca(llvm::Type* ty, const char* name) {
     llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
     b_.SetInsertPoint(entry_, entry_->begin());
@@ -898,14 +995,16 @@ class CudaKernelEmitter : public KernelEmitterBase {
                      });
   }
 
-  // Once per row: every thread computes the value (cheap), thread 0 stores.
+  // Once per row: every thread computes the value (cheap), thread 0 stores
+  // (of a row that exists: row_valid_ in the column form).
   void StoreOuter(const Stage& st) {
     Value* v = ToStorage(
         ConvertValue(EmitExpr(st.value), st.value->dtype, st.store_dtype),
         st.store_dtype);
     Value* off = EmitExpr(st.offset);
-    EmitIf(b_.CreateICmpEQ(lt_, b_.getInt64(0)),
-           [&] { StoreRaw(st.buffer_slot, off, v, st.store_dtype); });
+    Value* first = b_.CreateICmpEQ(lt_, b_.getInt64(0));
+    if (row_valid_) first = b_.CreateAnd(first, row_valid_);
+    EmitIf(first, [&] { StoreRaw(st.buffer_slot, off, v, st.store_dtype); });
   }
 
   // ---- reductions ----
@@ -1002,11 +1101,7 @@ class CudaKernelEmitter : public KernelEmitterBase {
   }
 
   llvm::GlobalVariable* SharedSlots(const char* name) {
-    auto* ty = llvm::ArrayType::get(b_.getInt64Ty(), 32);
-    return new llvm::GlobalVariable(  // owned by the module
-        m_, ty, false, llvm::GlobalValue::InternalLinkage,
-        llvm::UndefValue::get(ty), absl::StrCat(kernel_.name, "_", name),
-        nullptr, llvm::GlobalValue::NotThreadLocal, kShared);
+    return SharedArray(name, 32);
   }
 
   void Barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
@@ -1014,6 +1109,10 @@ class CudaKernelEmitter : public KernelEmitterBase {
   // Reduces (acc, pos) across the row's threads; every thread gets the
   // result.
   void CrossThreadReduce(ReduceKind k, DType d, Value** acc, Value** pos) {
+    if (plan_.form == Form::kColumn) {
+      ColumnReduce(k, d, acc, pos);
+      return;
+    }
     if (plan_.threads_per_row == 1) return;  // the row is this thread's
     const bool arg = IsArgReduce(k);
     auto warp_reduce = [&] {
@@ -1099,6 +1198,12 @@ class CudaKernelEmitter : public KernelEmitterBase {
   std::vector<absl::flat_hash_map<const ExprNode*, Value*>> elem_memo_;
   llvm::GlobalVariable* smem_val_ = nullptr;
   llvm::GlobalVariable* smem_pos_ = nullptr;
+  // The column form: the thread's lane (its row within the block), whether
+  // that row exists, and the shared partials.
+  Value* column_lane_ = nullptr;
+  Value* row_valid_ = nullptr;
+  llvm::GlobalVariable* column_val_ = nullptr;
+  llvm::GlobalVariable* column_pos_ = nullptr;
 };
 
 }  // namespace

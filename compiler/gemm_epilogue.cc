@@ -33,58 +33,62 @@ GemmEpilogue Combine(GemmEpilogue inner, GemmEpilogue outer) {
   return E::kNone;
 }
 
-// Whether reduction node `r` is exactly the column sums of the B operand
-// of gemm node `product` (the sum over k of B[p][j], one element per j < n
-// in order), B being row-major: a linear layer's bias gradient, summed
-// over the same rows of the output gradient as the weight gradient's
-// product reads.
-bool SumsColumnsOfB(const LoopGraph& g, const LoopNode& r,
-                    const LoopNode& product) {
+// Whether reduction node `r` sums operand `operand` (0: A, 1: B) of gemm
+// node `product` over k, one element per row of A (m) or column of B (n),
+// in order, the operand being read with a unit stride along that row or
+// column (A column-major, B row-major): a linear layer's bias gradient,
+// summed over the same rows of the output gradient as the weight
+// gradient's product reads.
+bool SumsOperand(const LoopGraph& g, const LoopNode& r, const LoopNode& product,
+                 int operand) {
   if (r.kind != LoopNode::Kind::kReduction || r.reduce != ReduceKind::kSum ||
       r.finalize || r.acc_dtype != DType::kFloat32 ||
       r.dtype != product.dtype) {
     return false;
   }
   const GemmCall& call = *product.gemm;
-  const int b_node = product.extern_inputs[1];
-  const LoopNode& b = g.nodes[b_node];
-  if (b.dtype != product.dtype || !(call.b.col_stride == SymExpr(1))) {
-    return false;
-  }
+  const int node = product.extern_inputs[operand];
+  const LoopNode& x = g.nodes[node];
+  const MatrixLayout& layout = operand == 0 ? call.a : call.b;
+  // The summed dim's stride, the kept dim's (1) and extent.
+  const SymExpr& summed = operand == 0 ? layout.col_stride : layout.row_stride;
+  const SymExpr& kept = operand == 0 ? layout.row_stride : layout.col_stride;
+  const SymExpr& extent = operand == 0 ? call.m : call.n;
+  if (x.dtype != product.dtype || !(kept == SymExpr(1))) return false;
   Expr load = r.body;
   if (load && load->op == ExprOp::kCast && load->dtype == DType::kFloat32)
     load = load->args[0];
-  if (!load || load->op != ExprOp::kLoad || load->index != b_node) return false;
+  if (!load || load->op != ExprOp::kLoad || load->index != node) return false;
   // The element read, as an affine form over the reduction's vars.
-  const std::vector<SymExpr> strides = b.kind == LoopNode::Kind::kInput
-                                           ? b.strides
-                                           : ContiguousStrides(b.sizes);
+  const std::vector<SymExpr> strides = x.kind == LoopNode::Kind::kInput
+                                           ? x.strides
+                                           : ContiguousStrides(x.sizes);
   if (load->args.size() != strides.size()) return false;
   Expr flat = ir::IntConst(0);
   for (size_t d = 0; d < strides.size(); ++d)
     flat = ir::Add(flat, ir::Mul(load->args[d], ir::FromSym(strides[d])));
   const int vars = static_cast<int>(r.reduce_sizes.size());
   const std::optional<ir::AffineForm> affine = ir::Affine(flat, vars);
-  if (!affine || !(affine->constant == call.b.offset)) return false;
-  // One kept var walks B's n columns; the reduced vars walk its k rows as
-  // one row-major run from the row stride (a [batch, tokens, n] gradient
-  // summed over both, read as [batch * tokens, n] by the product).
-  int columns = 0;
+  if (!affine || !(affine->constant == layout.offset)) return false;
+  // One kept var walks the m rows (n columns); the reduced vars walk k as
+  // one run from the summed stride (a [batch, tokens, n] gradient summed
+  // over both, read as [batch * tokens, n] by the product).
+  int walks = 0;
   std::vector<int> rows;
   for (int v = 0; v < vars; ++v) {
     if (r.reduce_sizes[v] == SymExpr(1)) continue;
     if (!r.reduced[v]) {
       if (!(affine->coeffs[v] == SymExpr(1)) ||
-          !(r.reduce_sizes[v] == call.n)) {
+          !(r.reduce_sizes[v] == extent)) {
         return false;
       }
-      ++columns;
+      ++walks;
     } else {
       rows.push_back(v);
     }
   }
-  if (columns != 1) return false;
-  SymExpr stride = call.b.row_stride, covered(1);
+  if (walks != 1) return false;
+  SymExpr stride = summed, covered(1);
   while (!rows.empty()) {
     auto next = std::find_if(rows.begin(), rows.end(), [&](int v) {
       return affine->coeffs[v] == stride;
@@ -97,31 +101,57 @@ bool SumsColumnsOfB(const LoopGraph& g, const LoopNode& r,
   return covered == call.k;
 }
 
-// A weight gradient's product whose output gradient (B) is also summed
-// over the same rows (the bias gradient) writes that sum too: the sum's
-// node becomes the call's second result (GemmEpilogue::kBiasGradB).
+// A weight gradient's product whose output gradient (an operand) is also
+// summed over the same rows (the bias gradient) writes that sum too: the
+// sum's node becomes the call's second result (GemmEpilogue::kBiasGradB or
+// kBiasGradA).
 // `readers`: CountReaders's, 0 for products an epilogue fold left unread.
 void FoldBiasGradients(LoopGraph& graph, const std::vector<int>& readers) {
+  // Per node, the first node that reads it (nodes.size(): none).
+  std::vector<int> first_reader(graph.nodes.size(),
+                                static_cast<int>(graph.nodes.size()));
+  for (size_t n = graph.nodes.size(); n-- > 0;) {
+    const LoopNode& node = graph.nodes[n];
+    absl::flat_hash_set<int> read = ir::LoadsOf(node.body);
+    for (int m : ir::LoadsOf(node.finalize)) read.insert(m);
+    for (int m : ir::LoadsOf(node.scatter_value)) read.insert(m);
+    for (const Expr& e : node.scatter_index) {
+      for (int m : ir::LoadsOf(e)) read.insert(m);
+    }
+    for (int m : node.extern_inputs) read.insert(m);
+    for (int m : read) first_reader[m] = static_cast<int>(n);
+  }
   for (size_t p = 0; p < graph.nodes.size(); ++p) {
     LoopNode& product = graph.nodes[p];
     if (product.kind != LoopNode::Kind::kExtern || !product.gemm ||
-        readers[p] == 0 ||
-        product.extern_owner >= 0 || !product.extern_outputs.empty()) {
+        readers[p] == 0 || product.extern_owner >= 0 ||
+        !product.extern_outputs.empty()) {
       continue;
     }
     // A symbolic k may be 0: the runtime then writes zeros to both results.
+    // An empty C (m = 0 or n = 0) makes no call, so both must be static and
+    // positive.
     const GemmCall& call = *product.gemm;
-    // An empty C (m = 0) makes no call, so m must be static and positive.
     const std::optional<int64_t> k = call.k.AsConstant();
     const std::optional<int64_t> m = call.m.AsConstant();
+    const std::optional<int64_t> n = call.n.AsConstant();
     if (call.epilogue != GemmEpilogue::kNone || !(call.batch == SymExpr(1)) ||
-        call.alpha != 1 || (k && *k <= 0) || !m || *m <= 0) {
+        call.alpha != 1 || (k && *k <= 0) || !m || *m <= 0 || !n || *n <= 0) {
       continue;
     }
-    // The sum follows the call, so that its readers follow the call too.
-    for (size_t r = p + 1; r < graph.nodes.size(); ++r) {
-      if (!SumsColumnsOfB(graph, graph.nodes[r], product)) continue;
-      product.gemm->epilogue = GemmEpilogue::kBiasGradB;
+    // Every reader of the sum follows the call (AOTAutograd puts the sum
+    // before the product; its readers come later).
+    for (size_t r = 0; r < graph.nodes.size(); ++r) {
+      if (r == p || first_reader[r] <= static_cast<int>(p)) continue;
+      GemmEpilogue kind = GemmEpilogue::kNone;
+      if (SumsOperand(graph, graph.nodes[r], product, 1)) {
+        kind = GemmEpilogue::kBiasGradB;
+      } else if (SumsOperand(graph, graph.nodes[r], product, 0)) {
+        kind = GemmEpilogue::kBiasGradA;
+      } else {
+        continue;
+      }
+      product.gemm->epilogue = kind;
       product.gemm->bias_offset = SymExpr(0);
       product.extern_outputs.push_back(static_cast<int>(r));
       LoopNode& sum = graph.nodes[r];

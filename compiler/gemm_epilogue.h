@@ -27,23 +27,25 @@
 //
 // Backward: a linear layer's bias gradient, the output gradient summed over
 // its rows, is written by the weight gradient's product, which reads those
-// rows anyway (cuBLASLt's bias-gradient epilogue):
+// rows anyway (cuBLASLt's bias-gradient epilogues):
 //
-//   %5 = gemm of %3 (x^T), %4 (gy)          %5 = gemm of %3, %4
-//   %6 = sum over v0 of %4[v0, v1]   ==>         epilogue bgrad_b, also
-//                                                writing %6
+//   %5 = gemm of %3 (gy^T), %4 (x)          %5 = gemm of %3, %4
+//   %6 = sum over v0 of %2[v0, v1]   ==>         epilogue bgrad_a, also
+//        (%2 = gy, read as %3)                   writing %6
 //
-// when the sum reads exactly the product's B (row-major, read in place) over
-// its k rows (also as several dims: [batch, tokens, n] summed over both),
-// follows the product in the graph, and has its dtype; the product has
-// batch 1, alpha 1, a static m > 0 and no other epilogue (k may be
-// symbolic: over k = 0 the runtime writes zeros to both). The sum's node
-// becomes an extern result of the call (LoopNode::extern_owner). cuBLASLt
-// sums B's columns only for its A operand untransposed, which is Kiln's B
-// row-major; the other operand's (BGRADB) cost more than a separate sum on
-// an H200 (bench/python/bgrad_probe.py), so a sum of A's rows stays a
-// kernel. Numerics: the library sums in float32 and rounds once, as Kiln's
-// reduction kernel does, in another order.
+// when the sum reads exactly one operand over the product's k (also as
+// several dims: a [batch, tokens, n] gradient summed over both, read as
+// [batch * tokens, n] by the product), is read only by nodes after the
+// product (it may come before it: AOTAutograd puts the sum first), and has
+// its dtype; the product has batch 1, alpha 1, static m, n > 0 and
+// no other epilogue (k may be symbolic: over k = 0 the runtime writes zeros
+// to both). The sum's node becomes an extern result of the call
+// (LoopNode::extern_owner). The operand must be read with a unit stride
+// along what is kept: gy^T as A column-major (bgrad_a, cuBLASLt's BGRADB:
+// AOTAutograd's form, mm(t(gy), x)) or gy as B row-major (bgrad_b,
+// BGRADA: mm(t(x), gy)), the layouts cuBLASLt takes for these
+// (bench/python/bgrad_probe.py). Numerics: the library sums in float32 and
+// rounds once, as Kiln's reduction kernel does, in another order.
 #ifndef KILN_COMPILER_GEMM_EPILOGUE_H_
 #define KILN_COMPILER_GEMM_EPILOGUE_H_
 

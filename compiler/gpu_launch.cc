@@ -95,6 +95,46 @@ int64_t RowLoads(const Kernel& kernel, int64_t* passes = nullptr) {
 
 }  // namespace
 
+bool IsColumnKernel(const Kernel& kernel) {
+  int last_outer = -1, last_inner = -1;
+  for (size_t d = 0; d < kernel.dims.size(); ++d)
+    (kernel.inner[d] ? last_inner : last_outer) = static_cast<int>(d);
+  if (last_outer < 0 || last_inner < 0) return false;
+  for (const Stage& st : kernel.stages) {
+    if (st.kind != Stage::Kind::kReduce && st.kind != Stage::Kind::kStoreOuter)
+      return false;
+  }
+  const int vars = static_cast<int>(kernel.dims.size());
+  bool columns = false, ok = true;
+  absl::flat_hash_set<const ExprNode*> seen;
+  std::function<void(const Expr&)> visit = [&](const Expr& e) {
+    if (!e || !ok || !seen.insert(e.get()).second) return;
+    if (e->op == ExprOp::kLoadBuffer && !e->args.empty()) {
+      const std::optional<ir::AffineForm> f = ir::Affine(e->args[0], vars);
+      bool moves = false;
+      for (int d = 0; d < vars; ++d) {
+        if (kernel.inner[d] && (!f || !(f->coeffs[d] == SymExpr(0))))
+          moves = true;
+      }
+      if (moves) {
+        if (!f) {
+          ok = false;
+        } else if (f->coeffs[last_outer] == SymExpr(1)) {
+          if (f->coeffs[last_inner] == SymExpr(1)) ok = false;
+          columns = true;
+        } else if (!(f->coeffs[last_outer] == SymExpr(0))) {
+          ok = false;
+        }
+      }
+    }
+    for (const Expr& a : e->args) visit(a);
+  };
+  for (const Stage& st : kernel.stages) {
+    if (st.kind == Stage::Kind::kReduce) visit(st.value);
+  }
+  return ok && columns;
+}
+
 GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
                             const GpuPlanOptions& options) {
   const int groups_per_thread = options.groups_per_thread;
@@ -146,6 +186,21 @@ GpuKernelPlan PlanGpuKernel(const Kernel& kernel,
     plan.items_per_block =
         plan.block_threads * plan.vector_width * plan.groups_per_thread;
     plan.lane_loop = options.lane_loop;
+    return plan;
+  }
+  // Columns: a warp's lanes take adjacent rows, where a row's own threads
+  // would read it with a stride. Rows of a few elements, or few rows, keep
+  // the row forms.
+  const std::optional<int64_t> outer_rows = kernel.OuterRange().AsConstant();
+  if ((!static_row || row >= kColumnThreads * kColumnUnroll) &&
+      (!outer_rows || *outer_rows >= kColumnRows / 2) &&
+      IsColumnKernel(kernel)) {
+    plan.form = GpuKernelPlan::Form::kColumn;
+    plan.vector_width = 1;
+    plan.threads_per_row = kColumnThreads;
+    plan.block_threads = kColumnRows * kColumnThreads;
+    plan.items_per_block = kColumnRows;
+    plan.groups_per_thread = kColumnUnroll;
     return plan;
   }
   // Rows past kMaxPersistentRow up to kMaxPersistentRowOneLoad stay
@@ -227,10 +282,21 @@ int64_t ChooseReductionSplits(int64_t rows, int64_t row) {
   return 1;
 }
 
+int64_t ChooseColumnSplits(int64_t rows, int64_t row) {
+  const int64_t blocks = (rows + kColumnRows - 1) / kColumnRows;
+  if (rows <= 0 || blocks >= kColumnTargetBlocks) return 1;
+  const int64_t wanted = (kColumnTargetBlocks + blocks - 1) / blocks;
+  for (int64_t s = std::min(wanted, row / kColumnMinChunk); s >= 2; --s) {
+    if (row % s == 0) return s;
+  }
+  return 1;
+}
+
 std::string GpuKernelPlan::ToString() const {
   const char* f = form == Form::kPointwise       ? "pointwise"
                   : form == Form::kPersistentRow ? "persistent-row"
-                                                 : "looped-row";
+                  : form == Form::kLoopedRow     ? "looped-row"
+                                                 : "column";
   return absl::StrCat(f, " block=", block_threads,
                       " items/block=", items_per_block, " vec=", vector_width,
                       " threads/row=", threads_per_row,

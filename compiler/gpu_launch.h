@@ -59,6 +59,16 @@
 //                   of 512 threads (1024 for a static row) per row loops
 //                   over the row once per stage; re-reads of the row mostly
 //                   hit L1/L2.
+//   kColumn         a row kernel whose rows are columns in memory
+//                   (IsColumnKernel: a bias gradient's or a layer norm
+//                   weight's sum over the tokens of a [tokens, features]
+//                   tensor), which a block per row would read with a
+//                   stride: kColumnRows consecutive rows (columns) per
+//                   block, one per lane of a warp, so that a warp's loads
+//                   are adjacent, and kColumnThreads warps splitting each
+//                   row, each looping over its share, kColumnUnroll
+//                   elements at a time; the warps' partials meet in shared
+//                   memory, combined in warp order (deterministic).
 //
 // The launch: range = the kernel's outer range (elements or rows), grid =
 // max(1, ceil(range / items_per_block)) blocks of block_threads threads
@@ -113,8 +123,27 @@ inline constexpr int64_t kMaxOneElementPerThread = 32768;
 // which only the last of many tiles may.
 inline constexpr int64_t kMinPointwiseGroupsRange = 1 << 16;
 
+// kColumn: rows per block (a warp's lanes), warps per row (the block's row
+// threads), and the elements each thread loads before it accumulates.
+inline constexpr int kColumnRows = 32;
+inline constexpr int kColumnThreads = 16;
+inline constexpr int kColumnUnroll = 4;
+
+// Whether `kernel` is a row kernel whose rows are columns in memory: its
+// stages are reductions and row stores only, and every load that moves
+// along the row has stride 1 along the last outer dim and another along
+// the last inner dim (the rows' elements), or does not move along the
+// last outer dim at all (a value per row element shared by the columns, as
+// layer norm's per-token statistics).
+bool IsColumnKernel(const Kernel& kernel);
+
 struct GpuKernelPlan {
-  enum class Form : uint8_t { kPointwise, kPersistentRow, kLoopedRow };
+  enum class Form : uint8_t {
+    kPointwise,
+    kPersistentRow,
+    kLoopedRow,
+    kColumn
+  };
   Form form = Form::kPointwise;
   int block_threads = 256;
   int64_t items_per_block = 1024;  // elements (pointwise) or rows
@@ -159,6 +188,17 @@ inline constexpr int64_t kSplitMinChunk = 4096;
 // the largest S within the limits above that divides `row` (preferring a
 // chunk divisible by 4, for 128-bit loads); 1 for no split.
 int64_t ChooseReductionSplits(int64_t rows, int64_t row);
+
+// Column kernels (kColumn) are split too when their blocks (kColumnRows rows
+// each) are fewer than kColumnTargetBlocks: the column form keeps few
+// loads in flight per SM, so a [8192, 768] sum over the tokens in 24 blocks
+// is latency-bound (split_reductions.h; the partials [S, rows] are again
+// read by adjacent rows). S brings the blocks to about kColumnTargetBlocks
+// while each chunk keeps kColumnMinChunk elements or more, and divides the
+// row; 1 for no split.
+inline constexpr int64_t kColumnTargetBlocks = 512;
+inline constexpr int64_t kColumnMinChunk = 256;
+int64_t ChooseColumnSplits(int64_t rows, int64_t row);
 
 // What benchmarks may change (none is part of the guard key).
 struct GpuPlanOptions {

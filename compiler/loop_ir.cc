@@ -980,7 +980,7 @@ bool EpilogueHasBias(GemmEpilogue e) {
 }
 
 bool EpilogueWritesBias(GemmEpilogue e) {
-  return e == GemmEpilogue::kBiasGradB;
+  return e == GemmEpilogue::kBiasGradB || e == GemmEpilogue::kBiasGradA;
 }
 
 const char* EpilogueName(GemmEpilogue e) {
@@ -999,6 +999,8 @@ const char* EpilogueName(GemmEpilogue e) {
       return "gelu_tanh_bias";
     case GemmEpilogue::kBiasGradB:
       return "bgrad_b";
+    case GemmEpilogue::kBiasGradA:
+      return "bgrad_a";
   }
   return "?";
 }

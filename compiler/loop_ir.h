@@ -258,7 +258,8 @@ struct MatrixLayout {
 // vector of n elements (the node's extern_inputs[2], its kernel's buffer
 // slot 3), act the identity, ReLU or tanh-GELU, computed in compute_dtype
 // and rounded once. kBiasGradB instead also writes B's column sums,
-// bias[j] = sum_p B[p][j] (batch 1, alpha 1, B row-major): the node's
+// bias[j] = sum_p B[p][j] (batch 1, alpha 1, B row-major), and kBiasGradA
+// A's row sums, bias[i] = sum_p A[i][p] (A column-major): the node's
 // extern_outputs[0], its kernel's buffer slot 3.
 enum class GemmEpilogue : uint8_t {
   kNone,
@@ -268,10 +269,11 @@ enum class GemmEpilogue : uint8_t {
   kGeluTanh,
   kGeluTanhBias,
   kBiasGradB,
+  kBiasGradA,
 };
 // Whether the epilogue reads a bias vector (kBias, kReluBias, kGeluTanhBias).
 bool EpilogueHasBias(GemmEpilogue e);
-// Whether it writes one (kBiasGradB).
+// Whether it writes one (kBiasGradB, kBiasGradA).
 bool EpilogueWritesBias(GemmEpilogue e);
 const char* EpilogueName(GemmEpilogue e);
 

@@ -13,13 +13,20 @@ namespace kiln {
 namespace {
 
 // Where the partial accumulator of split `split` of the row at `outer_vars`
-// (a row-major index over `sizes`) lies in a buffer of rows * splits.
+// (a row-major index over `sizes`) lies in a buffer of rows * splits: at
+// row * splits + split, or with `columns` (split column reductions, whose
+// kernels read the partials of adjacent rows together) at
+// split * rows + row.
 Expr PartialOffset(const std::vector<Expr>& outer_vars,
                    const std::vector<int64_t>& sizes, int64_t splits,
-                   const Expr& split) {
+                   const Expr& split, bool columns = false) {
   Expr row = ir::IntConst(0);
-  for (size_t k = 0; k < outer_vars.size(); ++k)
+  int64_t rows = 1;
+  for (size_t k = 0; k < outer_vars.size(); ++k) {
     row = ir::Add(ir::Mul(row, ir::IntConst(sizes[k])), outer_vars[k]);
+    rows *= sizes[k];
+  }
+  if (columns) return ir::Add(ir::Mul(split, ir::IntConst(rows)), row);
   return ir::Add(ir::Mul(row, ir::IntConst(splits)), split);
 }
 
@@ -279,8 +286,9 @@ std::optional<std::vector<Kernel>> Fission(const Kernel& k, FusedProgram& p) {
 }
 
 // The rows of a kernel cut in chunks: the partial kernel's dims (the outer
-// dims, the split, the chunk: inner) and the original kernel's vars in its
-// terms.
+// dims, the split, the chunk: inner; with `columns` the split first, so that
+// the last outer dim stays the one adjacent rows step along) and the
+// original kernel's vars in its terms.
 struct ChunkedRows {
   std::vector<SymExpr> dims;
   std::vector<bool> inner;
@@ -290,21 +298,23 @@ struct ChunkedRows {
 };
 
 ChunkedRows ChunkRows(const Kernel& k, const SplitShape& shape,
-                      int64_t splits) {
+                      int64_t splits, bool columns) {
   const int64_t chunk = shape.row / splits;
   const int nouter = static_cast<int>(shape.outer.size());
+  const int first_outer = columns ? 1 : 0;
   ChunkedRows c;
+  if (columns) c.dims.push_back(SymExpr(splits));
   for (int d : shape.outer) c.dims.push_back(k.dims[d]);
-  c.dims.push_back(SymExpr(splits));
+  if (!columns) c.dims.push_back(SymExpr(splits));
   c.dims.push_back(SymExpr(chunk));
   c.inner.assign(c.dims.size(), false);
   c.inner.back() = true;
   c.vars.resize(k.dims.size());
   for (int o = 0; o < nouter; ++o) {
-    c.vars[shape.outer[o]] = ir::Var(o);
-    c.outer_vars.push_back(ir::Var(o));
+    c.vars[shape.outer[o]] = ir::Var(first_outer + o);
+    c.outer_vars.push_back(ir::Var(first_outer + o));
   }
-  c.split_var = ir::Var(nouter);
+  c.split_var = ir::Var(columns ? 0 : nouter);
   const Expr flat =
       ir::Add(ir::Mul(c.split_var, ir::IntConst(chunk)), ir::Var(nouter + 1));
   int64_t stride = shape.row;
@@ -321,14 +331,14 @@ ChunkedRows ChunkRows(const Kernel& k, const SplitShape& shape,
 // (the first inner dim takes the split, the others size 1), and the offset
 // of its element in a buffer of rows * S partials.
 Kernel CombineKernel(const Kernel& k, const SplitShape& shape, int64_t splits,
-                     Expr* combine_offset) {
+                     Expr* combine_offset, bool columns = false) {
   Kernel b = k;
   for (size_t m = 0; m < shape.inner.size(); ++m)
     b.dims[shape.inner[m]] = SymExpr(m == 0 ? splits : 1);
   std::vector<Expr> outer_vars;
   for (int d : shape.outer) outer_vars.push_back(ir::Var(d));
   *combine_offset = PartialOffset(outer_vars, shape.outer_sizes, splits,
-                                  ir::Var(shape.inner[0]));
+                                  ir::Var(shape.inner[0]), columns);
   return b;
 }
 
@@ -341,8 +351,10 @@ Kernel CombineKernel(const Kernel& k, const SplitShape& shape, int64_t splits,
 // chunk holding the row's extreme (max/min propagate NaN as argmax/argmin
 // count it extreme, and ties go to the lower chunk), and its finalize loads
 // that chunk's position: the first extreme of the row, as unsplit.
+// `columns`: a column kernel (gpu_launch.h, IsColumnKernel), whose partial
+// and combining kernels stay column kernels (ChunkRows, PartialOffset).
 void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
-           FusedProgram& p) {
+           FusedProgram& p, bool columns = false) {
   const int64_t chunk = shape.row / splits;
   // Per reduction: its partial values (the accumulator dtype; an arg
   // reduction's extreme values), then the positions of the arg reductions.
@@ -368,7 +380,7 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
   };
 
   // Partial: dims = the outer dims, the split, the chunk (inner).
-  const ChunkedRows c = ChunkRows(k, shape, splits);
+  const ChunkedRows c = ChunkRows(k, shape, splits, columns);
   Kernel a;
   a.name = absl::StrCat(k.name, "_partial");
   a.buffers = k.buffers;
@@ -377,7 +389,8 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
   a.dims = c.dims;
   a.inner = c.inner;
   const Expr partial_offset =
-      PartialOffset(c.outer_vars, shape.outer_sizes, splits, c.split_var);
+      PartialOffset(c.outer_vars, shape.outer_sizes, splits, c.split_var,
+                    columns);
   for (int r = 0; r < shape.reductions; ++r) {
     Stage st = k.stages[r];
     st.value = ir::SubstituteVars(st.value, c.vars);
@@ -416,7 +429,7 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
 
   // Combine: the original kernel reducing the S partials of each row.
   Expr combine_offset;
-  Kernel b = CombineKernel(k, shape, splits, &combine_offset);
+  Kernel b = CombineKernel(k, shape, splits, &combine_offset, columns);
   b.buffers = a.buffers;
   std::vector<Expr> outer_vars;
   for (int d : shape.outer) outer_vars.push_back(ir::Var(d));
@@ -430,7 +443,7 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
     const Expr position =
         ir::LoadBuffer(first_partial_slot + shape.reductions + arg_number(r),
                        PartialOffset(outer_vars, shape.outer_sizes, splits,
-                                     ir::Acc(r, DType::kInt64)),
+                                     ir::Acc(r, DType::kInt64), columns),
                        DType::kInt64);
     if (!st.finalize) {
       st.finalize = position;
@@ -589,7 +602,7 @@ std::optional<std::vector<Kernel>> OnePassMoments(const Kernel& k,
   // Partial: each chunk a row of the original reductions, the mean's
   // finalize dividing by the chunk's length, so that the moment's value
   // (e - A)^2 reads the chunk's mean from the accumulator.
-  const ChunkedRows c = ChunkRows(k, *shape, splits);
+  const ChunkedRows c = ChunkRows(k, *shape, splits, /*columns=*/false);
   Kernel a;
   a.name = absl::StrCat(k.name, "_partial");
   a.buffers = buffers;
@@ -684,13 +697,16 @@ FusedProgram SplitLongReductions(FusedProgram program) {
   auto split_or_keep = [&program](Kernel k) {
     const Kernel ordered = ReductionsFirst(k);
     std::optional<SplitShape> shape = Splittable(ordered);
+    const bool columns = shape && IsColumnKernel(ordered);
     const int64_t splits =
-        shape ? ChooseReductionSplits(shape->rows, shape->row) : 1;
+        !shape    ? 1
+        : columns ? ChooseColumnSplits(shape->rows, shape->row)
+                  : ChooseReductionSplits(shape->rows, shape->row);
     if (splits < 2) {
       program.kernels.push_back(std::move(k));
       return;
     }
-    Split(ordered, *shape, splits, program);
+    Split(ordered, *shape, splits, program, columns);
   };
   for (Kernel& k : kernels) {
     if (k.is_extern() || k.is_scatter()) {

@@ -49,8 +49,10 @@ constexpr uint32_t kEpilogueBias = 4;
 constexpr uint32_t kEpilogueReluBias = 6;
 constexpr uint32_t kEpilogueGelu = 32;  // tanh approximation
 constexpr uint32_t kEpilogueGeluBias = 36;
-// The column sums of its A (untransposed) into the bias pointer.
+// The column sums of its A (untransposed) / row sums of its B (transposed)
+// into the bias pointer.
 constexpr uint32_t kEpilogueBgradA = 256;
+constexpr uint32_t kEpilogueBgradB = 512;
 constexpr int kLayoutBatchCount = 5;          // ..._LAYOUT_BATCH_COUNT
 constexpr int kLayoutStridedBatchOffset = 6;  // ..._STRIDED_BATCH_OFFSET
 constexpr int kPrefMaxWorkspaceBytes = 1;     // ..._PREF_MAX_WORKSPACE_BYTES

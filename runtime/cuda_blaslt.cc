@@ -193,6 +193,8 @@ uint32_t LtEpilogue(v1::Gemm::Epilogue e) {
       return cublaslt::kEpilogueGeluBias;
     case v1::Gemm::BGRAD_B:  // the library's A is Kiln's B
       return cublaslt::kEpilogueBgradA;
+    case v1::Gemm::BGRAD_A:  // and its B Kiln's A
+      return cublaslt::kEpilogueBgradB;
     default:
       return 0;
   }
@@ -290,11 +292,13 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
         "cuBLASLt GEMM: epilogue ", options.epilogue,
         has_bias ? " without a bias" : " is unknown or takes no bias"));
   }
+  const bool bgrad_a = options.epilogue == v1::Gemm::BGRAD_A;
   if (GemmEpilogueWritesBias(options.epilogue) &&
-      (d.batch != 1 || d.b.transposed || alpha != 1 || beta != 0)) {
+      (d.batch != 1 || alpha != 1 || beta != 0 ||
+       (bgrad_a ? !d.a.transposed : d.b.transposed))) {
     return absl::UnimplementedError(
-        "cuBLASLt's bias gradient (BGRAD_B) needs batch 1, alpha 1, beta 0 "
-        "and a row-major B");
+        "cuBLASLt's bias gradients need batch 1, alpha 1, beta 0 and a "
+        "row-major B (BGRAD_B) or a column-major A (BGRAD_A)");
   }
   const cuda::DevicePtr bias_ptr =
       has_bias ? options.bias + d.bias_offset * DTypeSize(dtype) : 0;
@@ -321,7 +325,8 @@ absl::Status CudaGemm::Run(int step, DType dtype, const GemmDims& d,
     if (writes_bias) {
       if (absl::Status s = (*driver)->Check(
               (*driver)->api().cuMemsetD8Async(
-                  bias_ptr, 0, static_cast<size_t>(d.n * size), stream),
+                  bias_ptr, 0,
+                  static_cast<size_t>((bgrad_a ? d.m : d.n) * size), stream),
               "cuMemsetD8Async");
           !s.ok()) {
         return s;

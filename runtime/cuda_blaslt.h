@@ -80,7 +80,8 @@ class CudaGemm {
     // Applied before C is written: bias (n elements of `dtype` at
     // `bias`, added to every row), ReLU, tanh-GELU, or both. NONE: none.
     // BGRAD_B writes B's column sums to `bias` instead (batch 1, alpha 1,
-    // beta 0, B row-major: cuBLASLt's BGRADA).
+    // beta 0, B row-major: cuBLASLt's BGRADA), BGRAD_A A's row sums (m
+    // elements, A column-major: BGRADB).
     v1::Gemm::Epilogue epilogue = v1::Gemm::EPILOGUE_NONE;
     cuda::DevicePtr bias = 0;
     // float32 products may round their inputs to TF32.

@@ -368,11 +368,15 @@ absl::StatusOr<ProgramPlan::Extern> PlanExtern(
   return e;
 }
 
-// A matrix of `rows` x `cols` with the given strides, as a library takes it.
+// A matrix of `rows` x `cols` with the given strides, as a library takes it:
+// row-major where the strides allow, else column-major (transposed), or
+// column-major first with `prefer_transposed` (a BGRAD_A operand over k = 1,
+// whose single column either reading fits).
 absl::StatusOr<GemmMatrix> ResolveMatrix(const char* name, int64_t offset,
                                          int64_t batch_stride,
                                          int64_t row_stride, int64_t col_stride,
-                                         int64_t rows, int64_t cols) {
+                                         int64_t rows, int64_t cols,
+                                         bool prefer_transposed = false) {
   if (offset < 0 || batch_stride < 0 || row_stride < 0 || col_stride < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "artifact: GEMM operand ", name, " has a negative offset or stride"));
@@ -387,14 +391,21 @@ absl::StatusOr<GemmMatrix> ResolveMatrix(const char* name, int64_t offset,
     return m;
   }
   // The stride of a dim of one element is never used: any will do.
-  if (col_stride == 1 || cols <= 1) {  // row-major
+  auto row_major = [&]() -> bool {
+    if (!(col_stride == 1 || cols <= 1)) return false;
+    m.transposed = false;
     m.ld = rows <= 1 ? std::max(min_row_ld, row_stride) : row_stride;
-    if (m.ld >= min_row_ld) return m;
-  }
-  if (row_stride == 1 || rows <= 1) {  // column-major: a transpose
+    return m.ld >= min_row_ld;
+  };
+  auto column_major = [&]() -> bool {  // a transpose
+    if (!(row_stride == 1 || rows <= 1)) return false;
     m.transposed = true;
     m.ld = cols <= 1 ? std::max(min_col_ld, col_stride) : col_stride;
-    if (m.ld >= min_col_ld) return m;
+    return m.ld >= min_col_ld;
+  };
+  if (prefer_transposed ? column_major() || row_major()
+                        : row_major() || column_major()) {
+    return m;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "artifact: GEMM operand ", name, " of ", rows, "x", cols,
@@ -582,7 +593,7 @@ bool GemmEpilogueHasBias(v1::Gemm::Epilogue epilogue) {
 }
 
 bool GemmEpilogueWritesBias(v1::Gemm::Epilogue epilogue) {
-  return epilogue == v1::Gemm::BGRAD_B;
+  return epilogue == v1::Gemm::BGRAD_B || epilogue == v1::Gemm::BGRAD_A;
 }
 
 absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
@@ -614,7 +625,9 @@ absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
     const int64_t col_stride = EvaluateSymPoly(o.op->col_stride(), symbols);
     auto m = ResolveMatrix(o.name, EvaluateSymPoly(o.op->offset(), symbols),
                            EvaluateSymPoly(o.op->batch_stride(), symbols),
-                           row_stride, col_stride, o.rows, o.cols);
+                           row_stride, col_stride, o.rows, o.cols,
+                           o.out == &d.a &&
+                               gemm.epilogue() == v1::Gemm::BGRAD_A);
     if (!m.ok()) return m.status();
     *o.out = *m;
     if (d.batch == 0 || o.rows == 0 || o.cols == 0) continue;
@@ -633,23 +646,26 @@ absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
     return absl::InvalidArgumentError(
         "artifact: GEMM output C is not row-major");
   }
+  const bool bgrad_a = gemm.epilogue() == v1::Gemm::BGRAD_A;
   if (GemmEpilogueWritesBias(gemm.epilogue()) &&
       (d.batch != 1 || gemm.alpha() != 1 || gemm.beta() != 0 ||
-       d.b.transposed)) {
+       (bgrad_a ? !d.a.transposed : d.b.transposed))) {
     return absl::InvalidArgumentError(
-        "artifact: a GEMM's bias gradient (BGRAD_B) needs batch 1, alpha 1, "
-        "beta 0 and a row-major B");
+        "artifact: a GEMM's bias gradient (BGRAD_B, BGRAD_A) needs batch 1, "
+        "alpha 1, beta 0 and a row-major B (BGRAD_B) or a column-major A "
+        "(BGRAD_A)");
   }
   if (gemm.has_bias()) {
     d.bias_offset = EvaluateSymPoly(gemm.bias().offset(), symbols);
     const int64_t stride = EvaluateSymPoly(gemm.bias().col_stride(), symbols);
-    if (d.n > 1 && stride != 1) {
+    const int64_t length = bgrad_a ? d.m : d.n;
+    if (length > 1 && stride != 1) {
       return absl::InvalidArgumentError(
           "artifact: the GEMM's bias vector is not contiguous");
     }
     if (d.bias_offset < 0 ||
-        (d.n > 0 && static_cast<__int128>(d.bias_offset) + d.n - 1 >=
-                        elements[gemm.bias().buffer()])) {
+        (length > 0 && static_cast<__int128>(d.bias_offset) + length - 1 >=
+                           elements[gemm.bias().buffer()])) {
       return absl::InvalidArgumentError(
           absl::StrCat("artifact: the GEMM's bias reaches outside buffer ",
                        gemm.bias().buffer(), " (",

@@ -128,7 +128,8 @@ struct GemmDims {
 };
 
 // Whether a GEMM epilogue has a bias vector: one it adds (BIAS, RELU_BIAS,
-// GELU_TANH_BIAS) or one it writes (BGRAD_B: GemmEpilogueWritesBias).
+// GELU_TANH_BIAS) or one it writes (BGRAD_B, BGRAD_A:
+// GemmEpilogueWritesBias).
 bool GemmEpilogueHasBias(v1::Gemm::Epilogue epilogue);
 bool GemmEpilogueWritesBias(v1::Gemm::Epilogue epilogue);
 
@@ -138,8 +139,9 @@ bool GemmEpilogueWritesBias(v1::Gemm::Epilogue epilogue);
 // column stride with a leading dimension the library accepts, strides are
 // non-negative, C is row-major, and every element any matrix (and the
 // epilogue's bias vector, which must be contiguous) may touch lies inside
-// its buffer; BGRAD_B also needs batch 1, alpha 1, beta 0 and a row-major
-// B. Errors: INVALID_ARGUMENT "artifact: ..." naming the
+// its buffer; BGRAD_B and BGRAD_A also need batch 1, alpha 1, beta 0 and a
+// row-major B (BGRAD_B) or a column-major A (BGRAD_A), whose bias vector has
+// m elements. Errors: INVALID_ARGUMENT "artifact: ..." naming the
 // operand and what is wrong. Runtimes call it before every extern call.
 absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
                                       absl::Span<const int64_t> symbols,

@@ -198,8 +198,8 @@ def main() -> None:
     ws = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
     print(f"cuBLASLt {LT.cublasLtGetVersion()}, {torch.cuda.get_device_name()}"
           f", M {a.m} N {a.n} K {a.k}")
-    names = {OP_N: "N", OP_T: "T", EPI_DEFAULT: "plain", EPI_BGRADA: "BGRADA",
-             EPI_BGRADB: "BGRADB"}
+    ops = {OP_N: "N", OP_T: "T"}
+    epis = {EPI_DEFAULT: "plain", EPI_BGRADA: "BGRADA", EPI_BGRADB: "BGRADB"}
     for dt in (torch.float32, torch.float16, torch.bfloat16):
         print(f"torch {str(dt)[6:]}: {torch_row(dt, a.m, a.n, a.k, a.iters)}")
         for ta in (OP_N, OP_T):
@@ -213,8 +213,8 @@ def main() -> None:
                                     a.k, a.iters, ws)
                         except RuntimeError as e:
                             r = f"error {e}"
-                        print(f"  {str(dt)[6:]:8} {names[ta]}{names[tb]} "
-                              f"{names[epi]:6} bias {str(bdt)[6:]:8} {r}",
+                        print(f"  {str(dt)[6:]:8} {ops[ta]}{ops[tb]} "
+                              f"{epis[epi]:6} bias {str(bdt)[6:]:8} {r}",
                               flush=True)
 
 

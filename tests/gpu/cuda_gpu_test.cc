@@ -216,26 +216,27 @@ TEST(CudaGpu, GemmEpiloguesMatchReference) {
 }
 
 // A linear layer's backward whose bias gradient is the weight gradient's
-// cuBLASLt epilogue (BGRAD_B, compiler/gemm_epilogue.h), and the same
-// graphs unfused, against the reference: 2-D and 3-D activations, a
-// symbolic token count, the product that keeps its sum kernel, in the
-// three dtypes, timed and with the heuristic's algorithm.
+// cuBLASLt epilogue (BGRAD_B, and BGRAD_A for AOTAutograd's mm(t(gy), x);
+// compiler/gemm_epilogue.h), and the same graphs unfused, against the
+// reference: 2-D and 3-D activations, symbolic token counts (from 2), in
+// the three dtypes, timed and with the heuristic's algorithm.
 TEST(CudaGpu, BiasGradientsMatchReference) {
   REQUIRE_GPU(gpu);
   int checked = 0;
   for (const char* autotune : {"8", "0"}) {
     setenv("KILN_GEMM_AUTOTUNE", autotune, 1);
     for (const char* dtype : {"FLOAT32", "FLOAT16", "BFLOAT16"}) {
-      for (int variant = 0; variant < 5; ++variant) {
+      for (int variant = 0; variant < 6; ++variant) {
         LinearBackwardCase c;
         c.dtype = dtype;
         if (variant == 1) c.batch = 3;
-        if (variant == 2) c.symbolic_tokens = true;
-        if (variant == 3) {
+        if (variant == 2 || variant == 5) c.symbolic_tokens = true;
+        if (variant == 3 || variant == 5) {
           c.batch = 4, c.tokens = 128, c.k = 256, c.n = 768;
           c.symbolic_tokens = true;
         }
-        c.gy_transposed_product = variant == 4;
+        c.gy_transposed_product = variant >= 4;
+        c.sum_first = variant == 4 || variant == 1;  // AOTAutograd's order
         for (bool unfused : {false, true}) {
           v1::CompileRequest req;
           *req.mutable_graph() = LinearBackwardGraph(c);
@@ -252,7 +253,7 @@ TEST(CudaGpu, BiasGradientsMatchReference) {
     }
   }
   unsetenv("KILN_GEMM_AUTOTUNE");
-  EXPECT_EQ(checked, 60);
+  EXPECT_EQ(checked, 72);
 }
 
 // Convolutions (issue 16) as cuDNN calls and, for comparison, as Kiln's
@@ -874,6 +875,27 @@ TEST(CudaGpu, SplitReductionsMatchReference) {
       req.mutable_graph()->mutable_nodes(0)->add_args()->set_i(1);
     EXPECT_EQ(CheckOnGpu(*gpu, 17, req, true), "")
         << c.op << " over " << absl::StrJoin(c.sizes, "x");
+  }
+  // Column reductions (gpu_launch.h, kColumn): over the first dims of a
+  // [tokens, features] tensor, split where the columns are few
+  // (ChooseColumnSplits) or not (many columns, symbolic sizes elsewhere).
+  const ReductionCase columns[] = {
+      {"aten.sum.dim_IntList", {8192, 768}, {0}, v1::BFLOAT16},
+      {"aten.sum.dim_IntList", {8192, 3072}, {0}, v1::FLOAT16},
+      {"aten.sum.dim_IntList", {4, 2048, 96}, {0, 1}, v1::FLOAT32},
+      {"aten.sum.dim_IntList", {1000, 40000}, {0}, v1::FLOAT32},
+      {"aten.amax.default", {777, 333}, {0}, v1::FLOAT32},
+  };
+  for (const ReductionCase& c : columns) {
+    v1::CompileRequest req = ReductionRequest(c);
+    EXPECT_EQ(CheckOnGpu(*gpu, 29, req, true), "")
+        << c.op << " over " << absl::StrJoin(c.sizes, "x") << " (columns)";
+  }
+  {
+    v1::CompileRequest req =
+        ReductionRequest({"aten.argmax.default", {8192, 40}, {}, v1::FLOAT32});
+    req.mutable_graph()->mutable_nodes(0)->add_args()->set_i(0);
+    EXPECT_EQ(CheckOnGpu(*gpu, 31, req, true), "") << "argmax over columns";
   }
   // Two reductions of the same rows, two outputs: fusion interleaves their
   // row stores, and the split must still cut the kernel (ReductionsFirst).

@@ -636,6 +636,44 @@ TEST(CpuSplitReductions, ElementStoresRideInThePartialKernel) {
   ExpectSplitMatchesReference(graph({1 << 16, 4}, 0), two, -2, 2, 1);
 }
 
+// Column reductions (gpu_launch.h, kColumn; a bias gradient's sum over the
+// tokens) with few columns are split with the split first and the partials
+// stored [S, rows] (ChooseColumnSplits), so both kernels stay column
+// kernels: sums in float32 and bfloat16, over two dims, an argmax, and a
+// layer norm weight gradient's sum of products with per-row values.
+TEST(CpuSplitReductions, FewColumnsAreSplit) {
+  const std::vector<std::string> two = {"kiln_k0_partial", "kiln_k0"};
+  ExpectSplitMatchesReference(
+      OneInputGraph("FLOAT32", {8192, 96}, "aten.sum.dim_IntList",
+                    R"(, {"ints": {"values": [0]}})"),
+      two, -2, 2, 1);
+  ExpectSplitMatchesReference(
+      OneInputGraph("BFLOAT16", {4096, 64}, "aten.sum.dim_IntList",
+                    R"(, {"ints": {"values": [0]}}, {"b": true})"),
+      two, -2, 2);
+  ExpectSplitMatchesReference(
+      OneInputGraph("FLOAT32", {4, 2048, 48}, "aten.sum.dim_IntList",
+                    R"(, {"ints": {"values": [0, 1]}})"),
+      two, -2, 2, 1);
+  ExpectSplitMatchesReference(
+      OneInputGraph("FLOAT32", {8192, 40}, "aten.argmax.default",
+                    R"(, {"i": 0})"),
+      two, -2, 2, 1);
+  // sum over the rows of x * rowsum(x): the row sums first (their own
+  // kernel, rows), then the column kernel reads them per row.
+  ExpectSplitMatchesReference(
+      OneInputGraph("FLOAT32", {4096, 64}, "aten.sum.dim_IntList",
+                    R"(, {"ints": {"values": [1]}}, {"b": true})",
+                    R"(, {"op": "aten.mul.Tensor",
+                          "args": [{"ref": "x"}, {"ref": "y"}],
+                          "outputs": ["z"]},
+                         {"op": "aten.sum.dim_IntList",
+                          "args": [{"ref": "z"}, {"ints": {"values": [0]}}],
+                          "outputs": ["s"]})",
+                    R"("s")"),
+      {"kiln_k0", "kiln_k1_partial", "kiln_k1"}, -2, 2);
+}
+
 // var, std and layer norm over few long rows read each row once for their
 // statistics: chunk means and second moments merged with Chan et al.'s
 // formula. Inputs around 1000 with a spread of about 1 (variance 4/3):

@@ -97,10 +97,12 @@ TEST(CudaArtifactLoad, RandomGraphsWithProducts) {
 // input, or asked of a product it does not fit, is refused by the
 // program checks before anything runs.
 TEST(CudaArtifactLoad, BiasGradientEpilogues) {
-  for (int variant = 0; variant < 3; ++variant) {
+  for (int variant = 0; variant < 4; ++variant) {
     LinearBackwardCase c;
     c.batch = variant == 1 ? 3 : 0;
-    c.symbolic_tokens = variant == 2;
+    c.symbolic_tokens = variant >= 2;
+    c.gy_transposed_product = variant == 3;  // BGRAD_A
+    c.sum_first = variant == 3;
     c.dtype = variant == 1 ? "BFLOAT16" : "FLOAT32";
     v1::CompileRequest req;
     *req.mutable_graph() = LinearBackwardGraph(c);
@@ -110,7 +112,8 @@ TEST(CudaArtifactLoad, BiasGradientEpilogues) {
     v1::Gemm* bgrad = nullptr;
     for (v1::Step& step : *a->mutable_program()->mutable_steps()) {
       if (step.has_call() &&
-          step.call().gemm().epilogue() == v1::Gemm::BGRAD_B) {
+          step.call().gemm().epilogue() ==
+              (variant == 3 ? v1::Gemm::BGRAD_A : v1::Gemm::BGRAD_B)) {
         bgrad = step.mutable_call()->mutable_gemm();
       }
     }
@@ -119,7 +122,8 @@ TEST(CudaArtifactLoad, BiasGradientEpilogues) {
       v1::Artifact bad = *a;
       for (v1::Step& step : *bad.mutable_program()->mutable_steps()) {
         if (step.has_call() &&
-            step.call().gemm().epilogue() == v1::Gemm::BGRAD_B) {
+            (step.call().gemm().epilogue() == v1::Gemm::BGRAD_B ||
+             step.call().gemm().epilogue() == v1::Gemm::BGRAD_A)) {
           change(*step.mutable_call()->mutable_gemm());
         }
       }
@@ -143,8 +147,19 @@ TEST(CudaArtifactLoad, BiasGradientEpilogues) {
       auto d = EvaluateGemm(g, {}, elements);
       ASSERT_FALSE(d.ok());
       EXPECT_TRUE(absl::StrContains(d.status().message(),
-                                    "bias gradient (BGRAD_B) needs batch 1"))
+                                    "bias gradient (BGRAD_B, BGRAD_A) needs"))
           << d.status();
+      // BGRAD_A of a row-major A (x^T's buffer read as another matrix).
+      v1::Gemm wrong = *bgrad;
+      wrong.set_epilogue(v1::Gemm::BGRAD_A);
+      ASSERT_TRUE(EvaluateGemm(wrong, {}, elements).ok());  // A column-major
+      wrong.mutable_a()->mutable_row_stride()->mutable_terms(0)->set_coeff(
+          c.tokens);
+      wrong.mutable_a()->mutable_col_stride()->mutable_terms(0)->set_coeff(1);
+      auto e = EvaluateGemm(wrong, {}, elements);
+      ASSERT_FALSE(e.ok());
+      EXPECT_TRUE(absl::StrContains(e.status().message(), "column-major A"))
+          << e.status();
     }
   }
 }

@@ -49,6 +49,7 @@ static_assert(cublaslt::kEpilogueReluBias == CUBLASLT_EPILOGUE_RELU_BIAS);
 static_assert(cublaslt::kEpilogueGelu == CUBLASLT_EPILOGUE_GELU);
 static_assert(cublaslt::kEpilogueGeluBias == CUBLASLT_EPILOGUE_GELU_BIAS);
 static_assert(cublaslt::kEpilogueBgradA == CUBLASLT_EPILOGUE_BGRADA);
+static_assert(cublaslt::kEpilogueBgradB == CUBLASLT_EPILOGUE_BGRADB);
 static_assert(cublaslt::kPrefReductionSchemeMask ==
               CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK);
 static_assert(cublaslt::kReductionSchemeComputeType ==

@@ -740,6 +740,103 @@ TEST(CudaCodegen, LongRowPlans) {
   EXPECT_EQ(p.block_threads, 512);
 }
 
+// Column reductions (gpu_launch.h, kColumn): a sum over the tokens of a
+// [tokens, features] tensor (a bias gradient: unfused here) and layer
+// norm's weight gradients (a product with per-token statistics) take the
+// column form; the same sums over the last dim keep the row forms; every
+// graph compiles.
+TEST(CudaCodegen, ColumnReductionPlans) {
+  using Form = GpuKernelPlan::Form;
+  auto plans = [](const v1::Graph& g) {
+    auto graph = ImportGraph(g);
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    std::vector<GpuKernelPlan> out;
+    if (!graph.ok()) return out;
+    auto loops = Lower(*graph);
+    EXPECT_TRUE(loops.ok()) << loops.status();
+    auto fused = Fuse(*loops);
+    EXPECT_TRUE(fused.ok()) << fused.status();
+    for (const Kernel& k : fused->kernels) {
+      if (!k.is_extern()) out.push_back(PlanGpuKernel(k));
+    }
+    return out;
+  };
+  auto count = [](const std::vector<GpuKernelPlan>& ps, Form f) {
+    return std::count_if(ps.begin(), ps.end(),
+                         [&](const GpuKernelPlan& p) { return p.form == f; });
+  };
+  for (bool symbolic : {false, true}) {
+    LinearBackwardCase c;
+    c.batch = 2;
+    c.tokens = 256;
+    c.symbolic_tokens = symbolic;
+    const v1::Graph g = LinearBackwardGraph(c);
+    const std::vector<GpuKernelPlan> ps = plans(g);
+    EXPECT_EQ(count(ps, Form::kColumn), 1) << "symbolic " << symbolic;
+    for (const GpuKernelPlan& p : ps) {
+      if (p.form != Form::kColumn) continue;
+      EXPECT_EQ(p.items_per_block, kColumnRows);
+      EXPECT_EQ(p.block_threads, kColumnRows * kColumnThreads);
+    }
+    v1::CompileRequest req;
+    *req.mutable_graph() = g;
+    req.mutable_options()->set_unfused_gemm_epilogues(true);
+    auto a = Compile(ForGpu(req, "sm_90"));
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(CheckStructure(*a), "");
+  }
+  // A sum over the last dim reads rows, not columns.
+  v1::CompileRequest rows = Request("softmax.json");
+  rows.mutable_graph()->mutable_nodes(0)->set_op("aten.sum.dim_IntList");
+  rows.mutable_graph()->mutable_nodes(0)->clear_args();
+  rows.mutable_graph()->mutable_nodes(0)->add_args()->set_ref("x");
+  rows.mutable_graph()->mutable_nodes(0)->add_args()->mutable_ints()->add_values(
+      1);
+  EXPECT_EQ(count(plans(rows.graph()), Form::kColumn), 0);
+  // The same sum over dim 0 is a column reduction, and an argmax over it too.
+  v1::CompileRequest cols = rows;
+  cols.mutable_graph()->mutable_nodes(0)->mutable_args(1)->mutable_ints()
+      ->set_values(0, 0);
+  EXPECT_EQ(count(plans(cols.graph()), Form::kColumn), 1);
+  ASSERT_TRUE(Compile(ForGpu(cols, "sm_90")).ok());
+  // Few columns of long rows are split (ChooseColumnSplits): a bias
+  // gradient's [8192, 768] sum becomes 16 partial sums per column, then
+  // their sum, both column kernels.
+  EXPECT_EQ(ChooseColumnSplits(768, 8192), 16);
+  EXPECT_EQ(ChooseColumnSplits(3072, 8192), 4);
+  EXPECT_EQ(ChooseColumnSplits(32768, 8192), 1);  // enough blocks
+  EXPECT_EQ(ChooseColumnSplits(768, 300), 1);     // no chunk to cut
+  {
+    v1::CompileRequest big = cols;
+    auto* sizes = big.mutable_graph()->mutable_inputs(0)->mutable_meta();
+    sizes->mutable_sizes(0)->set_value(8192);
+    sizes->mutable_sizes(1)->set_value(768);
+    auto graph = ImportGraph(big.graph());
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    auto loops = Lower(*graph);
+    ASSERT_TRUE(loops.ok()) << loops.status();
+    auto fused = Fuse(*loops);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    const FusedProgram split = SplitLongReductions(*fused);
+    ASSERT_EQ(split.kernels.size(), 2u);
+    EXPECT_EQ(split.kernels[0].name, "kiln_k0_partial");
+    EXPECT_EQ(split.kernels[0].dims[0], SymExpr(16));  // the split, outer
+    for (const Kernel& k : split.kernels) EXPECT_TRUE(IsColumnKernel(k));
+    EXPECT_EQ(PlanGpuKernel(split.kernels[0]).form, Form::kColumn);
+    auto a = Compile(ForGpu(big, "sm_90"));
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(CheckStructure(*a), "");
+  }
+  v1::CompileRequest arg = rows;
+  arg.mutable_graph()->mutable_nodes(0)->set_op("aten.argmax.default");
+  arg.mutable_graph()->mutable_nodes(0)->mutable_args(1)->Clear();
+  arg.mutable_graph()->mutable_nodes(0)->mutable_args(1)->set_i(0);
+  EXPECT_EQ(count(plans(arg.graph()), Form::kColumn), 1);
+  auto a = Compile(ForGpu(arg, "sm_90"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(CheckStructure(*a), "");
+}
+
 TEST(CudaCodegen, ChooseReductionSplits) {
   EXPECT_EQ(ChooseReductionSplits(1, 1 << 26), 2048);  // chunk 32768
   EXPECT_EQ(ChooseReductionSplits(64, 1 << 20), 32);
@@ -1154,33 +1251,57 @@ TEST(CudaCodegen, BiasAndActivationsAreCublasLtEpilogues) {
 }
 
 // A linear layer's bias gradient is written by the weight gradient's
-// cuBLASLt call (BGRAD_B) where that call reads the output gradient as its
-// row-major B; its reduction kernel is gone. Unfused, or where the product
-// reads the gradient as A, the sum stays a kernel.
+// cuBLASLt call where that call reads the output gradient as its row-major
+// B (BGRAD_B) or column-major A (BGRAD_A, AOTAutograd's mm(t(gy), x)); its
+// reduction kernel is gone. Unfused, or where the sum is not of a whole
+// operand, it stays a kernel.
 TEST(CudaCodegen, BiasGradientIsTheWeightGradientsEpilogue) {
   struct Want {
     LinearBackwardCase c;
-    bool folds;
+    v1::Gemm::Epilogue folds;  // EPILOGUE_NONE: none
   };
   auto with = [](auto f) {
     LinearBackwardCase c;
     f(c);
     return c;
   };
+  constexpr v1::Gemm::Epilogue kB = v1::Gemm::BGRAD_B;
+  constexpr v1::Gemm::Epilogue kA = v1::Gemm::BGRAD_A;
   const Want cases[] = {
-      {with([](LinearBackwardCase&) {}), true},
-      {with([](LinearBackwardCase& c) { c.dtype = "BFLOAT16"; }), true},
-      {with([](LinearBackwardCase& c) { c.dtype = "FLOAT16"; }), true},
-      {with([](LinearBackwardCase& c) { c.batch = 3; }), true},
-      {with([](LinearBackwardCase& c) { c.symbolic_tokens = true; }), true},
+      {with([](LinearBackwardCase&) {}), kB},
+      {with([](LinearBackwardCase& c) { c.dtype = "BFLOAT16"; }), kB},
+      {with([](LinearBackwardCase& c) { c.dtype = "FLOAT16"; }), kB},
+      {with([](LinearBackwardCase& c) { c.batch = 3; }), kB},
+      {with([](LinearBackwardCase& c) { c.symbolic_tokens = true; }), kB},
       {with([](LinearBackwardCase& c) {
          c.batch = 2;
          c.symbolic_tokens = true;
          c.dtype = "BFLOAT16";
        }),
-       true},
+       kB},
       {with([](LinearBackwardCase& c) { c.gy_transposed_product = true; }),
-       false},
+       kA},
+      // AOTAutograd's order: the sum before the products.
+      {with([](LinearBackwardCase& c) {
+         c.gy_transposed_product = true;
+         c.sum_first = true;
+       }),
+       kA},
+      {with([](LinearBackwardCase& c) {
+         c.sum_first = true;
+         c.batch = 3;
+       }),
+       kB},
+      {with([](LinearBackwardCase& c) {
+         c.gy_transposed_product = true;
+         c.batch = 2;
+         c.symbolic_tokens = true;
+         c.dtype = "FLOAT16";
+       }),
+       kA},
+      // The sum is over part of the rows: no fold.
+      {with([](LinearBackwardCase& c) { c.partial_sum = true; }),
+       v1::Gemm::EPILOGUE_NONE},
   };
   for (const Want& w : cases) {
     SCOPED_TRACE(absl::StrCat(w.c.dtype, " batch ", w.c.batch, " symbolic ",
@@ -1202,17 +1323,25 @@ TEST(CudaCodegen, BiasGradientIsTheWeightGradientsEpilogue) {
         if (!step.has_call()) continue;
         ++calls;
         const v1::Gemm& g = step.call().gemm();
-        if (g.epilogue() != v1::Gemm::BGRAD_B) continue;
+        if (g.epilogue() != v1::Gemm::BGRAD_B &&
+            g.epilogue() != v1::Gemm::BGRAD_A) {
+          continue;
+        }
         ++bgrad;
+        EXPECT_EQ(g.epilogue(), w.folds);
         EXPECT_TRUE(g.has_bias());
-        ASSERT_EQ(g.b().col_stride().terms_size(), 1);  // B row-major
-        EXPECT_EQ(g.b().col_stride().terms(0).coeff(), 1);
-        EXPECT_EQ(g.b().col_stride().terms(0).symbols_size(), 0);
+        // B row-major, A column-major.
+        const v1::SymPoly& unit = g.epilogue() == v1::Gemm::BGRAD_B
+                                      ? g.b().col_stride()
+                                      : g.a().row_stride();
+        ASSERT_EQ(unit.terms_size(), 1);
+        EXPECT_EQ(unit.terms(0).coeff(), 1);
+        EXPECT_EQ(unit.terms(0).symbols_size(), 0);
         // The bias gradient is the graph's third output, written in place.
         EXPECT_EQ(a->outputs(2).buffer(), g.bias().buffer());
       }
       EXPECT_EQ(calls, 2);
-      const bool folds = w.folds && !unfused;
+      const bool folds = w.folds != v1::Gemm::EPILOGUE_NONE && !unfused;
       EXPECT_EQ(bgrad, folds ? 1 : 0);
       if (!unfused) continue;
       auto fused = compile(false);
@@ -1221,7 +1350,7 @@ TEST(CudaCodegen, BiasGradientIsTheWeightGradientsEpilogue) {
       for (const v1::Step& step : fused->program().steps())
         fused_launches += step.has_launch();
       // The sum's kernels (one, or two where a long column is split) go.
-      if (w.folds) {
+      if (w.folds != v1::Gemm::EPILOGUE_NONE) {
         EXPECT_LT(fused_launches, launches);
       } else {
         EXPECT_EQ(fused_launches, launches);

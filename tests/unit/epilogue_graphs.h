@@ -100,8 +100,14 @@ struct LinearBackwardCase {
   int64_t batch = 0;  // > 0: 3-D activations [batch, tokens, k]
   int64_t tokens = 37, k = 29, n = 45;
   bool symbolic_tokens = false;  // tokens is a symbol (2..tokens)
-  // grad_w as gy^T @ x (the bias gradient then sums A's rows: no fold).
+  // grad_w as gy^T @ x (AOTAutograd's form: the bias gradient then sums
+  // A's rows) instead of (x^T @ gy)^T.
   bool gy_transposed_product = false;
+  // grad_b sums only the first tokens - 1 rows (2-D, static tokens): no
+  // operand's sum.
+  bool partial_sum = false;
+  // The sum before the products, as AOTAutograd orders them.
+  bool sum_first = false;
 };
 
 inline v1::Graph LinearBackwardGraph(const LinearBackwardCase& c) {
@@ -152,13 +158,26 @@ inline v1::Graph LinearBackwardGraph(const LinearBackwardCase& c) {
         R"({"op": "aten.t.default", "args": [{"ref": "gwt"}], )",
         R"("outputs": ["gw"]}, )");
   }
+  std::string sum_nodes;
+  std::string summed = "gy";
+  if (c.partial_sum) {
+    summed = "gys";
+    absl::StrAppend(
+        &sum_nodes, R"({"op": "aten.slice.Tensor", "args": [{"ref": "gy"}, )",
+        R"({"i": 0}, {"i": 0}, {"i": )", c.tokens - 1,
+        R"(}, {"i": 1}], "outputs": ["gys"]}, )");
+  }
   absl::StrAppend(
-      &nodes, R"({"op": "aten.sum.dim_IntList", "args": [{"ref": "gy"}, )",
+      &sum_nodes, R"({"op": "aten.sum.dim_IntList", "args": [{"ref": ")", summed,
+      R"("}, )",
       c.batch > 0 ? R"({"ints": {"values": [0, 1]}}, )"
                   : R"({"ints": {"values": [0]}}, )",
       R"({"b": true}], "outputs": ["gb1"]}, )",
       R"({"op": "aten.view.default", "args": [{"ref": "gb1"}, )",
       R"({"dims": {"values": [)", value(c.n), R"(]}}], "outputs": ["gb"]})");
+  nodes = c.sum_first
+              ? absl::StrCat(sum_nodes, ", ", nodes.substr(0, nodes.size() - 2))
+              : absl::StrCat(nodes, sum_nodes);
   std::string outputs = R"("gx2", "gw", "gb")";
   const std::string symbols =
       c.symbolic_tokens
