@@ -898,6 +898,12 @@ class CudaKernelEmitter : public KernelEmitterBase {
     Value* row = b_.CreateAdd(b_.CreateMul(bid_, b_.getInt64(lanes)), x, "row");
     Value* rows = Product(outer_dims_);
     row_valid_ = b_.CreateICmpULT(row, rows);
+    // No rows (an empty tensor): no row 0 to read either. Uniform, so the
+    // block's barriers stay matched.
+    auto* body = llvm::BasicBlock::Create(ctx_, "columns", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "columns.done", fn_);
+    b_.CreateCondBr(b_.CreateICmpUGT(rows, b_.getInt64(0)), body, done);
+    b_.SetInsertPoint(body);
     memo_.emplace_back();
     Decompose(b_.CreateSelect(row_valid_, row, b_.getInt64(0)), outer_dims_);
     Value* row_size = Product(inner_dims_);
@@ -928,6 +934,8 @@ class CudaKernelEmitter : public KernelEmitterBase {
         },
         [&](const Stage& st, size_t) { StoreOuter(st); });
     memo_.pop_back();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
   }
 
   // The T partials of each row (one per warp, at the lane of the row)
@@ -944,20 +952,20 @@ class CudaKernelEmitter : public KernelEmitterBase {
       return b_.CreateInBoundsGEP(ty, g, {b_.getInt64(0), i});
     };
     Barrier();  // the previous reduction's readers are done
-    Value* mine = b_.CreateAdd(b_.CreateMul(lt_, b_.getInt64(lanes)),
-                               column_lane_);
+    Value* mine =
+        b_.CreateAdd(b_.CreateMul(lt_, b_.getInt64(lanes)), column_lane_);
     b_.CreateStore(ToBits64(*acc), slot(column_val_, mine));
     if (arg) b_.CreateStore(*pos, slot(column_pos_, mine));
     Barrier();
     llvm::Type* vty = (*acc)->getType();
-    Value* a = InitValue(k, d);
+    Value* a = nullptr;
     Value* p = b_.getInt64(0);
     for (int w = 0; w < t; ++w) {
       Value* i = b_.CreateAdd(b_.getInt64(int64_t{w} * lanes), column_lane_);
-      Value* v = FromBits64(b_.CreateLoad(b_.getInt64Ty(), slot(column_val_, i)),
-                            vty);
-      Value* pv = arg ? b_.CreateLoad(b_.getInt64Ty(), slot(column_pos_, i))
-                      : nullptr;
+      Value* v =
+          FromBits64(b_.CreateLoad(b_.getInt64Ty(), slot(column_val_, i)), vty);
+      Value* pv =
+          arg ? b_.CreateLoad(b_.getInt64Ty(), slot(column_pos_, i)) : nullptr;
       if (w == 0) {
         a = v;
         p = arg ? pv : p;

@@ -60,9 +60,8 @@ bool SumsOperand(const LoopGraph& g, const LoopNode& r, const LoopNode& product,
     load = load->args[0];
   if (!load || load->op != ExprOp::kLoad || load->index != node) return false;
   // The element read, as an affine form over the reduction's vars.
-  const std::vector<SymExpr> strides = x.kind == LoopNode::Kind::kInput
-                                           ? x.strides
-                                           : ContiguousStrides(x.sizes);
+  const std::vector<SymExpr> strides =
+      x.kind == LoopNode::Kind::kInput ? x.strides : ContiguousStrides(x.sizes);
   if (load->args.size() != strides.size()) return false;
   Expr flat = ir::IntConst(0);
   for (size_t d = 0; d < strides.size(); ++d)

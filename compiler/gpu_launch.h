@@ -138,12 +138,7 @@ inline constexpr int kColumnUnroll = 4;
 bool IsColumnKernel(const Kernel& kernel);
 
 struct GpuKernelPlan {
-  enum class Form : uint8_t {
-    kPointwise,
-    kPersistentRow,
-    kLoopedRow,
-    kColumn
-  };
+  enum class Form : uint8_t { kPointwise, kPersistentRow, kLoopedRow, kColumn };
   Form form = Form::kPointwise;
   int block_threads = 256;
   int64_t items_per_block = 1024;  // elements (pointwise) or rows

@@ -297,8 +297,8 @@ struct ChunkedRows {
   Expr split_var;
 };
 
-ChunkedRows ChunkRows(const Kernel& k, const SplitShape& shape,
-                      int64_t splits, bool columns) {
+ChunkedRows ChunkRows(const Kernel& k, const SplitShape& shape, int64_t splits,
+                      bool columns) {
   const int64_t chunk = shape.row / splits;
   const int nouter = static_cast<int>(shape.outer.size());
   const int first_outer = columns ? 1 : 0;
@@ -388,9 +388,8 @@ void Split(const Kernel& k, const SplitShape& shape, int64_t splits,
                    partial_buffers.end());
   a.dims = c.dims;
   a.inner = c.inner;
-  const Expr partial_offset =
-      PartialOffset(c.outer_vars, shape.outer_sizes, splits, c.split_var,
-                    columns);
+  const Expr partial_offset = PartialOffset(c.outer_vars, shape.outer_sizes,
+                                            splits, c.split_var, columns);
   for (int r = 0; r < shape.reductions; ++r) {
     Stage st = k.stages[r];
     st.value = ir::SubstituteVars(st.value, c.vars);
@@ -698,10 +697,10 @@ FusedProgram SplitLongReductions(FusedProgram program) {
     const Kernel ordered = ReductionsFirst(k);
     std::optional<SplitShape> shape = Splittable(ordered);
     const bool columns = shape && IsColumnKernel(ordered);
-    const int64_t splits =
-        !shape    ? 1
-        : columns ? ChooseColumnSplits(shape->rows, shape->row)
-                  : ChooseReductionSplits(shape->rows, shape->row);
+    const int64_t splits = !shape ? 1
+                           : columns
+                               ? ChooseColumnSplits(shape->rows, shape->row)
+                               : ChooseReductionSplits(shape->rows, shape->row);
     if (splits < 2) {
       program.kernels.push_back(std::move(k));
       return;

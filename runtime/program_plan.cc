@@ -589,7 +589,8 @@ absl::StatusOr<AttentionDims> EvaluateAttention(
 
 bool GemmEpilogueHasBias(v1::Gemm::Epilogue epilogue) {
   return epilogue == v1::Gemm::BIAS || epilogue == v1::Gemm::RELU_BIAS ||
-         epilogue == v1::Gemm::GELU_TANH_BIAS || GemmEpilogueWritesBias(epilogue);
+         epilogue == v1::Gemm::GELU_TANH_BIAS ||
+         GemmEpilogueWritesBias(epilogue);
 }
 
 bool GemmEpilogueWritesBias(v1::Gemm::Epilogue epilogue) {
@@ -623,11 +624,10 @@ absl::StatusOr<GemmDims> EvaluateGemm(const v1::Gemm& gemm,
   for (const Operand& o : operands) {
     const int64_t row_stride = EvaluateSymPoly(o.op->row_stride(), symbols);
     const int64_t col_stride = EvaluateSymPoly(o.op->col_stride(), symbols);
-    auto m = ResolveMatrix(o.name, EvaluateSymPoly(o.op->offset(), symbols),
-                           EvaluateSymPoly(o.op->batch_stride(), symbols),
-                           row_stride, col_stride, o.rows, o.cols,
-                           o.out == &d.a &&
-                               gemm.epilogue() == v1::Gemm::BGRAD_A);
+    auto m = ResolveMatrix(
+        o.name, EvaluateSymPoly(o.op->offset(), symbols),
+        EvaluateSymPoly(o.op->batch_stride(), symbols), row_stride, col_stride,
+        o.rows, o.cols, o.out == &d.a && gemm.epilogue() == v1::Gemm::BGRAD_A);
     if (!m.ok()) return m.status();
     *o.out = *m;
     if (d.batch == 0 || o.rows == 0 || o.cols == 0) continue;

@@ -790,12 +790,18 @@ TEST(CudaCodegen, ColumnReductionPlans) {
   rows.mutable_graph()->mutable_nodes(0)->set_op("aten.sum.dim_IntList");
   rows.mutable_graph()->mutable_nodes(0)->clear_args();
   rows.mutable_graph()->mutable_nodes(0)->add_args()->set_ref("x");
-  rows.mutable_graph()->mutable_nodes(0)->add_args()->mutable_ints()->add_values(
-      1);
+  rows.mutable_graph()
+      ->mutable_nodes(0)
+      ->add_args()
+      ->mutable_ints()
+      ->add_values(1);
   EXPECT_EQ(count(plans(rows.graph()), Form::kColumn), 0);
   // The same sum over dim 0 is a column reduction, and an argmax over it too.
   v1::CompileRequest cols = rows;
-  cols.mutable_graph()->mutable_nodes(0)->mutable_args(1)->mutable_ints()
+  cols.mutable_graph()
+      ->mutable_nodes(0)
+      ->mutable_args(1)
+      ->mutable_ints()
       ->set_values(0, 0);
   EXPECT_EQ(count(plans(cols.graph()), Form::kColumn), 1);
   ASSERT_TRUE(Compile(ForGpu(cols, "sm_90")).ok());
@@ -1279,8 +1285,7 @@ TEST(CudaCodegen, BiasGradientIsTheWeightGradientsEpilogue) {
          c.dtype = "BFLOAT16";
        }),
        kB},
-      {with([](LinearBackwardCase& c) { c.gy_transposed_product = true; }),
-       kA},
+      {with([](LinearBackwardCase& c) { c.gy_transposed_product = true; }), kA},
       // AOTAutograd's order: the sum before the products.
       {with([](LinearBackwardCase& c) {
          c.gy_transposed_product = true;

@@ -79,9 +79,10 @@ inline v1::Graph LinearGraph(const LinearCase& c) {
     outputs = c.sum_is_output ? R"("y", "s")" : R"("y")";
   }
   const std::string json = absl::StrCat(
-      "{", symbols.empty() ? "" : absl::StrCat(R"("symbols": [)", symbols, "], "),
-      R"("inputs": [)", inputs, R"(], "nodes": [)", nodes,
-      R"(], "outputs": [)", outputs, "]}");
+      "{",
+      symbols.empty() ? "" : absl::StrCat(R"("symbols": [)", symbols, "], "),
+      R"("inputs": [)", inputs, R"(], "nodes": [)", nodes, R"(], "outputs": [)",
+      outputs, "]}");
   v1::Graph g;
   if (!google::protobuf::util::JsonStringToMessage(json, &g).ok()) {
     return v1::Graph();  // the test's import then says why
@@ -125,24 +126,23 @@ inline v1::Graph LinearBackwardGraph(const LinearBackwardCase& c) {
       R"({"name": "x", "meta": )", meta(absl::StrCat(lead, ", ", value(c.k))),
       "}, ", R"({"name": "w", "meta": )",
       meta(absl::StrCat(value(c.n), ", ", value(c.k))), "}, ",
-      R"({"name": "gy", "meta": )",
-      meta(absl::StrCat(lead, ", ", value(c.n))), "}");
+      R"({"name": "gy", "meta": )", meta(absl::StrCat(lead, ", ", value(c.n))),
+      "}");
   std::string nodes;
   std::string x2 = "x", gy2 = "gy";
   if (c.batch > 0) {
     x2 = "x2";
     gy2 = "gy2";
-    absl::StrAppend(
-        &nodes, R"({"op": "aten.view.default", "args": [{"ref": "x"}, )",
-        R"({"dims": {"values": [{"value": -1}, )", value(c.k),
-        R"(]}}], "outputs": ["x2"]}, )",
-        R"({"op": "aten.view.default", "args": [{"ref": "gy"}, )",
-        R"({"dims": {"values": [{"value": -1}, )", value(c.n),
-        R"(]}}], "outputs": ["gy2"]}, )");
+    absl::StrAppend(&nodes,
+                    R"({"op": "aten.view.default", "args": [{"ref": "x"}, )",
+                    R"({"dims": {"values": [{"value": -1}, )", value(c.k),
+                    R"(]}}], "outputs": ["x2"]}, )",
+                    R"({"op": "aten.view.default", "args": [{"ref": "gy"}, )",
+                    R"({"dims": {"values": [{"value": -1}, )", value(c.n),
+                    R"(]}}], "outputs": ["gy2"]}, )");
   }
-  absl::StrAppend(
-      &nodes, R"({"op": "aten.mm.default", "args": [{"ref": ")", gy2,
-      R"("}, {"ref": "w"}], "outputs": ["gx2"]}, )");
+  absl::StrAppend(&nodes, R"({"op": "aten.mm.default", "args": [{"ref": ")",
+                  gy2, R"("}, {"ref": "w"}], "outputs": ["gx2"]}, )");
   if (c.gy_transposed_product) {
     absl::StrAppend(
         &nodes, R"({"op": "aten.t.default", "args": [{"ref": ")", gy2,
@@ -162,14 +162,14 @@ inline v1::Graph LinearBackwardGraph(const LinearBackwardCase& c) {
   std::string summed = "gy";
   if (c.partial_sum) {
     summed = "gys";
-    absl::StrAppend(
-        &sum_nodes, R"({"op": "aten.slice.Tensor", "args": [{"ref": "gy"}, )",
-        R"({"i": 0}, {"i": 0}, {"i": )", c.tokens - 1,
-        R"(}, {"i": 1}], "outputs": ["gys"]}, )");
+    absl::StrAppend(&sum_nodes,
+                    R"({"op": "aten.slice.Tensor", "args": [{"ref": "gy"}, )",
+                    R"({"i": 0}, {"i": 0}, {"i": )", c.tokens - 1,
+                    R"(}, {"i": 1}], "outputs": ["gys"]}, )");
   }
   absl::StrAppend(
-      &sum_nodes, R"({"op": "aten.sum.dim_IntList", "args": [{"ref": ")", summed,
-      R"("}, )",
+      &sum_nodes, R"({"op": "aten.sum.dim_IntList", "args": [{"ref": ")",
+      summed, R"("}, )",
       c.batch > 0 ? R"({"ints": {"values": [0, 1]}}, )"
                   : R"({"ints": {"values": [0]}}, )",
       R"({"b": true}], "outputs": ["gb1"]}, )",
@@ -181,8 +181,8 @@ inline v1::Graph LinearBackwardGraph(const LinearBackwardCase& c) {
   std::string outputs = R"("gx2", "gw", "gb")";
   const std::string symbols =
       c.symbolic_tokens
-          ? absl::StrCat(R"("symbols": [{"name": "st", "maxValue": )",
-                         c.tokens, "}], ")
+          ? absl::StrCat(R"("symbols": [{"name": "st", "maxValue": )", c.tokens,
+                         "}], ")
           : "";
   const std::string json =
       absl::StrCat("{", symbols, R"("inputs": [)", inputs, R"(], "nodes": [)",
