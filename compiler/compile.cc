@@ -286,9 +286,15 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   lower_options.deterministic_convolutions =
       request.options.deterministic_convolutions();
   lower_options.cudnn_benchmark = cuda && request.options.cudnn_benchmark();
-  // cuDNN's fused attention engines need sm_80 or later.
+  // cuDNN's fused attention engines need sm_80 or later; on sm_90 and
+  // later cuDNN 9 takes head dims up to 256, forward and backward
+  // (CudaGpu.CudnnAttentionMatchesReference: 160, 192, 256 on an H200 with
+  // cuDNN 9.14). An older cuDNN without such an engine fails the call with
+  // UNIMPLEMENTED, and the Python backend then runs the partition eagerly.
   lower_options.library_attention =
       cuda && CudaArchAtLeast(request.target.cuda().arch(), 80);
+  lower_options.library_attention_max_head_dim =
+      cuda && CudaArchAtLeast(request.target.cuda().arch(), 90) ? 256 : 128;
   lower_options.atomic_scatters = cuda;
   lower_options.reduction_cumsum = cuda || env.reduction_cumsum_on_cpu;
   lower_options.deterministic_scatters =

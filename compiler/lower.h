@@ -67,7 +67,10 @@ struct LowerOptions {
   // kiln.attention in float16/bfloat16 is one library call (AttentionCall:
   // cuDNN's fused attention on CUDA) rather than GEMMs around a softmax;
   // its backward too unless deterministic_gemms asks for repeatable sums.
+  // Head dims must be multiples of 8 up to library_attention_max_head_dim
+  // (cuDNN: 128, 256 on sm_90 and later).
   bool library_attention = false;
+  int library_attention_max_head_dim = 128;
   // Accumulating scatters (LoopNode::kScatter) add every source position
   // in parallel, atomically (CUDA: the order of the additions is not
   // deterministic), rather than walking the source dims that are not a

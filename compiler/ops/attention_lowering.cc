@@ -2,7 +2,8 @@
 //
 // Where the target has a fused attention library (LowerOptions::
 // library_attention: cuDNN on CUDA) and the case is one its engines take
-// (float16 or bfloat16, head dims multiples of 8 up to 128), each op is one
+// (float16 or bfloat16, head dims multiples of 8 up to 128, or 256 on sm_90
+// and later: LowerOptions::library_attention_max_head_dim), each op is one
 // extern call (loop_ir.h, AttentionCall) over contiguous operands: the
 // scores never reach memory. Otherwise it is what the library computes,
 // written out: the scores as a GEMM (Kiln's GEMM extern), the masked
@@ -50,7 +51,8 @@ bool UsesLibrary(const LowerContext& ctx, DType dtype, const Sizes& z,
   }
   for (const SymExpr& d : {z.e, z.ev}) {
     const std::optional<int64_t> c = d.AsConstant();
-    if (!c || *c % 8 != 0 || *c > 128) return false;
+    if (!c || *c % 8 != 0 || *c > o.library_attention_max_head_dim)
+      return false;
   }
   return true;
 }

@@ -18,7 +18,7 @@ call of sdpa_math() (mha_math()); the others keep the fused kernel, or
 become Kiln's own fused attention: the custom op kiln::attention (and
 kiln::attention_backward, its gradient through AOTAutograd), which Kiln
 compiles to one cuDNN fused-attention call per direction on CUDA
-(float16/bfloat16, head dims multiples of 8 up to 128;
+(float16/bfloat16, head dims multiples of 8 up to 128, 256 on sm_90;
 runtime/cuda_attention.h) and to GEMMs around a masked softmax elsewhere
 (compiler/ops/attention_lowering.cc). It keeps large attention inside the
 partition around it without writing the scores out. Where a partition runs
@@ -37,7 +37,8 @@ kiln.backend(attention=...) or KILN_ATTENTION:
               larger attention Kiln's fused op where fused_eligible takes
               the call (no dropout; a mask becomes an additive bias;
               float16/bfloat16, also under autocast; head dims multiples
-              of 8 up to 128), else PyTorch's fused kernel, eagerly. As
+              of 8 up to 128, 256 on sm_90 and later), else PyTorch's
+              fused kernel, eagerly. As
               GEMMs and softmax, fwd+bwd of causal bf16 attention at
               8x12x256..4x16x2048 ran 4-7x slower than PyTorch's flash
               kernel on an H100 (bench/python/attention.py); the fused op
@@ -250,8 +251,22 @@ def _attention_backward(ctx: Any, grad_out: torch.Tensor,
 attention_op.register_autograd(_attention_backward,
                                setup_context=_attention_setup)
 
-# The head dims cuDNN's fused engines take (runtime/cuda_attention.h).
+# The head dims cuDNN's fused engines take (runtime/cuda_attention.h): up to
+# 128, and up to 256 on sm_90 and later (compiler/compile.cc: cuDNN 9 ran
+# 160, 192 and 256 forward and backward on an H200).
 _FUSED_MAX_HEAD_DIM = 128
+_FUSED_MAX_HEAD_DIM_SM90 = 256
+
+
+def _fused_max_head_dim(device: torch.device) -> int:
+    """The largest head dim Kiln's fused op takes on `device`."""
+    if device.type != "cuda":
+        return _FUSED_MAX_HEAD_DIM
+    try:
+        major, _ = torch.cuda.get_device_capability(device)
+    except (RuntimeError, AssertionError):
+        return _FUSED_MAX_HEAD_DIM
+    return _FUSED_MAX_HEAD_DIM_SM90 if major >= 9 else _FUSED_MAX_HEAD_DIM
 
 
 def sdpa_fused(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -301,7 +316,8 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
     `node` of Dynamo's graph (from its example values): 4-D query, key and
     value with one batch size and the query's head count (a multiple of the
     key's and value's with enable_gqa), dropout_p 0, a static head dim
-    that is a multiple of 8 up to 128, float16/bfloat16 (any floating dtype
+    that is a multiple of 8 up to 128 (256 on CUDA devices of sm_90 and
+    later), float16/bfloat16 (any floating dtype
     with `any_dtype`; under autocast to `autocast`, the floating inputs
     count as that dtype), a Python-number scale, and attn_mask None or a
     boolean or floating tensor of at most 4 dims that broadcasts to the
@@ -341,7 +357,7 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
             k.shape[2] != v.shape[2]:
         return False
     for d in (q.shape[-1], k.shape[-1], v.shape[-1]):
-        if not isinstance(d, int) or d % 8 or d > _FUSED_MAX_HEAD_DIM:
+        if not isinstance(d, int) or d % 8 or d > _fused_max_head_dim(q.device):
             return False
     if q.shape[-1] != k.shape[-1]:
         return False

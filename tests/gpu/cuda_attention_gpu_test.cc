@@ -280,6 +280,11 @@ TEST(CudaGpu, CompiledAttentionMatchesReference) {
   wide.b = 1, wide.h = 2, wide.l = wide.s = 200, wide.e = wide.ev = 128;
   wide.causal = true;
   cases.push_back(wide);
+  // Head dims above 128: cuDNN on sm_90 and later (GEMMs elsewhere).
+  wide.dtype = DType::kFloat16;
+  wide.l = 64, wide.s = 72, wide.e = wide.ev = 256;
+  wide.causal = false;
+  cases.push_back(wide);
   int calls = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     for (bool deterministic : {false, true}) {

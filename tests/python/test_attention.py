@@ -315,3 +315,25 @@ def test_fused_policy_keeps_what_kiln_fuses_not(daemon):
     torch.compile(fn, backend=backend)(q, k, v).sum().backward()
     assert not KILN_FUSED & set(backend.report.ops)
     assert backend.report.op("aten.bmm.default").kiln >= 2
+
+
+def test_fused_head_dim_limit_follows_the_device(daemon):
+    """Kiln's fused op takes head dims up to 128, and up to 256 on CUDA
+    devices of sm_90 and later (cuDNN 9): here, without such a device, a
+    head dim of 136 is decomposed under attention="fused", 128 is fused."""
+    from kiln import attention as A
+    assert A._fused_max_head_dim(torch.device("cpu")) == 128
+    if not torch.cuda.is_available():
+        assert A._fused_max_head_dim(torch.device("cuda")) == 128
+    for d, fused in ((128, True), (136, False)):
+        q, k, v = (torch.randn(1, 2, 4, d, requires_grad=True)
+                   for _ in range(3))
+        def fn(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v)
+
+        backend = kiln.backend(server=daemon.address, fallback="error",
+                               attention="fused")
+        torch.compile(fn, backend=backend)(q, k, v).sum().backward()
+        ops = set(backend.report.ops)
+        assert bool(KILN_FUSED & ops) == fused, (d, backend.report)
+        torch._dynamo.reset()

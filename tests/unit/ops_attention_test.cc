@@ -275,9 +275,9 @@ LaunchLimits CudaLimits() {
   return limits;
 }
 
-// float16/bfloat16 attention with head dims up to 128 is one cuDNN call per
-// direction over whole contiguous buffers; the strided query is copied
-// once; the runtime's checks accept both steps and their sizes evaluate to
+// float16/bfloat16 attention with head dims up to 128 (256 on sm_90) is one
+// cuDNN call per direction over whole contiguous buffers; the strided query
+// is copied once; the runtime's checks accept both steps and their sizes evaluate to
 // the case's; float32, a head dim the engines do not take, and
 // deterministic_algorithms (for the backward) and GPUs before sm_80 keep
 // the GEMMs.
@@ -344,6 +344,15 @@ TEST(AttentionCuda, HalfPrecisionIsOneCudnnCallPerDirection) {
   Case odd = c;
   odd.e = odd.ev = 20;
   EXPECT_TRUE(AttentionCalls(CompileForCuda(odd)).empty());
+  // Head dims above 128: cuDNN on sm_90 and later takes up to 256; an
+  // Ampere target, and anything wider, keep the GEMMs.
+  Case wide = c;
+  wide.e = wide.ev = 256;
+  EXPECT_EQ(AttentionCalls(CompileForCuda(wide)).size(), 2u);
+  EXPECT_TRUE(AttentionCalls(CompileForCuda(wide, {}, "sm_80")).empty());
+  Case wider = c;
+  wider.e = wider.ev = 264;
+  EXPECT_TRUE(AttentionCalls(CompileForCuda(wider)).empty());
   // cuDNN's fused engines need sm_80: a Turing target keeps the GEMMs.
   EXPECT_TRUE(AttentionCalls(CompileForCuda(c, {}, "sm_75")).empty());
   v1::CompileOptions deterministic;
