@@ -855,21 +855,8 @@ class CudaKernelEmitter : public KernelEmitterBase {
     const int t = plan_.threads_per_row;
     Value* row_size = Product(inner_dims_);
     EmitStages(
-        [&](const Stage& st, int slot, DType vdtype, Value* acc0, Value* pos0) {
-          llvm::AllocaInst* acc = EntryAlloca(acc0->getType(), "acc");
-          llvm::AllocaInst* pos = EntryAlloca(b_.getInt64Ty(), "pos");
-          b_.CreateStore(acc0, acc);
-          b_.CreateStore(pos0, pos);
-          EmitStridedLoop(lt_, row_size, t, [&](Value* i) {
-            Decompose(i, inner_dims_);
-            Value* a = b_.CreateLoad(acc0->getType(), acc);
-            Value* p = b_.CreateLoad(b_.getInt64Ty(), pos);
-            Accumulate(st, vdtype, nullptr, &a, &p);
-            b_.CreateStore(a, acc);
-            b_.CreateStore(p, pos);
-          });
-          FinishReduce(st, slot, vdtype, b_.CreateLoad(acc0->getType(), acc),
-                       b_.CreateLoad(b_.getInt64Ty(), pos));
+        [&](const Stage& st, int slot, DType vdtype, Value* acc, Value* pos) {
+          LoopedReduce(st, slot, vdtype, acc, pos, row_size, t, 1);
         },
         [&](const Stage& st, size_t s) {
           if (st.kind == Stage::Kind::kStoreInner) {
@@ -909,28 +896,8 @@ class CudaKernelEmitter : public KernelEmitterBase {
     Value* row_size = Product(inner_dims_);
     const int u = plan_.groups_per_thread;
     EmitStages(
-        [&](const Stage& st, int slot, DType vdtype, Value* acc0, Value* pos0) {
-          llvm::AllocaInst* acc = EntryAlloca(acc0->getType(), "acc");
-          llvm::AllocaInst* pos = EntryAlloca(b_.getInt64Ty(), "pos");
-          b_.CreateStore(acc0, acc);
-          b_.CreateStore(pos0, pos);
-          EmitStridedLoop(lt_, row_size, int64_t{t} * u, [&](Value* i) {
-            Value* a = b_.CreateLoad(acc0->getType(), acc);
-            Value* p = b_.CreateLoad(b_.getInt64Ty(), pos);
-            for (int k = 0; k < u; ++k) {
-              Value* e = b_.CreateAdd(i, b_.getInt64(int64_t{k} * t));
-              Value* in = k == 0 ? nullptr : b_.CreateICmpULT(e, row_size);
-              memo_.emplace_back();
-              Decompose(in ? b_.CreateSelect(in, e, b_.getInt64(0)) : e,
-                        inner_dims_);
-              Accumulate(st, vdtype, in, &a, &p);
-              memo_.pop_back();
-            }
-            b_.CreateStore(a, acc);
-            b_.CreateStore(p, pos);
-          });
-          FinishReduce(st, slot, vdtype, b_.CreateLoad(acc0->getType(), acc),
-                       b_.CreateLoad(b_.getInt64Ty(), pos));
+        [&](const Stage& st, int slot, DType vdtype, Value* acc, Value* pos) {
+          LoopedReduce(st, slot, vdtype, acc, pos, row_size, t, u);
         },
         [&](const Stage& st, size_t) { StoreOuter(st); });
     memo_.pop_back();
@@ -983,6 +950,34 @@ class CudaKernelEmitter : public KernelEmitterBase {
         m_, ty, false, llvm::GlobalValue::InternalLinkage,
         llvm::UndefValue::get(ty), absl::StrCat(kernel_.name, "_", name),
         nullptr, llvm::GlobalValue::NotThreadLocal, kShared);
+  }
+
+  // One reduction stage over this thread's elements lt_, lt_ + step, ... of
+  // the row (of `row_size` elements), `unroll` of them per iteration (all
+  // but the first checked against the row's end), then across the row's
+  // threads (FinishReduce).
+  void LoopedReduce(const Stage& st, int slot, DType vdtype, Value* acc0,
+                    Value* pos0, Value* row_size, int64_t step, int unroll) {
+    llvm::AllocaInst* acc = EntryAlloca(acc0->getType(), "acc");
+    llvm::AllocaInst* pos = EntryAlloca(b_.getInt64Ty(), "pos");
+    b_.CreateStore(acc0, acc);
+    b_.CreateStore(pos0, pos);
+    EmitStridedLoop(lt_, row_size, step * unroll, [&](Value* i) {
+      Value* a = b_.CreateLoad(acc0->getType(), acc);
+      Value* p = b_.CreateLoad(b_.getInt64Ty(), pos);
+      for (int k = 0; k < unroll; ++k) {
+        Value* e = k == 0 ? i : b_.CreateAdd(i, b_.getInt64(k * step));
+        Value* in = k == 0 ? nullptr : b_.CreateICmpULT(e, row_size);
+        memo_.emplace_back();
+        Decompose(in ? b_.CreateSelect(in, e, b_.getInt64(0)) : e, inner_dims_);
+        Accumulate(st, vdtype, in, &a, &p);
+        memo_.pop_back();
+      }
+      b_.CreateStore(a, acc);
+      b_.CreateStore(p, pos);
+    });
+    FinishReduce(st, slot, vdtype, b_.CreateLoad(acc0->getType(), acc),
+                 b_.CreateLoad(b_.getInt64Ty(), pos));
   }
 
   llvm::AllocaInst* EntryAlloca(llvm::Type* ty, const char* name) {

@@ -9,15 +9,24 @@
 namespace kiln {
 namespace {
 
-// Readers per node: nodes whose body, finalize or extern operands read it,
-// plus one for a graph output.
+// The nodes `node` reads: in its body, finalize, scatter expressions and
+// extern operands.
+absl::flat_hash_set<int> ReadsOf(const LoopNode& node) {
+  absl::flat_hash_set<int> read = ir::LoadsOf(node.body);
+  for (int m : ir::LoadsOf(node.finalize)) read.insert(m);
+  for (int m : ir::LoadsOf(node.scatter_value)) read.insert(m);
+  for (const Expr& e : node.scatter_index) {
+    for (int m : ir::LoadsOf(e)) read.insert(m);
+  }
+  for (int m : node.extern_inputs) read.insert(m);
+  return read;
+}
+
+// Readers per node (ReadsOf), plus one for a graph output.
 std::vector<int> CountReaders(const LoopGraph& g) {
   std::vector<int> readers(g.nodes.size(), 0);
   for (const LoopNode& node : g.nodes) {
-    absl::flat_hash_set<int> read = ir::LoadsOf(node.body);
-    for (int m : ir::LoadsOf(node.finalize)) read.insert(m);
-    for (int m : node.extern_inputs) read.insert(m);
-    for (int m : read) ++readers[m];
+    for (int m : ReadsOf(node)) ++readers[m];
     if (node.output_index >= 0) ++readers[&node - g.nodes.data()];
   }
   return readers;
@@ -110,15 +119,7 @@ void FoldBiasGradients(LoopGraph& graph, const std::vector<int>& readers) {
   std::vector<int> first_reader(graph.nodes.size(),
                                 static_cast<int>(graph.nodes.size()));
   for (size_t n = graph.nodes.size(); n-- > 0;) {
-    const LoopNode& node = graph.nodes[n];
-    absl::flat_hash_set<int> read = ir::LoadsOf(node.body);
-    for (int m : ir::LoadsOf(node.finalize)) read.insert(m);
-    for (int m : ir::LoadsOf(node.scatter_value)) read.insert(m);
-    for (const Expr& e : node.scatter_index) {
-      for (int m : ir::LoadsOf(e)) read.insert(m);
-    }
-    for (int m : node.extern_inputs) read.insert(m);
-    for (int m : read) first_reader[m] = static_cast<int>(n);
+    for (int m : ReadsOf(graph.nodes[n])) first_reader[m] = static_cast<int>(n);
   }
   for (size_t p = 0; p < graph.nodes.size(); ++p) {
     LoopNode& product = graph.nodes[p];

@@ -87,6 +87,20 @@ def layout(dtype: int, rows: int, cols: int) -> V:
     return lay
 
 
+def median_us(fn, iters: int) -> float:
+    """Median of `iters` CUDA-event timings of fn(), microseconds."""
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+            enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e) * 1e3)
+    return statistics.median(times)
+
+
 def run(handle: V, dt: torch.dtype, ta: int, tb: int, epi: int,
         bias_dt: torch.dtype, M: int, N: int, K: int, iters: int,
         ws: torch.Tensor) -> str:
@@ -150,17 +164,8 @@ def run(handle: V, dt: torch.dtype, ta: int, tb: int, epi: int,
         wb = opA.sum(1) if epi == EPI_BGRADA else opB.sum(0)
         b_err = ((bias.double() - wb).abs().max() /
                  wb.abs().max().clamp_min(1e-30)).item()
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
-            enable_timing=True)
-        s.record()
-        call()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) * 1e3)
     return (f"algos {count.value} D err {d_err:.1e} bias err {b_err:.1e} "
-            f"{statistics.median(times):.1f} us")
+            f"{median_us(call, iters):.1f} us")
 
 
 def torch_row(dt: torch.dtype, M: int, N: int, K: int, iters: int) -> str:
@@ -171,16 +176,7 @@ def torch_row(dt: torch.dtype, M: int, N: int, K: int, iters: int) -> str:
     for what, f in (("mm", lambda: g.t() @ x),
                      ("mm+sum", lambda: (g.t() @ x, g.sum(0)))):
         f()
-        times = []
-        for _ in range(iters):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
-                enable_timing=True)
-            s.record()
-            f()
-            e.record()
-            torch.cuda.synchronize()
-            times.append(s.elapsed_time(e) * 1e3)
-        rows.append(f"{what} {statistics.median(times):.1f} us")
+        rows.append(f"{what} {median_us(f, iters):.1f} us")
     return ", ".join(rows)
 
 

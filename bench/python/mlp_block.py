@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import bench_util  # noqa: F401 (sys.path, KILN_LIB)
-from bench_util import Kilnd
+from bench_util import Kilnd, ms_per_call
 
 import torch
 import torch.nn as nn
@@ -49,17 +48,6 @@ class MlpBlock(nn.Module):
 def step(model: nn.Module, x: torch.Tensor, g: torch.Tensor) -> None:
     model.zero_grad(set_to_none=True)
     model(x).backward(g)
-
-
-def timed(fn, iters: int, cuda: bool) -> float:
-    if cuda:
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    if cuda:
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / iters * 1e3
 
 
 def profile(name: str, fn, steps: int) -> None:
@@ -139,8 +127,8 @@ def main() -> None:
         times = {n: [] for n in models}
         for _ in range(a.repeats):
             for n, m in models.items():
-                times[n].append(timed(lambda: step(m, x, g), a.iters,
-                                      x.is_cuda))
+                times[n].append(ms_per_call(lambda: step(m, x, g), a.iters,
+                                            x.is_cuda, warmup=0))
         ms = {n: statistics.median(t) for n, t in times.items()}
         if a.profile and x.is_cuda:
             for n, m in models.items():

@@ -692,16 +692,26 @@ TEST(CudaCodegen, LongRowMomentsReadTheRowOnce) {
 // persistent up to kMaxPersistentRowOneLoad; a one-pass sum over the same
 // row and longer rows loop with kLoopedLongRowThreads; a dynamic row loops
 // with 512 threads.
+// `g` imported, lowered and fused (an empty program, with the test
+// failed, where a step fails).
+FusedProgram FusedOf(const v1::Graph& g) {
+  auto graph = ImportGraph(g);
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  if (!graph.ok()) return {};
+  auto loops = Lower(*graph);
+  EXPECT_TRUE(loops.ok()) << loops.status();
+  if (!loops.ok()) return {};
+  auto fused = Fuse(*loops);
+  EXPECT_TRUE(fused.ok()) << fused.status();
+  return fused.ok() ? *std::move(fused) : FusedProgram{};
+}
+
 TEST(CudaCodegen, LongRowPlans) {
   auto plan_of = [](v1::CompileRequest req) {
-    auto graph = ImportGraph(req.graph());
-    EXPECT_TRUE(graph.ok()) << graph.status();
-    auto loops = Lower(*graph);
-    EXPECT_TRUE(loops.ok()) << loops.status();
-    auto fused = Fuse(*loops);
-    EXPECT_TRUE(fused.ok()) << fused.status();
-    EXPECT_EQ(fused->kernels.size(), 1u);
-    return PlanGpuKernel(fused->kernels[0]);
+    const FusedProgram fused = FusedOf(req.graph());
+    EXPECT_EQ(fused.kernels.size(), 1u);
+    return fused.kernels.empty() ? GpuKernelPlan{}
+                                 : PlanGpuKernel(fused.kernels[0]);
   };
   auto softmax = [](int64_t row) {
     v1::CompileRequest req = Request("softmax.json");
@@ -748,15 +758,8 @@ TEST(CudaCodegen, LongRowPlans) {
 TEST(CudaCodegen, ColumnReductionPlans) {
   using Form = GpuKernelPlan::Form;
   auto plans = [](const v1::Graph& g) {
-    auto graph = ImportGraph(g);
-    EXPECT_TRUE(graph.ok()) << graph.status();
     std::vector<GpuKernelPlan> out;
-    if (!graph.ok()) return out;
-    auto loops = Lower(*graph);
-    EXPECT_TRUE(loops.ok()) << loops.status();
-    auto fused = Fuse(*loops);
-    EXPECT_TRUE(fused.ok()) << fused.status();
-    for (const Kernel& k : fused->kernels) {
+    for (const Kernel& k : FusedOf(g).kernels) {
       if (!k.is_extern()) out.push_back(PlanGpuKernel(k));
     }
     return out;
@@ -817,13 +820,7 @@ TEST(CudaCodegen, ColumnReductionPlans) {
     auto* sizes = big.mutable_graph()->mutable_inputs(0)->mutable_meta();
     sizes->mutable_sizes(0)->set_value(8192);
     sizes->mutable_sizes(1)->set_value(768);
-    auto graph = ImportGraph(big.graph());
-    ASSERT_TRUE(graph.ok()) << graph.status();
-    auto loops = Lower(*graph);
-    ASSERT_TRUE(loops.ok()) << loops.status();
-    auto fused = Fuse(*loops);
-    ASSERT_TRUE(fused.ok()) << fused.status();
-    const FusedProgram split = SplitLongReductions(*fused);
+    const FusedProgram split = SplitLongReductions(FusedOf(big.graph()));
     ASSERT_EQ(split.kernels.size(), 2u);
     EXPECT_EQ(split.kernels[0].name, "kiln_k0_partial");
     EXPECT_EQ(split.kernels[0].dims[0], SymExpr(16));  // the split, outer
