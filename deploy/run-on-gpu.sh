@@ -4,7 +4,7 @@
 # glibc >= 2.36 and, for bench and python, python3 with torch):
 #
 #   make bundle BUNDLE_EXTRA="build/tests/gpu/cuda_gpu_test build/bench/gpu/cuda_bench build/tests/unit/cuda_runtime_test"
-#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|compilebench|attention|trainops|profile|gemm|realmodels|idioms|steptime|inputwrites|convblock|mlpblock|bench|all [OUT_DIR]
+#   deploy/run-on-gpu.sh build-bundle/kiln-linux-x86_64.tar.xz tests|python|backend|pybench|coverage|callcost|compilebench|attention|trainops|profile|gemm|realmodels|idioms|steptime|inputwrites|convblock|mlpblock|epiloguecost|halfpointwise|bench|all [OUT_DIR]
 #
 # tests: cuda_runtime_test and cuda_gpu_test (its Client test starts the
 # bundle's kilnd); python: the Python binding with PyTorch
@@ -25,7 +25,9 @@
 # tarball $KILN_REAL_MODELS_TAR); step: bench/python/model_step.py --device
 # cuda ($STEP_ARGS passed on, e.g. "tv_resnet18 --profile 25"); convblock:
 # bench/python/conv_block.py --device cuda ($CONV_ARGS); mlpblock:
-# bench/python/mlp_block.py --device cuda ($MLP_ARGS); optimizer:
+# bench/python/mlp_block.py --device cuda ($MLP_ARGS); epiloguecost:
+# bench/python/epilogue_cost.py ($EPI_ARGS); halfpointwise:
+# bench/gpu/half_pointwise.sh ($HALF_ARGS); optimizer:
 # bench/python/optimizer_step.py --device cuda ($OPT_ARGS); all:
 # tests, python and backend. $PYTHON names the interpreter (default python3).
 # The extension _kiln_call is built for $PYTHON on first use when the bundle's
@@ -155,6 +157,18 @@ if [[ $what == mlpblock ]]; then
   # bench/python/mlp_block.py --device cuda ($MLP_ARGS passed on).
   # shellcheck disable=SC2086
   "${PYTHON:-python3}" "$here/bench/python/mlp_block.py" --device cuda ${MLP_ARGS:-} || status=1
+fi
+if [[ $what == halfpointwise ]]; then
+  # bench/gpu/half_pointwise.sh ($HALF_ARGS passed on: ROWS COLS DTYPE); the
+  # bundle must carry cuda_bench (bundle.sh --extra).
+  # shellcheck disable=SC2086
+  KILN=$K "$here/bench/gpu/half_pointwise.sh" ${HALF_ARGS:-} || status=1
+fi
+if [[ $what == epiloguecost ]]; then
+  # bench/python/epilogue_cost.py ($EPI_ARGS passed on): the host cost of
+  # one linear layer with and without cuBLASLt's epilogues.
+  # shellcheck disable=SC2086
+  "${PYTHON:-python3}" "$here/bench/python/epilogue_cost.py" ${EPI_ARGS:-} || status=1
 fi
 if [[ $what == step ]]; then
   # bench/python/model_step.py --device cuda ($STEP_ARGS passed on: one

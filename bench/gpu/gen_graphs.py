@@ -6,6 +6,9 @@
   gen_graphs.py var ROWS COLS         aten.var.correction over the last dim
   gen_graphs.py sum ROWS COLS         aten.sum over the last dim
   gen_graphs.py argmax ROWS COLS      aten.argmax over the last dim
+  gen_graphs.py gelu ROWS COLS [DTYPE]      tanh-GELU (default BFLOAT16)
+  gen_graphs.py gelu_bwd ROWS COLS [DTYPE]  its backward (grad, x)
+  gen_graphs.py add ROWS COLS [DTYPE]       x + y
 """
 import json
 import sys
@@ -66,6 +69,28 @@ def sum_amax(rows, cols):
     return graph
 
 
+def pointwise(op, inputs, extra):
+    """A graph of one pointwise `op` over `inputs` x[rows, cols] of dtype,
+    then the arguments `extra`."""
+    def graph(rows, cols, dtype="BFLOAT16"):
+        names = ["g", "x"] if inputs == 2 and op.endswith("backward.default") \
+            else ["x", "y"][:inputs]
+        return {
+            "inputs": [{"name": n, "meta": {"dtype": dtype,
+                                           "sizes": dims(rows, cols)}}
+                       for n in names],
+            "nodes": [{"op": op, "args": [{"ref": n} for n in names] + extra,
+                       "outputs": ["out"]}],
+            "outputs": ["out"],
+        }
+    return graph
+
+
+TANH = [{"name": "approximate", "str": "tanh"}]
+HALF_GRAPHS = {"gelu": pointwise("aten.gelu.default", 1, TANH),
+               "gelu_bwd": pointwise("aten.gelu_backward.default", 2, TANH),
+               "add": pointwise("aten.add.Tensor", 2, [])}
+
 GRAPHS = {"sum_amax": sum_amax, "softmax": softmax, "layernorm": layernorm,
           "sum": row_reduction("aten.sum.dim_IntList", LAST_DIM),
           "var": row_reduction("aten.var.correction", LAST_DIM),
@@ -73,6 +98,13 @@ GRAPHS = {"sum_amax": sum_amax, "softmax": softmax, "layernorm": layernorm,
 
 
 def main():
+    if sys.argv[1:2] and sys.argv[1] in HALF_GRAPHS and \
+            len(sys.argv) in (4, 5):
+        graph = HALF_GRAPHS[sys.argv[1]](int(sys.argv[2]), int(sys.argv[3]),
+                                         *sys.argv[4:])
+        json.dump(graph, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return
     if len(sys.argv) != 4 or sys.argv[1] not in GRAPHS:
         sys.exit(__doc__)
     rows, cols = int(sys.argv[2]), int(sys.argv[3])

@@ -13,6 +13,9 @@ divided by `calls`, median over `batches` timings.
   torch_bench.py var NAME ROWS COLS          x.var(-1)
   torch_bench.py argmax NAME ROWS COLS       x.argmax(-1)
   torch_bench.py sum_amax NAME ROWS COLS     (x.sum(-1), x.amax(-1))
+  torch_bench.py gelu|gelu_bwd|add NAME ROWS COLS [DTYPE]
+                                             tanh-GELU, its backward, x + y
+                                             (default bfloat16)
 
 Output: `<name> eager_us <t>` and `<name> inductor_us <t>` lines.
 """
@@ -62,6 +65,14 @@ ROW_OPS = {
     "var": lambda x: x.var(-1),
     "argmax": lambda x: x.argmax(-1),
     "sum_amax": lambda x: (x.sum(-1), x.amax(-1)),
+}
+
+
+HALF_OPS = {
+    "gelu": (lambda x: torch.nn.functional.gelu(x, approximate="tanh"), 1),
+    "gelu_bwd": (lambda g, x: torch.ops.aten.gelu_backward(
+        g, x, approximate="tanh"), 2),
+    "add": (lambda x, y: x + y, 2),
 }
 
 
@@ -122,6 +133,13 @@ def main():
                lambda x, w, b: torch.nn.functional.layer_norm(
                    x, (c,), w, b, 1e-5),
                [(x, w, b)])
+    elif mode in HALF_OPS:
+        r, c = int(sys.argv[3]), int(sys.argv[4])
+        dtype = getattr(torch, sys.argv[5] if len(sys.argv) > 5 else
+                        "bfloat16")
+        fn, inputs = HALF_OPS[mode]
+        report(name, fn, [tuple(torch.randn(r, c, device=dev, dtype=dtype)
+                                for _ in range(inputs))])
     else:
         sys.exit(__doc__)
 

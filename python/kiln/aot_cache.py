@@ -483,7 +483,13 @@ class Capture:
     marks a training graph; the first compiler call is then the forward
     (else the inference graph), the second the backward (AOTAutograd
     compiles a static graph's backward lazily, at its first backward
-    call). Anything NotCacheable ends the capture quietly (`why`)."""
+    call). Anything NotCacheable ends the capture quietly (`why`).
+
+    Once complete, `runtime` is the entry's make_runtime over the graphs
+    the compilers returned: what a later process's hit runs, without
+    AOTAutograd's runtime wrappers (about 100 µs less host time per
+    training step on an H200, bench/README.md, session 34). dispatch()
+    makes the compiled function that switches to it."""
 
     def __init__(self, store: Store, key: str, num_inputs: int,
                  report: Callable[[str, str], None]) -> None:
@@ -497,6 +503,9 @@ class Capture:
         self._fw: Optional[Dict[str, Any]] = None
         self._meta: Optional[Dict[str, Any]] = None
         self._done = False
+        self._entry: Optional[Entry] = None
+        self._compiled: List[Callable[..., Any]] = []
+        self.runtime: Optional[Callable[..., Any]] = None
 
     def partition_fn(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """fn, marking this capture as a training graph's."""
@@ -511,8 +520,32 @@ class Capture:
         def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any
                           ) -> Any:
             self._take(gm)
-            return fn(gm, example_inputs)
+            compiled = fn(gm, example_inputs)
+            self._compiled.append(compiled)
+            if self._entry is not None and self.runtime is None:
+                graphs = 2 if self._entry.bw is not None else 1
+                if len(self._compiled) == graphs:
+                    self.runtime = make_runtime(
+                        self._entry, self._compiled[0],
+                        self._compiled[1] if graphs == 2 else None)
+            return compiled
         return compile_graph
+
+    def dispatch(self, compiled: Callable[..., Any]) -> Callable[..., Any]:
+        """AOTAutograd's compiled function `compiled` until this capture
+        is complete, its `runtime` from then on (at once for an inference
+        graph; after the first backward for a training graph). A call in
+        flight when it switches finishes on the runtime it started on:
+        each forward makes its own autograd node."""
+        if self.runtime is not None:
+            return self.runtime
+
+        def call(*args: Any) -> Any:
+            runtime = self.runtime
+            if runtime is not None:
+                return runtime(*args)
+            return compiled(*args)
+        return call
 
     def _take(self, gm: torch.fx.GraphModule) -> None:
         if self._done or self.why is not None:
@@ -538,6 +571,7 @@ class Capture:
         assert self._fw is not None and self._meta is not None
         entry = entry_from(self._fw, bw, self._meta, self.num_inputs)
         self._done = True
+        self._entry = entry
         if self.store.put(self.key, entry):
             self.report("stored", "")
         else:

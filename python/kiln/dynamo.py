@@ -664,12 +664,14 @@ class KilnBackend:
         foreach_ops = bool(devices) and devices <= self.foreach_devices
         aot = self._aot_foreach if foreach_ops else self._aot
         graphs = self.cudagraphs and devices == {"cuda"}
+        capture = None
         if self._aot_store is not None and not graphs:
-            compiled, capturing = self._cached_aot(gm, example_inputs,
-                                                   foreach_ops)
+            compiled, capture = self._cached_aot(gm, example_inputs,
+                                                 foreach_ops)
             if compiled is not None:
                 return compiled
-            aot = capturing or aot
+            if capture is not None:
+                aot = self._capturing_aot(capture, foreach_ops)
         if graphs:
             graphs = cudagraph_aot(
                 self._compile_graph,
@@ -682,7 +684,11 @@ class KilnBackend:
                 aot = graphs
         with quiet_aot_logs():  # (kiln/aot_logs.py)
             try:
-                return aot(gm, example_inputs)
+                compiled = aot(gm, example_inputs)
+                # Kiln's own runtime for the graphs once they are captured,
+                # as a later process's hit runs them (kiln/aot_cache.py).
+                return (capture.dispatch(compiled) if capture is not None
+                        else compiled)
             except Exception as e:  # noqa: BLE001
                 if self.fallback == "error" or _dynamo_control(e):
                     raise
@@ -693,8 +699,9 @@ class KilnBackend:
                     ) -> Tuple[Optional[Callable[..., Any]], Any]:
         """AOTAutograd's cached result for Dynamo's graph gm
         (kiln/aot_cache.py): (the compiled function, None) on a hit; on a
-        miss (None, the aot_autograd function that stores its graphs once
-        compiled); (None, None) for a graph the cache does not hold."""
+        miss (None, the Capture that stores its graphs once compiled:
+        _capturing_aot); (None, None) for a graph the cache does not
+        hold."""
         store = self._aot_store
         assert store is not None
         salt = repr((sorted(self.ops()), self.attention, self.recompute,
@@ -732,11 +739,15 @@ class KilnBackend:
             self._aot_counts[outcome] += 1
             self._aot_log(f"{outcome} {key[:16]} {detail}".rstrip())
 
-        capture = Capture(store, key, len(example_inputs), report)
+        return None, Capture(store, key, len(example_inputs), report)
+
+    def _capturing_aot(self, capture: Capture, foreach_ops: bool) -> Any:
+        """The aot_autograd function whose compilers hand their graphs to
+        `capture`."""
         from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
         options = self._aot_options(foreach_ops)
         options["partition_fn"] = capture.partition_fn(options["partition_fn"])
-        return None, aot_autograd(
+        return aot_autograd(
             fw_compiler=capture.compiler(self._compile_graph),
             bw_compiler=capture.compiler(self._compile_graph), **options)
 

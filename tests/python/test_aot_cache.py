@@ -368,3 +368,29 @@ def test_double_backward_fails_on_a_hit(daemon, aot_dir):
         with pytest.raises(RuntimeError):
             g.sum().backward()
     assert backend.aot_cache_counters()["hits"] == 1
+
+
+def test_a_miss_switches_to_kilns_runtime_once_captured(daemon, aot_dir):
+    """On a miss, a training graph runs through AOTAutograd's runtime until
+    its backward is compiled (the capture is complete), then through the
+    entry's runtime as a hit would (KilnCachedFunction: less host time per
+    step); the steps on either side of the switch match eager's."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 20), torch.nn.GELU(),
+                                torch.nn.Linear(20, 5))
+    ref = copy.deepcopy(model)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    compiled = torch.compile(model, backend=backend)
+    nodes = []
+    for step in range(3):
+        x = torch.randn(7, 12, generator=torch.Generator().manual_seed(step))
+        out = compiled(x)
+        nodes.append(out.grad_fn.name())
+        out.square().sum().backward()
+        ref(x).square().sum().backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    assert nodes[0] == "CompiledFunctionBackward", nodes
+    assert nodes[1:] == ["KilnCachedFunctionBackward"] * 2, nodes
+    assert backend.aot_cache_counters()["stored"] == 1
