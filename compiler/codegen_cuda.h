@@ -51,6 +51,11 @@ struct CudaCodegenOptions {
   // Guaranteed alignment in bytes of each graph input's data pointer (the
   // request's TensorMeta.alignment; 0 = element-aligned).
   std::vector<int64_t> input_alignment;
+  // The target's compute capability, e.g. 90 for sm_90 (0: unknown, the
+  // oldest). From 80, bfloat16 values are rounded by the hardware's
+  // cvt.rn.bf16.f32; float16 ones always are (cvt.rn.f16.f32,
+  // cvt.f32.f16).
+  int compute_capability = 0;
 };
 
 // Emits each kernel of `program` in the form of its plan (`plans`, from

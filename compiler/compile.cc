@@ -177,6 +177,9 @@ absl::StatusOr<v1::CudaBinary> BuildCudaBinary(
   options.fast_math = fast_math;
   for (const GraphInput& in : request.graph.inputs)
     options.input_alignment.push_back(in.alignment);
+  absl::StatusOr<int> cc = ParseCudaArch(request.target.cuda().arch());
+  if (!cc.ok()) return cc.status();
+  options.compute_capability = *cc;
   auto tm = MakeNvptxTargetMachine(request.target.cuda());
   if (!tm.ok()) return tm.status();
   llvm::LLVMContext context;

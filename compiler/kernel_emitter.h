@@ -126,11 +126,13 @@ class KernelEmitterBase {
   Value* FromStorage(Value* raw, DType d);
   Value* ToStorage(Value* v, DType d);
   // IEEE half <-> float with integer ops (support/half.h has the same
-  // algorithms in C++; the reference evaluator uses those).
-  Value* HalfBitsToFloat(Value* h16);
-  Value* FloatToHalfBits(Value* f);
-  Value* BFloat16BitsToFloat(Value* h16);
-  Value* FloatToBFloat16Bits(Value* f);
+  // algorithms in C++; the reference evaluator uses those). A back end
+  // whose target converts in hardware overrides them (the CUDA emitter:
+  // one cvt each, the same values; a NaN keeps no payload either way).
+  virtual Value* HalfBitsToFloat(Value* h16);
+  virtual Value* FloatToHalfBits(Value* f);
+  virtual Value* BFloat16BitsToFloat(Value* h16);
+  virtual Value* FloatToBFloat16Bits(Value* f);
   // Rounds a float32 value to what `d` can hold (float16/bfloat16).
   Value* RoundFloat(Value* v, DType d);
   // Converts a value of dtype `from` to dtype `to` (a cast's semantics).

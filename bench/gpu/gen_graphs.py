@@ -76,8 +76,10 @@ def pointwise(op, inputs, extra):
         names = ["g", "x"] if inputs == 2 and op.endswith("backward.default") \
             else ["x", "y"][:inputs]
         return {
+            # 16-byte aligned, as the client reports PyTorch's tensors.
             "inputs": [{"name": n, "meta": {"dtype": dtype,
-                                           "sizes": dims(rows, cols)}}
+                                           "sizes": dims(rows, cols),
+                                           "alignment": 16}}
                        for n in names],
             "nodes": [{"op": op, "args": [{"ref": n} for n in names] + extra,
                        "outputs": ["out"]}],

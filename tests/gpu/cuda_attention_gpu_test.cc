@@ -327,11 +327,10 @@ TEST(CudaGpu, CompiledAttentionMatchesReference) {
           // PyTorch's math attention rounds them): one more rounding, twice
           // the half-precision limits (float16 at head dim 256 measured
           // 6.3e-3 on an H200).
-          const double limit = c.dtype == DType::kBFloat16
-                                   ? (deterministic ? 6e-2 : 3e-2)
-                               : c.dtype == DType::kFloat16
-                                   ? (deterministic ? 8e-3 : 4e-3)
-                                   : 2e-3;
+          const double limit =
+              c.dtype == DType::kBFloat16  ? (deterministic ? 6e-2 : 3e-2)
+              : c.dtype == DType::kFloat16 ? (deterministic ? 8e-3 : 4e-3)
+                                           : 2e-3;
           EXPECT_LT(attention_cases::RelativeToLargest(*host, (*want)[o]),
                     limit)
               << "output " << o;

@@ -174,6 +174,68 @@ TEST(CudaCodegen, AlignedContiguousChainsUse128BitAccesses) {
   EXPECT_TRUE(absl::StrContains(softmax->cuda().ptx(), "shfl.sync.bfly"));
 }
 
+// One pointwise op over 16-bit inputs x (and y) [64, 1024] for `arch`,
+// 16-byte aligned; `approximate` names gelu's variant when set.
+absl::StatusOr<v1::Artifact> HalfPointwise(const char* op, v1::DType dtype,
+                                           int inputs, const char* arch,
+                                           const char* approximate = nullptr) {
+  v1::CompileRequest req;
+  v1::Graph& g = *req.mutable_graph();
+  v1::Node& n = *g.add_nodes();
+  n.set_op(op);
+  for (const char* name : {"x", "y"}) {
+    if (inputs-- <= 0) break;
+    v1::Input& in = *g.add_inputs();
+    in.set_name(name);
+    in.mutable_meta()->set_dtype(dtype);
+    in.mutable_meta()->add_sizes()->set_value(64);
+    in.mutable_meta()->add_sizes()->set_value(1024);
+    n.add_args()->set_ref(name);
+  }
+  if (approximate != nullptr) {
+    v1::Argument& a = *n.add_args();
+    a.set_name("approximate");
+    a.set_str(approximate);
+  }
+  n.add_outputs("out");
+  g.add_outputs("out");
+  return Compile(ForGpu(req, arch));
+}
+
+// How often `what` occurs in `text`.
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
+// float16 and bfloat16 values convert with one instruction each
+// (cvt.f32.f16, cvt.rn.f16.f32; cvt.rn.bf16.f32 from sm_80, the integer
+// rounding before it), and a value rounded to its dtype is stored without
+// a second conversion: x + y reads two values and rounds once per element.
+TEST(CudaCodegen, HalfPrecisionConversionsAreSingleInstructions) {
+  auto add = HalfPointwise("aten.add.Tensor", v1::FLOAT16, 2, "sm_90");
+  ASSERT_TRUE(add.ok()) << add.status();
+  const std::string body = FirstKernelBody(add->cuda().ptx());
+  const int widen = Count(body, "cvt.f32.f16"),
+            narrow = Count(body, "cvt.rn.f16.f32");
+  EXPECT_GT(narrow, 0) << body;
+  EXPECT_EQ(widen, 2 * narrow) << body;
+  for (const char* arch : {"sm_90", "sm_75"}) {
+    auto gelu =
+        HalfPointwise("aten.gelu.default", v1::BFLOAT16, 1, arch, "tanh");
+    ASSERT_TRUE(gelu.ok()) << arch << ": " << gelu.status();
+    EXPECT_EQ(CheckStructure(*gelu), "") << arch;
+    const std::string ptx = FirstKernelBody(gelu->cuda().ptx());
+    const bool hardware = std::string(arch) == "sm_90";
+    EXPECT_EQ(absl::StrContains(ptx, "cvt.rn.bf16.f32"), hardware) << arch;
+    // The integer rounding adds 0x7fff (32767) and the lowest kept bit.
+    EXPECT_EQ(absl::StrContains(ptx, "32767"), !hardware) << arch;
+  }
+}
+
 // Pointwise groups per thread (gpu_launch.h): light bodies over large
 // static ranges take two groups, both loaded before either is computed;
 // heavy bodies, bodies without math calls, small or dynamic ranges and last
