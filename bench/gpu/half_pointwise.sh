@@ -8,6 +8,7 @@
 # cuda_bench's figures: kiln_us per call, kiln_gbs and a device copy's GB/s.
 #
 #   KILN=<unpacked bundle>/kiln bench/gpu/half_pointwise.sh [ROWS COLS [DTYPE]]
+#   HALF_OPS="gelu gelu_bwd" HALF_VARIANTS=0 ...   (fewer ops; default plan only)
 #   (deploy/run-on-gpu.sh BUNDLE halfpointwise; the bundle built with
 #   --extra build/bench/gpu/cuda_bench)
 set -euo pipefail
@@ -18,10 +19,10 @@ rows=${1:-8192} cols=${2:-3072} dtype=${3:-BFLOAT16}
 torch_dtype=$(echo "$dtype" | tr 'A-Z' 'a-z')
 g=$(mktemp -d)
 trap 'rm -rf "$g"' EXIT
-for op in add gelu gelu_bwd; do
+for op in ${HALF_OPS:-add gelu gelu_bwd}; do
   $py "$here/gen_graphs.py" $op "$rows" "$cols" "$dtype" >"$g/$op.json"
   "$bench" bandwidth "$g/$op.json" --name=${op}_default --calls=50 --batches=10
-  for v in 4 8; do
+  [[ ${HALF_VARIANTS:-1} == 0 ]] || for v in 4 8; do
     for groups in 1 2; do
       "$bench" bandwidth "$g/$op.json" --name=${op}_v${v}_g${groups} \
         --pointwise_vector_width=$v --pointwise_groups=$groups \
