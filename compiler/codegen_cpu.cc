@@ -362,6 +362,19 @@ class CpuKernelEmitter : public KernelEmitterBase {
       : KernelEmitterBase(module, program, kernel, options.fast_math, "CPU"),
         options_(options) {}
 
+  // float16 <-> float32 in hardware where the target has it (the same
+  // values, RNE; NaN payloads aside).
+  Value* HalfBitsToFloat(Value* h16) override {
+    if (!options_.f16c) return KernelEmitterBase::HalfBitsToFloat(h16);
+    return b_.CreateFPExt(b_.CreateBitCast(h16, b_.getHalfTy()),
+                          b_.getFloatTy());
+  }
+  Value* FloatToHalfBits(Value* f) override {
+    if (!options_.f16c) return KernelEmitterBase::FloatToHalfBits(f);
+    return b_.CreateBitCast(b_.CreateFPTrunc(f, b_.getHalfTy()),
+                            b_.getInt16Ty());
+  }
+
   absl::Status Emit() {
     llvm::Type* ptr = llvm::PointerType::get(ctx_, 0);
     llvm::Type* i64 = b_.getInt64Ty();
@@ -446,26 +459,26 @@ class CpuKernelEmitter : public KernelEmitterBase {
                 int64_t max_len,
                 const std::function<void(Value*, Value*)>& body) {
     Value* last_size = dim_size_[outer_dims_.back()];
-    EmitLoopSkeleton(
-        start, end, /*is_signed=*/true,
-        {names.loop + ".header", names.loop + ".body", names.loop + ".exit",
-         "f"},
-        [&](Value* f) {
-          Value* first = b_.CreateSRem(f, last_size, names.first);
-          // The rest of the decomposition uses the quotient as the flat
-          // index of the dims before the last.
-          DecomposeOuter(b_.CreateSDiv(f, last_size), 1);
-          Value* n = b_.CreateSub(last_size, first);
-          Value* left = b_.CreateSub(end, f);
-          n = b_.CreateSelect(b_.CreateICmpSLT(left, n), left, n,
-                              max_len > 0 ? "" : names.len);
-          if (max_len > 0) {
-            n = b_.CreateSelect(b_.CreateICmpSLT(b_.getInt64(max_len), n),
-                                b_.getInt64(max_len), n, names.len);
-          }
-          body(first, n);
-          return b_.CreateAdd(f, n);
-        });
+    EmitLoopSkeleton(start, end, /*is_signed=*/true,
+                     {names.loop + ".header", names.loop + ".body",
+                      names.loop + ".exit", "f"},
+                     [&](Value* f) {
+                       Value* first = b_.CreateSRem(f, last_size, names.first);
+                       // The rest of the decomposition uses the quotient as the
+                       // flat index of the dims before the last.
+                       DecomposeOuter(b_.CreateSDiv(f, last_size), 1);
+                       Value* n = b_.CreateSub(last_size, first);
+                       Value* left = b_.CreateSub(end, f);
+                       n = b_.CreateSelect(b_.CreateICmpSLT(left, n), left, n,
+                                           max_len > 0 ? "" : names.len);
+                       if (max_len > 0) {
+                         n = b_.CreateSelect(
+                             b_.CreateICmpSLT(b_.getInt64(max_len), n),
+                             b_.getInt64(max_len), n, names.len);
+                       }
+                       body(first, n);
+                       return b_.CreateAdd(f, n);
+                     });
   }
 
   // Row kernels: for each row in [start, end), the stages in order.

@@ -53,6 +53,11 @@ struct CpuCodegenOptions {
   // 28 columns) become long enough to vectorise (codegen_cpu.cc,
   // CoalesceDims). false: the dims as written (tests compare the two).
   bool coalesce_dims = true;
+  // The target converts float16 in hardware (x86's F16C: vcvtph2ps,
+  // vcvtps2ph): float16 values convert through LLVM's fpext/fptrunc, which
+  // vectorise to one instruction per vector, instead of the integer
+  // sequences every target can run (HasF16c, cpu_backend.h).
+  bool f16c = false;
 };
 
 absl::StatusOr<std::unique_ptr<llvm::Module>> EmitCpuModule(

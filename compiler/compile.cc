@@ -136,6 +136,8 @@ absl::StatusOr<std::string> BuildCpuBinary(const FusedProgram& fused,
   options.row_blocks = env.cpu_row_blocks;
   options.split_innermost_dim = env.cpu_split_innermost_dim;
   options.coalesce_dims = env.cpu_coalesce_dims;
+  if (auto tm = MakeTargetMachine(request.target.cpu()); tm.ok())
+    options.f16c = HasF16c(**tm);
   auto module = EmitCpuModule(fused, context, options);
   if (!module.ok()) return module.status();
   laps.Lap("codegen");

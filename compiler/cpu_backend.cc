@@ -373,6 +373,12 @@ bool CpuTargetHasAvx512(const v1::CpuTarget& target) {
          absl::StrContains(target.features(), "+avx512bw");
 }
 
+bool HasF16c(const llvm::TargetMachine& tm) {
+  const llvm::MCSubtargetInfo* info = tm.getMCSubtargetInfo();
+  return info != nullptr && tm.getTargetTriple().isX86() &&
+         info->checkFeatures("+f16c");
+}
+
 v1::CpuTarget HostCpuTarget() {
   v1::CpuTarget target;
   target.set_triple(llvm::sys::getProcessTriple());

@@ -40,6 +40,10 @@ v1::CpuTarget HostCpuTarget();
 // convolutions need (its avx512_core).
 bool CpuTargetHasAvx512(const v1::CpuTarget& target);
 
+// Whether `tm`'s CPU converts float16 to and from float32 in hardware
+// (x86's F16C, implied by every x86-64-v3 CPU and later).
+bool HasF16c(const llvm::TargetMachine& tm);
+
 // Creates a TargetMachine for `target` (relocation model PIC, code model
 // small, CodeGenOpt::Aggressive). Registers LLVM's native target once per
 // process. An empty `cpu` means LLVM's generic CPU for the triple.

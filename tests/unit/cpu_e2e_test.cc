@@ -2,9 +2,11 @@
 // against the reference evaluator.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 #include "absl/container/flat_hash_map.h"
@@ -19,6 +21,7 @@
 #include "graph/import.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_executable.h"
+#include "support/half.h"
 #include "tests/unit/example_graphs.h"
 #include "tests/unit/numerics.h"
 
@@ -512,6 +515,88 @@ TEST(CpuRegression, HalfPrecisionOpsRoundEachResult) {
               {"op": "aten.remainder.Tensor", "args": [{"ref": "c"}, {"f": 0.1}],
                "outputs": ["r"]}],
     "outputs": ["b2", "h2", "r"]})");
+}
+
+// float16 <-> float32 as compiled for this CPU (F16C's instructions where
+// it has them: codegen_cpu.h, CpuCodegenOptions::f16c) gives exactly
+// support/half.h's results: every float16 bit pattern widened, and
+// float32 values at and around every rounding boundary (each float16, the
+// midpoints between neighbours, one float32 ulp either side, the overflow
+// edge, subnormals) narrowed. NaNs stay NaNs (their payloads may differ).
+TEST(CpuRegression, HalfConversionsAreExact) {
+  std::vector<float> narrow;
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    for (float sign : {1.0f, -1.0f}) {
+      const float lo = sign * HalfToFloat(static_cast<uint16_t>(h));
+      const float hi = sign * HalfToFloat(static_cast<uint16_t>(h + 1));
+      const float mid = lo + (hi - lo) / 2;  // exact in float32
+      for (float v :
+           {lo, mid, std::nextafter(mid, lo), std::nextafter(mid, hi)})
+        narrow.push_back(v);
+    }
+  }
+  for (float v : {65504.0f, 65519.0f, 65520.0f, 65536.0f, 1e30f,
+                  std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::denorm_min(), 1e-10f}) {
+    narrow.push_back(v);
+    narrow.push_back(-v);
+  }
+  const int64_t n = static_cast<int64_t>(narrow.size());
+  v1::CompileRequest req;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(absl::StrCat(R"({
+    "inputs": [{"name": "f", "meta": {"dtype": "FLOAT32",
+                "sizes": [{"value": )",
+                                                               n, R"(}]}},
+               {"name": "h", "meta": {"dtype": "FLOAT16",
+                "sizes": [{"value": 65536}]}}],
+    "nodes": [{"op": "aten._to_copy.default",
+               "args": [{"ref": "f"}, {"name": "dtype", "dtype": "FLOAT16"}],
+               "outputs": ["fh"]},
+              {"op": "aten._to_copy.default",
+               "args": [{"ref": "h"}, {"name": "dtype", "dtype": "FLOAT32"}],
+               "outputs": ["hf"]}],
+    "outputs": ["fh", "hf"]})"),
+                                                  req.mutable_graph())
+          .ok());
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  HostTensor f = HostTensor::Empty(DType::kFloat32, {n});
+  std::memcpy(f.data(), narrow.data(), narrow.size() * sizeof(float));
+  HostTensor h = HostTensor::Empty(DType::kFloat16, {65536});
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const uint16_t bits = static_cast<uint16_t>(i);
+    std::memcpy(h.data() + 2 * i, &bits, 2);
+  }
+  auto out = (*exe)->Run({f, h});
+  ASSERT_TRUE(out.ok()) << out.status();
+  int bad = 0;
+  for (int64_t i = 0; i < n && bad < 10; ++i) {
+    uint16_t got;
+    std::memcpy(&got, (*out)[0].data() + 2 * i, 2);
+    const uint16_t want = FloatToHalf(narrow[i]);
+    if (got != want) {
+      ++bad;
+      ADD_FAILURE() << narrow[i] << " -> 0x" << std::hex << got << ", want 0x"
+                    << want;
+    }
+  }
+  for (uint32_t i = 0; i < 65536 && bad < 20; ++i) {
+    float got;
+    std::memcpy(&got, (*out)[1].data() + 4 * i, 4);
+    const float want = HalfToFloat(static_cast<uint16_t>(i));
+    const bool same = std::isnan(want)
+                          ? std::isnan(got)
+                          : std::memcmp(&got, &want, sizeof(got)) == 0;
+    if (!same) {
+      ++bad;
+      ADD_FAILURE() << "0x" << std::hex << i << " -> " << got << ", want "
+                    << want;
+    }
+  }
 }
 
 // Random graph seed 8637: a bool add converts alpha to bool first

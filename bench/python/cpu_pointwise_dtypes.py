@@ -1,0 +1,81 @@
+"""Pointwise ops on the CPU in float32, bfloat16 and float16: eager,
+Inductor and Kiln side by side in one run, the backends interleaved
+(session 34: float16 values convert with F16C's instructions where the CPU
+has them, codegen_cpu.h's CpuCodegenOptions::f16c).
+
+    PY=$(bash deploy/python-env.sh)
+    $PY bench/python/cpu_pointwise_dtypes.py [--rows 2048 --cols 3072 --threads 2]
+
+Ops over x, y [rows, cols]: tanh-GELU(x), x + y, silu(x) * y. Milliseconds
+per call: the median of --repeats timings of --iters calls. A private kilnd
+on an ephemeral port serves unless --server is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import bench_util  # noqa: F401 (sys.path, KILN_LIB)
+from bench_util import Kilnd, ms_per_call
+
+import torch
+import torch.nn.functional as F
+
+import kiln
+
+OPS = {
+    "gelu_tanh": lambda x, y: F.gelu(x, approximate="tanh"),
+    "add": lambda x, y: x + y,
+    "silu_mul": lambda x, y: F.silu(x) * y,
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--server")
+    ap.add_argument("--rows", type=int, default=2048)
+    ap.add_argument("--cols", type=int, default=3072)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=7)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    kilnd = None if a.server else Kilnd()
+    server = a.server or kilnd.address
+    try:
+        print(f"torch {torch.__version__}, {a.threads} threads, "
+              f"[{a.rows}, {a.cols}]; ms per call")
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            torch.manual_seed(0)
+            x = torch.randn(a.rows, a.cols, dtype=dtype)
+            y = torch.randn(a.rows, a.cols, dtype=dtype)
+            for name, fn in OPS.items():
+                torch._dynamo.reset()
+                backends = {
+                    "eager": fn,
+                    "inductor": torch.compile(fn),
+                    "kiln": torch.compile(fn, backend=kiln.backend(
+                        server=server, fallback="error")),
+                }
+                want = fn(x, y).float()
+                for b, f in backends.items():
+                    err = (f(x, y).float() - want).abs().max().item()
+                    assert err <= 0.02 * want.abs().max().item(), (b, err)
+                times = {b: [] for b in backends}
+                for _ in range(a.repeats):
+                    for b, f in backends.items():
+                        times[b].append(ms_per_call(lambda: f(x, y), a.iters,
+                                                    False))
+                ms = {b: statistics.median(t) for b, t in times.items()}
+                print(f"  {str(dtype)[6:]:9} {name:9} " + "   ".join(
+                    f"{b} {t:7.3f}" for b, t in ms.items()) +
+                    f"   kiln / eager {ms['eager'] / ms['kiln']:.2f}x, "
+                    f"kiln / inductor {ms['inductor'] / ms['kiln']:.2f}x")
+    finally:
+        if kilnd:
+            kilnd.stop()
+
+
+if __name__ == "__main__":
+    main()
