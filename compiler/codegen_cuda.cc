@@ -1217,7 +1217,8 @@ class CudaKernelEmitter : public KernelEmitterBase {
   };
 
   const CudaCodegenOptions& options_;
-  // The 16-bit bits each converted float came from (the conversions above).
+  // The 16-bit bits each converted float came from (the conversions above;
+  // no emitter erases an instruction, so a key names one value throughout).
   absl::flat_hash_map<Value*, Value*> half_bits_, bfloat16_bits_;
   const GpuKernelPlan& plan_;
   const int V_;  // group size (plan_.vector_width)

@@ -127,8 +127,9 @@ class KernelEmitterBase {
   Value* ToStorage(Value* v, DType d);
   // IEEE half <-> float with integer ops (support/half.h has the same
   // algorithms in C++; the reference evaluator uses those). A back end
-  // whose target converts in hardware overrides them (the CUDA emitter:
-  // one cvt each, the same values; a NaN keeps no payload either way).
+  // whose target converts in hardware overrides them with the same values
+  // (NaN payloads aside): the CUDA emitter with one cvt each, the CPU one
+  // with fpext/fptrunc where the target has F16C.
   virtual Value* HalfBitsToFloat(Value* h16);
   virtual Value* FloatToHalfBits(Value* f);
   virtual Value* BFloat16BitsToFloat(Value* h16);
