@@ -180,11 +180,12 @@ def train_partitions(names, dev, server):
                   f"{len(gpu)} GPU activities, {allocs} allocations")
 
 
-def compile_kiln(fn, x, server, ext, run=None, aot_cache=False):
+def compile_kiln(fn, x, server, ext, run=None, aot_cache=False, options=None):
     """torch.compile(fn, backend=kiln) through the extension or ctypes
-    (with or without the AOT cache), first called as run(compiled)
-    (default: on x, checked against eager); returns it and [(partition, its
-    first arguments)] of its compiled partitions."""
+    (with or without the AOT cache; `options`: more kiln.backend
+    arguments), first called as run(compiled) (default: on x, checked
+    against eager); returns it and [(partition, its first arguments)] of
+    its compiled partitions."""
     saved = _binding._ext
     parts = []
     init = dynamo.KilnPartition.__init__
@@ -206,7 +207,7 @@ def compile_kiln(fn, x, server, ext, run=None, aot_cache=False):
         dynamo.KilnPartition.__init__ = record
         dynamo.KilnPartition.__call__ = spy
         backend = kiln.backend(server=server, fallback="error",
-                               aot_cache=aot_cache)
+                               aot_cache=aot_cache, **(options or {}))
         compiled = torch.compile(fn, backend=backend)
         if run is not None:
             run(compiled)

@@ -70,25 +70,20 @@ def partitions(case: str, fn: Callable, tensors: tuple, server: str) -> None:
     import call_cost  # noqa: PLC0415 (a sibling script)
     call_cost.CUDA = True
     x, w, b, g = tensors
+
+    def run(c):
+        if case == "train":
+            xs, ws, bs = (v.detach().requires_grad_() for v in (x, w, b))
+            c(xs, ws, bs).backward(g)
+        else:
+            with torch.no_grad():
+                c(x, w, b)
+
     for fuse in (True, False):
         torch._dynamo.reset()
-        saved = kiln.backend
-
-        def run(c, case=case):
-            if case == "train":
-                xs, ws, bs = (v.detach().requires_grad_() for v in (x, w, b))
-                c(xs, ws, bs).backward(g)
-            else:
-                with torch.no_grad():
-                    c(x, w, b)
-        # call_cost.compile_kiln makes its own backend: this one's epilogue
-        # choice through kiln.backend's default.
-        kiln.backend = lambda **kw: saved(**kw, fuse_gemm_epilogues=fuse)
-        try:
-            _, parts = call_cost.compile_kiln(fn, None, server, ext=True,
-                                              run=run)
-        finally:
-            kiln.backend = saved
+        _, parts = call_cost.compile_kiln(
+            fn, None, server, ext=True, run=run,
+            options={"fuse_gemm_epilogues": fuse})
         for i, (p, p_args) in enumerate(parts):
             us = call_cost.per_call_us(p, *p_args, iters=500, warmup=20)
             before = torch.cuda.memory_stats()["allocation.all.allocated"]
@@ -138,10 +133,8 @@ def main() -> None:
         def linear_gelu(x, w, b):
             return F.gelu(F.linear(x, w, b), approximate="tanh")
 
-        def train(x, w, b):
-            return F.linear(x, w, b)
-
-        cases = {"linear": linear, "linear_gelu": linear_gelu, "train": train}
+        # "train": linear's forward and backward.
+        cases = {"linear": linear, "linear_gelu": linear_gelu, "train": linear}
         for size in a.sizes.split(","):
             t, d = (int(v) for v in size.split("x"))
             torch.manual_seed(0)
