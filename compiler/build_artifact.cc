@@ -151,6 +151,7 @@ v1::ExternCall AttentionCallStep(const AttentionCall& a,
   c->set_bias(a.bias);
   c->set_bias_batch(a.bias_batch);
   c->set_bias_heads(a.bias_heads);
+  c->set_dropout(static_cast<float>(a.dropout));
   c->set_dtype(WireDType(fused.buffers[buffers[0]].dtype));
   return call;
 }

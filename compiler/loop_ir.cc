@@ -1053,14 +1053,16 @@ std::string ConvString(const ConvCall& c,
   if (c.deterministic) absl::StrAppend(&out, " deterministic");
   return out;
 }
-// "attention forward|backward [B, H, L, S] dims E, Ev[ causal] scale s".
+// "attention forward|backward [B, H, L, S] dims E, Ev[ causal] scale s[
+// dropout p]".
 std::string AttentionString(const AttentionCall& a,
                             const std::vector<std::string>& names) {
-  return absl::StrCat("attention ", a.backward ? "backward " : "forward ",
-                      SizesString({a.batch, a.heads, a.s_q, a.s_kv}, names),
-                      " dims ", a.d_qk.ToString(names), ", ",
-                      a.d_v.ToString(names), a.causal ? " causal" : "",
-                      " scale ", a.scale);
+  return absl::StrCat(
+      "attention ", a.backward ? "backward " : "forward ",
+      SizesString({a.batch, a.heads, a.s_q, a.s_kv}, names), " dims ",
+      a.d_qk.ToString(names), ", ", a.d_v.ToString(names),
+      a.causal ? " causal" : "", " scale ", a.scale,
+      a.dropout > 0 ? absl::StrCat(" dropout ", a.dropout) : "");
 }
 
 const char* ReduceName(ReduceKind k) {

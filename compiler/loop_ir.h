@@ -329,12 +329,16 @@ struct ConvCall {
 //             node's value is grad_q, extern_outputs grad_k and grad_v
 // bias: an additive bias on the scaled scores, contiguous
 // [bias_batch ? B : 1, bias_heads ? H : 1, L, S] of the inputs' dtype.
+// dropout > 0: the probabilities are dropped with that probability (the
+// library draws the mask), and the last of extern_inputs is the int64 [2]
+// (seed, offset) of its generator.
 struct AttentionCall {
   bool backward = false;
   SymExpr batch{0}, heads{0}, s_q{0}, s_kv{0}, d_qk{0}, d_v{0};
   bool causal = false;
   double scale = 1;
   bool bias = false, bias_batch = false, bias_heads = false;
+  double dropout = 0;
 };
 
 struct LoopNode {

@@ -623,11 +623,14 @@ v1::CompileOptions NormalizeOptions(const v1::CompileOptions& options,
                 n.op->name == "aten.bmm.default" ||
                 n.op->name == "aten.baddbmm.default" ||
                 n.op->name == "kiln.attention.default" ||
-                n.op->name == "kiln.attention_backward.default";
+                n.op->name == "kiln.attention_backward.default" ||
+                n.op->name == "kiln.attention_dropout.default" ||
+                n.op->name == "kiln.attention_dropout_backward.default";
   }
   // On CUDA: accumulating scatters run eagerly, cuBLASLt calls take the
   // heuristic's algorithm rather than a timed one, and attention's backward
-  // is GEMMs rather than cuDNN's fused (atomically summed) kernel.
+  // is GEMMs rather than cuDNN's fused (atomically summed) kernel (with
+  // dropout its forward too, which must draw the backward's mask).
   if (!target.has_cuda() || !(scatters || products))
     normalized.clear_deterministic_algorithms();
   if (!target.has_cuda() || !convolutions) {

@@ -33,6 +33,10 @@ enum Uid : int64_t {
   kBias,
   kSoftmaxSum,  // backward: rowsum(grad_out * out), float32
   kGradQAccum,  // backward: grad_q in float32
+  kSeed,        // dropout: the generator's seed and offset, int64
+  kOffset,
+  kDropoutScale,     // 1 / (1 - p)
+  kDropoutScaleInv,  // backward: 1 - p
   kFirstVirtual = 100,
 };
 
@@ -173,6 +177,40 @@ class AttentionGraph {
     return masked;
   }
 
+  // The keep mask of dropout with probability `p`: Bernoulli(1 - p) of
+  // the scores' shape in float32 from cuDNN's Philox generator at the bound
+  // int64 (seed, offset) (the frontend's rng node; the backward draws the
+  // same mask from the same pair).
+  void* DropoutMask(double p) {
+    // The pair is one int64 [2] buffer: the offset is 8 bytes in.
+    auto scalar = [&](int64_t uid) {
+      return b_.Tensor({.data_type = cudnn::kDataInt64,
+                        .sizes = {1, 1, 1, 1},
+                        .strides = {1, 1, 1, 1},
+                        .uid = uid,
+                        .alignment = 8});
+    };
+    void* seed = scalar(kSeed);
+    void* offset = scalar(kOffset);
+    void* rng = b_.Make(cudnn::kRngDescriptor);
+    const int distribution = cudnn::kRngBernoulli;
+    b_.Set(rng, cudnn::kAttrRngDistribution, cudnn::kTypeRngDistribution, 1,
+           &distribution);
+    const double keep = 1.0 - p;
+    b_.Set(rng, cudnn::kAttrRngBernoulliProbability, cudnn::kTypeDouble, 1,
+           &keep);
+    b_.Finalize(rng, "rng");
+    void* mask = Scores(d_.s_q, d_.s_kv);
+    void* op = b_.Make(cudnn::kOperationRngDescriptor);
+    b_.SetDesc(op, cudnn::kAttrOperationRngY, mask);
+    b_.SetDesc(op, cudnn::kAttrOperationRngDesc, rng);
+    b_.SetDesc(op, cudnn::kAttrOperationRngSeed, seed);
+    b_.SetDesc(op, cudnn::kAttrOperationRngOffset, offset);
+    b_.Finalize(op, "rng operation");
+    ops_.push_back(op);
+    return mask;
+  }
+
   // The finalized operation graph (null after a failure).
   void* Finish(cudnn::Handle handle) {
     void* graph = b_.Make(cudnn::kOperationGraphDescriptor);
@@ -244,9 +282,21 @@ void BuildForward(AttentionGraph& g, const AttentionOptions& o) {
   void* log_sum = g.Rows();
   g.Pointwise(cudnn::kPointwiseLog, sum, nullptr, nullptr, log_sum);
   g.Pointwise(cudnn::kPointwiseAdd, max, log_sum, nullptr, stats);
-  void* p = g.Scores(d.s_q, d.s_kv, io);  // rounded to the inputs' dtype
+  if (o.dropout <= 0) {
+    void* p = g.Scores(d.s_q, d.s_kv, io);  // rounded to the inputs' dtype
+    g.Pointwise(cudnn::kPointwiseDiv, e, sum, nullptr, p);
+    g.Matmul(p, v, out);
+    return;
+  }
+  // Dropout: p * keep / (1 - dropout), then rounded.
+  void* p = g.Scores(d.s_q, d.s_kv);
   g.Pointwise(cudnn::kPointwiseDiv, e, sum, nullptr, p);
-  g.Matmul(p, v, out);
+  void* kept = g.Scores(d.s_q, d.s_kv);
+  g.Pointwise(cudnn::kPointwiseMul, p, g.DropoutMask(o.dropout), nullptr, kept);
+  void* dropped = g.Scores(d.s_q, d.s_kv, io);
+  g.Pointwise(cudnn::kPointwiseMul, kept, g.Scalar(kDropoutScale), nullptr,
+              dropped);
+  g.Matmul(dropped, v, out);
 }
 
 void BuildBackward(AttentionGraph& g, const AttentionOptions& o) {
@@ -271,17 +321,23 @@ void BuildBackward(AttentionGraph& g, const AttentionOptions& o) {
   void* one = g.Scalar(kOne);
   void* neg_inf = causal ? g.Scalar(kNegInf) : nullptr;
   void* bias = BiasTensor(g, o);
+  const bool dropout = o.dropout > 0;
+  void* mask = dropout ? g.DropoutMask(o.dropout) : nullptr;
+  void* dropout_scale = dropout ? g.Scalar(kDropoutScale) : nullptr;
 
-  // softmax_sum = rowsum(grad_out * out).
+  // softmax_sum = rowsum(grad_out * out) (times 1 - dropout: the
+  // gradient of the kept probabilities carries 1 / (1 - dropout)).
   void* prod =
       g.Virtual(f32, {d.batch, d.heads, d.s_q, d.d_v},
                 {d.heads * d.s_q * d.d_v, d.s_q * d.d_v, d.heads * d.d_v, 1});
   g.Pointwise(cudnn::kPointwiseMul, dout, out, nullptr, prod);
   void* rowsum = g.Rows();
   g.Reduce(cudnn::kReduceAdd, prod, rowsum);
-  g.Pointwise(cudnn::kPointwiseMul, rowsum, one, nullptr, softmax_sum);
+  g.Pointwise(cudnn::kPointwiseMul, rowsum,
+              dropout ? g.Scalar(kDropoutScaleInv) : one, nullptr, softmax_sum);
 
-  // p = exp(scale * q @ k^T (masked) - stats); grad_v = p^T @ grad_out.
+  // p = exp(scale * q @ k^T (masked) - stats); grad_v = p^T @ grad_out
+  // (of p * keep / (1 - dropout) with dropout).
   void* s = g.Scores(d.s_q, d.s_kv);
   g.Matmul(q, kt, s);
   void* masked = g.ScaleAndMask(s, scale, bias, neg_inf, causal);
@@ -289,18 +345,37 @@ void BuildBackward(AttentionGraph& g, const AttentionOptions& o) {
   g.Pointwise(cudnn::kPointwiseSub, masked, stats, nullptr, shifted);
   void* p = g.Scores(d.s_q, d.s_kv);
   g.Pointwise(cudnn::kPointwiseExp, shifted, nullptr, nullptr, p);
+  void* dropped = p;
+  if (dropout) {
+    void* kept = g.Scores(d.s_q, d.s_kv);
+    g.Pointwise(cudnn::kPointwiseMul, p, mask, nullptr, kept);
+    dropped = g.Scores(d.s_q, d.s_kv);
+    g.Pointwise(cudnn::kPointwiseMul, kept, dropout_scale, nullptr, dropped);
+  }
   void* pt = g.Virtual(io, TransposedSizes(d.batch, d.heads, d.s_q, d.s_kv),
                        TransposedStrides(d.heads, d.s_q, d.s_kv));
-  g.Reshape(p, pt);
+  g.Reshape(dropped, pt);
   g.Matmul(pt, dout, dv);
 
-  // ds = p * (grad_out @ v^T - softmax_sum) * scale.
+  // ds = p * (grad_out @ v^T - softmax_sum) * scale; with dropout
+  // p * ((grad_out @ v^T) * keep - softmax_sum) / (1 - dropout) * scale.
   void* dp = g.Scores(d.s_q, d.s_kv);
   g.Matmul(dout, vt, dp);
+  if (dropout) {
+    void* dp_kept = g.Scores(d.s_q, d.s_kv);
+    g.Pointwise(cudnn::kPointwiseMul, dp, mask, nullptr, dp_kept);
+    dp = dp_kept;
+  }
   void* centered = g.Scores(d.s_q, d.s_kv);
   g.Pointwise(cudnn::kPointwiseSub, dp, softmax_sum, nullptr, centered);
   void* weighted = g.Scores(d.s_q, d.s_kv);
   g.Pointwise(cudnn::kPointwiseMul, centered, p, nullptr, weighted);
+  if (dropout) {
+    void* rescaled = g.Scores(d.s_q, d.s_kv);
+    g.Pointwise(cudnn::kPointwiseMul, weighted, dropout_scale, nullptr,
+                rescaled);
+    weighted = rescaled;
+  }
   void* ds = g.Scores(d.s_q, d.s_kv);
   g.Pointwise(cudnn::kPointwiseMul, weighted, scale, nullptr, ds);
 
@@ -330,6 +405,8 @@ struct CudaAttention::Plan {
   size_t grad_q_accum_offset = 0;
   size_t workspace_bytes = 0;
   float scale = 1.0f, neg_inf = 0.0f, one = 1.0f;
+  bool dropout = false;
+  float dropout_scale = 1.0f, dropout_scale_inv = 1.0f;
   // Guarded by the handle's run_mu.
   mutable CudnnVariantPack pack;
 };
@@ -363,6 +440,10 @@ absl::StatusOr<CudaAttention::Prepared> CudaAttention::Prepare(
         absl::StrCat("cuDNN's fused attention takes float16 or bfloat16, not ",
                      DTypeName(dtype)));
   }
+  if (!(options.dropout >= 0 && options.dropout < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention's dropout must be in [0, 1), not ", options.dropout));
+  }
   if (d.batch <= 0 || d.heads <= 0 || d.s_q <= 0 || d.s_kv <= 0 ||
       d.d_qk <= 0 || d.d_v <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -393,6 +474,8 @@ absl::StatusOr<CudaAttention::Prepared> CudaAttention::Prepare(
                               d.d_v};
     key.assign(reinterpret_cast<const char*>(values), sizeof(values));
     key.append(reinterpret_cast<const char*>(&scale), sizeof(scale));
+    key.append(reinterpret_cast<const char*>(&options.dropout),
+               sizeof(options.dropout));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -427,6 +510,9 @@ absl::StatusOr<CudaAttention::Prepared> CudaAttention::Prepare(
   plan->direction = direction;
   plan->causal = causal;
   plan->bias = options.bias;
+  plan->dropout = options.dropout > 0;
+  plan->dropout_scale = 1.0f / (1.0f - options.dropout);
+  plan->dropout_scale_inv = 1.0f - options.dropout;
   plan->plan = std::move(found->plans[0]);
   plan->descriptors = std::move(found->keep);
   for (CudnnDescriptor& keep : g.builder().Release())
@@ -459,24 +545,39 @@ absl::Status CudaAttention::Run(const Prepared& prepared,
                                 cuda::Stream stream) const {
   const Plan& p = *prepared.plan;
   const bool forward = p.direction == Direction::kForward;
-  const size_t want =
-      (forward ? kForwardBuffers : kBackwardBuffers) + (p.bias ? 1 : 0);
+  const size_t want = (forward ? kForwardBuffers : kBackwardBuffers) +
+                      (p.bias ? 1 : 0) + (p.dropout ? 1 : 0);
   if (buffers.size() != want) {
     return absl::InvalidArgumentError(
         absl::StrCat("attention ", forward ? "forward" : "backward", " takes ",
                      want, " buffers, not ", buffers.size()));
   }
   auto ptr = [](cuda::DevicePtr a) { return reinterpret_cast<void*>(a); };
-  // Run's order: q k v [bias] out stats [grad_out grad_q grad_k grad_v],
-  // then the host scalars and the workspace tensors: at most 16, no heap.
-  static constexpr Uid kOrder[] = {kQ,       kK,     kV,     kOut,  kStats,
-                                   kGradOut, kGradQ, kGradK, kGradV};
-  absl::InlinedVector<int64_t, 16> uids;
-  absl::InlinedVector<void*, 16> pointers;
-  for (size_t i = 0; i < want; ++i) {
-    const bool after_bias = p.bias && i >= 3;
-    uids.push_back(p.bias && i == 3 ? kBias : kOrder[i - after_bias]);
-    pointers.push_back(ptr(buffers[i]));
+  // Run's order (the reads, then the writes): q k v [bias] [out stats
+  // grad_out] [rng] then out stats or grad_q grad_k grad_v; then the host
+  // scalars and the workspace tensors: at most 20, no heap.
+  absl::InlinedVector<int64_t, 20> uids = {kQ, kK, kV};
+  if (p.bias) uids.push_back(kBias);
+  if (!forward) uids.insert(uids.end(), {kOut, kStats, kGradOut});
+  const size_t rng = p.dropout ? uids.size() : want;
+  if (p.dropout) uids.push_back(kSeed);
+  if (forward) {
+    uids.insert(uids.end(), {kOut, kStats});
+  } else {
+    uids.insert(uids.end(), {kGradQ, kGradK, kGradV});
+  }
+  absl::InlinedVector<void*, 20> pointers;
+  for (size_t i = 0; i < want; ++i) pointers.push_back(ptr(buffers[i]));
+  if (p.dropout) {
+    // (seed, offset): the offset is the buffer's second int64.
+    uids.push_back(kOffset);
+    pointers.push_back(ptr(buffers[rng] + sizeof(int64_t)));
+    uids.push_back(kDropoutScale);
+    pointers.push_back(const_cast<float*>(&p.dropout_scale));
+    if (!forward) {
+      uids.push_back(kDropoutScaleInv);
+      pointers.push_back(const_cast<float*>(&p.dropout_scale_inv));
+    }
   }
   uids.push_back(kScale);
   pointers.push_back(const_cast<float*>(&p.scale));

@@ -63,6 +63,11 @@ struct AttentionOptions {
   bool bias = false;        // an additive bias is the buffer after v
   bool bias_batch = false;  // its first dim is B (else 1)
   bool bias_heads = false;  // its second dim is H (else 1)
+  // Dropout on the probabilities, in [0, 1): with dropout > 0 an int64 [2]
+  // buffer (seed, offset) follows the reads, and cuDNN's Philox generator
+  // draws the keep mask from it (the backward draws the same mask from the
+  // same pair).
+  float dropout = 0.0f;
   // A power of two up to 16 that divides every buffer's address (cuDNN's
   // flash engines want 16; a smaller one may leave no engine).
   int64_t alignment = 16;
@@ -79,9 +84,11 @@ class CudaAttention {
       cuda::Context context = nullptr);
 
   enum class Direction { kForward, kBackward };
-  // The buffers Run takes, in order (with a bias, it follows v):
-  static constexpr int kForwardBuffers = 5;   // q k v out stats
-  static constexpr int kBackwardBuffers = 9;  // q k v out stats grad_out
+  // The buffers Run takes, in order, the reads then the writes (with a
+  // bias, it follows v; with dropout, the (seed, offset) buffer follows the
+  // reads):
+  static constexpr int kForwardBuffers = 5;   // q k v | out stats
+  static constexpr int kBackwardBuffers = 9;  // q k v out stats grad_out |
                                               // grad_q grad_k grad_v
 
   struct Plan;
@@ -94,10 +101,10 @@ class CudaAttention {
 
   // The execution plan for extern step `step` (the cache key, with the
   // rest of the arguments), made and cached on the first call for a shape.
-  // Errors: INVALID_ARGUMENT for an empty shape or a dtype other than
-  // float16/bfloat16; UNIMPLEMENTED for a backward with cuDNN before 9.6,
-  // or when cuDNN has no engine for the case (with the first rejection);
-  // INTERNAL for a cuDNN failure.
+  // Errors: INVALID_ARGUMENT for an empty shape, a dtype other than
+  // float16/bfloat16 or a dropout outside [0, 1); UNIMPLEMENTED for a backward
+  // with cuDNN before 9.6, or when cuDNN has no engine for the case (with the
+  // first rejection); INTERNAL for a cuDNN failure.
   absl::StatusOr<Prepared> Prepare(int step, Direction direction, DType dtype,
                                    const AttentionDims& dims,
                                    const AttentionOptions& options) const;

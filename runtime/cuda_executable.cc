@@ -380,6 +380,13 @@ absl::Status CudaExecutable::RunAttention(
   absl::StatusOr<AttentionDims> dims = EvaluateAttention(a, symbols, elements);
   if (!dims.ok()) return dims.status();
   const bool forward = a.direction() == v1::Attention::FORWARD;
+  // The tensors' common alignment; dropout's (seed, offset) buffer, the
+  // last read, needs only its int64s' own.
+  absl::InlinedVector<int, 12> tensors(a.buffers().begin(), a.buffers().end());
+  if (a.dropout() > 0) {
+    const int rng = (forward ? 3 : 6) + (a.bias() ? 1 : 0);
+    tensors.erase(tensors.begin() + rng);
+  }
   absl::StatusOr<CudaAttention::Prepared> prepared =
       attention_->Prepare(step,
                           forward ? CudaAttention::Direction::kForward
@@ -390,7 +397,8 @@ absl::Status CudaExecutable::RunAttention(
                            .bias = a.bias(),
                            .bias_batch = a.bias_batch(),
                            .bias_heads = a.bias_heads(),
-                           .alignment = CommonAlignment(a.buffers(), buffers)});
+                           .dropout = a.dropout(),
+                           .alignment = CommonAlignment(tensors, buffers)});
   if (!prepared.ok()) return prepared.status();
   absl::StatusOr<DeviceAllocation> workspace =
       Workspace(allocator_, prepared->workspace_bytes, stream);

@@ -46,9 +46,14 @@ constexpr int kOperationMatmulDescriptor = 19;     // ..._OPERATION_MATMUL_
 constexpr int kReductionDescriptor = 21;           // ..._REDUCTION_DESCRIPTOR
 constexpr int kOperationReductionDescriptor = 22;  // ..._OPERATION_REDUCTION_
 constexpr int kOperationReshapeDescriptor = 31;    // ..._OPERATION_RESHAPE_
+constexpr int kRngDescriptor = 32;                 // ..._RNG_DESCRIPTOR
+constexpr int kOperationRngDescriptor = 33;        // ..._OPERATION_RNG_
 // cudnnDataType_t, more
 constexpr int kDataInt32 = 4;     // CUDNN_DATA_INT32
+constexpr int kDataInt64 = 10;    // CUDNN_DATA_INT64
 constexpr int kDataBoolean = 11;  // CUDNN_DATA_BOOLEAN
+// cudnnRngDistribution_t
+constexpr int kRngBernoulli = 0;
 // cudnnPointwiseMode_t
 constexpr int kPointwiseAdd = 0;
 constexpr int kPointwiseMul = 1;
@@ -68,6 +73,7 @@ constexpr int kTypeHandle = 0;
 constexpr int kTypeDataType = 1;
 constexpr int kTypeInt64 = 3;
 constexpr int kTypeFloat = 4;
+constexpr int kTypeDouble = 5;
 constexpr int kTypeVoidPtr = 6;
 constexpr int kTypeConvolutionMode = 7;
 constexpr int kTypeHeurMode = 8;
@@ -76,6 +82,7 @@ constexpr int kTypeBackendDescriptor = 15;
 constexpr int kTypeBoolean = 2;
 constexpr int kTypePointwiseMode = 14;
 constexpr int kTypeReductionOperatorType = 18;
+constexpr int kTypeRngDistribution = 29;
 // cudnnBackendAttributeName_t
 constexpr int kAttrConvCompType = 100;
 constexpr int kAttrConvMode = 101;
@@ -127,6 +134,12 @@ constexpr int kAttrOperationReductionY = 1611;
 constexpr int kAttrOperationReductionDesc = 1612;
 constexpr int kAttrOperationReshapeX = 2200;
 constexpr int kAttrOperationReshapeY = 2201;
+constexpr int kAttrRngDistribution = 2300;
+constexpr int kAttrRngBernoulliProbability = 2305;
+constexpr int kAttrOperationRngY = 2310;
+constexpr int kAttrOperationRngSeed = 2311;
+constexpr int kAttrOperationRngDesc = 2312;
+constexpr int kAttrOperationRngOffset = 2313;
 constexpr int kAttrVariantPackUniqueIds = 1000;
 constexpr int kAttrVariantPackDataPointers = 1001;
 constexpr int kAttrVariantPackWorkspace = 1003;

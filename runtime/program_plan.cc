@@ -185,13 +185,19 @@ absl::StatusOr<ProgramPlan::Extern> PlanAttention(
                      dtype ? DTypeName(*dtype) : "an unknown dtype",
                      " (float16 or bfloat16 only)"));
   }
+  if (!(a.dropout() >= 0 && a.dropout() < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: ", where, " has dropout ", a.dropout(),
+                     " (0 <= dropout < 1 allowed)"));
+  }
   std::vector<const char*> names = {"q", "k", "v"};
   if (a.bias()) names.push_back("bias");
-  const std::vector<const char*> rest =
+  if (!forward) names.insert(names.end(), {"out", "lse", "grad_out"});
+  if (a.dropout() > 0) names.push_back("rng");
+  const std::vector<const char*> writes =
       forward ? std::vector<const char*>{"out", "lse"}
-              : std::vector<const char*>{"out",    "lse",    "grad_out",
-                                         "grad_q", "grad_k", "grad_v"};
-  names.insert(names.end(), rest.begin(), rest.end());
+              : std::vector<const char*>{"grad_q", "grad_k", "grad_v"};
+  names.insert(names.end(), writes.begin(), writes.end());
   const int count = static_cast<int>(names.size());
   const int reads = count - (forward ? 2 : 3);
   if (a.buffers_size() != count) {
@@ -208,8 +214,9 @@ absl::StatusOr<ProgramPlan::Extern> PlanAttention(
   e.dtype = e.compute_dtype = e.c_dtype = *dtype;
   for (int m = 0; m < count; ++m) {
     const char* name = names[m];
-    const DType want =
-        std::string_view(name) == "lse" ? DType::kFloat32 : *dtype;
+    const DType want = std::string_view(name) == "lse"   ? DType::kFloat32
+                       : std::string_view(name) == "rng" ? DType::kInt64
+                                                         : *dtype;
     const int b = a.buffers(m);
     if (absl::Status s = CheckExternBuffer(b, name, name, want, where, plan,
                                            allocated, program);
@@ -572,9 +579,14 @@ absl::StatusOr<AttentionDims> EvaluateAttention(
     needs.push_back(count({a.bias_batch() ? d.batch : 1,
                            a.bias_heads() ? d.heads : 1, d.s_q, d.s_kv}));
   }
-  needs.insert(needs.end(), {o, lse});
-  if (a.direction() == v1::Attention::BACKWARD)
-    needs.insert(needs.end(), {o, q, k, v});
+  const bool forward = a.direction() == v1::Attention::FORWARD;
+  if (!forward) needs.insert(needs.end(), {o, lse, o});
+  if (a.dropout() > 0) needs.push_back(2);  // rng: (seed, offset)
+  if (forward) {
+    needs.insert(needs.end(), {o, lse});
+  } else {
+    needs.insert(needs.end(), {q, k, v});
+  }
   for (size_t m = 0;
        m < needs.size() && m < static_cast<size_t>(a.buffers_size()); ++m) {
     const int b = a.buffers(static_cast<int>(m));

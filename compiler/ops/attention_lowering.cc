@@ -16,11 +16,28 @@
 //   dq = ds @ k                dk = ds^T @ q
 // p and ds are rounded to the inputs' dtype before their products, as
 // PyTorch's math attention rounds them.
+//
+// The dropout ops (attention_dropout and its backward) multiply the
+// probabilities by keep / (1 - dropout_p) before the second product: the
+// library draws keep itself from the (seed, offset) pair in rng (cuDNN's
+// generator; its backward draws the same); written out, keep is Philox at
+// the score element's row-major index over [B, H, L, S], as native_dropout
+// draws (graph/ops/random.h), and the backward takes
+//   dv = (p * keep / (1 - dropout_p))^T @ dout
+//   ds = p * (dp * keep / (1 - dropout_p) - rowsum(dout * out)) * scale.
+// A program draws with one of the two for both directions: the library
+// only where both directions can use it (not under deterministic_gemms).
+// A pair the library drew has kLibraryDrawn set in its offset (the
+// library takes any offset): a backward written out cannot draw that mask
+// again and gives NaN gradients for such a pair rather than wrong ones
+// (python/kiln/attention.py, LIBRARY_DRAWN, where the eager body raises).
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "compiler/op_lowering.h"
 #include "compiler/ops/lowering_util.h"
+#include "graph/ops/random.h"
 
 namespace kiln {
 namespace {
@@ -29,6 +46,7 @@ using ops::LowerReductionOver;
 using ops::ReadKept;
 
 constexpr DType kF32 = DType::kFloat32;
+constexpr int64_t kLibraryDrawn = int64_t{1} << 62;
 
 Expr S(const SymExpr& e) { return ir::FromSym(e); }
 
@@ -42,6 +60,9 @@ Sizes SizesOf(const LoweredValue& q, const LoweredValue& v) {
           v.sizes[2], q.sizes[3], v.sizes[3]};
 }
 
+// Whether the library computes the call: `backward`, or a forward with
+// dropout (whose backward must draw the same mask), also needs
+// deterministic products off.
 bool UsesLibrary(const LowerContext& ctx, DType dtype, const Sizes& z,
                  bool backward) {
   const LowerOptions& o = ctx.options();
@@ -82,7 +103,30 @@ std::vector<LoweredValue> LibraryCall(
   return out;
 }
 
-AttentionCall CallOf(const Sizes& z, bool backward, bool causal, double scale) {
+// Dropout of one call: its probability and, as int64 expressions, the
+// Philox stream it draws from.
+struct Dropout {
+  double p = 0;
+  Expr seed, offset;
+  // Whether score element (n, i, j) is kept (bool): Philox at its
+  // row-major index over [B * H, L, S].
+  Expr Keep(const Sizes& z) const {
+    const Expr index = ir::Add(
+        ir::Mul(ir::Add(ir::Mul(ir::Var(0), S(z.l)), ir::Var(1)), S(z.s)),
+        ir::Var(2));
+    return ops::BernoulliDraw(ops::PhiloxWordAt(seed, offset, index, 1, 0),
+                              ops::BernoulliThreshold(1.0 - p));
+  }
+  // The factor of a score element kept or not (`keep`, bool) in float32:
+  // keep / (1 - p).
+  Expr Factor(const Expr& keep) const {
+    return ir::Binary(ExprOp::kMul, ir::Cast(keep, kF32),
+                      ir::Const(ops::DropoutScale(p), kF32), kF32);
+  }
+};
+
+AttentionCall CallOf(const Sizes& z, bool backward, bool causal, double scale,
+                     const Dropout* dropout) {
   AttentionCall c;
   c.backward = backward;
   c.batch = z.b;
@@ -93,6 +137,7 @@ AttentionCall CallOf(const Sizes& z, bool backward, bool causal, double scale) {
   c.d_v = z.ev;
   c.causal = causal;
   c.scale = scale;
+  if (dropout != nullptr) c.dropout = dropout->p;
   return c;
 }
 
@@ -188,21 +233,25 @@ LoweredValue Product(LowerContext& ctx, const LoweredValue& x,
                       g.operands, g.c);
 }
 
-// attention(q, k, v, attn_bias?, is_causal, scale) -> (out, lse).
-absl::StatusOr<std::vector<LoweredValue>> LowerAttention(LowerContext& ctx) {
+// attention(q, k, v, attn_bias?, is_causal, scale) -> (out, lse), with
+// `dropout` (attention_dropout) reading int64 [2] `rng` = (seed, offset).
+absl::StatusOr<std::vector<LoweredValue>> LowerAttentionWith(
+    LowerContext& ctx, const Dropout* dropout, const LoweredValue* rng) {
   const LoweredValue &q = ctx.value(0), &k = ctx.value(1), &v = ctx.value(2);
   const LoweredValue* bias = BiasArg(ctx, 3);
   const bool causal = ctx.arg(4).b;
   const double scale = ctx.arg(5).f;
   const DType dtype = ctx.out_type(0).dtype;
   const Sizes z = SizesOf(q, v);
-  if (UsesLibrary(ctx, dtype, z, /*backward=*/false)) {
-    AttentionCall call = CallOf(z, false, causal, scale);
+  if (UsesLibrary(ctx, dtype, z, /*backward=*/dropout != nullptr)) {
+    AttentionCall call = CallOf(z, false, causal, scale, dropout);
     std::vector<int> inputs;
     for (const LoweredValue* x : {&q, &k, &v})
       inputs.push_back(ops::ContiguousNode(ctx, *x, dtype));
     if (bias != nullptr)
       inputs.push_back(LibraryBias(ctx, *bias, z, dtype, call));
+    if (rng != nullptr)
+      inputs.push_back(ops::ContiguousNode(ctx, *rng, DType::kInt64));
     return LibraryCall(
         ctx, call, inputs,
         {{ctx.out_type(0).sizes, dtype}, {ctx.out_type(1).sizes, kF32}});
@@ -218,9 +267,12 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttention(LowerContext& ctx) {
   auto sum = LowerReductionOver(ctx, s.product, rows, true, ReduceKind::kSum,
                                 kF32, kF32, e, nullptr);
   if (!sum.ok()) return sum.status();
-  const LoweredValue p = ops::PointwiseNode(
-      ctx, {z.bh(), z.l, z.s}, dtype,
-      ir::Binary(ExprOp::kDiv, e, ReadKept((*sum)[0], rows), kF32));
+  Expr probs = ir::Binary(ExprOp::kDiv, e, ReadKept((*sum)[0], rows), kF32);
+  if (dropout != nullptr)
+    probs = ir::Binary(ExprOp::kMul, probs, dropout->Factor(dropout->Keep(z)),
+                       kF32);
+  const LoweredValue p =
+      ops::PointwiseNode(ctx, {z.bh(), z.l, z.s}, dtype, probs);
   const LoweredValue out =
       Heads(ctx, Product(ctx, p, Matrices(v, z.h), dtype), z, dtype);
   // lse[b, h, i] = max + log(sum) of row (b * H + h, i).
@@ -235,10 +287,39 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttention(LowerContext& ctx) {
   return std::vector<LoweredValue>{out, lse};
 }
 
+absl::StatusOr<std::vector<LoweredValue>> LowerAttention(LowerContext& ctx) {
+  return LowerAttentionWith(ctx, nullptr, nullptr);
+}
+
+// attention_dropout(q, k, v, attn_bias?, is_causal, scale, dropout_p, *,
+// seed, offset) -> (out, lse, rng = (seed, offset)).
+absl::StatusOr<std::vector<LoweredValue>> LowerAttentionDropout(
+    LowerContext& ctx) {
+  const ops::RandomArgs at = ops::RandomArgsOf(ctx.node());
+  const int64_t offset = ctx.arg(at.offset).i;
+  const Dropout dropout{ctx.arg(6).f,
+                        LowerContext::Read(ctx.value(at.seed), {}),
+                        ir::IntConst(offset)};
+  const bool library = UsesLibrary(ctx, ctx.out_type(0).dtype,
+                                   SizesOf(ctx.value(0), ctx.value(2)),
+                                   /*backward=*/true);
+  const LoweredValue rng = ops::PointwiseNode(
+      ctx, {SymExpr(2)}, DType::kInt64,
+      ir::Select(
+          ir::Binary(ExprOp::kEq, ir::Var(0), ir::IntConst(0), DType::kBool),
+          dropout.seed,
+          ir::IntConst(library ? (offset | kLibraryDrawn) : offset)));
+  auto outs = LowerAttentionWith(ctx, &dropout, &rng);
+  if (!outs.ok()) return outs.status();
+  outs->push_back(rng);
+  return outs;
+}
+
 // attention_backward(grad_out, q, k, v, attn_bias?, out, lse, is_causal,
 // scale) -> (grad_q, grad_k, grad_v).
-absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackward(
-    LowerContext& ctx) {
+// With `dropout` (attention_dropout_backward, reading `rng`).
+absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackwardWith(
+    LowerContext& ctx, const Dropout* dropout, const LoweredValue* rng) {
   const LoweredValue &dout = ctx.value(0), &q = ctx.value(1), &k = ctx.value(2),
                      &v = ctx.value(3), &out = ctx.value(5),
                      &lse = ctx.value(6);
@@ -248,7 +329,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackward(
   const DType dtype = ctx.out_type(0).dtype;
   const Sizes z = SizesOf(q, v);
   if (UsesLibrary(ctx, dtype, z, /*backward=*/true)) {
-    AttentionCall call = CallOf(z, true, causal, scale);
+    AttentionCall call = CallOf(z, true, causal, scale, dropout);
     std::vector<int> inputs;
     for (const LoweredValue* x : {&q, &k, &v})
       inputs.push_back(ops::ContiguousNode(ctx, *x, dtype));
@@ -257,6 +338,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackward(
     inputs.push_back(ops::ContiguousNode(ctx, out, dtype));
     inputs.push_back(ops::ContiguousNode(ctx, lse, kF32));
     inputs.push_back(ops::ContiguousNode(ctx, dout, dtype));
+    if (rng != nullptr)
+      inputs.push_back(ops::ContiguousNode(ctx, *rng, DType::kInt64));
     return LibraryCall(ctx, call, inputs,
                        {{ctx.out_type(0).sizes, dtype},
                         {ctx.out_type(1).sizes, dtype},
@@ -272,7 +355,21 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackward(
   const Expr p = ir::Unary(
       ExprOp::kExp, ir::Binary(ExprOp::kSub, s.masked, lse_row, kF32), kF32);
   const std::vector<SymExpr> scores{z.bh(), z.l, z.s};
-  const LoweredValue p_node = ops::PointwiseNode(ctx, scores, dtype, p);
+  // With dropout, the mask is drawn once into a bool node that both the
+  // dropped probabilities and ds read.
+  std::optional<LoweredValue> keep;
+  Expr factor;
+  if (dropout != nullptr) {
+    keep = ops::PointwiseNode(ctx, scores, DType::kBool, dropout->Keep(z));
+    factor = ir::Select(
+        ir::Binary(ExprOp::kGe, dropout->offset, ir::IntConst(kLibraryDrawn),
+                   DType::kBool),
+        ir::Const(NAN, kF32),
+        dropout->Factor(LowerContext::Read(*keep, IdentityIndex(3))));
+  }
+  const LoweredValue p_node = ops::PointwiseNode(
+      ctx, scores, dtype,
+      dropout != nullptr ? ir::Binary(ExprOp::kMul, p, factor, kF32) : p);
   const LoweredValue dout_m = Matrices(dout, z.h);
   const LoweredValue dv =
       Product(ctx,
@@ -290,7 +387,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackward(
   auto rowsum = LowerReductionOver(ctx, dout_m, last, true, ReduceKind::kSum,
                                    kF32, kF32, both, nullptr);
   if (!rowsum.ok()) return rowsum.status();
-  const Expr dp_x = ir::Cast(LowerContext::Read(dp, IdentityIndex(3)), kF32);
+  Expr dp_x = ir::Cast(LowerContext::Read(dp, IdentityIndex(3)), kF32);
+  if (dropout != nullptr) dp_x = ir::Binary(ExprOp::kMul, dp_x, factor, kF32);
   const Expr ds = ir::Binary(
       ExprOp::kMul,
       ir::Binary(
@@ -310,11 +408,30 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackward(
                                    Heads(ctx, dv, z, dtype)};
 }
 
+absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackward(
+    LowerContext& ctx) {
+  return LowerAttentionBackwardWith(ctx, nullptr, nullptr);
+}
+
+// attention_dropout_backward(grad_out, q, k, v, attn_bias?, out, lse,
+// is_causal, scale, dropout_p, rng) -> (grad_q, grad_k, grad_v).
+absl::StatusOr<std::vector<LoweredValue>> LowerAttentionDropoutBackward(
+    LowerContext& ctx) {
+  const LoweredValue& rng = ctx.value(10);
+  const Dropout dropout{ctx.arg(9).f,
+                        LowerContext::Read(rng, {ir::IntConst(0)}),
+                        LowerContext::Read(rng, {ir::IntConst(1)})};
+  return LowerAttentionBackwardWith(ctx, &dropout, &rng);
+}
+
 }  // namespace
 
 void RegisterAttentionLowerings(OpLowerings& table) {
   table.Add("kiln.attention.default", LowerAttention);
   table.Add("kiln.attention_backward.default", LowerAttentionBackward);
+  table.Add("kiln.attention_dropout.default", LowerAttentionDropout);
+  table.Add("kiln.attention_dropout_backward.default",
+            LowerAttentionDropoutBackward);
 }
 
 }  // namespace kiln

@@ -3,12 +3,17 @@
 // result rounded once to its dtype (out and the gradients in the inputs'
 // dtype, lse in float32). Where a library rounds the probabilities to the
 // inputs' dtype before the second product the difference is within the
-// dtype's tolerance (compiler/numerics.h).
+// dtype's tolerance (compiler/numerics.h). The dropout ops keep score
+// element (b, h, i, j) by Philox as native_dropout draws it
+// (graph/ops/random.h), at its row-major index over [B, H, L, S].
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "compiler/op_reference.h"
 #include "compiler/ops/reference_util.h"
+#include "graph/ops/random.h"
+#include "support/philox.h"
 
 namespace kiln {
 namespace {
@@ -39,6 +44,35 @@ Bias BiasOf(const RefContext& ctx, int arg, int64_t b, int64_t h) {
   return {&ctx.tensors[arg], b, h};
 }
 
+// attention_dropout's keep mask and scale (none: every element kept).
+struct Dropout {
+  double p = 0;
+  uint64_t seed = 0, offset = 0;
+  int64_t heads = 1, rows = 1, keys = 1;
+  // The factor of score element (b, h, i, j): 1 / (1 - p) or 0.
+  double operator()(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    if (p == 0) return 1;
+    const int64_t index = ((b * heads + h) * rows + i) * keys + j;
+    const uint32_t word =
+        Philox4x32(seed, offset,
+                   static_cast<uint64_t>(ops::PhiloxCall(
+                       index, 1)))[ops::PhiloxWord(index, 1, 0)];
+    constexpr uint32_t kMask = (uint32_t{1} << ops::kBernoulliBits) - 1;
+    const bool keep =
+        static_cast<int64_t>(word & kMask) < ops::BernoulliThreshold(1.0 - p);
+    return keep ? ops::DropoutScale(p) : 0.0;
+  }
+};
+Dropout DropoutOf(double p, int64_t seed, int64_t offset, const HostTensor& q,
+                  const HostTensor& k) {
+  return {p,
+          static_cast<uint64_t>(seed),
+          static_cast<uint64_t>(offset),
+          q.sizes()[1],
+          q.sizes()[2],
+          k.sizes()[2]};
+}
+
 // The probabilities of row i of head (b, h): softmax(scale * q k^T + bias)
 // over the keys, masked (causal) past the diagonal; `lse` its logsumexp.
 std::vector<double> Probabilities(const Head& q, const Head& k,
@@ -60,8 +94,9 @@ std::vector<double> Probabilities(const Head& q, const Head& k,
   return p;
 }
 
-absl::StatusOr<std::vector<HostTensor>> AttentionReference(
-    const RefContext& ctx) {
+// attention (with `dropout`, attention_dropout's first two outputs).
+absl::StatusOr<std::vector<HostTensor>> AttentionWith(const RefContext& ctx,
+                                                      const Dropout& dropout) {
   const HostTensor &q = ctx.tensors[0], &k = ctx.tensors[1],
                    &v = ctx.tensors[2];
   const bool causal = ctx.arg(4).b;
@@ -81,7 +116,8 @@ absl::StatusOr<std::vector<HostTensor>> AttentionReference(
         lse.SetDouble({b, h, i}, l);
         for (int64_t e = 0; e < dim_v; ++e) {
           double o = 0;
-          for (int64_t j = 0; j < keys; ++j) o += p[j] * vh(j, e);
+          for (int64_t j = 0; j < keys; ++j)
+            o += p[j] * dropout(b, h, i, j) * vh(j, e);
           out.SetDouble({b, h, i, e}, o);
         }
       }
@@ -90,10 +126,34 @@ absl::StatusOr<std::vector<HostTensor>> AttentionReference(
   return std::vector<HostTensor>{std::move(out), std::move(lse)};
 }
 
+absl::StatusOr<std::vector<HostTensor>> AttentionReference(
+    const RefContext& ctx) {
+  return AttentionWith(ctx, Dropout{});
+}
+
+// attention_dropout: attention's outputs with the keep mask, and rng =
+// (seed, offset).
+absl::StatusOr<std::vector<HostTensor>> AttentionDropoutReference(
+    const RefContext& ctx) {
+  const ops::RandomArgs at = ops::RandomArgsOf(ctx.node);
+  const int64_t seed = ctx.tensors[at.seed].GetIntAt(0);
+  const int64_t offset = ctx.arg(at.offset).i;
+  auto outs = AttentionWith(ctx, DropoutOf(ctx.arg(6).f, seed, offset,
+                                           ctx.tensors[0], ctx.tensors[1]));
+  if (!outs.ok()) return outs.status();
+  HostTensor rng = HostTensor::Empty(ctx.out_dtypes[2], ctx.out_sizes[2]);
+  rng.SetIntAt(0, seed);
+  rng.SetIntAt(1, offset);
+  outs->push_back(std::move(rng));
+  return outs;
+}
+
 // The gradients from the exact probabilities (the saved out and lse are
 // the forward's, so they agree with them to the dtype's rounding).
-absl::StatusOr<std::vector<HostTensor>> AttentionBackwardReference(
-    const RefContext& ctx) {
+// With `dropout`: dv from the dropped probabilities, the softmax's
+// gradient from dout @ v^T times the mask's factors.
+absl::StatusOr<std::vector<HostTensor>> AttentionBackwardWith(
+    const RefContext& ctx, const Dropout& dropout) {
   const HostTensor &dout = ctx.tensors[0], &q = ctx.tensors[1],
                    &k = ctx.tensors[2], &v = ctx.tensors[3];
   const bool causal = ctx.arg(7).b;
@@ -114,14 +174,17 @@ absl::StatusOr<std::vector<HostTensor>> AttentionBackwardReference(
             Probabilities(qh, kh, bias, i, keys, dim, causal, scale, &l);
         std::vector<double> dp(keys, 0.0);
         double rowdot = 0;
+        std::vector<double> factor(keys);
         for (int64_t j = 0; j < keys; ++j) {
+          factor[j] = dropout(b, h, i, j);
           for (int64_t e = 0; e < dim_v; ++e) dp[j] += doh(i, e) * vh(j, e);
+          dp[j] *= factor[j];
           rowdot += p[j] * dp[j];
         }
         for (int64_t j = 0; j < keys; ++j) {
           const double ds = p[j] * (dp[j] - rowdot) * scale;
           for (int64_t e = 0; e < dim_v; ++e)
-            dv[(bh * keys + j) * dim_v + e] += p[j] * doh(i, e);
+            dv[(bh * keys + j) * dim_v + e] += p[j] * factor[j] * doh(i, e);
           for (int64_t e = 0; e < dim; ++e) {
             dq[(bh * rows + i) * dim + e] += ds * kh(j, e);
             dk[(bh * keys + j) * dim + e] += ds * qh(i, e);
@@ -140,11 +203,27 @@ absl::StatusOr<std::vector<HostTensor>> AttentionBackwardReference(
   return grads;
 }
 
+absl::StatusOr<std::vector<HostTensor>> AttentionBackwardReference(
+    const RefContext& ctx) {
+  return AttentionBackwardWith(ctx, Dropout{});
+}
+
+absl::StatusOr<std::vector<HostTensor>> AttentionDropoutBackwardReference(
+    const RefContext& ctx) {
+  const HostTensor& rng = ctx.tensors[10];
+  return AttentionBackwardWith(
+      ctx, DropoutOf(ctx.arg(9).f, rng.GetIntAt(0), rng.GetIntAt(1),
+                     ctx.tensors[1], ctx.tensors[2]));
+}
+
 }  // namespace
 
 void RegisterAttentionReferences(OpReferences& table) {
   table.Add("kiln.attention.default", AttentionReference);
   table.Add("kiln.attention_backward.default", AttentionBackwardReference);
+  table.Add("kiln.attention_dropout.default", AttentionDropoutReference);
+  table.Add("kiln.attention_dropout_backward.default",
+            AttentionDropoutBackwardReference);
 }
 
 }  // namespace kiln

@@ -3,6 +3,7 @@
 #include <optional>
 #include <utility>
 
+#include "graph/ops/random.h"
 #include "graph/ops/signature_util.h"
 
 namespace kiln::ops {
@@ -241,6 +242,30 @@ std::vector<LoweredValue> ScatterOutput(LowerContext& ctx,
       ctx, ir::Cast(LowerContext::Read(
                         sum, IdentityIndex(static_cast<int>(sum.sizes.size()))),
                     dtype))};
+}
+
+Expr PhiloxWordAt(const Expr& seed, const Expr& offset, const Expr& index,
+                  int words, int which) {
+  const int per_call = kPhiloxWords / words;
+  const Expr call = ir::Binary(ExprOp::kFloorDiv, index, ir::IntConst(per_call),
+                               DType::kInt64);
+  const Expr lane = ir::Binary(ExprOp::kRemainder, index,
+                               ir::IntConst(per_call), DType::kInt64);
+  Expr word = ir::Philox(seed, offset, call, (per_call - 1) * words + which);
+  for (int l = per_call - 2; l >= 0; --l) {
+    word =
+        ir::Select(ir::Binary(ExprOp::kEq, lane, ir::IntConst(l), DType::kBool),
+                   ir::Philox(seed, offset, call, l * words + which), word);
+  }
+  return word;
+}
+
+Expr BernoulliDraw(const Expr& word, int64_t threshold) {
+  return ir::Binary(ExprOp::kLt,
+                    ir::Binary(ExprOp::kBitAnd, word,
+                               ir::IntConst((int64_t{1} << kBernoulliBits) - 1),
+                               DType::kInt64),
+                    ir::IntConst(threshold), DType::kBool);
 }
 
 }  // namespace kiln::ops

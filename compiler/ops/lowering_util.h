@@ -18,9 +18,9 @@ namespace kiln::ops {
 // of body (default: `in` cast to `compute`); `finalize` maps the
 // accumulator and the reduced element count to the result (null: acc).
 absl::StatusOr<std::vector<LoweredValue>> LowerReductionOver(
-    LowerContext& ctx, const LoweredValue& in, const std::vector<bool>& reduced, bool keepdim,
-    ReduceKind kind, DType compute, DType out_dtype, Expr body_override,
-    std::function<Expr(Expr acc, Expr count)> finalize);
+    LowerContext& ctx, const LoweredValue& in, const std::vector<bool>& reduced,
+    bool keepdim, ReduceKind kind, DType compute, DType out_dtype,
+    Expr body_override, std::function<Expr(Expr acc, Expr count)> finalize);
 // A keepdim reduction result `r` read broadcast over its input space.
 Expr ReadKept(const LoweredValue& r, const std::vector<bool>& reduced);
 
@@ -86,6 +86,19 @@ LoweredValue AddGemm(LowerContext& ctx, const LoweredValue& x,
                      const LoweredValue& y, double alpha,
                      const std::vector<SymExpr>& sizes, DType data,
                      std::optional<DType> result = std::nullopt);
+
+// Word `which` (< words) of Philox stream (seed, offset) (int64
+// expressions) for the element at row-major `index` of an op drawing
+// `words` words per element (graph/ops/random.h: PhiloxCall, PhiloxWord).
+// The elements of a call are consecutive, so where a kernel runs them
+// together (a vector group on CUDA) the compiler computes the call once for
+// all of them.
+Expr PhiloxWordAt(const Expr& seed, const Expr& offset, const Expr& index,
+                  int words, int which);
+
+// A Bernoulli draw (bool) of `word`: its low kBernoulliBits bits <
+// `threshold` (graph/ops/random.h, BernoulliThreshold).
+Expr BernoulliDraw(const Expr& word, int64_t threshold);
 
 }  // namespace kiln::ops
 

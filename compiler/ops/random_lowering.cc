@@ -28,28 +28,14 @@ Expr LinearIndex(const std::vector<SymExpr>& sizes) {
 }
 
 // Word `which` (< words) of each element of `sizes` for an op drawing
-// `words` words per element (graph/ops/random.h): PhiloxWord(i) of the
-// call PhiloxCall(i) at the element's row-major index i. The elements of a
-// call are consecutive, so where a kernel runs them together (a vector
-// group on CUDA) the compiler computes the call once for all of them.
+// `words` words per element: the word at the element's row-major index of
+// the node's stream (its seed and offset keywords).
 Expr Word(const LowerContext& ctx, const std::vector<SymExpr>& sizes, int words,
           int which) {
   const ops::RandomArgs at = ops::RandomArgsOf(ctx.node());
-  const Expr seed = LowerContext::Read(ctx.value(at.seed), {});
-  const Expr offset = ir::IntConst(ctx.arg(at.offset).i);
-  const int per_call = ops::kPhiloxWords / words;
-  const Expr index = LinearIndex(sizes);
-  const Expr call = ir::Binary(ExprOp::kFloorDiv, index, ir::IntConst(per_call),
-                               DType::kInt64);
-  const Expr lane = ir::Binary(ExprOp::kRemainder, index,
-                               ir::IntConst(per_call), DType::kInt64);
-  Expr word = ir::Philox(seed, offset, call, (per_call - 1) * words + which);
-  for (int l = per_call - 2; l >= 0; --l) {
-    word =
-        ir::Select(ir::Binary(ExprOp::kEq, lane, ir::IntConst(l), DType::kBool),
-                   ir::Philox(seed, offset, call, l * words + which), word);
-  }
-  return word;
+  return ops::PhiloxWordAt(LowerContext::Read(ctx.value(at.seed), {}),
+                           ir::IntConst(ctx.arg(at.offset).i),
+                           LinearIndex(sizes), words, which);
 }
 
 // The low `bits` bits of `word` as an int64.
@@ -62,12 +48,6 @@ Expr LowBits(const Expr& word, int bits) {
 Expr Uniform(const Expr& word, int bits) {
   return ir::Binary(ExprOp::kMul, ir::Cast(LowBits(word, bits), kF32),
                     ir::Const(std::ldexp(1.0, -bits), kF32), kF32);
-}
-
-// Bernoulli draw (bool) of `word` against an integer threshold.
-Expr Draw(const Expr& word, int64_t threshold) {
-  return ir::Binary(ExprOp::kLt, LowBits(word, ops::kBernoulliBits),
-                    ir::IntConst(threshold), DType::kBool);
 }
 
 Expr MulF(Expr a, Expr b) {
@@ -99,8 +79,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerBernoulliP(LowerContext& ctx) {
   const std::vector<SymExpr>& sizes = ctx.out_type().sizes;
   const int64_t threshold =
       ops::BernoulliThreshold(ctx.arg(1).ScalarAsDouble());
-  return std::vector<LoweredValue>{
-      ops::PointwiseOutput(ctx, Draw(Word(ctx, sizes, 1, 0), threshold))};
+  return std::vector<LoweredValue>{ops::PointwiseOutput(
+      ctx, ops::BernoulliDraw(Word(ctx, sizes, 1, 0), threshold))};
 }
 
 // bernoulli.default: 1 iff a 24-bit uniform < p.
@@ -140,7 +120,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerNativeDropout(
   // time; where the mask is not stored, fusion inlines it as before.
   const LoweredValue mask =
       BoolNode(ctx, sizes,
-               Draw(Word(ctx, sizes, 1, 0), ops::BernoulliThreshold(1.0 - p)));
+               ops::BernoulliDraw(Word(ctx, sizes, 1, 0),
+                                  ops::BernoulliThreshold(1.0 - p)));
   const Expr keep =
       LowerContext::Read(mask, IdentityIndex(static_cast<int>(sizes.size())));
   const Expr out =

@@ -13,10 +13,23 @@
 //   kiln.attention_backward(grad_out, q, k, v, attn_bias?, out, lse,
 //     is_causal, scale) -> (grad_q, grad_k, grad_v), shaped as q, k, v
 //     (the bias gets no gradient).
+//   kiln.attention_dropout(q, k, v, attn_bias?, is_causal, scale, dropout_p,
+//     *, seed, offset) -> (out, lse, rng): the same with dropout on the
+//     probabilities: out = (softmax(...) * keep / (1 - dropout_p)) @ v,
+//     keep ~ Bernoulli(1 - dropout_p) per score element; lse is the
+//     undropped softmax's; rng, int64 [2], is (seed, offset) for the
+//     backward. A random op (graph/ops/random.h: Kiln's seed and offset
+//     keywords); the keep mask is drawn by the device's attention library
+//     where one computes the call (cuDNN), else from Philox as
+//     native_dropout draws (compiler/ops/attention_lowering.cc).
+//   kiln.attention_dropout_backward(grad_out, q, k, v, attn_bias?, out, lse,
+//     is_causal, scale, dropout_p, rng) -> (grad_q, grad_k, grad_v): its
+//     gradient, the keep mask drawn again from rng.
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "graph/ops/random.h"
 #include "graph/ops/signature_util.h"
 
 namespace kiln::ops {
@@ -116,6 +129,32 @@ absl::StatusOr<std::vector<DType>> AttentionDTypes(const OpContext& ctx) {
   return std::vector<DType>{*d, DType::kFloat32};
 }
 
+// dropout_p (argument `arg`) is a probability.
+absl::Status CheckDropout(const OpContext& ctx, int arg) {
+  const double p = ctx.arg(arg).f;
+  if (p >= 0 && p <= 1) return absl::OkStatus();
+  return ctx.Invalid(
+      absl::StrCat("dropout_p must be between 0 and 1, got ", p));
+}
+
+// attention_dropout: attention's outputs and rng, int64 [2].
+absl::StatusOr<Shapes> AttentionDropoutShape(const OpContext& ctx) {
+  if (absl::Status s = CheckSeed(ctx); !s.ok()) return s;
+  if (absl::Status s = CheckDropout(ctx, 6); !s.ok()) return s;
+  auto shapes = AttentionShape(ctx);
+  if (!shapes.ok()) return shapes.status();
+  shapes->push_back({SymExpr(2)});
+  return shapes;
+}
+
+absl::StatusOr<std::vector<DType>> AttentionDropoutDTypes(
+    const OpContext& ctx) {
+  auto d = AttentionDTypes(ctx);
+  if (!d.ok()) return d.status();
+  d->push_back(DType::kInt64);
+  return d;
+}
+
 // attention_backward(grad_out, q, k, v, attn_bias?, out, lse, is_causal,
 // scale).
 absl::StatusOr<Shapes> AttentionBackwardShape(const OpContext& ctx) {
@@ -147,6 +186,19 @@ absl::StatusOr<std::vector<DType>> AttentionBackwardDTypes(
   return std::vector<DType>{*d, *d, *d};
 }
 
+// attention_dropout_backward: attention_backward's arguments, then
+// dropout_p and rng (int64 [2], attention_dropout's).
+absl::StatusOr<Shapes> AttentionDropoutBackwardShape(const OpContext& ctx) {
+  if (absl::Status s = CheckDropout(ctx, 9); !s.ok()) return s;
+  const TensorType& rng = ctx.type(10);
+  if (rng.dtype != DType::kInt64 || rng.sizes != std::vector<SymExpr>{2}) {
+    return ctx.Invalid(
+        absl::StrCat("rng must be attention_dropout's int64 [2], got ",
+                     DTypeName(rng.dtype), " ", ShapeString(rng.sizes)));
+  }
+  return AttentionBackwardShape(ctx);
+}
+
 }  // namespace
 }  // namespace kiln::ops
 
@@ -154,6 +206,7 @@ namespace kiln {
 
 void RegisterAttentionSignatures(OpSignatures& table) {
   using ops::Arg;
+  using ops::KwArg;
   table.Add(
       {.name = "kiln.attention.default",
        .op_class = OpClass::kExtern,
@@ -177,6 +230,33 @@ void RegisterAttentionSignatures(OpSignatures& table) {
                   Arg("scale", ArgKind::kFloat)},
        .num_outputs = 3,
        .shape = ops::AttentionBackwardShape,
+       .dtype = ops::AttentionBackwardDTypes});
+  table.Add(
+      {.name = "kiln.attention_dropout.default",
+       .op_class = OpClass::kExtern,
+       .schema = {Arg("query", ArgKind::kTensor), Arg("key", ArgKind::kTensor),
+                  Arg("value", ArgKind::kTensor),
+                  Arg("attn_bias", ArgKind::kOptionalTensor),
+                  Arg("is_causal", ArgKind::kBool),
+                  Arg("scale", ArgKind::kFloat),
+                  Arg("dropout_p", ArgKind::kFloat),
+                  KwArg("seed", ArgKind::kOptionalTensor, Attr::None()),
+                  KwArg("offset", ArgKind::kInt, Attr::Int(0))},
+       .num_outputs = 3,
+       .shape = ops::AttentionDropoutShape,
+       .dtype = ops::AttentionDropoutDTypes});
+  table.Add(
+      {.name = "kiln.attention_dropout_backward.default",
+       .op_class = OpClass::kExtern,
+       .schema =
+           {Arg("grad_out", ArgKind::kTensor), Arg("query", ArgKind::kTensor),
+            Arg("key", ArgKind::kTensor), Arg("value", ArgKind::kTensor),
+            Arg("attn_bias", ArgKind::kOptionalTensor),
+            Arg("out", ArgKind::kTensor), Arg("lse", ArgKind::kTensor),
+            Arg("is_causal", ArgKind::kBool), Arg("scale", ArgKind::kFloat),
+            Arg("dropout_p", ArgKind::kFloat), Arg("rng", ArgKind::kTensor)},
+       .num_outputs = 3,
+       .shape = ops::AttentionDropoutBackwardShape,
        .dtype = ops::AttentionBackwardDTypes});
 }
 

@@ -52,6 +52,26 @@ bool DropoutTrains(const Node& node) {
   return train.is_none() || train.ScalarAsDouble() != 0;
 }
 
+absl::Status CheckSeed(const OpContext& ctx) {
+  const RandomArgs at = RandomArgsOf(ctx.node());
+  if (!ctx.is_tensor(at.seed)) {
+    return ctx.Invalid(
+        "a random op needs Kiln's `seed` keyword: an int64 0-dim tensor (the "
+        "torch backend adds it)");
+  }
+  const TensorType& seed = ctx.type(at.seed);
+  if (seed.dtype != DType::kInt64 || seed.rank() != 0) {
+    return ctx.Invalid(absl::StrCat("seed must be an int64 0-dim tensor, got ",
+                                    DTypeName(seed.dtype), " of rank ",
+                                    seed.rank()));
+  }
+  if (ctx.arg(at.offset).i < 0) {
+    return ctx.Invalid(absl::StrCat("offset must be non-negative, got ",
+                                    ctx.arg(at.offset).i));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace ops
 
 namespace {
@@ -84,28 +104,6 @@ std::vector<ArgSpec> RandLike() {
   return Seeded(std::move(s));
 }
 
-// The seed keyword is given and is an int64 0-dim tensor; the offset is
-// non-negative.
-absl::Status CheckSeed(const OpContext& ctx) {
-  const ops::RandomArgs at = ops::RandomArgsOf(ctx.node());
-  if (!ctx.is_tensor(at.seed)) {
-    return ctx.Invalid(
-        "a random op needs Kiln's `seed` keyword: an int64 0-dim tensor (the "
-        "torch backend adds it)");
-  }
-  const TensorType& seed = ctx.type(at.seed);
-  if (seed.dtype != DType::kInt64 || seed.rank() != 0) {
-    return ctx.Invalid(absl::StrCat("seed must be an int64 0-dim tensor, got ",
-                                    DTypeName(seed.dtype), " of rank ",
-                                    seed.rank()));
-  }
-  if (ctx.arg(at.offset).i < 0) {
-    return ctx.Invalid(
-        absl::StrCat("offset must be non-negative, got ", ctx.arg(at.offset).i));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CheckFloating(const OpContext& ctx, DType d,
                            absl::string_view what) {
   if (IsFloating(d)) return absl::OkStatus();
@@ -120,7 +118,7 @@ absl::Status CheckProbability(const OpContext& ctx, double p) {
 }
 
 absl::StatusOr<Shapes> RandShape(const OpContext& ctx) {
-  if (absl::Status s = CheckSeed(ctx); !s.ok()) return s;
+  if (absl::Status s = ops::CheckSeed(ctx); !s.ok()) return s;
   for (const SymExpr& e : ctx.arg(0).ints) {
     if (auto c = e.AsConstant(); c && *c < 0)
       return ctx.Invalid(absl::StrCat("negative size ", *c));
@@ -135,7 +133,7 @@ absl::StatusOr<std::vector<DType>> RandDType(const OpContext& ctx) {
 }
 
 absl::StatusOr<Shapes> RandLikeShape(const OpContext& ctx) {
-  if (absl::Status s = CheckSeed(ctx); !s.ok()) return s;
+  if (absl::Status s = ops::CheckSeed(ctx); !s.ok()) return s;
   return Shapes{ctx.type(0).sizes};
 }
 
@@ -147,7 +145,7 @@ absl::StatusOr<std::vector<DType>> RandLikeDType(const OpContext& ctx) {
 
 // bernoulli.p: self's sizes and dtype (any dtype: 0 or 1).
 absl::StatusOr<Shapes> BernoulliPShape(const OpContext& ctx) {
-  if (absl::Status s = CheckSeed(ctx); !s.ok()) return s;
+  if (absl::Status s = ops::CheckSeed(ctx); !s.ok()) return s;
   if (absl::Status s = CheckProbability(ctx, ctx.arg(1).ScalarAsDouble());
       !s.ok())
     return s;
@@ -156,7 +154,7 @@ absl::StatusOr<Shapes> BernoulliPShape(const OpContext& ctx) {
 
 // bernoulli.default: self holds the probabilities.
 absl::StatusOr<Shapes> BernoulliShape(const OpContext& ctx) {
-  if (absl::Status s = CheckSeed(ctx); !s.ok()) return s;
+  if (absl::Status s = ops::CheckSeed(ctx); !s.ok()) return s;
   return Shapes{ctx.type(0).sizes};
 }
 
@@ -172,7 +170,7 @@ absl::StatusOr<std::vector<DType>> FloatingSelfDType(const OpContext& ctx) {
 
 // native_dropout: (output, mask) of input's sizes.
 absl::StatusOr<Shapes> DropoutShape(const OpContext& ctx) {
-  if (absl::Status s = CheckSeed(ctx); !s.ok()) return s;
+  if (absl::Status s = ops::CheckSeed(ctx); !s.ok()) return s;
   const Attr& train = ctx.arg(2);
   if (!train.is_none() && train.kind != Attr::Kind::kBool)
     return ctx.Invalid("train must be a bool or None");

@@ -19,8 +19,10 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "graph/dtype.h"
 #include "graph/graph.h"
+#include "graph/op_signature.h"
 
 namespace kiln::ops {
 
@@ -42,6 +44,11 @@ struct RandomArgs {
   int offset = -1;
 };
 RandomArgs RandomArgsOf(const Node& node);
+
+// Checks `ctx`'s node (a random op) for its seed and offset keywords: the
+// seed given, an int64 0-dim tensor; the offset non-negative. Errors:
+// INVALID_ARGUMENT naming the node.
+absl::Status CheckSeed(const OpContext& ctx);
 
 // Uniform [0, 1) in dtype d as PyTorch builds it from random bits: the low
 // UniformBits(d) bits of a word times 2^-UniformBits(d) (24 for float32, 11

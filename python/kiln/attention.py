@@ -71,7 +71,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from .fx_graph import size_hint
+from .fx_graph import draw_seed, size_hint
 
 __all__ = ["ATTENTION_POLICIES", "fused_eligible", "resolve_policy",
            "rewrite_attention", "sdpa_fused", "sdpa_math"]
@@ -251,6 +251,178 @@ def _attention_backward(ctx: Any, grad_out: torch.Tensor,
 attention_op.register_autograd(_attention_backward,
                                setup_context=_attention_setup)
 
+
+# ---- with dropout: kiln::attention_dropout and its backward ----
+#
+# The keep mask is Bernoulli(1 - dropout_p) per score element, drawn from
+# Philox4x32-10 at (seed, offset) as Kiln's native_dropout draws it
+# (graph/ops/random.h): these eager bodies compute the same bits with
+# tensor ops, so an eager forward and a Kiln backward (or the reverse)
+# agree. Where cuDNN computes a call on CUDA it draws from its own Philox
+# generator instead, and marks the pair's offset with LIBRARY_DRAWN; a
+# backward that is not cuDNN's cannot draw that mask again and refuses
+# the pair (this body raises, Kiln's kernels give NaN gradients) rather
+# than give silently wrong gradients.
+
+LIBRARY_DRAWN = 1 << 62
+
+_M32 = 0xFFFFFFFF
+_PHILOX_M = (0xD2511F53, 0xCD9E8D57)
+_PHILOX_W = (0x9E3779B9, 0xBB67AE85)
+_BERNOULLI_BITS = 24
+
+
+def philox_words(seed: torch.Tensor, offset: torch.Tensor,
+                 calls: int) -> torch.Tensor:
+    """Words [calls, 4] of Philox4x32-10 (support/philox.h) for counters
+    0 .. calls - 1 of stream (seed, offset) (int64 0-dim tensors), as int64
+    holding uint32 values, on their device. int64 products wrap as uint64
+    products do, so the high and low halves are exact."""
+    index = torch.arange(calls, dtype=torch.int64, device=seed.device)
+    c = [index & _M32, index >> 32, (offset & _M32).expand_as(index),
+         ((offset >> 32) & _M32).expand_as(index)]
+    k0, k1 = seed & _M32, (seed >> 32) & _M32
+    for _ in range(10):
+        p0 = c[0] * _PHILOX_M[0]
+        p1 = c[2] * _PHILOX_M[1]
+        c = [((p1 >> 32) & _M32) ^ c[1] ^ k0, p1 & _M32,
+             ((p0 >> 32) & _M32) ^ c[3] ^ k1, p0 & _M32]
+        k0 = (k0 + _PHILOX_W[0]) & _M32
+        k1 = (k1 + _PHILOX_W[1]) & _M32
+    return torch.stack(c, dim=-1)
+
+
+def dropout_keep(shape: torch.Size, dropout_p: float,
+                 rng: torch.Tensor) -> torch.Tensor:
+    """The keep mask (bool, `shape`) of stream rng = (seed, offset): element
+    i (row-major) keeps iff the low 24 bits of word i % 4 of Philox call
+    i // 4 are below ceil((1 - dropout_p) * 2^24) (graph/ops/random.h)."""
+    n = math.prod(shape)
+    words = philox_words(rng[0], rng[1], (n + 3) // 4).reshape(-1)[:n]
+    keep = 1.0 - dropout_p
+    threshold = 0 if keep <= 0 else (1 << _BERNOULLI_BITS) if keep >= 1 \
+        else math.ceil(keep * (1 << _BERNOULLI_BITS))
+    bits = words & ((1 << _BERNOULLI_BITS) - 1)
+    return (bits < threshold).reshape(shape)
+
+
+def _dropout_schema(backward: bool) -> str:
+    if backward:
+        return ("(Tensor grad_out, Tensor query, Tensor key, Tensor value, "
+                "Tensor? attn_bias, Tensor out, Tensor lse, bool is_causal, "
+                "float scale, float dropout_p, Tensor rng) "
+                "-> (Tensor, Tensor, Tensor)")
+    return ("(Tensor query, Tensor key, Tensor value, Tensor? attn_bias, "
+            "bool is_causal, float scale, float dropout_p) "
+            "-> (Tensor, Tensor, Tensor)")
+
+
+# Not merged with an identical call by common-subexpression elimination
+# (torch versions whose custom_op takes tags).
+_RANDOM_TAGS = ({"tags": (torch.Tag.nondeterministic_seeded,)}
+                if "tags" in inspect.signature(
+                    torch.library.custom_op).parameters else {})
+
+
+@torch.library.custom_op("kiln::attention_dropout", mutates_args=(),
+                         schema=_dropout_schema(False), **_RANDOM_TAGS)
+def attention_dropout_op(query: torch.Tensor, key: torch.Tensor,
+                         value: torch.Tensor,
+                         attn_bias: Optional[torch.Tensor], is_causal: bool,
+                         scale: float, dropout_p: float
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, lse, rng): attention_op with dropout on the probabilities,
+    out = (p * keep / (1 - dropout_p)) @ v, lse the undropped softmax's,
+    rng = (seed, offset) int64 [2] for the backward: a seed drawn from
+    torch's generator of the device (draw_seed), offset 0. This body runs
+    only where Kiln does not."""
+    rng = torch.stack([draw_seed(query.device),
+                       torch.zeros((), dtype=torch.int64,
+                                   device=query.device)])
+    s = _attention_scores(query, key, attn_bias, is_causal, scale)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse.unsqueeze(-1))
+    keep = dropout_keep(p.shape, dropout_p, rng)
+    p = (p * keep / (1.0 - dropout_p)).to(query.dtype)
+    return torch.matmul(p, value).contiguous(), lse.contiguous(), rng
+
+
+@attention_dropout_op.register_fake
+def _attention_dropout_fake(query: torch.Tensor, key: torch.Tensor,
+                            value: torch.Tensor,
+                            attn_bias: Optional[torch.Tensor],
+                            is_causal: bool, scale: float, dropout_p: float
+                            ) -> tuple[torch.Tensor, torch.Tensor,
+                                       torch.Tensor]:
+    out, lse = _attention_fake(query, key, value, attn_bias, is_causal, scale)
+    return out, lse, query.new_empty((2,), dtype=torch.int64)
+
+
+@torch.library.custom_op("kiln::attention_dropout_backward",
+                         mutates_args=(), schema=_dropout_schema(True))
+def attention_dropout_backward_op(
+        grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+        value: torch.Tensor, attn_bias: Optional[torch.Tensor],
+        out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: float,
+        dropout_p: float, rng: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(grad_q, grad_k, grad_v) of attention_dropout_op, the mask drawn
+    again from rng. Raises RuntimeError for a pair cuDNN drew (its offset
+    marked LIBRARY_DRAWN): that mask cannot be drawn here. This body runs
+    only where Kiln does not."""
+    if int(rng[1]) >= LIBRARY_DRAWN:
+        raise RuntimeError(
+            "kiln::attention_dropout_backward: cuDNN drew this attention's "
+            "dropout mask in a Kiln-compiled forward, and this backward runs "
+            "eagerly, where that mask cannot be drawn again; run the "
+            "backward through Kiln too, or use attention='decompose'")
+    dtype = query.dtype
+    s = _attention_scores(query, key, attn_bias, is_causal, scale)
+    p = torch.exp(s - lse.unsqueeze(-1))
+    factor = dropout_keep(p.shape, dropout_p, rng) / (1.0 - dropout_p)
+    g = grad_out.float()
+    grad_v = torch.matmul((p * factor).to(dtype).transpose(-2, -1), grad_out)
+    dp = torch.matmul(g, value.float().transpose(-2, -1)) * factor
+    rowsum = (g * out.float()).sum(-1, keepdim=True)
+    ds = (p * (dp - rowsum) * scale).to(dtype)
+    grad_q = torch.matmul(ds, key)
+    grad_k = torch.matmul(ds.transpose(-2, -1), query)
+    return grad_q.contiguous(), grad_k.contiguous(), grad_v.contiguous()
+
+
+@attention_dropout_backward_op.register_fake
+def _attention_dropout_backward_fake(
+        grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+        value: torch.Tensor, attn_bias: Optional[torch.Tensor],
+        out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: float,
+        dropout_p: float, rng: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (query.new_empty(query.shape), key.new_empty(key.shape),
+            value.new_empty(value.shape))
+
+
+def _attention_dropout_setup(ctx: Any, inputs: Any, output: Any) -> None:
+    query, key, value, attn_bias, is_causal, scale, dropout_p = inputs
+    out, lse, rng = output
+    ctx.save_for_backward(query, key, value, attn_bias, out, lse, rng)
+    ctx.is_causal = is_causal
+    ctx.scale = scale
+    ctx.dropout_p = dropout_p
+
+
+def _attention_dropout_backward(ctx: Any, grad_out: torch.Tensor,
+                                grad_lse: Optional[torch.Tensor],
+                                grad_rng: Optional[torch.Tensor]) -> Any:
+    query, key, value, attn_bias, out, lse, rng = ctx.saved_tensors
+    grads = attention_dropout_backward_op(
+        grad_out.contiguous(), query, key, value, attn_bias, out, lse,
+        ctx.is_causal, ctx.scale, ctx.dropout_p, rng)
+    return (*grads, None, None, None, None)
+
+
+attention_dropout_op.register_autograd(
+    _attention_dropout_backward, setup_context=_attention_dropout_setup)
+
 # The head dims cuDNN's fused engines take (runtime/cuda_attention.h): up to
 # 128, and up to 256 on sm_90 and later (compiler/compile.cc: cuDNN 9 ran
 # 160, 192 and 256 forward and backward on an H200).
@@ -275,7 +447,9 @@ def sdpa_fused(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                scale: Optional[float] = None,
                enable_gqa: bool = False) -> torch.Tensor:
     """scaled_dot_product_attention through Kiln's fused op, for the calls
-    fused_eligible accepts: no dropout; grouped key and value heads are
+    fused_eligible accepts (kiln::attention_dropout where dropout_p > 0;
+    dropout applies whether or not the module trains, as in the call
+    itself); grouped key and value heads are
     repeated; inputs under autocast are cast as autocast casts SDPA's; a
     boolean mask becomes an additive one of 0 and -inf and a float mask is
     added, both in the query's dtype, 4-D with the scores' query and key
@@ -302,20 +476,24 @@ def sdpa_fused(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
             bias = bias.unsqueeze(0)
         bias = bias.expand(bias.shape[0], bias.shape[1], query.shape[-2],
                            key.shape[-2])
-    return attention_op(query.contiguous(), key.contiguous(),
-                        value.contiguous(), bias, bool(is_causal),
-                        float(scale))[0]
+    q, k, v = query.contiguous(), key.contiguous(), value.contiguous()
+    if dropout_p > 0.0:
+        return attention_dropout_op(q, k, v, bias, bool(is_causal),
+                                    float(scale), float(dropout_p))[0]
+    return attention_op(q, k, v, bias, bool(is_causal), float(scale))[0]
 
 
 _SDPA_SIGNATURE = inspect.signature(sdpa_math)
 
 
 def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
-                   autocast: Optional[torch.dtype] = None) -> bool:
+                   autocast: Optional[torch.dtype] = None,
+                   dropout: bool = True) -> bool:
     """Whether Kiln's fused op takes the scaled_dot_product_attention call
     `node` of Dynamo's graph (from its example values): 4-D query, key and
     value with one batch size and the query's head count (a multiple of the
-    key's and value's with enable_gqa), dropout_p 0, a static head dim
+    key's and value's with enable_gqa), dropout_p a Python number below 1
+    (0 unless `dropout`: kilnd has kiln.attention_dropout), a static head dim
     that is a multiple of 8 up to 128 (256 on CUDA devices of sm_90 and
     later), float16/bfloat16 (any floating dtype
     with `any_dtype`; under autocast to `autocast`, the floating inputs
@@ -331,7 +509,10 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
         return False
     bound.apply_defaults()
     a = bound.arguments
-    if a["dropout_p"] != 0.0 or not isinstance(a["is_causal"], bool) or \
+    p = a["dropout_p"]
+    if not isinstance(p, (int, float)) or not 0.0 <= p < 1.0 or \
+            (p != 0.0 and not dropout) or \
+            not isinstance(a["is_causal"], bool) or \
             not (a["scale"] is None or isinstance(a["scale"], float)):
         return False
     vals = []
@@ -475,19 +656,20 @@ def _autocast_dtype(stack: List[Any],
 
 
 def rewrite_attention(gm: torch.fx.GraphModule, policy: str,
-                      fused: bool = True) -> int:
+                      fused: bool = True, dropout: bool = True) -> int:
     """Replaces the scaled_dot_product_attention calls of Dynamo's graph
     `gm` that `policy` decomposes by sdpa_math, and those it gives Kiln's
     fused op by sdpa_fused (in place; recompiles gm), the latter only with
-    `fused` (the client library has kiln.attention). Returns how many were
+    `fused` (kilnd has kiln.attention), and with dropout only with
+    `dropout` (kilnd has kiln.attention_dropout). Returns how many were
     replaced."""
     if policy == "eager":
         return 0
-    return _rewrite_graph(gm, policy, fused, [])
+    return _rewrite_graph(gm, policy, fused, [], dropout)
 
 
 def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
-                   autocast: List[Any]) -> int:
+                   autocast: List[Any], dropout: bool = True) -> int:
     """rewrite_attention on gm and on the subgraphs its higher-order ops
     call (activation checkpointing's tag_activation_checkpoint, cond, ...:
     a get_attr argument naming a GraphModule), each under the autocast
@@ -507,7 +689,7 @@ def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
                     sub = getattr(gm, str(arg.target), None)
                     if isinstance(sub, torch.fx.GraphModule):
                         replaced += _rewrite_graph(sub, policy, fused,
-                                                   autocast)
+                                                   autocast, dropout)
         if node.op != "call_function" or (node.target not in _SDPA_TARGETS and
                                           node.target not in _MHA_TARGETS):
             continue
@@ -521,7 +703,7 @@ def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
         target = mha_math if node.target in _MHA_TARGETS else sdpa_math
         amp = _autocast_dtype(autocast, _device(node))
         if policy == "fused" and fused and fused_eligible(
-                node, any_dtype=True, autocast=amp):
+                node, any_dtype=True, autocast=amp, dropout=dropout):
             target = sdpa_fused
         elif policy == "auto":
             device = _device(node)
@@ -536,7 +718,8 @@ def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
                 n = _scores(node)
                 if n is None or n > CUDA_MAX_SCORES:
                     if not (fused and _cudnn_fused_ok(device) and
-                            fused_eligible(node, autocast=amp)):
+                            fused_eligible(node, autocast=amp,
+                                           dropout=dropout)):
                         continue
                     target = sdpa_fused
         node.target = target

@@ -657,8 +657,10 @@ class KilnBackend:
                  example_inputs: Sequence[Any]) -> Callable[..., Any]:
         # Attention as products and a softmax, or as Kiln's fused op
         # (kiln/attention.py), before AOTAutograd derives the backward.
-        rewrite_attention(gm, self.attention,
-                          fused="kiln.attention.default" in self.ops())
+        ops = self.ops()
+        rewrite_attention(
+            gm, self.attention, fused="kiln.attention.default" in ops,
+            dropout="kiln.attention_dropout.default" in ops)
         devices = {x.device.type for x in example_inputs
                    if isinstance(x, torch.Tensor)}
         foreach_ops = bool(devices) and devices <= self.foreach_devices

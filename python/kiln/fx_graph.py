@@ -103,7 +103,7 @@ def _neutral_kwarg(key: str, value: Any,
 RANDOM_OPS = frozenset({
     "aten.native_dropout.default", "aten.rand.default", "aten.randn.default",
     "aten.rand_like.default", "aten.randn_like.default", "aten.bernoulli.p",
-    "aten.bernoulli.default"})
+    "aten.bernoulli.default", "kiln.attention_dropout.default"})
 
 
 # Ops that are their input's value in a functional graph: the same ref.

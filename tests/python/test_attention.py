@@ -303,9 +303,9 @@ def test_fused_policy_runs_kiln_attention(daemon, case, dtype):
 
 
 def test_fused_policy_keeps_what_kiln_fuses_not(daemon):
-    """A call Kiln's fused op does not take (dropout) is decomposed under
-    attention="fused"."""
-    q, k, v = (torch.randn(1, 2, 4, 8, requires_grad=True) for _ in range(3))
+    """A call Kiln's fused op does not take (a head dim that is no multiple
+    of 8) is decomposed under attention="fused"."""
+    q, k, v = (torch.randn(1, 2, 4, 12, requires_grad=True) for _ in range(3))
 
     def fn(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
@@ -314,7 +314,104 @@ def test_fused_policy_keeps_what_kiln_fuses_not(daemon):
                            attention="fused")
     torch.compile(fn, backend=backend)(q, k, v).sum().backward()
     assert not KILN_FUSED & set(backend.report.ops)
+    assert not KILN_DROPOUT & set(backend.report.ops)
     assert backend.report.op("aten.bmm.default").kiln >= 2
+
+
+KILN_DROPOUT = {"kiln.attention_dropout.default",
+                "kiln.attention_dropout_backward.default"}
+
+
+def _dropout_reference(q, k, v, keep, p, causal, scale):
+    """Attention with the keep mask `keep` applied as dropout, in float32."""
+    s = (q.float() @ k.float().transpose(-2, -1)) * scale
+    if causal:
+        rows = torch.arange(q.size(-2)).unsqueeze(-1)
+        s = s.masked_fill(torch.arange(k.size(-2)) > rows, float("-inf"))
+    probs = torch.softmax(s, dim=-1)
+    return (probs * keep / (1 - p)) @ v.float()
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["plain", "causal"])
+def test_fused_policy_runs_dropout_in_kiln(daemon, causal):
+    """attention="fused" with dropout_p > 0: Kiln's kiln::attention_dropout
+    and its backward, compiled whole. The same seed draws the same mask, so
+    a first call with v = identity exposes the mask (out = the dropped
+    probabilities), and the second call's output and gradients equal
+    attention with that mask applied, computed eagerly in float32."""
+    b, h, l, s, e, p = 2, 2, 7, 16, 8, 0.3
+    scale = 1 / e ** 0.5
+    g = torch.Generator().manual_seed(4)
+    q, k = (torch.randn(b, h, n, e, generator=g) for n in (l, s))
+    v = torch.randn(b, h, s, s, generator=g)
+    eye = torch.eye(s).expand(b, h, s, s).contiguous()
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p,
+                                              is_causal=causal)
+
+    backend = kiln.backend(server=daemon.address, fallback="error",
+                           attention="fused")
+    compiled = torch.compile(fn, backend=backend)
+    leaves = lambda *xs: [x.clone().requires_grad_() for x in xs]  # noqa: E731
+    torch.manual_seed(11)
+    dropped = compiled(*leaves(q, k, eye)).detach()
+    keep = (dropped != 0).float()
+    torch.manual_seed(11)
+    xs = leaves(q, k, v)
+    out = compiled(*xs)
+    grad = torch.randn(out.shape, generator=g)
+    out.backward(grad)
+    ys = leaves(q, k, v)
+    want = _dropout_reference(*ys, keep, p, causal, scale)
+    want.backward(grad)
+    torch.testing.assert_close(out, want, atol=2e-5, rtol=1e-4)
+    for x, y in zip(xs, ys):
+        torch.testing.assert_close(x.grad, y.grad, atol=2e-5, rtol=1e-4)
+    # About 1 - p of the probabilities a causal mask leaves are kept.
+    live = torch.ones(l, s).tril() if causal else torch.ones(l, s)
+    kept = (keep * live).sum() / (live.sum() * b * h)
+    assert abs(kept.item() - (1 - p)) < 0.08, kept
+    report = backend.report
+    for op in KILN_DROPOUT:
+        assert report.op(op).kiln >= 1 and not report.op(op).fallback, report
+    assert "aten.native_dropout.default" not in report.ops, report
+
+
+def test_dropout_eager_bodies_draw_kilns_mask(daemon):
+    """The custom ops' eager bodies (where Kiln does not run them) draw the
+    same Philox mask as Kiln's kernels: a compiled kiln::attention_dropout's
+    out equals attention with dropout_keep's mask for the rng it returns,
+    the eager backward from that rng equals autograd through that
+    reference, and a pair cuDNN drew (LIBRARY_DRAWN) is refused."""
+    from kiln import attention as A
+    b, h, l, s, e, p, scale = 1, 3, 5, 9, 8, 0.4, 0.35
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(b, h, n, e, generator=g) for n in (l, s, s))
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    out, lse, rng = torch.compile(
+        lambda q, k, v: torch.ops.kiln.attention_dropout(
+            q, k, v, None, False, scale, p), backend=backend)(q, k, v)
+    assert backend.report.op("kiln.attention_dropout.default").kiln == 1
+    assert rng.dtype == torch.int64 and rng.shape == (2,)
+    keep = A.dropout_keep(torch.Size((b, h, l, s)), p, rng).float()
+    assert 0 < keep.mean() < 1
+    ys = [x.clone().requires_grad_() for x in (q, k, v)]
+    want = _dropout_reference(*ys, keep, p, False, scale)
+    torch.testing.assert_close(out, want, atol=2e-5, rtol=1e-4)
+    grad = torch.randn(out.shape, generator=g)
+    want.backward(grad)
+    grads = A.attention_dropout_backward_op(grad, q, k, v, None, out, lse,
+                                            False, scale, p, rng)
+    for got, y in zip(grads, ys):
+        torch.testing.assert_close(got, y.grad, atol=2e-5, rtol=1e-4)
+    # The eager forward's own draw: offset 0, its backward consistent.
+    _, _, eager_rng = A.attention_dropout_op(q, k, v, None, False, scale, p)
+    assert eager_rng[1].item() == 0
+    flagged = torch.tensor([rng[0].item(), A.LIBRARY_DRAWN | 3])
+    with pytest.raises(RuntimeError, match="cuDNN drew"):
+        A.attention_dropout_backward_op(grad, q, k, v, None, out, lse,
+                                        False, scale, p, flagged)
 
 
 def test_fused_head_dim_limit_follows_the_device(daemon):

@@ -20,6 +20,9 @@ namespace kiln::testing::attention_cases {
 
 inline constexpr char kAttention[] = "kiln.attention.default";
 inline constexpr char kAttentionBackward[] = "kiln.attention_backward.default";
+inline constexpr char kAttentionDropout[] = "kiln.attention_dropout.default";
+inline constexpr char kAttentionDropoutBackward[] =
+    "kiln.attention_dropout_backward.default";
 
 struct Case {
   int64_t b = 2, h = 3, l = 5, s = 7, e = 4, ev = 6;
@@ -31,6 +34,9 @@ struct Case {
   // An additive bias (input x4): none, [B, 1, L, S] (a padding or causal
   // mask as transformers builds it) or [1, H, 1, S] (broadcast rows).
   enum class Bias { kNone, kPerBatch, kPerHeadRow } bias = Bias::kNone;
+  // > 0: attention_dropout and its backward, the seed the last input (an
+  // int64 0-dim tensor), offset 3, and rng the graph's sixth output.
+  double dropout = 0;
   std::vector<int64_t> BiasSizes(int64_t length) const {
     return bias == Bias::kPerBatch ? std::vector<int64_t>{b, 1, length, s}
                                    : std::vector<int64_t>{1, h, 1, s};
@@ -42,12 +48,13 @@ struct Case {
                         symbolic_l ? " dynamic L" : "",
                         bias == Bias::kPerBatch     ? " bias [B,1,L,S]"
                         : bias == Bias::kPerHeadRow ? " bias [1,H,1,S]"
-                                                    : "");
+                                                    : "",
+                        dropout > 0 ? absl::StrCat(" dropout ", dropout) : "");
   }
 };
 
-// q, k, v, grad_out[, bias] -> attention -> backward: outputs out, lse,
-// grad_q, grad_k, grad_v.
+// q, k, v, grad_out[, bias][, seed] -> attention -> backward: outputs
+// out, lse, grad_q, grad_k, grad_v[, rng].
 inline v1::Graph CaseGraph(const Case& c, v1::DeviceType device = v1::CPU) {
   v1::Graph g;
   if (c.symbolic_l) g.add_symbols()->set_name("L");
@@ -79,8 +86,15 @@ inline v1::Graph CaseGraph(const Case& c, v1::DeviceType device = v1::CPU) {
         m->add_strides()->set_value(st);
     }
   }
+  const bool dropout = c.dropout > 0;
+  if (dropout) {
+    v1::Input* seed = g.add_inputs();
+    seed->set_name("seed");
+    seed->mutable_meta()->set_dtype(v1::INT64);
+    seed->mutable_meta()->set_device(device);
+  }
   v1::Node* fwd = g.add_nodes();
-  fwd->set_op(kAttention);
+  fwd->set_op(dropout ? kAttentionDropout : kAttention);
   for (int i = 0; i < 3; ++i) fwd->add_args()->set_ref(absl::StrCat("x", i));
   auto bias_arg = [&](v1::Node* n) {
     if (c.bias == Case::Bias::kNone) {
@@ -94,17 +108,32 @@ inline v1::Graph CaseGraph(const Case& c, v1::DeviceType device = v1::CPU) {
   fwd->add_args()->set_f(c.scale);
   fwd->add_outputs("out");
   fwd->add_outputs("lse");
+  if (dropout) {
+    fwd->add_args()->set_f(c.dropout);
+    v1::Argument* seed = fwd->add_args();
+    seed->set_name("seed");
+    seed->set_ref("seed");
+    v1::Argument* offset = fwd->add_args();
+    offset->set_name("offset");
+    offset->set_i(3);
+    fwd->add_outputs("rng");
+  }
   v1::Node* bwd = g.add_nodes();
-  bwd->set_op(kAttentionBackward);
+  bwd->set_op(dropout ? kAttentionDropoutBackward : kAttentionBackward);
   for (const char* ref : {"x3", "x0", "x1", "x2"})
     bwd->add_args()->set_ref(ref);
   bias_arg(bwd);
   for (const char* ref : {"out", "lse"}) bwd->add_args()->set_ref(ref);
   bwd->add_args()->set_b(c.causal);
   bwd->add_args()->set_f(c.scale);
+  if (dropout) {
+    bwd->add_args()->set_f(c.dropout);
+    bwd->add_args()->set_ref("rng");
+  }
   for (const char* out : {"grad_q", "grad_k", "grad_v"}) bwd->add_outputs(out);
   for (const char* out : {"out", "lse", "grad_q", "grad_k", "grad_v"})
     g.add_outputs(out);
+  if (dropout) g.add_outputs("rng");
   return g;
 }
 
@@ -125,6 +154,11 @@ inline std::vector<HostTensor> CaseInputs(const Case& c, int64_t l,
     }
     FillRandom(t, rng);
     in.push_back(std::move(t));
+  }
+  if (c.dropout > 0) {
+    HostTensor seed = HostTensor::Empty(DType::kInt64, {});
+    seed.SetIntAt(0, static_cast<int64_t>(rng() >> 1));
+    in.push_back(std::move(seed));
   }
   return in;
 }

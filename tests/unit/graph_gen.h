@@ -76,6 +76,10 @@ struct GraphGenOptions {
   // sort, sort.stable, topk, and topk's backward scatter); earlier seeds
   // keep their graphs.
   uint64_t first_sort_seed = 3200;
+  // full_op_set: seeds from here on draw kiln.attention_dropout (and its
+  // backward) for a float32 attention now and then; earlier seeds keep
+  // their graphs.
+  uint64_t first_attention_dropout_seed = 2500;
   // full_op_set: draw the matrix products (mm, addmm, bmm, baddbmm), which
   // CUDA targets do not compile until their cuBLASLt extern call exists.
   bool extern_ops = true;
@@ -373,7 +377,8 @@ class OpSetGen {
         issue17_(seed >= o.first_issue17_seed),
         conv_(seed >= o.first_conv_seed),
         random_(issue17_ && seed >= o.first_random_seed),
-        sort_(issue17_ && seed >= o.first_sort_seed) {}
+        sort_(issue17_ && seed >= o.first_sort_seed),
+        attention_dropout_(conv_ && seed >= o.first_attention_dropout_seed) {}
 
   v1::Graph Build();
 
@@ -559,6 +564,7 @@ class OpSetGen {
   bool conv_;                       // draw Conv too
   bool random_;                     // draw Random too
   bool sort_;                       // draw Sort too
+  bool attention_dropout_;          // Attention draws dropout too
   std::string seed_;                // the seed input, once made
   int streams_ = 0;                 // random ops so far (their offsets)
   std::vector<std::string> sinks_;  // returned, never reused
@@ -2012,7 +2018,10 @@ inline bool OpSetGen::Conv() {
 // float32 half the time followed by kiln.attention_backward over the
 // forward's out and lse (a half-precision backward's gradients sum what
 // the dtype rounded, beyond the per-element tolerance: ops_attention_test
-// checks them against the largest gradient).
+// checks them against the largest gradient). Where attention_dropout_, a
+// float32 attention is kiln.attention_dropout half the time (float32:
+// Kiln's kernels draw the reference's Philox mask on every target, where a
+// library would draw its own), its backward taking the forward's rng.
 inline bool OpSetGen::Attention() {
   const std::vector<v1::DType> floats = FloatDTypes();
   if (floats.empty()) return false;
@@ -2044,20 +2053,34 @@ inline bool OpSetGen::Attention() {
       Ref(n, bias);
     }
   };
-  v1::Node* fwd = Node("kiln.attention.default", Fresh());
+  const bool dropout =
+      attention_dropout_ && dt == v1::FLOAT32 && rng_.Chance(50);
+  const double p = dropout ? 0.2 * (1 + rng_.Below(4)) : 0.0;
+  v1::Node* fwd = Node(
+      dropout ? "kiln.attention_dropout.default" : "kiln.attention.default",
+      Fresh());
   const std::string out = fwd->outputs(0), lse = Fresh();
   fwd->add_outputs(lse);
+  const std::string pair = dropout ? Fresh() : "";
+  if (dropout) fwd->add_outputs(pair);
   Ref(fwd, q);
   Ref(fwd, k);
   Ref(fwd, v);
   add_bias(fwd);
   Bool(fwd, causal);
   fwd->add_args()->set_f(scale);
+  if (dropout) {
+    fwd->add_args()->set_f(p);
+    Seeded(fwd);
+    sinks_.push_back(pair);
+  }
   sinks_.push_back(out);
   sinks_.push_back(lse);
   if (dt != v1::FLOAT32 || rng_.Chance(50)) return true;
   const std::string grad_out = NewInput(shape({b, h, l, ev}), dt)->name;
-  v1::Node* bwd = Node("kiln.attention_backward.default", Fresh());
+  v1::Node* bwd = Node(dropout ? "kiln.attention_dropout_backward.default"
+                               : "kiln.attention_backward.default",
+                       Fresh());
   for (int i = 0; i < 2; ++i) bwd->add_outputs(Fresh());
   Ref(bwd, grad_out);
   Ref(bwd, q);
@@ -2068,6 +2091,10 @@ inline bool OpSetGen::Attention() {
   Ref(bwd, lse);
   Bool(bwd, causal);
   bwd->add_args()->set_f(scale);
+  if (dropout) {
+    bwd->add_args()->set_f(p);
+    Ref(bwd, pair);
+  }
   for (const std::string& name : bwd->outputs()) sinks_.push_back(name);
   return true;
 }

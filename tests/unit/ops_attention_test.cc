@@ -4,7 +4,8 @@
 // replaces) against the reference on random inputs, causal or not, with
 // queries and keys of different lengths, strided (head-transposed) inputs,
 // reduced precision and a dynamic length, the forward's out and lse fed to
-// the backward in one graph; and for CUDA targets, one cuDNN call per
+// the backward in one graph; dropout (attention_dropout and its backward)
+// by hand and compiled; and for CUDA targets, one cuDNN call per
 // direction that the runtime's checks accept (the GPU suite runs them:
 // tests/gpu/cuda_gpu_test.cc), and refuse when malformed.
 #include <cmath>
@@ -33,6 +34,8 @@ using attention_cases::CaseGraph;
 using attention_cases::CaseInputs;
 using attention_cases::kAttention;
 using attention_cases::kAttentionBackward;
+using attention_cases::kAttentionDropout;
+using attention_cases::kAttentionDropoutBackward;
 using attention_cases::RelativeToLargest;
 
 [[maybe_unused]] ::testing::Environment* const kCoverage =
@@ -127,6 +130,68 @@ TEST(Attention, InvalidArguments) {
                 {"attn_bias must have the query's dtype"});
 }
 
+// Dropout by hand: with equal scores each probability is 1/S and v the
+// identity, so out is the dropped probabilities themselves: each 0 or
+// 1 / ((1 - p) S), about 1 - p of them kept; rng is (seed, offset); and
+// the draw follows the seed.
+TEST(Attention, DropoutKeepsOneMinusP) {
+  constexpr int64_t kRows = 64, kKeys = 32;
+  constexpr double kP = 0.25;
+  std::vector<double> eye(kKeys * kKeys, 0.0);
+  for (int64_t j = 0; j < kKeys; ++j) eye[j * kKeys + j] = 1;
+  auto run = [&](int64_t seed) {
+    return RunTracked(
+        kAttentionDropout,
+        {F32({1, 1, kRows, 1}, std::vector<double>(kRows, 0.0)),
+         F32({1, 1, kKeys, 1}, std::vector<double>(kKeys, 0.0)),
+         F32({1, 1, kKeys, kKeys}, eye), I64({}, {static_cast<double>(seed)})},
+        {In(0), In(1), In(2), NoneArg(), B(false), F(1.0), F(kP),
+         Kw("seed", In(3)), Kw("offset", I(5))});
+  };
+  auto r = run(1234);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const HostTensor& out = r->outputs[0];
+  const double kept_value = 1.0 / ((1.0 - kP) * kKeys);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const double x = out.GetDoubleAt(i);
+    ASSERT_TRUE(x == 0 || std::abs(x - kept_value) < 1e-6) << i << ": " << x;
+    kept += x != 0;
+  }
+  // 2048 draws: 1 - p = 0.75 within 5 standard deviations (0.0096 each).
+  EXPECT_NEAR(static_cast<double>(kept) / out.numel(), 1.0 - kP, 0.05);
+  ExpectOutput(*r, 2, DType::kInt64, {2}, {1234, 5});
+  auto other = run(99);
+  ASSERT_TRUE(other.ok()) << other.status();
+  int64_t differ = 0;
+  for (int64_t i = 0; i < out.numel(); ++i)
+    differ +=
+        (out.GetDoubleAt(i) == 0) != (other->outputs[0].GetDoubleAt(i) == 0);
+  EXPECT_GT(differ, 100) << "another seed draws another mask";
+}
+
+TEST(Attention, DropoutInvalidArguments) {
+  const std::vector<HostTensor> qkv = {F32({1, 1, 2, 4}, {}),
+                                       F32({1, 1, 3, 4}, {}),
+                                       F32({1, 1, 3, 4}, {}), I64({}, {7})};
+  ExpectInvalid(kAttentionDropout, qkv,
+                {In(0), In(1), In(2), NoneArg(), B(false), F(0.5), F(1.5),
+                 Kw("seed", In(3))},
+                {"node 0", kAttentionDropout,
+                 "dropout_p must be between 0 and 1, got 1.5"});
+  ExpectInvalid(kAttentionDropout, qkv,
+                {In(0), In(1), In(2), NoneArg(), B(false), F(0.5), F(0.1)},
+                {"needs Kiln's `seed` keyword"});
+  ExpectInvalid(
+      kAttentionDropoutBackward,
+      {F32({1, 1, 2, 4}, {}), F32({1, 1, 2, 4}, {}), F32({1, 1, 3, 4}, {}),
+       F32({1, 1, 3, 4}, {}), F32({1, 1, 2, 4}, {}), F32({1, 1, 2}, {}),
+       I64({3}, {1, 2, 3})},
+      {In(0), In(1), In(2), In(3), NoneArg(), In(4), In(5), B(false), F(0.5),
+       F(0.1), In(6)},
+      {"rng must be attention_dropout's int64 [2], got int64 [3]"});
+}
+
 // ---- compiled against the reference ----
 
 // Compiles the case for the host's CPU, runs it and compares every output
@@ -154,8 +219,8 @@ v1::Artifact CheckCompiled(const Case& c, std::vector<int64_t> lengths = {}) {
     auto got = (*exe)->Run(inputs);
     EXPECT_TRUE(got.ok()) << got.status();
     if (!want.ok() || !got.ok()) return *artifact;
-    for (int o = 0; o < 5; ++o) {
-      if (o >= 2 && c.dtype != DType::kFloat32) {
+    for (int o = 0; o < static_cast<int>(want->size()); ++o) {
+      if (o >= 2 && o < 5 && c.dtype != DType::kFloat32) {
         // Gradients are sums that cancel, of probabilities and score
         // gradients rounded to the dtype (as PyTorch rounds them): their
         // error is relative to the largest gradient.
@@ -168,8 +233,9 @@ v1::Artifact CheckCompiled(const Case& c, std::vector<int64_t> lengths = {}) {
       EXPECT_TRUE(diff.empty()) << "L " << l << " output " << o << ": " << diff;
     }
   }
-  ExercisedOps().insert(kAttention);
-  ExercisedOps().insert(kAttentionBackward);
+  ExercisedOps().insert(c.dropout > 0 ? kAttentionDropout : kAttention);
+  ExercisedOps().insert(c.dropout > 0 ? kAttentionDropoutBackward
+                                      : kAttentionBackward);
   return *artifact;
 }
 
@@ -237,6 +303,66 @@ TEST(AttentionCompiled, DynamicQueryLength) {
   c.causal = true;
   c.s = 9;
   CheckCompiled(c, {3, 9, 12});
+}
+
+// Dropout compiled (Philox drawn in Kiln's kernels, the mask once into a
+// bool node in the backward) equals the reference's draw, forward and
+// backward, with a bias, causal, in bfloat16 and at a dynamic length.
+TEST(AttentionCompiled, Dropout) {
+  Case c;
+  c.dropout = 0.3;
+  c.l = 9;
+  c.s = 11;
+  CheckCompiled(c);
+  c.causal = true;
+  c.bias = Case::Bias::kPerHeadRow;
+  CheckCompiled(c);
+  Case half = c;
+  half.dtype = DType::kBFloat16;
+  half.e = half.ev = 8;
+  CheckCompiled(half);
+  Case dynamic = c;
+  dynamic.symbolic_l = true;
+  dynamic.bias = Case::Bias::kNone;
+  CheckCompiled(dynamic, {4, 13});
+}
+
+// A pair a library drew (kLibraryDrawn in its offset: cuDNN's generator)
+// cannot be drawn again by Kiln's kernels: the compiled backward gives NaN
+// gradients rather than wrong ones.
+TEST(AttentionCompiled, DropoutRefusesALibraryDrawnPair) {
+  Case c;
+  c.dropout = 0.2;
+  v1::CompileRequest req;
+  *req.mutable_graph() = CaseGraph(c);
+  // Feed the backward a pair with bit 62 of its offset set instead of the
+  // forward's.
+  v1::Graph& g = *req.mutable_graph();
+  v1::Input* pair = g.add_inputs();
+  pair->set_name("pair");
+  pair->mutable_meta()->set_dtype(v1::INT64);
+  pair->mutable_meta()->add_sizes()->set_value(2);
+  for (v1::Node& n : *g.mutable_nodes()) {
+    if (n.op() == kAttentionDropoutBackward)
+      n.mutable_args(n.args_size() - 1)->set_ref("pair");
+  }
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  auto artifact = Compile(req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto exe = CpuExecutable::Load(*artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  std::mt19937_64 rng(5);
+  std::vector<HostTensor> inputs = CaseInputs(c, c.l, rng);
+  HostTensor flagged = HostTensor::Empty(DType::kInt64, {2});
+  flagged.SetIntAt(0, 42);
+  flagged.SetIntAt(1, (int64_t{1} << 62) | 3);
+  inputs.push_back(flagged);
+  auto got = (*exe)->Run(inputs);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (int o = 2; o < 5; ++o) {
+    EXPECT_TRUE(std::isnan((*got)[o].GetDoubleAt(0))) << "output " << o;
+  }
+  EXPECT_FALSE(std::isnan((*got)[0].GetDoubleAt(0))) << "the forward is whole";
 }
 
 // ---- CUDA targets: cuDNN calls ----
@@ -338,6 +464,29 @@ TEST(AttentionCuda, HalfPrecisionIsOneCudnnCallPerDirection) {
   EXPECT_EQ(with_bias[0]->buffers_size(), 6);
   EXPECT_EQ(with_bias[1]->buffers_size(), 10);
 
+  // Dropout: the (seed, offset) pair, written by a Kiln kernel, is one more
+  // read of each call; the runtime's checks accept both steps.
+  Case dropped = biased;
+  dropped.dropout = 0.1;
+  const v1::Artifact d = CompileForCuda(dropped);
+  const std::vector<const v1::Attention*> with_dropout = AttentionCalls(d);
+  ASSERT_EQ(with_dropout.size(), 2u);
+  for (const v1::Attention* call : with_dropout)
+    EXPECT_FLOAT_EQ(call->dropout(), 0.1f);
+  EXPECT_EQ(with_dropout[0]->buffers_size(), 7);
+  EXPECT_EQ(with_dropout[1]->buffers_size(), 11);
+  EXPECT_EQ(d.program().buffers(with_dropout[0]->buffers(4)).dtype(),
+            v1::INT64);
+  EXPECT_EQ(with_dropout[0]->buffers(4), with_dropout[1]->buffers(7))
+      << "the backward reads the forward's pair";
+  auto dropout_plan = PlanProgram(d, CudaLimits());
+  ASSERT_TRUE(dropout_plan.ok()) << dropout_plan.status();
+  // Under deterministic_algorithms neither direction draws with cuDNN:
+  // the backward keeps the GEMMs, so the forward does too.
+  v1::CompileOptions det;
+  det.set_deterministic_algorithms(true);
+  EXPECT_TRUE(AttentionCalls(CompileForCuda(dropped, det)).empty());
+
   Case f32 = c;
   f32.dtype = DType::kFloat32;
   EXPECT_TRUE(AttentionCalls(CompileForCuda(f32)).empty());
@@ -400,6 +549,19 @@ TEST(AttentionCuda, MalformedStepsAreRefused) {
         a.set_direction(static_cast<v1::Attention::Direction>(7));
       },
       "unknown direction");
+  refused([](v1::Attention& a) { a.set_dropout(1.0f); },
+          "has dropout 1 (0 <= dropout < 1 allowed)");
+  // A dropout step whose (seed, offset) buffer is missing, or not int64.
+  refused([](v1::Attention& a) { a.set_dropout(0.5f); }, "it takes 6");
+  refused(
+      [](v1::Attention& a) {
+        a.set_dropout(0.5f);
+        a.mutable_buffers()->Add(a.buffers(4));
+        // q k v rng out lse: rng is a float16 buffer here.
+        for (int m = 5; m > 3; --m) a.set_buffers(m, a.buffers(m - 1));
+        a.set_buffers(3, a.buffers(0));
+      },
+      "rng");
   // Sizes that the buffers cannot hold fail at run time, before the call.
   v1::Artifact big = good;
   first_call(big)->mutable_s_q()->mutable_terms(0)->set_coeff(1000);

@@ -244,7 +244,8 @@ TEST(RandomGraphs, GeneratorCoversTheRegistry) {
   const GraphGenOptions options = Options();
   std::map<std::string, int> seen;
   // Seeds from options.first_random_seed (3000) on draw the random ops,
-  // from options.first_sort_seed (3200) on the sorts.
+  // from options.first_sort_seed (3200) on the sorts, from
+  // options.first_attention_dropout_seed (2500) on attention with dropout.
   for (uint64_t seed = 0; seed < 3400; ++seed) {
     const v1::Graph g = RandomGraph(seed, options);
     for (const v1::Node& n : g.nodes()) ++seen[n.op()];
