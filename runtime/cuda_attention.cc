@@ -318,7 +318,6 @@ void BuildBackward(AttentionGraph& g, const AttentionOptions& o) {
   void* softmax_sum = g.Bound(kSoftmaxSum, f32, g.RowSizes(), g.RowStrides());
   void* dq_accum = g.Bound(kGradQAccum, f32, {d.batch, d.heads, d.s_q, d.d_qk});
   void* scale = g.Scalar(kScale);
-  void* one = g.Scalar(kOne);
   void* neg_inf = causal ? g.Scalar(kNegInf) : nullptr;
   void* bias = BiasTensor(g, o);
   const bool dropout = o.dropout > 0;
@@ -334,7 +333,8 @@ void BuildBackward(AttentionGraph& g, const AttentionOptions& o) {
   void* rowsum = g.Rows();
   g.Reduce(cudnn::kReduceAdd, prod, rowsum);
   g.Pointwise(cudnn::kPointwiseMul, rowsum,
-              dropout ? g.Scalar(kDropoutScaleInv) : one, nullptr, softmax_sum);
+              g.Scalar(dropout ? kDropoutScaleInv : kOne), nullptr,
+              softmax_sum);
 
   // p = exp(scale * q @ k^T (masked) - stats); grad_v = p^T @ grad_out
   // (of p * keep / (1 - dropout) with dropout).
@@ -586,8 +586,12 @@ absl::Status CudaAttention::Run(const Prepared& prepared,
     pointers.push_back(const_cast<float*>(&p.neg_inf));
   }
   if (!forward) {
-    uids.push_back(kOne);
-    pointers.push_back(const_cast<float*>(&p.one));
+    // The variant pack binds exactly the graph's tensors (cuDNN refuses
+    // one more): with dropout, 1 - dropout scales softmax_sum, not 1.
+    if (!p.dropout) {
+      uids.push_back(kOne);
+      pointers.push_back(const_cast<float*>(&p.one));
+    }
     uids.push_back(kSoftmaxSum);
     pointers.push_back(ptr(workspace + p.softmax_sum_offset));
     uids.push_back(kGradQAccum);
@@ -606,7 +610,8 @@ absl::Status CudaAttention::Run(const Prepared& prepared,
   }
   return lib_->Check(
       api.cudnnBackendExecute(handle_->handle, p.plan.get(), p.pack.get()),
-      "cudnnBackendExecute(attention)");
+      forward ? "cudnnBackendExecute(attention forward)"
+              : "cudnnBackendExecute(attention backward)");
 }
 
 }  // namespace kiln

@@ -202,6 +202,65 @@ def fused_attention_case(server: str, device: torch.device) -> Tuple[bool, str]:
     return ok, "; ".join(texts)
 
 
+def dropout_attention_case(server: str,
+                           device: torch.device) -> Tuple[bool, str]:
+    """scaled_dot_product_attention with dropout_p=0.1 at 2^22 score
+    elements under the default policy: Kiln's kiln::attention_dropout (one
+    cuDNN call per direction, cuDNN's generator), bfloat16 and float16,
+    causal or not. The same seed draws the same mask, so a call with v the
+    identity exposes it; a second call's output and gradients must equal
+    attention with that mask applied, computed eagerly in float32."""
+    import torch.nn.functional as F  # noqa: PLC0415
+    texts, ok = [], True
+    b, h, t, p = 64, 16, 64, 0.1
+    for dtype in (torch.bfloat16, torch.float16):
+        for causal in (False, True):
+            torch._dynamo.reset()
+            backend = KilnBackend(server=server, fallback="error")
+            g = torch.Generator(device=device).manual_seed(9)
+            q, k, v = (torch.randn(b, h, t, t, device=device, generator=g)
+                       .to(dtype) for _ in range(3))
+            eye = torch.eye(t, device=device, dtype=dtype).expand(
+                b, h, t, t).contiguous().requires_grad_()
+
+            def f(q, k, v):
+                return F.scaled_dot_product_attention(q, k, v, dropout_p=p,
+                                                      is_causal=causal)
+
+            compiled = torch.compile(f, backend=backend)
+            leaves = [u.clone().requires_grad_() for u in (q, k, v)]
+            torch.manual_seed(3)
+            keep = (compiled(leaves[0], leaves[1], eye).detach() != 0).float()
+            torch.manual_seed(3)
+            got = compiled(*leaves)
+            gy = torch.randn(got.shape, device=device, generator=g).to(dtype)
+            kg = torch.autograd.grad(got, leaves, gy)
+            ref = [u.float().clone().requires_grad_() for u in (q, k, v)]
+            s = ref[0] @ ref[1].transpose(-2, -1) / t ** 0.5
+            if causal:
+                s = s.masked_fill(torch.ones(t, t, device=device).triu(1)
+                                  .bool(), float("-inf"))
+            want = (torch.softmax(s, -1) * keep / (1 - p)) @ ref[2]
+            eg = torch.autograd.grad(want, ref, gy.float())
+            errs = [(got.float() - want).abs().max().item() /
+                    want.abs().max().item()]
+            errs += [(a.float() - c).abs().max().item() / c.abs().max().item()
+                     for a, c in zip(kg, eg)]
+            live = torch.ones(t, t, device=device)
+            live = live.tril() if causal else live
+            kept = ((keep * live).sum() / (live.sum() * b * h)).item()
+            r = backend.report
+            calls = (r.op("kiln.attention_dropout.default").kiln,
+                     r.op("kiln.attention_dropout_backward.default").kiln)
+            this_ok = max(errs) < 3e-2 and calls == (1, 1) and \
+                abs(kept - (1 - p)) < 0.01
+            ok &= this_ok
+            texts.append(f"{str(dtype)[6:]}{' causal' if causal else ''}: "
+                         f"max err/max {max(errs):.2e}, kept {kept:.4f}, "
+                         f"kiln calls {calls}{'' if this_ok else ' FAILED'}")
+    return ok, "; ".join(texts)
+
+
 def cudagraphs_case(name: str, server: str, device: torch.device,
                     dynamic: bool = False) -> Tuple[bool, str]:
     """kiln.backend(cudagraphs=True) (kiln/cudagraphs.py): five training
@@ -320,7 +379,8 @@ def main() -> int:
                        "FAIL")
         for name, extra in (("empty-outputs", empty_outputs_case),
                             ("blocked-cumsum", blocked_cumsum_case),
-                            ("fused-attention", fused_attention_case)):
+                            ("fused-attention", fused_attention_case),
+                            ("dropout-attention", dropout_attention_case)):
             if not args.models or name in args.models.split(","):
                 report(name, lambda: extra(server, device), "FAIL")
     finally:

@@ -344,5 +344,188 @@ TEST(CudaGpu, CompiledAttentionMatchesReference) {
               cases.size(), calls);
 }
 
+// Attention with dropout as the mask `keep` ([B, H, L, S] flattened, 1 =
+// kept) applies it, in double from the inputs q, k, v, grad_out: out,
+// grad_q, grad_k, grad_v (flattened, [B, H, ., .]).
+std::vector<std::vector<double>> MaskedAttention(
+    const attention_cases::Case& c, const std::vector<HostTensor>& in,
+    const std::vector<char>& keep, double p) {
+  const int64_t B = c.b, H = c.h, L = c.l, S = c.s, E = c.e, V = c.ev;
+  std::vector<double> out(B * H * L * V), dq(B * H * L * E, 0.0),
+      dk(B * H * S * E, 0.0), dv(B * H * S * V, 0.0);
+  const double f = 1.0 / (1.0 - p);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < L; ++i) {
+        std::vector<double> pr(S), m(S);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < S; ++j) {
+          double x = 0;
+          for (int64_t e = 0; e < E; ++e)
+            x += in[0].GetDouble({b, h, i, e}) * in[1].GetDouble({b, h, j, e});
+          pr[j] = c.causal && j > i ? -INFINITY : x * c.scale;
+          mx = std::max(mx, pr[j]);
+          m[j] = keep[((b * H + h) * L + i) * S + j] ? f : 0.0;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < S; ++j) sum += pr[j] = std::exp(pr[j] - mx);
+        for (int64_t j = 0; j < S; ++j) pr[j] /= sum;
+        std::vector<double> dp(S, 0.0);
+        double rowdot = 0;
+        for (int64_t j = 0; j < S; ++j) {
+          for (int64_t e = 0; e < V; ++e)
+            dp[j] += in[3].GetDouble({b, h, i, e}) * in[2].GetDouble({b, h, j, e});
+          dp[j] *= m[j];
+          rowdot += pr[j] * dp[j];
+        }
+        for (int64_t e = 0; e < V; ++e) {
+          double o = 0;
+          for (int64_t j = 0; j < S; ++j)
+            o += pr[j] * m[j] * in[2].GetDouble({b, h, j, e});
+          out[((b * H + h) * L + i) * V + e] = o;
+        }
+        for (int64_t j = 0; j < S; ++j) {
+          const double ds = pr[j] * (dp[j] - rowdot) * c.scale;
+          for (int64_t e = 0; e < V; ++e)
+            dv[((b * H + h) * S + j) * V + e] +=
+                pr[j] * m[j] * in[3].GetDouble({b, h, i, e});
+          for (int64_t e = 0; e < E; ++e) {
+            dq[((b * H + h) * L + i) * E + e] +=
+                ds * in[1].GetDouble({b, h, j, e});
+            dk[((b * H + h) * S + j) * E + e] +=
+                ds * in[0].GetDouble({b, h, i, e});
+          }
+        }
+      }
+    }
+  }
+  return {out, dq, dk, dv};
+}
+
+// max |got - want| / max |want| over flattened values.
+double RelativeError(const HostTensor& got, const std::vector<double>& want) {
+  double err = 0, largest = 1e-6;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    err = std::max(err, std::abs(got.GetDoubleAt(i) - want[i]));
+    largest = std::max(largest, std::abs(want[i]));
+  }
+  return err / largest;
+}
+
+// kiln.attention_dropout compiled for the GPU. float16/bfloat16 run cuDNN's
+// fused attention with its own Philox mask: one run with v the identity
+// exposes the mask (out is the dropped probabilities), and a run with the
+// same seed and real inputs must equal attention with that mask, forward
+// and backward, in double; about 1 - p of the live probabilities are kept,
+// and rng is (seed, offset with the library bit). Under
+// deterministic_algorithms Kiln's kernels draw the reference's Philox mask:
+// every output against the reference evaluator.
+TEST(CudaGpu, CompiledAttentionDropout) {
+  absl::StatusOr<Gpu*> gpu = gpu_testing::OpenGpu();
+  if (!gpu.ok()) GTEST_SKIP() << "no CUDA device: " << gpu.status();
+  using attention_cases::Case;
+  constexpr double kP = 0.2;
+  int checked = 0;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (bool causal : {false, true}) {
+      for (bool deterministic : {false, true}) {
+        Case c;
+        c.dtype = dtype;
+        c.b = 2, c.h = 3, c.l = 40, c.s = 64, c.e = 64, c.ev = 64;
+        c.causal = causal;
+        c.scale = 0.125;
+        c.dropout = kP;
+        SCOPED_TRACE(absl::StrCat(c.ToString(),
+                                  deterministic ? " deterministic" : ""));
+        v1::CompileRequest req;
+        *req.mutable_graph() = attention_cases::CaseGraph(c, v1::CUDA);
+        req.mutable_target()->mutable_cuda()->set_arch((*gpu)->arch);
+        req.mutable_options()->set_deterministic_algorithms(deterministic);
+        auto graph = ImportGraph(req.graph());
+        ASSERT_TRUE(graph.ok()) << graph.status();
+        auto artifact = Compile(req);
+        ASSERT_TRUE(artifact.ok()) << artifact.status();
+        int calls = 0;
+        for (const v1::Step& s : artifact->program().steps())
+          calls += s.has_call() && s.call().has_attention();
+        EXPECT_EQ(calls, deterministic ? 0 : 2);
+        auto exe = CudaExecutable::Load(*artifact);
+        ASSERT_TRUE(exe.ok()) << exe.status();
+        std::mt19937_64 rng(71);
+        const std::vector<HostTensor> inputs =
+            attention_cases::CaseInputs(c, c.l, rng);
+        auto run = [&](const std::vector<HostTensor>& in) {
+          std::vector<HostTensor> outs;
+          std::vector<gpu_testing::DeviceInput> dev;
+          std::vector<DeviceTensorView> views;
+          for (const HostTensor& t : in) {
+            auto d = gpu_testing::Upload(**gpu, t);
+            EXPECT_TRUE(d.ok()) << d.status();
+            if (!d.ok()) return outs;
+            dev.push_back(*std::move(d));
+          }
+          for (const auto& d : dev) views.push_back(d.view());
+          auto got = (*exe)->Run(views, nullptr);
+          EXPECT_TRUE(got.ok()) << got.status();
+          if (!got.ok()) return outs;
+          for (const auto& t : *got) {
+            auto host = gpu_testing::Download(**gpu, t, nullptr);
+            EXPECT_TRUE(host.ok()) << host.status();
+            if (host.ok()) outs.push_back(*std::move(host));
+          }
+          return outs;
+        };
+        const std::vector<HostTensor> got = run(inputs);
+        ASSERT_EQ(got.size(), 6u);
+        const int64_t seed = inputs.back().GetIntAt(0);
+        EXPECT_EQ(got[5].GetIntAt(0), seed);
+        EXPECT_EQ(got[5].GetIntAt(1),
+                  deterministic ? 3 : (int64_t{1} << 62) | 3);
+        const double grad_limit = dtype == DType::kBFloat16 ? 6e-2 : 8e-3;
+        if (deterministic) {
+          auto want = EvaluateReference(*graph, inputs);
+          ASSERT_TRUE(want.ok()) << want.status();
+          for (int o = 0; o < 5; ++o) {
+            const double err =
+                attention_cases::RelativeToLargest(got[o], (*want)[o]);
+            EXPECT_LT(err, o < 2 ? grad_limit / 2 : grad_limit)
+                << "output " << o;
+          }
+          ++checked;
+          continue;
+        }
+        // The mask, from v = identity.
+        // (A copy of a HostTensor shares its storage: v is a new tensor.)
+        std::vector<HostTensor> eye = inputs;
+        eye[2] = HostTensor::Empty(c.dtype, {c.b, c.h, c.s, c.ev});
+        for (int64_t i = 0; i < eye[2].numel(); ++i) {
+          const int64_t e = i % c.ev, j = (i / c.ev) % c.s;
+          eye[2].SetDoubleAt(i, j == e ? 1.0 : 0.0);
+        }
+        const std::vector<HostTensor> exposed = run(eye);
+        ASSERT_EQ(exposed.size(), 6u);
+        std::vector<char> keep(exposed[0].numel());
+        int64_t live = 0, kept = 0;
+        for (int64_t x = 0; x < exposed[0].numel(); ++x) {
+          keep[x] = exposed[0].GetDoubleAt(x) != 0;
+          const int64_t j = x % c.s, i = (x / c.s) % c.l;
+          if (c.causal && j > i) continue;
+          ++live;
+          kept += keep[x];
+        }
+        EXPECT_NEAR(static_cast<double>(kept) / live, 1.0 - kP, 0.03);
+        const auto want = MaskedAttention(c, inputs, keep, kP);
+        for (int o = 0; o < 4; ++o) {
+          const double err = RelativeError(got[o == 0 ? 0 : o + 1], want[o]);
+          EXPECT_LT(err, o == 0 ? grad_limit / 2 : grad_limit)
+              << "output " << (o == 0 ? 0 : o + 1);
+        }
+        ++checked;
+      }
+    }
+  }
+  std::printf("%d dropout attention graphs checked\n", checked);
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -481,6 +481,19 @@ TEST(AttentionCuda, HalfPrecisionIsOneCudnnCallPerDirection) {
       << "the backward reads the forward's pair";
   auto dropout_plan = PlanProgram(d, CudaLimits());
   ASSERT_TRUE(dropout_plan.ok()) << dropout_plan.status();
+  // The kernel writing the pair runs before the forward's call.
+  const int pair = with_dropout[0]->buffers(4);
+  int writer = -1, forward_call = -1;
+  for (int i = 0; i < d.program().steps_size(); ++i) {
+    const v1::Step& s = d.program().steps(i);
+    if (s.has_call() && s.call().has_attention() && forward_call < 0)
+      forward_call = i;
+    if (s.has_launch() && writer < 0) {
+      for (int b : s.launch().buffers()) writer = b == pair ? i : writer;
+    }
+  }
+  EXPECT_GE(writer, 0);
+  EXPECT_LT(writer, forward_call) << "the pair is written before it is read";
   // Under deterministic_algorithms neither direction draws with cuDNN:
   // the backward keeps the GEMMs, so the forward does too.
   v1::CompileOptions det;
