@@ -6,11 +6,15 @@ threshold (CUDA_MAX_SCORES) on measurements.
 
     PY=$(bash deploy/python-env.sh)
     $PY bench/python/attention.py [--device cuda] [--server HOST:PORT]
+        [--dropout P]
 
 Rows: causal self-attention q, k, v of shape (batch, heads, seq, 64), in
 bfloat16 on CUDA (float32 on the CPU), score elements = batch*heads*seq^2.
 Median of 7 timings of 10 steps (CUDA: events around them). A private
-kilnd on an ephemeral port unless --server is given.
+kilnd on an ephemeral port unless --server is given. --dropout P adds
+dropout_p=P to every call (eager: PyTorch's fused kernel with dropout; Kiln
+decomposed: native_dropout in Kiln's kernels; Kiln fused:
+kiln::attention_dropout, cuDNN's own generator on CUDA).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ def main() -> None:
     ap.add_argument("--server")
     ap.add_argument("--shape", metavar="B,H,T,D",
                     help="one shape instead of the table's (head dim D)")
+    ap.add_argument("--dropout", type=float, default=0.0, metavar="P",
+                    help="dropout_p of every call (default 0)")
     ap.add_argument("--profile", action="store_true",
                     help="after the table, torch.profiler's kernel times of "
                          "5 steps of each Kiln variant and eager at the "
@@ -51,10 +57,12 @@ def main() -> None:
     server = a.server or daemon.address
 
     def attn(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                              dropout_p=a.dropout)
 
     where = torch.cuda.get_device_name() if cuda else "CPU"
-    print(f"attention fwd+bwd, causal, head dim {head_dim}, {dtype}, {where}, "
+    print(f"attention fwd+bwd, causal, dropout {a.dropout}, head dim "
+          f"{head_dim}, {dtype}, {where}, "
           f"torch {torch.__version__}; ms per step (median of 7 x 10)")
     print(f"{'batch x heads x seq':<22} {'scores':>10} {'eager':>8} "
           f"{'inductor':>9} {'kiln':>8} {'kiln fused':>10} "
