@@ -35,7 +35,8 @@ kiln.backend(attention=...) or KILN_ATTENTION:
               CUDA small attention
               (at most CUDA_MAX_SCORES = 2^20 score elements) decomposed,
               larger attention Kiln's fused op where fused_eligible takes
-              the call (no dropout; a mask becomes an additive bias;
+              the call (dropout through kiln::attention_dropout, below; a
+              mask becomes an additive bias;
               float16/bfloat16, also under autocast; head dims multiples
               of 8 up to 128, 256 on sm_90 and later), else PyTorch's
               fused kernel, eagerly. As
@@ -55,7 +56,9 @@ and softmax in float32, the probabilities rounded to the inputs' dtype
 before the second product; masks follow PyTorch's
 rules (a boolean mask keeps True, a float mask is added; is_causal is the
 top-left lower triangle), dropout is PyTorch's (native_dropout, Kiln's
-Philox kernels), GQA repeats key and value heads (enable_gqa). A row whose
+Philox kernels) where decomposed and kiln::attention_dropout's where fused
+(cuDNN's generator on CUDA, Kiln's Philox elsewhere: "with dropout" below),
+GQA repeats key and value heads (enable_gqa). A row whose
 every score is masked gives NaN, as PyTorch's math path does (the fused
 kernels give 0 or NaN depending on the kernel).
 """
