@@ -31,6 +31,7 @@
 // library takes any offset): a backward written out cannot draw that mask
 // again and gives NaN gradients for such a pair rather than wrong ones
 // (python/kiln/attention.py, LIBRARY_DRAWN, where the eager body raises).
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -60,20 +61,31 @@ Sizes SizesOf(const LoweredValue& q, const LoweredValue& v) {
           v.sizes[2], q.sizes[3], v.sizes[3]};
 }
 
-// Whether the library computes the call: `backward`, or a forward with
-// dropout (whose backward must draw the same mask), also needs
-// deterministic products off.
+// The largest head dim the library computes with dropout: cuDNN's flash
+// engines with dropout are tested on an H200 at 64; above 128 a backward
+// the library refused would leave its mask undrawable, so the written-out
+// form takes those.
+constexpr int64_t kLibraryDropoutMaxHeadDim = 128;
+
+// Whether the library computes the call: a `backward` needs deterministic
+// products off; with `dropout`, both directions must use it (the backward
+// draws the forward's mask again), so either needs what the backward
+// needs, and head dims up to kLibraryDropoutMaxHeadDim.
 bool UsesLibrary(const LowerContext& ctx, DType dtype, const Sizes& z,
-                 bool backward) {
+                 bool backward, bool dropout) {
   const LowerOptions& o = ctx.options();
-  if (!o.library_attention || (backward && o.deterministic_gemms) ||
+  if (!o.library_attention ||
+      ((backward || dropout) && o.deterministic_gemms) ||
       (dtype != DType::kFloat16 && dtype != DType::kBFloat16)) {
     return false;
   }
+  const int64_t max_dim =
+      dropout ? std::min<int64_t>(o.library_attention_max_head_dim,
+                                  kLibraryDropoutMaxHeadDim)
+              : o.library_attention_max_head_dim;
   for (const SymExpr& d : {z.e, z.ev}) {
     const std::optional<int64_t> c = d.AsConstant();
-    if (!c || *c % 8 != 0 || *c > o.library_attention_max_head_dim)
-      return false;
+    if (!c || *c % 8 != 0 || *c > max_dim) return false;
   }
   return true;
 }
@@ -243,7 +255,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionWith(
   const double scale = ctx.arg(5).f;
   const DType dtype = ctx.out_type(0).dtype;
   const Sizes z = SizesOf(q, v);
-  if (UsesLibrary(ctx, dtype, z, /*backward=*/dropout != nullptr)) {
+  if (UsesLibrary(ctx, dtype, z, /*backward=*/false, dropout != nullptr)) {
     AttentionCall call = CallOf(z, false, causal, scale, dropout);
     std::vector<int> inputs;
     for (const LoweredValue* x : {&q, &k, &v})
@@ -302,7 +314,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionDropout(
                         ir::IntConst(offset)};
   const bool library = UsesLibrary(ctx, ctx.out_type(0).dtype,
                                    SizesOf(ctx.value(0), ctx.value(2)),
-                                   /*backward=*/true);
+                                   /*backward=*/false, /*dropout=*/true);
   const LoweredValue rng = ops::PointwiseNode(
       ctx, {SymExpr(2)}, DType::kInt64,
       ir::Select(
@@ -328,7 +340,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackwardWith(
   const double scale = ctx.arg(8).f;
   const DType dtype = ctx.out_type(0).dtype;
   const Sizes z = SizesOf(q, v);
-  if (UsesLibrary(ctx, dtype, z, /*backward=*/true)) {
+  if (UsesLibrary(ctx, dtype, z, /*backward=*/true, dropout != nullptr)) {
     AttentionCall call = CallOf(z, true, causal, scale, dropout);
     std::vector<int> inputs;
     for (const LoweredValue* x : {&q, &k, &v})

@@ -433,6 +433,12 @@ _FUSED_MAX_HEAD_DIM = 128
 _FUSED_MAX_HEAD_DIM_SM90 = 256
 
 
+# With dropout, head dims up to 128: compiler/ops/attention_lowering.cc
+# computes larger ones without cuDNN (kLibraryDropoutMaxHeadDim), as GEMMs
+# around a softmax, which PyTorch's fused kernel outruns.
+_FUSED_DROPOUT_MAX_HEAD_DIM = 128
+
+
 def _fused_max_head_dim(device: torch.device) -> int:
     """The largest head dim Kiln's fused op takes on `device`."""
     if device.type != "cuda":
@@ -496,7 +502,8 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
     `node` of Dynamo's graph (from its example values): 4-D query, key and
     value with one batch size and the query's head count (a multiple of the
     key's and value's with enable_gqa), dropout_p a Python number below 1
-    (0 unless `dropout`: kilnd has kiln.attention_dropout), a static head dim
+    (0 unless `dropout`: kilnd has kiln.attention_dropout; with dropout,
+    head dims up to 128), a static head dim
     that is a multiple of 8 up to 128 (256 on CUDA devices of sm_90 and
     later), float16/bfloat16 (any floating dtype
     with `any_dtype`; under autocast to `autocast`, the floating inputs
@@ -542,6 +549,8 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
         return False
     for d in (q.shape[-1], k.shape[-1], v.shape[-1]):
         if not isinstance(d, int) or d % 8 or d > _fused_max_head_dim(q.device):
+            return False
+        if p != 0.0 and d > _FUSED_DROPOUT_MAX_HEAD_DIM:
             return False
     if q.shape[-1] != k.shape[-1]:
         return False

@@ -499,6 +499,11 @@ TEST(AttentionCuda, HalfPrecisionIsOneCudnnCallPerDirection) {
   v1::CompileOptions det;
   det.set_deterministic_algorithms(true);
   EXPECT_TRUE(AttentionCalls(CompileForCuda(dropped, det)).empty());
+  // With dropout, head dims above 128 are written out (no cuDNN call),
+  // where without it sm_90 takes them.
+  Case wide_dropped = dropped;
+  wide_dropped.e = wide_dropped.ev = 256;
+  EXPECT_TRUE(AttentionCalls(CompileForCuda(wide_dropped)).empty());
 
   Case f32 = c;
   f32.dtype = DType::kFloat32;
