@@ -27,10 +27,15 @@
 //   ds = p * (dp * keep / (1 - dropout_p) - rowsum(dout * out)) * scale.
 // A program draws with one of the two for both directions: the library
 // only where both directions can use it (not under deterministic_gemms).
-// A pair the library drew has kLibraryDrawn set in its offset (the
-// library takes any offset): a backward written out cannot draw that mask
-// again and gives NaN gradients for such a pair rather than wrong ones
-// (python/kiln/attention.py, LIBRARY_DRAWN, where the eager body raises).
+// The library's pair is (LibrarySeed(seed, offset), kLibraryDrawn): cuDNN's
+// generator reads its offset as a position in one stream, so each op gets
+// a seed of its own rather than the program's seed and its stream number
+// (adjacent offsets would draw shifted, correlated masks). The flag marks
+// the pair: a backward written out cannot draw that mask again and gives
+// NaN gradients for such a pair rather than wrong ones (python/kiln/
+// attention.py, LIBRARY_DRAWN, where the eager body raises); the library's
+// backward, given a pair it did not draw, reads NaN for lse and gives NaN
+// gradients too.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -48,6 +53,22 @@ using ops::ReadKept;
 
 constexpr DType kF32 = DType::kFloat32;
 constexpr int64_t kLibraryDrawn = int64_t{1} << 62;
+
+// The library's seed for stream (seed, offset): words 0 and 1 of
+// Philox(seed, offset, 0) as one non-negative int64 (63 bits).
+Expr LibrarySeed(const Expr& seed, const Expr& offset) {
+  const Expr lo = ir::Philox(seed, offset, ir::IntConst(0), 0);
+  const Expr hi =
+      ir::Binary(ExprOp::kBitAnd, ir::Philox(seed, offset, ir::IntConst(0), 1),
+                 ir::IntConst(0x7fffffff), DType::kInt64);
+  return ir::Add(ir::Mul(hi, ir::IntConst(int64_t{1} << 32)), lo);
+}
+
+// Whether rng's offset (an int64 [2] pair) carries kLibraryDrawn.
+Expr LibraryDrawn(const LoweredValue& rng) {
+  return ir::Binary(ExprOp::kGe, LowerContext::Read(rng, {ir::IntConst(1)}),
+                    ir::IntConst(kLibraryDrawn), DType::kBool);
+}
 
 Expr S(const SymExpr& e) { return ir::FromSym(e); }
 
@@ -319,8 +340,8 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionDropout(
       ctx, {SymExpr(2)}, DType::kInt64,
       ir::Select(
           ir::Binary(ExprOp::kEq, ir::Var(0), ir::IntConst(0), DType::kBool),
-          dropout.seed,
-          ir::IntConst(library ? (offset | kLibraryDrawn) : offset)));
+          library ? LibrarySeed(dropout.seed, dropout.offset) : dropout.seed,
+          ir::IntConst(library ? kLibraryDrawn : offset)));
   auto outs = LowerAttentionWith(ctx, &dropout, &rng);
   if (!outs.ok()) return outs.status();
   outs->push_back(rng);
@@ -348,7 +369,19 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackwardWith(
     if (bias != nullptr)
       inputs.push_back(LibraryBias(ctx, *bias, z, dtype, call));
     inputs.push_back(ops::ContiguousNode(ctx, out, dtype));
-    inputs.push_back(ops::ContiguousNode(ctx, lse, kF32));
+    if (rng != nullptr) {
+      // NaN for lse where the library did not draw the pair.
+      const Expr lse_x =
+          ir::Cast(LowerContext::Read(lse, IdentityIndex(3)), kF32);
+      inputs.push_back(ops::ContiguousNode(
+          ctx,
+          ops::PointwiseNode(
+              ctx, lse.sizes, kF32,
+              ir::Select(LibraryDrawn(*rng), lse_x, ir::Const(NAN, kF32))),
+          kF32));
+    } else {
+      inputs.push_back(ops::ContiguousNode(ctx, lse, kF32));
+    }
     inputs.push_back(ops::ContiguousNode(ctx, dout, dtype));
     if (rng != nullptr)
       inputs.push_back(ops::ContiguousNode(ctx, *rng, DType::kInt64));
@@ -374,9 +407,7 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackwardWith(
   if (dropout != nullptr) {
     keep = ops::PointwiseNode(ctx, scores, DType::kBool, dropout->Keep(z));
     factor = ir::Select(
-        ir::Binary(ExprOp::kGe, dropout->offset, ir::IntConst(kLibraryDrawn),
-                   DType::kBool),
-        ir::Const(NAN, kF32),
+        LibraryDrawn(*rng), ir::Const(NAN, kF32),
         dropout->Factor(LowerContext::Read(*keep, IdentityIndex(3))));
   }
   const LoweredValue p_node = ops::PointwiseNode(

@@ -211,6 +211,17 @@ absl::StatusOr<std::vector<HostTensor>> AttentionBackwardReference(
 absl::StatusOr<std::vector<HostTensor>> AttentionDropoutBackwardReference(
     const RefContext& ctx) {
   const HostTensor& rng = ctx.tensors[10];
+  if (rng.GetIntAt(1) >= (int64_t{1} << 62)) {
+    // A pair a library drew (compiler/ops/attention_lowering.cc,
+    // kLibraryDrawn): its mask cannot be drawn here; NaN gradients.
+    std::vector<HostTensor> grads;
+    for (int o = 0; o < 3; ++o) {
+      HostTensor t = HostTensor::Empty(ctx.out_dtypes[o], ctx.out_sizes[o]);
+      for (int64_t x = 0; x < t.numel(); ++x) t.SetDoubleAt(x, NAN);
+      grads.push_back(std::move(t));
+    }
+    return grads;
+  }
   return AttentionBackwardWith(
       ctx, DropoutOf(ctx.arg(9).f, rng.GetIntAt(0), rng.GetIntAt(1),
                      ctx.tensors[1], ctx.tensors[2]));

@@ -129,12 +129,14 @@ absl::StatusOr<std::vector<DType>> AttentionDTypes(const OpContext& ctx) {
   return std::vector<DType>{*d, DType::kFloat32};
 }
 
-// dropout_p (argument `arg`) is a probability.
+// dropout_p (argument `arg`) is in (0, 1), also as a float32 (a library
+// takes it as one); attention without dropout is kiln.attention.
 absl::Status CheckDropout(const OpContext& ctx, int arg) {
   const double p = ctx.arg(arg).f;
-  if (p >= 0 && p <= 1) return absl::OkStatus();
+  const float p32 = static_cast<float>(p);
+  if (p > 0 && p < 1 && p32 > 0 && p32 < 1) return absl::OkStatus();
   return ctx.Invalid(
-      absl::StrCat("dropout_p must be between 0 and 1, got ", p));
+      absl::StrCat("dropout_p must be in (0, 1) (also as a float32), got ", p));
 }
 
 // attention_dropout: attention's outputs and rng, int64 [2].

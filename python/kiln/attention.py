@@ -68,6 +68,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import struct
 from typing import Any, List, Optional
 
 import torch
@@ -260,12 +261,13 @@ attention_op.register_autograd(_attention_backward,
 # The keep mask is Bernoulli(1 - dropout_p) per score element, drawn from
 # Philox4x32-10 at (seed, offset) as Kiln's native_dropout draws it
 # (graph/ops/random.h): these eager bodies compute the same bits with
-# tensor ops, so an eager forward and a Kiln backward (or the reverse)
-# agree. Where cuDNN computes a call on CUDA it draws from its own Philox
-# generator instead, and marks the pair's offset with LIBRARY_DRAWN; a
-# backward that is not cuDNN's cannot draw that mask again and refuses
-# the pair (this body raises, Kiln's kernels give NaN gradients) rather
-# than give silently wrong gradients.
+# tensor ops, so an eager forward and a backward in Kiln's kernels (or the
+# reverse) agree. Where cuDNN computes a call on CUDA it draws from its own
+# Philox generator instead, from a pair (a seed of the op's own, offset
+# LIBRARY_DRAWN). A backward that did not draw the forward's way refuses
+# the pair rather than give silently wrong gradients: this body raises for
+# a cuDNN pair, Kiln's kernels give NaN gradients for one, and cuDNN's
+# backward gives NaN gradients for a pair it did not draw.
 
 LIBRARY_DRAWN = 1 << 62
 
@@ -495,6 +497,11 @@ def sdpa_fused(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 _SDPA_SIGNATURE = inspect.signature(sdpa_math)
 
 
+def _float32(x: float) -> float:
+    """x rounded to float32 (as a library takes dropout_p)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
 def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
                    autocast: Optional[torch.dtype] = None,
                    dropout: bool = True) -> bool:
@@ -521,7 +528,7 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
     a = bound.arguments
     p = a["dropout_p"]
     if not isinstance(p, (int, float)) or not 0.0 <= p < 1.0 or \
-            (p != 0.0 and not dropout) or \
+            (p != 0.0 and not (dropout and 0.0 < _float32(p) < 1.0)) or \
             not isinstance(a["is_causal"], bool) or \
             not (a["scale"] is None or isinstance(a["scale"], float)):
         return False

@@ -2,6 +2,7 @@
 // and backward, causal or not, float16 and bfloat16, against a float64
 // reference computed from the same (rounded) inputs. Skipped without a GPU
 // or without cuDNN, with the reason.
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -16,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "runtime/cuda_attention.h"
 #include "runtime/cuda_executable.h"
+#include "support/philox.h"
 #include "tests/gpu/gpu_util.h"
 #include "tests/unit/attention_cases.h"
 
@@ -417,7 +419,7 @@ double RelativeError(const HostTensor& got, const std::vector<double>& want) {
 // exposes the mask (out is the dropped probabilities), and a run with the
 // same seed and real inputs must equal attention with that mask, forward
 // and backward, in double; about 1 - p of the live probabilities are kept,
-// and rng is (seed, offset with the library bit). Under
+// and rng is (the op's own seed, the library bit). Under
 // deterministic_algorithms Kiln's kernels draw the reference's Philox mask:
 // every output against the reference evaluator.
 TEST(CudaGpu, CompiledAttentionDropout) {
@@ -477,10 +479,16 @@ TEST(CudaGpu, CompiledAttentionDropout) {
         };
         const std::vector<HostTensor> got = run(inputs);
         ASSERT_EQ(got.size(), 6u);
+        // rng: (seed, 3) for Kiln's Philox; for cuDNN a seed of the op's
+        // own, words 0 and 1 of Philox(seed, 3, 0) (63 bits), and the
+        // library's flag as the offset.
         const int64_t seed = inputs.back().GetIntAt(0);
-        EXPECT_EQ(got[5].GetIntAt(0), seed);
-        EXPECT_EQ(got[5].GetIntAt(1),
-                  deterministic ? 3 : (int64_t{1} << 62) | 3);
+        const std::array<uint32_t, 4> w =
+            Philox4x32(static_cast<uint64_t>(seed), 3, 0);
+        const int64_t op_seed =
+            (static_cast<int64_t>(w[1] & 0x7fffffffu) << 32) | w[0];
+        EXPECT_EQ(got[5].GetIntAt(0), deterministic ? seed : op_seed);
+        EXPECT_EQ(got[5].GetIntAt(1), deterministic ? 3 : int64_t{1} << 62);
         const double grad_limit = dtype == DType::kBFloat16 ? 6e-2 : 8e-3;
         if (deterministic) {
           auto want = EvaluateReference(*graph, inputs);

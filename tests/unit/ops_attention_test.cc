@@ -178,7 +178,13 @@ TEST(Attention, DropoutInvalidArguments) {
                 {In(0), In(1), In(2), NoneArg(), B(false), F(0.5), F(1.5),
                  Kw("seed", In(3))},
                 {"node 0", kAttentionDropout,
-                 "dropout_p must be between 0 and 1, got 1.5"});
+                 "dropout_p must be in (0, 1) (also as a float32), got 1.5"});
+  for (double p : {0.0, 1.0, 1e-60}) {
+    ExpectInvalid(kAttentionDropout, qkv,
+                  {In(0), In(1), In(2), NoneArg(), B(false), F(0.5), F(p),
+                   Kw("seed", In(3))},
+                  {"dropout_p must be in (0, 1)"});
+  }
   ExpectInvalid(kAttentionDropout, qkv,
                 {In(0), In(1), In(2), NoneArg(), B(false), F(0.5), F(0.1)},
                 {"needs Kiln's `seed` keyword"});
@@ -363,6 +369,12 @@ TEST(AttentionCompiled, DropoutRefusesALibraryDrawnPair) {
     EXPECT_TRUE(std::isnan((*got)[o].GetDoubleAt(0))) << "output " << o;
   }
   EXPECT_FALSE(std::isnan((*got)[0].GetDoubleAt(0))) << "the forward is whole";
+  // The reference agrees.
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  auto want = EvaluateReference(*graph, inputs);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_TRUE(std::isnan((*want)[2].GetDoubleAt(0)));
 }
 
 // ---- CUDA targets: cuDNN calls ----
