@@ -394,3 +394,38 @@ def test_a_miss_switches_to_kilns_runtime_once_captured(daemon, aot_dir):
     assert nodes[0] == "CompiledFunctionBackward", nodes
     assert nodes[1:] == ["KilnCachedFunctionBackward"] * 2, nodes
     assert backend.aot_cache_counters()["stored"] == 1
+
+
+def test_attention_dropout_hits_the_traced_step(daemon, aot_dir):
+    """Kiln's fused attention with dropout (kiln::attention_dropout: the
+    forward saves its int64 (seed, offset) pair for the backward) from the
+    cache: a restarted backend's step, drawing the same seed, gives bit for
+    bit the traced step's output and gradients."""
+    import torch.nn.functional as F  # noqa: PLC0415
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 2, 7, 8, generator=g) for _ in range(3))
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=0.3)
+
+    def step():
+        torch._dynamo.reset()
+        backend = kiln.backend(server=daemon.address, fallback="error",
+                               attention="fused")
+        xs = [x.clone().requires_grad_() for x in (q, k, v)]
+        torch.manual_seed(5)
+        out = torch.compile(fn, backend=backend)(*xs)
+        out.backward(torch.ones_like(out))
+        assert backend.report.op("kiln.attention_dropout.default").kiln == 1
+        return [out.detach()] + [x.grad for x in xs], backend
+
+    first, b1 = step()
+    c1 = b1.aot_cache_counters()
+    assert c1["stored"] >= 1 and c1["hits"] == 0, c1
+    second, b2 = step()
+    c2 = b2.aot_cache_counters()
+    assert c2["hits"] == c1["stored"] and c2["misses"] == 0, c2
+    assert not torch.allclose(first[0], F.scaled_dot_product_attention(
+        q, k, v), atol=1e-3), "dropout dropped nothing"
+    for a, b in zip(first, second):
+        assert torch.equal(a, b), (a - b).abs().max()
