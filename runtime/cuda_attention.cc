@@ -56,14 +56,15 @@ class AttentionGraph {
 
   CudnnGraphBuilder& builder() { return b_; }
 
-  // A non-virtual tensor bound in the variant pack.
+  // A non-virtual tensor bound in the variant pack, its address aligned to
+  // `alignment` bytes (0: the call's common alignment).
   void* Bound(int64_t uid, int type, std::vector<int64_t> sizes,
-              std::vector<int64_t> strides = {}) {
+              std::vector<int64_t> strides = {}, int64_t alignment = 0) {
     return b_.Tensor({.data_type = type,
                       .sizes = std::move(sizes),
                       .strides = std::move(strides),
                       .uid = uid,
-                      .alignment = alignment_});
+                      .alignment = alignment > 0 ? alignment : alignment_});
   }
   void* Scalar(int64_t uid) {
     return b_.Tensor({.data_type = cudnn::kDataFloat,
@@ -183,15 +184,10 @@ class AttentionGraph {
   // same mask from the same pair).
   void* DropoutMask(double p) {
     // The pair is one int64 [2] buffer: the offset is 8 bytes in.
-    auto scalar = [&](int64_t uid) {
-      return b_.Tensor({.data_type = cudnn::kDataInt64,
-                        .sizes = {1, 1, 1, 1},
-                        .strides = {1, 1, 1, 1},
-                        .uid = uid,
-                        .alignment = 8});
-    };
-    void* seed = scalar(kSeed);
-    void* offset = scalar(kOffset);
+    void* seed = Bound(kSeed, cudnn::kDataInt64, {1, 1, 1, 1}, {1, 1, 1, 1},
+                       /*alignment=*/8);
+    void* offset = Bound(kOffset, cudnn::kDataInt64, {1, 1, 1, 1}, {1, 1, 1, 1},
+                         /*alignment=*/8);
     void* rng = b_.Make(cudnn::kRngDescriptor);
     const int distribution = cudnn::kRngBernoulli;
     b_.Set(rng, cudnn::kAttrRngDistribution, cudnn::kTypeRngDistribution, 1,

@@ -144,11 +144,10 @@ struct Dropout {
   // Whether score element (n, i, j) is kept (bool): Philox at its
   // row-major index over [B * H, L, S].
   Expr Keep(const Sizes& z) const {
-    const Expr index = ir::Add(
-        ir::Mul(ir::Add(ir::Mul(ir::Var(0), S(z.l)), ir::Var(1)), S(z.s)),
-        ir::Var(2));
-    return ops::BernoulliDraw(ops::PhiloxWordAt(seed, offset, index, 1, 0),
-                              ops::BernoulliThreshold(1.0 - p));
+    return ops::BernoulliDraw(
+        ops::PhiloxWordAt(seed, offset,
+                          ops::RowMajorIndex({z.bh(), z.l, z.s}), 1, 0),
+        ops::BernoulliThreshold(1.0 - p));
   }
   // The factor of a score element kept or not (`keep`, bool) in float32:
   // keep / (1 - p).

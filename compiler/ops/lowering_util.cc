@@ -244,6 +244,16 @@ std::vector<LoweredValue> ScatterOutput(LowerContext& ctx,
                     dtype))};
 }
 
+Expr RowMajorIndex(const std::vector<SymExpr>& sizes) {
+  Expr index = ir::IntConst(0);
+  Expr stride = ir::IntConst(1);
+  for (int d = static_cast<int>(sizes.size()) - 1; d >= 0; --d) {
+    index = ir::Add(index, ir::Mul(ir::Var(d), stride));
+    stride = ir::Mul(stride, ir::FromSym(sizes[d]));
+  }
+  return index;
+}
+
 Expr PhiloxWordAt(const Expr& seed, const Expr& offset, const Expr& index,
                   int words, int which) {
   const int per_call = kPhiloxWords / words;

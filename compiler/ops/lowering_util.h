@@ -87,6 +87,10 @@ LoweredValue AddGemm(LowerContext& ctx, const LoweredValue& x,
                      const std::vector<SymExpr>& sizes, DType data,
                      std::optional<DType> result = std::nullopt);
 
+// The row-major linear index (int64) of the vars 0 .. rank - 1 over
+// `sizes`.
+Expr RowMajorIndex(const std::vector<SymExpr>& sizes);
+
 // Word `which` (< words) of Philox stream (seed, offset) (int64
 // expressions) for the element at row-major `index` of an op drawing
 // `words` words per element (graph/ops/random.h: PhiloxCall, PhiloxWord).

@@ -16,17 +16,6 @@ namespace {
 
 constexpr DType kF32 = DType::kFloat32;
 
-// The row-major linear index of the vars of `sizes`.
-Expr LinearIndex(const std::vector<SymExpr>& sizes) {
-  Expr index = ir::IntConst(0);
-  Expr stride = ir::IntConst(1);
-  for (int d = static_cast<int>(sizes.size()) - 1; d >= 0; --d) {
-    index = ir::Add(index, ir::Mul(ir::Var(d), stride));
-    stride = ir::Mul(stride, ir::FromSym(sizes[d]));
-  }
-  return index;
-}
-
 // Word `which` (< words) of each element of `sizes` for an op drawing
 // `words` words per element: the word at the element's row-major index of
 // the node's stream (its seed and offset keywords).
@@ -35,7 +24,7 @@ Expr Word(const LowerContext& ctx, const std::vector<SymExpr>& sizes, int words,
   const ops::RandomArgs at = ops::RandomArgsOf(ctx.node());
   return ops::PhiloxWordAt(LowerContext::Read(ctx.value(at.seed), {}),
                            ir::IntConst(ctx.arg(at.offset).i),
-                           LinearIndex(sizes), words, which);
+                           ops::RowMajorIndex(sizes), words, which);
 }
 
 // The low `bits` bits of `word` as an int64.

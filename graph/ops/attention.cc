@@ -206,60 +206,70 @@ absl::StatusOr<Shapes> AttentionDropoutBackwardShape(const OpContext& ctx) {
 
 namespace kiln {
 
+namespace {
+
+using ops::Arg;
+
+// attention's arguments: q, k, v, attn_bias?, is_causal, scale.
+std::vector<ArgSpec> AttentionSchema() {
+  return {Arg("query", ArgKind::kTensor),
+          Arg("key", ArgKind::kTensor),
+          Arg("value", ArgKind::kTensor),
+          Arg("attn_bias", ArgKind::kOptionalTensor),
+          Arg("is_causal", ArgKind::kBool),
+          Arg("scale", ArgKind::kFloat)};
+}
+
+// attention_backward's: grad_out, q, k, v, attn_bias?, out, lse,
+// is_causal, scale.
+std::vector<ArgSpec> AttentionBackwardSchema() {
+  return {Arg("grad_out", ArgKind::kTensor),
+          Arg("query", ArgKind::kTensor),
+          Arg("key", ArgKind::kTensor),
+          Arg("value", ArgKind::kTensor),
+          Arg("attn_bias", ArgKind::kOptionalTensor),
+          Arg("out", ArgKind::kTensor),
+          Arg("lse", ArgKind::kTensor),
+          Arg("is_causal", ArgKind::kBool),
+          Arg("scale", ArgKind::kFloat)};
+}
+
+}  // namespace
+
 void RegisterAttentionSignatures(OpSignatures& table) {
-  using ops::Arg;
-  using ops::KwArg;
-  table.Add(
-      {.name = "kiln.attention.default",
-       .op_class = OpClass::kExtern,
-       .schema = {Arg("query", ArgKind::kTensor), Arg("key", ArgKind::kTensor),
-                  Arg("value", ArgKind::kTensor),
-                  Arg("attn_bias", ArgKind::kOptionalTensor),
-                  Arg("is_causal", ArgKind::kBool),
-                  Arg("scale", ArgKind::kFloat)},
-       .num_outputs = 2,
-       .shape = ops::AttentionShape,
-       .dtype = ops::AttentionDTypes});
-  table.Add(
-      {.name = "kiln.attention_backward.default",
-       .op_class = OpClass::kExtern,
-       .schema = {Arg("grad_out", ArgKind::kTensor),
-                  Arg("query", ArgKind::kTensor), Arg("key", ArgKind::kTensor),
-                  Arg("value", ArgKind::kTensor),
-                  Arg("attn_bias", ArgKind::kOptionalTensor),
-                  Arg("out", ArgKind::kTensor), Arg("lse", ArgKind::kTensor),
-                  Arg("is_causal", ArgKind::kBool),
-                  Arg("scale", ArgKind::kFloat)},
-       .num_outputs = 3,
-       .shape = ops::AttentionBackwardShape,
-       .dtype = ops::AttentionBackwardDTypes});
-  table.Add(
-      {.name = "kiln.attention_dropout.default",
-       .op_class = OpClass::kExtern,
-       .schema = {Arg("query", ArgKind::kTensor), Arg("key", ArgKind::kTensor),
-                  Arg("value", ArgKind::kTensor),
-                  Arg("attn_bias", ArgKind::kOptionalTensor),
-                  Arg("is_causal", ArgKind::kBool),
-                  Arg("scale", ArgKind::kFloat),
-                  Arg("dropout_p", ArgKind::kFloat),
-                  KwArg("seed", ArgKind::kOptionalTensor, Attr::None()),
-                  KwArg("offset", ArgKind::kInt, Attr::Int(0))},
-       .num_outputs = 3,
-       .shape = ops::AttentionDropoutShape,
-       .dtype = ops::AttentionDropoutDTypes});
-  table.Add(
-      {.name = "kiln.attention_dropout_backward.default",
-       .op_class = OpClass::kExtern,
-       .schema =
-           {Arg("grad_out", ArgKind::kTensor), Arg("query", ArgKind::kTensor),
-            Arg("key", ArgKind::kTensor), Arg("value", ArgKind::kTensor),
-            Arg("attn_bias", ArgKind::kOptionalTensor),
-            Arg("out", ArgKind::kTensor), Arg("lse", ArgKind::kTensor),
-            Arg("is_causal", ArgKind::kBool), Arg("scale", ArgKind::kFloat),
-            Arg("dropout_p", ArgKind::kFloat), Arg("rng", ArgKind::kTensor)},
-       .num_outputs = 3,
-       .shape = ops::AttentionDropoutBackwardShape,
-       .dtype = ops::AttentionBackwardDTypes});
+  table.Add({.name = "kiln.attention.default",
+             .op_class = OpClass::kExtern,
+             .schema = AttentionSchema(),
+             .num_outputs = 2,
+             .shape = ops::AttentionShape,
+             .dtype = ops::AttentionDTypes});
+  table.Add({.name = "kiln.attention_backward.default",
+             .op_class = OpClass::kExtern,
+             .schema = AttentionBackwardSchema(),
+             .num_outputs = 3,
+             .shape = ops::AttentionBackwardShape,
+             .dtype = ops::AttentionBackwardDTypes});
+  // The dropout ops: the same arguments, then dropout_p and Kiln's seed
+  // and offset keywords (forward) or attention_dropout's rng (backward).
+  std::vector<ArgSpec> dropout = AttentionSchema();
+  dropout.push_back(Arg("dropout_p", ArgKind::kFloat));
+  dropout.push_back(ops::KwArg("seed", ArgKind::kOptionalTensor, Attr::None()));
+  dropout.push_back(ops::KwArg("offset", ArgKind::kInt, Attr::Int(0)));
+  table.Add({.name = "kiln.attention_dropout.default",
+             .op_class = OpClass::kExtern,
+             .schema = std::move(dropout),
+             .num_outputs = 3,
+             .shape = ops::AttentionDropoutShape,
+             .dtype = ops::AttentionDropoutDTypes});
+  std::vector<ArgSpec> dropout_backward = AttentionBackwardSchema();
+  dropout_backward.push_back(Arg("dropout_p", ArgKind::kFloat));
+  dropout_backward.push_back(Arg("rng", ArgKind::kTensor));
+  table.Add({.name = "kiln.attention_dropout_backward.default",
+             .op_class = OpClass::kExtern,
+             .schema = std::move(dropout_backward),
+             .num_outputs = 3,
+             .shape = ops::AttentionDropoutBackwardShape,
+             .dtype = ops::AttentionBackwardDTypes});
 }
 
 }  // namespace kiln

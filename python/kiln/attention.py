@@ -211,12 +211,31 @@ def attention_backward_op(grad_out: torch.Tensor, query: torch.Tensor,
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad_q, grad_k, grad_v) of attention_op, from its saved out and lse
     (this body runs only where Kiln does not; the bias gets no gradient)."""
+    return _attention_grads(grad_out, query, key, value, attn_bias, out, lse,
+                            is_causal, scale)
+
+
+def _attention_grads(grad_out: torch.Tensor, query: torch.Tensor,
+                     key: torch.Tensor, value: torch.Tensor,
+                     attn_bias: Optional[torch.Tensor], out: torch.Tensor,
+                     lse: torch.Tensor, is_causal: bool, scale: float,
+                     dropout: Optional[tuple[float, torch.Tensor]] = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The eager backward bodies: the probabilities recomputed from lse,
+    with `dropout` = (dropout_p, rng) times the keep mask drawn from rng
+    over 1 - dropout_p (dv's probabilities and dp)."""
     dtype = query.dtype
     s = _attention_scores(query, key, attn_bias, is_causal, scale)
     p = torch.exp(s - lse.unsqueeze(-1))
     g = grad_out.float()
-    grad_v = torch.matmul(p.to(dtype).transpose(-2, -1), grad_out)
     dp = torch.matmul(g, value.float().transpose(-2, -1))
+    kept = p
+    if dropout is not None:
+        dropout_p, rng = dropout
+        factor = dropout_keep(p.shape, dropout_p, rng) / (1.0 - dropout_p)
+        kept = p * factor
+        dp = dp * factor
+    grad_v = torch.matmul(kept.to(dtype).transpose(-2, -1), grad_out)
     rowsum = (g * out.float()).sum(-1, keepdim=True)
     ds = (p * (dp - rowsum) * scale).to(dtype)
     grad_q = torch.matmul(ds, key)
@@ -381,18 +400,8 @@ def attention_dropout_backward_op(
             "dropout mask in a Kiln-compiled forward, and this backward runs "
             "eagerly, where that mask cannot be drawn again; run the "
             "backward through Kiln too, or use attention='decompose'")
-    dtype = query.dtype
-    s = _attention_scores(query, key, attn_bias, is_causal, scale)
-    p = torch.exp(s - lse.unsqueeze(-1))
-    factor = dropout_keep(p.shape, dropout_p, rng) / (1.0 - dropout_p)
-    g = grad_out.float()
-    grad_v = torch.matmul((p * factor).to(dtype).transpose(-2, -1), grad_out)
-    dp = torch.matmul(g, value.float().transpose(-2, -1)) * factor
-    rowsum = (g * out.float()).sum(-1, keepdim=True)
-    ds = (p * (dp - rowsum) * scale).to(dtype)
-    grad_q = torch.matmul(ds, key)
-    grad_k = torch.matmul(ds.transpose(-2, -1), query)
-    return grad_q.contiguous(), grad_k.contiguous(), grad_v.contiguous()
+    return _attention_grads(grad_out, query, key, value, attn_bias, out, lse,
+                            is_causal, scale, (dropout_p, rng))
 
 
 @attention_dropout_backward_op.register_fake
@@ -402,8 +411,8 @@ def _attention_dropout_backward_fake(
         out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: float,
         dropout_p: float, rng: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return (query.new_empty(query.shape), key.new_empty(key.shape),
-            value.new_empty(value.shape))
+    return _attention_backward_fake(grad_out, query, key, value, attn_bias,
+                                    out, lse, is_causal, scale)
 
 
 def _attention_dropout_setup(ctx: Any, inputs: Any, output: Any) -> None:

@@ -71,15 +71,18 @@ struct Device {
   }
 };
 
-// The float64 reference of one (batch, head): scores, probabilities, out,
-// logsumexp and the three gradients.
+// The float64 reference of contiguous [B, H, ., .] inputs: out, logsumexp
+// and the three gradients. With `keep` ([B, H, Sq, Skv] flattened, 1 =
+// kept), dropout with probability `dropout` applies that mask to the
+// probabilities (lse stays the undropped softmax's).
 struct Reference {
   std::vector<double> out, lse, dq, dk, dv;
 };
 
 Reference Attend(const HostTensor& q, const HostTensor& k, const HostTensor& v,
                  const HostTensor& dout, const AttentionDims& d, bool causal,
-                 double scale) {
+                 double scale, const std::vector<char>* keep = nullptr,
+                 double dropout = 0) {
   Reference r;
   const int64_t bh = d.batch * d.heads;
   r.out.assign(bh * d.s_q * d.d_v, 0);
@@ -89,6 +92,12 @@ Reference Attend(const HostTensor& q, const HostTensor& k, const HostTensor& v,
   r.dv.assign(bh * d.s_kv * d.d_v, 0);
   std::vector<double> p(d.s_q * d.s_kv), dp(d.s_q * d.s_kv);
   for (int64_t n = 0; n < bh; ++n) {
+    // The dropout factor of score (i, j): keep / (1 - dropout), else 1.
+    auto M = [&](int64_t i, int64_t j) {
+      if (keep == nullptr) return 1.0;
+      return (*keep)[(n * d.s_q + i) * d.s_kv + j] ? 1.0 / (1.0 - dropout)
+                                                   : 0.0;
+    };
     auto Q = [&](int64_t i, int64_t e) {
       return q.GetDoubleAt((n * d.s_q + i) * d.d_qk + e);
     };
@@ -117,7 +126,8 @@ Reference Attend(const HostTensor& q, const HostTensor& k, const HostTensor& v,
       r.lse[n * d.s_q + i] = mx + std::log(sum);
       for (int64_t e = 0; e < d.d_v; ++e) {
         double o = 0;
-        for (int64_t j = 0; j < d.s_kv; ++j) o += p[i * d.s_kv + j] * V(j, e);
+        for (int64_t j = 0; j < d.s_kv; ++j)
+          o += p[i * d.s_kv + j] * M(i, j) * V(j, e);
         r.out[(n * d.s_q + i) * d.d_v + e] = o;
       }
     }
@@ -126,6 +136,7 @@ Reference Attend(const HostTensor& q, const HostTensor& k, const HostTensor& v,
       for (int64_t j = 0; j < d.s_kv; ++j) {
         double g = 0;
         for (int64_t e = 0; e < d.d_v; ++e) g += DO(i, e) * V(j, e);
+        g *= M(i, j);
         dp[i * d.s_kv + j] = g;
         rowdot += g * p[i * d.s_kv + j];
       }
@@ -133,7 +144,7 @@ Reference Attend(const HostTensor& q, const HostTensor& k, const HostTensor& v,
         const double pij = p[i * d.s_kv + j];
         const double ds = pij * (dp[i * d.s_kv + j] - rowdot) * scale;
         for (int64_t e = 0; e < d.d_v; ++e)
-          r.dv[(n * d.s_kv + j) * d.d_v + e] += pij * DO(i, e);
+          r.dv[(n * d.s_kv + j) * d.d_v + e] += pij * M(i, j) * DO(i, e);
         for (int64_t e = 0; e < d.d_qk; ++e) {
           r.dq[(n * d.s_q + i) * d.d_qk + e] += ds * K(j, e);
           r.dk[(n * d.s_kv + j) * d.d_qk + e] += ds * Q(i, e);
@@ -144,9 +155,10 @@ Reference Attend(const HostTensor& q, const HostTensor& k, const HostTensor& v,
   return r;
 }
 
-// max |got - want| / max(1, max |want|).
-double Error(const HostTensor& got, const std::vector<double>& want) {
-  double err = 0, scale = 1;
+// max |got - want| / max(floor, max |want|).
+double Error(const HostTensor& got, const std::vector<double>& want,
+             double floor = 1) {
+  double err = 0, scale = floor;
   for (size_t i = 0; i < want.size(); ++i) {
     err = std::max(err, std::abs(got.GetDoubleAt(i) - want[i]));
     scale = std::max(scale, std::abs(want[i]));
@@ -346,74 +358,6 @@ TEST(CudaGpu, CompiledAttentionMatchesReference) {
               cases.size(), calls);
 }
 
-// Attention with dropout as the mask `keep` ([B, H, L, S] flattened, 1 =
-// kept) applies it, in double from the inputs q, k, v, grad_out: out,
-// grad_q, grad_k, grad_v (flattened, [B, H, ., .]).
-std::vector<std::vector<double>> MaskedAttention(
-    const attention_cases::Case& c, const std::vector<HostTensor>& in,
-    const std::vector<char>& keep, double p) {
-  const int64_t B = c.b, H = c.h, L = c.l, S = c.s, E = c.e, V = c.ev;
-  std::vector<double> out(B * H * L * V), dq(B * H * L * E, 0.0),
-      dk(B * H * S * E, 0.0), dv(B * H * S * V, 0.0);
-  const double f = 1.0 / (1.0 - p);
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < H; ++h) {
-      for (int64_t i = 0; i < L; ++i) {
-        std::vector<double> pr(S), m(S);
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < S; ++j) {
-          double x = 0;
-          for (int64_t e = 0; e < E; ++e)
-            x += in[0].GetDouble({b, h, i, e}) * in[1].GetDouble({b, h, j, e});
-          pr[j] = c.causal && j > i ? -INFINITY : x * c.scale;
-          mx = std::max(mx, pr[j]);
-          m[j] = keep[((b * H + h) * L + i) * S + j] ? f : 0.0;
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < S; ++j) sum += pr[j] = std::exp(pr[j] - mx);
-        for (int64_t j = 0; j < S; ++j) pr[j] /= sum;
-        std::vector<double> dp(S, 0.0);
-        double rowdot = 0;
-        for (int64_t j = 0; j < S; ++j) {
-          for (int64_t e = 0; e < V; ++e)
-            dp[j] += in[3].GetDouble({b, h, i, e}) * in[2].GetDouble({b, h, j, e});
-          dp[j] *= m[j];
-          rowdot += pr[j] * dp[j];
-        }
-        for (int64_t e = 0; e < V; ++e) {
-          double o = 0;
-          for (int64_t j = 0; j < S; ++j)
-            o += pr[j] * m[j] * in[2].GetDouble({b, h, j, e});
-          out[((b * H + h) * L + i) * V + e] = o;
-        }
-        for (int64_t j = 0; j < S; ++j) {
-          const double ds = pr[j] * (dp[j] - rowdot) * c.scale;
-          for (int64_t e = 0; e < V; ++e)
-            dv[((b * H + h) * S + j) * V + e] +=
-                pr[j] * m[j] * in[3].GetDouble({b, h, i, e});
-          for (int64_t e = 0; e < E; ++e) {
-            dq[((b * H + h) * L + i) * E + e] +=
-                ds * in[1].GetDouble({b, h, j, e});
-            dk[((b * H + h) * S + j) * E + e] +=
-                ds * in[0].GetDouble({b, h, i, e});
-          }
-        }
-      }
-    }
-  }
-  return {out, dq, dk, dv};
-}
-
-// max |got - want| / max |want| over flattened values.
-double RelativeError(const HostTensor& got, const std::vector<double>& want) {
-  double err = 0, largest = 1e-6;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    err = std::max(err, std::abs(got.GetDoubleAt(i) - want[i]));
-    largest = std::max(largest, std::abs(want[i]));
-  }
-  return err / largest;
-}
-
 // kiln.attention_dropout compiled for the GPU. float16/bfloat16 run cuDNN's
 // fused attention with its own Philox mask: one run with v the identity
 // exposes the mask (out is the dropped probabilities), and a run with the
@@ -437,8 +381,8 @@ TEST(CudaGpu, CompiledAttentionDropout) {
         c.causal = causal;
         c.scale = 0.125;
         c.dropout = kP;
-        SCOPED_TRACE(absl::StrCat(c.ToString(),
-                                  deterministic ? " deterministic" : ""));
+        SCOPED_TRACE(
+            absl::StrCat(c.ToString(), deterministic ? " deterministic" : ""));
         v1::CompileRequest req;
         *req.mutable_graph() = attention_cases::CaseGraph(c, v1::CUDA);
         req.mutable_target()->mutable_cuda()->set_arch((*gpu)->arch);
@@ -522,9 +466,19 @@ TEST(CudaGpu, CompiledAttentionDropout) {
           kept += keep[x];
         }
         EXPECT_NEAR(static_cast<double>(kept) / live, 1.0 - kP, 0.03);
-        const auto want = MaskedAttention(c, inputs, keep, kP);
+        const AttentionDims dims{.batch = c.b,
+                                 .heads = c.h,
+                                 .s_q = c.l,
+                                 .s_kv = c.s,
+                                 .d_qk = c.e,
+                                 .d_v = c.ev};
+        const Reference ref = Attend(inputs[0], inputs[1], inputs[2], inputs[3],
+                                     dims, c.causal, c.scale, &keep, kP);
+        const std::vector<double>* want[] = {&ref.out, &ref.dq, &ref.dk,
+                                             &ref.dv};
         for (int o = 0; o < 4; ++o) {
-          const double err = RelativeError(got[o == 0 ? 0 : o + 1], want[o]);
+          const double err =
+              Error(got[o == 0 ? 0 : o + 1], *want[o], /*floor=*/1e-6);
           EXPECT_LT(err, o == 0 ? grad_limit / 2 : grad_limit)
               << "output " << (o == 0 ? 0 : o + 1);
         }
