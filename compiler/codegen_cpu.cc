@@ -375,6 +375,56 @@ class CpuKernelEmitter : public KernelEmitterBase {
                             b_.getInt16Ty());
   }
 
+  // float32 exp inline: SLEEF's expf_u10 (error within 1 ulp), without a
+  // branch, so that it vectorises. libmvec's vector expf, which LLVM's
+  // intrinsic became, runs a scalar path for the whole vector when a lane
+  // is below -87.3 (a result that is subnormal or 0): the -inf or
+  // finfo.min of a causal or padding mask made a softmax 7-13x slower
+  // (bench/README.md, session 36). Computed without fast-math flags: a
+  // reassociated range reduction would lose the low bits of ln 2.
+  Value* Exp(Value* x) override {
+    if (!x->getType()->isFloatTy()) return KernelEmitterBase::Exp(x);
+    llvm::IRBuilderBase::FastMathFlagGuard exact(b_);
+    b_.clearFastMathFlags();
+    auto fma = [&](Value* a, Value* m, Value* c) {
+      return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {b_.getFloatTy()},
+                                {a, m, c});
+    };
+    // NaN and values beyond +-104 are computed as +-104, then replaced.
+    Value* lo = F(-104.0);
+    Value* hi = F(104.0);
+    Value* xc = b_.CreateSelect(b_.CreateFCmpULT(x, lo), lo, x);
+    xc = b_.CreateSelect(b_.CreateFCmpOGT(xc, hi), hi, xc);
+    // x = q ln2 + s, |s| <= ln2 / 2 (ln 2 in two parts, the first exact
+    // times any q here); e^s by a polynomial.
+    Value* qf = Call1(llvm::Intrinsic::roundeven,
+                      b_.CreateFMul(xc, F(1.442695040888963407359924681)));
+    Value* s = fma(qf, F(-0.693145751953125), xc);
+    s = fma(qf, F(-1.428606765330187045e-06), s);
+    Value* u = F(0.000198527617612853646278381);
+    for (double c : {0.00139304355252534151077271, 0.00833336077630519866943359,
+                     0.0416664853692054748535156, 0.166666671633720397949219,
+                     0.5}) {
+      u = fma(u, s, F(c));
+    }
+    u = b_.CreateFAdd(F(1.0), fma(b_.CreateFMul(s, s), u, s));
+    // u * 2^q as u * 2^(q >> 1) * 2^(q - (q >> 1)): both factors normal
+    // floats for |q| <= 150, so subnormal results round once.
+    Value* q = b_.CreateFPToSI(qf, b_.getInt32Ty());
+    auto pow2 = [&](Value* e) {
+      return b_.CreateBitCast(
+          b_.CreateShl(b_.CreateAdd(e, b_.getInt32(127)), 23),
+          b_.getFloatTy());
+    };
+    Value* q_half = b_.CreateAShr(q, 1);
+    u = b_.CreateFMul(b_.CreateFMul(u, pow2(q_half)),
+                      pow2(b_.CreateSub(q, q_half)));
+    u = b_.CreateSelect(b_.CreateFCmpOLT(x, lo), F(0.0), u);
+    u = b_.CreateSelect(b_.CreateFCmpOGT(x, hi),
+                        F(std::numeric_limits<double>::infinity()), u);
+    return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, u);
+  }
+
   absl::Status Emit() {
     llvm::Type* ptr = llvm::PointerType::get(ctx_, 0);
     llvm::Type* i64 = b_.getInt64Ty();

@@ -62,6 +62,8 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> MakeTargetMachine(
 // scalar math calls (expf, llvm.exp.f32, sinf, tanhf, log1pf, powf, ...) to
 // glibc's libmvec vector variants, choosing only the variants the target's
 // ISA can run (_ZGVb* SSE4 always, _ZGVc* AVX, _ZGVd* AVX2, _ZGVe* AVX-512F).
+// (The CPU kernel emitter computes float32 exp inline rather than through
+// libmvec, whose expf is slow for arguments below -87: codegen_cpu.cc.)
 // Scalar libm calls must not be assumed to write errno (declare them
 // memory(none), or use llvm.* intrinsics) or they stay scalar.
 //

@@ -677,7 +677,7 @@ Value* KernelEmitterBase::EmitUnary(ExprOp op, Value* x, DType in, DType out) {
       case ExprOp::kAbs:
         return Call1(llvm::Intrinsic::fabs, x);
       case ExprOp::kExp:
-        return Call1(llvm::Intrinsic::exp, x);
+        return Exp(x);
       case ExprOp::kExp2:
         return Call1(llvm::Intrinsic::exp2, x);
       case ExprOp::kExpm1:
@@ -707,7 +707,7 @@ Value* KernelEmitterBase::EmitUnary(ExprOp op, Value* x, DType in, DType out) {
       case ExprOp::kSigmoid:
         return b_.CreateFDiv(
             F(1.0), b_.CreateFAdd(
-                        F(1.0), Call1(llvm::Intrinsic::exp, b_.CreateFNeg(x))));
+                        F(1.0), Exp(b_.CreateFNeg(x))));
       case ExprOp::kFloor:
         return Call1(llvm::Intrinsic::floor, x);
       case ExprOp::kCeil:

@@ -115,6 +115,24 @@ TEST(CpuRuntime, TamperedBinaryIsNotLoaded) {
             absl::StatusCode::kDataLoss);
 }
 
+// A graph in JSON compiled for this machine and loaded (fast_math as the
+// option says).
+absl::StatusOr<std::unique_ptr<CpuExecutable>> CompileForHost(
+    const std::string& json, bool fast_math = false) {
+  v1::CompileRequest req;
+  if (auto s = google::protobuf::util::JsonStringToMessage(
+          json, req.mutable_graph());
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(s.message()), ": ", json));
+  }
+  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  req.mutable_options()->set_fast_math(fast_math);
+  absl::StatusOr<v1::Artifact> artifact = Compile(req);
+  if (!artifact.ok()) return artifact.status();
+  return CpuExecutable::Load(*artifact);
+}
+
 // Regressions found by tests/unit/random_graph_test.cc: a graph in JSON,
 // compiled for this machine and run against the reference evaluator with
 // symbols bound to each of `bindings` (one binding for a static graph).
@@ -603,6 +621,73 @@ TEST(CpuRegression, HalfConversionsAreExact) {
 // (PyTorch's alpha_scalar.to<bool>()): x + x * -1 is x, not x - x. The
 // reference computed in int64 with alpha -1; the compiled code truncated
 // alpha 2 to an i1 0.
+// exp as compiled for this CPU (inline, codegen_cpu.cc's Exp) is within
+// one float32 ulp of exp in double, rounded, over the whole range: a sweep
+// from -110 to 110, the edges of overflow, of subnormal results and of
+// zero, and -inf, inf and NaN; with and without fast_math (the range
+// reduction keeps its order). sigmoid of large values reads exp's
+// extremes: exactly 0 and 1.
+TEST(CpuRegression, ExpIsWithinOneUlp) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  std::vector<float> xs;
+  for (int i = -220000; i <= 220000; ++i) xs.push_back(i * 5e-4f);
+  for (float edge : {88.72283f, 88.7228394f, 88.73f, -87.33654f, -87.3366f,
+                     -103.972076f, -103.97209f, -104.0f, -104.01f, 1e-30f,
+                     std::numeric_limits<float>::denorm_min(), 0.0f, 1e30f,
+                     kInf}) {
+    for (float v : {edge, std::nextafter(edge, 0.0f),
+                    std::nextafter(edge, kInf)}) {
+      xs.push_back(v);
+      xs.push_back(-v);
+    }
+  }
+  xs.push_back(std::numeric_limits<float>::quiet_NaN());
+  const int64_t n = static_cast<int64_t>(xs.size());
+  HostTensor x = HostTensor::Empty(DType::kFloat32, {n});
+  std::memcpy(x.data(), xs.data(), xs.size() * sizeof(float));
+  // Bits as an ordinal: neighbouring floats differ by one.
+  auto ordinal = [](float f) {
+    int32_t b;
+    std::memcpy(&b, &f, sizeof(b));
+    return b < 0 ? -(b & 0x7fffffff) : b;
+  };
+  for (bool fast_math : {false, true}) {
+    SCOPED_TRACE(fast_math ? "fast_math" : "exact");
+    auto exe = CompileForHost(absl::StrCat(R"({
+    "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
+                "sizes": [{"value": )",
+                                           n, R"(}]}}],
+    "nodes": [{"op": "aten.exp.default", "args": [{"ref": "x"}],
+               "outputs": ["e"]},
+              {"op": "aten.sigmoid.default", "args": [{"ref": "x"}],
+               "outputs": ["s"]}],
+    "outputs": ["e", "s"]})"),
+                              fast_math);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    auto out = (*exe)->Run({x});
+    ASSERT_TRUE(out.ok()) << out.status();
+    int bad = 0;
+    for (int64_t i = 0; i < n && bad < 10; ++i) {
+      float got, sig;
+      std::memcpy(&got, (*out)[0].data() + 4 * i, 4);
+      std::memcpy(&sig, (*out)[1].data() + 4 * i, 4);
+      const float want = static_cast<float>(std::exp(double{xs[i]}));
+      const bool ok = std::isnan(want)
+                          ? std::isnan(got) && std::isnan(sig)
+                          : std::abs(ordinal(got) - ordinal(want)) <= 1;
+      if (!ok) {
+        ++bad;
+        ADD_FAILURE() << "exp(" << xs[i] << ") = " << got << ", want " << want;
+      }
+      if (std::abs(xs[i]) >= 110 && !std::isnan(xs[i]) &&
+          sig != (xs[i] > 0 ? 1.0f : 0.0f)) {
+        ++bad;
+        ADD_FAILURE() << "sigmoid(" << xs[i] << ") = " << sig;
+      }
+    }
+  }
+}
+
 TEST(CpuRegression, BoolAddAlphaIsABool) {
   ExpectMatchesReference(R"({
     "inputs": [{"name": "x", "meta": {"dtype": "BOOL",
