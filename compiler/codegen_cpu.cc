@@ -402,9 +402,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
     Value* s = fma(qf, F(-0.693145751953125), xc);
     s = fma(qf, F(-1.428606765330187045e-06), s);
     Value* u = F(0.000198527617612853646278381);
-    for (double c : {0.00139304355252534151077271, 0.00833336077630519866943359,
-                     0.0416664853692054748535156, 0.166666671633720397949219,
-                     0.5}) {
+    for (double c :
+         {0.00139304355252534151077271, 0.00833336077630519866943359,
+          0.0416664853692054748535156, 0.166666671633720397949219, 0.5}) {
       u = fma(u, s, F(c));
     }
     u = b_.CreateFAdd(F(1.0), fma(b_.CreateFMul(s, s), u, s));
@@ -413,8 +413,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
     Value* q = b_.CreateFPToSI(qf, b_.getInt32Ty());
     auto pow2 = [&](Value* e) {
       return b_.CreateBitCast(
-          b_.CreateShl(b_.CreateAdd(e, b_.getInt32(127)), 23),
-          b_.getFloatTy());
+          b_.CreateShl(b_.CreateAdd(e, b_.getInt32(127)), 23), b_.getFloatTy());
     };
     Value* q_half = b_.CreateAShr(q, 1);
     u = b_.CreateFMul(b_.CreateFMul(u, pow2(q_half)),

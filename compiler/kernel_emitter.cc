@@ -705,9 +705,8 @@ Value* KernelEmitterBase::EmitUnary(ExprOp op, Value* x, DType in, DType out) {
       case ExprOp::kErf:
         return LibM("erff", {x});
       case ExprOp::kSigmoid:
-        return b_.CreateFDiv(
-            F(1.0), b_.CreateFAdd(
-                        F(1.0), Exp(b_.CreateFNeg(x))));
+        return b_.CreateFDiv(F(1.0),
+                             b_.CreateFAdd(F(1.0), Exp(b_.CreateFNeg(x))));
       case ExprOp::kFloor:
         return Call1(llvm::Intrinsic::floor, x);
       case ExprOp::kCeil:

@@ -120,8 +120,8 @@ TEST(CpuRuntime, TamperedBinaryIsNotLoaded) {
 absl::StatusOr<std::unique_ptr<CpuExecutable>> CompileForHost(
     const std::string& json, bool fast_math = false) {
   v1::CompileRequest req;
-  if (auto s = google::protobuf::util::JsonStringToMessage(
-          json, req.mutable_graph());
+  if (auto s = google::protobuf::util::JsonStringToMessage(json,
+                                                           req.mutable_graph());
       !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(s.message()), ": ", json));
@@ -631,12 +631,12 @@ TEST(CpuRegression, ExpIsWithinOneUlp) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   std::vector<float> xs;
   for (int i = -220000; i <= 220000; ++i) xs.push_back(i * 5e-4f);
-  for (float edge : {88.72283f, 88.7228394f, 88.73f, -87.33654f, -87.3366f,
-                     -103.972076f, -103.97209f, -104.0f, -104.01f, 1e-30f,
-                     std::numeric_limits<float>::denorm_min(), 0.0f, 1e30f,
-                     kInf}) {
-    for (float v : {edge, std::nextafter(edge, 0.0f),
-                    std::nextafter(edge, kInf)}) {
+  for (float edge :
+       {88.72283f, 88.7228394f, 88.73f, -87.33654f, -87.3366f, -103.972076f,
+        -103.97209f, -104.0f, -104.01f, 1e-30f,
+        std::numeric_limits<float>::denorm_min(), 0.0f, 1e30f, kInf}) {
+    for (float v :
+         {edge, std::nextafter(edge, 0.0f), std::nextafter(edge, kInf)}) {
       xs.push_back(v);
       xs.push_back(-v);
     }
