@@ -115,10 +115,8 @@ TEST(CpuRuntime, TamperedBinaryIsNotLoaded) {
             absl::StatusCode::kDataLoss);
 }
 
-// A graph in JSON compiled for this machine and loaded (fast_math as the
-// option says).
-absl::StatusOr<std::unique_ptr<CpuExecutable>> CompileForHost(
-    const std::string& json, bool fast_math = false) {
+// `json` (a Graph) as a request to compile it for this machine.
+absl::StatusOr<v1::CompileRequest> HostRequest(const std::string& json) {
   v1::CompileRequest req;
   if (auto s = google::protobuf::util::JsonStringToMessage(json,
                                                            req.mutable_graph());
@@ -127,8 +125,17 @@ absl::StatusOr<std::unique_ptr<CpuExecutable>> CompileForHost(
         absl::StrCat(std::string(s.message()), ": ", json));
   }
   *req.mutable_target()->mutable_cpu() = HostCpuTarget();
-  req.mutable_options()->set_fast_math(fast_math);
-  absl::StatusOr<v1::Artifact> artifact = Compile(req);
+  return req;
+}
+
+// A graph in JSON compiled for this machine and loaded (fast_math as the
+// option says).
+absl::StatusOr<std::unique_ptr<CpuExecutable>> CompileForHost(
+    const std::string& json, bool fast_math = false) {
+  absl::StatusOr<v1::CompileRequest> req = HostRequest(json);
+  if (!req.ok()) return req.status();
+  req->mutable_options()->set_fast_math(fast_math);
+  absl::StatusOr<v1::Artifact> artifact = Compile(*req);
   if (!artifact.ok()) return artifact.status();
   return CpuExecutable::Load(*artifact);
 }
@@ -138,12 +145,9 @@ absl::StatusOr<std::unique_ptr<CpuExecutable>> CompileForHost(
 // symbols bound to each of `bindings` (one binding for a static graph).
 void ExpectMatchesReference(const std::string& json,
                             std::vector<std::vector<int64_t>> bindings = {{}}) {
-  v1::CompileRequest req;
-  ASSERT_TRUE(
-      google::protobuf::util::JsonStringToMessage(json, req.mutable_graph())
-          .ok())
-      << json;
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  absl::StatusOr<v1::CompileRequest> parsed = HostRequest(json);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const v1::CompileRequest& req = *parsed;
   auto artifact = Compile(req);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
   auto exe = CpuExecutable::Load(*artifact);
@@ -164,12 +168,9 @@ void ExpectMatchesReference(const std::string& json,
 // expects every graph output to be the reference's: a taken one in its
 // input (the run wrote it), the others among the executable's outputs.
 void ExpectInputWrites(const std::string& json, std::vector<int> taken) {
-  v1::CompileRequest req;
-  ASSERT_TRUE(
-      google::protobuf::util::JsonStringToMessage(json, req.mutable_graph())
-          .ok())
-      << json;
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  absl::StatusOr<v1::CompileRequest> parsed = HostRequest(json);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const v1::CompileRequest& req = *parsed;
   auto artifact = Compile(req);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
   std::vector<int> got_taken;
@@ -435,8 +436,7 @@ TEST(CpuRuntime, MalformedProgramIsInvalidArgument) {
 }
 
 TEST(CpuRegression, FastMathKeepsNaNs) {
-  v1::CompileRequest req;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(R"({
+  auto exe = CompileForHost(R"({
     "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
                 "sizes": [{"value": 8}]}}],
     "nodes": [{"op": "aten.isnan.default", "args": [{"ref": "x"}],
@@ -444,13 +444,7 @@ TEST(CpuRegression, FastMathKeepsNaNs) {
               {"op": "aten.maximum.default", "args": [{"ref": "x"}, {"ref": "x"}],
                "outputs": ["m"]}],
     "outputs": ["n", "m"]})",
-                                                          req.mutable_graph())
-                  .ok());
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
-  req.mutable_options()->set_fast_math(true);
-  auto artifact = Compile(req);
-  ASSERT_TRUE(artifact.ok()) << artifact.status();
-  auto exe = CpuExecutable::Load(*artifact);
+                            /*fast_math=*/true);
   ASSERT_TRUE(exe.ok()) << exe.status();
   HostTensor x = HostTensor::Empty(DType::kFloat32, {8});
   for (int i = 0; i < 8; ++i)
@@ -560,12 +554,10 @@ TEST(CpuRegression, HalfConversionsAreExact) {
     narrow.push_back(-v);
   }
   const int64_t n = static_cast<int64_t>(narrow.size());
-  v1::CompileRequest req;
-  ASSERT_TRUE(
-      google::protobuf::util::JsonStringToMessage(absl::StrCat(R"({
+  auto exe = CompileForHost(absl::StrCat(R"({
     "inputs": [{"name": "f", "meta": {"dtype": "FLOAT32",
                 "sizes": [{"value": )",
-                                                               n, R"(}]}},
+                                         n, R"(}]}},
                {"name": "h", "meta": {"dtype": "FLOAT16",
                 "sizes": [{"value": 65536}]}}],
     "nodes": [{"op": "aten._to_copy.default",
@@ -574,13 +566,7 @@ TEST(CpuRegression, HalfConversionsAreExact) {
               {"op": "aten._to_copy.default",
                "args": [{"ref": "h"}, {"name": "dtype", "dtype": "FLOAT32"}],
                "outputs": ["hf"]}],
-    "outputs": ["fh", "hf"]})"),
-                                                  req.mutable_graph())
-          .ok());
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
-  auto artifact = Compile(req);
-  ASSERT_TRUE(artifact.ok()) << artifact.status();
-  auto exe = CpuExecutable::Load(*artifact);
+    "outputs": ["fh", "hf"]})"));
   ASSERT_TRUE(exe.ok()) << exe.status();
   HostTensor f = HostTensor::Empty(DType::kFloat32, {n});
   std::memcpy(f.data(), narrow.data(), narrow.size() * sizeof(float));
@@ -732,12 +718,9 @@ void ExpectSplitMatchesReference(
     const std::string& json, const std::vector<std::string>& kernels, double lo,
     double hi, double ramp = 0,
     const std::function<void(HostTensor&)>& edit_input = nullptr) {
-  v1::CompileRequest req;
-  ASSERT_TRUE(
-      google::protobuf::util::JsonStringToMessage(json, req.mutable_graph())
-          .ok())
-      << json;
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  absl::StatusOr<v1::CompileRequest> parsed = HostRequest(json);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const v1::CompileRequest& req = *parsed;
   CompileEnv env;
   env.split_reductions_on_cpu = true;
   auto artifact = Compile(req, env);
@@ -1031,8 +1014,7 @@ TEST(CpuSplitReductions, FissionedRowsMatchReference) {
 // 3 < x) and the views, copies and factories AOTAutograd emits, compiled
 // and fused with their neighbours, against the reference and by hand.
 TEST(CpuIssue17, NumberSelfViewsAndFactoriesMatchReference) {
-  v1::CompileRequest req;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(R"({
+  absl::StatusOr<v1::CompileRequest> parsed = HostRequest(R"({
     "inputs": [{"name": "x", "meta": {"dtype": "FLOAT32",
                 "sizes": [{"value": 2}, {"value": 3}]}},
                {"name": "b", "meta": {"dtype": "INT32",
@@ -1067,10 +1049,9 @@ TEST(CpuIssue17, NumberSelfViewsAndFactoriesMatchReference) {
                "outputs": ["el"]},
               {"op": "aten.add.Tensor", "args": [{"ref": "e"}, {"ref": "z"}],
                "outputs": ["ez"]}],
-    "outputs": ["a", "d", "c", "ko", "f", "es", "el", "ez"]})",
-                                                          req.mutable_graph())
-                  .ok());
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+    "outputs": ["a", "d", "c", "ko", "f", "es", "el", "ez"]})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const v1::CompileRequest& req = *parsed;
   auto artifact = Compile(req);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
   auto exe = CpuExecutable::Load(*artifact);
@@ -1113,12 +1094,9 @@ void ExpectCodegenVariantsMatchReference(
     const std::function<void(const std::string&, bool)>& check_ir,
     std::vector<std::vector<int64_t>> bindings = {{}},
     const std::function<void(HostTensor&)>& edit = nullptr) {
-  v1::CompileRequest req;
-  ASSERT_TRUE(
-      google::protobuf::util::JsonStringToMessage(json, req.mutable_graph())
-          .ok())
-      << json;
-  *req.mutable_target()->mutable_cpu() = HostCpuTarget();
+  absl::StatusOr<v1::CompileRequest> parsed = HostRequest(json);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const v1::CompileRequest& req = *parsed;
   auto graph = ImportGraph(req.graph());
   ASSERT_TRUE(graph.ok()) << graph.status();
   for (bool on : {true, false}) {
