@@ -377,9 +377,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
 
   // float32 exp inline: SLEEF's expf_u10 (error within 1 ulp), without a
   // branch, so that it vectorises. libmvec's vector expf, which LLVM's
-  // intrinsic became, runs a scalar path for the whole vector when a lane
+  // intrinsic became, computes a whole vector on a scalar path when a lane
   // is below -87.3 (a result that is subnormal or 0): the -inf or
-  // finfo.min of a causal or padding mask made a softmax 7-13x slower
+  // finfo.min of a causal or padding mask made a softmax 10x slower
   // (bench/README.md, session 36). Computed without fast-math flags: a
   // reassociated range reduction would lose the low bits of ln 2.
   Value* Exp(Value* x) override {
@@ -390,11 +390,18 @@ class CpuKernelEmitter : public KernelEmitterBase {
       return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {b_.getFloatTy()},
                                 {a, m, c});
     };
-    // NaN and values beyond +-104 are computed as +-104, then replaced.
-    Value* lo = F(-104.0);
-    Value* hi = F(104.0);
-    Value* xc = b_.CreateSelect(b_.CreateFCmpULT(x, lo), lo, x);
-    xc = b_.CreateSelect(b_.CreateFCmpOGT(xc, hi), hi, xc);
+    // NaN and values beyond +-104 (the masked scores) are computed as 0,
+    // then replaced: as +-104 they made subnormal products, which x86
+    // finishes in microcode (a masked softmax 9x slower). The tests are on
+    // x's bits: a float compare of a widened float16 value is narrowed to
+    // a float16 compare by InstCombine, which x86 without AVX512-FP16 runs
+    // one lane at a time (a float16 kernel 8x slower).
+    Value* bits = b_.CreateBitCast(x, b_.getInt32Ty());
+    Value* magnitude = b_.CreateAnd(bits, b_.getInt32(0x7fffffff));
+    Value* negative = b_.CreateICmpSLT(bits, b_.getInt32(0));
+    Value* nan = b_.CreateICmpUGT(magnitude, b_.getInt32(0x7f800000));
+    Value* big = b_.CreateICmpUGT(magnitude, b_.getInt32(0x42d00000));  // 104
+    Value* xc = b_.CreateSelect(big, F(0.0), x);
     // x = q ln2 + s, |s| <= ln2 / 2 (ln 2 in two parts, the first exact
     // times any q here); e^s by a polynomial.
     Value* qf = Call1(llvm::Intrinsic::roundeven,
@@ -418,10 +425,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
     Value* q_half = b_.CreateAShr(q, 1);
     u = b_.CreateFMul(b_.CreateFMul(u, pow2(q_half)),
                       pow2(b_.CreateSub(q, q_half)));
-    u = b_.CreateSelect(b_.CreateFCmpOLT(x, lo), F(0.0), u);
-    u = b_.CreateSelect(b_.CreateFCmpOGT(x, hi),
-                        F(std::numeric_limits<double>::infinity()), u);
-    return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, u);
+    Value* limit = b_.CreateSelect(negative, F(0.0),
+                                   F(std::numeric_limits<double>::infinity()));
+    return b_.CreateSelect(nan, x, b_.CreateSelect(big, limit, u));
   }
 
   absl::Status Emit() {

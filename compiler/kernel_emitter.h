@@ -154,8 +154,8 @@ class KernelEmitterBase {
   Value* Call1(llvm::Intrinsic::ID id, Value* x);
   Value* LibM(const char* name, std::initializer_list<Value*> args);
   Value* F(double v);
-  // exp(x): LLVM's intrinsic (libmvec's variant once vectorised on the CPU,
-  // libdevice's on CUDA). The CPU emitter computes float32 inline instead.
+  // exp(x) (ExprOp::kExp): LLVM's intrinsic (libdevice's on CUDA). The CPU
+  // emitter computes float32 inline instead of libmvec's.
   virtual Value* Exp(Value* x) { return Call1(llvm::Intrinsic::exp, x); }
   Value* EmitUncached(const Expr& e);
   Value* EmitUnary(ExprOp op, Value* x, DType in, DType out);

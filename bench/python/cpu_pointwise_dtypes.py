@@ -6,7 +6,8 @@ has them, codegen_cpu.h's CpuCodegenOptions::f16c).
     PY=$(bash deploy/python-env.sh)
     $PY bench/python/cpu_pointwise_dtypes.py [--rows 2048 --cols 3072 --threads 2]
 
-Ops over x, y [rows, cols]: tanh-GELU(x), x + y, silu(x) * y. Milliseconds
+Ops over x, y [rows, cols]: tanh-GELU(x), x + y, silu(x) * y, softmax of x
+where y > 0 (-inf elsewhere). Milliseconds
 per call: the median of --repeats timings of --iters calls. A private kilnd
 on an ephemeral port serves unless --server is given.
 """
@@ -28,6 +29,11 @@ OPS = {
     "gelu_tanh": lambda x, y: F.gelu(x, approximate="tanh"),
     "add": lambda x, y: x + y,
     "silu_mul": lambda x, y: F.silu(x) * y,
+    # Half the scores masked, as a causal or padding mask does (session 36:
+    # exp of -inf was slow in libmvec).
+    "masked_softmax": lambda x, y: torch.softmax(
+        torch.where(y > 0, x, float("-inf")), dim=-1
+    ),
 }
 
 

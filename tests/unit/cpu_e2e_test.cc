@@ -611,8 +611,8 @@ TEST(CpuRegression, HalfConversionsAreExact) {
 // one float32 ulp of exp in double, rounded, over the whole range: a sweep
 // from -110 to 110, the edges of overflow, of subnormal results and of
 // zero, and -inf, inf and NaN; with and without fast_math (the range
-// reduction keeps its order). sigmoid of large values reads exp's
-// extremes: exactly 0 and 1.
+// reduction keeps its order). sigmoid (libmvec's exp) of large values is
+// exactly 0 and 1.
 TEST(CpuRegression, ExpIsWithinOneUlp) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   std::vector<float> xs;
