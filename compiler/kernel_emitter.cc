@@ -705,7 +705,7 @@ Value* KernelEmitterBase::EmitUnary(ExprOp op, Value* x, DType in, DType out) {
       case ExprOp::kErf:
         return LibM("erff", {x});
       case ExprOp::kSigmoid:
-        // LLVM's exp, not Exp(): on the CPU libmvec's ran SiLU 10-15%
+        // LLVM's exp, not Exp(): on the CPU libmvec's ran SiLU 10-20%
         // faster than the inline one (its slow path, below -87, is for x
         // above 87 here, which gates rarely reach; bench/README.md, session
         // 36).

@@ -7,7 +7,7 @@ has them, codegen_cpu.h's CpuCodegenOptions::f16c).
     $PY bench/python/cpu_pointwise_dtypes.py [--rows 2048 --cols 3072 --threads 2]
 
 Ops over x, y [rows, cols]: tanh-GELU(x), x + y, silu(x) * y, softmax of x
-where y > 0 (-inf elsewhere). Milliseconds
+where y > 0 (-inf elsewhere), softmax of x, exp(x) * y. Milliseconds
 per call: the median of --repeats timings of --iters calls. A private kilnd
 on an ephemeral port serves unless --server is given.
 """
@@ -30,10 +30,12 @@ OPS = {
     "add": lambda x, y: x + y,
     "silu_mul": lambda x, y: F.silu(x) * y,
     # Half the scores masked, as a causal or padding mask does (session 36:
-    # exp of -inf was slow in libmvec).
+    # exp of -inf was slow in libmvec), and the same without a mask.
     "masked_softmax": lambda x, y: torch.softmax(
         torch.where(y > 0, x, float("-inf")), dim=-1
     ),
+    "softmax": lambda x, y: torch.softmax(x, dim=-1),
+    "exp_mul": lambda x, y: torch.exp(x) * y,
 }
 
 
