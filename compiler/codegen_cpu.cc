@@ -624,14 +624,102 @@ class CpuKernelEmitter : public KernelEmitterBase {
   }
 
   void EmitStages() {
-    ForEachStage([&](const Stage& st, int slot) { EmitReduce(st, slot); },
-                 [&](const Stage& st, size_t) {
-                   if (st.kind == Stage::Kind::kStoreInner) {
-                     EmitInnerNest(0, [&] { EmitStore(st); });
-                   } else {
-                     EmitStore(st);
-                   }
-                 });
+    const std::vector<int> kept = KeptSummands();
+    auto index_of = [&](const Stage& st) {
+      return static_cast<size_t>(&st - kernel_.stages.data());
+    };
+    ForEachStage(
+        [&](const Stage& st, int slot) {
+          const int s = kept[index_of(st)];
+          EmitReduce(st, slot, s < 0 ? nullptr : &kernel_.stages[s]);
+        },
+        [&](const Stage& st, size_t) {
+          if (st.kind != Stage::Kind::kStoreInner) {
+            EmitStore(st);
+            return;
+          }
+          const bool reads_kept =
+              std::find(kept.begin(), kept.end(),
+                        static_cast<int>(index_of(st))) != kept.end();
+          EmitInnerNest(0, [&] {
+            if (!reads_kept) {
+              EmitStore(st);
+              return;
+            }
+            // The summand, stored by the reduction at this position, times
+            // the reciprocal of the divisor (LICM takes the division out
+            // of the loop), as ATen's softmax computes it.
+            Value* off = EmitExpr(st.offset);
+            Value* summand = LoadElement(st.buffer_slot, off, DType::kFloat32);
+            Value* scale = b_.CreateFDiv(F(1.0), EmitExpr(st.value->args[1]));
+            StoreElement(st.buffer_slot, off, b_.CreateFMul(summand, scale),
+                         DType::kFloat32);
+          });
+        });
+  }
+
+  // Per stage: for a float32 sum over the row whose summand a later float32
+  // store of the row divides by something (softmax: sum(exp(x - max)),
+  // then exp(x - max) / sum), that store's stage; else -1. The reduction
+  // then stores the summand where the store will write, and the store
+  // reads it back and multiplies it by the divisor's reciprocal, as ATen's
+  // softmax does: one exp per element instead of two, and no division per
+  // element (within 1.5 ulps of the quotient). Only where nothing else in
+  // the kernel reads or writes the stored buffer and the store's offset
+  // reads no accumulator. (A 16-bit output would round the summands before
+  // the sum reads them, so those keep computing them twice.)
+  std::vector<int> KeptSummands() const {
+    std::vector<int> kept(kernel_.stages.size(), -1);
+    if (kernel_.is_scatter()) return kept;
+    auto reads = [](const Expr& e, auto pred) {
+      bool found = false;
+      std::function<void(const Expr&)> walk = [&](const Expr& x) {
+        if (found || !x) return;
+        if (pred(*x)) found = true;
+        for (const Expr& a : x->args) walk(a);
+      };
+      walk(e);
+      return found;
+    };
+    for (size_t r = 0; r < kernel_.stages.size(); ++r) {
+      const Stage& red = kernel_.stages[r];
+      if (red.kind != Stage::Kind::kReduce || red.reduce != ReduceKind::kSum ||
+          red.acc_dtype != DType::kFloat32 ||
+          red.value->dtype != DType::kFloat32) {
+        continue;
+      }
+      for (size_t s = r + 1; s < kernel_.stages.size(); ++s) {
+        const Stage& st = kernel_.stages[s];
+        if (st.kind != Stage::Kind::kStoreInner ||
+            st.store_dtype != DType::kFloat32 || st.value->op != ExprOp::kDiv ||
+            st.value->dtype != DType::kFloat32 ||
+            !ir::Equal(st.value->args[0], red.value) ||
+            std::find(kept.begin(), kept.end(), static_cast<int>(s)) !=
+                kept.end()) {
+          continue;
+        }
+        const int slot = st.buffer_slot;
+        bool other_use = reads(
+            st.offset, [](const ExprNode& x) { return x.op == ExprOp::kAcc; });
+        for (size_t o = 0; o < kernel_.stages.size() && !other_use; ++o) {
+          const Stage& other = kernel_.stages[o];
+          if (o != s && other.kind != Stage::Kind::kReduce &&
+              other.buffer_slot == slot) {
+            other_use = true;
+          }
+          for (const Expr* e : {&other.value, &other.offset, &other.finalize}) {
+            other_use = other_use || reads(*e, [&](const ExprNode& x) {
+                          return x.op == ExprOp::kLoadBuffer && x.index == slot;
+                        });
+          }
+        }
+        if (!other_use) {
+          kept[r] = static_cast<int>(s);
+          break;
+        }
+      }
+    }
+    return kept;
   }
 
   // ---- stages ----
@@ -664,7 +752,9 @@ class CpuKernelEmitter : public KernelEmitterBase {
     }
   }
 
-  void EmitReduce(const Stage& st, int slot) {
+  // `keep`: a store stage whose summand this sum is (KeptSummands): each
+  // summand is also stored where that stage writes.
+  void EmitReduce(const Stage& st, int slot, const Stage* keep = nullptr) {
     const bool is_arg = IsArgReduce(st.reduce);
     const DType vdtype = is_arg ? st.value->dtype : st.acc_dtype;
     llvm::Type* ty = TypeOf(vdtype);
@@ -683,6 +773,10 @@ class CpuKernelEmitter : public KernelEmitterBase {
       if (pos) b_.CreateStore(b_.getInt64(0), pos);
       EmitInnerNest(0, [&] {
         Value* v = ConvertValue(EmitExpr(st.value), st.value->dtype, vdtype);
+        if (keep != nullptr) {
+          StoreElement(keep->buffer_slot, EmitExpr(keep->offset), v,
+                       keep->store_dtype);
+        }
         Value* a = b_.CreateLoad(ty, acc);
         Value* take = nullptr;
         Value* next = CombineStep(st.reduce, vdtype, a, v, &take);

@@ -674,6 +674,62 @@ TEST(CpuRegression, ExpIsWithinOneUlp) {
   }
 }
 
+// A float32 softmax computes each exp once (codegen_cpu.cc, KeptSummands):
+// the sum's pass stores exp(x - max) in the output, the last pass scales it
+// by 1 / sum. One inline exp in the kernel's IR (two before), and the
+// result matches the reference, masked rows and a fully masked row (NaN)
+// included. A bfloat16 softmax keeps both exps (its output would round the
+// summands first).
+TEST(CpuRegression, SoftmaxComputesEachExpOnce) {
+  for (const char* dtype : {"FLOAT32", "BFLOAT16"}) {
+    SCOPED_TRACE(dtype);
+    auto parsed = HostRequest(absl::StrCat(R"({
+    "inputs": [{"name": "x", "meta": {"dtype": ")",
+                                           dtype, R"(",
+                "sizes": [{"value": 7}, {"value": 300}]}},
+               {"name": "m", "meta": {"dtype": "BOOL",
+                "sizes": [{"value": 7}, {"value": 300}]}}],
+    "nodes": [{"op": "aten.masked_fill.Scalar",
+               "args": [{"ref": "x"}, {"ref": "m"}, {"f": "-Infinity"}],
+               "outputs": ["f"]},
+              {"op": "aten._softmax.default",
+               "args": [{"ref": "f"}, {"i": -1}, {"b": false}],
+               "outputs": ["s"]}],
+    "outputs": ["s"]})"));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    char dir_template[] = "/tmp/kiln-softmax-XXXXXX";
+    ASSERT_NE(mkdtemp(dir_template), nullptr);
+    const std::filesystem::path dir(dir_template);
+    CompileEnv env;
+    env.dump_dir = dir.string();
+    auto artifact = Compile(*parsed, env);
+    ASSERT_TRUE(artifact.ok()) << artifact.status();
+    std::string ir;
+    for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+      if (f.path().filename() != "04-llvm.ll") continue;
+      std::ifstream in(f.path());
+      ir.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    std::filesystem::remove_all(dir);
+    int exps = 0;  // one roundeven per inline exp, before optimisation
+    const std::string call = "call float @llvm.roundeven.f32(";
+    for (size_t at = ir.find(call); at != std::string::npos;
+         at = ir.find(call, at + 1)) {
+      ++exps;
+    }
+    EXPECT_EQ(exps, std::string(dtype) == "FLOAT32" ? 1 : 2) << ir;
+    auto exe = CpuExecutable::Load(*artifact);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    auto graph = ImportGraph(parsed->graph());
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    std::mt19937_64 rng(36);
+    std::vector<HostTensor> inputs = RandomInputs(*graph, {}, rng);
+    for (int j = 0; j < 300; ++j) inputs[1].SetIntAt(4 * 300 + j, 1);  // row 4
+    ThreadPool pool(2);
+    ExpectOutputsMatchReference(**exe, *graph, inputs, pool);
+  }
+}
+
 TEST(CpuRegression, BoolAddAlphaIsABool) {
   ExpectMatchesReference(R"({
     "inputs": [{"name": "x", "meta": {"dtype": "BOOL",
