@@ -624,13 +624,13 @@ class CpuKernelEmitter : public KernelEmitterBase {
   }
 
   void EmitStages() {
-    const std::vector<int> kept = KeptSummands();
-    auto index_of = [&](const Stage& st) {
-      return static_cast<size_t>(&st - kernel_.stages.data());
+    const std::vector<int> partner = KeptSummands();
+    auto partner_of = [&](const Stage& st) {
+      return partner[static_cast<size_t>(&st - kernel_.stages.data())];
     };
     ForEachStage(
         [&](const Stage& st, int slot) {
-          const int s = kept[index_of(st)];
+          const int s = partner_of(st);
           EmitReduce(st, slot, s < 0 ? nullptr : &kernel_.stages[s]);
         },
         [&](const Stage& st, size_t) {
@@ -638,9 +638,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
             EmitStore(st);
             return;
           }
-          const bool reads_kept =
-              std::find(kept.begin(), kept.end(),
-                        static_cast<int>(index_of(st))) != kept.end();
+          const bool reads_kept = partner_of(st) >= 0;
           EmitInnerNest(0, [&] {
             if (!reads_kept) {
               EmitStore(st);
@@ -658,68 +656,62 @@ class CpuKernelEmitter : public KernelEmitterBase {
         });
   }
 
-  // Per stage: for a float32 sum over the row whose summand a later float32
-  // store of the row divides by something (softmax: sum(exp(x - max)),
-  // then exp(x - max) / sum), that store's stage; else -1. The reduction
-  // then stores the summand where the store will write, and the store
-  // reads it back and multiplies it by the divisor's reciprocal, as ATen's
-  // softmax does: one exp per element instead of two, and no division per
-  // element (within 1.5 ulps of the quotient). Only where nothing else in
-  // the kernel reads or writes the stored buffer and the store's offset
-  // reads no accumulator. (A 16-bit output would round the summands before
-  // the sum reads them, so those keep computing them twice.)
+  // Pairs of stages, each index naming its partner (-1: none): a float32
+  // sum over the row and a later float32 store of the row that divides the
+  // sum's summand by something (softmax: sum(exp(x - max)), then
+  // exp(x - max) / sum). The reduction then stores the summand where the
+  // store will write, and the store reads it back and multiplies it by the
+  // divisor's reciprocal, as ATen's softmax does: one exp per element
+  // instead of two, and no division per element (within 1.5 ulps of the
+  // quotient). Only where nothing else in the kernel reads or writes the
+  // stored buffer and the store's offset reads no accumulator. (A 16-bit
+  // output would round the summands before the sum reads them, so those
+  // keep computing them twice.)
   std::vector<int> KeptSummands() const {
-    std::vector<int> kept(kernel_.stages.size(), -1);
-    if (kernel_.is_scatter()) return kept;
-    auto reads = [](const Expr& e, auto pred) {
+    const std::vector<Stage>& stages = kernel_.stages;
+    std::vector<int> partner(stages.size(), -1);
+    if (kernel_.is_scatter()) return partner;
+    // Whether a stage other than `s` touches buffer slot `slot`, or `s`'s
+    // offset reads an accumulator.
+    auto other_use = [&](size_t s, int slot) {
       bool found = false;
-      std::function<void(const Expr&)> walk = [&](const Expr& x) {
-        if (found || !x) return;
-        if (pred(*x)) found = true;
-        for (const Expr& a : x->args) walk(a);
-      };
-      walk(e);
+      absl::flat_hash_set<const ExprNode*> offset_nodes, seen;
+      ForEachNode(stages[s].offset, offset_nodes, [&](const ExprNode& x) {
+        found = found || x.op == ExprOp::kAcc;
+      });
+      for (size_t o = 0; o < stages.size(); ++o) {
+        const Stage& other = stages[o];
+        found = found || (o != s && other.kind != Stage::Kind::kReduce &&
+                          other.buffer_slot == slot);
+        for (const Expr* e : {&other.value, &other.offset, &other.finalize}) {
+          ForEachNode(*e, seen, [&](const ExprNode& x) {
+            found = found || (x.op == ExprOp::kLoadBuffer && x.index == slot);
+          });
+        }
+      }
       return found;
     };
-    for (size_t r = 0; r < kernel_.stages.size(); ++r) {
-      const Stage& red = kernel_.stages[r];
+    for (size_t r = 0; r < stages.size(); ++r) {
+      const Stage& red = stages[r];
       if (red.kind != Stage::Kind::kReduce || red.reduce != ReduceKind::kSum ||
           red.acc_dtype != DType::kFloat32 ||
           red.value->dtype != DType::kFloat32) {
         continue;
       }
-      for (size_t s = r + 1; s < kernel_.stages.size(); ++s) {
-        const Stage& st = kernel_.stages[s];
-        if (st.kind != Stage::Kind::kStoreInner ||
-            st.store_dtype != DType::kFloat32 || st.value->op != ExprOp::kDiv ||
-            st.value->dtype != DType::kFloat32 ||
-            !ir::Equal(st.value->args[0], red.value) ||
-            std::find(kept.begin(), kept.end(), static_cast<int>(s)) !=
-                kept.end()) {
-          continue;
-        }
-        const int slot = st.buffer_slot;
-        bool other_use = reads(
-            st.offset, [](const ExprNode& x) { return x.op == ExprOp::kAcc; });
-        for (size_t o = 0; o < kernel_.stages.size() && !other_use; ++o) {
-          const Stage& other = kernel_.stages[o];
-          if (o != s && other.kind != Stage::Kind::kReduce &&
-              other.buffer_slot == slot) {
-            other_use = true;
-          }
-          for (const Expr* e : {&other.value, &other.offset, &other.finalize}) {
-            other_use = other_use || reads(*e, [&](const ExprNode& x) {
-                          return x.op == ExprOp::kLoadBuffer && x.index == slot;
-                        });
-          }
-        }
-        if (!other_use) {
-          kept[r] = static_cast<int>(s);
+      for (size_t s = r + 1; s < stages.size(); ++s) {
+        const Stage& st = stages[s];
+        if (partner[s] < 0 && st.kind == Stage::Kind::kStoreInner &&
+            st.store_dtype == DType::kFloat32 && st.value->op == ExprOp::kDiv &&
+            st.value->dtype == DType::kFloat32 &&
+            ir::Equal(st.value->args[0], red.value) &&
+            !other_use(s, st.buffer_slot)) {
+          partner[r] = static_cast<int>(s);
+          partner[s] = static_cast<int>(r);
           break;
         }
       }
     }
-    return kept;
+    return partner;
   }
 
   // ---- stages ----

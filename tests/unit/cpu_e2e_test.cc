@@ -140,6 +140,34 @@ absl::StatusOr<std::unique_ptr<CpuExecutable>> CompileForHost(
   return CpuExecutable::Load(*artifact);
 }
 
+// `req` compiled with `env` and its kernels' LLVM IR before optimisation
+// (the 04-llvm.ll dump, through a temporary dump dir).
+struct CompiledWithIr {
+  v1::Artifact artifact;
+  std::string ir;
+};
+absl::StatusOr<CompiledWithIr> CompileWithIr(const v1::CompileRequest& req,
+                                             CompileEnv env) {
+  char dir_template[] = "/tmp/kiln-codegen-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr)
+    return absl::InternalError("mkdtemp failed");
+  const std::filesystem::path dir(dir_template);
+  env.dump_dir = dir.string();
+  absl::StatusOr<v1::Artifact> artifact = Compile(req, env);
+  CompiledWithIr out;
+  if (artifact.ok()) {
+    out.artifact = *std::move(artifact);
+    for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+      if (f.path().filename() != "04-llvm.ll") continue;
+      std::ifstream in(f.path());
+      out.ir.assign(std::istreambuf_iterator<char>(in), {});
+    }
+  }
+  std::filesystem::remove_all(dir);
+  if (!artifact.ok()) return artifact.status();
+  return out;
+}
+
 // Regressions found by tests/unit/random_graph_test.cc: a graph in JSON,
 // compiled for this machine and run against the reference evaluator with
 // symbols bound to each of `bindings` (one binding for a static graph).
@@ -697,20 +725,9 @@ TEST(CpuRegression, SoftmaxComputesEachExpOnce) {
                "outputs": ["s"]}],
     "outputs": ["s"]})"));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
-    char dir_template[] = "/tmp/kiln-softmax-XXXXXX";
-    ASSERT_NE(mkdtemp(dir_template), nullptr);
-    const std::filesystem::path dir(dir_template);
-    CompileEnv env;
-    env.dump_dir = dir.string();
-    auto artifact = Compile(*parsed, env);
-    ASSERT_TRUE(artifact.ok()) << artifact.status();
-    std::string ir;
-    for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
-      if (f.path().filename() != "04-llvm.ll") continue;
-      std::ifstream in(f.path());
-      ir.assign(std::istreambuf_iterator<char>(in), {});
-    }
-    std::filesystem::remove_all(dir);
+    auto compiled = CompileWithIr(*parsed, CompileEnv());
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    const std::string& ir = compiled->ir;
     int exps = 0;  // one roundeven per inline exp, before optimisation
     const std::string call = "call float @llvm.roundeven.f32(";
     for (size_t at = ir.find(call); at != std::string::npos;
@@ -718,7 +735,7 @@ TEST(CpuRegression, SoftmaxComputesEachExpOnce) {
       ++exps;
     }
     EXPECT_EQ(exps, std::string(dtype) == "FLOAT32" ? 1 : 2) << ir;
-    auto exe = CpuExecutable::Load(*artifact);
+    auto exe = CpuExecutable::Load(compiled->artifact);
     ASSERT_TRUE(exe.ok()) << exe.status();
     auto graph = ImportGraph(parsed->graph());
     ASSERT_TRUE(graph.ok()) << graph.status();
@@ -1157,24 +1174,13 @@ void ExpectCodegenVariantsMatchReference(
   ASSERT_TRUE(graph.ok()) << graph.status();
   for (bool on : {true, false}) {
     SCOPED_TRACE(on ? "option on" : "option off");
-    char dir_template[] = "/tmp/kiln-codegen-XXXXXX";
-    ASSERT_NE(mkdtemp(dir_template), nullptr);
-    const std::filesystem::path dir(dir_template);
     CompileEnv env;
     set(env, on);
-    env.dump_dir = dir.string();
-    auto artifact = Compile(req, env);
-    ASSERT_TRUE(artifact.ok()) << artifact.status();
-    std::string ir;
-    for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
-      if (f.path().filename() != "04-llvm.ll") continue;
-      std::ifstream in(f.path());
-      ir.assign(std::istreambuf_iterator<char>(in), {});
-    }
-    std::filesystem::remove_all(dir);
-    ASSERT_FALSE(ir.empty()) << "no 04-llvm.ll dumped";
-    check_ir(ir, on);
-    auto exe = CpuExecutable::Load(*artifact);
+    auto compiled = CompileWithIr(req, env);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    ASSERT_FALSE(compiled->ir.empty()) << "no 04-llvm.ll dumped";
+    check_ir(compiled->ir, on);
+    auto exe = CpuExecutable::Load(compiled->artifact);
     ASSERT_TRUE(exe.ok()) << exe.status();
     std::mt19937_64 rng(11);
     ThreadPool pool(2);
