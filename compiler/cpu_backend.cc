@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "compiler/llvm_pipeline.h"
+#include "compiler/promote_half.h"
 #include "lld/Common/CommonLinkerContext.h"
 #include "lld/Common/Driver.h"
 #include "llvm/ADT/SmallVector.h"
@@ -487,6 +488,19 @@ absl::Status OptimizeModule(llvm::Module& module, llvm::TargetMachine& tm,
   // several accumulators.
   o3.tuning.LoopUnrolling = false;
   o3.library_info = &tlii;
+  if (HasF16c(tm) && !tm.getMCSubtargetInfo()->checkFeatures("+avx512fp16")) {
+    o3.extensions = [](llvm::PassBuilder& builder) {
+      builder.registerVectorizerStartEPCallback(
+          [](llvm::FunctionPassManager& passes, llvm::OptimizationLevel) {
+            passes.addPass(PromoteHalfPass());
+          });
+      builder.registerOptimizerLastEPCallback(
+          [](llvm::ModulePassManager& passes, llvm::OptimizationLevel) {
+            passes.addPass(
+                llvm::createModuleToFunctionPassAdaptor(PromoteHalfPass()));
+          });
+    };
+  }
   RunO3Pipeline(module, tm, o3);
   return absl::OkStatus();
 }

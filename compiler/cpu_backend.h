@@ -64,6 +64,9 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> MakeTargetMachine(
 // ISA can run (_ZGVb* SSE4 always, _ZGVc* AVX, _ZGVd* AVX2, _ZGVe* AVX-512F).
 // (The CPU kernel emitter computes float32 exp inline rather than through
 // libmvec, whose expf is slow for arguments below -87: codegen_cpu.cc.)
+// On x86 with F16C but without AVX512-FP16, float16 compares, min/max, fneg,
+// fabs, rounding and sqrt are computed in float32 (PromoteHalfPass,
+// promote_half.h), which x86 vectorises; float16 ones it would not.
 // Scalar libm calls must not be assumed to write errno (declare them
 // memory(none), or use llvm.* intrinsics) or they stay scalar.
 //

@@ -39,6 +39,7 @@ void RunO3Pipeline(llvm::Module& module, llvm::TargetMachine& tm,
   llvm::ModuleAnalysisManager mam;
   llvm::PassBuilder builder(&tm, options.tuning);
   if (options.target_callbacks) tm.registerPassBuilderCallbacks(builder);
+  if (options.extensions) options.extensions(builder);
   if (options.library_info != nullptr) {
     // Must precede registerFunctionAnalyses, which would register the
     // default TargetLibraryAnalysis (no vector library) first.

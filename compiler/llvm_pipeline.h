@@ -28,6 +28,9 @@ struct O3PipelineOptions {
   // The library info the passes see (CPU: libmvec's vector variants); it
   // must outlive the call. Null: LLVM's default for the module's triple.
   const llvm::TargetLibraryInfoImpl* library_info = nullptr;
+  // Registers passes at the pipeline's extension points (CPU: PromoteHalfPass
+  // before the vectoriser and last, promote_half.h). Empty: none.
+  std::function<void(llvm::PassBuilder&)> extensions;
 };
 
 // Runs buildPerModuleDefaultPipeline(O3) for `tm` over `module`, with the

@@ -7,7 +7,8 @@ has them, codegen_cpu.h's CpuCodegenOptions::f16c).
     $PY bench/python/cpu_pointwise_dtypes.py [--rows 2048 --cols 3072 --threads 2]
 
 Ops over x, y [rows, cols]: tanh-GELU(x), x + y, silu(x) * y, softmax of x
-where y > 0 (-inf elsewhere), softmax of x, exp(x) * y. Milliseconds
+where y > 0 (-inf elsewhere), softmax of x, exp(x) * y, relu(x),
+clamp(x, -1, 1), maximum(x, y), where(x > y, x, 2y). Milliseconds
 per call: the median of --repeats timings of --iters calls. A private kilnd
 on an ephemeral port serves unless --server is given.
 """
@@ -36,7 +37,14 @@ OPS = {
     ),
     "softmax": lambda x, y: torch.softmax(x, dim=-1),
     "exp_mul": lambda x, y: torch.exp(x) * y,
+    # Compares and min/max (session 37: float16 ones ran one lane at a time).
+    "relu": lambda x, y: torch.relu(x),
+    "clamp": lambda x, y: torch.clamp(x, -1.0, 1.0),
+    "maximum": lambda x, y: torch.maximum(x, y),
+    "where_gt": lambda x, y: torch.where(x > y, x, y * 2),
 }
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+          "float16": torch.float16}
 
 
 def main() -> None:
@@ -47,6 +55,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--ops", default=",".join(OPS),
+                    help="comma-separated subset of: " + ", ".join(OPS))
+    ap.add_argument("--dtypes", default=",".join(DTYPES),
+                    help="comma-separated subset of: " + ", ".join(DTYPES))
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     kilnd = None if a.server else Kilnd()
@@ -54,11 +66,12 @@ def main() -> None:
     try:
         print(f"torch {torch.__version__}, {a.threads} threads, "
               f"[{a.rows}, {a.cols}]; ms per call")
-        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for dtype in (DTYPES[d] for d in a.dtypes.split(",")):
             torch.manual_seed(0)
             x = torch.randn(a.rows, a.cols, dtype=dtype)
             y = torch.randn(a.rows, a.cols, dtype=dtype)
-            for name, fn in OPS.items():
+            for name in a.ops.split(","):
+                fn = OPS[name]
                 torch._dynamo.reset()
                 backends = {
                     "eager": fn,
@@ -76,7 +89,7 @@ def main() -> None:
                         times[b].append(ms_per_call(lambda: f(x, y), a.iters,
                                                     False))
                 ms = {b: statistics.median(t) for b, t in times.items()}
-                print(f"  {str(dtype)[6:]:9} {name:9} " + "   ".join(
+                print(f"  {str(dtype)[6:]:9} {name:14} " + "   ".join(
                     f"{b} {t:7.3f}" for b, t in ms.items()) +
                     f"   kiln / eager {ms['eager'] / ms['kiln']:.2f}x, "
                     f"kiln / inductor {ms['inductor'] / ms['kiln']:.2f}x")
