@@ -706,10 +706,11 @@ TEST(CpuRegression, ExpIsWithinOneUlp) {
 // the sum's pass stores exp(x - max) in the output, the last pass scales it
 // by 1 / sum. One inline exp in the kernel's IR (two before), and the
 // result matches the reference, masked rows and a fully masked row (NaN)
-// included. A bfloat16 softmax keeps both exps (its output would round the
-// summands first).
+// included. A bfloat16 or float16 softmax keeps both exps (its output would
+// round the summands first). None divides per element: each multiplies by
+// the sum's reciprocal (ReciprocalQuotient for the 16-bit ones).
 TEST(CpuRegression, SoftmaxComputesEachExpOnce) {
-  for (const char* dtype : {"FLOAT32", "BFLOAT16"}) {
+  for (const char* dtype : {"FLOAT32", "BFLOAT16", "FLOAT16"}) {
     SCOPED_TRACE(dtype);
     auto parsed = HostRequest(absl::StrCat(R"({
     "inputs": [{"name": "x", "meta": {"dtype": ")",
@@ -735,6 +736,16 @@ TEST(CpuRegression, SoftmaxComputesEachExpOnce) {
       ++exps;
     }
     EXPECT_EQ(exps, std::string(dtype) == "FLOAT32" ? 1 : 2) << ir;
+    // No division per element: the one division is the sum's reciprocal.
+    int divisions = 0;
+    const std::string reciprocal = " = fdiv float 1.000000e+00,";
+    for (size_t at = ir.find(" = fdiv "); at != std::string::npos;
+         at = ir.find(" = fdiv ", at + 1)) {
+      ++divisions;
+      EXPECT_EQ(ir.compare(at, reciprocal.size(), reciprocal), 0)
+          << ir.substr(at, 60);
+    }
+    EXPECT_EQ(divisions, 1) << ir;
     auto exe = CpuExecutable::Load(compiled->artifact);
     ASSERT_TRUE(exe.ok()) << exe.status();
     auto graph = ImportGraph(parsed->graph());
