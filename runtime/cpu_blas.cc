@@ -1,5 +1,6 @@
 #include "runtime/cpu_blas.h"
 
+#include <cpuid.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -104,6 +105,14 @@ void ChooseOpenBlasCoreType() {
   if (core != nullptr) setenv("OPENBLAS_CORETYPE", core, /*overwrite=*/0);
 }
 
+// PyTorch's library, when this process has loaded it (RTLD_NOLOAD: never
+// loads it), else null.
+void* LoadedPyTorch() {
+  const char* env = std::getenv("KILN_TORCH_MKL");
+  if (env != nullptr && std::string(env) == "0") return nullptr;
+  return dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuBlas>> CpuBlas::Open() {
@@ -112,6 +121,12 @@ absl::StatusOr<std::unique_ptr<CpuBlas>> CpuBlas::Open() {
   if (const char* env = std::getenv("KILN_BLAS"); env != nullptr && *env) {
     candidates.push_back(env);
   } else {
+    if (void* torch = LoadedPyTorch()) {
+      // A second reference to the loaded library: dlopen by name below
+      // finds the same one.
+      dlclose(torch);
+      candidates.push_back("libtorch_cpu.so");
+    }
     // oneDNN first (KILN_ONEDNN names another copy, 0 skips it), as the
     // CPU convolutions (cpu_conv.h).
     const char* onednn = std::getenv("KILN_ONEDNN");
@@ -139,8 +154,15 @@ absl::StatusOr<std::unique_ptr<CpuBlas>> CpuBlas::Open() {
       blas->dnnl_sgemm_ = reinterpret_cast<DnnlSgemmFn>(s);
       // Exported by oneDNN since 1.x (its gemm tests declare it).
       void* bf = dlsym(handle, "dnnl_gemm_bf16bf16f32");
-      if (bf != nullptr && OneDnnBf16Allowed())
+      if (bf != nullptr && LibraryBf16Gemm())
         blas->dnnl_gemm_bf16_ = reinterpret_cast<DnnlGemmBf16Fn>(bf);
+      return blas;
+    }
+    if (void* s = dlsym(handle, "SGEMM_64")) {
+      blas->mkl_sgemm_ = reinterpret_cast<MklSgemmFn>(s);
+      void* bf = dlsym(handle, "cblas_gemm_bf16bf16f32");
+      if (bf != nullptr && LibraryBf16Gemm())
+        blas->mkl_gemm_bf16_ = reinterpret_cast<MklGemmBf16Fn>(bf);
       return blas;
     }
     if (void* s = dlsym(handle, "cblas_sgemm")) {
@@ -184,6 +206,27 @@ absl::Status CpuBlas::Prepare() {
                        c.data());
 }
 
+namespace {
+
+// Whether the CPU multiplies bfloat16 tiles in hardware (AMX-BF16: CPUID
+// leaf 7, EDX bit 22).
+bool CpuHasAmxBf16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (edx >> 22) & 1;
+}
+
+}  // namespace
+
+bool CpuBlas::LibraryBf16Gemm() {
+  static const bool use = [] {
+    const char* env = std::getenv("KILN_ONEDNN_BF16");
+    if (env != nullptr && *env) return std::string(env) != "0";
+    return CpuHasAmxBf16();
+  }();
+  return use;
+}
+
 bool CpuBlas::OneDnnBf16Allowed() {
   static const bool allowed = [] {
     const char* env = std::getenv("KILN_ONEDNN_BF16");
@@ -208,6 +251,20 @@ absl::Status CpuBlas::Gemm(DType dtype, const GemmDims& dims, double alpha,
   auto* fc = static_cast<float*>(c);
   if (sgemm_ != nullptr) {
     BatchedGemm<float>(sgemm_, dims, alpha, beta, fa, fb, fc, pool);
+    return absl::OkStatus();
+  }
+  if (mkl_sgemm_ != nullptr) {
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
+    // operands swap, and so do m and n. MKL threads each call itself.
+    auto mkl = [&](int, int ta, int tb, int m, int n, int k, float al,
+                   const float* pa, int lda, const float* pb, int ldb, float be,
+                   float* pc, int ldc) {
+      const char ca = ta == kTrans ? 'T' : 'N', cb = tb == kTrans ? 'T' : 'N';
+      const int64_t cm = n, cn = m, ck = k, la = ldb, lb = lda, lc = ldc;
+      mkl_sgemm_(&cb, &ca, &cm, &cn, &ck, &al, pb, &la, pa, &lb, &be, pc, &lc);
+    };
+    BatchedGemm<float>(mkl, dims, alpha, beta, fa, fb, fc, nullptr,
+                       /*whole_products=*/true);
     return absl::OkStatus();
   }
   // oneDNN threads a call itself over the process's OpenMP threads (a
@@ -272,6 +329,11 @@ absl::Status CpuBlas::GemmBf16(const GemmDims& dims, double alpha, double beta,
                                ThreadPool* pool) const {
   const auto* ha = static_cast<const uint16_t*>(a);
   const auto* hb = static_cast<const uint16_t*>(b);
+  if (mkl_gemm_bf16_ != nullptr) {
+    BatchedGemm<float>(mkl_gemm_bf16_, dims, alpha, beta, ha, hb, c, nullptr,
+                       /*whole_products=*/true);
+    return absl::OkStatus();
+  }
   if (dnnl_gemm_bf16_ != nullptr && !bf16_unimplemented_.load()) {
     std::atomic<int> failed{0};
     auto dnnl = [&](int, int ta, int tb, int m, int n, int k, float al,

@@ -7,14 +7,19 @@
 //   if (!blas.ok()) ...  // FAILED_PRECONDITION: no BLAS found
 //   (*blas)->Gemm(DType::kFloat32, dims, 1.0, 0.0, a, b, c);
 //
-// Which library: $KILN_BLAS when set (a path or soname), else the first
-// that loads of oneDNN (libdnnl.so.2, or $KILN_ONEDNN; KILN_ONEDNN=0 skips
-// it), libopenblas.so.0, libcblas.so.3 and libblas.so.3 (Debian's
-// alternatives point the last at OpenBLAS when it is installed). A library
-// that exports dnnl_sgemm is called through it, any other through
-// cblas_sgemm. oneDNN is the default: 3-9% faster than OpenBLAS at the
-// products of real models' steps on the 2-core dev machine
-// (bench/python/cpu_gemm.py --shapes; bench/README.md, session 19).
+// Which library: $KILN_BLAS when set (a path or soname), else PyTorch's MKL
+// when the process has already loaded PyTorch (libtorch_cpu.so exporting
+// MKL's SGEMM_64: the library eager PyTorch's own products call, so that a
+// compiled product costs what eager's does; $KILN_TORCH_MKL=0 skips it),
+// else the first that loads of oneDNN (libdnnl.so.2, or $KILN_ONEDNN;
+// KILN_ONEDNN=0 skips it), libopenblas.so.0, libcblas.so.3 and libblas.so.3
+// (Debian's alternatives point the last at OpenBLAS when it is installed).
+// A library that exports dnnl_sgemm is called through it, one that exports
+// SGEMM_64 (MKL) through that and its cblas_gemm_bf16bf16f32, any other
+// through cblas_sgemm. In a PyTorch process MKL was 1.03-1.25x faster than
+// oneDNN at the products of real models (bench/python/cpu_gemm.py --shapes;
+// bench/README.md, session 37); outside one, oneDNN is the default: 3-9%
+// faster than OpenBLAS on the 2-core dev machine (session 19).
 //
 // Unless OPENBLAS_CORETYPE is set, the first Get sets it from the CPU's
 // features (AVX-512: SKYLAKEX, AVX2: HASWELL) before loading: OpenBLAS's own
@@ -55,7 +60,9 @@ class CpuBlas {
   // float32 (sgemm), at the offsets, strides and leading
   // dimensions of `dims` (from EvaluateGemm, which has checked them against
   // the buffers). A product over k = 0 scales C by beta (zeros for 0).
-  // Threads: a CBLAS runs single-threaded calls, and with a `pool` C's
+  // Threads: MKL threads each product itself over the process's OpenMP
+  // threads, as eager PyTorch's calls do. A CBLAS runs single-threaded
+  // calls, and with a `pool` C's
   // rows are split into blocks that its threads compute: Kiln's one pool
   // runs the cores, the BLAS starts no threads of its own (they fought the
   // pool and PyTorch's threads for the cores: 13 against 145 GFLOP/s at
@@ -71,18 +78,27 @@ class CpuBlas {
 
   // C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] with A and B in
   // bfloat16 and C in float32, accumulated in float32, as Gemm otherwise:
-  // oneDNN's gemm_bf16bf16f32 where the library is oneDNN and the CPU has
-  // it (AVX-512), else (or with $KILN_ONEDNN_BF16=0) the operands widened
-  // to float32 (exactly) and sgemm.
+  // MKL's or oneDNN's gemm_bf16bf16f32 where the library is one of them and
+  // LibraryBf16Gemm() (for oneDNN: and the CPU has it, AVX-512), else the
+  // operands widened to float32 (exactly) and sgemm.
   // Errors: INTERNAL when oneDNN reports a failure other than
   // unimplemented; FAILED_PRECONDITION as Get.
   absl::Status GemmBf16(const GemmDims& dims, double alpha, double beta,
                         const void* a, const void* b, float* c,
                         ThreadPool* pool = nullptr) const;
 
-  // Whether bfloat16 calls may use oneDNN's bfloat16 primitives (GEMM here,
-  // convolutions in cpu_conv.h): false with $KILN_ONEDNN_BF16=0, which
-  // widens the operands to float32 instead. Read once per process.
+  // Whether GemmBf16 calls the library's bfloat16 GEMM: with
+  // $KILN_ONEDNN_BF16 set, unless it is 0; else where the CPU has AMX-BF16.
+  // Without AMX, MKL's and oneDNN's bfloat16 GEMMs ran at half the rate of
+  // float32 sgemm on the operands widened (AVX512-BF16 2-core dev machine:
+  // 160 against 271 GFLOP/s at 1024^3; bench/README.md, session 37). Read
+  // once per process.
+  static bool LibraryBf16Gemm();
+
+  // Whether bfloat16 calls may use the library's bfloat16 primitives
+  // (oneDNN's or MKL's GEMM here, oneDNN's convolutions in cpu_conv.h): false
+  // with $KILN_ONEDNN_BF16=0, which widens the operands to float32 instead.
+  // Read once per process.
   static bool OneDnnBf16Allowed();
 
   // The library that was loaded (its path or soname).
@@ -95,6 +111,16 @@ class CpuBlas {
  private:
   using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*,
                            int, const float*, int, float, float*, int);
+  // MKL's column-major Fortran sgemm with 64-bit integers (SGEMM_64), and
+  // its row-major CBLAS bfloat16 GEMM (MKL_INT = int).
+  using MklSgemmFn = void (*)(const char*, const char*, const int64_t*,
+                              const int64_t*, const int64_t*, const float*,
+                              const float*, const int64_t*, const float*,
+                              const int64_t*, const float*, float*,
+                              const int64_t*);
+  using MklGemmBf16Fn = void (*)(int, int, int, int, int, int, float,
+                                 const uint16_t*, int, const uint16_t*, int,
+                                 float, float*, int);
   // oneDNN's row-major sgemm (dnnl_dim_t = int64_t; returns dnnl_status_t).
   using DnnlSgemmFn = int (*)(char, char, int64_t, int64_t, int64_t, float,
                               const float*, int64_t, const float*, int64_t,
@@ -108,7 +134,9 @@ class CpuBlas {
   void* handle_ = nullptr;
   std::string library_;
   SgemmFn sgemm_ = nullptr;           // a CBLAS, or
-  DnnlSgemmFn dnnl_sgemm_ = nullptr;  // oneDNN
+  DnnlSgemmFn dnnl_sgemm_ = nullptr;  // oneDNN, or
+  MklSgemmFn mkl_sgemm_ = nullptr;    // MKL
+  MklGemmBf16Fn mkl_gemm_bf16_ = nullptr;
   DnnlGemmBf16Fn dnnl_gemm_bf16_ = nullptr;  // oneDNN's, when it has one
   // Set when oneDNN answered unimplemented (no AVX-512): widen from then on.
   mutable std::atomic<bool> bf16_unimplemented_{false};

@@ -2,8 +2,9 @@
 eager PyTorch, side by side in one run, on 2 threads:
 
   * sgemm 1024^3: torch.mm eagerly, and a Kiln partition that is one
-    extern call into the CPU runtime's BLAS (oneDNN's sgemm by default,
-    OpenBLAS with KILN_BLAS=libopenblas.so.0: runtime/cpu_blas.h), and
+    extern call into the CPU runtime's BLAS (PyTorch's MKL by default in a
+    PyTorch process, oneDNN's sgemm with KILN_TORCH_MKL=0, OpenBLAS with
+    KILN_BLAS=libopenblas.so.0: runtime/cpu_blas.h), and
     the same with the reference BLAS (KILN_BLAS=<path>) to show why
     OpenBLAS is the default;
   * an MLP block (LayerNorm, Linear 1024->4096, GELU, Linear 4096->1024,
@@ -17,11 +18,11 @@ eager PyTorch, side by side in one run, on 2 threads:
     $PY bench/python/cpu_gemm.py --server 127.0.0.1:7799 --shapes
 
 --shapes times only the products of real models' steps (SHAPES), with
-Kiln on oneDNN and on OpenBLAS, each in a process of its own. With
---dtype bfloat16 the products are bfloat16 (torch.mm's oneDNN kernel
-eagerly): Kiln through oneDNN's bfloat16 GEMM into a float32 C rounded by
-one kernel, and with KILN_ONEDNN_BF16=0 (operands widened to float32 by the
-runtime, then sgemm; what a CPU without AVX-512 gets).
+Kiln on PyTorch's MKL, on oneDNN and on OpenBLAS, each in a process of its
+own. With --dtype bfloat16 the products are bfloat16 (torch.mm's oneDNN
+kernel eagerly): Kiln through MKL's and oneDNN's bfloat16 GEMMs into a
+float32 C rounded by one kernel, and with KILN_ONEDNN_BF16=0 (operands
+widened to float32 by the runtime, then sgemm).
 
 Times are the median of --repeats runs after warm-up; GFLOP/s counts
 2*m*n*k per product.
@@ -148,10 +149,12 @@ def main() -> None:
     if a.shapes:
         # Each library in a process of its own (chosen once per process),
         # one after the other.
-        runs = ([("onednn", {}),
+        runs = ([("mkl", {}), ("onednn", {"KILN_TORCH_MKL": "0"}),
                  ("openblas", {"KILN_BLAS": "libopenblas.so.0"})]
                 if dtype == torch.float32 else
-                [("onednn-bf16", {}), ("widened", {"KILN_ONEDNN_BF16": "0"})])
+                [("mkl-bf16", {}),
+                 ("onednn-bf16", {"KILN_TORCH_MKL": "0"}),
+                 ("widened", {"KILN_ONEDNN_BF16": "0"})])
         for label, env in runs:
             out = subprocess.run(
                 [sys.executable, __file__, "--server", a.server,

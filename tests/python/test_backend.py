@@ -2405,3 +2405,64 @@ def test_partition_of_a_graph_kiln_takes_whole():
         for a, b in zip(got if isinstance(got, (list, tuple)) else [got],
                         want if isinstance(want, (list, tuple)) else [want]):
             torch.testing.assert_close(a, b)
+
+
+def check_cpu_products(server: str, dtype: torch.dtype) -> None:
+    """mm, addmm (alpha, beta, a broadcast bias), bmm and baddbmm compiled
+    by Kiln (no fallback) against eager on the CPU: odd sizes, transposed
+    operands read in place, k = 1, a batch of 1, a single row and an empty
+    one. Tolerances: float32's, and for bfloat16 one rounding of the
+    result (both accumulate in float32)."""
+    g = torch.Generator().manual_seed(37)
+
+    def r(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g).to(dtype)
+
+    cases: list = [
+        (lambda a, b: a @ b, (r(37, 29), r(29, 53))),
+        (lambda a, b: a.t() @ b.t(), (r(29, 37), r(53, 29))),
+        (lambda a, b: a @ b, (r(1, 64), r(64, 3))),
+        (lambda a, b: a @ b, (r(45, 1), r(1, 20))),
+        (lambda a, b: a @ b, (r(0, 16), r(16, 8))),
+        (lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
+         (r(53), r(37, 29), r(29, 53))),
+        (lambda a, b: torch.bmm(a, b.transpose(1, 2)),
+         (r(3, 17, 9), r(3, 13, 9))),
+        (lambda a, b: torch.bmm(a, b), (r(1, 8, 5), r(1, 5, 7))),
+        (lambda c, a, b: torch.baddbmm(c, a, b, alpha=0.5),
+         (r(2, 6, 11), r(2, 6, 4), r(2, 4, 11))),
+    ]
+    tol = ({} if dtype == torch.float32 else
+           {"rtol": 1.6e-2, "atol": 1e-2})
+    for i, (f, args) in enumerate(cases):
+        torch._dynamo.reset()
+        backend = kiln.backend(server=server, fallback="error")
+        got = torch.compile(f, backend=backend)(*args)
+        want = f(*(a.float() for a in args)).to(dtype)
+        assert got.dtype == dtype and got.shape == want.shape, i
+        torch.testing.assert_close(got.float(), want.float(), **tol,
+                                   msg=lambda m: f"case {i}: {m}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_products_match_eager(daemon, dtype):
+    """The CPU products through the runtime's default BLAS (in a PyTorch
+    process, PyTorch's own MKL: runtime/cpu_blas.h)."""
+    check_cpu_products(daemon.address, dtype)
+
+
+@pytest.mark.parametrize("env", [
+    {"KILN_ONEDNN_BF16": "1"},  # MKL's bfloat16 GEMM, without AMX too
+    {"KILN_TORCH_MKL": "0"},  # oneDNN, as a process without PyTorch
+    {"KILN_TORCH_MKL": "0", "KILN_ONEDNN_BF16": "1"},
+], ids=["mkl-bf16", "onednn", "onednn-bf16"])
+def test_cpu_products_on_each_library(daemon, env):
+    """check_cpu_products in a process of its own (the library is chosen
+    once per process) for each library the runtime may pick."""
+    code = ("import sys; sys.path[:0] = sys.argv[1:3]; import torch; "
+            "from test_backend import check_cpu_products as c; "
+            "c(sys.argv[3], torch.float32); c(sys.argv[3], torch.bfloat16)")
+    subprocess.run(
+        [sys.executable, "-c", code, os.path.dirname(__file__),
+         str(PYTHON_DIR), daemon.address], env=dict(os.environ, **env),
+        check=True, timeout=300)
