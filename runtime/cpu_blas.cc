@@ -154,14 +154,14 @@ absl::StatusOr<std::unique_ptr<CpuBlas>> CpuBlas::Open() {
       blas->dnnl_sgemm_ = reinterpret_cast<DnnlSgemmFn>(s);
       // Exported by oneDNN since 1.x (its gemm tests declare it).
       void* bf = dlsym(handle, "dnnl_gemm_bf16bf16f32");
-      if (bf != nullptr && LibraryBf16Gemm())
+      if (bf != nullptr && OneDnnBf16Allowed())
         blas->dnnl_gemm_bf16_ = reinterpret_cast<DnnlGemmBf16Fn>(bf);
       return blas;
     }
     if (void* s = dlsym(handle, "SGEMM_64")) {
       blas->mkl_sgemm_ = reinterpret_cast<MklSgemmFn>(s);
       void* bf = dlsym(handle, "cblas_gemm_bf16bf16f32");
-      if (bf != nullptr && LibraryBf16Gemm())
+      if (bf != nullptr && OneDnnBf16Allowed())
         blas->mkl_gemm_bf16_ = reinterpret_cast<MklGemmBf16Fn>(bf);
       return blas;
     }
@@ -218,13 +218,20 @@ bool CpuHasAmxBf16() {
 
 }  // namespace
 
-bool CpuBlas::LibraryBf16Gemm() {
-  static const bool use = [] {
+bool CpuBlas::LibraryBf16Gemm(const GemmDims& dims) {
+  // -1: never (KILN_ONEDNN_BF16=0); 1: always (set otherwise, or AMX); 0: by
+  // size.
+  static const int policy = [] {
     const char* env = std::getenv("KILN_ONEDNN_BF16");
-    if (env != nullptr && *env) return std::string(env) != "0";
-    return CpuHasAmxBf16();
+    if (env != nullptr && *env) return std::string(env) != "0" ? 1 : -1;
+    return CpuHasAmxBf16() ? 1 : 0;
   }();
-  return use;
+  if (policy != 0) return policy > 0;
+  // Below 2^26 multiply-adds the widening's passes cost more than the
+  // library's slower products gain (cpu_gemm.py --shapes --dtype bfloat16,
+  // session 37: 136x192x768 0.81x eager widened against 0.88-0.93x through
+  // the libraries, 512x768x768 1.42x against 0.96-1.02x).
+  return static_cast<double>(dims.m) * dims.n * dims.k < double{1 << 26};
 }
 
 bool CpuBlas::OneDnnBf16Allowed() {
@@ -329,12 +336,13 @@ absl::Status CpuBlas::GemmBf16(const GemmDims& dims, double alpha, double beta,
                                ThreadPool* pool) const {
   const auto* ha = static_cast<const uint16_t*>(a);
   const auto* hb = static_cast<const uint16_t*>(b);
-  if (mkl_gemm_bf16_ != nullptr) {
+  const bool library = LibraryBf16Gemm(dims);
+  if (mkl_gemm_bf16_ != nullptr && library) {
     BatchedGemm<float>(mkl_gemm_bf16_, dims, alpha, beta, ha, hb, c, nullptr,
                        /*whole_products=*/true);
     return absl::OkStatus();
   }
-  if (dnnl_gemm_bf16_ != nullptr && !bf16_unimplemented_.load()) {
+  if (dnnl_gemm_bf16_ != nullptr && library && !bf16_unimplemented_.load()) {
     std::atomic<int> failed{0};
     auto dnnl = [&](int, int ta, int tb, int m, int n, int k, float al,
                     const uint16_t* pa, int lda, const uint16_t* pb, int ldb,

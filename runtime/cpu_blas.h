@@ -79,21 +79,22 @@ class CpuBlas {
   // C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] with A and B in
   // bfloat16 and C in float32, accumulated in float32, as Gemm otherwise:
   // MKL's or oneDNN's gemm_bf16bf16f32 where the library is one of them and
-  // LibraryBf16Gemm() (for oneDNN: and the CPU has it, AVX-512), else the
-  // operands widened to float32 (exactly) and sgemm.
+  // LibraryBf16Gemm(dims) (for oneDNN: and the CPU has it, AVX-512), else
+  // the operands widened to float32 (exactly) and sgemm.
   // Errors: INTERNAL when oneDNN reports a failure other than
   // unimplemented; FAILED_PRECONDITION as Get.
   absl::Status GemmBf16(const GemmDims& dims, double alpha, double beta,
                         const void* a, const void* b, float* c,
                         ThreadPool* pool = nullptr) const;
 
-  // Whether GemmBf16 calls the library's bfloat16 GEMM: with
-  // $KILN_ONEDNN_BF16 set, unless it is 0; else where the CPU has AMX-BF16.
+  // Whether GemmBf16 calls the library's bfloat16 GEMM for a product of
+  // `dims`: with $KILN_ONEDNN_BF16 set, unless it is 0; else where the CPU
+  // has AMX-BF16, or the product is small (below 2^26 multiply-adds).
   // Without AMX, MKL's and oneDNN's bfloat16 GEMMs ran at half the rate of
   // float32 sgemm on the operands widened (AVX512-BF16 2-core dev machine:
-  // 160 against 271 GFLOP/s at 1024^3; bench/README.md, session 37). Read
-  // once per process.
-  static bool LibraryBf16Gemm();
+  // 160 against 271 GFLOP/s at 1024^3; bench/README.md, session 37). The
+  // setting is read once per process.
+  static bool LibraryBf16Gemm(const GemmDims& dims);
 
   // Whether bfloat16 calls may use the library's bfloat16 primitives
   // (oneDNN's or MKL's GEMM here, oneDNN's convolutions in cpu_conv.h): false

@@ -20,9 +20,12 @@ eager PyTorch, side by side in one run, on 2 threads:
 --shapes times only the products of real models' steps (SHAPES), with
 Kiln on PyTorch's MKL, on oneDNN and on OpenBLAS, each in a process of its
 own. With --dtype bfloat16 the products are bfloat16 (torch.mm's oneDNN
-kernel eagerly): Kiln through MKL's and oneDNN's bfloat16 GEMMs into a
-float32 C rounded by one kernel, and with KILN_ONEDNN_BF16=0 (operands
-widened to float32 by the runtime, then sgemm).
+kernel eagerly): Kiln with the runtime's default (the library's bfloat16
+GEMM with AMX or below 2^26 multiply-adds, else widened:
+CpuBlas::LibraryBf16Gemm), through MKL's and oneDNN's bfloat16 GEMMs
+(KILN_ONEDNN_BF16=1) into a float32 C rounded by one kernel, and with
+KILN_ONEDNN_BF16=0 (operands widened to float32 by the runtime, then
+sgemm).
 
 Times are the median of --repeats runs after warm-up; GFLOP/s counts
 2*m*n*k per product.
@@ -152,8 +155,10 @@ def main() -> None:
         runs = ([("mkl", {}), ("onednn", {"KILN_TORCH_MKL": "0"}),
                  ("openblas", {"KILN_BLAS": "libopenblas.so.0"})]
                 if dtype == torch.float32 else
-                [("mkl-bf16", {}),
-                 ("onednn-bf16", {"KILN_TORCH_MKL": "0"}),
+                [("default", {}),
+                 ("mkl-bf16", {"KILN_ONEDNN_BF16": "1"}),
+                 ("onednn-bf16",
+                  {"KILN_TORCH_MKL": "0", "KILN_ONEDNN_BF16": "1"}),
                  ("widened", {"KILN_ONEDNN_BF16": "0"})])
         for label, env in runs:
             out = subprocess.run(
