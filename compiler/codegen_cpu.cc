@@ -17,6 +17,7 @@
 #include "llvm/IR/MDBuilder.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/ModRef.h"
+#include "support/half.h"
 
 namespace kiln {
 namespace {
@@ -373,6 +374,37 @@ class CpuKernelEmitter : public KernelEmitterBase {
     if (!options_.f16c) return KernelEmitterBase::FloatToHalfBits(f);
     return b_.CreateBitCast(b_.CreateFPTrunc(f, b_.getHalfTy()),
                             b_.getInt16Ty());
+  }
+
+  // A float32 that is a bfloat16 value (IsBfloat16Exact, kernel_emitter.h)
+  // stores as its high half; a value widened from bfloat16 bits
+  // (BFloat16BitsToFloat, as a load or a rounding leaves it) stores as those
+  // bits; any other rounds to nearest even.
+  Value* FloatToBFloat16Bits(Value* f) override {
+    if (Value* bits = BFloat16BitsOf(f)) return bits;
+    if (!bf16_exact_.contains(f))
+      return KernelEmitterBase::FloatToBFloat16Bits(f);
+    return b_.CreateTrunc(
+        b_.CreateLShr(b_.CreateBitCast(f, b_.getInt32Ty()), 16),
+        b_.getInt16Ty());
+  }
+
+  // X where `f` is BFloat16BitsToFloat(X) (bitcast (shl (zext X), 16)),
+  // else null.
+  static Value* BFloat16BitsOf(Value* f) {
+    auto* cast = llvm::dyn_cast<llvm::BitCastInst>(f);
+    auto* shl = cast == nullptr
+                    ? nullptr
+                    : llvm::dyn_cast<llvm::BinaryOperator>(cast->getOperand(0));
+    if (shl == nullptr || shl->getOpcode() != llvm::Instruction::Shl)
+      return nullptr;
+    auto* by = llvm::dyn_cast<llvm::ConstantInt>(shl->getOperand(1));
+    auto* wide = llvm::dyn_cast<llvm::ZExtInst>(shl->getOperand(0));
+    if (by == nullptr || by->getZExtValue() != 16 || wide == nullptr ||
+        !wide->getSrcTy()->isIntegerTy(16)) {
+      return nullptr;
+    }
+    return wide->getOperand(0);
   }
 
   // float32 exp inline: SLEEF's expf_u10 (error within 1 ulp), without a
@@ -751,10 +783,22 @@ class CpuKernelEmitter : public KernelEmitterBase {
   }
 
   void EmitStore(const Stage& st) {
-    const Expr reciprocal = ReciprocalQuotient(st);
-    Value* v = EmitExpr(reciprocal ? reciprocal : st.value);
-    v = ConvertValue(v, st.value->dtype, st.store_dtype);
     Value* off = EmitExpr(st.offset);
+    const Expr reciprocal = ReciprocalQuotient(st);
+    const Expr& value = reciprocal ? reciprocal : st.value;
+    Value* v = EmitExpr(value);
+    if (!kernel_.is_scatter() && st.store_dtype == DType::kBFloat16 &&
+        IsBfloat16Exact(value)) {
+      // Its float32 value (EmitExpr skips a rounding of a bfloat16 value),
+      // stored as its high half: a bfloat16 relu, where or copy, whose
+      // rounding was most of the kernel's instructions, and a NaN keeps
+      // its payload as PyTorch's copy does.
+      v = ConvertValue(v, value->dtype, DType::kFloat32);
+      bf16_exact_.insert(v);
+      StoreElement(st.buffer_slot, off, v, st.store_dtype);
+      return;
+    }
+    v = ConvertValue(v, value->dtype, st.store_dtype);
     if (!kernel_.is_scatter()) {
       StoreElement(st.buffer_slot, off, v, st.store_dtype);
       return;
@@ -905,6 +949,8 @@ class CpuKernelEmitter : public KernelEmitterBase {
   }
 
   const CpuCodegenOptions options_;
+  // Values EmitStore found to be bfloat16 values (IsBfloat16Exact).
+  absl::flat_hash_set<const Value*> bf16_exact_;
   std::vector<llvm::MDNode*> scope_md_, noalias_md_;
   // A scatter kernel's ScatterTargetNonEmpty (entry block), or null.
   Value* scatter_nonempty_ = nullptr;

@@ -13,6 +13,7 @@
 #include "llvm/IR/Verifier.h"
 #include "llvm/Support/ModRef.h"
 #include "llvm/Support/raw_ostream.h"
+#include "support/half.h"
 #include "support/philox.h"
 
 namespace kiln {
@@ -334,6 +335,32 @@ void KernelEmitterBase::StoreElement(int slot, Value* offset, Value* v,
       slot);
 }
 
+bool IsBfloat16Exact(const Expr& e) {
+  switch (e->op) {
+    case ExprOp::kLoadBuffer:
+      return e->dtype == DType::kBFloat16;
+    case ExprOp::kCast:
+      return e->dtype == DType::kBFloat16 ||
+             (e->dtype == DType::kFloat32 && IsBfloat16Exact(e->args[0]));
+    case ExprOp::kConst: {
+      if (!IsFloating(e->dtype)) return false;
+      const float f = static_cast<float>(e->f);
+      return !std::isnan(f) && BFloat16ToFloat(FloatToBFloat16(f)) == f;
+    }
+    case ExprOp::kNeg:
+    case ExprOp::kAbs:
+    case ExprOp::kRelu:
+      return IsBfloat16Exact(e->args[0]);
+    case ExprOp::kMax:
+    case ExprOp::kMin:
+      return IsBfloat16Exact(e->args[0]) && IsBfloat16Exact(e->args[1]);
+    case ExprOp::kSelect:
+      return IsBfloat16Exact(e->args[1]) && IsBfloat16Exact(e->args[2]);
+    default:
+      return false;
+  }
+}
+
 Value* KernelEmitterBase::FromStorage(Value* raw, DType d) {
   switch (d) {
     case DType::kFloat16:
@@ -543,6 +570,10 @@ Value* KernelEmitterBase::EmitUncached(const Expr& e) {
       status_ = absl::InternalError("a node load survived fusion");
       return llvm::UndefValue::get(TypeOf(d));
     case ExprOp::kCast:
+      if (d == DType::kBFloat16 && IsBfloat16Exact(e->args[0])) {
+        return ConvertValue(EmitExpr(e->args[0]), e->args[0]->dtype,
+                            DType::kFloat32);
+      }
       return ConvertValue(EmitExpr(e->args[0]), e->args[0]->dtype, d);
     case ExprOp::kSelect:
       return b_.CreateSelect(EmitExpr(e->args[0]), EmitExpr(e->args[1]),

@@ -33,6 +33,14 @@
 
 namespace kiln {
 
+// Whether every value of `e` is a bfloat16 value: a float32 whose low 16
+// bits are zero (NaNs included). Loads of bfloat16 and roundings to it are;
+// negation, absolute value, relu, max, min and selection keep it; so do
+// constants bfloat16 holds. Rounding such a value to bfloat16 changes
+// nothing, so EmitExpr skips it, and the CPU stores it as its high half
+// (codegen_cpu.cc; bench/README.md, session 37).
+bool IsBfloat16Exact(const Expr& e);
+
 // The module "kiln_kernels" that both code generators return: kernel k of
 // `num_kernels` emitted by emit_kernel(module, k), in order, then the whole
 // module verified (INTERNAL when LLVM rejects it). The first error of

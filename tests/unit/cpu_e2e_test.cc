@@ -1414,6 +1414,47 @@ TEST(CpuSplitInnermostDim, ConcatenatedHeadsMatchReference) {
   }
 }
 
+// bfloat16 values stored as they are (codegen_cpu.cc, IsBfloat16Exact): a
+// relu, -|x|, a transposed copy and a clamp to bfloat16 bounds store the
+// high half of their float32 values; x * 3 rounds. One rounding (its
+// 0x7fff addend) in the IR, and every output matches the reference, with
+// NaN, infinities and -0 among the inputs. (A bfloat16 intermediate inside
+// an expression still rounds: -|x| is neg of abs rounded.)
+TEST(CpuRegression, Bfloat16ValuesStoreWithoutRounding) {
+  auto parsed = HostRequest(GraphOfX("BFLOAT16", {"7", "300"}, R"(
+      {"op": "aten.relu.default", "args": [{"ref": "x"}], "outputs": ["r"]},
+      {"op": "aten.abs.default", "args": [{"ref": "x"}], "outputs": ["a"]},
+      {"op": "aten.neg.default", "args": [{"ref": "a"}], "outputs": ["w"]},
+      {"op": "aten.transpose.int", "args": [{"ref": "x"}, {"i": 0}, {"i": 1}],
+       "outputs": ["t"]},
+      {"op": "aten.clone.default", "args": [{"ref": "t"}], "outputs": ["tc"]},
+      {"op": "aten.clamp.default", "args": [{"ref": "x"}, {"f": -0.5},
+       {"f": 0.75}], "outputs": ["c"]},
+      {"op": "aten.mul.Tensor", "args": [{"ref": "x"}, {"f": 3}],
+       "outputs": ["y"]})",
+                                     R"("r", "w", "tc", "c", "y")"));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto compiled = CompileWithIr(*parsed, CompileEnv());
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const std::string& ir = compiled->ir;
+  int roundings = 0;
+  for (size_t at = ir.find(", 32767"); at != std::string::npos;
+       at = ir.find(", 32767", at + 1)) {
+    ++roundings;
+  }
+  EXPECT_EQ(roundings, 1) << ir;
+  auto exe = CpuExecutable::Load(compiled->artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(parsed->graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937_64 rng(37);
+  std::vector<HostTensor> inputs = RandomInputs(*graph, {}, rng);
+  const double specials[] = {NAN, INFINITY, -INFINITY, -0.0, 0.25, -0.5};
+  for (int i = 0; i < 6; ++i) inputs[0].SetDoubleAt(i * 37, specials[i]);
+  ThreadPool pool(2);
+  ExpectOutputsMatchReference(**exe, *graph, inputs, pool);
+}
+
 // A feature map's spatial dims (and a pointwise kernel's batch and
 // channels) that every access reads as one run as one dim
 // (CpuCodegenOptions::coalesce_dims, codegen_cpu.cc CoalesceDims): a
