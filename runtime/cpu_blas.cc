@@ -105,12 +105,14 @@ void ChooseOpenBlasCoreType() {
   if (core != nullptr) setenv("OPENBLAS_CORETYPE", core, /*overwrite=*/0);
 }
 
+constexpr char kTorchLibrary[] = "libtorch_cpu.so";
+
 // PyTorch's library, when this process has loaded it (RTLD_NOLOAD: never
 // loads it), else null.
 void* LoadedPyTorch() {
   const char* env = std::getenv("KILN_TORCH_MKL");
   if (env != nullptr && std::string(env) == "0") return nullptr;
-  return dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  return dlopen(kTorchLibrary, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
 }
 
 }  // namespace
@@ -125,7 +127,7 @@ absl::StatusOr<std::unique_ptr<CpuBlas>> CpuBlas::Open() {
       // A second reference to the loaded library: dlopen by name below
       // finds the same one.
       dlclose(torch);
-      candidates.push_back("libtorch_cpu.so");
+      candidates.push_back(kTorchLibrary);
     }
     // oneDNN first (KILN_ONEDNN names another copy, 0 skips it), as the
     // CPU convolutions (cpu_conv.h).
@@ -158,7 +160,16 @@ absl::StatusOr<std::unique_ptr<CpuBlas>> CpuBlas::Open() {
         blas->dnnl_gemm_bf16_ = reinterpret_cast<DnnlGemmBf16Fn>(bf);
       return blas;
     }
-    if (void* s = dlsym(handle, "SGEMM_64")) {
+    void* mkl = dlsym(handle, "SGEMM_64");
+    if (mkl == nullptr && name == kTorchLibrary) {
+      // A PyTorch without MKL (aarch64's wheels): its BLAS is PyTorch's own
+      // business (threads included), so the next library is tried.
+      failures.push_back(absl::StrCat(name, ": no SGEMM_64 (MKL)"));
+      blas->handle_ = nullptr;
+      dlclose(handle);
+      continue;
+    }
+    if (void* s = mkl) {
       blas->mkl_sgemm_ = reinterpret_cast<MklSgemmFn>(s);
       void* bf = dlsym(handle, "cblas_gemm_bf16bf16f32");
       if (bf != nullptr && OneDnnBf16Allowed())
