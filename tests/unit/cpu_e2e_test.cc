@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
 #include "compiler/reference.h"
@@ -166,6 +167,14 @@ absl::StatusOr<CompiledWithIr> CompileWithIr(const v1::CompileRequest& req,
   std::filesystem::remove_all(dir);
   if (!artifact.ok()) return artifact.status();
   return out;
+}
+
+// How often `what` occurs in `text`.
+int Occurrences(absl::string_view text, absl::string_view what) {
+  return static_cast<int>(
+             std::vector<absl::string_view>(absl::StrSplit(text, what))
+                 .size()) -
+         1;
 }
 
 // Regressions found by tests/unit/random_graph_test.cc: a graph in JSON,
@@ -729,23 +738,13 @@ TEST(CpuRegression, SoftmaxComputesEachExpOnce) {
     auto compiled = CompileWithIr(*parsed, CompileEnv());
     ASSERT_TRUE(compiled.ok()) << compiled.status();
     const std::string& ir = compiled->ir;
-    int exps = 0;  // one roundeven per inline exp, before optimisation
-    const std::string call = "call float @llvm.roundeven.f32(";
-    for (size_t at = ir.find(call); at != std::string::npos;
-         at = ir.find(call, at + 1)) {
-      ++exps;
-    }
-    EXPECT_EQ(exps, std::string(dtype) == "FLOAT32" ? 1 : 2) << ir;
+    // One roundeven per inline exp, before optimisation.
+    EXPECT_EQ(Occurrences(ir, "call float @llvm.roundeven.f32("),
+              std::string(dtype) == "FLOAT32" ? 1 : 2)
+        << ir;
     // No division per element: the one division is the sum's reciprocal.
-    int divisions = 0;
-    const std::string reciprocal = " = fdiv float 1.000000e+00,";
-    for (size_t at = ir.find(" = fdiv "); at != std::string::npos;
-         at = ir.find(" = fdiv ", at + 1)) {
-      ++divisions;
-      EXPECT_EQ(ir.compare(at, reciprocal.size(), reciprocal), 0)
-          << ir.substr(at, 60);
-    }
-    EXPECT_EQ(divisions, 1) << ir;
+    EXPECT_EQ(Occurrences(ir, " = fdiv "), 1) << ir;
+    EXPECT_EQ(Occurrences(ir, " = fdiv float 1.000000e+00,"), 1) << ir;
     auto exe = CpuExecutable::Load(compiled->artifact);
     ASSERT_TRUE(exe.ok()) << exe.status();
     auto graph = ImportGraph(parsed->graph());
@@ -1437,12 +1436,7 @@ TEST(CpuRegression, Bfloat16ValuesStoreWithoutRounding) {
   auto compiled = CompileWithIr(*parsed, CompileEnv());
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const std::string& ir = compiled->ir;
-  int roundings = 0;
-  for (size_t at = ir.find(", 32767"); at != std::string::npos;
-       at = ir.find(", 32767", at + 1)) {
-    ++roundings;
-  }
-  EXPECT_EQ(roundings, 1) << ir;
+  EXPECT_EQ(Occurrences(ir, ", 32767"), 1) << ir;
   auto exe = CpuExecutable::Load(compiled->artifact);
   ASSERT_TRUE(exe.ok()) << exe.status();
   auto graph = ImportGraph(parsed->graph());
