@@ -660,10 +660,26 @@ class CpuKernelEmitter : public KernelEmitterBase {
     auto partner_of = [&](const Stage& st) {
       return partner[static_cast<size_t>(&st - kernel_.stages.data())];
     };
+    // A 16-bit store's summands are kept in a float32 row of their own
+    // (its output would round them before the sum reads them).
+    llvm::AllocaInst* scratch = nullptr;
+    for (size_t s = 0; s < partner.size(); ++s) {
+      if (partner[s] < 0 || kernel_.stages[s].kind == Stage::Kind::kReduce ||
+          kernel_.stages[s].store_dtype == DType::kFloat32 ||
+          scratch != nullptr) {
+        continue;
+      }
+      llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
+      b_.SetInsertPoint(entry_, entry_->begin());
+      scratch = b_.CreateAlloca(b_.getFloatTy(), b_.getInt64(*ConstantRow()),
+                                "summands");
+      scratch->setAlignment(llvm::Align(64));
+      b_.restoreIP(saved);
+    }
     ForEachStage(
         [&](const Stage& st, int slot) {
           const int s = partner_of(st);
-          EmitReduce(st, slot, s < 0 ? nullptr : &kernel_.stages[s]);
+          EmitReduce(st, slot, s < 0 ? nullptr : &kernel_.stages[s], scratch);
         },
         [&](const Stage& st, size_t) {
           if (st.kind != Stage::Kind::kStoreInner) {
@@ -676,29 +692,62 @@ class CpuKernelEmitter : public KernelEmitterBase {
               EmitStore(st);
               return;
             }
-            // The summand, stored by the reduction at this position, times
-            // the reciprocal of the divisor (LICM takes the division out
-            // of the loop), as ATen's softmax computes it.
+            // The summand, stored by the reduction at this position (in
+            // the output, or for a 16-bit output in the scratch row),
+            // times the reciprocal of the divisor (LICM takes the division
+            // out of the loop), as ATen's softmax computes it.
+            const Expr& quotient = Quotient(st);
             Value* off = EmitExpr(st.offset);
-            Value* summand = LoadElement(st.buffer_slot, off, DType::kFloat32);
-            Value* scale = b_.CreateFDiv(F(1.0), EmitExpr(st.value->args[1]));
-            StoreElement(st.buffer_slot, off, b_.CreateFMul(summand, scale),
-                         DType::kFloat32);
+            Value* summand =
+                st.store_dtype == DType::kFloat32
+                    ? LoadElement(st.buffer_slot, off, DType::kFloat32)
+                    : b_.CreateLoad(
+                          b_.getFloatTy(),
+                          b_.CreateInBoundsGEP(b_.getFloatTy(), scratch,
+                                               InnerPosition()));
+            Value* scale = b_.CreateFDiv(F(1.0), EmitExpr(quotient->args[1]));
+            StoreElement(st.buffer_slot, off,
+                         ConvertValue(b_.CreateFMul(summand, scale),
+                                      DType::kFloat32, st.store_dtype),
+                         st.store_dtype);
           });
         });
   }
 
+  // The quotient a store stage computes: its value, or what its value
+  // rounds (a cast).
+  static const Expr& Quotient(const Stage& st) {
+    return st.value->op == ExprOp::kCast ? st.value->args[0] : st.value;
+  }
+
+  // The length of the kernel's rows when it is a constant no longer than
+  // kScratchRow (a float32 scratch row of that length fits the stack).
+  static constexpr int64_t kScratchRow = 16384;
+  std::optional<int64_t> ConstantRow() const {
+    int64_t n = 1;
+    for (size_t d = 0; d < kernel_.dims.size(); ++d) {
+      if (!kernel_.inner[d]) continue;
+      std::optional<int64_t> size = kernel_.dims[d].AsConstant();
+      if (!size || *size < 0 || (*size > 0 && n > kScratchRow / *size))
+        return std::nullopt;
+      n *= *size;
+    }
+    if (n > kScratchRow) return std::nullopt;
+    return n;
+  }
+
   // Pairs of stages, each index naming its partner (-1: none): a float32
-  // sum over the row and a later float32 store of the row that divides the
-  // sum's summand by something (softmax: sum(exp(x - max)), then
+  // sum over the row and a later store of the row that divides the sum's
+  // summand by something in float32 (softmax: sum(exp(x - max)), then
   // exp(x - max) / sum). The reduction then stores the summand where the
-  // store will write, and the store reads it back and multiplies it by the
-  // divisor's reciprocal, as ATen's softmax does: one exp per element
-  // instead of two, and no division per element (within 1.5 ulps of the
-  // quotient). Only where nothing else in the kernel reads or writes the
-  // stored buffer and the store's offset reads no accumulator. (A 16-bit
-  // output would round the summands before the sum reads them, so those
-  // keep computing them twice.)
+  // store will write (a float32 output) or in a float32 scratch row of the
+  // kernel's (a 16-bit output, which would round the summands before the
+  // sum reads them; rows of a constant length up to kScratchRow), and the
+  // store reads it back and multiplies it by the divisor's reciprocal, as
+  // ATen's softmax does: one exp per element instead of two, and no
+  // division per element (within 1.5 ulps of the quotient). Only where
+  // nothing else in the kernel reads or writes the stored buffer and the
+  // store's offset reads no accumulator.
   std::vector<int> KeptSummands() const {
     const std::vector<Stage>& stages = kernel_.stages;
     std::vector<int> partner(stages.size(), -1);
@@ -732,10 +781,19 @@ class CpuKernelEmitter : public KernelEmitterBase {
       }
       for (size_t s = r + 1; s < stages.size(); ++s) {
         const Stage& st = stages[s];
+        const Expr& quotient = Quotient(st);
+        const bool kept_in_output =
+            st.store_dtype == DType::kFloat32 && st.value->op == ExprOp::kDiv;
+        const bool kept_in_scratch = (st.store_dtype == DType::kBFloat16 ||
+                                      st.store_dtype == DType::kFloat16) &&
+                                     st.value->op == ExprOp::kCast &&
+                                     st.value->dtype == st.store_dtype &&
+                                     ConstantRow().has_value();
         if (partner[s] < 0 && st.kind == Stage::Kind::kStoreInner &&
-            st.store_dtype == DType::kFloat32 && st.value->op == ExprOp::kDiv &&
-            st.value->dtype == DType::kFloat32 &&
-            ir::Equal(st.value->args[0], red.value) &&
+            (kept_in_output || kept_in_scratch) &&
+            quotient->op == ExprOp::kDiv &&
+            quotient->dtype == DType::kFloat32 &&
+            ir::Equal(quotient->args[0], red.value) &&
             !other_use(s, st.buffer_slot)) {
           partner[r] = static_cast<int>(s);
           partner[s] = static_cast<int>(r);
@@ -824,8 +882,10 @@ class CpuKernelEmitter : public KernelEmitterBase {
   }
 
   // `keep`: a store stage whose summand this sum is (KeptSummands): each
-  // summand is also stored where that stage writes.
-  void EmitReduce(const Stage& st, int slot, const Stage* keep = nullptr) {
+  // summand is also stored where that stage writes, or for a 16-bit stage
+  // in `scratch` at its position in the row.
+  void EmitReduce(const Stage& st, int slot, const Stage* keep = nullptr,
+                  llvm::AllocaInst* scratch = nullptr) {
     const bool is_arg = IsArgReduce(st.reduce);
     const DType vdtype = is_arg ? st.value->dtype : st.acc_dtype;
     llvm::Type* ty = TypeOf(vdtype);
@@ -844,9 +904,12 @@ class CpuKernelEmitter : public KernelEmitterBase {
       if (pos) b_.CreateStore(b_.getInt64(0), pos);
       EmitInnerNest(0, [&] {
         Value* v = ConvertValue(EmitExpr(st.value), st.value->dtype, vdtype);
-        if (keep != nullptr) {
+        if (keep != nullptr && keep->store_dtype == DType::kFloat32) {
           StoreElement(keep->buffer_slot, EmitExpr(keep->offset), v,
                        keep->store_dtype);
+        } else if (keep != nullptr) {
+          b_.CreateStore(v, b_.CreateInBoundsGEP(b_.getFloatTy(), scratch,
+                                                 InnerPosition()));
         }
         Value* a = b_.CreateLoad(ty, acc);
         Value* take = nullptr;
