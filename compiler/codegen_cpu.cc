@@ -660,26 +660,31 @@ class CpuKernelEmitter : public KernelEmitterBase {
     auto partner_of = [&](const Stage& st) {
       return partner[static_cast<size_t>(&st - kernel_.stages.data())];
     };
-    // A 16-bit store's summands are kept in a float32 row of their own
-    // (its output would round them before the sum reads them).
-    llvm::AllocaInst* scratch = nullptr;
+    // A 16-bit store's summands are kept in a float32 row of the pair's own
+    // (its output would round them before the sum reads them), indexed by
+    // both stages of the pair.
+    std::vector<llvm::AllocaInst*> scratch(partner.size(), nullptr);
     for (size_t s = 0; s < partner.size(); ++s) {
       if (partner[s] < 0 || kernel_.stages[s].kind == Stage::Kind::kReduce ||
-          kernel_.stages[s].store_dtype == DType::kFloat32 ||
-          scratch != nullptr) {
+          kernel_.stages[s].store_dtype == DType::kFloat32) {
         continue;
       }
       llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
       b_.SetInsertPoint(entry_, entry_->begin());
-      scratch = b_.CreateAlloca(b_.getFloatTy(), b_.getInt64(*ConstantRow()),
-                                "summands");
-      scratch->setAlignment(llvm::Align(64));
+      scratch[s] = b_.CreateAlloca(b_.getFloatTy(), b_.getInt64(*ConstantRow()),
+                                   "summands");
+      scratch[s]->setAlignment(llvm::Align(64));
+      scratch[partner[s]] = scratch[s];
       b_.restoreIP(saved);
     }
+    auto scratch_of = [&](const Stage& st) {
+      return scratch[static_cast<size_t>(&st - kernel_.stages.data())];
+    };
     ForEachStage(
         [&](const Stage& st, int slot) {
           const int s = partner_of(st);
-          EmitReduce(st, slot, s < 0 ? nullptr : &kernel_.stages[s], scratch);
+          EmitReduce(st, slot, s < 0 ? nullptr : &kernel_.stages[s],
+                     scratch_of(st));
         },
         [&](const Stage& st, size_t) {
           if (st.kind != Stage::Kind::kStoreInner) {
@@ -703,7 +708,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
                     ? LoadElement(st.buffer_slot, off, DType::kFloat32)
                     : b_.CreateLoad(
                           b_.getFloatTy(),
-                          b_.CreateInBoundsGEP(b_.getFloatTy(), scratch,
+                          b_.CreateInBoundsGEP(b_.getFloatTy(), scratch_of(st),
                                                InnerPosition()));
             Value* scale = b_.CreateFDiv(F(1.0), EmitExpr(quotient->args[1]));
             StoreElement(st.buffer_slot, off,

@@ -1411,6 +1411,37 @@ TEST(CpuSplitInnermostDim, ConcatenatedHeadsMatchReference) {
   }
 }
 
+// Two 16-bit softmaxes over the same rows, fused in one kernel: each keeps
+// its summands in a scratch row of its own (two allocas, two inline exps),
+// and both match the reference.
+TEST(CpuRegression, TwoHalfSoftmaxesKeepTheirOwnSummands) {
+  for (const char* dtype : {"BFLOAT16", "FLOAT16"}) {
+    SCOPED_TRACE(dtype);
+    auto parsed = HostRequest(GraphOfX(dtype, {"5", "130"}, R"(
+      {"op": "aten.mul.Tensor", "args": [{"ref": "x"}, {"f": -3}],
+       "outputs": ["y"]},
+      {"op": "aten._softmax.default",
+       "args": [{"ref": "x"}, {"i": -1}, {"b": false}], "outputs": ["s"]},
+      {"op": "aten._softmax.default",
+       "args": [{"ref": "y"}, {"i": -1}, {"b": false}], "outputs": ["t"]})",
+                                       R"("s", "t")"));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    auto compiled = CompileWithIr(*parsed, CompileEnv());
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    const std::string& ir = compiled->ir;
+    EXPECT_EQ(Occurrences(ir, " = alloca float, i64 130, align 64"), 2) << ir;
+    EXPECT_EQ(Occurrences(ir, "call float @llvm.roundeven.f32("), 2) << ir;
+    auto exe = CpuExecutable::Load(compiled->artifact);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    auto graph = ImportGraph(parsed->graph());
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    std::mt19937_64 rng(37);
+    std::vector<HostTensor> inputs = RandomInputs(*graph, {}, rng);
+    ThreadPool pool(2);
+    ExpectOutputsMatchReference(**exe, *graph, inputs, pool);
+  }
+}
+
 // bfloat16 values stored as they are (codegen_cpu.cc, IsBfloat16Exact): a
 // relu, -|x|, a transposed copy and a clamp to bfloat16 bounds store the
 // high half of their float32 values; x * 3 rounds. One rounding (its
