@@ -757,6 +757,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
     const std::vector<Stage>& stages = kernel_.stages;
     std::vector<int> partner(stages.size(), -1);
     if (kernel_.is_scatter()) return partner;
+    const bool constant_row = ConstantRow().has_value();
     // Whether a stage other than `s` touches buffer slot `slot`, or `s`'s
     // offset reads an accumulator.
     auto other_use = [&](size_t s, int slot) {
@@ -793,7 +794,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
                                       st.store_dtype == DType::kFloat16) &&
                                      st.value->op == ExprOp::kCast &&
                                      st.value->dtype == st.store_dtype &&
-                                     ConstantRow().has_value();
+                                     constant_row;
         if (partner[s] < 0 && st.kind == Stage::Kind::kStoreInner &&
             (kept_in_output || kept_in_scratch) &&
             quotient->op == ExprOp::kDiv &&
@@ -824,12 +825,11 @@ class CpuKernelEmitter : public KernelEmitterBase {
         st.store_dtype != DType::kBFloat16) {
       return nullptr;
     }
-    const Expr& cast = st.value;
-    if (cast->op != ExprOp::kCast || cast->args[0]->op != ExprOp::kDiv ||
-        cast->args[0]->dtype != DType::kFloat32) {
+    const Expr& quotient = Quotient(st);
+    if (st.value->op != ExprOp::kCast || quotient->op != ExprOp::kDiv ||
+        quotient->dtype != DType::kFloat32) {
       return nullptr;
     }
-    const Expr& quotient = cast->args[0];
     bool varies = false;
     absl::flat_hash_set<const ExprNode*> seen;
     ForEachNode(quotient->args[1], seen, [&](const ExprNode& x) {
@@ -842,7 +842,7 @@ class CpuKernelEmitter : public KernelEmitterBase {
                                ir::Unary(ExprOp::kReciprocal, quotient->args[1],
                                          DType::kFloat32),
                                DType::kFloat32),
-                    cast->dtype);
+                    st.value->dtype);
   }
 
   void EmitStore(const Stage& st) {

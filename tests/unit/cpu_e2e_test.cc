@@ -169,6 +169,22 @@ absl::StatusOr<CompiledWithIr> CompileWithIr(const v1::CompileRequest& req,
   return out;
 }
 
+// `artifact` (compiled from `req`) run on random inputs from `seed`, as
+// `edit` leaves them, against the reference evaluator.
+void ExpectArtifactMatchesReference(
+    const v1::CompileRequest& req, const v1::Artifact& artifact, uint64_t seed,
+    const std::function<void(std::vector<HostTensor>&)>& edit = nullptr) {
+  auto exe = CpuExecutable::Load(artifact);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto graph = ImportGraph(req.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937_64 rng(seed);
+  std::vector<HostTensor> inputs = RandomInputs(*graph, {}, rng);
+  if (edit) edit(inputs);
+  ThreadPool pool(2);
+  ExpectOutputsMatchReference(**exe, *graph, inputs, pool);
+}
+
 // How often `what` occurs in `text`.
 int Occurrences(absl::string_view text, absl::string_view what) {
   return static_cast<int>(
@@ -743,15 +759,11 @@ TEST(CpuRegression, SoftmaxComputesEachExpOnce) {
     // No division per element: the one division is the sum's reciprocal.
     EXPECT_EQ(Occurrences(ir, " = fdiv "), 1) << ir;
     EXPECT_EQ(Occurrences(ir, " = fdiv float 1.000000e+00,"), 1) << ir;
-    auto exe = CpuExecutable::Load(compiled->artifact);
-    ASSERT_TRUE(exe.ok()) << exe.status();
-    auto graph = ImportGraph(parsed->graph());
-    ASSERT_TRUE(graph.ok()) << graph.status();
-    std::mt19937_64 rng(36);
-    std::vector<HostTensor> inputs = RandomInputs(*graph, {}, rng);
-    for (int j = 0; j < 300; ++j) inputs[1].SetIntAt(4 * 300 + j, 1);  // row 4
-    ThreadPool pool(2);
-    ExpectOutputsMatchReference(**exe, *graph, inputs, pool);
+    ExpectArtifactMatchesReference(
+        *parsed, compiled->artifact, 36, [](std::vector<HostTensor>& inputs) {
+          for (int j = 0; j < 300; ++j)
+            inputs[1].SetIntAt(4 * 300 + j, 1);  // row 4
+        });
   }
 }
 
@@ -1431,14 +1443,7 @@ TEST(CpuRegression, TwoHalfSoftmaxesKeepTheirOwnSummands) {
     const std::string& ir = compiled->ir;
     EXPECT_EQ(Occurrences(ir, " = alloca float, i64 130, align 64"), 2) << ir;
     EXPECT_EQ(Occurrences(ir, "call float @llvm.roundeven.f32("), 2) << ir;
-    auto exe = CpuExecutable::Load(compiled->artifact);
-    ASSERT_TRUE(exe.ok()) << exe.status();
-    auto graph = ImportGraph(parsed->graph());
-    ASSERT_TRUE(graph.ok()) << graph.status();
-    std::mt19937_64 rng(37);
-    std::vector<HostTensor> inputs = RandomInputs(*graph, {}, rng);
-    ThreadPool pool(2);
-    ExpectOutputsMatchReference(**exe, *graph, inputs, pool);
+    ExpectArtifactMatchesReference(*parsed, compiled->artifact, 37);
   }
 }
 
@@ -1466,16 +1471,11 @@ TEST(CpuRegression, Bfloat16ValuesStoreWithoutRounding) {
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const std::string& ir = compiled->ir;
   EXPECT_EQ(Occurrences(ir, ", 32767"), 1) << ir;
-  auto exe = CpuExecutable::Load(compiled->artifact);
-  ASSERT_TRUE(exe.ok()) << exe.status();
-  auto graph = ImportGraph(parsed->graph());
-  ASSERT_TRUE(graph.ok()) << graph.status();
-  std::mt19937_64 rng(37);
-  std::vector<HostTensor> inputs = RandomInputs(*graph, {}, rng);
-  const double specials[] = {NAN, INFINITY, -INFINITY, -0.0, 0.25, -0.5};
-  for (int i = 0; i < 6; ++i) inputs[0].SetDoubleAt(i * 37, specials[i]);
-  ThreadPool pool(2);
-  ExpectOutputsMatchReference(**exe, *graph, inputs, pool);
+  ExpectArtifactMatchesReference(
+      *parsed, compiled->artifact, 37, [](std::vector<HostTensor>& inputs) {
+        const double specials[] = {NAN, INFINITY, -INFINITY, -0.0, 0.25, -0.5};
+        for (int i = 0; i < 6; ++i) inputs[0].SetDoubleAt(i * 37, specials[i]);
+      });
 }
 
 // A feature map's spatial dims (and a pointwise kernel's batch and
