@@ -129,13 +129,14 @@ v1::ExternCall ConvCallStep(const ConvCall& conv,
   return call;
 }
 
-// An attention kernel's call (cuDNN; CUDA targets only): its slots are the
-// buffers it reads, then those it writes (loop_ir.h, AttentionCall).
+// An attention kernel's call (cuDNN on CUDA targets, the CPU runtime's own
+// kernel on CPU targets): its slots are the buffers it reads, then those
+// it writes (loop_ir.h, AttentionCall).
 v1::ExternCall AttentionCallStep(const AttentionCall& a,
                                  const std::vector<int>& buffers,
-                                 const FusedProgram& fused) {
+                                 const FusedProgram& fused, bool cpu) {
   v1::ExternCall call;
-  call.set_library(v1::ExternCall::CUDNN);
+  call.set_library(cpu ? v1::ExternCall::KILN_RUNTIME : v1::ExternCall::CUDNN);
   v1::Attention* c = call.mutable_attention();
   c->set_direction(a.backward ? v1::Attention::BACKWARD
                               : v1::Attention::FORWARD);
@@ -221,8 +222,8 @@ v1::Program BuildProgram(const FusedProgram& fused,
       }
     }
     if (kernel.attention) {
-      *program.add_steps()->mutable_call() =
-          AttentionCallStep(*kernel.attention, kernel.buffers, fused);
+      *program.add_steps()->mutable_call() = AttentionCallStep(
+          *kernel.attention, kernel.buffers, fused, gpu_plans.empty());
     } else if (kernel.conv) {
       *program.add_steps()->mutable_call() =
           ConvCallStep(*kernel.conv, kernel.buffers, fused, gpu_plans.empty());

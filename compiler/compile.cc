@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -296,10 +297,21 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   // (CudaGpu.CudnnAttentionMatchesReference: 160, 192, 256 on an H200 with
   // cuDNN 9.14). An older cuDNN without such an engine fails the call with
   // UNIMPLEMENTED, and the Python backend then runs the partition eagerly.
-  lower_options.library_attention =
-      cuda && CudaArchAtLeast(request.target.cuda().arch(), 80);
-  lower_options.library_attention_max_head_dim =
-      cuda && CudaArchAtLeast(request.target.cuda().arch(), 90) ? 256 : 128;
+  // The CPU runtime's fused attention (runtime/cpu_attention.h) takes every
+  // case but dropout.
+  LowerOptions::LibraryAttention& attention = lower_options.library_attention;
+  if (cuda) {
+    attention.enabled = CudaArchAtLeast(request.target.cuda().arch(), 80);
+    attention.max_head_dim =
+        CudaArchAtLeast(request.target.cuda().arch(), 90) ? 256 : 128;
+  } else {
+    attention.enabled = !env.cpu_written_attention;
+    attention.float32 = true;
+    attention.head_dim_multiple = 1;
+    attention.max_head_dim = std::numeric_limits<int>::max();
+    attention.dropout = false;
+    attention.deterministic = true;
+  }
   lower_options.atomic_scatters = cuda;
   lower_options.reduction_cumsum = cuda || env.reduction_cumsum_on_cpu;
   lower_options.deterministic_scatters =

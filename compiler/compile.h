@@ -95,6 +95,11 @@ struct CompileEnv {
   // quadratic reductions) on CPU targets, so that it runs against the
   // reference evaluator here. Not part of the guard key.
   bool reduction_cumsum_on_cpu = false;
+  // Tests only: kiln.attention on CPU targets written out as GEMMs around a
+  // softmax (as on CUDA where cuDNN does not take a call) instead of the
+  // CPU runtime's fused kernel, so that the written-out form runs against
+  // the reference evaluator here. Not part of the guard key.
+  bool cpu_written_attention = false;
   // CPU: CpuCodegenOptions::row_blocks. Off only for tests and benchmarks
   // against the row-at-a-time walk; not part of the guard key.
   bool cpu_row_blocks = true;

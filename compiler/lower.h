@@ -64,13 +64,22 @@ struct LowerOptions {
   // Convolution extern calls choose their algorithm by timing
   // (Convolution.benchmark; CUDA).
   bool cudnn_benchmark = false;
-  // kiln.attention in float16/bfloat16 is one library call (AttentionCall:
-  // cuDNN's fused attention on CUDA) rather than GEMMs around a softmax;
-  // its backward too unless deterministic_gemms asks for repeatable sums.
-  // Head dims must be multiples of 8 up to library_attention_max_head_dim
-  // (cuDNN: 128, 256 on sm_90 and later).
-  bool library_attention = false;
-  int library_attention_max_head_dim = 128;
+  // kiln.attention is one library call (AttentionCall) rather than GEMMs
+  // around a softmax where the library takes the case: cuDNN's fused
+  // attention on CUDA (float16/bfloat16, head dims multiples of 8 up to
+  // 128, 256 on sm_90 and later; its backward only unless
+  // deterministic_gemms asks for repeatable sums), the CPU runtime's own
+  // kernel on the CPU (every floating dtype and head dim, deterministic;
+  // no dropout yet).
+  struct LibraryAttention {
+    bool enabled = false;
+    bool float32 = false;  // also float32 (else float16/bfloat16 only)
+    int head_dim_multiple = 8;
+    int max_head_dim = 128;
+    bool dropout = true;         // it draws dropout masks
+    bool deterministic = false;  // its backward sums in a fixed order
+  };
+  LibraryAttention library_attention;
   // Accumulating scatters (LoopNode::kScatter) add every source position
   // in parallel, atomically (CUDA: the order of the additions is not
   // deterministic), rather than walking the source dims that are not a

@@ -395,4 +395,33 @@ absl::Status CpuBlas::GemmBf16(const GemmDims& dims, double alpha, double beta,
               pool);
 }
 
+absl::Status CpuBlas::TileSgemm(bool trans_a, bool trans_b, int m, int n, int k,
+                                float alpha, const float* a, int lda,
+                                const float* b, int ldb, float beta, float* c,
+                                int ldc) const {
+  if (sgemm_ != nullptr) {
+    sgemm_(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans,
+           m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return absl::OkStatus();
+  }
+  if (mkl_sgemm_ != nullptr) {
+    // Column-major C^T = op(B)^T op(A)^T, as in Gemm.
+    const char ca = trans_a ? 'T' : 'N', cb = trans_b ? 'T' : 'N';
+    const int64_t cm = n, cn = m, ck = k, la = ldb, lb = lda, lc = ldc;
+    mkl_sgemm_(&cb, &ca, &cm, &cn, &ck, &alpha, b, &la, a, &lb, &beta, c, &lc);
+    return absl::OkStatus();
+  }
+  const int status = dnnl_sgemm_(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n,
+                                 k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (status != 0) {
+    return absl::InternalError(absl::StrCat("dnnl_sgemm failed with status ",
+                                            status, " (", library_, ")"));
+  }
+  return absl::OkStatus();
+}
+
+bool CpuBlas::TilesRunOnCaller(const ThreadPool* pool) const {
+  return sgemm_ != nullptr || (pool != nullptr && pool->uses_openmp());
+}
+
 }  // namespace kiln

@@ -102,6 +102,24 @@ class CpuBlas {
   // Read once per process.
   static bool OneDnnBf16Allowed();
 
+  // One float32 product of row-major matrices, C = alpha * op(A) @ op(B) +
+  // beta * C (C m x n, k summed; lda, ldb and ldc are the stored rows'
+  // strides), for a caller that spreads its own tiles over a pool
+  // (cpu_attention.h). Inside a region of a pool for which
+  // TilesRunOnCaller is true it computes on the calling thread. m, n and
+  // k are at least 1. Errors: INTERNAL when oneDNN reports a failure.
+  absl::Status TileSgemm(bool trans_a, bool trans_b, int m, int n, int k,
+                         float alpha, const float* a, int lda, const float* b,
+                         int ldb, float beta, float* c, int ldc) const;
+
+  // Whether TileSgemm, called inside a region of `pool`, computes on the
+  // calling thread: always for a CBLAS (its calls are single-threaded);
+  // for MKL and oneDNN where the pool runs on the process's OpenMP threads
+  // (inside a parallel region they compute on one thread). Otherwise each
+  // call would start threads of its own, and a caller should call its
+  // tiles one after the other (each threaded by the library) instead.
+  bool TilesRunOnCaller(const ThreadPool* pool) const;
+
   // The library that was loaded (its path or soname).
   const std::string& library() const { return library_; }
 

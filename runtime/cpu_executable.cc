@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "runtime/cpu_attention.h"
 #include "runtime/cpu_blas.h"
 #include "runtime/cpu_conv.h"
 #include "support/sha256.h"
@@ -26,7 +27,8 @@ constexpr int kSupportedFormatVersion = 1;
 
 // What the CPU runtime runs: launches without block geometry, extern calls
 // into a CBLAS in float32 (bfloat16 operands into a float32 C through
-// oneDNN), convolutions through oneDNN in float32.
+// oneDNN), convolutions through oneDNN in float32, fused attention in its
+// own kernel (cpu_attention.h).
 LaunchLimits CpuLimits() {
   LaunchLimits limits;
   limits.extern_library = v1::ExternCall::BLAS;
@@ -35,6 +37,9 @@ LaunchLimits CpuLimits() {
   limits.conv_library = v1::ExternCall::ONEDNN;
   limits.conv_dtypes = {DType::kFloat32};
   limits.conv_mixed_dtypes = {{DType::kBFloat16, DType::kFloat32}};
+  limits.attention_library = v1::ExternCall::KILN_RUNTIME;
+  limits.attention_dtypes = {DType::kFloat32, DType::kFloat16,
+                             DType::kBFloat16};
   return limits;
 }
 
@@ -391,6 +396,19 @@ absl::Status CpuExecutable::Execute(absl::Span<const int64_t> symbols,
         if (elements.empty()) {
           for (const v1::BufferSpec& b : program.buffers())
             elements.push_back(EvaluateSymPoly(b.elements(), symbols));
+        }
+        if (e.attention != nullptr) {
+          absl::StatusOr<AttentionDims> dims =
+              EvaluateAttention(*e.attention, symbols, elements);
+          if (!dims.ok()) return dims.status();
+          std::vector<void*> tensors;
+          for (int b : e.attention->buffers()) tensors.push_back(buffers[b]);
+          if (absl::Status s =
+                  RunCpuAttention(*e.attention, *dims, tensors, pool);
+              !s.ok()) {
+            return s;
+          }
+          break;
         }
         if (e.conv != nullptr) {
           absl::StatusOr<ConvDims> dims =

@@ -150,7 +150,8 @@ absl::StatusOr<std::unique_ptr<CudaExecutable>> CudaExecutable::Load(
                         {DType::kFloat16, DType::kFloat32},
                         {DType::kBFloat16, DType::kFloat32}};
   limits.conv_library = v1::ExternCall::CUDNN;
-  limits.attention = true;
+  limits.attention_library = v1::ExternCall::CUDNN;
+  limits.attention_dtypes = {DType::kFloat16, DType::kBFloat16};
   limits.conv_dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   // Each allocation is a call into the caller's allocator (PyTorch's:
   // a few microseconds through Python); statistics, partial sums and

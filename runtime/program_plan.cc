@@ -7,8 +7,10 @@
 #include <optional>
 #include <string_view>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/guards.h"
 
 namespace kiln {
@@ -47,6 +49,8 @@ const char* LibraryName(v1::ExternCall::Library library) {
       return "cuDNN";
     case v1::ExternCall::ONEDNN:
       return "oneDNN";
+    case v1::ExternCall::KILN_RUNTIME:
+      return "Kiln's CPU attention";
     default:
       return "no library";
   }
@@ -168,10 +172,16 @@ absl::StatusOr<ProgramPlan::Extern> PlanAttention(
     const ProgramPlan& plan, const std::vector<bool>& allocated,
     const LaunchLimits& limits, const v1::Program& program) {
   const v1::Attention& a = call.attention();
-  if (!limits.attention || call.library() != v1::ExternCall::CUDNN) {
+  if (limits.attention_library == v1::ExternCall::LIBRARY_UNSPECIFIED) {
     return absl::InvalidArgumentError(absl::StrCat(
         "artifact: ", where, " calls ", LibraryName(call.library()),
         " for fused attention, which this runtime does not run"));
+  }
+  if (call.library() != limits.attention_library) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "artifact: ", where, " calls ", LibraryName(call.library()),
+        " for fused attention; this runtime calls ",
+        LibraryName(limits.attention_library)));
   }
   if (!v1::Attention::Direction_IsValid(a.direction())) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -179,11 +189,13 @@ absl::StatusOr<ProgramPlan::Extern> PlanAttention(
   }
   const bool forward = a.direction() == v1::Attention::FORWARD;
   const std::optional<DType> dtype = DTypeFromWire(a.dtype());
-  if (!dtype || (*dtype != DType::kFloat16 && *dtype != DType::kBFloat16)) {
+  if (!dtype || !absl::c_linear_search(limits.attention_dtypes, *dtype)) {
+    std::vector<std::string> names;
+    for (DType d : limits.attention_dtypes) names.emplace_back(DTypeName(d));
     return absl::InvalidArgumentError(
         absl::StrCat("artifact: ", where, " attends in ",
-                     dtype ? DTypeName(*dtype) : "an unknown dtype",
-                     " (float16 or bfloat16 only)"));
+                     dtype ? DTypeName(*dtype) : "an unknown dtype", " (",
+                     absl::StrJoin(names, ", "), " only)"));
   }
   if (!(a.dropout() >= 0 && a.dropout() < 1)) {
     return absl::InvalidArgumentError(

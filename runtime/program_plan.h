@@ -104,8 +104,12 @@ struct LaunchLimits {
   // (operands' dtype, written tensor's) of convolutions whose written
   // tensor is of another dtype (Convolution.result_dtype).
   std::vector<std::pair<DType, DType>> conv_mixed_dtypes;
-  // Whether it runs fused attention (cuDNN on GPUs, float16 and bfloat16).
-  bool attention = false;
+  // The library its fused attention calls (cuDNN on GPUs, Kiln's own
+  // kernel on the CPU) and the dtypes it takes; LIBRARY_UNSPECIFIED: it
+  // runs none.
+  v1::ExternCall::Library attention_library =
+      v1::ExternCall::LIBRARY_UNSPECIFIED;
+  std::vector<DType> attention_dtypes;
   // Temps of a static size up to this many bytes share one allocation per
   // run (ProgramPlan::arena_offset); 0: every temp is allocated by its own
   // step.

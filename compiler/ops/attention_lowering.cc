@@ -1,15 +1,15 @@
 // Lowerings of Kiln's fused attention (signatures: graph/ops/attention.cc).
 //
 // Where the target has a fused attention library (LowerOptions::
-// library_attention: cuDNN on CUDA) and the case is one its engines take
-// (float16 or bfloat16, head dims multiples of 8 up to 128, or 256 on sm_90
-// and later: LowerOptions::library_attention_max_head_dim), each op is one
-// extern call (loop_ir.h, AttentionCall) over contiguous operands: the
-// scores never reach memory. Otherwise it is what the library computes,
-// written out: the scores as a GEMM (Kiln's GEMM extern), the masked
-// softmax in float32 as reductions and pointwise nodes, the probabilities
-// rounded to the inputs' dtype, and a second GEMM; the backward recomputes
-// the probabilities from the saved logsumexp and takes four GEMMs:
+// library_attention) and the case is one it takes (cuDNN on CUDA: float16
+// or bfloat16, head dims multiples of 8 up to 128, or 256 on sm_90 and
+// later; the CPU runtime's kernel: any floating dtype and head dim, without
+// dropout), each op is one extern call (loop_ir.h, AttentionCall) over
+// contiguous operands: the scores never reach memory. Otherwise it is what the
+// library computes, written out: the scores as a GEMM (Kiln's GEMM extern), the
+// masked softmax in float32 as reductions and pointwise nodes, the
+// probabilities rounded to the inputs' dtype, and a second GEMM; the backward
+// recomputes the probabilities from the saved logsumexp and takes four GEMMs:
 //   p  = exp(scale * q @ k^T (masked) - lse)
 //   dv = p^T @ dout            dp = dout @ v^T
 //   ds = p * (dp - rowsum(dout * out)) * scale
@@ -88,25 +88,27 @@ Sizes SizesOf(const LoweredValue& q, const LoweredValue& v) {
 // form takes those.
 constexpr int64_t kLibraryDropoutMaxHeadDim = 128;
 
-// Whether the library computes the call: a `backward` needs deterministic
-// products off; with `dropout`, both directions must use it (the backward
-// draws the forward's mask again), so either needs what the backward
-// needs, and head dims up to kLibraryDropoutMaxHeadDim.
+// Whether the library computes the call (LowerOptions::LibraryAttention):
+// a `backward` under deterministic_gemms needs a deterministic library;
+// with `dropout`, both directions must use it (the backward draws the
+// forward's mask again), so either needs what the backward needs, and head
+// dims up to kLibraryDropoutMaxHeadDim.
 bool UsesLibrary(const LowerContext& ctx, DType dtype, const Sizes& z,
                  bool backward, bool dropout) {
   const LowerOptions& o = ctx.options();
-  if (!o.library_attention ||
-      ((backward || dropout) && o.deterministic_gemms) ||
-      (dtype != DType::kFloat16 && dtype != DType::kBFloat16)) {
+  const LowerOptions::LibraryAttention& lib = o.library_attention;
+  const bool half = dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+  if (!lib.enabled || (dropout && !lib.dropout) ||
+      ((backward || dropout) && o.deterministic_gemms && !lib.deterministic) ||
+      !(half || (lib.float32 && dtype == DType::kFloat32))) {
     return false;
   }
   const int64_t max_dim =
-      dropout ? std::min<int64_t>(o.library_attention_max_head_dim,
-                                  kLibraryDropoutMaxHeadDim)
-              : o.library_attention_max_head_dim;
+      dropout ? std::min<int64_t>(lib.max_head_dim, kLibraryDropoutMaxHeadDim)
+              : lib.max_head_dim;
   for (const SymExpr& d : {z.e, z.ev}) {
     const std::optional<int64_t> c = d.AsConstant();
-    if (!c || *c % 8 != 0 || *c > max_dim) return false;
+    if (!c || *c % lib.head_dim_multiple != 0 || *c > max_dim) return false;
   }
   return true;
 }

@@ -451,7 +451,8 @@ _FUSED_DROPOUT_MAX_HEAD_DIM = 128
 
 
 def _fused_max_head_dim(device: torch.device) -> int:
-    """The largest head dim Kiln's fused op takes on `device`."""
+    """The largest head dim Kiln's fused op takes on CUDA `device`s (the
+    CPU's takes any)."""
     if device.type != "cuda":
         return _FUSED_MAX_HEAD_DIM
     try:
@@ -519,9 +520,9 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
     value with one batch size and the query's head count (a multiple of the
     key's and value's with enable_gqa), dropout_p a Python number below 1
     (0 unless `dropout`: kilnd has kiln.attention_dropout; with dropout,
-    head dims up to 128), a static head dim
-    that is a multiple of 8 up to 128 (256 on CUDA devices of sm_90 and
-    later), float16/bfloat16 (any floating dtype
+    head dims up to 128), a static head dim (on CUDA a multiple of 8 up to
+    128, 256 on devices of sm_90 and later; any on the CPU, whose runtime
+    has a kernel of its own), float16/bfloat16 (any floating dtype
     with `any_dtype`; under autocast to `autocast`, the floating inputs
     count as that dtype), a Python-number scale, and attn_mask None or a
     boolean or floating tensor of at most 4 dims that broadcasts to the
@@ -563,8 +564,10 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
     if q.shape[0] != k.shape[0] or q.shape[0] != v.shape[0] or \
             k.shape[2] != v.shape[2]:
         return False
+    cuda = q.device.type == "cuda"
     for d in (q.shape[-1], k.shape[-1], v.shape[-1]):
-        if not isinstance(d, int) or d % 8 or d > _fused_max_head_dim(q.device):
+        if not isinstance(d, int) or d < 1 or \
+                (cuda and (d % 8 or d > _fused_max_head_dim(q.device))):
             return False
         if p != 0.0 and d > _FUSED_DROPOUT_MAX_HEAD_DIM:
             return False
@@ -741,7 +744,11 @@ def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
                 if node.target in _SDPA_TARGETS and _causal_call(node):
                     n = _scores(node)
                     if n is None or n > CPU_MAX_CAUSAL_SCORES:
-                        continue
+                        if not (fused and fused_eligible(
+                                node, any_dtype=True, autocast=amp,
+                                dropout=False)):
+                            continue
+                        target = sdpa_fused
             else:
                 n = _scores(node)
                 if n is None or n > CUDA_MAX_SCORES:

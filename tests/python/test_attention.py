@@ -200,32 +200,51 @@ def test_policy_eager_keeps_the_fused_kernel(daemon, monkeypatch):
         backend.report.ops
 
 
-@pytest.mark.parametrize("causal,tokens,fused", [
-    (True, 256, True),    # 2x2x256x256 = 2^18 causal scores: PyTorch's
-    (True, 64, False),    # 2^14: decomposed
-    (False, 256, False),  # not causal: decomposed at any size
+@pytest.mark.parametrize("causal,tokens,dropout,kind", [
+    (True, 256, 0.0, "kiln"),    # 2x2x256x256 = 2^18 causal scores: Kiln's
+                                 # fused op (the CPU runtime's kernel)
+    (True, 256, 0.2, "math"),    # with dropout: PyTorch's math path
+    (True, 64, 0.0, "decomposed"),    # 2^14: decomposed
+    (False, 256, 0.0, "decomposed"),  # not causal: decomposed at any size
 ])
-def test_auto_on_the_cpu_keeps_flash_for_large_causal_attention(
-        daemon, monkeypatch, causal, tokens, fused):
-    """"auto" on the CPU: causal attention above CPU_MAX_CAUSAL_SCORES keeps
-    PyTorch's flash kernel (which skips the masked blocks), and the report
-    says why; the rest is decomposed into Kiln. Results as eager's."""
+def test_auto_on_the_cpu_fuses_large_causal_attention(
+        daemon, monkeypatch, causal, tokens, dropout, kind):
+    """"auto" on the CPU: causal attention above CPU_MAX_CAUSAL_SCORES is
+    Kiln's fused op, compiled to the CPU runtime's flash kernel (which skips
+    the masked blocks) inside the partition; with dropout, which that kernel
+    does not draw yet, the call stays as it is and PyTorch takes its math
+    path (its CPU flash kernel has no dropout either), which Kiln compiles
+    whole; the rest is decomposed into Kiln. Results as eager's (with
+    dropout each draws its own mask)."""
     monkeypatch.delenv("KILN_ATTENTION", raising=False)
     backend = kiln.backend(server=daemon.address, fallback="error")
     q = torch.randn(2, 2, tokens, 16)
 
     def f(q):
-        return F.scaled_dot_product_attention(q, q * 0.5, q, is_causal=causal)
+        if dropout:  # the same mask in both runs
+            torch.manual_seed(5)
+        return F.scaled_dot_product_attention(q, q * 0.5, q, is_causal=causal,
+                                              dropout_p=dropout)
 
     (out, grads), (got, got_grads) = _run(f, backend, q)
+    report = backend.report
+    reasons = report.fallbacks.get(
+        "aten._scaled_dot_product_flash_attention_for_cpu.default", {})
+    assert not reasons, reasons
+    if kind == "math":
+        assert report.fallback_nodes == 0, report
+        assert "aten.native_dropout.default" in report.ops, report
+        assert not (FUSED | KILN_FUSED) & set(report.ops), report
+        return
     _close(got, out, torch.float32)
     _close(got_grads[0], grads[0], torch.float32)
-    reasons = backend.report.fallbacks.get(
-        "aten._scaled_dot_product_flash_attention_for_cpu.default", {})
-    if fused:
-        assert any("attention policy" in r for r in reasons), reasons
+    if kind == "kiln":
+        assert KILN_FUSED <= set(report.ops), report
+        for op in KILN_FUSED:
+            assert report.op(op).kiln >= 1 and not report.op(op).fallback
+        assert not FUSED & set(report.ops), report
     else:
-        _no_fused(backend.report)
+        _no_fused(report)
 
 
 def test_policy_names():
@@ -257,8 +276,8 @@ KILN_FUSED = {"kiln.attention.default", "kiln.attention_backward.default"}
 def test_fused_policy_runs_kiln_attention(daemon, case, dtype):
     """attention="fused": scaled_dot_product_attention becomes Kiln's
     kiln::attention op and AOTAutograd's backward its kiln::attention_backward
-    (on the CPU Kiln compiles both to GEMMs around a masked softmax; on CUDA
-    to cuDNN's fused attention, tests/gpu/backend_gpu_test.py), in one
+    (on the CPU Kiln compiles both to the CPU runtime's flash kernel; on
+    CUDA to cuDNN's fused attention, tests/gpu/backend_gpu_test.py), in one
     partition with the projections around it, matching eager."""
     case = dict(case)
     g = torch.Generator().manual_seed(3)
@@ -303,16 +322,19 @@ def test_fused_policy_runs_kiln_attention(daemon, case, dtype):
 
 
 def test_fused_policy_keeps_what_kiln_fuses_not(daemon):
-    """A call Kiln's fused op does not take (a head dim that is no multiple
-    of 8) is decomposed under attention="fused"."""
+    """A call Kiln's fused op does not take (a mask that needs a gradient:
+    the op gives its bias none) is decomposed under attention="fused", and
+    the mask gets its gradient."""
     q, k, v = (torch.randn(1, 2, 4, 12, requires_grad=True) for _ in range(3))
+    mask = torch.randn(4, 4, requires_grad=True)
 
-    def fn(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    def fn(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
     backend = kiln.backend(server=daemon.address, fallback="error",
                            attention="fused")
-    torch.compile(fn, backend=backend)(q, k, v).sum().backward()
+    torch.compile(fn, backend=backend)(q, k, v, mask).sum().backward()
+    assert mask.grad is not None and mask.grad.abs().sum() > 0
     assert not KILN_FUSED & set(backend.report.ops)
     assert not KILN_DROPOUT & set(backend.report.ops)
     assert backend.report.op("aten.bmm.default").kiln >= 2
@@ -415,14 +437,15 @@ def test_dropout_eager_bodies_draw_kilns_mask(daemon):
 
 
 def test_fused_head_dim_limit_follows_the_device(daemon):
-    """Kiln's fused op takes head dims up to 128, and up to 256 on CUDA
-    devices of sm_90 and later (cuDNN 9): here, without such a device, a
-    head dim of 136 is decomposed under attention="fused", 128 is fused."""
+    """Kiln's fused op takes head dims that are multiples of 8 up to 128 on
+    CUDA, up to 256 on devices of sm_90 and later (cuDNN 9), and any head
+    dim on the CPU (the runtime's own kernel): here 136 and 12 are fused
+    under attention="fused"."""
     from kiln import attention as A
     assert A._fused_max_head_dim(torch.device("cpu")) == 128
     if not torch.cuda.is_available():
         assert A._fused_max_head_dim(torch.device("cuda")) == 128
-    for d, fused in ((128, True), (136, False)):
+    for d in (136, 12):
         q, k, v = (torch.randn(1, 2, 4, d, requires_grad=True)
                    for _ in range(3))
         def fn(q, k, v):
@@ -432,5 +455,5 @@ def test_fused_head_dim_limit_follows_the_device(daemon):
                                attention="fused")
         torch.compile(fn, backend=backend)(q, k, v).sum().backward()
         ops = set(backend.report.ops)
-        assert bool(KILN_FUSED & ops) == fused, (d, backend.report)
+        assert KILN_FUSED <= ops, (d, backend.report)
         torch._dynamo.reset()

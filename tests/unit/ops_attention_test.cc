@@ -200,9 +200,14 @@ TEST(Attention, DropoutInvalidArguments) {
 
 // ---- compiled against the reference ----
 
-// Compiles the case for the host's CPU, runs it and compares every output
-// with the reference; returns the artifact.
-v1::Artifact CheckCompiled(const Case& c, std::vector<int64_t> lengths = {}) {
+// Changes a case's inputs (after CaseInputs) before they run.
+using Edit = std::function<void(std::vector<HostTensor>&)>;
+
+// Compiles the case for the host's CPU under `env`, runs it at each of
+// `lengths` (the case's L when empty) and compares every output with the
+// reference; returns the artifact.
+v1::Artifact CheckCompiledWith(const Case& c, const CompileEnv& env,
+                               std::vector<int64_t> lengths, const Edit& edit) {
   SCOPED_TRACE(c.ToString());
   v1::CompileRequest req;
   *req.mutable_graph() = CaseGraph(c);
@@ -210,7 +215,7 @@ v1::Artifact CheckCompiled(const Case& c, std::vector<int64_t> lengths = {}) {
   auto graph = ImportGraph(req.graph());
   EXPECT_TRUE(graph.ok()) << graph.status();
   if (!graph.ok()) return {};
-  auto artifact = Compile(req);
+  auto artifact = Compile(req, env);
   EXPECT_TRUE(artifact.ok()) << artifact.status();
   if (!artifact.ok()) return {};
   auto exe = CpuExecutable::Load(*artifact);
@@ -219,7 +224,8 @@ v1::Artifact CheckCompiled(const Case& c, std::vector<int64_t> lengths = {}) {
   if (lengths.empty()) lengths.push_back(c.l);
   for (int64_t l : lengths) {
     std::mt19937_64 rng(11 + l);
-    const std::vector<HostTensor> inputs = CaseInputs(c, l, rng);
+    std::vector<HostTensor> inputs = CaseInputs(c, l, rng);
+    if (edit) edit(inputs);
     auto want = EvaluateReference(*graph, inputs);
     EXPECT_TRUE(want.ok()) << want.status();
     auto got = (*exe)->Run(inputs);
@@ -245,20 +251,56 @@ v1::Artifact CheckCompiled(const Case& c, std::vector<int64_t> lengths = {}) {
   return *artifact;
 }
 
+// A case compiled both ways the CPU computes attention.
+struct Compiled {
+  v1::Artifact fused;    // the CPU runtime's kernel (runtime/cpu_attention.h)
+  v1::Artifact written;  // GEMMs around a masked softmax
+};
+
+// CheckCompiledWith for the fused kernel (the default) and written out
+// (CompileEnv::cpu_written_attention; dropout is always written out).
+Compiled CheckCompiled(const Case& c, std::vector<int64_t> lengths = {},
+                       const Edit& edit = nullptr) {
+  Compiled out;
+  {
+    SCOPED_TRACE("fused");
+    out.fused = CheckCompiledWith(c, {}, lengths, edit);
+  }
+  if (c.dropout > 0) return out;
+  CompileEnv env;
+  env.cpu_written_attention = true;
+  SCOPED_TRACE("written out");
+  out.written = CheckCompiledWith(c, env, lengths, edit);
+  return out;
+}
+
 int CountCalls(const v1::Artifact& a) {
   int n = 0;
   for (const v1::Step& s : a.program().steps()) n += s.has_call();
   return n;
 }
 
+// The fused kernel's steps: one call per direction.
+std::vector<const v1::Attention*> CpuAttentionCalls(const v1::Artifact& a) {
+  std::vector<const v1::Attention*> out;
+  for (const v1::Step& s : a.program().steps()) {
+    if (!s.has_call() || !s.call().has_attention()) continue;
+    EXPECT_EQ(s.call().library(), v1::ExternCall::KILN_RUNTIME);
+    out.push_back(&s.call().attention());
+  }
+  return out;
+}
+
 TEST(AttentionCompiled, ShapesAndMasks) {
   for (bool causal : {false, true}) {
     Case c;
     c.causal = causal;
-    const v1::Artifact a = CheckCompiled(c);
-    // Forward: two GEMMs; backward: five (the scores again, grad_v, dp,
-    // grad_q, grad_k).
-    EXPECT_EQ(CountCalls(a), 7);
+    const Compiled a = CheckCompiled(c);
+    // Written out, forward: two GEMMs; backward: five (the scores again,
+    // grad_v, dp, grad_q, grad_k). Fused: one call each.
+    EXPECT_EQ(CountCalls(a.written), 7);
+    EXPECT_EQ(CountCalls(a.fused), 2);
+    EXPECT_EQ(CpuAttentionCalls(a.fused).size(), 2u);
     Case longer_queries = c;  // more queries than keys: no row is empty
     longer_queries.l = 9;
     longer_queries.s = 4;
@@ -309,6 +351,62 @@ TEST(AttentionCompiled, DynamicQueryLength) {
   c.causal = true;
   c.s = 9;
   CheckCompiled(c, {3, 9, 12});
+}
+
+// The CPU runtime's kernel over several blocks of queries (32 rows below
+// 192 queries, 64 from 192) and of keys (512), with ragged last blocks and
+// odd head dims: causal or not, more keys than queries and more queries
+// than keys, with a bias, in each dtype.
+TEST(AttentionCompiled, CpuKernelBlocks) {
+  for (bool causal : {false, true}) {
+    Case c;
+    c.b = 1;
+    c.h = 2;
+    c.l = 200;
+    c.s = 530;
+    c.e = 5;
+    c.ev = 3;
+    c.causal = causal;
+    c.bias = causal ? Case::Bias::kPerBatch : Case::Bias::kPerHeadRow;
+    EXPECT_EQ(CpuAttentionCalls(CheckCompiled(c).fused).size(), 2u);
+    Case tall = c;  // causal rows past the last key see every key
+    tall.l = 600;
+    tall.s = 70;
+    tall.bias = Case::Bias::kNone;
+    CheckCompiled(tall);
+  }
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    Case c;
+    c.dtype = dtype;
+    c.b = 2;
+    c.h = 1;
+    c.l = 70;
+    c.s = 520;
+    c.e = c.ev = 16;
+    c.causal = true;
+    c.bias = Case::Bias::kPerBatch;
+    CheckCompiled(c);
+  }
+}
+
+// A row whose every score is masked (a bias of -inf across it) gives NaN,
+// as the reference and PyTorch's math path do, and so does every gradient
+// it reaches; the other rows are unaffected. Also a row masked only in its
+// first key block (the running max starts at -inf).
+TEST(AttentionCompiled, MaskedRows) {
+  Case c;
+  c.b = 2;
+  c.h = 2;
+  c.l = 40;
+  c.s = 600;
+  c.bias = Case::Bias::kPerBatch;
+  CheckCompiled(c, {}, [&](std::vector<HostTensor>& in) {
+    HostTensor& bias = in[4];  // [B, 1, L, S]
+    for (int64_t j = 0; j < c.s; ++j) {
+      bias.SetDouble({1, 0, 3, j}, -INFINITY);
+      if (j < 520) bias.SetDouble({0, 0, 7, j}, -INFINITY);
+    }
+  });
 }
 
 // Dropout compiled (Philox drawn in Kiln's kernels, the mask once into a
@@ -409,7 +507,8 @@ LaunchLimits CudaLimits() {
                         {DType::kFloat16, DType::kFloat32},
                         {DType::kBFloat16, DType::kFloat32}};
   limits.conv_library = v1::ExternCall::CUDNN;
-  limits.attention = true;
+  limits.attention_library = v1::ExternCall::CUDNN;
+  limits.attention_dtypes = {DType::kFloat16, DType::kBFloat16};
   return limits;
 }
 
@@ -454,12 +553,23 @@ TEST(AttentionCuda, HalfPrecisionIsOneCudnnCallPerDirection) {
     EXPECT_EQ(dims->d_qk, 64);
   }
   EXPECT_EQ(seen, 2);
-  // The CPU runtime runs no attention step.
-  LaunchLimits cpu = CudaLimits();
-  cpu.attention = false;
-  auto refused = PlanProgram(a, cpu);
+  // A runtime without fused attention refuses the steps; the CPU runtime
+  // runs its own kernel, not cuDNN.
+  LaunchLimits none = CudaLimits();
+  none.attention_library = v1::ExternCall::LIBRARY_UNSPECIFIED;
+  auto refused = PlanProgram(a, none);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("fused attention"),
+  EXPECT_NE(refused.status().message().find(
+                "for fused attention, which this runtime does not run"),
+            std::string::npos)
+      << refused.status();
+  LaunchLimits cpu = CudaLimits();
+  cpu.attention_library = v1::ExternCall::KILN_RUNTIME;
+  refused = PlanProgram(a, cpu);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find(
+                "calls cuDNN for fused attention; this runtime calls Kiln's "
+                "CPU attention"),
             std::string::npos)
       << refused.status();
 
@@ -569,7 +679,7 @@ TEST(AttentionCuda, MalformedStepsAreRefused) {
   refused([](v1::Attention& a) { a.mutable_buffers()->RemoveLast(); },
           "it takes 5");
   refused([](v1::Attention& a) { a.set_dtype(v1::FLOAT32); },
-          "float16 or bfloat16 only");
+          "(float16, bfloat16 only)");
   refused([](v1::Attention& a) { a.set_buffers(4, a.buffers(0)); },
           "is not of the call's dtype");
   refused([](v1::Attention& a) { a.set_buffers(3, a.buffers(0)); },
