@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/algorithm/container.h"
+#include "graph/ops/random.h"
 #include "support/sha256.h"
 
 namespace kiln {
@@ -153,6 +154,10 @@ v1::ExternCall AttentionCallStep(const AttentionCall& a,
   c->set_bias_batch(a.bias_batch);
   c->set_bias_heads(a.bias_heads);
   c->set_dropout(static_cast<float>(a.dropout));
+  if (a.dropout > 0) {  // the graph's dropout_p, exactly (CPU targets)
+    c->set_keep_threshold(ops::BernoulliThreshold(1.0 - a.dropout));
+    c->set_keep_scale(static_cast<float>(ops::DropoutScale(a.dropout)));
+  }
   c->set_dtype(WireDType(fused.buffers[buffers[0]].dtype));
   return call;
 }

@@ -298,7 +298,7 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   // cuDNN 9.14). An older cuDNN without such an engine fails the call with
   // UNIMPLEMENTED, and the Python backend then runs the partition eagerly.
   // The CPU runtime's fused attention (runtime/cpu_attention.h) takes every
-  // case but dropout.
+  // case, and draws dropout as Kiln's kernels do.
   LowerOptions::LibraryAttention& attention = lower_options.library_attention;
   if (cuda) {
     attention.enabled = CudaArchAtLeast(request.target.cuda().arch(), 80);
@@ -309,8 +309,8 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
     attention.float32 = true;
     attention.head_dim_multiple = 1;
     attention.max_head_dim = std::numeric_limits<int>::max();
-    attention.dropout = false;
     attention.deterministic = true;
+    attention.kiln_philox = true;
   }
   lower_options.atomic_scatters = cuda;
   lower_options.reduction_cumsum = cuda || env.reduction_cumsum_on_cpu;

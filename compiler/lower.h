@@ -69,8 +69,8 @@ struct LowerOptions {
   // attention on CUDA (float16/bfloat16, head dims multiples of 8 up to
   // 128, 256 on sm_90 and later; its backward only unless
   // deterministic_gemms asks for repeatable sums), the CPU runtime's own
-  // kernel on the CPU (every floating dtype and head dim, deterministic;
-  // no dropout yet).
+  // kernel on the CPU (every floating dtype and head dim, deterministic,
+  // dropout drawn as Kiln's kernels draw it).
   struct LibraryAttention {
     bool enabled = false;
     bool float32 = false;  // also float32 (else float16/bfloat16 only)
@@ -78,6 +78,10 @@ struct LowerOptions {
     int max_head_dim = 128;
     bool dropout = true;         // it draws dropout masks
     bool deterministic = false;  // its backward sums in a fixed order
+    // It draws them as Kiln's kernels do (Philox at the score element's
+    // row-major index: the CPU's), so its (seed, offset) pair is Kiln's;
+    // else from a generator of its own (cuDNN's: the pair flagged).
+    bool kiln_philox = false;
   };
   LibraryAttention library_attention;
   // Accumulating scatters (LoopNode::kScatter) add every source position

@@ -15,6 +15,7 @@
 #include "graph/dtype.h"
 #include "runtime/cpu_blas.h"
 #include "support/half.h"
+#include "support/philox.h"
 
 namespace kiln {
 namespace {
@@ -158,6 +159,22 @@ KILN_ROW_KERNEL void AddRow(float* x, const float* y, int n) {
   for (; j < n; ++j) x[j] += y[j];
 }
 
+// x[j] *= y[j] for j < n.
+KILN_ROW_KERNEL void MulRow(float* x, const float* y, int n) {
+  int j = 0;
+  for (; j + kLanes <= n; j += kLanes) Store(x + j, Load(x + j) * Load(y + j));
+  for (; j < n; ++j) x[j] *= y[j];
+}
+
+// out[j] = x[j] * y[j] for j < n.
+KILN_ROW_KERNEL void ProductRow(float* out, const float* x, const float* y,
+                                int n) {
+  int j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    Store(out + j, Load(x + j) * Load(y + j));
+  for (; j < n; ++j) out[j] = x[j] * y[j];
+}
+
 // The sum of x[j] * y[j] for j < n.
 KILN_ROW_KERNEL float DotRow(const float* x, const float* y, int n) {
   VF acc{};
@@ -183,6 +200,51 @@ KILN_ROW_KERNEL void RoundBf16Row(float* x, int n) {
   int j = 0;
   for (; j + kLanes <= n; j += kLanes) Store(x + j, RoundBf16(Load(x + j)));
   if (j < n) StorePart(x + j, RoundBf16(LoadPart(x + j, n - j, 0)), n - j);
+}
+
+// Dropout factors of n consecutive score elements, the first at row-major
+// index `first` over [B, H, L, S]: factor[j] = scale where element
+// first + j is kept, else 0. Element x keeps iff the low 24 bits of word
+// x % 4 of Philox4x32-10 call x / 4 at (seed, offset) are below
+// `threshold`, as Kiln's dropout draws it (support/philox.h,
+// graph/ops/random.h); 8 calls at a time, their counters in 64-bit lanes
+// (the 32 x 32-bit products exact).
+KILN_ROW_KERNEL void DropoutFactors(uint64_t seed, uint64_t offset,
+                                    int64_t first, int n, uint32_t threshold,
+                                    float scale, float* factor) {
+  typedef uint64_t VL __attribute__((vector_size(64)));
+  constexpr uint64_t kLow = 0xffffffffu;
+  constexpr int kCalls = 8;
+  const int64_t call_end = (first + n + 3) / 4;
+  for (int64_t cb = first / 4; cb < call_end; cb += kCalls) {
+    VL c0, c1;
+    for (int lane = 0; lane < kCalls; ++lane) {
+      const uint64_t call = static_cast<uint64_t>(cb + lane);
+      c0[lane] = call & kLow;
+      c1[lane] = call >> 32;
+    }
+    VL c2 = VL{} + (offset & kLow), c3 = VL{} + (offset >> 32);
+    uint64_t k0 = seed & kLow, k1 = seed >> 32;
+    for (int r = 0; r < kPhiloxRounds; ++r) {
+      const VL p0 = c0 * kPhiloxM0, p1 = c2 * kPhiloxM1;
+      const VL n0 = (p1 >> 32) ^ c1 ^ k0, n2 = (p0 >> 32) ^ c3 ^ k1;
+      c1 = p1 & kLow;
+      c3 = p0 & kLow;
+      c0 = n0;
+      c2 = n2;
+      k0 = (k0 + kPhiloxW0) & kLow;
+      k1 = (k1 + kPhiloxW1) & kLow;
+    }
+    const VL words[4] = {c0, c1, c2, c3};
+    for (int lane = 0; lane < kCalls; ++lane) {
+      for (int w = 0; w < 4; ++w) {
+        const int64_t j = (cb + lane) * 4 + w - first;
+        if (j < 0 || j >= n) continue;
+        const uint32_t bits = static_cast<uint32_t>(words[w][lane]) & 0xffffffu;
+        factor[j] = bits < threshold ? scale : 0.0f;
+      }
+    }
+  }
 }
 
 // ---- dtypes -------------------------------------------------------------
@@ -270,7 +332,17 @@ struct Call {
   bool bias_batch = false;      //  L, S], or null
   bool bias_heads = false;
   const CpuBlas* blas = nullptr;
+  // Dropout (Attention.dropout > 0): the stream and how a draw keeps.
+  bool dropout = false;
+  uint64_t seed = 0, offset = 0;
+  uint32_t keep_threshold = 0;
+  float keep_scale = 1;
 
+  // The dropout factors of keys [j0, j0 + n) of (bh, query i).
+  void Factors(int64_t bh, int64_t i, int64_t j0, int n, float* f) const {
+    DropoutFactors(seed, offset, (bh * l + i) * s + j0, n, keep_threshold,
+                   keep_scale, f);
+  }
   // The keys query row i attends to: [0, KeyEnd(i)).
   int64_t KeyEnd(int64_t i) const { return causal ? std::min(s, i + 1) : s; }
   // The bias row of (batch and head bh, query i), or null.
@@ -330,6 +402,7 @@ absl::Status ForwardBlock(const Call& c, int64_t bh, int64_t i0, int rows,
   std::vector<float> scores(static_cast<size_t>(rows) * kb);
   std::vector<float> acc(static_cast<size_t>(rows) * ev, 0.0f);
   std::vector<float> mx(rows, -kInf), sum(rows, 0.0f);
+  std::vector<float> factor(c.dropout ? kb : 0);
   const float* q = c.q + (bh * c.l + i0) * c.e;
   for (int64_t j0 = 0; j0 < key_end; j0 += kb) {
     const int n = static_cast<int>(std::min<int64_t>(kb, key_end - j0));
@@ -351,6 +424,12 @@ absl::Status ForwardBlock(const Call& c, int64_t bh, int64_t i0, int rows,
         ScaleRow(acc.data() + static_cast<size_t>(r) * ev, ev, correction);
       sum[r] = sum[r] * correction + partial;
       mx[r] = m;
+      // Dropped after the sum: lse and the normalisation are the
+      // undropped softmax's.
+      if (c.dropout) {
+        c.Factors(bh, i0 + r, j0, n, factor.data());
+        MulRow(row, factor.data(), n);
+      }
       RoundRow(c.dtype, row, n);
     }
     if (absl::Status st = c.blas->TileSgemm(
@@ -413,8 +492,12 @@ absl::Status BackwardHead(const Call& c, int64_t bh, const float* dout,
     d[i] = DotRow(dout + i * c.ev, out + i * c.ev, ev);
   const int qb = QueryBlock(c.l);
   const int kb = static_cast<int>(std::min<int64_t>(kKeyBlock, c.s));
-  std::vector<float> p(static_cast<size_t>(qb) * kb),
-      ds(static_cast<size_t>(qb) * kb);
+  const size_t tile = static_cast<size_t>(qb) * kb;
+  // p: the probabilities; kept: what dv's product reads, p dropped and
+  // rounded to the dtype (p itself for float32 without dropout); ds.
+  const bool separate = c.dropout || c.dtype != DType::kFloat32;
+  std::vector<float> p(tile), ds(tile), kept(separate ? tile : 0),
+      factor(c.dropout ? tile : 0);
   for (int64_t i0 = 0; i0 < c.l; i0 += qb) {
     const int rows = static_cast<int>(std::min<int64_t>(qb, c.l - i0));
     const int64_t key_end = c.KeyEnd(i0 + rows - 1);
@@ -425,22 +508,33 @@ absl::Status BackwardHead(const Call& c, int64_t bh, const float* dout,
                             k + j0 * c.e, e, 0.0f, p.data(), n);
       if (!st.ok()) return st;
       for (int r = 0; r < rows; ++r) {
-        float* row = p.data() + static_cast<size_t>(r) * n;
+        const size_t at = static_cast<size_t>(r) * n;
+        float* row = p.data() + at;
         c.MaskRow(row, bh, i0 + r, j0, n);
         ExpRow(row, n, lse[i0 + r]);
-        RoundRow(c.dtype, row, n);
+        if (!separate) continue;
+        if (c.dropout) {
+          c.Factors(bh, i0 + r, j0, n, factor.data() + at);
+          ProductRow(kept.data() + at, row, factor.data() + at, n);
+        } else {
+          std::copy(row, row + n, kept.data() + at);
+        }
+        RoundRow(c.dtype, kept.data() + at, n);
       }
-      // dv += p^T @ dout; dp = dout @ v^T.
-      st = c.blas->TileSgemm(true, false, n, ev, rows, 1.0f, p.data(), n,
+      // dv += kept^T @ dout; dp = dout @ v^T.
+      st = c.blas->TileSgemm(true, false, n, ev, rows, 1.0f,
+                             separate ? kept.data() : p.data(), n,
                              dout + i0 * c.ev, ev, 1.0f, dv + j0 * c.ev, ev);
       if (!st.ok()) return st;
       st = c.blas->TileSgemm(false, true, rows, n, ev, 1.0f, dout + i0 * c.ev,
                              ev, v + j0 * c.ev, ev, 0.0f, ds.data(), n);
       if (!st.ok()) return st;
+      // ds = p * (dp * factor - rowsum(dout * out)) * scale, rounded.
       for (int r = 0; r < rows; ++r) {
-        float* row = ds.data() + static_cast<size_t>(r) * n;
-        ScoreGradRow(row, p.data() + static_cast<size_t>(r) * n, n, d[i0 + r],
-                     c.scale);
+        const size_t at = static_cast<size_t>(r) * n;
+        float* row = ds.data() + at;
+        if (c.dropout) MulRow(row, factor.data() + at, n);
+        ScoreGradRow(row, p.data() + at, n, d[i0 + r], c.scale);
         RoundRow(c.dtype, row, n);
       }
       // dq += ds @ k; dk += ds^T @ q.
@@ -493,12 +587,10 @@ absl::Status RunCpuAttention(const v1::Attention& attention,
     return absl::UnimplementedError(
         "CPU attention takes float32, float16 or bfloat16");
   }
-  if (attention.dropout() != 0) {
-    return absl::UnimplementedError(
-        "CPU attention with dropout (the compiler writes it out)");
-  }
   const bool forward = attention.direction() == v1::Attention::FORWARD;
-  const size_t want = (forward ? 5 : 9) + (attention.bias() ? 1 : 0);
+  const bool dropout = attention.dropout() > 0;
+  const size_t want =
+      (forward ? 5 : 9) + (attention.bias() ? 1 : 0) + (dropout ? 1 : 0);
   if (buffers.size() != want) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CPU attention takes ", want, " buffers, got ", buffers.size()));
@@ -537,13 +629,26 @@ absl::Status RunCpuAttention(const v1::Attention& attention,
   c.q = q.get();
   c.k = k.get();
   c.v = v.get();
+  // The (seed, offset) pair follows the other reads.
+  auto read_rng = [&] {
+    if (!dropout) return;
+    const auto* rng = static_cast<const int64_t*>(buffers[next++]);
+    c.dropout = true;
+    c.seed = static_cast<uint64_t>(rng[0]);
+    c.offset = static_cast<uint64_t>(rng[1]);
+    c.keep_threshold = static_cast<uint32_t>(
+        std::clamp<int64_t>(attention.keep_threshold(), 0, int64_t{1} << 24));
+    c.keep_scale = attention.keep_scale();
+  };
   if (forward) {
+    read_rng();
     return Forward(c, buffers[next], static_cast<float*>(buffers[next + 1]),
                    pool);
   }
   const Floats out(c.dtype, buffers[next++], bh * c.l * c.ev, widen_pool);
   const auto* lse = static_cast<const float*>(buffers[next++]);
   const Floats dout(c.dtype, buffers[next++], bh * c.l * c.ev, widen_pool);
+  read_rng();
   return Backward(c, dout.get(), out.get(), lse, buffers[next],
                   buffers[next + 1], buffers[next + 2], pool);
 }

@@ -23,10 +23,15 @@
 //             float32 and divided by the sum at the end
 //   backward  one task per (batch, head): the probabilities again from
 //             lse, then per block pair
-//               dv += p^T @ dout        dp = dout @ v^T
+//               dv += (p * keep)^T @ dout   dp = dout @ v^T * keep
 //               ds = p * (dp - rowsum(dout * out)) * scale
 //               dq += ds @ k            dk += ds^T @ q
 //             in float32 accumulators, rounded once at the end
+// With dropout (Attention.dropout > 0, the int64 [2] (seed, offset) read
+// after the other inputs) a probability is kept as Kiln's written-out
+// dropout keeps it, Philox at the score element's row-major index over
+// [B, H, L, S] (Attention.keep_threshold, keep_scale): the forward and
+// backward draw the same mask, and either may be written out instead.
 // float16 and bfloat16 inputs are widened to float32 first; the
 // probabilities and ds are rounded to the dtype before their products, as
 // PyTorch's kernels and Kiln's written-out attention round them. The exp
@@ -54,9 +59,9 @@ namespace kiln {
 // Runs `attention` (its sizes `dims` from EvaluateAttention, which has
 // checked them against the buffers) over `buffers`, the step's buffers in
 // its order: q, k, v[, bias][, out, lse, grad_out] then the tensors it
-// writes (artifact.proto, Attention). Errors: UNIMPLEMENTED for dropout
-// (the compiler writes such calls out) or a dtype other than float32,
-// float16 and bfloat16; INVALID_ARGUMENT for the wrong number of buffers;
+// writes (artifact.proto, Attention). Errors: UNIMPLEMENTED for a dtype
+// other than float32, float16 and bfloat16; INVALID_ARGUMENT for the wrong
+// number of buffers;
 // FAILED_PRECONDITION when no BLAS loads (CpuBlas::Get); INTERNAL when the
 // BLAS reports a failure.
 absl::Status RunCpuAttention(const v1::Attention& attention,

@@ -8,13 +8,15 @@ threshold (CUDA_MAX_SCORES) on measurements.
     $PY bench/python/attention.py [--device cuda] [--server HOST:PORT]
         [--dropout P]
 
-Rows: causal self-attention q, k, v of shape (batch, heads, seq, 64), in
-bfloat16 on CUDA (float32 on the CPU), score elements = batch*heads*seq^2.
+Rows: causal self-attention (--no-causal: without the mask) q, k, v of
+shape (batch, heads, seq, 64), in bfloat16 on CUDA (float32 on the CPU;
+--dtype), score elements = batch*heads*seq^2.
 Median of 7 timings of 10 steps (CUDA: events around them). A private
 kilnd on an ephemeral port unless --server is given. --dropout P adds
 dropout_p=P to every call (eager: PyTorch's fused kernel with dropout; Kiln
 decomposed: native_dropout in Kiln's kernels; Kiln fused:
-kiln::attention_dropout, cuDNN's own generator on CUDA).
+kiln::attention_dropout, cuDNN's own generator on CUDA). On the CPU
+"Kiln fused" is the CPU runtime's flash kernel (runtime/cpu_attention.h).
 """
 
 from __future__ import annotations
@@ -39,13 +41,18 @@ def main() -> None:
                     help="one shape instead of the table's (head dim D)")
     ap.add_argument("--dropout", type=float, default=0.0, metavar="P",
                     help="dropout_p of every call (default 0)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                    help="default: bfloat16 on CUDA, float32 on the CPU")
+    ap.add_argument("--no-causal", dest="causal", action="store_false",
+                    help="attention without the causal mask")
     ap.add_argument("--profile", action="store_true",
                     help="after the table, torch.profiler's kernel times of "
                          "5 steps of each Kiln variant and eager at the "
                          "largest shape")
     a = ap.parse_args()
     cuda = a.device == "cuda"
-    dtype = torch.bfloat16 if cuda else torch.float32
+    dtype = getattr(torch, a.dtype) if a.dtype else (
+        torch.bfloat16 if cuda else torch.float32)
     shapes = ([(8, 4, 64), (8, 12, 128), (8, 12, 256), (8, 12, 512),
                (8, 12, 1024), (4, 16, 2048)]
               if cuda else [(4, 8, 128), (2, 8, 512)])
@@ -57,11 +64,12 @@ def main() -> None:
     server = a.server or daemon.address
 
     def attn(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+        return F.scaled_dot_product_attention(q, k, v, is_causal=a.causal,
                                               dropout_p=a.dropout)
 
     where = torch.cuda.get_device_name() if cuda else "CPU"
-    print(f"attention fwd+bwd, causal, dropout {a.dropout}, head dim "
+    causal = "causal" if a.causal else "not causal"
+    print(f"attention fwd+bwd, {causal}, dropout {a.dropout}, head dim "
           f"{head_dim}, {dtype}, {where}, "
           f"torch {torch.__version__}; ms per step (median of 7 x 10)")
     print(f"{'batch x heads x seq':<22} {'scores':>10} {'eager':>8} "

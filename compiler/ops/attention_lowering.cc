@@ -3,8 +3,8 @@
 // Where the target has a fused attention library (LowerOptions::
 // library_attention) and the case is one it takes (cuDNN on CUDA: float16
 // or bfloat16, head dims multiples of 8 up to 128, or 256 on sm_90 and
-// later; the CPU runtime's kernel: any floating dtype and head dim, without
-// dropout), each op is one extern call (loop_ir.h, AttentionCall) over
+// later; the CPU runtime's kernel: any floating dtype and head dim), each
+// op is one extern call (loop_ir.h, AttentionCall) over
 // contiguous operands: the scores never reach memory. Otherwise it is what the
 // library computes, written out: the scores as a GEMM (Kiln's GEMM extern), the
 // masked softmax in float32 as reductions and pointwise nodes, the
@@ -334,9 +334,12 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionDropout(
   const Dropout dropout{ctx.arg(6).f,
                         LowerContext::Read(ctx.value(at.seed), {}),
                         ir::IntConst(offset)};
+  // A library with a generator of its own gets a seed of its own and the
+  // flag; one that draws as Kiln does, Kiln's pair.
   const bool library = UsesLibrary(ctx, ctx.out_type(0).dtype,
                                    SizesOf(ctx.value(0), ctx.value(2)),
-                                   /*backward=*/false, /*dropout=*/true);
+                                   /*backward=*/false, /*dropout=*/true) &&
+                       !ctx.options().library_attention.kiln_philox;
   const LoweredValue rng = ops::PointwiseNode(
       ctx, {SymExpr(2)}, DType::kInt64,
       ir::Select(
@@ -371,14 +374,18 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackwardWith(
       inputs.push_back(LibraryBias(ctx, *bias, z, dtype, call));
     inputs.push_back(ops::ContiguousNode(ctx, out, dtype));
     if (rng != nullptr) {
-      // NaN for lse where the library did not draw the pair.
+      // NaN for lse where the library did not draw the pair (a library
+      // drawing as Kiln does cannot draw a flagged one).
       const Expr lse_x =
           ir::Cast(LowerContext::Read(lse, IdentityIndex(3)), kF32);
+      const Expr nan = ir::Const(NAN, kF32);
+      const bool kiln_pairs = ctx.options().library_attention.kiln_philox;
       inputs.push_back(ops::ContiguousNode(
           ctx,
           ops::PointwiseNode(
               ctx, lse.sizes, kF32,
-              ir::Select(LibraryDrawn(*rng), lse_x, ir::Const(NAN, kF32))),
+              ir::Select(LibraryDrawn(*rng), kiln_pairs ? nan : lse_x,
+                         kiln_pairs ? lse_x : nan)),
           kF32));
     } else {
       inputs.push_back(ops::ContiguousNode(ctx, lse, kF32));

@@ -19,19 +19,24 @@ become Kiln's own fused attention: the custom op kiln::attention (and
 kiln::attention_backward, its gradient through AOTAutograd), which Kiln
 compiles to one cuDNN fused-attention call per direction on CUDA
 (float16/bfloat16, head dims multiples of 8 up to 128, 256 on sm_90;
-runtime/cuda_attention.h) and to GEMMs around a masked softmax elsewhere
-(compiler/ops/attention_lowering.cc). It keeps large attention inside the
-partition around it without writing the scores out. Where a partition runs
+runtime/cuda_attention.h), to one call of the CPU runtime's flash kernel
+per direction on the CPU (runtime/cpu_attention.h), and to GEMMs around a
+masked softmax where neither takes a call (compiler/ops/
+attention_lowering.cc). It keeps attention inside the partition around it
+without writing the scores out. Where a partition runs
 eagerly (a fallback), the ops compute the same in PyTorch (float32
 softmax, probabilities rounded to the inputs' dtype). The policy, from
 kiln.backend(attention=...) or KILN_ATTENTION:
 
-  "auto"      the default: on the CPU decomposed, except causal attention
-              (is_causal=True) over more than CPU_MAX_CAUSAL_SCORES = 2^16
-              score elements, which keeps PyTorch's fused kernel, eagerly
-              (its flash kernel skips the blocks the mask drops; as GEMMs
-              and softmax, Llama's training step took 1.2-1.7x as long at
-              128-512 tokens; without the mask the two were even); on
+  "auto"      the default: on the CPU Kiln's fused op wherever
+              fused_eligible takes the call (any floating dtype and head
+              dim, dropout too), which the CPU runtime computes with its
+              own flash kernel (runtime/cpu_attention.h: causal attention
+              skips the masked key blocks; Llama's training step at 2x512
+              tokens 12.4 ms against 18.9 decomposed and 13.5 under
+              Inductor), else decomposed (a kilnd without the fused op:
+              causal attention over CPU_MAX_CAUSAL_SCORES = 2^16 score
+              elements keeps PyTorch's flash kernel, eagerly); on
               CUDA small attention
               (at most CUDA_MAX_SCORES = 2^20 score elements) decomposed,
               larger attention Kiln's fused op where fused_eligible takes
@@ -45,8 +50,7 @@ kiln.backend(attention=...) or KILN_ATTENTION:
               kernel on an H100 (bench/python/attention.py); the fused op
               runs the same cuDNN flash kernels as PyTorch's.
   "fused"     Kiln's fused op wherever fused_eligible takes the call (any
-              floating dtype; on the CPU its GEMMs and softmax), else
-              decomposed.
+              floating dtype), else decomposed.
   "decompose" always decomposed.
   "eager"     never: attention runs as PyTorch's fused kernel, eagerly.
 
@@ -91,15 +95,14 @@ ATTENTION_POLICIES = ("auto", "fused", "decompose", "eager")
 # not measured.
 CUDA_MAX_SCORES = 1 << 20
 
-# "auto" on the CPU: the largest causal score matrix decomposed. The 2-core
-# CPU, one training step, decomposed against PyTorch's flash kernel (with
-# the partitions on either side), ms: Llama 8x64 tokens (2^17 scores)
-# 6.1 / 5.1, 2x128 6.9 / 5.5, 2x256 13.0 / 10.0, 2x512 30.1 / 18.0;
-# GPT-2 2x512 26.8 / 19.8; at 2^15 scores and below the two are within
-# run-to-run noise, and decomposed keeps one partition. Non-causal
-# attention (BERT, no mask) was even from 128 to 512 tokens: decomposed.
-# (bench/python/model_step.py MODEL --seq S --scale B with KILN_ATTENTION=
-# decompose and eager.)
+# "auto" on the CPU with a kilnd that lacks Kiln's fused op: the largest
+# causal score matrix decomposed. The 2-core CPU, one training step,
+# decomposed against PyTorch's flash kernel (with the partitions on either
+# side), ms: Llama 8x64 tokens (2^17 scores) 6.1 / 5.1, 2x128 6.9 / 5.5,
+# 2x256 13.0 / 10.0, 2x512 30.1 / 18.0; GPT-2 2x512 26.8 / 19.8; at 2^15
+# scores and below the two are within run-to-run noise, and decomposed
+# keeps one partition. (bench/python/model_step.py MODEL --seq S --scale B
+# with KILN_ATTENTION=decompose and eager.)
 CPU_MAX_CAUSAL_SCORES = 1 << 16
 
 _SDPA_TARGETS = {F.scaled_dot_product_attention,
@@ -741,14 +744,15 @@ def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
             if device is None:
                 continue
             if device.type == "cpu":
-                if node.target in _SDPA_TARGETS and _causal_call(node):
+                if node.target in _SDPA_TARGETS and fused and fused_eligible(
+                        node, any_dtype=True, autocast=amp, dropout=dropout):
+                    target = sdpa_fused
+                elif node.target in _SDPA_TARGETS and _causal_call(node):
+                    # A kilnd without Kiln's fused op: large causal
+                    # attention keeps PyTorch's flash kernel.
                     n = _scores(node)
                     if n is None or n > CPU_MAX_CAUSAL_SCORES:
-                        if not (fused and fused_eligible(
-                                node, any_dtype=True, autocast=amp,
-                                dropout=False)):
-                            continue
-                        target = sdpa_fused
+                        continue
             else:
                 n = _scores(node)
                 if n is None or n > CUDA_MAX_SCORES:

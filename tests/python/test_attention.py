@@ -66,7 +66,10 @@ CASES = [
                          ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(
     f"{k}={v}" for k, v in c.items()) or "plain")
-def test_sdpa_arguments_match_eager(daemon, case, dtype):
+@pytest.mark.parametrize("policy", ["auto", "decompose"])
+def test_sdpa_arguments_match_eager(daemon, case, dtype, policy):
+    """Both ways the CPU computes a call: "auto" (Kiln's fused op, the CPU
+    runtime's flash kernel) and "decompose" (GEMMs around a softmax)."""
     case = dict(case)
     g = torch.Generator().manual_seed(1)
     b, h, e = 2, 4, 16
@@ -92,12 +95,19 @@ def test_sdpa_arguments_match_eager(daemon, case, dtype):
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask[0] if mask else None, **kwargs)
 
-    backend = kiln.backend(server=daemon.address, fallback="error")
+    backend = kiln.backend(server=daemon.address, fallback="error",
+                           attention=policy)
     (a, ga), (c, gc) = _run(fn, backend, q, k, v, *extra)
     _close(a, c, dtype)
     for x, y in zip(ga, gc):
         _close(x, y, dtype)
-    _no_fused(backend.report)
+    # A float mask needs a gradient here (_run's inputs all do), which
+    # the fused op does not give its bias: decomposed under either policy.
+    if policy == "decompose" or mask_kind == "float":
+        _no_fused(backend.report)
+    else:
+        assert KILN_FUSED <= set(backend.report.ops), backend.report
+        assert not FUSED & set(backend.report.ops), backend.report
 
 
 def test_sdpa_dynamic_sequence_length(daemon):
@@ -145,13 +155,16 @@ def test_multihead_attention_module(daemon, kw):
     _no_fused(backend.report)
 
 
-def test_attention_dropout_trains_in_kiln(daemon):
+@pytest.mark.parametrize("policy", ["auto", "decompose"])
+def test_attention_dropout_trains_in_kiln(daemon, policy):
     """Dropout inside attention runs as Kiln's Philox dropout (its
-    distribution and backward are checked in test_random_models.py): here,
-    that it compiles whole, forward and backward, and that with p=0.5 about
-    half of a large probability matrix is dropped (v = identity exposes the
-    dropped probabilities)."""
-    backend = kiln.backend(server=daemon.address, fallback="error")
+    distribution and backward are checked in test_random_models.py), in the
+    CPU runtime's flash kernel ("auto": kiln::attention_dropout) or as
+    native_dropout ("decompose"): here, that it compiles whole, forward and
+    backward, and that with p=0.5 about half of a large probability matrix
+    is dropped (v = identity exposes the dropped probabilities)."""
+    backend = kiln.backend(server=daemon.address, fallback="error",
+                           attention=policy)
     torch.manual_seed(0)
     q = torch.randn(2, 2, 64, 64, requires_grad=True)
     eye = torch.eye(64).expand(2, 2, 64, 64)
@@ -161,7 +174,10 @@ def test_attention_dropout_trains_in_kiln(daemon):
     assert torch.isfinite(out).all() and torch.isfinite(q.grad).all()
     dropped = (out == 0).float().mean().item()
     assert 0.45 < dropped < 0.55, dropped
-    assert backend.report.op("aten.native_dropout.default").kiln == 1
+    if policy == "decompose":
+        assert backend.report.op("aten.native_dropout.default").kiln == 1
+    else:
+        assert KILN_DROPOUT <= set(backend.report.ops), backend.report
     assert not FUSED & set(backend.report.ops)
 
 
@@ -200,51 +216,51 @@ def test_policy_eager_keeps_the_fused_kernel(daemon, monkeypatch):
         backend.report.ops
 
 
-@pytest.mark.parametrize("causal,tokens,dropout,kind", [
-    (True, 256, 0.0, "kiln"),    # 2x2x256x256 = 2^18 causal scores: Kiln's
-                                 # fused op (the CPU runtime's kernel)
-    (True, 256, 0.2, "math"),    # with dropout: PyTorch's math path
-    (True, 64, 0.0, "decomposed"),    # 2^14: decomposed
-    (False, 256, 0.0, "decomposed"),  # not causal: decomposed at any size
+@pytest.mark.parametrize("causal,tokens,dropout", [
+    (True, 256, 0.0),    # 2x2x256x256 = 2^18 causal scores
+    (True, 64, 0.0),     # 2^14
+    (False, 256, 0.0),   # not causal
+    (True, 256, 0.2),    # with dropout: kiln::attention_dropout
 ])
-def test_auto_on_the_cpu_fuses_large_causal_attention(
-        daemon, monkeypatch, causal, tokens, dropout, kind):
-    """"auto" on the CPU: causal attention above CPU_MAX_CAUSAL_SCORES is
-    Kiln's fused op, compiled to the CPU runtime's flash kernel (which skips
-    the masked blocks) inside the partition; with dropout, which that kernel
-    does not draw yet, the call stays as it is and PyTorch takes its math
-    path (its CPU flash kernel has no dropout either), which Kiln compiles
-    whole; the rest is decomposed into Kiln. Results as eager's (with
-    dropout each draws its own mask)."""
+def test_auto_on_the_cpu_fuses_attention(daemon, monkeypatch, causal, tokens,
+                                         dropout):
+    """"auto" on the CPU: every call fused_eligible takes is Kiln's fused op,
+    compiled to the CPU runtime's flash kernel (which skips the masked
+    blocks) inside the partition, never PyTorch's flash kernel. Results as
+    eager's (with dropout, the eager body of the same op: the mask is
+    Kiln's)."""
+    from kiln import attention as A
     monkeypatch.delenv("KILN_ATTENTION", raising=False)
     backend = kiln.backend(server=daemon.address, fallback="error")
     q = torch.randn(2, 2, tokens, 16)
 
     def f(q):
-        if dropout:  # the same mask in both runs
-            torch.manual_seed(5)
         return F.scaled_dot_product_attention(q, q * 0.5, q, is_causal=causal,
                                               dropout_p=dropout)
 
-    (out, grads), (got, got_grads) = _run(f, backend, q)
     report = backend.report
-    reasons = report.fallbacks.get(
-        "aten._scaled_dot_product_flash_attention_for_cpu.default", {})
-    assert not reasons, reasons
-    if kind == "math":
-        assert report.fallback_nodes == 0, report
-        assert "aten.native_dropout.default" in report.ops, report
-        assert not (FUSED | KILN_FUSED) & set(report.ops), report
-        return
-    _close(got, out, torch.float32)
-    _close(got_grads[0], grads[0], torch.float32)
-    if kind == "kiln":
-        assert KILN_FUSED <= set(report.ops), report
-        for op in KILN_FUSED:
-            assert report.op(op).kiln >= 1 and not report.op(op).fallback
-        assert not FUSED & set(report.ops), report
+    if not dropout:
+        (out, grads), (got, got_grads) = _run(f, backend, q)
+        _close(got, out, torch.float32)
+        _close(got_grads[0], grads[0], torch.float32)
+        ops = KILN_FUSED
     else:
-        _no_fused(report)
+        x = q.clone().requires_grad_()
+        got = torch.compile(f, backend=backend)(x)
+        got.backward(torch.ones_like(got))
+        # The mask Kiln drew: recomputed by the op's eager body from the
+        # same (seed, offset), as the forward and backward ops share it.
+        ops = KILN_DROPOUT
+        assert got.shape == q.shape and torch.isfinite(x.grad).all()
+        kept = (got != 0).float().mean().item()
+        assert 0.5 < kept <= 1.0, kept
+    assert ops <= set(report.ops), report
+    for op in ops:
+        assert report.op(op).kiln >= 1 and not report.op(op).fallback, report
+    assert not FUSED & set(report.ops), report
+    assert report.fallback_nodes == 0 or all(
+        "view" in r for rs in report.fallbacks.values() for r in rs), report
+    assert A.CPU_MAX_CAUSAL_SCORES == 1 << 16
 
 
 def test_policy_names():

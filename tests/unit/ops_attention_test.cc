@@ -19,6 +19,7 @@
 #include "compiler/cpu_backend.h"
 #include "compiler/reference.h"
 #include "graph/import.h"
+#include "graph/ops/random.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_executable.h"
 #include "runtime/program_plan.h"
@@ -258,7 +259,8 @@ struct Compiled {
 };
 
 // CheckCompiledWith for the fused kernel (the default) and written out
-// (CompileEnv::cpu_written_attention; dropout is always written out).
+// (CompileEnv::cpu_written_attention). Both draw dropout as the reference
+// does.
 Compiled CheckCompiled(const Case& c, std::vector<int64_t> lengths = {},
                        const Edit& edit = nullptr) {
   Compiled out;
@@ -266,7 +268,6 @@ Compiled CheckCompiled(const Case& c, std::vector<int64_t> lengths = {},
     SCOPED_TRACE("fused");
     out.fused = CheckCompiledWith(c, {}, lengths, edit);
   }
-  if (c.dropout > 0) return out;
   CompileEnv env;
   env.cpu_written_attention = true;
   SCOPED_TRACE("written out");
@@ -410,14 +411,36 @@ TEST(AttentionCompiled, MaskedRows) {
 }
 
 // Dropout compiled (Philox drawn in Kiln's kernels, the mask once into a
-// bool node in the backward) equals the reference's draw, forward and
-// backward, with a bias, causal, in bfloat16 and at a dynamic length.
+// bool node in the backward; or by the CPU runtime's kernel, per tile)
+// equals the reference's draw, forward and backward, with a bias, causal,
+// in bfloat16, at a dynamic length, and over several tiles (the score
+// element's index across key and query blocks). The fused calls carry the
+// graph's dropout_p exactly: 0.3 is no float32, and its threshold differs
+// from float32 0.3's.
 TEST(AttentionCompiled, Dropout) {
   Case c;
   c.dropout = 0.3;
   c.l = 9;
   c.s = 11;
-  CheckCompiled(c);
+  const Compiled a = CheckCompiled(c);
+  const std::vector<const v1::Attention*> calls = CpuAttentionCalls(a.fused);
+  ASSERT_EQ(calls.size(), 2u);
+  for (const v1::Attention* call : calls) {
+    EXPECT_FLOAT_EQ(call->dropout(), 0.3f);
+    EXPECT_EQ(call->keep_threshold(), ops::BernoulliThreshold(0.7));
+    EXPECT_NE(call->keep_threshold(), ops::BernoulliThreshold(1.0 - 0.3f));
+    EXPECT_FLOAT_EQ(call->keep_scale(), 1 / 0.7f);
+  }
+  Case tiles = c;  // two key blocks for every row
+  tiles.b = 1;
+  tiles.h = 2;
+  tiles.l = 200;
+  tiles.s = 530;
+  CheckCompiled(tiles);
+  tiles.h = 1;  // and for the causal rows past the first 512 keys
+  tiles.l = 560;
+  tiles.causal = true;
+  CheckCompiled(tiles);
   c.causal = true;
   c.bias = Case::Bias::kPerHeadRow;
   CheckCompiled(c);
