@@ -207,42 +207,78 @@ KILN_ROW_KERNEL void RoundBf16Row(float* x, int n) {
 // first + j is kept, else 0. Element x keeps iff the low 24 bits of word
 // x % 4 of Philox4x32-10 call x / 4 at (seed, offset) are below
 // `threshold`, as Kiln's dropout draws it (support/philox.h,
-// graph/ops/random.h); 8 calls at a time, their counters in 64-bit lanes
-// (the 32 x 32-bit products exact).
+// graph/ops/random.h). 16 calls (64 elements) at a time: two groups of 8
+// calls with their counters in 64-bit lanes (the 32 x 32-bit products
+// exact), each word's keep decided across the 16 calls at once, the four
+// words' factors then interleaved into element order.
 KILN_ROW_KERNEL void DropoutFactors(uint64_t seed, uint64_t offset,
                                     int64_t first, int n, uint32_t threshold,
                                     float scale, float* factor) {
   typedef uint64_t VL __attribute__((vector_size(64)));
+  typedef uint32_t VU __attribute__((vector_size(64)));
   constexpr uint64_t kLow = 0xffffffffu;
-  constexpr int kCalls = 8;
+  constexpr int kCalls = 16;
   const int64_t call_end = (first + n + 3) / 4;
+  alignas(64) float block[4 * kCalls];
   for (int64_t cb = first / 4; cb < call_end; cb += kCalls) {
-    VL c0, c1;
-    for (int lane = 0; lane < kCalls; ++lane) {
-      const uint64_t call = static_cast<uint64_t>(cb + lane);
-      c0[lane] = call & kLow;
-      c1[lane] = call >> 32;
+    // Group g holds calls cb + 8g .. cb + 8g + 7.
+    VL c0[2], c1[2], c2[2], c3[2];
+    for (int g = 0; g < 2; ++g) {
+      for (int lane = 0; lane < 8; ++lane) {
+        const uint64_t call = static_cast<uint64_t>(cb + 8 * g + lane);
+        c0[g][lane] = call & kLow;
+        c1[g][lane] = call >> 32;
+      }
+      c2[g] = VL{} + (offset & kLow);
+      c3[g] = VL{} + (offset >> 32);
     }
-    VL c2 = VL{} + (offset & kLow), c3 = VL{} + (offset >> 32);
     uint64_t k0 = seed & kLow, k1 = seed >> 32;
     for (int r = 0; r < kPhiloxRounds; ++r) {
-      const VL p0 = c0 * kPhiloxM0, p1 = c2 * kPhiloxM1;
-      const VL n0 = (p1 >> 32) ^ c1 ^ k0, n2 = (p0 >> 32) ^ c3 ^ k1;
-      c1 = p1 & kLow;
-      c3 = p0 & kLow;
-      c0 = n0;
-      c2 = n2;
+      for (int g = 0; g < 2; ++g) {
+        const VL p0 = c0[g] * kPhiloxM0, p1 = c2[g] * kPhiloxM1;
+        const VL n0 = (p1 >> 32) ^ c1[g] ^ k0, n2 = (p0 >> 32) ^ c3[g] ^ k1;
+        c1[g] = p1 & kLow;
+        c3[g] = p0 & kLow;
+        c0[g] = n0;
+        c2[g] = n2;
+      }
       k0 = (k0 + kPhiloxW0) & kLow;
       k1 = (k1 + kPhiloxW1) & kLow;
     }
-    const VL words[4] = {c0, c1, c2, c3};
-    for (int lane = 0; lane < kCalls; ++lane) {
-      for (int w = 0; w < 4; ++w) {
-        const int64_t j = (cb + lane) * 4 + w - first;
-        if (j < 0 || j >= n) continue;
-        const uint32_t bits = static_cast<uint32_t>(words[w][lane]) & 0xffffffu;
-        factor[j] = bits < threshold ? scale : 0.0f;
-      }
+    // Word w of the 16 calls (the low halves of both groups' lanes), and
+    // its factors.
+    const VU evens = {0,  2,  4,  6,  8,  10, 12, 14,
+                      16, 18, 20, 22, 24, 26, 28, 30};
+    const VL* words[4] = {c0, c1, c2, c3};
+    VF f[4];
+    for (int w = 0; w < 4; ++w) {
+      const VU word =
+          __builtin_shuffle((VU)words[w][0], (VU)words[w][1], evens);
+      f[w] =
+          Select((VI)((word & 0xffffffu) < threshold), Broadcast(scale), VF{});
+    }
+    // Element 4c + w is f[w][c].
+    const VI pairs_lo = {0, 16, 1, 17, 2, 18, 3, 19,
+                         4, 20, 5, 21, 6, 22, 7, 23};
+    const VI pairs_hi = pairs_lo + 8;
+    const VF f01[2] = {__builtin_shuffle(f[0], f[1], pairs_lo),
+                       __builtin_shuffle(f[0], f[1], pairs_hi)};
+    const VF f23[2] = {__builtin_shuffle(f[2], f[3], pairs_lo),
+                       __builtin_shuffle(f[2], f[3], pairs_hi)};
+    const VI quads_lo = {0, 1, 16, 17, 2, 3, 18, 19,
+                         4, 5, 20, 21, 6, 7, 22, 23};
+    const VI quads_hi = quads_lo + 8;
+    for (int h = 0; h < 2; ++h) {
+      Store(block + 32 * h, __builtin_shuffle(f01[h], f23[h], quads_lo));
+      Store(block + 32 * h + 16, __builtin_shuffle(f01[h], f23[h], quads_hi));
+    }
+    // The block's elements in [first, first + n).
+    const int64_t at = cb * 4 - first;
+    const int64_t lo = std::max<int64_t>(0, -at);
+    const int64_t hi = std::min<int64_t>(4 * kCalls, n - at);
+    if (lo < hi) {
+      std::memcpy(factor + at + lo, block + lo,
+                  static_cast<size_t>(hi - lo) * sizeof(float));
     }
   }
 }

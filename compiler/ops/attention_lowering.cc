@@ -110,6 +110,13 @@ bool UsesLibrary(const LowerContext& ctx, DType dtype, const Sizes& z,
     const std::optional<int64_t> c = d.AsConstant();
     if (!c || *c % lib.head_dim_multiple != 0 || *c > max_dim) return false;
   }
+  // Libraries take no empty tensor (EvaluateAttention): an empty call is
+  // written out. (Symbolic sizes are at least 2: Dynamo specialises 0
+  // and 1.)
+  for (const SymExpr& d : {z.b, z.h, z.l, z.s, z.e, z.ev}) {
+    const std::optional<int64_t> c = d.AsConstant();
+    if (c && *c < 1) return false;
+  }
   return true;
 }
 

@@ -310,6 +310,10 @@ TEST(AttentionCompiled, ShapesAndMasks) {
     one.b = one.h = one.l = one.s = 1;
     one.causal = causal;
     CheckCompiled(one);
+    Case empty;  // batch 0: written out (a library takes no empty call)
+    empty.b = 0;
+    empty.causal = causal;
+    EXPECT_TRUE(CpuAttentionCalls(CheckCompiled(empty).fused).empty());
   }
 }
 
