@@ -309,6 +309,7 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
     attention.float32 = true;
     attention.head_dim_multiple = 1;
     attention.max_head_dim = std::numeric_limits<int>::max();
+    attention.max_dropout_head_dim = std::numeric_limits<int>::max();
     attention.deterministic = true;
     attention.kiln_philox = true;
   }

@@ -77,6 +77,11 @@ struct LowerOptions {
     int head_dim_multiple = 8;
     int max_head_dim = 128;
     bool dropout = true;         // it draws dropout masks
+    // The largest head dim it computes with dropout: cuDNN's flash engines
+    // with dropout are tested on an H200 at 64; above 128 a backward cuDNN
+    // refused would leave its mask undrawable, so the written-out form
+    // takes those.
+    int max_dropout_head_dim = 128;
     bool deterministic = false;  // its backward sums in a fixed order
     // It draws them as Kiln's kernels do (Philox at the score element's
     // row-major index: the CPU's), so its (seed, offset) pair is Kiln's;

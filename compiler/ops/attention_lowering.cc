@@ -4,12 +4,13 @@
 // library_attention) and the case is one it takes (cuDNN on CUDA: float16
 // or bfloat16, head dims multiples of 8 up to 128, or 256 on sm_90 and
 // later; the CPU runtime's kernel: any floating dtype and head dim), each
-// op is one extern call (loop_ir.h, AttentionCall) over
-// contiguous operands: the scores never reach memory. Otherwise it is what the
-// library computes, written out: the scores as a GEMM (Kiln's GEMM extern), the
-// masked softmax in float32 as reductions and pointwise nodes, the
-// probabilities rounded to the inputs' dtype, and a second GEMM; the backward
-// recomputes the probabilities from the saved logsumexp and takes four GEMMs:
+// op is one extern call (loop_ir.h, AttentionCall) over contiguous
+// operands: the scores never reach memory. Otherwise it is what the
+// library computes, written out: the scores as a GEMM (Kiln's GEMM
+// extern), the masked softmax in float32 as reductions and pointwise
+// nodes, the probabilities rounded to the inputs' dtype, and a second
+// GEMM; the backward recomputes the probabilities from the saved
+// logsumexp and takes four GEMMs:
 //   p  = exp(scale * q @ k^T (masked) - lse)
 //   dv = p^T @ dout            dp = dout @ v^T
 //   ds = p * (dp - rowsum(dout * out)) * scale
@@ -82,17 +83,11 @@ Sizes SizesOf(const LoweredValue& q, const LoweredValue& v) {
           v.sizes[2], q.sizes[3], v.sizes[3]};
 }
 
-// The largest head dim the library computes with dropout: cuDNN's flash
-// engines with dropout are tested on an H200 at 64; above 128 a backward
-// the library refused would leave its mask undrawable, so the written-out
-// form takes those.
-constexpr int64_t kLibraryDropoutMaxHeadDim = 128;
-
 // Whether the library computes the call (LowerOptions::LibraryAttention):
 // a `backward` under deterministic_gemms needs a deterministic library;
 // with `dropout`, both directions must use it (the backward draws the
 // forward's mask again), so either needs what the backward needs, and head
-// dims up to kLibraryDropoutMaxHeadDim.
+// dims up to LibraryAttention::max_dropout_head_dim.
 bool UsesLibrary(const LowerContext& ctx, DType dtype, const Sizes& z,
                  bool backward, bool dropout) {
   const LowerOptions& o = ctx.options();
@@ -104,7 +99,7 @@ bool UsesLibrary(const LowerContext& ctx, DType dtype, const Sizes& z,
     return false;
   }
   const int64_t max_dim =
-      dropout ? std::min<int64_t>(lib.max_head_dim, kLibraryDropoutMaxHeadDim)
+      dropout ? std::min(lib.max_head_dim, lib.max_dropout_head_dim)
               : lib.max_head_dim;
   for (const SymExpr& d : {z.e, z.ev}) {
     const std::optional<int64_t> c = d.AsConstant();

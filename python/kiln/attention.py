@@ -522,10 +522,10 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
     `node` of Dynamo's graph (from its example values): 4-D query, key and
     value with one batch size and the query's head count (a multiple of the
     key's and value's with enable_gqa), dropout_p a Python number below 1
-    (0 unless `dropout`: kilnd has kiln.attention_dropout; with dropout,
-    head dims up to 128), a static head dim (on CUDA a multiple of 8 up to
-    128, 256 on devices of sm_90 and later; any on the CPU, whose runtime
-    has a kernel of its own), float16/bfloat16 (any floating dtype
+    (0 unless `dropout`: kilnd has kiln.attention_dropout; with dropout on
+    CUDA, head dims up to 128), a static head dim (on CUDA a multiple of 8
+    up to 128, 256 on devices of sm_90 and later; any on the CPU, whose
+    runtime has a kernel of its own), float16/bfloat16 (any floating dtype
     with `any_dtype`; under autocast to `autocast`, the floating inputs
     count as that dtype), a Python-number scale, and attn_mask None or a
     boolean or floating tensor of at most 4 dims that broadcasts to the
@@ -572,7 +572,7 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
         if not isinstance(d, int) or d < 1 or \
                 (cuda and (d % 8 or d > _fused_max_head_dim(q.device))):
             return False
-        if p != 0.0 and d > _FUSED_DROPOUT_MAX_HEAD_DIM:
+        if cuda and p != 0.0 and d > _FUSED_DROPOUT_MAX_HEAD_DIM:
             return False
     if q.shape[-1] != k.shape[-1]:
         return False

@@ -456,7 +456,8 @@ def test_fused_head_dim_limit_follows_the_device(daemon):
     """Kiln's fused op takes head dims that are multiples of 8 up to 128 on
     CUDA, up to 256 on devices of sm_90 and later (cuDNN 9), and any head
     dim on the CPU (the runtime's own kernel): here 136 and 12 are fused
-    under attention="fused"."""
+    under attention="fused", 136 with dropout too (cuDNN takes up to 128
+    with dropout)."""
     from kiln import attention as A
     assert A._fused_max_head_dim(torch.device("cpu")) == 128
     if not torch.cuda.is_available():
@@ -473,3 +474,10 @@ def test_fused_head_dim_limit_follows_the_device(daemon):
         ops = set(backend.report.ops)
         assert KILN_FUSED <= ops, (d, backend.report)
         torch._dynamo.reset()
+    q, k, v = (torch.randn(1, 2, 4, 136, requires_grad=True) for _ in range(3))
+    backend = kiln.backend(server=daemon.address, fallback="error",
+                           attention="fused")
+    torch.compile(lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, dropout_p=0.25), backend=backend)(q, k, v).sum().backward()
+    assert KILN_DROPOUT <= set(backend.report.ops), backend.report
+    torch._dynamo.reset()

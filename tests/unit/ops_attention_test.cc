@@ -435,6 +435,10 @@ TEST(AttentionCompiled, Dropout) {
     EXPECT_NE(call->keep_threshold(), ops::BernoulliThreshold(1.0 - 0.3f));
     EXPECT_FLOAT_EQ(call->keep_scale(), 1 / 0.7f);
   }
+  Case wide = c;  // head dims above cuDNN's 128 with dropout: still fused
+  wide.e = 136;
+  wide.ev = 130;
+  EXPECT_EQ(CpuAttentionCalls(CheckCompiled(wide).fused).size(), 2u);
   Case tiles = c;  // two key blocks for every row
   tiles.b = 1;
   tiles.h = 2;
@@ -602,8 +606,9 @@ TEST(AttentionCuda, HalfPrecisionIsOneCudnnCallPerDirection) {
 
   Case biased = c;
   biased.bias = Case::Bias::kPerBatch;
+  const v1::Artifact biased_artifact = CompileForCuda(biased);
   const std::vector<const v1::Attention*> with_bias =
-      AttentionCalls(CompileForCuda(biased));
+      AttentionCalls(biased_artifact);
   ASSERT_EQ(with_bias.size(), 2u);
   for (const v1::Attention* call : with_bias) {
     EXPECT_TRUE(call->bias());
@@ -673,8 +678,9 @@ TEST(AttentionCuda, HalfPrecisionIsOneCudnnCallPerDirection) {
   EXPECT_TRUE(AttentionCalls(CompileForCuda(c, {}, "sm_75")).empty());
   v1::CompileOptions deterministic;
   deterministic.set_deterministic_algorithms(true);
+  const v1::Artifact fwd_artifact = CompileForCuda(c, deterministic);
   const std::vector<const v1::Attention*> fwd_only =
-      AttentionCalls(CompileForCuda(c, deterministic));
+      AttentionCalls(fwd_artifact);
   ASSERT_EQ(fwd_only.size(), 1u);
   EXPECT_EQ(fwd_only[0]->direction(), v1::Attention::FORWARD);
 }
