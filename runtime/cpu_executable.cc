@@ -221,6 +221,17 @@ struct CpuExecutable::Profile {
                         d.c, d.o, spatial, d.kernel[0], d.stride[0], d.groups);
   }
 
+  void NoteAttention(size_t step, const v1::Attention& a,
+                     const AttentionDims& d) {
+    absl::MutexLock lock(&mu);
+    if (extern_labels.contains(step)) return;
+    extern_labels[step] = absl::StrFormat(
+        "attention %s %dx%dx%dx%d (batch, heads, queries, keys) dim %d/%d%s%s",
+        v1::Attention::Direction_Name(a.direction()), d.batch, d.heads, d.s_q,
+        d.s_kv, d.d_qk, d.d_v, a.causal() ? " causal" : "",
+        a.dropout() > 0 ? " dropout" : "");
+  }
+
   const int64_t every;
   absl::Mutex mu;
   absl::flat_hash_map<size_t, std::string> extern_labels ABSL_GUARDED_BY(mu);
@@ -401,6 +412,8 @@ absl::Status CpuExecutable::Execute(absl::Span<const int64_t> symbols,
           absl::StatusOr<AttentionDims> dims =
               EvaluateAttention(*e.attention, symbols, elements);
           if (!dims.ok()) return dims.status();
+          if (profile_)
+            profile_->NoteAttention(step_index, *e.attention, *dims);
           std::vector<void*> tensors;
           for (int b : e.attention->buffers()) tensors.push_back(buffers[b]);
           if (absl::Status s =
