@@ -48,7 +48,6 @@ typedef float VF __attribute__((vector_size(kLanes * 4)));
 typedef int32_t VI __attribute__((vector_size(kLanes * 4)));
 
 KILN_ALWAYS_INLINE VF Broadcast(float x) { return VF{} + x; }
-KILN_ALWAYS_INLINE VI BroadcastInt(int32_t x) { return VI{} + x; }
 KILN_ALWAYS_INLINE VF Load(const float* p) {
   VF v;
   std::memcpy(&v, p, sizeof v);
@@ -285,18 +284,6 @@ KILN_ROW_KERNEL void DropoutFactors(uint64_t seed, uint64_t offset,
 
 // ---- dtypes -------------------------------------------------------------
 
-// n values of `dtype` (float32, float16 or bfloat16) from `in` as float32.
-void Widen(DType dtype, const void* in, int64_t n, float* out) {
-  if (dtype == DType::kFloat32) {
-    std::memcpy(out, in, static_cast<size_t>(n) * sizeof(float));
-  } else if (dtype == DType::kBFloat16) {
-    BFloat16ToFloat(static_cast<const uint16_t*>(in), n, out);
-  } else {
-    const auto* h = static_cast<const uint16_t*>(in);
-    for (int64_t i = 0; i < n; ++i) out[i] = HalfToFloat(h[i]);
-  }
-}
-
 // n float32 values into `dtype` at out + offset elements.
 void Narrow(DType dtype, const float* in, int64_t n, void* out,
             int64_t offset) {
@@ -329,22 +316,10 @@ class Floats {
   Floats(DType dtype, const void* data, int64_t n, ThreadPool* pool) {
     if (dtype == DType::kFloat32) {
       data_ = static_cast<const float*>(data);
-      return;
-    }
-    copy_.resize(static_cast<size_t>(n));
-    constexpr int64_t kChunk = int64_t{1} << 16;
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    auto chunk = [&](int64_t c) {
-      const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
-      Widen(dtype, static_cast<const uint16_t*>(data) + begin, end - begin,
-            copy_.data() + begin);
-    };
-    if (pool == nullptr || chunks <= 1) {
-      for (int64_t c = 0; c < chunks; ++c) chunk(c);
     } else {
-      pool->ParallelFor(chunks, chunk);
+      copy_ = WidenToFloat32(dtype, data, n, pool);
+      data_ = copy_.data();
     }
-    data_ = copy_.data();
   }
   const float* get() const { return data_; }
 
@@ -418,11 +393,10 @@ class FirstError {
   std::atomic<bool> failed_{false};
 };
 
-// Runs fn(i) for i < n over `pool` when the tiles' products may run on its
-// threads, else one after the other.
-void Spread(const Call& c, ThreadPool* pool, int64_t n,
+// Runs fn(i) for i < n over `pool`, or one after the other without one.
+void Spread(ThreadPool* pool, int64_t n,
             const std::function<void(int64_t)>& fn) {
-  if (pool != nullptr && n > 1 && c.blas->TilesRunOnCaller(pool)) {
+  if (pool != nullptr) {
     pool->ParallelFor(n, fn);
   } else {
     for (int64_t i = 0; i < n; ++i) fn(i);
@@ -497,7 +471,7 @@ absl::Status Forward(const Call& c, void* out, float* lse, ThreadPool* pool) {
   FirstError error;
   // The last query blocks first: under a causal mask they have the most
   // keys, and the threads take tasks in order.
-  Spread(c, pool, bh * blocks, [&](int64_t t) {
+  Spread(pool, bh * blocks, [&](int64_t t) {
     if (error.failed()) return;
     const int64_t block = blocks - 1 - t / bh;
     const int64_t i0 = block * qb;
@@ -590,7 +564,7 @@ absl::Status Backward(const Call& c, const float* dout, const float* out,
                       ThreadPool* pool) {
   const bool f32 = c.dtype == DType::kFloat32;
   FirstError error;
-  Spread(c, pool, c.b * c.h, [&](int64_t bh) {
+  Spread(pool, c.b * c.h, [&](int64_t bh) {
     if (error.failed()) return;
     // float32 gradients accumulate in place; others in float32 first.
     std::vector<float> scratch;
@@ -644,22 +618,23 @@ absl::Status RunCpuAttention(const v1::Attention& attention,
   c.scale = attention.scale();
   c.dtype = *dtype;
   c.blas = *blas;
+  // The threads the tasks run on: none where each tile's products would
+  // start threads of their own.
+  if (!c.blas->TilesRunOnCaller(pool)) pool = nullptr;
   // Inputs widened where they are 16-bit, once per call (the tiles read
   // each key block once per query block).
-  ThreadPool* widen_pool = c.blas->TilesRunOnCaller(pool) ? pool : nullptr;
   const int64_t bh = c.b * c.h;
   int next = 0;
-  const Floats q(c.dtype, buffers[next++], bh * c.l * c.e, widen_pool);
-  const Floats k(c.dtype, buffers[next++], bh * c.s * c.e, widen_pool);
-  const Floats v(c.dtype, buffers[next++], bh * c.s * c.ev, widen_pool);
+  const Floats q(c.dtype, buffers[next++], bh * c.l * c.e, pool);
+  const Floats k(c.dtype, buffers[next++], bh * c.s * c.e, pool);
+  const Floats v(c.dtype, buffers[next++], bh * c.s * c.ev, pool);
   std::optional<Floats> bias;
   if (attention.bias()) {
     c.bias_batch = attention.bias_batch();
     c.bias_heads = attention.bias_heads();
     bias.emplace(
         c.dtype, buffers[next++],
-        (c.bias_batch ? c.b : 1) * (c.bias_heads ? c.h : 1) * c.l * c.s,
-        widen_pool);
+        (c.bias_batch ? c.b : 1) * (c.bias_heads ? c.h : 1) * c.l * c.s, pool);
     c.bias = bias->get();
   }
   c.q = q.get();
@@ -681,9 +656,9 @@ absl::Status RunCpuAttention(const v1::Attention& attention,
     return Forward(c, buffers[next], static_cast<float*>(buffers[next + 1]),
                    pool);
   }
-  const Floats out(c.dtype, buffers[next++], bh * c.l * c.ev, widen_pool);
+  const Floats out(c.dtype, buffers[next++], bh * c.l * c.ev, pool);
   const auto* lse = static_cast<const float*>(buffers[next++]);
-  const Floats dout(c.dtype, buffers[next++], bh * c.l * c.ev, widen_pool);
+  const Floats dout(c.dtype, buffers[next++], bh * c.l * c.ev, pool);
   read_rng();
   return Backward(c, dout.get(), out.get(), lse, buffers[next],
                   buffers[next + 1], buffers[next + 2], pool);

@@ -321,25 +321,6 @@ int64_t OperandSpan(const GemmMatrix& m, int64_t batch, int64_t rows,
   return (batch - 1) * m.batch_stride + (rows - 1) * m.ld + cols;
 }
 
-// `n` bfloat16 values (their bits) as float32, in chunks over `pool`'s
-// threads when there is one.
-std::vector<float> WidenBf16(const uint16_t* p, int64_t n, ThreadPool* pool) {
-  std::vector<float> out(static_cast<size_t>(n));
-  constexpr int64_t kChunk = int64_t{1} << 15;
-  auto chunk = [&](int64_t c) {
-    const int64_t begin = c * kChunk;
-    BFloat16ToFloat(p + begin, std::min(n, begin + kChunk) - begin,
-                    out.data() + begin);
-  };
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  if (pool == nullptr || chunks <= 1) {
-    for (int64_t c = 0; c < chunks; ++c) chunk(c);
-  } else {
-    pool->ParallelFor(chunks, chunk);
-  }
-  return out;
-}
-
 }  // namespace
 
 absl::Status CpuBlas::GemmBf16(const GemmDims& dims, double alpha, double beta,
@@ -384,11 +365,11 @@ absl::Status CpuBlas::GemmBf16(const GemmDims& dims, double alpha, double beta,
     return Gemm(DType::kFloat32, dims, alpha, beta, nullptr, nullptr, c, pool);
   GemmDims wide = dims;
   const std::vector<float> fa =
-      WidenBf16(ha + dims.a.offset,
-                OperandSpan(dims.a, dims.batch, dims.m, dims.k), pool);
+      WidenToFloat32(DType::kBFloat16, ha + dims.a.offset,
+                     OperandSpan(dims.a, dims.batch, dims.m, dims.k), pool);
   const std::vector<float> fb =
-      WidenBf16(hb + dims.b.offset,
-                OperandSpan(dims.b, dims.batch, dims.k, dims.n), pool);
+      WidenToFloat32(DType::kBFloat16, hb + dims.b.offset,
+                     OperandSpan(dims.b, dims.batch, dims.k, dims.n), pool);
   wide.a.offset = 0;
   wide.b.offset = 0;
   return Gemm(DType::kFloat32, wide, alpha, beta, fa.data(), fb.data(), c,
@@ -422,6 +403,28 @@ absl::Status CpuBlas::TileSgemm(bool trans_a, bool trans_b, int m, int n, int k,
 
 bool CpuBlas::TilesRunOnCaller(const ThreadPool* pool) const {
   return sgemm_ != nullptr || (pool != nullptr && pool->uses_openmp());
+}
+
+std::vector<float> WidenToFloat32(DType dtype, const void* p, int64_t n,
+                                  ThreadPool* pool) {
+  std::vector<float> out(static_cast<size_t>(n));
+  const auto* h = static_cast<const uint16_t*>(p);
+  constexpr int64_t kChunk = int64_t{1} << 15;
+  auto chunk = [&](int64_t c) {
+    const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+    if (dtype == DType::kBFloat16) {
+      BFloat16ToFloat(h + begin, end - begin, out.data() + begin);
+    } else {
+      for (int64_t i = begin; i < end; ++i) out[i] = HalfToFloat(h[i]);
+    }
+  };
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  if (pool == nullptr || chunks <= 1) {
+    for (int64_t c = 0; c < chunks; ++c) chunk(c);
+  } else {
+    pool->ParallelFor(chunks, chunk);
+  }
+  return out;
 }
 
 }  // namespace kiln

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "graph/dtype.h"
@@ -160,6 +161,12 @@ class CpuBlas {
   // Set when oneDNN answered unimplemented (no AVX-512): widen from then on.
   mutable std::atomic<bool> bf16_unimplemented_{false};
 };
+
+// `n` float16 or bfloat16 values (`dtype`; their bits at `p`) widened to
+// float32 (exact), in chunks over `pool`'s threads when there is one: the
+// operands of products and attention computed in float32.
+std::vector<float> WidenToFloat32(DType dtype, const void* p, int64_t n,
+                                  ThreadPool* pool);
 
 }  // namespace kiln
 

@@ -338,16 +338,18 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionDropout(
                         ir::IntConst(offset)};
   // A library with a generator of its own gets a seed of its own and the
   // flag; one that draws as Kiln does, Kiln's pair.
-  const bool library = UsesLibrary(ctx, ctx.out_type(0).dtype,
-                                   SizesOf(ctx.value(0), ctx.value(2)),
-                                   /*backward=*/false, /*dropout=*/true) &&
-                       !ctx.options().library_attention.kiln_philox;
+  const bool library_generator =
+      UsesLibrary(ctx, ctx.out_type(0).dtype,
+                  SizesOf(ctx.value(0), ctx.value(2)),
+                  /*backward=*/false, /*dropout=*/true) &&
+      !ctx.options().library_attention.kiln_philox;
   const LoweredValue rng = ops::PointwiseNode(
       ctx, {SymExpr(2)}, DType::kInt64,
       ir::Select(
           ir::Binary(ExprOp::kEq, ir::Var(0), ir::IntConst(0), DType::kBool),
-          library ? LibrarySeed(dropout.seed, dropout.offset) : dropout.seed,
-          ir::IntConst(library ? kLibraryDrawn : offset)));
+          library_generator ? LibrarySeed(dropout.seed, dropout.offset)
+                            : dropout.seed,
+          ir::IntConst(library_generator ? kLibraryDrawn : offset)));
   auto outs = LowerAttentionWith(ctx, &dropout, &rng);
   if (!outs.ok()) return outs.status();
   outs->push_back(rng);
