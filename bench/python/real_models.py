@@ -118,6 +118,18 @@ def _tv_vit() -> Example:
                               num_classes=10), (torch.randn(_b(2), 3, 32, 32),))
 
 
+def _tv_vit_ti() -> Example:
+    """ViT-Ti/16's layer geometry (hidden 192, 3 heads of 64, MLP 768), 4
+    layers, on images of IMAGE rounded to the patch (nn.MultiheadAttention
+    at (IMAGE / 16)^2 + 1 tokens)."""
+    from torchvision.models.vision_transformer import VisionTransformer  # noqa: PLC0415
+    side = max(16, IMAGE // 16 * 16)
+    return (VisionTransformer(image_size=side, patch_size=16, num_layers=4,
+                              num_heads=3, hidden_dim=192, mlp_dim=768,
+                              num_classes=10),
+            (torch.randn(_b(2), 3, side, side),))
+
+
 class _Logits(nn.Module):
     """A transformers model returning its logits (or first output), its
     positional arguments passed as the keywords `names` when given."""
@@ -305,6 +317,7 @@ MODELS: Dict[str, Callable[[], Example]] = {
     "tv_regnet_y_400mf": _tv("regnet_y_400mf"),
     "tv_swin_t": _tv("swin_t", batch=1),
     "tv_vit": _tv_vit,
+    "tv_vit_ti": _tv_vit_ti,
     "tv_mnasnet": _tv("mnasnet0_5"),
     "tv_googlenet": _tv("googlenet", aux_logits=False, init_weights=True),
     "hf_bert": _hf("BertForMaskedLM", "BertConfig", **_SMALL),

@@ -15,7 +15,9 @@ it: each call of scaled_dot_product_attention (or of
 F.multi_head_attention_forward, nn.MultiheadAttention's, which Dynamo keeps
 as one call and which calls it inside) that the policy decomposes becomes a
 call of sdpa_math() (mha_math()); the others keep the fused kernel, or
-become Kiln's own fused attention: the custom op kiln::attention (and
+become Kiln's own fused attention (sdpa_fused(); mha_fused(), which writes
+out nn.MultiheadAttention's need_weights=False branch around it): the
+custom op kiln::attention (and
 kiln::attention_backward, its gradient through AOTAutograd), which Kiln
 compiles to one cuDNN fused-attention call per direction on CUDA
 (float16/bfloat16, head dims multiples of 8 up to 128, 256 on sm_90;
@@ -81,7 +83,8 @@ import torch.nn.functional as F
 
 from .fx_graph import draw_seed, size_hint
 
-__all__ = ["ATTENTION_POLICIES", "fused_eligible", "resolve_policy",
+__all__ = ["ATTENTION_POLICIES", "fused_eligible", "mha_fused",
+           "mha_fused_eligible", "mha_math", "resolve_policy",
            "rewrite_attention", "sdpa_fused", "sdpa_math"]
 
 ATTENTION_POLICIES = ("auto", "fused", "decompose", "eager")
@@ -540,24 +543,15 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
     bound.apply_defaults()
     a = bound.arguments
     p = a["dropout_p"]
-    if not isinstance(p, (int, float)) or not 0.0 <= p < 1.0 or \
-            (p != 0.0 and not (dropout and 0.0 < _float32(p) < 1.0)) or \
+    if not _dropout_ok(p, dropout) or \
             not isinstance(a["is_causal"], bool) or \
             not (a["scale"] is None or isinstance(a["scale"], float)):
         return False
-    vals = []
-    for name in ("query", "key", "value"):
-        x = a[name]
-        v = x.meta.get("example_value") if isinstance(x, torch.fx.Node) else None
-        if not isinstance(v, torch.Tensor) or v.dim() != 4:
-            return False
-        vals.append(v)
+    vals = [_example(a[name]) for name in ("query", "key", "value")]
+    if any(v is None or v.dim() != 4 for v in vals):
+        return False
     q, k, v = vals
-    dtypes = (torch.float16, torch.bfloat16) + \
-        ((torch.float32,) if any_dtype else ())
-    kinds = {x.dtype if autocast is None or not x.is_floating_point()
-             else autocast for x in vals}
-    if len(kinds) != 1 or kinds.pop() not in dtypes:
+    if not _dtype_ok(vals, any_dtype, autocast):
         return False
     heads = [x.shape[1] for x in vals]
     if any(isinstance(n, torch.SymInt) for n in heads) or heads[1] < 1 or \
@@ -567,26 +561,64 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
     if q.shape[0] != k.shape[0] or q.shape[0] != v.shape[0] or \
             k.shape[2] != v.shape[2]:
         return False
-    cuda = q.device.type == "cuda"
-    for d in (q.shape[-1], k.shape[-1], v.shape[-1]):
-        if not isinstance(d, int) or d < 1 or \
-                (cuda and (d % 8 or d > _fused_max_head_dim(q.device))):
-            return False
-        if cuda and p != 0.0 and d > _FUSED_DROPOUT_MAX_HEAD_DIM:
-            return False
-    if q.shape[-1] != k.shape[-1]:
+    if not _head_dims_ok(q.device, (q.shape[-1], k.shape[-1], v.shape[-1]),
+                         p != 0.0) or q.shape[-1] != k.shape[-1]:
         return False
     mask = a["attn_mask"]
     if mask is None:
         return True
-    m = mask.meta.get("example_value") if isinstance(mask, torch.fx.Node) \
-        else None
-    if not isinstance(m, torch.Tensor) or m.dim() > 4 or m.requires_grad or \
-            not (m.dtype == torch.bool or m.is_floating_point()):
+    m = _example(mask)
+    if not _mask_ok(m) or m.dim() > 4:
         return False
     scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     dims = (1,) * (4 - m.dim()) + tuple(m.shape)
     return all(d == 1 or d == s for d, s in zip(dims, scores))
+
+
+def _example(x: Any) -> Optional[torch.Tensor]:
+    """The example value of Dynamo graph argument `x`, if a tensor."""
+    v = x.meta.get("example_value") if isinstance(x, torch.fx.Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def _dropout_ok(p: Any, dropout: bool) -> bool:
+    """Whether the fused op takes dropout_p `p`: a Python number in [0, 1),
+    and 0 unless `dropout` (its float32 value also strictly inside)."""
+    return isinstance(p, (int, float)) and 0.0 <= p < 1.0 and \
+        (p == 0.0 or (dropout and 0.0 < _float32(p) < 1.0))
+
+
+def _dtype_ok(tensors: List[torch.Tensor], any_dtype: bool,
+              autocast: Optional[torch.dtype]) -> bool:
+    """Whether `tensors` share one dtype the fused op takes: float16 or
+    bfloat16, float32 too with `any_dtype`; under autocast to `autocast`
+    the floating ones count as that dtype."""
+    dtypes = (torch.float16, torch.bfloat16) + \
+        ((torch.float32,) if any_dtype else ())
+    kinds = {x.dtype if autocast is None or not x.is_floating_point()
+             else autocast for x in tensors}
+    return len(kinds) == 1 and kinds.pop() in dtypes
+
+
+def _head_dims_ok(device: torch.device, dims: Any, dropout: bool) -> bool:
+    """Whether the fused op takes head dims `dims` on `device`: static and
+    positive; on CUDA multiples of 8 up to _fused_max_head_dim, and up to
+    _FUSED_DROPOUT_MAX_HEAD_DIM with `dropout`."""
+    cuda = device.type == "cuda"
+    for d in dims:
+        if not isinstance(d, int) or d < 1 or \
+                (cuda and (d % 8 or d > _fused_max_head_dim(device))):
+            return False
+        if cuda and dropout and d > _FUSED_DROPOUT_MAX_HEAD_DIM:
+            return False
+    return True
+
+
+def _mask_ok(m: Optional[torch.Tensor]) -> bool:
+    """Whether a mask's example value is one the fused op takes: boolean or
+    floating, needing no gradient (the op gives its bias none)."""
+    return isinstance(m, torch.Tensor) and not m.requires_grad and \
+        (m.dtype == torch.bool or m.is_floating_point())
 
 
 _MHA_SIGNATURE = inspect.signature(F.multi_head_attention_forward)
@@ -609,6 +641,125 @@ def mha_math(*args: Any, **kwargs: Any) -> Any:
     bound.arguments["average_attn_weights"] = False
     out, _ = F.multi_head_attention_forward(*bound.args, **bound.kwargs)
     return out, None
+
+
+def _mha_mask(mask: Optional[torch.Tensor],
+              dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """An nn.MultiheadAttention mask as its additive form (F's
+    _canonical_mask): a boolean mask is 0 where False and -inf where True
+    (True masks out, unlike SDPA's), a floating one as given."""
+    if mask is None or mask.is_floating_point():
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device
+                       ).masked_fill(mask, float("-inf"))
+
+
+def mha_fused(*args: Any, **kwargs: Any) -> Any:
+    """F.multi_head_attention_forward with need_weights=False, its
+    attention through sdpa_fused (Kiln's fused op), for the calls
+    mha_fused_eligible accepts: the need_weights=False branch of PyTorch's
+    function (projections, the causal hint, the key-padding mask merged
+    into attn_mask, dropout only in training, the output projection)
+    written out, so the SDPA call inside is Kiln's. Returns (output,
+    None)."""
+    a = _mha_arguments(args, kwargs).arguments
+    query, key, value = a["query"], a["key"], a["value"]
+    heads = a["num_heads"]
+    kpm, attn_mask, is_causal = a["key_padding_mask"], a["attn_mask"], \
+        a["is_causal"]
+    batched = query.dim() == 3
+    if not batched:
+        query, key, value = (x.unsqueeze(1) for x in (query, key, value))
+        if kpm is not None:
+            kpm = kpm.unsqueeze(0)
+    tgt_len, bsz, embed_dim = query.shape
+    src_len = key.shape[0]
+    head_dim = embed_dim // heads
+    if not a["use_separate_proj_weight"]:
+        q, k, v = F._in_projection_packed(query, key, value,
+                                          a["in_proj_weight"],
+                                          a["in_proj_bias"])
+    else:
+        bias = a["in_proj_bias"]
+        b_q, b_k, b_v = bias.chunk(3) if bias is not None else (None,) * 3
+        q, k, v = F._in_projection(query, key, value, a["q_proj_weight"],
+                                   a["k_proj_weight"], a["v_proj_weight"],
+                                   b_q, b_k, b_v)
+    if is_causal and attn_mask is None:
+        raise RuntimeError(  # PyTorch's function says the same
+            "Need attn_mask if specifying the is_causal hint. You may use "
+            "the Transformer module method `generate_square_subsequent_mask`"
+            " to create this mask.")
+    kpm = _mha_mask(kpm, query.dtype)
+    if is_causal and kpm is None:
+        attn_mask = None  # the hint alone, as PyTorch's function does
+    else:
+        attn_mask = _mha_mask(attn_mask, query.dtype)
+        if kpm is not None:
+            is_causal = False
+    if attn_mask is not None and attn_mask.dim() == 2:
+        attn_mask = attn_mask.unsqueeze(0)
+    if kpm is not None:
+        kpm = kpm.view(bsz, 1, 1, src_len).expand(-1, heads, -1, -1).reshape(
+            bsz * heads, 1, src_len)
+        attn_mask = kpm if attn_mask is None else attn_mask + kpm
+    if attn_mask is not None:
+        attn_mask = attn_mask.unsqueeze(0) if attn_mask.size(0) == 1 \
+            else attn_mask.view(bsz, heads, -1, src_len)
+    q = q.view(tgt_len, bsz, heads, head_dim).permute(1, 2, 0, 3)
+    k = k.view(src_len, bsz, heads, head_dim).permute(1, 2, 0, 3)
+    v = v.view(src_len, bsz, heads, head_dim).permute(1, 2, 0, 3)
+    dropout_p = a["dropout_p"] if a["training"] else 0.0
+    out = sdpa_fused(q, k, v, attn_mask, dropout_p, bool(is_causal))
+    out = out.permute(2, 0, 1, 3).reshape(bsz * tgt_len, embed_dim)
+    out = F.linear(out, a["out_proj_weight"], a["out_proj_bias"])
+    out = out.view(tgt_len, bsz, embed_dim)
+    return (out if batched else out.squeeze(1)), None
+
+
+def mha_fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
+                       autocast: Optional[torch.dtype] = None,
+                       dropout: bool = True) -> bool:
+    """Whether mha_fused takes the F.multi_head_attention_forward call
+    `node` of Dynamo's graph: need_weights=False; no bias_k, bias_v,
+    add_zero_attn, static_k or static_v; a batched (3-D) or unbatched (2-D)
+    query, key and value whose (projected) dtype fused_eligible would take;
+    an int num_heads dividing a static embed dim into head dims it takes;
+    dropout_p as fused_eligible takes it (when training); masks that need
+    no gradient, boolean or floating."""
+    if node.target not in _MHA_TARGETS or \
+            not hasattr(F, "_in_projection_packed"):
+        return False
+    try:
+        a = _mha_arguments(node.args, node.kwargs).arguments
+    except TypeError:
+        return False
+    if a["need_weights"] is not False or a["add_zero_attn"] is not False or \
+            any(a[n] is not None for n in ("bias_k", "bias_v", "static_k",
+                                           "static_v")) or \
+            not isinstance(a["training"], bool) or \
+            not isinstance(a["is_causal"], bool) or \
+            not isinstance(a["use_separate_proj_weight"], bool) or \
+            not _dropout_ok(a["dropout_p"] if a["training"] else 0.0,
+                            dropout):
+        return False
+    vals = [_example(a[n]) for n in ("query", "key", "value")]
+    if any(v is None or v.dim() not in (2, 3) or v.dim() != vals[0].dim()
+           for v in vals):
+        return False
+    if not _dtype_ok(vals, any_dtype, autocast):
+        return False
+    heads, embed = a["num_heads"], vals[0].shape[-1]
+    if not isinstance(heads, int) or heads < 1 or \
+            not isinstance(embed, int) or embed % heads:
+        return False
+    p = a["dropout_p"] if a["training"] else 0.0
+    if not _head_dims_ok(vals[0].device, (embed // heads,), p != 0.0):
+        return False
+    for name in ("attn_mask", "key_padding_mask"):
+        if a[name] is not None and not _mask_ok(_example(a[name])):
+            return False
+    return True
 
 
 def _hint(size: Any) -> int:
@@ -734,20 +885,23 @@ def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
                 continue
             if bound.arguments["need_weights"] is not False:
                 continue  # already bmm and softmax
-        target = mha_math if node.target in _MHA_TARGETS else sdpa_math
+        mha = node.target in _MHA_TARGETS
+        target, fused_target, eligible = (
+            (mha_math, mha_fused, mha_fused_eligible) if mha else
+            (sdpa_math, sdpa_fused, fused_eligible))
         amp = _autocast_dtype(autocast, _device(node))
-        if policy == "fused" and fused and fused_eligible(
+        if policy == "fused" and fused and eligible(
                 node, any_dtype=True, autocast=amp, dropout=dropout):
-            target = sdpa_fused
+            target = fused_target
         elif policy == "auto":
             device = _device(node)
             if device is None:
                 continue
             if device.type == "cpu":
-                if node.target in _SDPA_TARGETS and fused and fused_eligible(
-                        node, any_dtype=True, autocast=amp, dropout=dropout):
-                    target = sdpa_fused
-                elif node.target in _SDPA_TARGETS and _causal_call(node):
+                if fused and eligible(node, any_dtype=True, autocast=amp,
+                                      dropout=dropout):
+                    target = fused_target
+                elif not mha and _causal_call(node):
                     # A kilnd without Kiln's fused op: large causal
                     # attention keeps PyTorch's flash kernel.
                     n = _scores(node)
@@ -757,10 +911,9 @@ def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
                 n = _scores(node)
                 if n is None or n > CUDA_MAX_SCORES:
                     if not (fused and _cudnn_fused_ok(device) and
-                            fused_eligible(node, autocast=amp,
-                                           dropout=dropout)):
+                            eligible(node, autocast=amp, dropout=dropout)):
                         continue
-                    target = sdpa_fused
+                    target = fused_target
         node.target = target
         replaced += 1
     if replaced:

@@ -129,30 +129,118 @@ def test_sdpa_dynamic_sequence_length(daemon):
     assert not FUSED & set(backend.report.ops)
 
 
-@pytest.mark.parametrize("kw", [
-    dict(), dict(key_padding_mask=True), dict(causal=True),
-], ids=["plain", "key_padding_mask", "causal"])
-def test_multihead_attention_module(daemon, kw):
+MHA_CASES = [
+    dict(),
+    dict(key_padding_mask=True),
+    dict(causal=True),
+    dict(causal=True, key_padding_mask=True),  # merged: no causal hint
+    dict(attn_mask="bool"),
+    dict(attn_mask="float3d"),  # one (L, S) mask per batch and head
+    dict(unbatched=True),
+    dict(kdim=24, l=5, s=9),  # separate projections, cross-attention
+    dict(bias_kv=True),  # not the fused op's: decomposed under both
+]
+
+
+@pytest.mark.parametrize("case", MHA_CASES, ids=lambda c: "-".join(
+    f"{k}={v}" for k, v in c.items()) or "plain")
+@pytest.mark.parametrize("policy", ["auto", "decompose"])
+def test_multihead_attention_module(daemon, case, policy):
+    """nn.MultiheadAttention with need_weights=False: "auto" writes its
+    branch out around Kiln's fused op (mha_fused), "decompose" computes it
+    as bmm and softmax (mha_math); both against eager, forward and the
+    gradients of the input and of every parameter."""
     torch.manual_seed(0)
-    mha = nn.MultiheadAttention(32, 4, batch_first=True)
-    x = torch.randn(3, 7, 32)
+    case = dict(case)
+    l, s, kdim = case.pop("l", 7), case.pop("s", 7), case.pop("kdim", None)
+    bias_kv = case.pop("bias_kv", False)
+    mha = nn.MultiheadAttention(32, 4, batch_first=True, kdim=kdim,
+                                vdim=kdim, add_bias_kv=bias_kv)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, l, 32, generator=g)
+    mem = torch.randn(3, s, kdim, generator=g) if kdim else None
     call = {}
-    if kw.get("key_padding_mask"):
-        kpm = torch.zeros(3, 7, dtype=torch.bool)
+    if case.get("key_padding_mask"):
+        kpm = torch.zeros(3, s, dtype=torch.bool)
         kpm[1, 5:] = True
         call["key_padding_mask"] = kpm
-    if kw.get("causal"):
-        call["attn_mask"] = nn.Transformer.generate_square_subsequent_mask(7)
+    if case.get("causal"):
+        call["attn_mask"] = nn.Transformer.generate_square_subsequent_mask(l)
+        if "key_padding_mask" in call:  # one mask type (else a warning)
+            call["attn_mask"] = call["attn_mask"].isinf()
         call["is_causal"] = True
+    if case.get("attn_mask") == "bool":
+        m = torch.rand(l, s, generator=g) > 0.7  # True masks out
+        m[:, 0] = False
+        call["attn_mask"] = m
+    elif case.get("attn_mask") == "float3d":
+        call["attn_mask"] = torch.randn(3 * 4, l, s, generator=g)
+    unbatched = case.get("unbatched", False)
 
-    def fn(x):
-        return mha(x, x, x, need_weights=False, **call)[0]
+    def fn(x, *params):
+        if unbatched:
+            x = x[0]
+        kv = mem if mem is not None else x
+        return mha(x, kv, kv, need_weights=False, **call)[0]
 
-    backend = kiln.backend(server=daemon.address, fallback="error")
+    backend = kiln.backend(server=daemon.address, fallback="error",
+                           attention=policy)
     (a, ga), (c, gc) = _run(fn, backend, x)
     _close(a, c, torch.float32)
     _close(ga[0], gc[0], torch.float32)
-    _no_fused(backend.report)
+    if policy == "decompose" or bias_kv:
+        _no_fused(backend.report)
+    else:
+        assert KILN_FUSED <= set(backend.report.ops), backend.report
+        assert not FUSED & set(backend.report.ops), backend.report
+
+
+def test_multihead_attention_parameter_grads(daemon):
+    """The fused form's parameter gradients (in_proj, out_proj) match
+    eager's: a TransformerEncoderLayer, which calls nn.MultiheadAttention
+    with need_weights=False and a key-padding mask."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0,
+                                       batch_first=True)
+    x = torch.randn(2, 9, 32)
+    kpm = torch.zeros(2, 9, dtype=torch.bool)
+    kpm[0, 6:] = True
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    grads = []
+    for f in (layer, torch.compile(layer, backend=backend)):
+        layer.zero_grad()
+        out = f(x, src_key_padding_mask=kpm)
+        out.pow(2).sum().backward()
+        grads.append((out.detach(), {n: p.grad.clone()
+                                     for n, p in layer.named_parameters()}))
+    (a, ga), (c, gc) = grads
+    _close(a, c, torch.float32)
+    assert ga.keys() == gc.keys()
+    for n in ga:
+        _close(ga[n], gc[n], torch.float32)
+    assert KILN_FUSED <= set(backend.report.ops), backend.report
+
+
+def test_multihead_attention_dropout_follows_training(daemon):
+    """nn.MultiheadAttention's dropout runs inside the fused op while the
+    module trains (kiln::attention_dropout) and not in eval mode
+    (kiln::attention, the output equal to eager's)."""
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(32, 4, dropout=0.5, batch_first=True)
+    x = torch.randn(2, 40, 32)
+
+    def fn(x):
+        return mha(x, x, x, need_weights=False)[0]
+
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    out = torch.compile(fn, backend=backend)(x.requires_grad_())
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+    assert KILN_DROPOUT <= set(backend.report.ops), backend.report
+    mha.eval()  # with grad enabled: not PyTorch's inference fast path
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    _close(fn(x), torch.compile(fn, backend=backend)(x), torch.float32)
+    assert "kiln.attention.default" in backend.report.ops, backend.report
 
 
 @pytest.mark.parametrize("policy", ["auto", "decompose"])
