@@ -51,11 +51,11 @@ class Fuser {
 
   absl::StatusOr<FusedProgram> Run() {
     MarkRealized();
-    FindOutputsThatAreExternResults();
+    FindOutputsWrittenByTheirSource();
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       const LoopNode& node = g_.nodes[n];
       if (!realized_[n] || node.kind == LoopNode::Kind::kInput) continue;
-      if (extern_result_of_.contains(static_cast<int>(n))) continue;
+      if (written_by_.contains(static_cast<int>(n))) continue;
       if (node.kind == LoopNode::Kind::kReduction) {
         AddReduction(static_cast<int>(n));
       } else if (node.kind == LoopNode::Kind::kExtern) {
@@ -106,11 +106,14 @@ class Fuser {
     }
   }
 
-  // Outputs that are an extern call's result read in its own memory order
-  // (a reshape of it: a convolution's weight gradient [O, C*K] returned as
-  // [O, C, kh, kw]): the call writes the output buffer itself and no
-  // kernel copies it there. extern_result_of_[output node] = extern node.
-  void FindOutputsThatAreExternResults() {
+  // Outputs that read an extern call's result, or a pointwise node stored
+  // anyway (an extern call's operand), in its own memory order (a reshape
+  // of it: a convolution's weight gradient [O, C*K] returned as [O, C, kh,
+  // kw]; a projection's input [B, L, E] saved for the backward as
+  // [B*L, E]): the call or the node's kernel writes the output buffer
+  // itself and no kernel copies it there. written_by_[output node] = that
+  // node.
+  void FindOutputsWrittenByTheirSource() {
     absl::flat_hash_set<int> outputs(g_.outputs.begin(), g_.outputs.end());
     absl::flat_hash_set<int> taken;
     for (int n : g_.outputs) {
@@ -120,8 +123,10 @@ class Fuser {
         continue;
       const int e = static_cast<int>(node.body->index);
       const LoopNode& ext = g_.nodes[e];
-      if (ext.kind != LoopNode::Kind::kExtern || ext.dtype != node.dtype ||
-          outputs.contains(e) || taken.contains(e) ||
+      const bool stored_pointwise = ext.kind == LoopNode::Kind::kPointwise &&
+                                    realized_[e] && ext.output_index < 0;
+      if ((ext.kind != LoopNode::Kind::kExtern && !stored_pointwise) ||
+          ext.dtype != node.dtype || outputs.contains(e) || taken.contains(e) ||
           !(NumElements(ext.sizes) == NumElements(node.sizes)))
         continue;
       const int rank = static_cast<int>(node.sizes.size());
@@ -135,7 +140,7 @@ class Fuser {
                (node.sizes[d] == SymExpr(1) || form->coeffs[d] == strides[d]);
       }
       if (!same) continue;
-      extern_result_of_[n] = e;
+      written_by_[n] = e;
       taken.insert(e);
     }
   }
@@ -534,8 +539,7 @@ class Fuser {
       b.elements = NumElements(node.sizes);
       b.strides = ContiguousStrides(node.sizes);
       buffer_of[g_.outputs[o]] = static_cast<int>(p.buffers.size());
-      if (auto e = extern_result_of_.find(g_.outputs[o]);
-          e != extern_result_of_.end())
+      if (auto e = written_by_.find(g_.outputs[o]); e != written_by_.end())
         buffer_of[e->second] = static_cast<int>(p.buffers.size());
       p.buffers.push_back(std::move(b));
     }
@@ -731,7 +735,7 @@ class Fuser {
   std::vector<bool> realized_;
   std::vector<bool> extern_input_;  // per node: read by an extern call
   std::vector<std::pair<int, int>> extern_nodes_;   // (kernel, node)
-  absl::flat_hash_map<int, int> extern_result_of_;  // output -> extern node
+  absl::flat_hash_map<int, int> written_by_;        // output -> its source
   std::vector<KernelBuild> kernels_;
   std::vector<PendingStore> pending_stores_;
 };

@@ -131,6 +131,27 @@ absl::Status LowerContext::Unimplemented(absl::string_view what) const {
       absl::StrCat("node ", node_index_, " (", node_.op->name, "): ", what));
 }
 
+namespace {
+
+// A pointwise node among the first `lowered` of `loops`, not an output,
+// whose value is exactly `body` (a read of another node) over the sizes and
+// dtype of `v`: the output `body` computes can be that node. -1 if none.
+int SameReadNode(const LoopGraph& loops, size_t lowered, const Expr& body,
+                 const LoweredValue& v) {
+  if (body->op != ExprOp::kLoad) return -1;
+  for (size_t n = 0; n < lowered; ++n) {
+    const LoopNode& node = loops.nodes[n];
+    if (node.kind == LoopNode::Kind::kPointwise && node.output_index < 0 &&
+        node.body && node.body->op == ExprOp::kLoad &&
+        node.body->index == body->index && node.dtype == v.dtype &&
+        node.sizes == v.sizes && ir::Equal(node.body, body))
+      return static_cast<int>(n);
+  }
+  return -1;
+}
+
+}  // namespace
+
 absl::StatusOr<LoopGraph> Lower(const Graph& graph,
                                  const LowerOptions& options) {
   LoopGraph loops;
@@ -179,8 +200,15 @@ absl::StatusOr<LoopGraph> Lower(const Graph& graph,
     }
   }
   // One node per output position: a node whose identity read is the output
-  // becomes the output; anything else (a view, an input, a node already
-  // returned) gets a copy node.
+  // becomes the output; so does a node that reads the same elements of the
+  // same node in the same order (SameReadNode: an extern call's operand
+  // laid out for it, returned as a view, as AOTAutograd saves a
+  // projection's input for its weight gradient), which the call then
+  // reads from the output buffer; anything else (a view, an input, a node
+  // already returned) gets a copy node.
+  std::vector<bool> writes_input(graph.outputs.size(), false);
+  for (const InputWrite& w : graph.input_writes) writes_input[w.output] = true;
+  const size_t lowered = loops.nodes.size();
   for (size_t o = 0; o < graph.outputs.size(); ++o) {
     const LoweredValue& v = values[graph.outputs[o]];
     const LoopNode& target = loops.nodes[v.node];
@@ -195,13 +223,21 @@ absl::StatusOr<LoopGraph> Lower(const Graph& graph,
       loops.outputs.push_back(v.node);
       continue;
     }
+    Expr body =
+        LowerContext::Read(v, IdentityIndex(static_cast<int>(v.sizes.size())));
+    if (!writes_input[o]) {
+      if (const int same = SameReadNode(loops, lowered, body, v); same >= 0) {
+        loops.nodes[same].output_index = static_cast<int>(o);
+        loops.outputs.push_back(same);
+        continue;
+      }
+    }
     LoopNode copy;
     copy.kind = LoopNode::Kind::kPointwise;
     copy.name = absl::StrCat(graph.values[graph.outputs[o]].name, ".out", o);
     copy.dtype = v.dtype;
     copy.sizes = v.sizes;
-    copy.body =
-        LowerContext::Read(v, IdentityIndex(static_cast<int>(v.sizes.size())));
+    copy.body = std::move(body);
     copy.output_index = static_cast<int>(o);
     loops.outputs.push_back(static_cast<int>(loops.nodes.size()));
     loops.nodes.push_back(std::move(copy));

@@ -1365,6 +1365,50 @@ TEST(CpuRowKeys, MaxAndMinOverRows) {
 // backward of timm's attention (qkv.reshape(B, N, 3, H, D).permute(2, 0,
 // 3, 1, 4).unbind(0)) writes them: a pointwise kernel whose innermost var
 // is read through floordiv and remainder by 64 and heads * 64.
+// Operands of matrix products that the graph also returns, as AOTAutograd
+// saves a projection's input for its weight gradient: `v`, the product's
+// operand laid out for it (a transposed copy of x * x), returned as
+// [24, 8], and `z`, x * x + 1 read by the second product in place and
+// returned reshaped. Each is stored once, into its output buffer, which
+// the product reads (compiler/lower.cc SameReadNode, compiler/fuse.cc
+// FindOutputsWrittenByTheirSource): no temp and no copy kernel.
+TEST(CpuOutputs, ExternOperandsReturnedAsViewsAreStoredOnce) {
+  const std::string json = R"({"inputs": [
+      {"name": "x", "meta": {"dtype": "FLOAT32", "sizes": [{"value": 4},
+       {"value": 6}, {"value": 8}]}},
+      {"name": "w", "meta": {"dtype": "FLOAT32", "sizes": [{"value": 8},
+       {"value": 5}]}}],
+    "nodes": [
+      {"op": "aten.mul.Tensor", "args": [{"ref": "x"}, {"ref": "x"}],
+       "outputs": ["y"]},
+      {"op": "aten.transpose.int", "args": [{"ref": "y"}, {"i": 0}, {"i": 1}],
+       "outputs": ["t"]},
+      {"op": "aten.clone.default", "args": [{"ref": "t"}], "outputs": ["c"]},
+      {"op": "aten.view.default", "args": [{"ref": "c"},
+       {"ints": {"values": [24, 8]}}], "outputs": ["v"]},
+      {"op": "aten.mm.default", "args": [{"ref": "v"}, {"ref": "w"}],
+       "outputs": ["m"]},
+      {"op": "aten.add.Tensor", "args": [{"ref": "y"}, {"f": 1.0}],
+       "outputs": ["z"]},
+      {"op": "aten.view.default", "args": [{"ref": "z"},
+       {"ints": {"values": [24, 8]}}], "outputs": ["zv"]},
+      {"op": "aten.mm.default", "args": [{"ref": "zv"}, {"ref": "w"}],
+       "outputs": ["m2"]}],
+    "outputs": ["m", "v", "m2", "zv"]})";
+  absl::StatusOr<v1::CompileRequest> req = HostRequest(json);
+  ASSERT_TRUE(req.ok()) << req.status();
+  auto artifact = Compile(*req);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  int temps = 0, launches = 0;
+  for (const v1::BufferSpec& b : artifact->program().buffers())
+    temps += b.kind() == v1::BufferSpec::TEMP;
+  for (const v1::Step& step : artifact->program().steps())
+    launches += step.has_launch();
+  EXPECT_EQ(temps, 0);
+  EXPECT_LE(launches, 2);  // v's and z's stores (no copies into outputs)
+  ExpectArtifactMatchesReference(*req, *artifact, 5);
+}
+
 std::string QkvConcatGraph(int heads, bool dynamic) {
   const std::string batch = dynamic ? R"({"symbol": "b"})" : R"({"value": 8})";
   const std::string b = dynamic ? R"({"symbol": "b"})" : "8";
