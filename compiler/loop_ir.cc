@@ -866,6 +866,21 @@ class IndexSimplifier {
     std::optional<IndexRange> rx = Range(x);
     if (!rx || rx->lo < 0) return std::nullopt;
     if (rx->hi < d) return remainder ? x : IntConst(0);
+    // x = y mod m with d | m: x mod d = y mod d and floor(x / d) =
+    // floor(y / d) mod (m / d) (the heads of 64 within each of q, k and v
+    // in a [tokens, 3 * 192] gradient: remainder(remainder(L, 192), 64)),
+    // so the parts of y show (and the CPU's segments can split L).
+    if (x->op == ExprOp::kRemainder && x->args[1]->op == ExprOp::kConst &&
+        x->args[1]->i > 0 && x->args[1]->i % d == 0) {
+      const Expr& y = x->args[0];
+      if (std::optional<IndexRange> ry = Range(y); ry && ry->lo >= 0) {
+        if (remainder)
+          return Divide(y, divisor, true).value_or(Mod(y, divisor));
+        Expr q = Divide(y, divisor, false).value_or(FloorDiv(y, divisor));
+        Expr m = IntConst(x->args[1]->i / d);
+        return Divide(q, m, true).value_or(Mod(q, m));
+      }
+    }
     Terms t;
     if (!Decompose(x, 1, t)) return std::nullopt;
     // Candidates for a: d, then the coefficients dividing d, largest first.

@@ -158,6 +158,39 @@ TEST(SimplifyIndex, RandomReshapesKeepTheirValues) {
   EXPECT_GT(simplified, 100);  // the rules fire, not only pass through
 }
 
+TEST(SimplifyIndex, NestedRemaindersShowTheirParts) {
+  // qkv's gradient [tokens, 3 * 192] read from q, k, v laid out [.., 3
+  // heads, .., 64]: the head and the position in it of L mod 192.
+  const Expr l = V(0);
+  const auto ranges = Ranges({576});
+  EXPECT_EQ(ir::ToString(
+                ir::SimplifyIndex(ir::Mod(ir::Mod(l, C(192)), C(64)), ranges)),
+            "remainder(v0, 64)");
+  EXPECT_EQ(ir::ToString(ir::SimplifyIndex(
+                ir::FloorDiv(ir::Mod(l, C(192)), C(64)), ranges)),
+            "remainder(floordiv(v0, 64), 3)");
+  // (y mod m) mod d and floor((y mod m) / d) for d | m, and for d not
+  // dividing m (left as they are), keep their values.
+  std::mt19937 rng(5);
+  auto pick = [&](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  for (int round = 0; round < 200; ++round) {
+    const int64_t size = pick(1, 300), d = pick(1, 12);
+    const int64_t m = pick(0, 3) == 0 ? pick(1, 40) : d * pick(1, 6);
+    const Expr y = ir::Add(ir::Mul(V(0), C(pick(1, 3))), C(pick(0, 7)));
+    for (bool rem : {true, false}) {
+      const Expr e = rem ? ir::Mod(ir::Mod(y, C(m)), C(d))
+                         : ir::FloorDiv(ir::Mod(y, C(m)), C(d));
+      const Expr s = ir::SimplifyIndex(e, Ranges({size}));
+      for (int64_t i = 0; i < size; ++i) {
+        ASSERT_EQ(EvalIndex(s, {i}), EvalIndex(e, {i}))
+            << ir::ToString(e) << " -> " << ir::ToString(s) << " at " << i;
+      }
+    }
+  }
+}
+
 TEST(DType, PromoteTypesFollowsTorch) {
   EXPECT_EQ(PromoteTypes(DType::kFloat16, DType::kBFloat16), DType::kFloat32);
   EXPECT_EQ(PromoteTypes(DType::kInt32, DType::kInt64), DType::kInt64);

@@ -1467,6 +1467,67 @@ TEST(CpuSplitInnermostDim, ConcatenatedHeadsMatchReference) {
   }
 }
 
+// nn.MultiheadAttention's packed in-projection gradient: the heads' [N, H,
+// L, 64] gradients of q, k and v as [L, N, 3 * 192], a cat of three [L, N,
+// 192] views, read through remainder(remainder(l, 192), 64), which the
+// index simplifier turns into remainder(l, 64) so that the kernel splits
+// into runs of 64 (compiler/loop_ir.cc, Divide). Split and unsplit match
+// the reference.
+TEST(CpuSplitInnermostDim, PackedProjectionGradientMatchesReference) {
+  // AOTAutograd's backward of F._in_projection_packed's chunk: each grad
+  // [L, N, E] (from [N, H, L, 64]) select_scatter'ed into zeros [3, L, N,
+  // E], summed, then laid out [L, N, 3, E] and flattened.
+  std::string inputs, nodes = R"(
+      {"op": "aten.full.default", "args": [{"ints": {"values": [3, 7, 4,
+       192]}}, {"f": 0}], "outputs": ["z"]},)";
+  for (const char* name : {"q", "k", "v"}) {
+    absl::StrAppend(&inputs, inputs.empty() ? "" : ", ", R"({"name": ")", name,
+                    R"(", "meta": {"dtype": "FLOAT32", "sizes": [
+        {"value": 4}, {"value": 3}, {"value": 7}, {"value": 64}]}})");
+    const int i = std::string("qkv").find(name[0]);
+    absl::StrAppend(&nodes, R"(
+      {"op": "aten.permute.default", "args": [{"ref": ")",
+                    name,
+                    R"("}, {"ints": {"values": [2, 0, 1, 3]}}],
+       "outputs": [")",
+                    name, R"(p"]},
+      {"op": "aten.clone.default", "args": [{"ref": ")",
+                    name, R"(p"}], "outputs": [")", name, R"(c"]},
+      {"op": "aten.view.default", "args": [{"ref": ")",
+                    name,
+                    R"(c"}, {"ints": {"values": [7, 4, 192]}}],
+       "outputs": [")",
+                    name, R"(v"]},
+      {"op": "aten.select_scatter.default", "args": [{"ref": "z"},
+       {"ref": ")",
+                    name, R"(v"}, {"i": 0}, {"i": )", i, R"(}],
+       "outputs": [")",
+                    name, R"(s"]},)");
+  }
+  const std::string json =
+      absl::StrCat(R"({"inputs": [)", inputs, R"(], "nodes": [)", nodes, R"(
+      {"op": "aten.add.Tensor", "args": [{"ref": "qs"}, {"ref": "ks"}],
+       "outputs": ["a"]},
+      {"op": "aten.add.Tensor", "args": [{"ref": "a"}, {"ref": "vs"}],
+       "outputs": ["b"]},
+      {"op": "aten.permute.default", "args": [{"ref": "b"},
+       {"ints": {"values": [1, 2, 0, 3]}}], "outputs": ["p"]},
+      {"op": "aten.clone.default", "args": [{"ref": "p"}], "outputs": ["c"]},
+      {"op": "aten.view.default", "args": [{"ref": "c"},
+       {"ints": {"values": [28, 576]}}], "outputs": ["y"]}],
+    "outputs": ["y"]})");
+  std::string split_ir;
+  ExpectCodegenVariantsMatchReference(
+      json, [](CompileEnv& env, bool on) { env.cpu_split_innermost_dim = on; },
+      [&](const std::string& ir, bool on) {
+        if (on) {
+          split_ir = ir;
+        } else {
+          EXPECT_NE(ir, split_ir) << "the kernel was not split";
+        }
+      });
+}
+
 // Two 16-bit softmaxes over the same rows, fused in one kernel: each keeps
 // its summands in a scratch row of its own (two allocas, two inline exps),
 // and both match the reference.
