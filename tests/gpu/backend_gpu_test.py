@@ -202,6 +202,58 @@ def fused_attention_case(server: str, device: torch.device) -> Tuple[bool, str]:
     return ok, "; ".join(texts)
 
 
+def mha_attention_case(server: str, device: torch.device) -> Tuple[bool, str]:
+    """nn.MultiheadAttention (batch_first, need_weights=False, as
+    torchvision's ViT and nn.TransformerEncoderLayer call it) in bfloat16 at
+    2^22 score elements, with and without a key-padding mask, under the
+    default policy: Kiln's fused op (mha_fused, one cuDNN call per
+    direction), forward and the gradients of the input and every
+    parameter against eager on the same device."""
+    import torch.nn as nn  # noqa: PLC0415
+    texts, ok = [], True
+    for padded in (False, True):
+        torch._dynamo.reset()
+        backend = KilnBackend(server=server, fallback="error")
+        torch.manual_seed(3)
+        mha = nn.MultiheadAttention(256, 4, batch_first=True).to(
+            device=device, dtype=torch.bfloat16)
+        b, t = 4, 512
+        g = torch.Generator(device=device).manual_seed(5)
+        x = torch.randn(b, t, 256, device=device, generator=g).to(
+            torch.bfloat16)
+        kpm = None
+        if padded:
+            kpm = torch.zeros(b, t, dtype=torch.bool, device=device)
+            kpm[1, 400:] = True
+
+        def f(x):
+            return mha(x, x, x, key_padding_mask=kpm, need_weights=False)[0]
+
+        results = []
+        for fn in (torch.compile(f, backend=backend), f):
+            mha.zero_grad()
+            xx = x.clone().requires_grad_()
+            out = fn(xx)
+            gy = torch.randn(out.shape, device=device,
+                             generator=torch.Generator(device=device)
+                             .manual_seed(7)).to(out.dtype)
+            out.backward(gy)
+            results.append([out.detach(), xx.grad] +
+                           [p.grad.clone() for p in mha.parameters()])
+        errs = [(a - c).abs().max().item() / c.abs().max().item()
+                for a, c in zip(*results)]
+        r = backend.report
+        calls = (r.op("kiln.attention.default").kiln,
+                 r.op("kiln.attention_backward.default").kiln)
+        this_ok = max(errs) < 3e-2 and calls == (1, 1)
+        ok &= this_ok
+        texts.append(f"{'padded' if padded else 'plain'}: max err/max "
+                     f"{max(errs):.2e}, kiln calls {calls}, "
+                     f"{r.compiled_partitions}/{r.partitions} partitions"
+                     f"{'' if this_ok else ' FAILED'}")
+    return ok, "; ".join(texts)
+
+
 def dropout_attention_case(server: str,
                            device: torch.device) -> Tuple[bool, str]:
     """scaled_dot_product_attention with dropout_p=0.1 at 2^22 score
@@ -380,6 +432,7 @@ def main() -> int:
         for name, extra in (("empty-outputs", empty_outputs_case),
                             ("blocked-cumsum", blocked_cumsum_case),
                             ("fused-attention", fused_attention_case),
+                            ("mha-attention", mha_attention_case),
                             ("dropout-attention", dropout_attention_case)):
             if not args.models or name in args.models.split(","):
                 report(name, lambda: extra(server, device), "FAIL")
