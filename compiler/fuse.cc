@@ -104,6 +104,41 @@ class Fuser {
                                       node.output_index >= 0 || node.realize ||
                                       extern_input_[n] || !options_.fuse);
     }
+    // A pointwise node an output reads whole in its own memory order (a
+    // projection's pre-activation x @ w + b [B*L, F], inlined into its
+    // activation, saved for the backward as [B, L, F]) is stored once,
+    // into that output (FindOutputsWrittenByTheirSource), instead of
+    // being computed again by a copy kernel; its readers load it.
+    for (int o : g_.outputs) {
+      const int x = WholeReadSource(o);
+      if (x >= 0 && g_.nodes[x].kind == LoopNode::Kind::kPointwise &&
+          g_.nodes[x].output_index < 0 && reachable[x])
+        realized_[x] = true;
+    }
+  }
+
+  // The node output `out` reads whole in that node's memory order (a
+  // reshape of it), with its dtype; -1 if `out` is anything else.
+  int WholeReadSource(int out) const {
+    const LoopNode& node = g_.nodes[out];
+    if (node.kind != LoopNode::Kind::kPointwise || !node.body ||
+        node.body->op != ExprOp::kLoad)
+      return -1;
+    const int e = static_cast<int>(node.body->index);
+    const LoopNode& src = g_.nodes[e];
+    if (src.dtype != node.dtype ||
+        !(NumElements(src.sizes) == NumElements(node.sizes)))
+      return -1;
+    const int rank = static_cast<int>(node.sizes.size());
+    const auto form = ir::Affine(
+        FlatOffset(node.body->args, ContiguousStrides(src.sizes)), rank);
+    if (!form || !(form->constant == SymExpr(0))) return -1;
+    const std::vector<SymExpr> strides = ContiguousStrides(node.sizes);
+    for (int d = 0; d < rank; ++d) {
+      if (!(node.sizes[d] == SymExpr(1) || form->coeffs[d] == strides[d]))
+        return -1;
+    }
+    return e;
   }
 
   // Outputs that read an extern call's result, or a pointwise node stored
@@ -117,29 +152,12 @@ class Fuser {
     absl::flat_hash_set<int> outputs(g_.outputs.begin(), g_.outputs.end());
     absl::flat_hash_set<int> taken;
     for (int n : g_.outputs) {
-      const LoopNode& node = g_.nodes[n];
-      if (node.kind != LoopNode::Kind::kPointwise || !node.body ||
-          node.body->op != ExprOp::kLoad)
-        continue;
-      const int e = static_cast<int>(node.body->index);
-      const LoopNode& ext = g_.nodes[e];
-      const bool stored_pointwise = ext.kind == LoopNode::Kind::kPointwise &&
-                                    realized_[e] && ext.output_index < 0;
-      if ((ext.kind != LoopNode::Kind::kExtern && !stored_pointwise) ||
-          ext.dtype != node.dtype || outputs.contains(e) || taken.contains(e) ||
-          !(NumElements(ext.sizes) == NumElements(node.sizes)))
-        continue;
-      const int rank = static_cast<int>(node.sizes.size());
-      const auto form = ir::Affine(
-          FlatOffset(node.body->args, ContiguousStrides(ext.sizes)), rank);
-      if (!form || !(form->constant == SymExpr(0))) continue;
-      const std::vector<SymExpr> strides = ContiguousStrides(node.sizes);
-      bool same = true;
-      for (int d = 0; d < rank; ++d) {
-        same = same &&
-               (node.sizes[d] == SymExpr(1) || form->coeffs[d] == strides[d]);
-      }
-      if (!same) continue;
+      const int e = WholeReadSource(n);
+      if (e < 0 || outputs.contains(e) || taken.contains(e)) continue;
+      const LoopNode& src = g_.nodes[e];
+      const bool stored_pointwise = src.kind == LoopNode::Kind::kPointwise &&
+                                    realized_[e] && src.output_index < 0;
+      if (src.kind != LoopNode::Kind::kExtern && !stored_pointwise) continue;
       written_by_[n] = e;
       taken.insert(e);
     }
