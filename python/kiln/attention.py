@@ -734,14 +734,14 @@ def mha_fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
         a = _mha_arguments(node.args, node.kwargs).arguments
     except TypeError:
         return False
+    p = a["dropout_p"] if a["training"] else 0.0  # applied in training only
     if a["need_weights"] is not False or a["add_zero_attn"] is not False or \
             any(a[n] is not None for n in ("bias_k", "bias_v", "static_k",
                                            "static_v")) or \
             not isinstance(a["training"], bool) or \
             not isinstance(a["is_causal"], bool) or \
             not isinstance(a["use_separate_proj_weight"], bool) or \
-            not _dropout_ok(a["dropout_p"] if a["training"] else 0.0,
-                            dropout):
+            not _dropout_ok(p, dropout):
         return False
     vals = [_example(a[n]) for n in ("query", "key", "value")]
     if any(v is None or v.dim() not in (2, 3) or v.dim() != vals[0].dim()
@@ -753,7 +753,6 @@ def mha_fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
     if not isinstance(heads, int) or heads < 1 or \
             not isinstance(embed, int) or embed % heads:
         return False
-    p = a["dropout_p"] if a["training"] else 0.0
     if not _head_dims_ok(vals[0].device, (embed // heads,), p != 0.0):
         return False
     for name in ("attn_mask", "key_padding_mask"):
