@@ -153,6 +153,7 @@ v1::ExternCall AttentionCallStep(const AttentionCall& a,
   c->set_bias(a.bias);
   c->set_bias_batch(a.bias_batch);
   c->set_bias_heads(a.bias_heads);
+  c->set_bias_grad(a.bias_grad);
   c->set_dropout(static_cast<float>(a.dropout));
   if (a.dropout > 0) {  // the graph's dropout_p, exactly (CPU targets)
     c->set_keep_threshold(ops::BernoulliThreshold(1.0 - a.dropout));

@@ -312,6 +312,7 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
     attention.max_dropout_head_dim = std::numeric_limits<int>::max();
     attention.deterministic = true;
     attention.kiln_philox = true;
+    attention.bias_grad = true;
   }
   lower_options.atomic_scatters = cuda;
   lower_options.reduction_cumsum = cuda || env.reduction_cumsum_on_cpu;

@@ -3,6 +3,7 @@
 #include <functional>
 #include <optional>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -115,6 +116,74 @@ class Fuser {
           g_.nodes[x].output_index < 0 && reachable[x])
         realized_[x] = true;
     }
+    if (options_.fuse) RealizeReusedWork(reachable);
+  }
+
+  // Inductor's rule for reused values (StorageBox.should_realize_on_reuse):
+  // a pointwise node read by several nodes is computed again by each that
+  // inlines it; where that repeats much work (it reads more than
+  // kReuseReads buffers, or takes more than kReuseOps operations, counting
+  // the nodes it inlines itself) it is stored once and its readers load
+  // it. Without the rule a chain of such nodes grows with each link: the
+  // residual stream's gradient through layer-scaled blocks (BEiT, CaiT,
+  // ConvNeXt: g_i = g_{i+1} + the block's part, read by the block's
+  // reductions and by the product that takes g_i * gamma) was summed again
+  // from every later block's part in every block, quadratic in the depth
+  // (BEiT-base's backward: 4.2 s, 24 of its kernels 27-232 ms each).
+  static constexpr size_t kReuseReads = 4;
+  static constexpr int64_t kReuseOps = 30;
+
+  void RealizeReusedWork(const std::vector<bool>& reachable) {
+    const size_t count = g_.nodes.size();
+    std::vector<int> readers(count, 0);
+    for (size_t n = 0; n < count; ++n) {
+      if (!reachable[n]) continue;
+      const LoopNode& node = g_.nodes[n];
+      absl::flat_hash_set<int> loads = ir::LoadsOf(node.body);
+      loads.merge(ir::LoadsOf(node.finalize));
+      loads.merge(ir::LoadsOf(node.scatter_value));
+      for (const Expr& e : node.scatter_index) loads.merge(ir::LoadsOf(e));
+      for (int m : loads) ++readers[m];
+    }
+    // What a read of each node costs a reader that inlines it: the
+    // buffers it reads (at most kReuseReads + 1 of them kept) and its
+    // operations.
+    std::vector<std::vector<int>> reads(count);
+    std::vector<int64_t> ops(count, 0);
+    for (size_t n = 0; n < count; ++n) {
+      if (!reachable[n]) continue;
+      const LoopNode& node = g_.nodes[n];
+      if (realized_[n] || node.kind != LoopNode::Kind::kPointwise) {
+        reads[n] = {static_cast<int>(n)};
+        continue;
+      }
+      CountWork(node.body, reads, ops, reads[n], ops[n]);
+      if (readers[n] >= 2 &&
+          (reads[n].size() > kReuseReads || ops[n] > kReuseOps)) {
+        realized_[n] = true;
+        reads[n] = {static_cast<int>(n)};
+        ops[n] = 0;
+      }
+    }
+  }
+
+  // Adds to `buffers` and `work` what evaluating `e` reads and computes,
+  // the nodes it loads counted as `reads` and `ops` say.
+  static void CountWork(const Expr& e,
+                        const std::vector<std::vector<int>>& reads,
+                        const std::vector<int64_t>& ops,
+                        std::vector<int>& buffers, int64_t& work) {
+    if (!e) return;
+    if (e->op == ExprOp::kLoad) {
+      for (int b : reads[e->index]) {
+        if (buffers.size() > kReuseReads) break;
+        if (absl::c_find(buffers, b) == buffers.end()) buffers.push_back(b);
+      }
+      work += ops[e->index];
+    } else if (!e->args.empty() && e->dtype != DType::kInt64) {
+      ++work;  // a value's operation (index arithmetic is not counted)
+    }
+    for (const Expr& a : e->args) CountWork(a, reads, ops, buffers, work);
   }
 
   // The node output `out` reads whole in that node's memory order (a

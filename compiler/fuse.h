@@ -2,7 +2,12 @@
 //
 // 1. Inlining: every pointwise node that is not a graph output is
 //    substituted into its readers (vertical fusion; nothing is stored for
-//    it). Reductions, scatters, inputs and outputs are materialised.
+//    it). Reductions, scatters, inputs and outputs are materialised, and
+//    so are extern calls' operands, the pointwise values an output reads
+//    whole, and a pointwise value read by several nodes whose inlined
+//    form reads more than 4 buffers or takes more than 30 operations
+//    (Inductor's rule for reused values: computing it again in each
+//    reader would repeat that work, and chains of them grow).
 // 2. Kernels: nodes are visited in order; a reduction joins the previous
 //    kernel when it reduces the same index space the same way and reads the
 //    kernel's earlier reductions only for the current row (softmax's max

@@ -327,6 +327,7 @@ struct ConvCall {
 //             [B, H, L, Ev], extern_outputs[0] the float32 lse [B, H, L]
 //   backward  extern_inputs q, k, v[, bias], out, lse, grad_out; the
 //             node's value is grad_q, extern_outputs grad_k and grad_v
+//             (and the bias's gradient with bias_grad)
 // bias: an additive bias on the scaled scores, contiguous
 // [bias_batch ? B : 1, bias_heads ? H : 1, L, S] of the inputs' dtype.
 // dropout > 0: the probabilities are dropped with that probability (the
@@ -338,6 +339,8 @@ struct AttentionCall {
   bool causal = false;
   double scale = 1;
   bool bias = false, bias_batch = false, bias_heads = false;
+  // Backward only: also writes the bias's gradient (Attention.bias_grad).
+  bool bias_grad = false;
   double dropout = 0;
 };
 

@@ -87,6 +87,9 @@ struct LowerOptions {
     // row-major index: the CPU's), so its (seed, offset) pair is Kiln's;
     // else from a generator of its own (cuDNN's: the pair flagged).
     bool kiln_philox = false;
+    // Its backward also gives the bias's gradient (Attention.bias_grad;
+    // the CPU's kernel; cuDNN's dBias is not wired).
+    bool bias_grad = false;
   };
   LibraryAttention library_attention;
   // Accumulating scatters (LoopNode::kScatter) add every source position

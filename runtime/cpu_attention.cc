@@ -194,6 +194,24 @@ KILN_ROW_KERNEL void ScoreGradRow(float* ds, const float* p, int n, float d,
   for (; j < n; ++j) ds[j] = p[j] * (ds[j] - d) * scale;
 }
 
+// The same, and the scores' gradient before the scale added to bias_grad:
+// g = p * (dp - d), bias_grad[j] += g, ds[j] = g * scale.
+KILN_ROW_KERNEL void ScoreAndBiasGradRow(float* ds, const float* p, int n,
+                                         float d, float scale,
+                                         float* bias_grad) {
+  int j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    const VF g = Load(p + j) * (Load(ds + j) - d);
+    Store(bias_grad + j, Load(bias_grad + j) + g);
+    Store(ds + j, g * scale);
+  }
+  for (; j < n; ++j) {
+    const float g = p[j] * (ds[j] - d);
+    bias_grad[j] += g;
+    ds[j] = g * scale;
+  }
+}
+
 // x[j] rounded to bfloat16, for j < n.
 KILN_ROW_KERNEL void RoundBf16Row(float* x, int n) {
   int j = 0;
@@ -482,10 +500,11 @@ absl::Status Forward(const Call& c, void* out, float* lse, ThreadPool* pool) {
 }
 
 // Backward of (batch, head) bh into float32 gradients dq [L, E], dk [S, E]
-// and dv [S, Ev] (zeroed here).
+// and dv [S, Ev] (zeroed here), and, where `db` is not null, the scores'
+// gradient before the scale added to db [L, S].
 absl::Status BackwardHead(const Call& c, int64_t bh, const float* dout,
                           const float* out, const float* lse, float* dq,
-                          float* dk, float* dv) {
+                          float* dk, float* dv, float* db) {
   const int e = static_cast<int>(c.e), ev = static_cast<int>(c.ev);
   std::fill(dq, dq + c.l * c.e, 0.0f);
   std::fill(dk, dk + c.s * c.e, 0.0f);
@@ -544,7 +563,12 @@ absl::Status BackwardHead(const Call& c, int64_t bh, const float* dout,
         const size_t at = static_cast<size_t>(r) * n;
         float* row = ds.data() + at;
         if (c.dropout) MulRow(row, factor.data() + at, n);
-        ScoreGradRow(row, p.data() + at, n, d[i0 + r], c.scale);
+        if (db != nullptr) {
+          ScoreAndBiasGradRow(row, p.data() + at, n, d[i0 + r], c.scale,
+                              db + (i0 + r) * c.s + j0);
+        } else {
+          ScoreGradRow(row, p.data() + at, n, d[i0 + r], c.scale);
+        }
         RoundRow(c.dtype, row, n);
       }
       // dq += ds @ k; dk += ds^T @ q.
@@ -559,30 +583,80 @@ absl::Status BackwardHead(const Call& c, int64_t bh, const float* dout,
   return absl::OkStatus();
 }
 
+// Backward of (batch, head) bh, its gradients written to dq, dk and dv
+// (and the scores' gradient added to db, as BackwardHead adds it).
+absl::Status BackwardInto(const Call& c, int64_t bh, const float* dout,
+                          const float* out, const float* lse, void* dq,
+                          void* dk, void* dv, float* db) {
+  // float32 gradients accumulate in place; others in float32 first.
+  const bool f32 = c.dtype == DType::kFloat32;
+  std::vector<float> scratch;
+  if (!f32) scratch.resize(static_cast<size_t>((c.l + c.s) * c.e + c.s * c.ev));
+  float* gq = f32 ? static_cast<float*>(dq) + bh * c.l * c.e : scratch.data();
+  float* gk = f32 ? static_cast<float*>(dk) + bh * c.s * c.e : gq + c.l * c.e;
+  float* gv = f32 ? static_cast<float*>(dv) + bh * c.s * c.ev : gk + c.s * c.e;
+  absl::Status st = BackwardHead(c, bh, dout, out, lse, gq, gk, gv, db);
+  if (st.ok() && !f32) {
+    Narrow(c.dtype, gq, c.l * c.e, dq, bh * c.l * c.e);
+    Narrow(c.dtype, gk, c.s * c.e, dk, bh * c.s * c.e);
+    Narrow(c.dtype, gv, c.s * c.ev, dv, bh * c.s * c.ev);
+  }
+  return st;
+}
+
+// The most partial sums of one slice of the bias's gradient: a bias
+// broadcast over all B x H heads sums them in this many runs of heads at
+// once. A constant, so that the order of the sums does not depend on the
+// threads.
+constexpr int64_t kBiasGradRuns = 8;
+
 absl::Status Backward(const Call& c, const float* dout, const float* out,
                       const float* lse, void* dq, void* dk, void* dv,
-                      ThreadPool* pool) {
-  const bool f32 = c.dtype == DType::kFloat32;
+                      void* dbias, ThreadPool* pool) {
   FirstError error;
-  Spread(pool, c.b * c.h, [&](int64_t bh) {
-    if (error.failed()) return;
-    // float32 gradients accumulate in place; others in float32 first.
-    std::vector<float> scratch;
-    if (!f32)
-      scratch.resize(static_cast<size_t>((c.l + c.s) * c.e + c.s * c.ev));
-    float* gq = f32 ? static_cast<float*>(dq) + bh * c.l * c.e : scratch.data();
-    float* gk = f32 ? static_cast<float*>(dk) + bh * c.s * c.e : gq + c.l * c.e;
-    float* gv =
-        f32 ? static_cast<float*>(dv) + bh * c.s * c.ev : gk + c.s * c.e;
-    absl::Status st = BackwardHead(c, bh, dout, out, lse, gq, gk, gv);
-    if (st.ok() && !f32) {
-      Narrow(c.dtype, gq, c.l * c.e, dq, bh * c.l * c.e);
-      Narrow(c.dtype, gk, c.s * c.e, dk, bh * c.s * c.e);
-      Narrow(c.dtype, gv, c.s * c.ev, dv, bh * c.s * c.ev);
+  if (dbias == nullptr) {
+    Spread(pool, c.b * c.h, [&](int64_t bh) {
+      if (error.failed()) return;
+      error.Note(
+          BackwardInto(c, bh, dout, out, lse, dq, dk, dv, /*db=*/nullptr));
+    });
+    return error.status();
+  }
+  // The bias's gradient: slice (bb, hh) of [B or 1, H or 1, L, S] sums the
+  // heads (b, h) that read it, in `runs` partial sums of float32 [L, S]
+  // each (heads m, m + runs, ... of the slice's), added in order at the
+  // end.
+  const int64_t batches = c.bias_batch ? c.b : 1;
+  const int64_t heads = c.bias_heads ? c.h : 1;
+  const int64_t slices = batches * heads;
+  const int64_t members = c.b * c.h / slices;
+  const int64_t runs = std::clamp<int64_t>(kBiasGradRuns / slices, 1, members);
+  const int64_t plane = c.l * c.s;
+  std::vector<float> partial(static_cast<size_t>(slices * runs * plane), 0.0f);
+  // Head m of slice `slice`: (b, h) with the slice's fixed dims.
+  auto head_of = [&](int64_t slice, int64_t m) {
+    const int64_t bb = slice / heads, hh = slice % heads;
+    const int64_t b = c.bias_batch ? bb : m / (c.bias_heads ? 1 : c.h);
+    const int64_t h = c.bias_heads ? hh : m % c.h;
+    return b * c.h + h;
+  };
+  Spread(pool, slices * runs, [&](int64_t t) {
+    const int64_t slice = t / runs, run = t % runs;
+    float* db = partial.data() + t * plane;
+    for (int64_t m = run; m < members; m += runs) {
+      if (error.failed()) return;
+      error.Note(
+          BackwardInto(c, head_of(slice, m), dout, out, lse, dq, dk, dv, db));
     }
-    error.Note(std::move(st));
   });
-  return error.status();
+  if (error.failed()) return error.status();
+  Spread(pool, slices, [&](int64_t slice) {
+    float* sum = partial.data() + slice * runs * plane;
+    for (int64_t run = 1; run < runs; ++run)
+      AddRow(sum, sum + run * plane, static_cast<int>(plane));
+    Narrow(c.dtype, sum, plane, dbias, slice * plane);
+  });
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -599,8 +673,14 @@ absl::Status RunCpuAttention(const v1::Attention& attention,
   }
   const bool forward = attention.direction() == v1::Attention::FORWARD;
   const bool dropout = attention.dropout() > 0;
-  const size_t want =
-      (forward ? 5 : 9) + (attention.bias() ? 1 : 0) + (dropout ? 1 : 0);
+  const bool bias_grad = attention.bias_grad();
+  if (bias_grad && (forward || !attention.bias())) {
+    return absl::InvalidArgumentError(
+        "CPU attention gives the bias's gradient only in a backward with a "
+        "bias");
+  }
+  const size_t want = (forward ? 5 : 9) + (attention.bias() ? 1 : 0) +
+                      (dropout ? 1 : 0) + (bias_grad ? 1 : 0);
   if (buffers.size() != want) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CPU attention takes ", want, " buffers, got ", buffers.size()));
@@ -661,7 +741,8 @@ absl::Status RunCpuAttention(const v1::Attention& attention,
   const Floats dout(c.dtype, buffers[next++], bh * c.l * c.ev, pool);
   read_rng();
   return Backward(c, dout.get(), out.get(), lse, buffers[next],
-                  buffers[next + 1], buffers[next + 2], pool);
+                  buffers[next + 1], buffers[next + 2],
+                  bias_grad ? buffers[next + 3] : nullptr, pool);
 }
 
 }  // namespace kiln

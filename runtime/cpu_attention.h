@@ -6,7 +6,11 @@
 //   s = scale * q @ k^T (+ bias [B or 1, H or 1, L, S]), -inf where the
 //       key is after the query when causal (column j > row i), in float32
 //   forward:  out = softmax(s) @ v, lse = logsumexp(s) (float32 [B, H, L])
-//   backward: grad_q, grad_k, grad_v from grad_out, out and lse
+//   backward: grad_q, grad_k, grad_v from grad_out, out and lse, and with
+//             Attention.bias_grad the bias's gradient, the scores'
+//             gradient before the scale summed over the heads that read
+//             each bias slice (in float32, in a fixed order: up to 8
+//             partial sums per slice, added at the end)
 // A row whose every score is -inf gives NaN (out, lse and the gradients it
 // reaches), as the reference and PyTorch's math path do.
 //

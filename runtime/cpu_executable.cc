@@ -40,6 +40,7 @@ LaunchLimits CpuLimits() {
   limits.attention_library = v1::ExternCall::KILN_RUNTIME;
   limits.attention_dtypes = {DType::kFloat32, DType::kFloat16,
                              DType::kBFloat16};
+  limits.attention_bias_grad = true;
   return limits;
 }
 
@@ -226,10 +227,11 @@ struct CpuExecutable::Profile {
     absl::MutexLock lock(&mu);
     if (extern_labels.contains(step)) return;
     extern_labels[step] = absl::StrFormat(
-        "attention %s %dx%dx%dx%d (batch, heads, queries, keys) dim %d/%d%s%s",
+        "attention %s %dx%dx%dx%d (batch, heads, queries, keys) dim "
+        "%d/%d%s%s%s",
         v1::Attention::Direction_Name(a.direction()), d.batch, d.heads, d.s_q,
         d.s_kv, d.d_qk, d.d_v, a.causal() ? " causal" : "",
-        a.dropout() > 0 ? " dropout" : "");
+        a.dropout() > 0 ? " dropout" : "", a.bias_grad() ? " bias grad" : "");
   }
 
   const int64_t every;

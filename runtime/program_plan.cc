@@ -202,16 +202,29 @@ absl::StatusOr<ProgramPlan::Extern> PlanAttention(
         absl::StrCat("artifact: ", where, " has dropout ", a.dropout(),
                      " (0 <= dropout < 1 allowed)"));
   }
+  if (a.bias_grad() && (forward || !a.bias())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact: ", where,
+                     " asks for the bias's gradient, which only a backward "
+                     "with a bias gives"));
+  }
+  if (a.bias_grad() && !limits.attention_bias_grad) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "artifact: ", where,
+        " asks for the bias's gradient, which this runtime's attention "
+        "does not give"));
+  }
   std::vector<const char*> names = {"q", "k", "v"};
   if (a.bias()) names.push_back("bias");
   if (!forward) names.insert(names.end(), {"out", "lse", "grad_out"});
   if (a.dropout() > 0) names.push_back("rng");
-  const std::vector<const char*> writes =
+  std::vector<const char*> writes =
       forward ? std::vector<const char*>{"out", "lse"}
               : std::vector<const char*>{"grad_q", "grad_k", "grad_v"};
+  if (a.bias_grad()) writes.push_back("grad_bias");
   names.insert(names.end(), writes.begin(), writes.end());
   const int count = static_cast<int>(names.size());
-  const int reads = count - (forward ? 2 : 3);
+  const int reads = count - static_cast<int>(writes.size());
   if (a.buffers_size() != count) {
     return absl::InvalidArgumentError(
         absl::StrCat("artifact: ", where, " passes ", a.buffers_size(),
@@ -587,10 +600,9 @@ absl::StatusOr<AttentionDims> EvaluateAttention(
   const int64_t o = count({d.batch, d.heads, d.s_q, d.d_v});
   const int64_t lse = count({d.batch, d.heads, d.s_q});
   std::vector<int64_t> needs = {q, k, v};
-  if (a.bias()) {
-    needs.push_back(count({a.bias_batch() ? d.batch : 1,
-                           a.bias_heads() ? d.heads : 1, d.s_q, d.s_kv}));
-  }
+  const int64_t bias = count({a.bias_batch() ? d.batch : 1,
+                              a.bias_heads() ? d.heads : 1, d.s_q, d.s_kv});
+  if (a.bias()) needs.push_back(bias);
   const bool forward = a.direction() == v1::Attention::FORWARD;
   if (!forward) needs.insert(needs.end(), {o, lse, o});
   if (a.dropout() > 0) needs.push_back(2);  // rng: (seed, offset)
@@ -598,6 +610,7 @@ absl::StatusOr<AttentionDims> EvaluateAttention(
     needs.insert(needs.end(), {o, lse});
   } else {
     needs.insert(needs.end(), {q, k, v});
+    if (a.bias_grad()) needs.push_back(bias);
   }
   for (size_t m = 0;
        m < needs.size() && m < static_cast<size_t>(a.buffers_size()); ++m) {

@@ -110,6 +110,9 @@ struct LaunchLimits {
   v1::ExternCall::Library attention_library =
       v1::ExternCall::LIBRARY_UNSPECIFIED;
   std::vector<DType> attention_dtypes;
+  // Whether its attention backward also gives the bias's gradient
+  // (Attention.bias_grad).
+  bool attention_bias_grad = false;
   // Temps of a static size up to this many bytes share one allocation per
   // run (ProgramPlan::arena_offset); 0: every temp is allocated by its own
   // step.

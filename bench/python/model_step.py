@@ -1,4 +1,5 @@
-"""Step time of one real model (real_models.py's list) on one backend, in
+"""Step time of one real model (real_models.py's list, or timm:NAME or
+hf:CLASS as real_models.py takes them) on one backend, in
 a process of its own: the harness behind bench/README.md's "One set of
 threads" rows, and the process to attach perf to or to run with
 KILN_CPU_PROFILE=N (each CPU executable's steps by time).
@@ -60,7 +61,8 @@ def _print_profile(step, count: int, cuda: bool) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model", choices=sorted(rm.MODELS))
+    ap.add_argument("model", help="one of real_models.py's MODELS, "
+                    "timm:NAME or hf:CLASS")
     ap.add_argument("--backend", default="kiln",
                     choices=["kiln", "inductor", "eager"])
     ap.add_argument("--steps", type=int, default=30)
@@ -75,10 +77,14 @@ def main() -> None:
     ap.add_argument("--dropout", action="store_true",
                     help="keep the model's dropout (real_models.py's flag)")
     args = ap.parse_args()
+    if args.model not in rm.MODELS and \
+            not args.model.startswith(("timm:", "hf:")):
+        ap.error(f"unknown model {args.model!r}: one of "
+                 f"{', '.join(sorted(rm.MODELS))}, timm:NAME or hf:CLASS")
     rm.SCALE, rm.SEQ, rm.IMAGE = args.scale, args.seq, args.image
     rm.KEEP_DROPOUT = args.dropout
     torch.manual_seed(0)
-    model, inputs = rm.MODELS[args.model]()
+    model, inputs = rm._model(args.model)
     rm._quiet_randomness(model)
     model = model.to(args.device).train()
     inputs = tuple(x.to(args.device) for x in inputs)

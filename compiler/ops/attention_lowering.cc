@@ -15,6 +15,10 @@
 //   dv = p^T @ dout            dp = dout @ v^T
 //   ds = p * (dp - rowsum(dout * out)) * scale
 //   dq = ds @ k                dk = ds^T @ q
+// and the _dbias ops the bias's gradient, p * (dp - rowsum(dout * out))
+// summed over the dims where the bias broadcasts (in float32, rounded
+// once; the CPU runtime's kernel computes it too, cuDNN's call is not
+// asked for it).
 // p and ds are rounded to the inputs' dtype before their products, as
 // PyTorch's math attention rounds them.
 //
@@ -87,13 +91,15 @@ Sizes SizesOf(const LoweredValue& q, const LoweredValue& v) {
 // a `backward` under deterministic_gemms needs a deterministic library;
 // with `dropout`, both directions must use it (the backward draws the
 // forward's mask again), so either needs what the backward needs, and head
-// dims up to LibraryAttention::max_dropout_head_dim.
+// dims up to LibraryAttention::max_dropout_head_dim; a backward that gives
+// the bias's gradient (`bias_grad`), a library that computes it.
 bool UsesLibrary(const LowerContext& ctx, DType dtype, const Sizes& z,
-                 bool backward, bool dropout) {
+                 bool backward, bool dropout, bool bias_grad = false) {
   const LowerOptions& o = ctx.options();
   const LowerOptions::LibraryAttention& lib = o.library_attention;
   const bool half = dtype == DType::kFloat16 || dtype == DType::kBFloat16;
   if (!lib.enabled || (dropout && !lib.dropout) ||
+      (bias_grad && !lib.bias_grad) ||
       ((backward || dropout) && o.deterministic_gemms && !lib.deterministic) ||
       !(half || (lib.float32 && dtype == DType::kFloat32))) {
     return false;
@@ -356,11 +362,40 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionDropout(
   return outs;
 }
 
+// The bias's gradient from the scores' gradient `g` (float32 [B * H, L, S],
+// before the scale): summed over the dims where `bias` broadcasts, in
+// `dtype`.
+absl::StatusOr<LoweredValue> BiasGradient(LowerContext& ctx,
+                                          const LoweredValue& g,
+                                          const LoweredValue& bias,
+                                          const Sizes& z, DType dtype) {
+  const std::vector<SymExpr> scores{z.b, z.h, z.l, z.s};
+  const LoweredValue g4 =
+      LowerContext::Remap(g,
+                          {ir::Add(ir::Mul(ir::Var(0), S(z.h)), ir::Var(1)),
+                           ir::Var(2), ir::Var(3)},
+                          scores);
+  std::vector<bool> reduced(4);
+  bool any = false;
+  for (int d = 0; d < 4; ++d) {
+    reduced[d] = IsOne(bias.sizes[d]) && !IsOne(scores[d]);
+    any |= reduced[d];
+  }
+  const Expr body = ir::Cast(LowerContext::Read(g4, IdentityIndex(4)), kF32);
+  if (!any) return ops::PointwiseNode(ctx, scores, dtype, body);
+  auto sum = LowerReductionOver(ctx, g4, reduced, /*keepdim=*/true,
+                                ReduceKind::kSum, kF32, dtype, body, nullptr);
+  if (!sum.ok()) return sum.status();
+  return (*sum)[0];
+}
+
 // attention_backward(grad_out, q, k, v, attn_bias?, out, lse, is_causal,
-// scale) -> (grad_q, grad_k, grad_v).
+// scale) -> (grad_q, grad_k, grad_v), and with `bias_grad`
+// (attention_backward_dbias) the bias's gradient.
 // With `dropout` (attention_dropout_backward, reading `rng`).
 absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackwardWith(
-    LowerContext& ctx, const Dropout* dropout, const LoweredValue* rng) {
+    LowerContext& ctx, const Dropout* dropout, const LoweredValue* rng,
+    bool bias_grad) {
   const LoweredValue &dout = ctx.value(0), &q = ctx.value(1), &k = ctx.value(2),
                      &v = ctx.value(3), &out = ctx.value(5),
                      &lse = ctx.value(6);
@@ -369,8 +404,10 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackwardWith(
   const double scale = ctx.arg(8).f;
   const DType dtype = ctx.out_type(0).dtype;
   const Sizes z = SizesOf(q, v);
-  if (UsesLibrary(ctx, dtype, z, /*backward=*/true, dropout != nullptr)) {
+  if (UsesLibrary(ctx, dtype, z, /*backward=*/true, dropout != nullptr,
+                  bias_grad)) {
     AttentionCall call = CallOf(z, true, causal, scale, dropout);
+    call.bias_grad = bias_grad;
     std::vector<int> inputs;
     for (const LoweredValue* x : {&q, &k, &v})
       inputs.push_back(ops::ContiguousNode(ctx, *x, dtype));
@@ -397,10 +434,28 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackwardWith(
     inputs.push_back(ops::ContiguousNode(ctx, dout, dtype));
     if (rng != nullptr)
       inputs.push_back(ops::ContiguousNode(ctx, *rng, DType::kInt64));
-    return LibraryCall(ctx, call, inputs,
-                       {{ctx.out_type(0).sizes, dtype},
-                        {ctx.out_type(1).sizes, dtype},
-                        {ctx.out_type(2).sizes, dtype}});
+    std::vector<std::pair<std::vector<SymExpr>, DType>> results = {
+        {ctx.out_type(0).sizes, dtype},
+        {ctx.out_type(1).sizes, dtype},
+        {ctx.out_type(2).sizes, dtype}};
+    // The library's bias gradient has the library bias's shape, [B or 1,
+    // H or 1, L, S]; a bias broadcast over queries or keys sums it there.
+    std::vector<SymExpr> library_bias;
+    if (bias_grad) {
+      library_bias = {bias->sizes[0], bias->sizes[1], z.l, z.s};
+      results.push_back({library_bias, dtype});
+    }
+    std::vector<LoweredValue> grads = LibraryCall(ctx, call, inputs, results);
+    if (bias_grad && library_bias != bias->sizes) {
+      const std::vector<bool> reduced{false, false, IsOne(bias->sizes[2]),
+                                      IsOne(bias->sizes[3])};
+      auto sum =
+          LowerReductionOver(ctx, grads[3], reduced, /*keepdim=*/true,
+                             ReduceKind::kSum, kF32, dtype, nullptr, nullptr);
+      if (!sum.ok()) return sum.status();
+      grads[3] = (*sum)[0];
+    }
+    return grads;
   }
   const Scores s = ScoresOf(ctx, q, k, bias, z, causal, scale, dtype);
   // p from the saved logsumexp of row (n, i).
@@ -444,13 +499,17 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackwardWith(
   if (!rowsum.ok()) return rowsum.status();
   Expr dp_x = ir::Cast(LowerContext::Read(dp, IdentityIndex(3)), kF32);
   if (dropout != nullptr) dp_x = ir::Binary(ExprOp::kMul, dp_x, factor, kF32);
-  const Expr ds = ir::Binary(
-      ExprOp::kMul,
-      ir::Binary(
-          ExprOp::kMul, p,
-          ir::Binary(ExprOp::kSub, dp_x, ReadKept((*rowsum)[0], last), kF32),
-          kF32),
-      ir::Const(scale, kF32), kF32);
+  // g = p * (dp - rowsum): the scores' gradient before the scale, read
+  // from a float32 node where the bias's gradient reads it too.
+  Expr g = ir::Binary(
+      ExprOp::kMul, p,
+      ir::Binary(ExprOp::kSub, dp_x, ReadKept((*rowsum)[0], last), kF32), kF32);
+  std::optional<LoweredValue> g_node;
+  if (bias_grad) {
+    g_node = ops::PointwiseNode(ctx, scores, kF32, g);
+    g = LowerContext::Read(*g_node, IdentityIndex(3));
+  }
+  const Expr ds = ir::Binary(ExprOp::kMul, g, ir::Const(scale, kF32), kF32);
   const LoweredValue ds_node = ops::PointwiseNode(ctx, scores, dtype, ds);
   const LoweredValue dq = Product(ctx, ds_node, Matrices(k, z.h), dtype);
   const LoweredValue dk =
@@ -458,25 +517,47 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackwardWith(
               LowerContext::Remap(ds_node, {ir::Var(0), ir::Var(2), ir::Var(1)},
                                   {z.bh(), z.s, z.l}),
               Matrices(q, z.h), dtype);
-  return std::vector<LoweredValue>{Heads(ctx, dq, z, dtype),
-                                   Heads(ctx, dk, z, dtype),
-                                   Heads(ctx, dv, z, dtype)};
+  std::vector<LoweredValue> grads{Heads(ctx, dq, z, dtype),
+                                  Heads(ctx, dk, z, dtype),
+                                  Heads(ctx, dv, z, dtype)};
+  if (bias_grad) {
+    auto db = BiasGradient(ctx, *g_node, *bias, z, dtype);
+    if (!db.ok()) return db.status();
+    grads.push_back(*db);
+  }
+  return grads;
 }
 
 absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackward(
     LowerContext& ctx) {
-  return LowerAttentionBackwardWith(ctx, nullptr, nullptr);
+  return LowerAttentionBackwardWith(ctx, nullptr, nullptr, false);
+}
+
+absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackwardDbias(
+    LowerContext& ctx) {
+  return LowerAttentionBackwardWith(ctx, nullptr, nullptr, true);
 }
 
 // attention_dropout_backward(grad_out, q, k, v, attn_bias?, out, lse,
 // is_causal, scale, dropout_p, rng) -> (grad_q, grad_k, grad_v).
-absl::StatusOr<std::vector<LoweredValue>> LowerAttentionDropoutBackward(
-    LowerContext& ctx) {
+absl::StatusOr<std::vector<LoweredValue>> LowerAttentionDropoutBackwardWith(
+    LowerContext& ctx, bool bias_grad) {
   const LoweredValue& rng = ctx.value(10);
   const Dropout dropout{ctx.arg(9).f,
                         LowerContext::Read(rng, {ir::IntConst(0)}),
                         LowerContext::Read(rng, {ir::IntConst(1)})};
-  return LowerAttentionBackwardWith(ctx, &dropout, &rng);
+  return LowerAttentionBackwardWith(ctx, &dropout, &rng, bias_grad);
+}
+
+absl::StatusOr<std::vector<LoweredValue>> LowerAttentionDropoutBackward(
+    LowerContext& ctx) {
+  return LowerAttentionDropoutBackwardWith(ctx, false);
+}
+
+// attention_dropout_backward_dbias: the same, and the bias's gradient.
+absl::StatusOr<std::vector<LoweredValue>> LowerAttentionDropoutBackwardDbias(
+    LowerContext& ctx) {
+  return LowerAttentionDropoutBackwardWith(ctx, true);
 }
 
 }  // namespace
@@ -487,6 +568,10 @@ void RegisterAttentionLowerings(OpLowerings& table) {
   table.Add("kiln.attention_dropout.default", LowerAttentionDropout);
   table.Add("kiln.attention_dropout_backward.default",
             LowerAttentionDropoutBackward);
+  table.Add("kiln.attention_backward_dbias.default",
+            LowerAttentionBackwardDbias);
+  table.Add("kiln.attention_dropout_backward_dbias.default",
+            LowerAttentionDropoutBackwardDbias);
 }
 
 }  // namespace kiln

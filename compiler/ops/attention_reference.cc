@@ -8,6 +8,7 @@
 // (graph/ops/random.h), at its row-major index over [B, H, L, S].
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "compiler/op_reference.h"
@@ -151,9 +152,11 @@ absl::StatusOr<std::vector<HostTensor>> AttentionDropoutReference(
 // The gradients from the exact probabilities (the saved out and lse are
 // the forward's, so they agree with them to the dtype's rounding).
 // With `dropout`: dv from the dropped probabilities, the softmax's
-// gradient from dout @ v^T times the mask's factors.
+// gradient from dout @ v^T times the mask's factors. With `bias_grad` (the
+// _dbias ops) also the bias's gradient: the scores' gradient before the
+// scale, summed over the bias's broadcast dims.
 absl::StatusOr<std::vector<HostTensor>> AttentionBackwardWith(
-    const RefContext& ctx, const Dropout& dropout) {
+    const RefContext& ctx, const Dropout& dropout, bool bias_grad) {
   const HostTensor &dout = ctx.tensors[0], &q = ctx.tensors[1],
                    &k = ctx.tensors[2], &v = ctx.tensors[3];
   const bool causal = ctx.arg(7).b;
@@ -163,6 +166,20 @@ absl::StatusOr<std::vector<HostTensor>> AttentionBackwardWith(
   std::vector<double> dq(batch * heads * rows * dim, 0.0),
       dk(batch * heads * keys * dim, 0.0),
       dv(batch * heads * keys * dim_v, 0.0);
+  std::optional<HostTensor> dbias;
+  std::vector<double> db;
+  if (bias_grad) {
+    dbias = HostTensor::Empty(ctx.out_dtypes[3], ctx.out_sizes[3]);
+    db.assign(dbias->numel(), 0.0);
+  }
+  // The element of the bias's gradient that score (b, h, i, j) adds to.
+  auto bias_at = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
+    const auto& s = ctx.out_sizes[3];
+    return (((s[0] == 1 ? 0 : b) * s[1] + (s[1] == 1 ? 0 : h)) * s[2] +
+            (s[2] == 1 ? 0 : i)) *
+               s[3] +
+           (s[3] == 1 ? 0 : j);
+  };
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
       const Head qh{q, b, h}, kh{k, b, h}, vh{v, b, h}, doh{dout, b, h};
@@ -183,6 +200,7 @@ absl::StatusOr<std::vector<HostTensor>> AttentionBackwardWith(
         }
         for (int64_t j = 0; j < keys; ++j) {
           const double ds = p[j] * (dp[j] - rowdot) * scale;
+          if (bias_grad) db[bias_at(b, h, i, j)] += p[j] * (dp[j] - rowdot);
           for (int64_t e = 0; e < dim_v; ++e)
             dv[(bh * keys + j) * dim_v + e] += p[j] * factor[j] * doh(i, e);
           for (int64_t e = 0; e < dim; ++e) {
@@ -200,22 +218,31 @@ absl::StatusOr<std::vector<HostTensor>> AttentionBackwardWith(
     for (int64_t x = 0; x < t.numel(); ++x) t.SetDoubleAt(x, g[x]);
     grads.push_back(std::move(t));
   }
+  if (dbias) {
+    for (int64_t x = 0; x < dbias->numel(); ++x) dbias->SetDoubleAt(x, db[x]);
+    grads.push_back(std::move(*dbias));
+  }
   return grads;
 }
 
 absl::StatusOr<std::vector<HostTensor>> AttentionBackwardReference(
     const RefContext& ctx) {
-  return AttentionBackwardWith(ctx, Dropout{});
+  return AttentionBackwardWith(ctx, Dropout{}, false);
 }
 
-absl::StatusOr<std::vector<HostTensor>> AttentionDropoutBackwardReference(
+absl::StatusOr<std::vector<HostTensor>> AttentionBackwardDbiasReference(
     const RefContext& ctx) {
+  return AttentionBackwardWith(ctx, Dropout{}, true);
+}
+
+absl::StatusOr<std::vector<HostTensor>> AttentionDropoutBackwardWith(
+    const RefContext& ctx, bool bias_grad) {
   const HostTensor& rng = ctx.tensors[10];
   if (rng.GetIntAt(1) >= (int64_t{1} << 62)) {
     // A pair a library drew (compiler/ops/attention_lowering.cc,
     // kLibraryDrawn): its mask cannot be drawn here; NaN gradients.
     std::vector<HostTensor> grads;
-    for (int o = 0; o < 3; ++o) {
+    for (int o = 0; o < (bias_grad ? 4 : 3); ++o) {
       HostTensor t = HostTensor::Empty(ctx.out_dtypes[o], ctx.out_sizes[o]);
       for (int64_t x = 0; x < t.numel(); ++x) t.SetDoubleAt(x, NAN);
       grads.push_back(std::move(t));
@@ -223,8 +250,20 @@ absl::StatusOr<std::vector<HostTensor>> AttentionDropoutBackwardReference(
     return grads;
   }
   return AttentionBackwardWith(
-      ctx, DropoutOf(ctx.arg(9).f, rng.GetIntAt(0), rng.GetIntAt(1),
-                     ctx.tensors[1], ctx.tensors[2]));
+      ctx,
+      DropoutOf(ctx.arg(9).f, rng.GetIntAt(0), rng.GetIntAt(1), ctx.tensors[1],
+                ctx.tensors[2]),
+      bias_grad);
+}
+
+absl::StatusOr<std::vector<HostTensor>> AttentionDropoutBackwardReference(
+    const RefContext& ctx) {
+  return AttentionDropoutBackwardWith(ctx, false);
+}
+
+absl::StatusOr<std::vector<HostTensor>> AttentionDropoutBackwardDbiasReference(
+    const RefContext& ctx) {
+  return AttentionDropoutBackwardWith(ctx, true);
 }
 
 }  // namespace
@@ -235,6 +274,10 @@ void RegisterAttentionReferences(OpReferences& table) {
   table.Add("kiln.attention_dropout.default", AttentionDropoutReference);
   table.Add("kiln.attention_dropout_backward.default",
             AttentionDropoutBackwardReference);
+  table.Add("kiln.attention_backward_dbias.default",
+            AttentionBackwardDbiasReference);
+  table.Add("kiln.attention_dropout_backward_dbias.default",
+            AttentionDropoutBackwardDbiasReference);
 }
 
 }  // namespace kiln

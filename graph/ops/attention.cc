@@ -13,6 +13,12 @@
 //   kiln.attention_backward(grad_out, q, k, v, attn_bias?, out, lse,
 //     is_causal, scale) -> (grad_q, grad_k, grad_v), shaped as q, k, v
 //     (the bias gets no gradient).
+//   kiln.attention_backward_dbias(grad_out, q, k, v, attn_bias, out, lse,
+//     is_causal, scale) -> (grad_q, grad_k, grad_v, grad_bias): the same
+//     with the bias (required) and its gradient, shaped and typed as the
+//     bias: the scores' gradient p * (dp - rowsum(grad_out * out)) summed
+//     over the dims where the bias broadcasts (a learned position bias,
+//     an attn_mask that needs a gradient).
 //   kiln.attention_dropout(q, k, v, attn_bias?, is_causal, scale, dropout_p,
 //     *, seed, offset) -> (out, lse, rng): the same with dropout on the
 //     probabilities: out = (softmax(...) * keep / (1 - dropout_p)) @ v,
@@ -25,6 +31,9 @@
 //   kiln.attention_dropout_backward(grad_out, q, k, v, attn_bias?, out, lse,
 //     is_causal, scale, dropout_p, rng) -> (grad_q, grad_k, grad_v): its
 //     gradient, the keep mask drawn again from rng.
+//   kiln.attention_dropout_backward_dbias(...the same...) -> (grad_q,
+//     grad_k, grad_v, grad_bias): with the bias's gradient, as
+//     attention_backward_dbias gives it (dp dropped).
 #include <string>
 #include <vector>
 
@@ -201,6 +210,35 @@ absl::StatusOr<Shapes> AttentionDropoutBackwardShape(const OpContext& ctx) {
   return AttentionBackwardShape(ctx);
 }
 
+// The _dbias forms: their counterpart's shapes and dtypes, then the
+// bias's (a tensor here).
+absl::StatusOr<Shapes> WithBiasShape(absl::StatusOr<Shapes> shapes,
+                                     const OpContext& ctx) {
+  if (!shapes.ok()) return shapes.status();
+  if (!ctx.is_tensor(4)) {
+    return ctx.Invalid("attn_bias is required: the op gives its gradient");
+  }
+  shapes->push_back(ctx.type(4).sizes);
+  return shapes;
+}
+
+absl::StatusOr<Shapes> AttentionBackwardDbiasShape(const OpContext& ctx) {
+  return WithBiasShape(AttentionBackwardShape(ctx), ctx);
+}
+
+absl::StatusOr<Shapes> AttentionDropoutBackwardDbiasShape(
+    const OpContext& ctx) {
+  return WithBiasShape(AttentionDropoutBackwardShape(ctx), ctx);
+}
+
+absl::StatusOr<std::vector<DType>> AttentionBackwardDbiasDTypes(
+    const OpContext& ctx) {
+  auto d = AttentionBackwardDTypes(ctx);
+  if (!d.ok()) return d.status();
+  d->push_back(d->front());
+  return d;
+}
+
 }  // namespace
 }  // namespace kiln::ops
 
@@ -266,10 +304,23 @@ void RegisterAttentionSignatures(OpSignatures& table) {
   dropout_backward.push_back(Arg("rng", ArgKind::kTensor));
   table.Add({.name = "kiln.attention_dropout_backward.default",
              .op_class = OpClass::kExtern,
-             .schema = std::move(dropout_backward),
+             .schema = dropout_backward,
              .num_outputs = 3,
              .shape = ops::AttentionDropoutBackwardShape,
              .dtype = ops::AttentionBackwardDTypes});
+  // The backward ops that also give the bias's gradient.
+  table.Add({.name = "kiln.attention_backward_dbias.default",
+             .op_class = OpClass::kExtern,
+             .schema = AttentionBackwardSchema(),
+             .num_outputs = 4,
+             .shape = ops::AttentionBackwardDbiasShape,
+             .dtype = ops::AttentionBackwardDbiasDTypes});
+  table.Add({.name = "kiln.attention_dropout_backward_dbias.default",
+             .op_class = OpClass::kExtern,
+             .schema = std::move(dropout_backward),
+             .num_outputs = 4,
+             .shape = ops::AttentionDropoutBackwardDbiasShape,
+             .dtype = ops::AttentionBackwardDbiasDTypes});
 }
 
 }  // namespace kiln

@@ -18,7 +18,9 @@ call of sdpa_math() (mha_math()); the others keep the fused kernel, or
 become Kiln's own fused attention (sdpa_fused(); mha_fused(), which writes
 out nn.MultiheadAttention's need_weights=False branch around it): the
 custom op kiln::attention (and
-kiln::attention_backward, its gradient through AOTAutograd), which Kiln
+kiln::attention_backward, its gradient through AOTAutograd, or
+kiln::attention_backward_dbias where the mask needs a gradient too: a
+learned position bias), which Kiln
 compiles to one cuDNN fused-attention call per direction on CUDA
 (float16/bfloat16, head dims multiples of 8 up to 128, 256 on sm_90;
 runtime/cuda_attention.h), to one call of the CPU runtime's flash kernel
@@ -215,8 +217,9 @@ def attention_backward_op(grad_out: torch.Tensor, query: torch.Tensor,
                           out: torch.Tensor, lse: torch.Tensor,
                           is_causal: bool, scale: float
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(grad_q, grad_k, grad_v) of attention_op, from its saved out and lse
-    (this body runs only where Kiln does not; the bias gets no gradient)."""
+    """(grad_q, grad_k, grad_v) of attention_op, from its saved out and lse,
+    for a bias that needs no gradient (attention_backward_dbias_op gives
+    one). This body runs only where Kiln does not."""
     return _attention_grads(grad_out, query, key, value, attn_bias, out, lse,
                             is_causal, scale)
 
@@ -225,11 +228,13 @@ def _attention_grads(grad_out: torch.Tensor, query: torch.Tensor,
                      key: torch.Tensor, value: torch.Tensor,
                      attn_bias: Optional[torch.Tensor], out: torch.Tensor,
                      lse: torch.Tensor, is_causal: bool, scale: float,
-                     dropout: Optional[tuple[float, torch.Tensor]] = None
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     dropout: Optional[tuple[float, torch.Tensor]] = None,
+                     bias_grad: bool = False) -> tuple[torch.Tensor, ...]:
     """The eager backward bodies: the probabilities recomputed from lse,
     with `dropout` = (dropout_p, rng) times the keep mask drawn from rng
-    over 1 - dropout_p (dv's probabilities and dp)."""
+    over 1 - dropout_p (dv's probabilities and dp); with `bias_grad` also
+    the bias's gradient (the scores' gradient before the scale, summed
+    over the dims where the bias broadcasts)."""
     dtype = query.dtype
     s = _attention_scores(query, key, attn_bias, is_causal, scale)
     p = torch.exp(s - lse.unsqueeze(-1))
@@ -243,10 +248,18 @@ def _attention_grads(grad_out: torch.Tensor, query: torch.Tensor,
         dp = dp * factor
     grad_v = torch.matmul(kept.to(dtype).transpose(-2, -1), grad_out)
     rowsum = (g * out.float()).sum(-1, keepdim=True)
-    ds = (p * (dp - rowsum) * scale).to(dtype)
+    gs = p * (dp - rowsum)
+    ds = (gs * scale).to(dtype)
     grad_q = torch.matmul(ds, key)
     grad_k = torch.matmul(ds.transpose(-2, -1), query)
-    return grad_q.contiguous(), grad_k.contiguous(), grad_v.contiguous()
+    grads = (grad_q.contiguous(), grad_k.contiguous(), grad_v.contiguous())
+    if not bias_grad:
+        return grads
+    assert attn_bias is not None
+    dims = [d for d in range(4) if attn_bias.shape[d] == 1 and
+            gs.shape[d] != 1]
+    db = gs.sum(dims, keepdim=True) if dims else gs
+    return (*grads, db.to(attn_bias.dtype).contiguous())
 
 
 @attention_backward_op.register_fake
@@ -260,6 +273,37 @@ def _attention_backward_fake(grad_out: torch.Tensor, query: torch.Tensor,
             value.new_empty(value.shape))
 
 
+_DBIAS_SCHEMA = ("(Tensor grad_out, Tensor query, Tensor key, Tensor value, "
+                 "Tensor attn_bias, Tensor out, Tensor lse, bool is_causal, "
+                 "float scale{}) -> (Tensor, Tensor, Tensor, Tensor)")
+
+
+@torch.library.custom_op("kiln::attention_backward_dbias", mutates_args=(),
+                         schema=_DBIAS_SCHEMA.format(""))
+def attention_backward_dbias_op(grad_out: torch.Tensor, query: torch.Tensor,
+                                key: torch.Tensor, value: torch.Tensor,
+                                attn_bias: torch.Tensor, out: torch.Tensor,
+                                lse: torch.Tensor, is_causal: bool,
+                                scale: float) -> tuple[torch.Tensor, ...]:
+    """(grad_q, grad_k, grad_v, grad_bias): attention_backward_op's, and
+    the bias's gradient in its shape and dtype, for a bias that needs one
+    (a learned position bias). This body runs only where Kiln does not."""
+    return _attention_grads(grad_out, query, key, value, attn_bias, out, lse,
+                            is_causal, scale, bias_grad=True)
+
+
+@attention_backward_dbias_op.register_fake
+def _attention_backward_dbias_fake(grad_out: torch.Tensor,
+                                   query: torch.Tensor, key: torch.Tensor,
+                                   value: torch.Tensor, attn_bias: torch.Tensor,
+                                   out: torch.Tensor, lse: torch.Tensor,
+                                   is_causal: bool, scale: float
+                                   ) -> tuple[torch.Tensor, ...]:
+    return (*_attention_backward_fake(grad_out, query, key, value, attn_bias,
+                                      out, lse, is_causal, scale),
+            attn_bias.new_empty(attn_bias.shape))
+
+
 def _attention_setup(ctx: Any, inputs: Any, output: Any) -> None:
     query, key, value, attn_bias, is_causal, scale = inputs
     out, lse = output
@@ -268,13 +312,18 @@ def _attention_setup(ctx: Any, inputs: Any, output: Any) -> None:
     ctx.scale = scale
 
 
+def _bias_needs_grad(ctx: Any, attn_bias: Optional[torch.Tensor]) -> bool:
+    return attn_bias is not None and bool(ctx.needs_input_grad[3])
+
+
 def _attention_backward(ctx: Any, grad_out: torch.Tensor,
                         grad_lse: Optional[torch.Tensor]) -> Any:
     query, key, value, attn_bias, out, lse = ctx.saved_tensors
-    grads = attention_backward_op(grad_out.contiguous(), query, key, value,
-                                  attn_bias, out, lse, ctx.is_causal,
-                                  ctx.scale)
-    return (*grads, None, None, None)
+    args = (grad_out.contiguous(), query, key, value, attn_bias, out, lse,
+            ctx.is_causal, ctx.scale)
+    if _bias_needs_grad(ctx, attn_bias):
+        return (*attention_backward_dbias_op(*args), None, None)
+    return (*attention_backward_op(*args), None, None, None)
 
 
 attention_op.register_autograd(_attention_backward,
@@ -388,6 +437,17 @@ def _attention_dropout_fake(query: torch.Tensor, key: torch.Tensor,
     return out, lse, query.new_empty((2,), dtype=torch.int64)
 
 
+def _check_rng(rng: torch.Tensor) -> None:
+    """Raises RuntimeError for a pair cuDNN drew (flagged LIBRARY_DRAWN),
+    whose mask the eager backward bodies cannot draw again."""
+    if int(rng[1]) >= LIBRARY_DRAWN:
+        raise RuntimeError(
+            "kiln::attention_dropout_backward: cuDNN drew this attention's "
+            "dropout mask in a Kiln-compiled forward, and this backward runs "
+            "eagerly, where that mask cannot be drawn again; run the "
+            "backward through Kiln too, or use attention='decompose'")
+
+
 @torch.library.custom_op("kiln::attention_dropout_backward",
                          mutates_args=(), schema=_dropout_schema(True))
 def attention_dropout_backward_op(
@@ -400,14 +460,39 @@ def attention_dropout_backward_op(
     again from rng. Raises RuntimeError for a pair cuDNN drew (its offset
     marked LIBRARY_DRAWN): that mask cannot be drawn here. This body runs
     only where Kiln does not."""
-    if int(rng[1]) >= LIBRARY_DRAWN:
-        raise RuntimeError(
-            "kiln::attention_dropout_backward: cuDNN drew this attention's "
-            "dropout mask in a Kiln-compiled forward, and this backward runs "
-            "eagerly, where that mask cannot be drawn again; run the "
-            "backward through Kiln too, or use attention='decompose'")
+    _check_rng(rng)
     return _attention_grads(grad_out, query, key, value, attn_bias, out, lse,
                             is_causal, scale, (dropout_p, rng))
+
+
+@torch.library.custom_op("kiln::attention_dropout_backward_dbias",
+                         mutates_args=(),
+                         schema=_DBIAS_SCHEMA.format(
+                             ", float dropout_p, Tensor rng"))
+def attention_dropout_backward_dbias_op(
+        grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+        value: torch.Tensor, attn_bias: torch.Tensor, out: torch.Tensor,
+        lse: torch.Tensor, is_causal: bool, scale: float, dropout_p: float,
+        rng: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """attention_dropout_backward_op's gradients and the bias's, as
+    attention_backward_dbias_op gives it (dp dropped); raises as
+    attention_dropout_backward_op does. This body runs only where Kiln
+    does not."""
+    _check_rng(rng)
+    return _attention_grads(grad_out, query, key, value, attn_bias, out, lse,
+                            is_causal, scale, (dropout_p, rng),
+                            bias_grad=True)
+
+
+@attention_dropout_backward_dbias_op.register_fake
+def _attention_dropout_backward_dbias_fake(
+        grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+        value: torch.Tensor, attn_bias: torch.Tensor, out: torch.Tensor,
+        lse: torch.Tensor, is_causal: bool, scale: float, dropout_p: float,
+        rng: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return _attention_backward_dbias_fake(grad_out, query, key, value,
+                                          attn_bias, out, lse, is_causal,
+                                          scale)
 
 
 @attention_dropout_backward_op.register_fake
@@ -434,10 +519,11 @@ def _attention_dropout_backward(ctx: Any, grad_out: torch.Tensor,
                                 grad_lse: Optional[torch.Tensor],
                                 grad_rng: Optional[torch.Tensor]) -> Any:
     query, key, value, attn_bias, out, lse, rng = ctx.saved_tensors
-    grads = attention_dropout_backward_op(
-        grad_out.contiguous(), query, key, value, attn_bias, out, lse,
-        ctx.is_causal, ctx.scale, ctx.dropout_p, rng)
-    return (*grads, None, None, None, None)
+    args = (grad_out.contiguous(), query, key, value, attn_bias, out, lse,
+            ctx.is_causal, ctx.scale, ctx.dropout_p, rng)
+    if _bias_needs_grad(ctx, attn_bias):
+        return (*attention_dropout_backward_dbias_op(*args), None, None, None)
+    return (*attention_dropout_backward_op(*args), None, None, None, None)
 
 
 attention_dropout_op.register_autograd(
@@ -520,7 +606,7 @@ def _float32(x: float) -> float:
 
 def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
                    autocast: Optional[torch.dtype] = None,
-                   dropout: bool = True) -> bool:
+                   dropout: bool = True, bias_grad: bool = False) -> bool:
     """Whether Kiln's fused op takes the scaled_dot_product_attention call
     `node` of Dynamo's graph (from its example values): 4-D query, key and
     value with one batch size and the query's head count (a multiple of the
@@ -533,7 +619,8 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
     count as that dtype), a Python-number scale, and attn_mask None or a
     boolean or floating tensor of at most 4 dims that broadcasts to the
     scores with its batch and head dims 1 or theirs and that needs no
-    gradient (the op gives the bias none)."""
+    gradient unless `bias_grad` (kilnd has kiln.attention_backward_dbias,
+    which gives a floating mask its gradient)."""
     if node.target not in _SDPA_TARGETS:
         return False
     try:
@@ -568,7 +655,7 @@ def fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
     if mask is None:
         return True
     m = _example(mask)
-    if not _mask_ok(m) or m.dim() > 4:
+    if not _mask_ok(m, bias_grad) or m.dim() > 4:
         return False
     scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     dims = (1,) * (4 - m.dim()) + tuple(m.shape)
@@ -614,10 +701,12 @@ def _head_dims_ok(device: torch.device, dims: Any, dropout: bool) -> bool:
     return True
 
 
-def _mask_ok(m: Optional[torch.Tensor]) -> bool:
+def _mask_ok(m: Optional[torch.Tensor], bias_grad: bool = False) -> bool:
     """Whether a mask's example value is one the fused op takes: boolean or
-    floating, needing no gradient (the op gives its bias none)."""
-    return isinstance(m, torch.Tensor) and not m.requires_grad and \
+    floating, needing no gradient unless `bias_grad` (the _dbias backward
+    ops give the bias one)."""
+    return isinstance(m, torch.Tensor) and \
+        (bias_grad or not m.requires_grad) and \
         (m.dtype == torch.bool or m.is_floating_point())
 
 
@@ -719,14 +808,14 @@ def mha_fused(*args: Any, **kwargs: Any) -> Any:
 
 def mha_fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
                        autocast: Optional[torch.dtype] = None,
-                       dropout: bool = True) -> bool:
+                       dropout: bool = True, bias_grad: bool = False) -> bool:
     """Whether mha_fused takes the F.multi_head_attention_forward call
     `node` of Dynamo's graph: need_weights=False; no bias_k, bias_v,
     add_zero_attn, static_k or static_v; a batched (3-D) or unbatched (2-D)
     query, key and value whose (projected) dtype fused_eligible would take;
     an int num_heads dividing a static embed dim into head dims it takes;
-    dropout_p as fused_eligible takes it (when training); masks that need
-    no gradient, boolean or floating."""
+    dropout_p as fused_eligible takes it (when training); boolean or
+    floating masks, needing no gradient unless `bias_grad`."""
     if node.target not in _MHA_TARGETS or \
             not hasattr(F, "_in_projection_packed"):
         return False
@@ -756,7 +845,8 @@ def mha_fused_eligible(node: torch.fx.Node, any_dtype: bool = False,
     if not _head_dims_ok(vals[0].device, (embed // heads,), p != 0.0):
         return False
     for name in ("attn_mask", "key_padding_mask"):
-        if a[name] is not None and not _mask_ok(_example(a[name])):
+        if a[name] is not None and not _mask_ok(_example(a[name]),
+                                                bias_grad):
             return False
     return True
 
@@ -840,20 +930,24 @@ def _autocast_dtype(stack: List[Any],
 
 
 def rewrite_attention(gm: torch.fx.GraphModule, policy: str,
-                      fused: bool = True, dropout: bool = True) -> int:
+                      fused: bool = True, dropout: bool = True,
+                      bias_grad: bool = True) -> int:
     """Replaces the scaled_dot_product_attention calls of Dynamo's graph
     `gm` that `policy` decomposes by sdpa_math, and those it gives Kiln's
     fused op by sdpa_fused (in place; recompiles gm), the latter only with
-    `fused` (kilnd has kiln.attention), and with dropout only with
-    `dropout` (kilnd has kiln.attention_dropout). Returns how many were
-    replaced."""
+    `fused` (kilnd has kiln.attention), with dropout only with `dropout`
+    (kilnd has kiln.attention_dropout), and with a mask that needs a
+    gradient only with `bias_grad` (kilnd has kiln.attention_backward_dbias;
+    on CUDA only under "fused": cuDNN's call does not give it, and the
+    backward is then written out). Returns how many were replaced."""
     if policy == "eager":
         return 0
-    return _rewrite_graph(gm, policy, fused, [], dropout)
+    return _rewrite_graph(gm, policy, fused, [], dropout, bias_grad)
 
 
 def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
-                   autocast: List[Any], dropout: bool = True) -> int:
+                   autocast: List[Any], dropout: bool = True,
+                   bias_grad: bool = True) -> int:
     """rewrite_attention on gm and on the subgraphs its higher-order ops
     call (activation checkpointing's tag_activation_checkpoint, cond, ...:
     a get_attr argument naming a GraphModule), each under the autocast
@@ -873,7 +967,8 @@ def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
                     sub = getattr(gm, str(arg.target), None)
                     if isinstance(sub, torch.fx.GraphModule):
                         replaced += _rewrite_graph(sub, policy, fused,
-                                                   autocast, dropout)
+                                                   autocast, dropout,
+                                                   bias_grad)
         if node.op != "call_function" or (node.target not in _SDPA_TARGETS and
                                           node.target not in _MHA_TARGETS):
             continue
@@ -890,7 +985,8 @@ def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
             (sdpa_math, sdpa_fused, fused_eligible))
         amp = _autocast_dtype(autocast, _device(node))
         if policy == "fused" and fused and eligible(
-                node, any_dtype=True, autocast=amp, dropout=dropout):
+                node, any_dtype=True, autocast=amp, dropout=dropout,
+                bias_grad=bias_grad):
             target = fused_target
         elif policy == "auto":
             device = _device(node)
@@ -898,7 +994,7 @@ def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
                 continue
             if device.type == "cpu":
                 if fused and eligible(node, any_dtype=True, autocast=amp,
-                                      dropout=dropout):
+                                      dropout=dropout, bias_grad=bias_grad):
                     target = fused_target
                 elif not mha and _causal_call(node):
                     # A kilnd without Kiln's fused op: large causal

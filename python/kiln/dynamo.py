@@ -660,7 +660,8 @@ class KilnBackend:
         ops = self.ops()
         rewrite_attention(
             gm, self.attention, fused="kiln.attention.default" in ops,
-            dropout="kiln.attention_dropout.default" in ops)
+            dropout="kiln.attention_dropout.default" in ops,
+            bias_grad="kiln.attention_backward_dbias.default" in ops)
         devices = {x.device.type for x in example_inputs
                    if isinstance(x, torch.Tensor)}
         foreach_ops = bool(devices) and devices <= self.foreach_devices

@@ -426,10 +426,10 @@ def test_fused_policy_runs_kiln_attention(daemon, case, dtype):
 
 
 def test_fused_policy_keeps_what_kiln_fuses_not(daemon):
-    """A call Kiln's fused op does not take (a mask that needs a gradient:
-    the op gives its bias none) is decomposed under attention="fused", and
-    the mask gets its gradient."""
-    q, k, v = (torch.randn(1, 2, 4, 12, requires_grad=True) for _ in range(3))
+    """A call Kiln's fused op does not take (3-D query, key and value: no
+    heads dim) is decomposed under attention="fused", and the mask gets
+    its gradient."""
+    q, k, v = (torch.randn(2, 4, 12, requires_grad=True) for _ in range(3))
     mask = torch.randn(4, 4, requires_grad=True)
 
     def fn(q, k, v, mask):
@@ -446,6 +446,103 @@ def test_fused_policy_keeps_what_kiln_fuses_not(daemon):
 
 KILN_DROPOUT = {"kiln.attention_dropout.default",
                 "kiln.attention_dropout_backward.default"}
+KILN_DBIAS = {"kiln.attention.default",
+              "kiln.attention_backward_dbias.default"}
+
+BIAS_SHAPES = [(2, 4, 7, 9), (1, 4, 7, 9), (2, 1, 7, 9), (7, 9), (4, 1, 9),
+               (1, 1, 1, 9)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16],
+                         ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", BIAS_SHAPES,
+                         ids=lambda t: "x".join(map(str, t)))
+@pytest.mark.parametrize("policy", ["auto", "fused"])
+def test_learned_bias_gets_its_gradient(daemon, shape, dtype, policy):
+    """A float attn_mask that needs a gradient (a learned position bias, as
+    timm's Swin and BEiT pass theirs to scaled_dot_product_attention) runs
+    in Kiln's fused op, its backward kiln::attention_backward_dbias (the
+    CPU runtime's kernel sums the scores' gradient into the bias), for
+    every way the bias broadcasts: the output, q, k, v's gradients and the
+    bias's against eager."""
+    g = torch.Generator().manual_seed(5)
+    b, h, l, s, e = 2, 4, 7, 9, 8
+    q = torch.randn(b, h, l, e, generator=g).to(dtype)
+    k, v = (torch.randn(b, h, s, e, generator=g).to(dtype) for _ in range(2))
+    bias = torch.randn(shape, generator=g).to(dtype)
+
+    def fn(q, k, v, bias):
+        return F.scaled_dot_product_attention(torch.tanh(q), k, v,
+                                              attn_mask=bias * 2) * 3
+
+    backend = kiln.backend(server=daemon.address, fallback="error",
+                           attention=policy)
+    (a, ga), (c, gc) = _run(fn, backend, q, k, v, bias)
+    _close(a, c, dtype)
+    assert len(ga) == len(gc) == 4
+    for u, y in zip(ga, gc):
+        if dtype == torch.float32:
+            _close(u, y, dtype)
+        else:  # sums of rounded products: relative to the largest
+            err = (u.float() - y.float()).abs().max()
+            assert err <= 3e-2 * y.float().abs().max(), (err, y.abs().max())
+    report = backend.report
+    for op in KILN_DBIAS:
+        assert report.op(op).kiln >= 1 and not report.op(op).fallback, report
+    assert "kiln.attention_backward.default" not in report.ops, report
+    assert not FUSED & set(report.ops), report
+    assert report.op("aten.bmm.default").kiln == 0, report
+
+
+def test_bias_gradient_with_dropout(daemon):
+    """kiln::attention_dropout_backward_dbias, compiled and as its eager
+    body, equals autograd through attention with the rng's keep mask and
+    the bias added, for a bias broadcast over the batch; and a module with
+    a learned bias and dropout trains through the dropout ops."""
+    from kiln import attention as A
+    b, h, l, s, e, p, scale = 2, 3, 5, 9, 8, 0.4, 0.35
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(b, h, n, e, generator=g) for n in (l, s, s))
+    bias = torch.randn(1, h, l, s, generator=g)
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    out, lse, rng = torch.compile(
+        lambda q, k, v, bias: torch.ops.kiln.attention_dropout(
+            q, k, v, bias, False, scale, p), backend=backend)(q, k, v, bias)
+    keep = A.dropout_keep(torch.Size((b, h, l, s)), p, rng).float()
+    ys = [x.clone().requires_grad_() for x in (q, k, v, bias)]
+    scores = (ys[0] @ ys[1].transpose(-2, -1)) * scale + ys[3]
+    want = (torch.softmax(scores, -1) * keep / (1 - p)) @ ys[2]
+    torch.testing.assert_close(out, want, atol=2e-5, rtol=1e-4)
+    grad = torch.randn(out.shape, generator=g)
+    want.backward(grad)
+    args = (grad, q, k, v, bias, out, lse, False, scale, p, rng)
+    compiled = torch.compile(
+        lambda *a: torch.ops.kiln.attention_dropout_backward_dbias(*a),
+        backend=backend)(*args)
+    assert backend.report.op(
+        "kiln.attention_dropout_backward_dbias.default").kiln == 1
+    for grads in (compiled, A.attention_dropout_backward_dbias_op(*args)):
+        assert len(grads) == 4
+        for got, y in zip(grads, ys):
+            torch.testing.assert_close(got, y.grad, atol=2e-5, rtol=1e-4)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = nn.Parameter(torch.randn(h, l, l) / 4)
+
+        def forward(self, x):
+            return F.scaled_dot_product_attention(x, x, x, attn_mask=self.bias,
+                                                  dropout_p=0.25)
+
+    block = Block()
+    backend = kiln.backend(server=daemon.address, fallback="error")
+    x = torch.randn(b, h, l, e, requires_grad=True)
+    torch.compile(block, backend=backend)(x).sum().backward()
+    assert block.bias.grad is not None and block.bias.grad.abs().sum() > 0
+    assert {"kiln.attention_dropout.default",
+            "kiln.attention_dropout_backward_dbias.default"} <= set(
+                backend.report.ops), backend.report
 
 
 def _dropout_reference(q, k, v, keep, p, causal, scale):

@@ -23,6 +23,10 @@ inline constexpr char kAttentionBackward[] = "kiln.attention_backward.default";
 inline constexpr char kAttentionDropout[] = "kiln.attention_dropout.default";
 inline constexpr char kAttentionDropoutBackward[] =
     "kiln.attention_dropout_backward.default";
+inline constexpr char kAttentionBackwardDbias[] =
+    "kiln.attention_backward_dbias.default";
+inline constexpr char kAttentionDropoutBackwardDbias[] =
+    "kiln.attention_dropout_backward_dbias.default";
 
 struct Case {
   int64_t b = 2, h = 3, l = 5, s = 7, e = 4, ev = 6;
@@ -32,14 +36,41 @@ struct Case {
   bool strided_q = false;  // q as a [B, L, H, E] tensor's head transpose
   bool symbolic_l = false;
   // An additive bias (input x4): none, [B, 1, L, S] (a padding or causal
-  // mask as transformers builds it) or [1, H, 1, S] (broadcast rows).
-  enum class Bias { kNone, kPerBatch, kPerHeadRow } bias = Bias::kNone;
+  // mask as transformers builds it), [1, H, 1, S] (broadcast rows),
+  // [B, H, L, S], [1, H, L, S] (a learned position bias: Swin, T5) or
+  // [1, 1, L, S].
+  enum class Bias {
+    kNone,
+    kPerBatch,
+    kPerHeadRow,
+    kFull,
+    kPerHead,
+    kShared
+  } bias = Bias::kNone;
+  // With a bias: the backward is the _dbias op, and grad_bias the graph's
+  // sixth output (before rng).
+  bool bias_grad = false;
   // > 0: attention_dropout and its backward, the seed the last input (an
   // int64 0-dim tensor), offset 3, and rng the graph's sixth output.
   double dropout = 0;
   std::vector<int64_t> BiasSizes(int64_t length) const {
-    return bias == Bias::kPerBatch ? std::vector<int64_t>{b, 1, length, s}
-                                   : std::vector<int64_t>{1, h, 1, s};
+    switch (bias) {
+      case Bias::kPerBatch:
+        return {b, 1, length, s};
+      case Bias::kPerHeadRow:
+        return {1, h, 1, s};
+      case Bias::kFull:
+        return {b, h, length, s};
+      case Bias::kPerHead:
+        return {1, h, length, s};
+      default:
+        return {1, 1, length, s};
+    }
+  }
+  // Whether the bias's query dim is the query length (symbolic with
+  // symbolic_l).
+  bool BiasHasQueries() const {
+    return bias != Bias::kNone && bias != Bias::kPerHeadRow;
   }
   std::string ToString() const {
     return absl::StrCat(DTypeName(dtype), causal ? " causal " : " ", b, "x", h,
@@ -48,13 +79,17 @@ struct Case {
                         symbolic_l ? " dynamic L" : "",
                         bias == Bias::kPerBatch     ? " bias [B,1,L,S]"
                         : bias == Bias::kPerHeadRow ? " bias [1,H,1,S]"
+                        : bias == Bias::kFull       ? " bias [B,H,L,S]"
+                        : bias == Bias::kPerHead    ? " bias [1,H,L,S]"
+                        : bias == Bias::kShared     ? " bias [1,1,L,S]"
                                                     : "",
+                        bias_grad ? " with its gradient" : "",
                         dropout > 0 ? absl::StrCat(" dropout ", dropout) : "");
   }
 };
 
 // q, k, v, grad_out[, bias][, seed] -> attention -> backward: outputs
-// out, lse, grad_q, grad_k, grad_v[, rng].
+// out, lse, grad_q, grad_k, grad_v[, grad_bias][, rng].
 inline v1::Graph CaseGraph(const Case& c, v1::DeviceType device = v1::CPU) {
   v1::Graph g;
   if (c.symbolic_l) g.add_symbols()->set_name("L");
@@ -63,8 +98,7 @@ inline v1::Graph CaseGraph(const Case& c, v1::DeviceType device = v1::CPU) {
                                              {c.b, c.h, c.s, c.ev},
                                              {c.b, c.h, c.l, c.ev}};
   if (c.bias != Case::Bias::kNone) sizes.push_back(c.BiasSizes(c.l));
-  const int bias_length_dim =
-      c.bias == Case::Bias::kPerBatch ? 2 : -1;  // x4's query length
+  const int bias_length_dim = c.BiasHasQueries() ? 2 : -1;  // x4's L
   for (int i = 0; i < static_cast<int>(sizes.size()); ++i) {
     v1::Input* in = g.add_inputs();
     in->set_name(absl::StrCat("x", i));
@@ -119,7 +153,12 @@ inline v1::Graph CaseGraph(const Case& c, v1::DeviceType device = v1::CPU) {
     fwd->add_outputs("rng");
   }
   v1::Node* bwd = g.add_nodes();
-  bwd->set_op(dropout ? kAttentionDropoutBackward : kAttentionBackward);
+  if (c.bias_grad) {
+    bwd->set_op(dropout ? kAttentionDropoutBackwardDbias
+                        : kAttentionBackwardDbias);
+  } else {
+    bwd->set_op(dropout ? kAttentionDropoutBackward : kAttentionBackward);
+  }
   for (const char* ref : {"x3", "x0", "x1", "x2"})
     bwd->add_args()->set_ref(ref);
   bias_arg(bwd);
@@ -131,8 +170,10 @@ inline v1::Graph CaseGraph(const Case& c, v1::DeviceType device = v1::CPU) {
     bwd->add_args()->set_ref("rng");
   }
   for (const char* out : {"grad_q", "grad_k", "grad_v"}) bwd->add_outputs(out);
+  if (c.bias_grad) bwd->add_outputs("grad_bias");
   for (const char* out : {"out", "lse", "grad_q", "grad_k", "grad_v"})
     g.add_outputs(out);
+  if (c.bias_grad) g.add_outputs("grad_bias");
   if (dropout) g.add_outputs("rng");
   return g;
 }

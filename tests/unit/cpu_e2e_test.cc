@@ -15,8 +15,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/substitute.h"
 #include "compiler/compile.h"
 #include "compiler/cpu_backend.h"
+#include "compiler/fuse.h"
+#include "compiler/lower.h"
 #include "compiler/reference.h"
 #include "google/protobuf/util/json_util.h"
 #include "graph/import.h"
@@ -1416,6 +1419,70 @@ TEST(CpuOutputs, ExternOperandsReturnedAsViewsAreStoredOnce) {
   // g reads it): no copies into outputs.
   EXPECT_LE(launches, 3);
   ExpectArtifactMatchesReference(*req, *artifact, 5);
+}
+
+// A chain of reused pointwise values, as the residual stream's gradient
+// through layer-scaled blocks (BEiT, CaiT, ConvNeXt): g_i = g_{i-1} +
+// a_i * b_i, each link read by the next, by a column sum (the norm's
+// weight gradient) and, times 2 (the layer scale), by a product (the
+// projection's weight gradient), which puts the links in kernels of their
+// own. Every other g_i is stored once (its inlined form reads more than 4
+// buffers and it has more than one reader: compiler/fuse.h), so no kernel
+// reads more buffers at 16 links than at 8, and the values match the
+// reference. Inlined, link i was summed again from every earlier link, in
+// a kernel that read all of them.
+std::string ReusedChainGraph(int links) {
+  std::string inputs = R"({"name": "g0", "meta": {"dtype": "FLOAT32",
+      "sizes": [{"value": 6}, {"value": 40}]}},
+      {"name": "w", "meta": {"dtype": "FLOAT32",
+      "sizes": [{"value": 40}, {"value": 8}]}})";
+  std::string nodes, outputs;
+  for (int i = 1; i <= links; ++i) {
+    for (const char* x : {"a", "b"}) {
+      absl::StrAppend(&inputs, R"(, {"name": ")", x, i,
+                      R"(", "meta": {"dtype": "FLOAT32",
+          "sizes": [{"value": 6}, {"value": 40}]}})");
+    }
+    absl::StrAppend(&nodes, i > 1 ? ", " : "",
+                    absl::Substitute(
+                        R"({"op": "aten.mul.Tensor", "args": [{"ref": "a$0"},
+             {"ref": "b$0"}], "outputs": ["ab$0"]},
+            {"op": "aten.add.Tensor", "args": [{"ref": "g$1"},
+             {"ref": "ab$0"}], "outputs": ["g$0"]},
+            {"op": "aten.sum.dim_IntList", "args": [{"ref": "g$0"},
+             {"ints": {"values": [0]}}], "outputs": ["s$0"]},
+            {"op": "aten.mul.Tensor", "args": [{"ref": "g$0"}, {"f": 2.0}],
+             "outputs": ["h$0"]},
+            {"op": "aten.mm.default", "args": [{"ref": "h$0"}, {"ref": "w"}],
+             "outputs": ["p$0"]})",
+                        i, i - 1));
+    absl::StrAppend(&outputs, i > 1 ? ", " : "", "\"s", i, "\", \"p", i, "\"");
+  }
+  return absl::StrCat(R"({"inputs": [)", inputs, R"(], "nodes": [)", nodes,
+                      R"(], "outputs": [)", outputs, ", \"g", links, "\"]}");
+}
+
+TEST(CpuFusion, ReusedChainsAreStoredOnce) {
+  size_t widest[2] = {0, 0};
+  for (int links : {8, 16}) {
+    SCOPED_TRACE(links);
+    absl::StatusOr<v1::CompileRequest> req =
+        HostRequest(ReusedChainGraph(links));
+    ASSERT_TRUE(req.ok()) << req.status();
+    auto graph = ImportGraph(req->graph());
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    auto loops = Lower(*graph);
+    ASSERT_TRUE(loops.ok()) << loops.status();
+    auto fused = Fuse(*loops);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    for (const Kernel& k : fused->kernels)
+      widest[links == 16] = std::max(widest[links == 16], k.buffers.size());
+    EXPECT_LE(widest[links == 16], 12u) << fused->ToString();
+    auto artifact = Compile(*req);
+    ASSERT_TRUE(artifact.ok()) << artifact.status();
+    ExpectArtifactMatchesReference(*req, *artifact, 7);
+  }
+  EXPECT_EQ(widest[0], widest[1]);
 }
 
 std::string QkvConcatGraph(int heads, bool dynamic) {

@@ -2078,10 +2078,13 @@ inline bool OpSetGen::Attention() {
   sinks_.push_back(lse);
   if (dt != v1::FLOAT32 || rng_.Chance(50)) return true;
   const std::string grad_out = NewInput(shape({b, h, l, ev}), dt)->name;
-  v1::Node* bwd = Node(dropout ? "kiln.attention_dropout_backward.default"
-                               : "kiln.attention_backward.default",
-                       Fresh());
-  for (int i = 0; i < 2; ++i) bwd->add_outputs(Fresh());
+  // With a bias, half the time the backward that gives its gradient.
+  const bool bias_grad = !bias.empty() && rng_.Chance(50);
+  const std::string backward = absl::StrCat(
+      dropout ? "kiln.attention_dropout_backward" : "kiln.attention_backward",
+      bias_grad ? "_dbias" : "", ".default");
+  v1::Node* bwd = Node(backward, Fresh());
+  for (int i = 0; i < (bias_grad ? 3 : 2); ++i) bwd->add_outputs(Fresh());
   Ref(bwd, grad_out);
   Ref(bwd, q);
   Ref(bwd, k);

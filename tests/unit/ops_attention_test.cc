@@ -35,8 +35,10 @@ using attention_cases::CaseGraph;
 using attention_cases::CaseInputs;
 using attention_cases::kAttention;
 using attention_cases::kAttentionBackward;
+using attention_cases::kAttentionBackwardDbias;
 using attention_cases::kAttentionDropout;
 using attention_cases::kAttentionDropoutBackward;
+using attention_cases::kAttentionDropoutBackwardDbias;
 using attention_cases::RelativeToLargest;
 
 [[maybe_unused]] ::testing::Environment* const kCoverage =
@@ -129,6 +131,12 @@ TEST(Attention, InvalidArguments) {
                  F32({1, 2, 5, 8}, {}), BF16({1, 1, 4, 5}, {})},
                 {In(0), In(1), In(2), In(3), B(false), F(0.5)},
                 {"attn_bias must have the query's dtype"});
+  ExpectInvalid(
+      kAttentionBackwardDbias,
+      {F32({1, 1, 2, 4}, {}), F32({1, 1, 2, 4}, {}), F32({1, 1, 3, 4}, {}),
+       F32({1, 1, 3, 4}, {}), F32({1, 1, 2, 4}, {}), F32({1, 1, 2}, {})},
+      {In(0), In(1), In(2), In(3), NoneArg(), In(4), In(5), B(true), F(0.5)},
+      {"node 0", kAttentionBackwardDbias, "attn_bias is required"});
 }
 
 // Dropout by hand: with equal scores each probability is 1/S and v the
@@ -233,7 +241,7 @@ v1::Artifact CheckCompiledWith(const Case& c, const CompileEnv& env,
     EXPECT_TRUE(got.ok()) << got.status();
     if (!want.ok() || !got.ok()) return *artifact;
     for (int o = 0; o < static_cast<int>(want->size()); ++o) {
-      if (o >= 2 && o < 5 && c.dtype != DType::kFloat32) {
+      if (o >= 2 && o < (c.bias_grad ? 6 : 5) && c.dtype != DType::kFloat32) {
         // Gradients are sums that cancel, of probabilities and score
         // gradients rounded to the dtype (as PyTorch rounds them): their
         // error is relative to the largest gradient.
@@ -247,8 +255,13 @@ v1::Artifact CheckCompiledWith(const Case& c, const CompileEnv& env,
     }
   }
   ExercisedOps().insert(c.dropout > 0 ? kAttentionDropout : kAttention);
-  ExercisedOps().insert(c.dropout > 0 ? kAttentionDropoutBackward
-                                      : kAttentionBackward);
+  if (c.bias_grad) {
+    ExercisedOps().insert(c.dropout > 0 ? kAttentionDropoutBackwardDbias
+                                        : kAttentionBackwardDbias);
+  } else {
+    ExercisedOps().insert(c.dropout > 0 ? kAttentionDropoutBackward
+                                        : kAttentionBackward);
+  }
   return *artifact;
 }
 
@@ -460,6 +473,56 @@ TEST(AttentionCompiled, Dropout) {
   dynamic.symbolic_l = true;
   dynamic.bias = Case::Bias::kNone;
   CheckCompiled(dynamic, {4, 13});
+}
+
+// The _dbias backward ops give the bias its gradient (a learned position
+// bias, a mask that needs one): the scores' gradient before the scale,
+// summed over the dims where the bias broadcasts, for every bias shape
+// (heads and batches summed, the query dim summed where the bias has none),
+// causal or not, with dropout, in bfloat16, over several key and query
+// blocks of the CPU kernel and at a dynamic length; the fused backward is
+// one call that writes it.
+TEST(AttentionCompiled, BiasGradient) {
+  for (Case::Bias bias :
+       {Case::Bias::kFull, Case::Bias::kPerHead, Case::Bias::kPerBatch,
+        Case::Bias::kShared, Case::Bias::kPerHeadRow}) {
+    for (bool causal : {false, true}) {
+      Case c;
+      c.bias = bias;
+      c.bias_grad = true;
+      c.causal = causal;
+      const Compiled a = CheckCompiled(c);
+      const std::vector<const v1::Attention*> calls =
+          CpuAttentionCalls(a.fused);
+      ASSERT_EQ(calls.size(), 2u);
+      EXPECT_FALSE(calls[0]->bias_grad());
+      EXPECT_TRUE(calls[1]->bias_grad());
+    }
+  }
+  Case dropout;
+  dropout.bias = Case::Bias::kPerHead;
+  dropout.bias_grad = true;
+  dropout.dropout = 0.3;
+  dropout.causal = true;
+  CheckCompiled(dropout);
+  Case half;
+  half.bias = Case::Bias::kShared;
+  half.bias_grad = true;
+  half.dtype = DType::kBFloat16;
+  half.e = half.ev = 8;
+  CheckCompiled(half);
+  Case tiles;  // two key blocks, several query blocks, 6 heads per slice
+  tiles.bias = Case::Bias::kShared;
+  tiles.bias_grad = true;
+  tiles.l = 200;
+  tiles.s = 530;
+  tiles.causal = true;
+  CheckCompiled(tiles);
+  Case dynamic;
+  dynamic.bias = Case::Bias::kPerHead;
+  dynamic.bias_grad = true;
+  dynamic.symbolic_l = true;
+  CheckCompiled(dynamic, {4, 10});
 }
 
 // A pair a library drew (kLibraryDrawn in its offset: cuDNN's generator)
@@ -685,6 +748,24 @@ TEST(AttentionCuda, HalfPrecisionIsOneCudnnCallPerDirection) {
   EXPECT_EQ(fwd_only[0]->direction(), v1::Attention::FORWARD);
 }
 
+// On CUDA the bias's gradient is written out (cuDNN's dBias is not wired):
+// the forward stays one cuDNN call, the _dbias backward GEMMs around the
+// softmax's gradient, with the bias's gradient a reduction of it.
+TEST(AttentionCuda, BiasGradientIsWrittenOut) {
+  for (Case::Bias bias : {Case::Bias::kPerHead, Case::Bias::kFull}) {
+    Case c;
+    c.dtype = DType::kBFloat16;
+    c.e = c.ev = 32;
+    c.bias = bias;
+    c.bias_grad = true;
+    const v1::Artifact a = CompileForCuda(c);
+    const std::vector<const v1::Attention*> calls = AttentionCalls(a);
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0]->direction(), v1::Attention::FORWARD);
+    EXPECT_TRUE(PlanProgram(a, CudaLimits()).ok());
+  }
+}
+
 // Malformed attention steps are refused before anything runs, naming the
 // step and the problem.
 TEST(AttentionCuda, MalformedStepsAreRefused) {
@@ -724,6 +805,17 @@ TEST(AttentionCuda, MalformedStepsAreRefused) {
       "unknown direction");
   refused([](v1::Attention& a) { a.set_dropout(1.0f); },
           "has dropout 1 (0 <= dropout < 1 allowed)");
+  // The bias's gradient: only from a backward with a bias, and not from
+  // cuDNN's call here.
+  refused([](v1::Attention& a) { a.set_bias_grad(true); },
+          "only a backward with a bias gives");
+  refused(
+      [](v1::Attention& a) {
+        a.set_bias_grad(true);
+        a.set_direction(v1::Attention::BACKWARD);
+        a.set_bias(true);
+      },
+      "this runtime's attention does not give");
   // A dropout step whose (seed, offset) buffer is missing, or not int64.
   refused([](v1::Attention& a) { a.set_dropout(0.5f); }, "it takes 6");
   refused(

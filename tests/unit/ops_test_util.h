@@ -170,9 +170,12 @@ inline const std::vector<std::string>& ConvSuiteOps() {
 // Kiln's fused attention (ops_attention_test.cc).
 inline const std::vector<std::string>& AttentionSuiteOps() {
   static const auto* ops = new std::vector<std::string>{
-      "kiln.attention.default", "kiln.attention_backward.default",
+      "kiln.attention.default",
+      "kiln.attention_backward.default",
       "kiln.attention_dropout.default",
-      "kiln.attention_dropout_backward.default"};
+      "kiln.attention_dropout_backward.default",
+      "kiln.attention_backward_dbias.default",
+      "kiln.attention_dropout_backward_dbias.default"};
   return *ops;
 }
 
