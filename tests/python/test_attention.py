@@ -101,10 +101,13 @@ def test_sdpa_arguments_match_eager(daemon, case, dtype, policy):
     _close(a, c, dtype)
     for x, y in zip(ga, gc):
         _close(x, y, dtype)
-    # A float mask needs a gradient here (_run's inputs all do), which
-    # the fused op does not give its bias: decomposed under either policy.
-    if policy == "decompose" or mask_kind == "float":
+    if policy == "decompose":
         _no_fused(backend.report)
+    elif mask_kind == "float":
+        # The mask needs a gradient here (_run's inputs all do): the fused
+        # op's backward that gives the bias one.
+        assert KILN_DBIAS <= set(backend.report.ops), backend.report
+        assert not FUSED & set(backend.report.ops), backend.report
     else:
         assert KILN_FUSED <= set(backend.report.ops), backend.report
         assert not FUSED & set(backend.report.ops), backend.report
