@@ -362,28 +362,24 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionDropout(
   return outs;
 }
 
-// The bias's gradient from the scores' gradient `g` (float32 [B * H, L, S],
-// before the scale): summed over the dims where `bias` broadcasts, in
-// `dtype`.
-absl::StatusOr<LoweredValue> BiasGradient(LowerContext& ctx,
-                                          const LoweredValue& g,
-                                          const LoweredValue& bias,
-                                          const Sizes& z, DType dtype) {
-  const std::vector<SymExpr> scores{z.b, z.h, z.l, z.s};
-  const LoweredValue g4 =
-      LowerContext::Remap(g,
-                          {ir::Add(ir::Mul(ir::Var(0), S(z.h)), ir::Var(1)),
-                           ir::Var(2), ir::Var(3)},
-                          scores);
+// `grad` (over [B, H, L, S], or the library bias's [B or 1, H or 1, L, S])
+// summed over the dims where `bias` broadcasts and `grad` does not: the
+// bias's gradient, in `dtype`.
+absl::StatusOr<LoweredValue> SumToBias(LowerContext& ctx,
+                                       const LoweredValue& grad,
+                                       const LoweredValue& bias, DType dtype) {
   std::vector<bool> reduced(4);
   bool any = false;
   for (int d = 0; d < 4; ++d) {
-    reduced[d] = IsOne(bias.sizes[d]) && !IsOne(scores[d]);
+    reduced[d] = IsOne(bias.sizes[d]) && !IsOne(grad.sizes[d]);
     any |= reduced[d];
   }
-  const Expr body = ir::Cast(LowerContext::Read(g4, IdentityIndex(4)), kF32);
-  if (!any) return ops::PointwiseNode(ctx, scores, dtype, body);
-  auto sum = LowerReductionOver(ctx, g4, reduced, /*keepdim=*/true,
+  const Expr body = ir::Cast(LowerContext::Read(grad, IdentityIndex(4)), kF32);
+  if (!any) {
+    if (grad.dtype == dtype) return grad;
+    return ops::PointwiseNode(ctx, grad.sizes, dtype, body);
+  }
+  auto sum = LowerReductionOver(ctx, grad, reduced, /*keepdim=*/true,
                                 ReduceKind::kSum, kF32, dtype, body, nullptr);
   if (!sum.ok()) return sum.status();
   return (*sum)[0];
@@ -440,20 +436,13 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackwardWith(
         {ctx.out_type(2).sizes, dtype}};
     // The library's bias gradient has the library bias's shape, [B or 1,
     // H or 1, L, S]; a bias broadcast over queries or keys sums it there.
-    std::vector<SymExpr> library_bias;
-    if (bias_grad) {
-      library_bias = {bias->sizes[0], bias->sizes[1], z.l, z.s};
-      results.push_back({library_bias, dtype});
-    }
+    if (bias_grad)
+      results.push_back({{bias->sizes[0], bias->sizes[1], z.l, z.s}, dtype});
     std::vector<LoweredValue> grads = LibraryCall(ctx, call, inputs, results);
-    if (bias_grad && library_bias != bias->sizes) {
-      const std::vector<bool> reduced{false, false, IsOne(bias->sizes[2]),
-                                      IsOne(bias->sizes[3])};
-      auto sum =
-          LowerReductionOver(ctx, grads[3], reduced, /*keepdim=*/true,
-                             ReduceKind::kSum, kF32, dtype, nullptr, nullptr);
-      if (!sum.ok()) return sum.status();
-      grads[3] = (*sum)[0];
+    if (bias_grad) {
+      auto db = SumToBias(ctx, grads[3], *bias, dtype);
+      if (!db.ok()) return db.status();
+      grads[3] = *db;
     }
     return grads;
   }
@@ -521,7 +510,13 @@ absl::StatusOr<std::vector<LoweredValue>> LowerAttentionBackwardWith(
                                   Heads(ctx, dk, z, dtype),
                                   Heads(ctx, dv, z, dtype)};
   if (bias_grad) {
-    auto db = BiasGradient(ctx, *g_node, *bias, z, dtype);
+    // g over [B, H, L, S].
+    const LoweredValue g4 = LowerContext::Remap(
+        *g_node,
+        {ir::Add(ir::Mul(ir::Var(0), S(z.h)), ir::Var(1)), ir::Var(2),
+         ir::Var(3)},
+        {z.b, z.h, z.l, z.s});
+    auto db = SumToBias(ctx, g4, *bias, dtype);
     if (!db.ok()) return db.status();
     grads.push_back(*db);
   }
