@@ -297,6 +297,9 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
   // (CudaGpu.CudnnAttentionMatchesReference: 160, 192, 256 on an H200 with
   // cuDNN 9.14). An older cuDNN without such an engine fails the call with
   // UNIMPLEMENTED, and the Python backend then runs the partition eagerly.
+  // cuDNN's backward also gives the bias's gradient (dBias) for every bias
+  // shape Kiln passes it, [B or 1, H or 1, L, S], with or without dropout
+  // (CudaGpu.CudnnAttentionBiasGradient on an H200, cuDNN 9.14).
   // The CPU runtime's fused attention (runtime/cpu_attention.h) takes every
   // case, and draws dropout as Kiln's kernels do.
   LowerOptions::LibraryAttention& attention = lower_options.library_attention;
@@ -304,6 +307,7 @@ absl::StatusOr<v1::Artifact> Compile(const ImportedRequest& request,
     attention.enabled = CudaArchAtLeast(request.target.cuda().arch(), 80);
     attention.max_head_dim =
         CudaArchAtLeast(request.target.cuda().arch(), 90) ? 256 : 128;
+    attention.bias_grad = true;
   } else {
     attention.enabled = !env.cpu_written_attention;
     attention.float32 = true;

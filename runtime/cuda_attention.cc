@@ -37,6 +37,7 @@ enum Uid : int64_t {
   kOffset,
   kDropoutScale,     // 1 / (1 - p)
   kDropoutScaleInv,  // backward: 1 - p
+  kGradBias,         // backward with bias_grad: the bias's gradient
   kFirstVirtual = 100,
 };
 
@@ -312,7 +313,9 @@ void BuildBackward(AttentionGraph& g, const AttentionOptions& o) {
   void* dk = g.Bound(kGradK, io, {d.batch, d.heads, d.s_kv, d.d_qk});
   void* dv = g.Bound(kGradV, io, {d.batch, d.heads, d.s_kv, d.d_v});
   void* softmax_sum = g.Bound(kSoftmaxSum, f32, g.RowSizes(), g.RowStrides());
-  void* dq_accum = g.Bound(kGradQAccum, f32, {d.batch, d.heads, d.s_q, d.d_qk});
+  void* dq_accum = o.bias_grad ? nullptr
+                               : g.Bound(kGradQAccum, f32,
+                                         {d.batch, d.heads, d.s_q, d.d_qk});
   void* scale = g.Scalar(kScale);
   void* neg_inf = causal ? g.Scalar(kNegInf) : nullptr;
   void* bias = BiasTensor(g, o);
@@ -372,6 +375,15 @@ void BuildBackward(AttentionGraph& g, const AttentionOptions& o) {
                 rescaled);
     weighted = rescaled;
   }
+  // The bias's gradient: the scores' gradient before the scale, summed
+  // over the dims where the bias broadcasts (the frontend's dBias
+  // reduction, written in the inputs' dtype).
+  if (o.bias_grad) {
+    void* grad_bias = g.Bound(kGradBias, io,
+                              {o.bias_batch ? d.batch : 1,
+                               o.bias_heads ? d.heads : 1, d.s_q, d.s_kv});
+    g.Reduce(cudnn::kReduceAdd, weighted, grad_bias);
+  }
   void* ds = g.Scores(d.s_q, d.s_kv);
   g.Pointwise(cudnn::kPointwiseMul, weighted, scale, nullptr, ds);
 
@@ -382,6 +394,14 @@ void BuildBackward(AttentionGraph& g, const AttentionOptions& o) {
   g.Matmul(dst, q, dk);
   void* k = g.Virtual(io, {d.batch, d.heads, d.s_kv, d.d_qk});
   g.Reshape(kt, k);
+  if (o.bias_grad) {
+    // cuDNN gives dBias only in the engines that keep dS in the workspace,
+    // which write grad_q directly (the frontend's use_dp_workspace): the
+    // float32 form below matched an engine that left dBias unwritten
+    // (CudaGpu.CudnnAttentionBiasGradient).
+    g.Matmul(ds, k, dq);
+    return;
+  }
   g.Matmul(ds, k, dq_accum);
   g.Pointwise(cudnn::kPointwiseIdentity, dq_accum, nullptr, nullptr, dq);
 }
@@ -394,6 +414,7 @@ struct CudaAttention::Plan {
   Direction direction = Direction::kForward;
   bool causal = false;
   bool bias = false;
+  bool bias_grad = false;
   std::vector<CudnnDescriptor> descriptors;
   CudnnDescriptor plan;
   size_t library_workspace = 0;   // the plan's own, at the workspace start
@@ -447,6 +468,11 @@ absl::StatusOr<CudaAttention::Prepared> CudaAttention::Prepare(
         ", heads ", d.heads, ", queries ", d.s_q, ", keys ", d.s_kv,
         ", head dims ", d.d_qk, " and ", d.d_v, ")"));
   }
+  if (options.bias_grad &&
+      (direction != Direction::kBackward || !options.bias)) {
+    return absl::InvalidArgumentError(
+        "only an attention backward with a bias gives the bias's gradient");
+  }
   if (direction == Direction::kBackward && lib_->version() < 90600) {
     return absl::UnimplementedError(absl::StrCat(
         "Kiln's fused attention backward needs cuDNN 9.6 or later; ",
@@ -461,6 +487,7 @@ absl::StatusOr<CudaAttention::Prepared> CudaAttention::Prepare(
                               options.bias,
                               options.bias_batch,
                               options.bias_heads,
+                              options.bias_grad,
                               options.alignment,
                               d.batch,
                               d.heads,
@@ -495,7 +522,8 @@ absl::StatusOr<CudaAttention::Prepared> CudaAttention::Prepare(
   if (found->plans.empty()) {
     return absl::UnimplementedError(absl::StrCat(
         "cuDNN ", lib_->version(), " has no engine for this ", DTypeName(dtype),
-        causal ? " causal" : "", " attention ",
+        causal ? " causal" : "", options.bias_grad ? " bias-gradient" : "",
+        " attention ",
         direction == Direction::kForward ? "forward" : "backward", " (batch ",
         d.batch, ", heads ", d.heads, ", queries ", d.s_q, ", keys ", d.s_kv,
         ", head dims ", d.d_qk, " and ", d.d_v, ")",
@@ -506,6 +534,7 @@ absl::StatusOr<CudaAttention::Prepared> CudaAttention::Prepare(
   plan->direction = direction;
   plan->causal = causal;
   plan->bias = options.bias;
+  plan->bias_grad = options.bias_grad;
   plan->dropout = options.dropout > 0;
   plan->dropout_scale = 1.0f / (1.0f - options.dropout);
   plan->dropout_scale_inv = 1.0f - options.dropout;
@@ -524,8 +553,10 @@ absl::StatusOr<CudaAttention::Prepared> CudaAttention::Prepare(
   if (direction == Direction::kBackward) {
     plan->softmax_sum_offset = bytes;
     bytes += AlignUp(sizeof(float) * d.batch * d.heads * d.s_q);
-    plan->grad_q_accum_offset = bytes;
-    bytes += AlignUp(sizeof(float) * d.batch * d.heads * d.s_q * d.d_qk);
+    if (!options.bias_grad) {
+      plan->grad_q_accum_offset = bytes;
+      bytes += AlignUp(sizeof(float) * d.batch * d.heads * d.s_q * d.d_qk);
+    }
   }
   // cuDNN takes no null workspace, even for a plan that needs none.
   plan->workspace_bytes = std::max(bytes, kWorkspaceAlign);
@@ -542,7 +573,8 @@ absl::Status CudaAttention::Run(const Prepared& prepared,
   const Plan& p = *prepared.plan;
   const bool forward = p.direction == Direction::kForward;
   const size_t want = (forward ? kForwardBuffers : kBackwardBuffers) +
-                      (p.bias ? 1 : 0) + (p.dropout ? 1 : 0);
+                      (p.bias ? 1 : 0) + (p.bias_grad ? 1 : 0) +
+                      (p.dropout ? 1 : 0);
   if (buffers.size() != want) {
     return absl::InvalidArgumentError(
         absl::StrCat("attention ", forward ? "forward" : "backward", " takes ",
@@ -550,7 +582,8 @@ absl::Status CudaAttention::Run(const Prepared& prepared,
   }
   auto ptr = [](cuda::DevicePtr a) { return reinterpret_cast<void*>(a); };
   // Run's order (the reads, then the writes): q k v [bias] [out stats
-  // grad_out] [rng] then out stats or grad_q grad_k grad_v; then the host
+  // grad_out] [rng] then out stats or grad_q grad_k grad_v [grad_bias]; then
+  // the host
   // scalars and the workspace tensors: at most 20, no heap.
   absl::InlinedVector<int64_t, 20> uids = {kQ, kK, kV};
   if (p.bias) uids.push_back(kBias);
@@ -561,6 +594,7 @@ absl::Status CudaAttention::Run(const Prepared& prepared,
     uids.insert(uids.end(), {kOut, kStats});
   } else {
     uids.insert(uids.end(), {kGradQ, kGradK, kGradV});
+    if (p.bias_grad) uids.push_back(kGradBias);
   }
   absl::InlinedVector<void*, 20> pointers;
   for (size_t i = 0; i < want; ++i) pointers.push_back(ptr(buffers[i]));
@@ -590,8 +624,10 @@ absl::Status CudaAttention::Run(const Prepared& prepared,
     }
     uids.push_back(kSoftmaxSum);
     pointers.push_back(ptr(workspace + p.softmax_sum_offset));
-    uids.push_back(kGradQAccum);
-    pointers.push_back(ptr(workspace + p.grad_q_accum_offset));
+    if (!p.bias_grad) {
+      uids.push_back(kGradQAccum);
+      pointers.push_back(ptr(workspace + p.grad_q_accum_offset));
+    }
   }
   const cudnn::Api& api = lib_->api();
   absl::MutexLock lock(&handle_->run_mu);

@@ -25,7 +25,13 @@
 // Backward takes q, k, v (the bias), out, stats and grad_out and writes
 // grad_q, grad_k, grad_v (the products accumulate in float32; grad_q
 // through a float32 buffer in the workspace, which cuDNN 9.6 and later
-// initialise themselves: the backward needs 9.6).
+// initialise themselves: the backward needs 9.6; with bias_grad, cuDNN's
+// engines that keep the scores' gradient in their workspace write grad_q
+// directly), and with bias_grad the
+// bias's gradient in the bias's shape and `dtype`: the scores' gradient
+// p * (dp - rowsum(grad_out * out)) before the scale (dp with the keep
+// mask over 1 - dropout under dropout), summed in float32 over the batch
+// and heads dims where the bias has size 1 (cuDNN's dBias).
 //
 // cuDNN's fused engines take float16 and bfloat16, head dims that are
 // multiples of 8 up to 128 (256 on newer versions and GPUs); Prepare says
@@ -68,6 +74,10 @@ struct AttentionOptions {
   // draws the keep mask from it (the backward draws the same mask from the
   // same pair).
   float dropout = 0.0f;
+  // Backward with a bias only: also writes the bias's gradient, the
+  // buffer after grad_v. cuDNN may have no engine for some bias shapes
+  // (Prepare then says UNIMPLEMENTED).
+  bool bias_grad = false;
   // A power of two up to 16 that divides every buffer's address (cuDNN's
   // flash engines want 16; a smaller one may leave no engine).
   int64_t alignment = 16;
@@ -86,7 +96,7 @@ class CudaAttention {
   enum class Direction { kForward, kBackward };
   // The buffers Run takes, in order, the reads then the writes (with a
   // bias, it follows v; with dropout, the (seed, offset) buffer follows the
-  // reads):
+  // reads; with bias_grad, the bias's gradient follows grad_v):
   static constexpr int kForwardBuffers = 5;   // q k v | out stats
   static constexpr int kBackwardBuffers = 9;  // q k v out stats grad_out |
                                               // grad_q grad_k grad_v
@@ -102,7 +112,8 @@ class CudaAttention {
   // The execution plan for extern step `step` (the cache key, with the
   // rest of the arguments), made and cached on the first call for a shape.
   // Errors: INVALID_ARGUMENT for an empty shape, a dtype other than
-  // float16/bfloat16 or a dropout outside [0, 1); UNIMPLEMENTED for a backward
+  // float16/bfloat16, a dropout outside [0, 1) or bias_grad without a
+  // backward with a bias; UNIMPLEMENTED for a backward
   // with cuDNN before 9.6, or when cuDNN has no engine for the case (with the
   // first rejection); INTERNAL for a cuDNN failure.
   absl::StatusOr<Prepared> Prepare(int step, Direction direction, DType dtype,

@@ -152,6 +152,7 @@ absl::StatusOr<std::unique_ptr<CudaExecutable>> CudaExecutable::Load(
   limits.conv_library = v1::ExternCall::CUDNN;
   limits.attention_library = v1::ExternCall::CUDNN;
   limits.attention_dtypes = {DType::kFloat16, DType::kBFloat16};
+  limits.attention_bias_grad = true;
   limits.conv_dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   // Each allocation is a call into the caller's allocator (PyTorch's:
   // a few microseconds through Python); statistics, partial sums and
@@ -399,6 +400,7 @@ absl::Status CudaExecutable::RunAttention(
                            .bias_batch = a.bias_batch(),
                            .bias_heads = a.bias_heads(),
                            .dropout = a.dropout(),
+                           .bias_grad = a.bias_grad(),
                            .alignment = CommonAlignment(tensors, buffers)});
   if (!prepared.ok()) return prepared.status();
   absl::StatusOr<DeviceAllocation> workspace =

@@ -937,9 +937,9 @@ def rewrite_attention(gm: torch.fx.GraphModule, policy: str,
     fused op by sdpa_fused (in place; recompiles gm), the latter only with
     `fused` (kilnd has kiln.attention), with dropout only with `dropout`
     (kilnd has kiln.attention_dropout), and with a mask that needs a
-    gradient only with `bias_grad` (kilnd has kiln.attention_backward_dbias;
-    on CUDA only under "fused": cuDNN's call does not give it, and the
-    backward is then written out). Returns how many were replaced."""
+    gradient only with `bias_grad` (kilnd has kiln.attention_backward_dbias:
+    on CUDA cuDNN's backward gives that gradient). Returns how many were
+    replaced."""
     if policy == "eager":
         return 0
     return _rewrite_graph(gm, policy, fused, [], dropout, bias_grad)
@@ -1006,7 +1006,8 @@ def _rewrite_graph(gm: torch.fx.GraphModule, policy: str, fused: bool,
                 n = _scores(node)
                 if n is None or n > CUDA_MAX_SCORES:
                     if not (fused and _cudnn_fused_ok(device) and
-                            eligible(node, autocast=amp, dropout=dropout)):
+                            eligible(node, autocast=amp, dropout=dropout,
+                                     bias_grad=bias_grad)):
                         continue
                     target = fused_target
         node.target = target

@@ -204,41 +204,50 @@ def fused_attention_case(server: str, device: torch.device) -> Tuple[bool, str]:
 
 def bias_grad_attention_case(server: str,
                              device: torch.device) -> Tuple[bool, str]:
-    """A learned position bias [1, H, L, S] (timm's BEiT and Swin pass
-    theirs to scaled_dot_product_attention) under attention="fused" on
-    CUDA, bfloat16, 2^22 scores: the forward is one cuDNN call, the
-    backward kiln::attention_backward_dbias written out (GEMMs around the
-    softmax's gradient; cuDNN's dBias is not wired), every gradient and the
-    bias's against eager on the same device."""
+    """A learned additive bias (timm's BEiT and Swin pass theirs to
+    scaled_dot_product_attention) on CUDA, bfloat16, 2^22 scores: one
+    cuDNN call per direction, the backward kiln::attention_backward_dbias
+    whose cuDNN call gives the bias's gradient (dBias). Under
+    attention="fused" with a [1, H, L, S] bias, under "auto" with [B, 1, L,
+    S] and with [1, 1, 1, S] (summed over the queries by a Kiln kernel);
+    every gradient and the bias's against eager on the same device."""
     import torch.nn.functional as F  # noqa: PLC0415
-    torch._dynamo.reset()
-    backend = KilnBackend(server=server, fallback="error", attention="fused")
     b, t, h, e, dtype = 4, 512, 4, 64, torch.bfloat16
-    g = torch.Generator(device=device).manual_seed(6)
-    q, k, v = (torch.randn(b, h, t, e, device=device, generator=g).to(dtype)
-               for _ in range(3))
-    bias = torch.randn(1, h, t, t, device=device, generator=g).to(dtype)
+    ok, texts = True, []
+    for policy, shape in (("fused", (1, h, t, t)), ("auto", (b, 1, t, t)),
+                          ("auto", (1, 1, 1, t))):
+        torch._dynamo.reset()
+        backend = KilnBackend(server=server, fallback="error",
+                              attention=policy)
+        g = torch.Generator(device=device).manual_seed(6)
+        q, k, v = (torch.randn(b, h, t, e, device=device,
+                               generator=g).to(dtype) for _ in range(3))
+        bias = torch.randn(*shape, device=device, generator=g).to(dtype)
 
-    def f(q, k, v, bias):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        def f(q, k, v, bias):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
-    kin = [u.clone().requires_grad_() for u in (q, k, v, bias)]
-    ein = [u.clone().requires_grad_() for u in (q, k, v, bias)]
-    got, want = torch.compile(f, backend=backend)(*kin), f(*ein)
-    gy = torch.randn(got.shape, device=device, generator=g).to(dtype)
-    kg = torch.autograd.grad(got, kin, gy)
-    eg = torch.autograd.grad(want, ein, gy)
-    errs = [(got - want).abs().max().item() / want.abs().max().item()]
-    errs += [(a - c).abs().max().item() / c.abs().max().item()
-             for a, c in zip(kg, eg)]
-    r = backend.report
-    calls = (r.op("kiln.attention.default").kiln,
-             r.op("kiln.attention_backward_dbias.default").kiln)
-    ok = max(errs) < 3e-2 and calls == (1, 1) and \
-        r.compiled_partitions == r.partitions
-    return ok, (f"errs/max {', '.join(f'{x:.1e}' for x in errs)} (out, q, k, "
-                f"v, bias), kiln calls {calls}, {r.compiled_partitions}/"
-                f"{r.partitions} partitions{'' if ok else ' FAILED'}")
+        kin = [u.clone().requires_grad_() for u in (q, k, v, bias)]
+        ein = [u.clone().requires_grad_() for u in (q, k, v, bias)]
+        got, want = torch.compile(f, backend=backend)(*kin), f(*ein)
+        gy = torch.randn(got.shape, device=device, generator=g).to(dtype)
+        kg = torch.autograd.grad(got, kin, gy)
+        eg = torch.autograd.grad(want, ein, gy)
+        errs = [(got - want).abs().max().item() / want.abs().max().item()]
+        errs += [(a - c).abs().max().item() / c.abs().max().item()
+                 for a, c in zip(kg, eg)]
+        r = backend.report
+        calls = (r.op("kiln.attention.default").kiln,
+                 r.op("kiln.attention_backward_dbias.default").kiln)
+        this_ok = max(errs) < 3e-2 and calls == (1, 1) and \
+            r.compiled_partitions == r.partitions
+        ok &= this_ok
+        texts.append(
+            f"{policy} bias {list(shape)}: errs/max "
+            f"{', '.join(f'{x:.1e}' for x in errs)} (out, q, k, v, bias), "
+            f"kiln calls {calls}, {r.compiled_partitions}/{r.partitions} "
+            f"partitions{'' if this_ok else ' FAILED'}")
+    return ok, "; ".join(texts)
 
 
 def mha_attention_case(server: str, device: torch.device) -> Tuple[bool, str]:

@@ -74,17 +74,31 @@ struct Device {
 // The float64 reference of contiguous [B, H, ., .] inputs: out, logsumexp
 // and the three gradients. With `keep` ([B, H, Sq, Skv] flattened, 1 =
 // kept), dropout with probability `dropout` applies that mask to the
-// probabilities (lse stays the undropped softmax's).
+// probabilities (lse stays the undropped softmax's). With `bias` ([B or 1,
+// H or 1, Sq, Skv] as `bias_batch` and `bias_heads` say), the bias is added
+// to the scaled scores and dbias is its gradient.
 struct Reference {
-  std::vector<double> out, lse, dq, dk, dv;
+  std::vector<double> out, lse, dq, dk, dv, dbias;
+};
+
+struct BiasArg {
+  const HostTensor* bias = nullptr;
+  bool batch = false, heads = false;
 };
 
 Reference Attend(const HostTensor& q, const HostTensor& k, const HostTensor& v,
                  const HostTensor& dout, const AttentionDims& d, bool causal,
                  double scale, const std::vector<char>* keep = nullptr,
-                 double dropout = 0) {
+                 double dropout = 0, BiasArg bias = {}) {
   Reference r;
   const int64_t bh = d.batch * d.heads;
+  if (bias.bias != nullptr) r.dbias.assign(bias.bias->numel(), 0);
+  // The bias element of score (i, j) of slice n.
+  auto bias_at = [&](int64_t n, int64_t i, int64_t j) -> int64_t {
+    const int64_t b = bias.batch ? n / d.heads : 0;
+    const int64_t h = bias.heads ? n % d.heads : 0;
+    return ((b * (bias.heads ? d.heads : 1) + h) * d.s_q + i) * d.s_kv + j;
+  };
   r.out.assign(bh * d.s_q * d.d_v, 0);
   r.lse.assign(bh * d.s_q, 0);
   r.dq.assign(bh * d.s_q * d.d_qk, 0);
@@ -115,7 +129,11 @@ Reference Attend(const HostTensor& q, const HostTensor& k, const HostTensor& v,
       for (int64_t j = 0; j < d.s_kv; ++j) {
         double s = 0;
         for (int64_t e = 0; e < d.d_qk; ++e) s += Q(i, e) * K(j, e);
-        s = causal && j > i ? -INFINITY : s * scale;
+        if (bias.bias != nullptr)
+          s = s * scale + bias.bias->GetDoubleAt(bias_at(n, i, j));
+        else
+          s *= scale;
+        if (causal && j > i) s = -INFINITY;
         p[i * d.s_kv + j] = s;
         mx = std::max(mx, s);
       }
@@ -142,7 +160,9 @@ Reference Attend(const HostTensor& q, const HostTensor& k, const HostTensor& v,
       }
       for (int64_t j = 0; j < d.s_kv; ++j) {
         const double pij = p[i * d.s_kv + j];
-        const double ds = pij * (dp[i * d.s_kv + j] - rowdot) * scale;
+        const double g = pij * (dp[i * d.s_kv + j] - rowdot);
+        const double ds = g * scale;
+        if (bias.bias != nullptr) r.dbias[bias_at(n, i, j)] += g;
         for (int64_t e = 0; e < d.d_v; ++e)
           r.dv[(n * d.s_kv + j) * d.d_v + e] += pij * M(i, j) * DO(i, e);
         for (int64_t e = 0; e < d.d_qk; ++e) {
@@ -262,6 +282,142 @@ TEST(CudaGpu, CudnnAttentionMatchesReference) {
   }
 }
 
+// The bias's gradient from cuDNN's backward (AttentionOptions::bias_grad)
+// for each bias shape, causal or not, against the float64 reference: every
+// gradient and the bias's. A shape cuDNN has no engine for must say
+// UNIMPLEMENTED (printed); [1, H, Sq, Skv], the shape cuDNN documents for
+// dBias, must run.
+TEST(CudaGpu, CudnnAttentionBiasGradient) {
+  absl::StatusOr<Gpu*> gpu = gpu_testing::OpenGpu();
+  if (!gpu.ok()) GTEST_SKIP() << "no CUDA device: " << gpu.status();
+  auto ctx =
+      cuda::ScopedContext::Enter(*(*gpu)->driver, (*gpu)->context->get());
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  absl::StatusOr<std::unique_ptr<CudaAttention>> attention =
+      CudaAttention::Create((*gpu)->context->get());
+  if (!attention.ok()) GTEST_SKIP() << attention.status();
+  if ((*attention)->version() < 90600) GTEST_SKIP() << "cuDNN before 9.6";
+  std::mt19937 rng(11);
+  int step = 0, ran = 0;
+  bool per_head_ran = false;
+  const AttentionDims shapes[] = {{2, 3, 197, 197, 64, 64},
+                                  {2, 4, 128, 256, 64, 64}};
+  for (const AttentionDims& d : shapes) {
+    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+      for (int shape = 0; shape < 4; ++shape) {
+        const bool bias_batch = shape & 1, bias_heads = shape & 2;
+        for (bool causal : {false, true}) {
+          const std::string name = absl::StrCat(
+              DTypeName(dtype), causal ? " causal " : " ", d.batch, "x",
+              d.heads, "x", d.s_q, "x", d.s_kv, "x", d.d_qk, " bias [",
+              bias_batch ? "B" : "1", ",", bias_heads ? "H" : "1", ",L,S]");
+          SCOPED_TRACE(name);
+          const double scale = 1.0 / std::sqrt(static_cast<double>(d.d_qk));
+          const HostTensor q =
+              Random(dtype, {d.batch, d.heads, d.s_q, d.d_qk}, rng);
+          const HostTensor k =
+              Random(dtype, {d.batch, d.heads, d.s_kv, d.d_qk}, rng);
+          const HostTensor v =
+              Random(dtype, {d.batch, d.heads, d.s_kv, d.d_v}, rng);
+          const HostTensor dout =
+              Random(dtype, {d.batch, d.heads, d.s_q, d.d_v}, rng);
+          const HostTensor bias =
+              Random(dtype,
+                     {bias_batch ? d.batch : 1, bias_heads ? d.heads : 1, d.s_q,
+                      d.s_kv},
+                     rng);
+          const Reference want =
+              Attend(q, k, v, dout, d, causal, scale, nullptr, 0,
+                     {&bias, bias_batch, bias_heads});
+          const AttentionOptions fwd_options{.causal = causal,
+                                             .scale = static_cast<float>(scale),
+                                             .bias = true,
+                                             .bias_batch = bias_batch,
+                                             .bias_heads = bias_heads};
+          AttentionOptions bwd_options = fwd_options;
+          bwd_options.bias_grad = true;
+          absl::StatusOr<CudaAttention::Prepared> bwd =
+              (*attention)
+                  ->Prepare(step++, CudaAttention::Direction::kBackward, dtype,
+                            d, bwd_options);
+          if (!bwd.ok()) {
+            EXPECT_EQ(bwd.status().code(), absl::StatusCode::kUnimplemented)
+                << bwd.status();
+            EXPECT_FALSE(bias_heads && !bias_batch) << bwd.status();
+            std::printf("no engine: %s\n", name.c_str());
+            continue;
+          }
+          absl::StatusOr<CudaAttention::Prepared> fwd =
+              (*attention)
+                  ->Prepare(step++, CudaAttention::Direction::kForward, dtype,
+                            d, fwd_options);
+          ASSERT_TRUE(fwd.ok()) << fwd.status();
+          Device dev{*gpu};
+          const cuda::DevicePtr q_ = dev.Upload(q), k_ = dev.Upload(k),
+                                v_ = dev.Upload(v), do_ = dev.Upload(dout),
+                                b_ = dev.Upload(bias);
+          const size_t es = DTypeSize(dtype);
+          const cuda::DevicePtr out =
+              dev.Alloc(d.batch * d.heads * d.s_q * d.d_v * es);
+          const cuda::DevicePtr stats =
+              dev.Alloc(d.batch * d.heads * d.s_q * 4);
+          absl::Status run =
+              (*attention)
+                  ->Run(*fwd, {q_, k_, v_, b_, out, stats},
+                        dev.Alloc(fwd->workspace_bytes), nullptr);
+          ASSERT_TRUE(run.ok()) << run;
+          const cuda::DevicePtr gq = dev.Alloc(q.numel() * es),
+                                gk = dev.Alloc(k.numel() * es),
+                                gv = dev.Alloc(v.numel() * es),
+                                gb = dev.Alloc(bias.numel() * es);
+          run =
+              (*attention)
+                  ->Run(*bwd, {q_, k_, v_, b_, out, stats, do_, gq, gk, gv, gb},
+                        dev.Alloc(bwd->workspace_bytes), nullptr);
+          ASSERT_TRUE(run.ok()) << run;
+          const double tol = dtype == DType::kBFloat16 ? 2e-2 : 4e-3;
+          const double gtol = dtype == DType::kBFloat16 ? 3e-2 : 8e-3;
+          const HostTensor got_out =
+              dev.Download(out, dtype, {d.batch, d.heads, d.s_q, d.d_v});
+          EXPECT_LT(Error(got_out, want.out), tol);
+          const double errs[] = {
+              Error(dev.Download(gq, dtype, q.sizes()), want.dq, 1e-6),
+              Error(dev.Download(gk, dtype, k.sizes()), want.dk, 1e-6),
+              Error(dev.Download(gv, dtype, v.sizes()), want.dv, 1e-6),
+              Error(dev.Download(gb, dtype, bias.sizes()), want.dbias, 1e-6)};
+          for (int o = 0; o < 4; ++o)
+            EXPECT_LT(errs[o], gtol) << "gradient "
+                                     << "qkvb"[o];
+          std::printf("%s: out %.2e dq %.2e dk %.2e dv %.2e dbias %.2e\n",
+                      name.c_str(), Error(got_out, want.out), errs[0], errs[1],
+                      errs[2], errs[3]);
+          ++ran;
+          per_head_ran |= bias_heads && !bias_batch;
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(per_head_ran);
+  std::printf("%d bias-gradient attention calls checked\n", ran);
+  // With dropout: whether cuDNN has an engine (printed; not checked).
+  for (int shape = 0; shape < 4; ++shape) {
+    const AttentionDims d{2, 3, 197, 197, 64, 64};
+    AttentionOptions o{.scale = 0.125f,
+                       .bias = true,
+                       .bias_batch = static_cast<bool>(shape & 1),
+                       .bias_heads = static_cast<bool>(shape & 2),
+                       .dropout = 0.1f,
+                       .bias_grad = true};
+    absl::StatusOr<CudaAttention::Prepared> bwd =
+        (*attention)
+            ->Prepare(step++, CudaAttention::Direction::kBackward,
+                      DType::kBFloat16, d, o);
+    std::printf("dropout bias [%s,%s,L,S] backward: %s\n",
+                o.bias_batch ? "B" : "1", o.bias_heads ? "H" : "1",
+                bwd.ok() ? "engine" : bwd.status().ToString().c_str());
+  }
+}
+
 // kiln.attention and its backward compiled for the GPU (one cuDNN call
 // each in float16/bfloat16; GEMMs around a softmax in float32 and under
 // deterministic_algorithms), run through CudaExecutable, against the
@@ -287,6 +443,17 @@ TEST(CudaGpu, CompiledAttentionMatchesReference) {
   for (Case::Bias bias : {Case::Bias::kPerBatch, Case::Bias::kPerHeadRow}) {
     Case c = cases[0];  // bfloat16 causal 2x4x96x96x64
     c.bias = bias;
+    cases.push_back(c);
+  }
+  // The bias's gradient from cuDNN's dBias (written out under
+  // deterministic_algorithms), each bias shape.
+  for (Case::Bias bias :
+       {Case::Bias::kPerHead, Case::Bias::kFull, Case::Bias::kPerBatch,
+        Case::Bias::kShared, Case::Bias::kPerHeadRow}) {
+    Case c = cases[bias == Case::Bias::kFull ? 3 : 0];  // bf16 or fp16
+    c.bias = bias;
+    c.bias_grad = true;
+    if (bias == Case::Bias::kShared) c.l = c.s = 197, c.causal = false;
     cases.push_back(c);
   }
   Case wide;
@@ -332,7 +499,8 @@ TEST(CudaGpu, CompiledAttentionMatchesReference) {
       for (const auto& d : dev) views.push_back(d.view());
       auto got = (*exe)->Run(views, nullptr);
       ASSERT_TRUE(got.ok()) << got.status();
-      for (int o = 0; o < 5; ++o) {
+      ASSERT_EQ(got->size(), c.bias_grad ? 6u : 5u);
+      for (int o = 0; o < static_cast<int>(got->size()); ++o) {
         auto host = gpu_testing::Download(**gpu, (*got)[o], nullptr);
         ASSERT_TRUE(host.ok()) << host.status();
         if (o >= 2) {
@@ -374,13 +542,16 @@ TEST(CudaGpu, CompiledAttentionDropout) {
   int checked = 0;
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
     for (bool causal : {false, true}) {
-      for (bool deterministic : {false, true}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool deterministic = variant & 1;
+        const bool bias_grad = variant & 2;  // a [1, H, L, S] learned bias
         Case c;
         c.dtype = dtype;
         c.b = 2, c.h = 3, c.l = 40, c.s = 64, c.e = 64, c.ev = 64;
         c.causal = causal;
         c.scale = 0.125;
         c.dropout = kP;
+        if (bias_grad) c.bias = Case::Bias::kPerHead, c.bias_grad = true;
         SCOPED_TRACE(
             absl::StrCat(c.ToString(), deterministic ? " deterministic" : ""));
         v1::CompileRequest req;
@@ -422,7 +593,8 @@ TEST(CudaGpu, CompiledAttentionDropout) {
           return outs;
         };
         const std::vector<HostTensor> got = run(inputs);
-        ASSERT_EQ(got.size(), 6u);
+        const size_t rng_out = bias_grad ? 6 : 5;
+        ASSERT_EQ(got.size(), rng_out + 1);
         // rng: (seed, 3) for Kiln's Philox; for cuDNN a seed of the op's
         // own, words 0 and 1 of Philox(seed, 3, 0) (63 bits), and the
         // library's flag as the offset.
@@ -431,13 +603,14 @@ TEST(CudaGpu, CompiledAttentionDropout) {
             Philox4x32(static_cast<uint64_t>(seed), 3, 0);
         const int64_t op_seed =
             (static_cast<int64_t>(w[1] & 0x7fffffffu) << 32) | w[0];
-        EXPECT_EQ(got[5].GetIntAt(0), deterministic ? seed : op_seed);
-        EXPECT_EQ(got[5].GetIntAt(1), deterministic ? 3 : int64_t{1} << 62);
+        EXPECT_EQ(got[rng_out].GetIntAt(0), deterministic ? seed : op_seed);
+        EXPECT_EQ(got[rng_out].GetIntAt(1),
+                  deterministic ? 3 : int64_t{1} << 62);
         const double grad_limit = dtype == DType::kBFloat16 ? 6e-2 : 8e-3;
         if (deterministic) {
           auto want = EvaluateReference(*graph, inputs);
           ASSERT_TRUE(want.ok()) << want.status();
-          for (int o = 0; o < 5; ++o) {
+          for (int o = 0; o < static_cast<int>(rng_out); ++o) {
             const double err =
                 attention_cases::RelativeToLargest(got[o], (*want)[o]);
             EXPECT_LT(err, o < 2 ? grad_limit / 2 : grad_limit)
@@ -455,7 +628,7 @@ TEST(CudaGpu, CompiledAttentionDropout) {
           eye[2].SetDoubleAt(i, j == e ? 1.0 : 0.0);
         }
         const std::vector<HostTensor> exposed = run(eye);
-        ASSERT_EQ(exposed.size(), 6u);
+        ASSERT_EQ(exposed.size(), rng_out + 1);
         std::vector<char> keep(exposed[0].numel());
         int64_t live = 0, kept = 0;
         for (int64_t x = 0; x < exposed[0].numel(); ++x) {
@@ -472,11 +645,13 @@ TEST(CudaGpu, CompiledAttentionDropout) {
                                  .s_kv = c.s,
                                  .d_qk = c.e,
                                  .d_v = c.ev};
-        const Reference ref = Attend(inputs[0], inputs[1], inputs[2], inputs[3],
-                                     dims, c.causal, c.scale, &keep, kP);
+        const Reference ref =
+            Attend(inputs[0], inputs[1], inputs[2], inputs[3], dims, c.causal,
+                   c.scale, &keep, kP,
+                   bias_grad ? BiasArg{&inputs[4], false, true} : BiasArg{});
         const std::vector<double>* want[] = {&ref.out, &ref.dq, &ref.dk,
-                                             &ref.dv};
-        for (int o = 0; o < 4; ++o) {
+                                             &ref.dv, &ref.dbias};
+        for (int o = 0; o < (bias_grad ? 5 : 4); ++o) {
           const double err =
               Error(got[o == 0 ? 0 : o + 1], *want[o], /*floor=*/1e-6);
           EXPECT_LT(err, o == 0 ? grad_limit / 2 : grad_limit)

@@ -603,6 +603,7 @@ LaunchLimits CudaLimits() {
   limits.conv_library = v1::ExternCall::CUDNN;
   limits.attention_library = v1::ExternCall::CUDNN;
   limits.attention_dtypes = {DType::kFloat16, DType::kBFloat16};
+  limits.attention_bias_grad = true;
   return limits;
 }
 
@@ -748,22 +749,45 @@ TEST(AttentionCuda, HalfPrecisionIsOneCudnnCallPerDirection) {
   EXPECT_EQ(fwd_only[0]->direction(), v1::Attention::FORWARD);
 }
 
-// On CUDA the bias's gradient is written out (cuDNN's dBias is not wired):
-// the forward stays one cuDNN call, the _dbias backward GEMMs around the
-// softmax's gradient, with the bias's gradient a reduction of it.
-TEST(AttentionCuda, BiasGradientIsWrittenOut) {
-  for (Case::Bias bias : {Case::Bias::kPerHead, Case::Bias::kFull}) {
-    Case c;
-    c.dtype = DType::kBFloat16;
-    c.e = c.ev = 32;
-    c.bias = bias;
-    c.bias_grad = true;
-    const v1::Artifact a = CompileForCuda(c);
-    const std::vector<const v1::Attention*> calls = AttentionCalls(a);
-    ASSERT_EQ(calls.size(), 1u);
-    EXPECT_EQ(calls[0]->direction(), v1::Attention::FORWARD);
-    EXPECT_TRUE(PlanProgram(a, CudaLimits()).ok());
+// On CUDA cuDNN's backward gives the bias's gradient (dBias) in the bias's
+// batch and heads dims; a bias broadcast over queries ([1, H, 1, S]) sums
+// it further in a Kiln kernel. Under deterministic_algorithms the backward
+// is written out: GEMMs around the softmax's gradient, with the bias's
+// gradient a reduction of it.
+TEST(AttentionCuda, BiasGradientFromCudnn) {
+  for (Case::Bias bias :
+       {Case::Bias::kPerHead, Case::Bias::kFull, Case::Bias::kPerBatch,
+        Case::Bias::kShared, Case::Bias::kPerHeadRow}) {
+    for (bool dropout : {false, true}) {
+      Case c;
+      c.dtype = DType::kBFloat16;
+      c.e = c.ev = 32;
+      c.bias = bias;
+      c.bias_grad = true;
+      c.dropout = dropout ? 0.25 : 0;
+      SCOPED_TRACE(c.ToString());
+      const v1::Artifact a = CompileForCuda(c);
+      const std::vector<const v1::Attention*> calls = AttentionCalls(a);
+      ASSERT_EQ(calls.size(), 2u);
+      EXPECT_EQ(calls[1]->direction(), v1::Attention::BACKWARD);
+      EXPECT_TRUE(calls[1]->bias_grad());
+      EXPECT_EQ(calls[1]->bias_batch(),
+                bias == Case::Bias::kFull || bias == Case::Bias::kPerBatch);
+      EXPECT_TRUE(PlanProgram(a, CudaLimits()).ok());
+    }
   }
+  Case c;
+  c.dtype = DType::kBFloat16;
+  c.e = c.ev = 32;
+  c.bias = Case::Bias::kPerHead;
+  c.bias_grad = true;
+  v1::CompileOptions deterministic;
+  deterministic.set_deterministic_algorithms(true);
+  const v1::Artifact a = CompileForCuda(c, deterministic);
+  const std::vector<const v1::Attention*> calls = AttentionCalls(a);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]->direction(), v1::Attention::FORWARD);
+  EXPECT_TRUE(PlanProgram(a, CudaLimits()).ok());
 }
 
 // Malformed attention steps are refused before anything runs, naming the
@@ -805,17 +829,25 @@ TEST(AttentionCuda, MalformedStepsAreRefused) {
       "unknown direction");
   refused([](v1::Attention& a) { a.set_dropout(1.0f); },
           "has dropout 1 (0 <= dropout < 1 allowed)");
-  // The bias's gradient: only from a backward with a bias, and not from
-  // cuDNN's call here.
+  // The bias's gradient: only from a backward with a bias, and only from
+  // a runtime whose attention gives it.
   refused([](v1::Attention& a) { a.set_bias_grad(true); },
           "only a backward with a bias gives");
-  refused(
-      [](v1::Attention& a) {
-        a.set_bias_grad(true);
-        a.set_direction(v1::Attention::BACKWARD);
-        a.set_bias(true);
-      },
-      "this runtime's attention does not give");
+  {
+    v1::Artifact a = good;
+    v1::Attention& call = *first_call(a);
+    call.set_bias_grad(true);
+    call.set_direction(v1::Attention::BACKWARD);
+    call.set_bias(true);
+    LaunchLimits limits = CudaLimits();
+    limits.attention_bias_grad = false;
+    auto plan = PlanProgram(a, limits);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_NE(
+        plan.status().message().find("this runtime's attention does not give"),
+        std::string::npos)
+        << plan.status();
+  }
   // A dropout step whose (seed, offset) buffer is missing, or not int64.
   refused([](v1::Attention& a) { a.set_dropout(0.5f); }, "it takes 6");
   refused(
