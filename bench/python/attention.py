@@ -6,7 +6,7 @@ threshold (CUDA_MAX_SCORES) on measurements.
 
     PY=$(bash deploy/python-env.sh)
     $PY bench/python/attention.py [--device cuda] [--server HOST:PORT]
-        [--dropout P]
+        [--dropout P] [--bias head|batch]
 
 Rows: causal self-attention (--no-causal: without the mask) q, k, v of
 shape (batch, heads, seq, 64), in bfloat16 on CUDA (float32 on the CPU;
@@ -17,6 +17,10 @@ dropout_p=P to every call (eager: PyTorch's fused kernel with dropout; Kiln
 decomposed: native_dropout in Kiln's kernels; Kiln fused:
 kiln::attention_dropout, cuDNN's own generator on CUDA). On the CPU
 "Kiln fused" is the CPU runtime's flash kernel (runtime/cpu_attention.h).
+--bias head|batch passes a learned additive bias, [1, H, T, T] or
+[B, 1, T, T], that needs a gradient, as attn_mask (not causal then): Kiln
+fused is kiln::attention_backward_dbias, whose cuDNN call gives the bias's
+gradient on CUDA; eager is PyTorch's efficient-attention kernel.
 """
 
 from __future__ import annotations
@@ -45,6 +49,10 @@ def main() -> None:
                     help="default: bfloat16 on CUDA, float32 on the CPU")
     ap.add_argument("--no-causal", dest="causal", action="store_false",
                     help="attention without the causal mask")
+    ap.add_argument("--bias", choices=["none", "head", "batch"],
+                    default="none",
+                    help="a learned bias [1,H,T,T] (head) or [B,1,T,T] "
+                         "(batch) that needs a gradient, as attn_mask")
     ap.add_argument("--profile", action="store_true",
                     help="after the table, torch.profiler's kernel times of "
                          "5 steps of each Kiln variant and eager at the "
@@ -63,12 +71,18 @@ def main() -> None:
     daemon = None if a.server else Kilnd()
     server = a.server or daemon.address
 
-    def attn(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=a.causal,
+    if a.bias != "none":
+        a.causal = False
+
+    def attn(q, k, v, bias=None):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias,
+                                              is_causal=a.causal,
                                               dropout_p=a.dropout)
 
     where = torch.cuda.get_device_name() if cuda else "CPU"
     causal = "causal" if a.causal else "not causal"
+    if a.bias != "none":
+        causal += f", learned bias ({a.bias})"
     print(f"attention fwd+bwd, {causal}, dropout {a.dropout}, head dim "
           f"{head_dim}, {dtype}, {where}, "
           f"torch {torch.__version__}; ms per step (median of 7 x 10)")
@@ -81,22 +95,29 @@ def main() -> None:
             q, k, v = (torch.randn(b, h, t, head_dim, device=a.device,
                                    dtype=dtype, generator=g).requires_grad_()
                        for _ in range(3))
-            row = {"eager": step_ms(lambda: attn(q, k, v).sum(), cuda)}
+            bias = None
+            if a.bias != "none":
+                bias = torch.randn(
+                    (1, h, t, t) if a.bias == "head" else (b, 1, t, t),
+                    device=a.device, dtype=dtype,
+                    generator=g).requires_grad_()
+            row = {"eager": step_ms(lambda: attn(q, k, v, bias).sum(), cuda)}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 torch._dynamo.reset()
                 ind = torch.compile(attn)
-                row["inductor"] = step_ms(lambda: ind(q, k, v).sum(), cuda)
+                row["inductor"] = step_ms(lambda: ind(q, k, v, bias).sum(),
+                                          cuda)
                 torch._dynamo.reset()
                 backend = kiln.backend(server=server, fallback="error",
                                        attention="decompose")
                 kln = torch.compile(attn, backend=backend)
-                row["kiln"] = step_ms(lambda: kln(q, k, v).sum(), cuda)
+                row["kiln"] = step_ms(lambda: kln(q, k, v, bias).sum(), cuda)
                 torch._dynamo.reset()
                 fused = kiln.backend(server=server, fallback="error",
                                      attention="fused")
                 kfu = torch.compile(attn, backend=fused)
-                row["fused"] = step_ms(lambda: kfu(q, k, v).sum(), cuda)
+                row["fused"] = step_ms(lambda: kfu(q, k, v, bias).sum(), cuda)
             print(f"{f'{b} x {h} x {t}':<22} {b * h * t * t:>10} "
                   f"{row['eager']:>8.3f} {row['inductor']:>9.3f} "
                   f"{row['kiln']:>8.3f} {row['fused']:>10.3f} "
