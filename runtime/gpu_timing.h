@@ -42,9 +42,13 @@ class TimingEvent {
 // Index of the fastest of `count` candidates (a heuristic's, best first),
 // candidate i run by `run(i)` on `stream` (false: the call failed):
 //  1. each once untimed (a first call may load its kernel), then once timed;
-//  2. the first and those within 25% of the fastest, in turn, twice more:
-//     as many calls as fill about 0.2 ms (at most 16), the better average
-//     kept.
+//  2. the first and those within 25% of the fastest, in turn, three times
+//     more: as many calls as fill about 1 ms (at most 64), the best average
+//     kept. The second round takes them in the reverse order, so that a
+//     GPU whose clocks still rise while they run does not favour the
+//     candidates timed last (an H200 picked a bfloat16 4096^3 GEMM 7%
+//     slower than the heuristic's first when each finalist was timed on
+//     one call, twice, in one order: bench/README.md, session 41).
 // Another algorithm replaces the first only when at least 3% faster, so
 // that noise does not trade the heuristic's choice for an equal one. An
 // candidate whose call fails is passed over. While `stream` is being
@@ -107,14 +111,15 @@ absl::StatusOr<size_t> FastestCandidate(size_t count, cuda::Stream stream,
   }
   const float first_pass_best = *std::min_element(ms.begin(), ms.end());
   if (first_pass_best == kFailed) return 0;
-  const int calls = std::clamp(static_cast<int>(0.2f / first_pass_best), 1, 16);
+  const int calls = std::clamp(static_cast<int>(1.0f / first_pass_best), 1, 64);
   std::vector<size_t> finalists;
   for (size_t i = 0; i < count; ++i) {
     if (i == 0 || ms[i] <= 1.25f * first_pass_best) finalists.push_back(i);
   }
   std::vector<float> best(count, kFailed);
-  for (int pass = 0; pass < 2; ++pass) {
-    for (size_t i : finalists) {
+  for (int pass = 0; pass < 3; ++pass) {
+    for (size_t n = 0; n < finalists.size(); ++n) {
+      const size_t i = finalists[pass == 1 ? finalists.size() - 1 - n : n];
       if (ms[i] == kFailed) continue;
       absl::StatusOr<float> t = time(i, calls);
       if (!t.ok()) return t.status();
