@@ -64,7 +64,8 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
             tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
             tls_key: Optional[str] = None,
             tls_server_name: Optional[str] = None,
-            aot_cache: Optional[bool] = None) -> Callable[..., Any]:
+            aot_cache: Optional[bool] = None,
+            eager_random: Optional[bool] = None) -> Callable[..., Any]:
     """A configured Dynamo backend for ``torch.compile(backend=...)``.
 
     server: kilnd's address ("HOST:PORT" or "unix:PATH"; None: $KILN_SERVER,
@@ -134,6 +135,15 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
     $KILN_AOT_CACHE=0; the directory is $KILN_AOT_CACHE_DIR, else
     ~/.cache/kiln/aot. KILN_LOG=aot prints each hit, miss and why a graph
     is not cached.
+
+    eager_random: run the random ops (dropout, rand, randn, bernoulli and
+    their _like forms) eagerly, so that a seeded run draws PyTorch's own
+    numbers and matches eager bit for bit there (Inductor's
+    torch._inductor.config.fallback_random). By default they run in Kiln
+    from a Philox stream seeded from torch's generator, as Inductor's do:
+    reproducible under torch.manual_seed, but not eager's numbers. None
+    (default): $KILN_EAGER_RANDOM ("1" or "0") when set, else
+    torch._inductor.config.fallback_random at each compile.
     """
     from .dynamo import KilnBackend  # noqa: PLC0415 (needs torch)
 
@@ -144,7 +154,8 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
                        token=token, token_file=token_file,
                        trusted_keys=trusted_keys, tls_ca=tls_ca,
                        tls_cert=tls_cert, tls_key=tls_key,
-                       tls_server_name=tls_server_name, aot_cache=aot_cache)
+                       tls_server_name=tls_server_name, aot_cache=aot_cache,
+                       eager_random=eager_random)
 
 
 def explain(model: Callable[..., Any], *inputs: Any,

@@ -93,7 +93,8 @@ from .foreach import foreach_decompositions
 from .remat import kiln_default_partition
 from .decompositions import extra_decompositions
 from .autostart import resolve_server
-from .fx_graph import (COMPARISON_OPS, KilnGraph, Unsupported, ViewOutput,
+from .fx_graph import (COMPARISON_OPS, RANDOM_OPS, KilnGraph, Unsupported,
+                       ViewOutput,
                        align_norm_stats_with_eager,
                        arange_from_symbolic_starts, batch_input_writes,
                        draw_seed, give_constants_values,
@@ -553,7 +554,8 @@ class KilnBackend:
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
                  tls_key: Optional[str] = None,
                  tls_server_name: Optional[str] = None,
-                 aot_cache: Optional[bool] = None) -> None:
+                 aot_cache: Optional[bool] = None,
+                 eager_random: Optional[bool] = None) -> None:
         if fallback not in ("eager", "error"):
             raise ValueError(f"fallback={fallback!r}: expected 'eager' or 'error'")
         self.attention = resolve_policy(attention)
@@ -571,6 +573,8 @@ class KilnBackend:
                                          for k, v in auth.items() if v))
         self.server = server
         self.fast_math = bool(fast_math)
+        # None: resolved per graph (eager_random()).
+        self._eager_random = eager_random
         self.fuse_gemm_epilogues = bool(fuse_gemm_epilogues)
         # The devices whose graphs run _foreach_* ops in Kiln (kiln.backend's
         # `foreach`): by default the CPU's, where the update written in place
@@ -660,7 +664,8 @@ class KilnBackend:
         ops = self.ops()
         rewrite_attention(
             gm, self.attention, fused="kiln.attention.default" in ops,
-            dropout="kiln.attention_dropout.default" in ops,
+            dropout="kiln.attention_dropout.default" in ops and
+            not self.eager_random(),
             bias_grad="kiln.attention_backward_dbias.default" in ops)
         devices = {x.device.type for x in example_inputs
                    if isinstance(x, torch.Tensor)}
@@ -708,7 +713,7 @@ class KilnBackend:
         store = self._aot_store
         assert store is not None
         salt = repr((sorted(self.ops()), self.attention, self.recompute,
-                     foreach_ops))
+                     foreach_ops, self.eager_random()))
         try:
             if _aot_graphs_logged():
                 raise NotCacheable("torch's logs ask for AOTAutograd's graphs")
@@ -797,6 +802,31 @@ class KilnBackend:
             self._ops = _binding.supported_ops()
         return self._ops
 
+    def eager_random(self) -> bool:
+        """Whether random ops run eagerly, drawing PyTorch's own numbers
+        (kiln.backend's `eager_random`): the backend's setting, else
+        $KILN_EAGER_RANDOM ("1" or "0") when set, else Inductor's
+        torch._inductor.config.fallback_random, read at each compile."""
+        if self._eager_random is not None:
+            return bool(self._eager_random)
+        env = os.environ.get("KILN_EAGER_RANDOM")
+        if env in ("0", "1"):
+            return env == "1"
+        try:
+            from torch._inductor import config  # noqa: PLC0415
+            return bool(getattr(config, "fallback_random", False))
+        except Exception:  # noqa: BLE001 (a torch without Inductor)
+            return False
+
+    def _eager_ops(self) -> Dict[str, str]:
+        """Op name -> why, for ops of Kiln's set this compile runs
+        eagerly."""
+        if not self.eager_random():
+            return {}
+        why = ("a random op, run eagerly for PyTorch's own numbers "
+               "(eager_random / torch._inductor.config.fallback_random)")
+        return {name: why for name in RANDOM_OPS}
+
     def _decompositions(self, foreach_ops: bool
                         ) -> Dict[Any, Callable[..., Any]]:
         """Core ATen decompositions minus the ops Kiln lowers itself and
@@ -883,7 +913,8 @@ class KilnBackend:
         their reason) and its compiles: (module, report, {node name: why}
         for partitions kilnd refused because of one node)."""
         report = ExplainReport(graphs=1)
-        support = KilnOperatorSupport(self.ops(), excluded, graph_device(gm))
+        support = KilnOperatorSupport(self.ops(), excluded, graph_device(gm),
+                                      self._eager_ops())
         try:
             result = partition(gm, support)
         except Exception as e:  # noqa: BLE001 (never fail the user's graph)

@@ -225,9 +225,17 @@ class KilnOperatorSupport(OperatorSupportBase):
 
     def __init__(self, ops: FrozenSet[str],
                  excluded: Mapping[str, str] = {},  # noqa: B006
-                 device: "torch.device | None" = None) -> None:
+                 device: "torch.device | None" = None,
+                 eager_ops: Mapping[str, str] = {}  # noqa: B006
+                 ) -> None:
         super().__init__()
         self.ops = ops
+        # Op name -> why: ops of Kiln's set that this compile runs eagerly
+        # (the random ops under kiln.backend(eager_random=True)).
+        self.eager_ops = dict(eager_ops)
+        # Partitions are cut at the random ops that run eagerly, so that
+        # they draw in the graph's order (with eager_ops).
+        self.keep_random_order = bool(eager_ops)
         # The graph's device (graph_device): a node computing on another
         # (a tensor literal made on the CPU in a CUDA model) stays out, or it
         # would make its partition one of two devices, which Kiln refuses.
@@ -261,6 +269,8 @@ class KilnOperatorSupport(OperatorSupportBase):
         if not isinstance(node.target, torch._ops.OpOverload):
             return f"{op_name(node.target)} is not an ATen op"
         name = op_name(node.target)
+        if name in self.eager_ops:
+            return self.eager_ops[name]
         if name not in self.ops and name not in IDENTITY_OPS:
             if name.startswith("aten._scaled_dot_product_"):
                 return ("PyTorch's fused attention kernel, kept by the "
@@ -330,21 +340,73 @@ def partition(gm: torch.fx.GraphModule,
                 not any(node in p.nodes for p in proposed if p not in kept)):
             left_out.setdefault(op_name(node.target), []).append(
                 "a view or copy at a partition's edge (runs eagerly)")
+    groups = [list(p.nodes) for p in kept]
+    if support.keep_random_order:
+        groups = _split_at_random_ops(gm, groups, left_out)
     result = PartitionResult(module=gm, left_out=left_out)
-    for i, p in enumerate(kept):
+    for i, nodes in enumerate(groups):
         result.partitions[f"kiln_{i}"] = [
-            op_name(n.target) for n in p.nodes
+            op_name(n.target) for n in nodes
             if n.op == "call_function" and n.target is not operator.getitem]
-    if kept:
+    if groups:
         position = {n.name: i for i, n in enumerate(gm.graph.nodes)}
-        last = {f"kiln_{i}": max(position[n.name] for n in p.nodes)
-                for i, p in enumerate(kept)}
-        result.module = fuse_by_partitions(gm, [p.nodes for p in kept],
-                                           prefix="kiln_")
+        last = {f"kiln_{i}": max(position[n.name] for n in nodes)
+                for i, nodes in enumerate(groups)}
+        result.module = fuse_by_partitions(gm, groups, prefix="kiln_")
         _restore_order(result.module, position, last)
     else:
         result.module = gm
     return result
+
+
+def _is_random(node: torch.fx.Node) -> bool:
+    """Whether node draws from torch's generator (an op tagged
+    nondeterministic_seeded: rand, randn, bernoulli, dropout, exponential,
+    uniform, ...)."""
+    return node.op == "call_function" and \
+        isinstance(node.target, torch._ops.OpOverload) and \
+        torch.Tag.nondeterministic_seeded in node.target.tags
+
+
+def _split_at_random_ops(gm: torch.fx.GraphModule,
+                         groups: List[List[torch.fx.Node]],
+                         left_out: Dict[str, List[str]]
+                         ) -> List[List[torch.fx.Node]]:
+    """`groups` cut where a random op that runs eagerly lies between their
+    nodes in gm's order: each piece holds the nodes between two such ops.
+    A partition holding nodes before and after one would have to run
+    entirely before or after it, and move it past the other random ops
+    (kiln.backend(eager_random=True) draws eager's numbers only in eager's
+    order). Cutting in gm's (topological) order makes no cycle: every edge
+    between pieces goes forward. A piece with nothing to compute is left
+    out (its nodes run eagerly), with the reason in `left_out`."""
+    in_groups = {n for nodes in groups for n in nodes}
+    cuts, segment = 0, {}
+    for n in gm.graph.nodes:
+        if _is_random(n) and n not in in_groups:
+            cuts += 1
+        segment[n] = cuts
+    if cuts == 0:
+        return groups
+    pieces: List[List[torch.fx.Node]] = []
+    for nodes in groups:
+        by_segment: Dict[int, List[torch.fx.Node]] = {}
+        for n in nodes:
+            # A getitem stays with its source.
+            source = n.args[0] if n.target is operator.getitem and \
+                isinstance(n.args[0], torch.fx.Node) else n
+            by_segment.setdefault(segment[source], []).append(n)
+        for _, piece in sorted(by_segment.items()):
+            if any(n.op == "call_function" and
+                   n.target is not operator.getitem and
+                   op_name(n.target) not in VIEW_OPS for n in piece):
+                pieces.append(piece)
+            else:
+                for n in piece:
+                    if n.target is not operator.getitem:
+                        left_out.setdefault(op_name(n.target), []).append(
+                            "a view between random ops run eagerly")
+    return pieces
 
 
 def _restore_order(gm: torch.fx.GraphModule, position: Mapping[str, int],

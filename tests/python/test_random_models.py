@@ -178,3 +178,63 @@ def test_partition_seed_follows_placeholders_declared_after_random_ops(daemon):
     keep = mask.float().mean().item()
     assert 0.35 < keep < 0.65, keep
     torch.testing.assert_close(out, x * mask / 0.5 * w, atol=1e-6, rtol=1e-6)
+
+
+def _mixer(x: torch.Tensor) -> torch.Tensor:
+    """Random ops between Kiln's pointwise ones, as a routing jitter or a
+    sampled gate draws them (transformers' Phimoe)."""
+    a = torch.sigmoid(x) * 2
+    gate = (torch.rand_like(a) > 0.75).float()
+    noise = torch.randn(x.shape) * 0.1
+    h = torch.nn.functional.dropout(a + noise, 0.3, training=True)
+    keep = torch.bernoulli(torch.full_like(x, 0.6))
+    return (h * gate + keep * a).tanh().sum(-1)
+
+
+@pytest.mark.parametrize("how", ["option", "inductor_config"])
+def test_eager_random_draws_pytorchs_numbers(daemon, how):
+    """kiln.backend(eager_random=True), or Inductor's fallback_random with
+    the default backend, runs the random ops eagerly: a seeded forward and
+    backward equal eager's bit for bit in the random parts and within
+    rounding elsewhere; the report names the reason; the rest is in Kiln.
+    Without it the same seed draws Kiln's own numbers (differing)."""
+    from torch._inductor import config  # noqa: PLC0415
+
+    x = torch.randn(64, 32)
+    torch.manual_seed(3)
+    xe = x.clone().requires_grad_()
+    want = _mixer(xe)
+    want.sum().backward()
+    if how == "option":
+        backend = kiln.backend(server=daemon.address, fallback="error",
+                               eager_random=True)
+        patch = config.patch(fallback_random=False)
+    else:
+        backend = kiln.backend(server=daemon.address, fallback="error")
+        patch = config.patch(fallback_random=True)
+    with patch:
+        torch._dynamo.reset()
+        f = torch.compile(_mixer, backend=backend)
+        torch.manual_seed(3)
+        xk = x.clone().requires_grad_()
+        got = f(xk)
+        got.sum().backward()
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(xk.grad, xe.grad, atol=1e-5, rtol=1e-5)
+    report = backend.report
+    random_ops = [op for op in report.ops if op.split(".")[1] in
+                  (RANDOM_OPS - {"native_dropout_backward"}) | {"uniform"}]
+    assert random_ops, report
+    for op in random_ops:
+        r = report.ops[op]
+        assert r.kiln == 0, f"{op} ran in Kiln"
+        assert any("eager_random" in why for why in r.fallback), r.fallback
+    assert report.kiln_nodes > 0
+
+    # The default: Kiln's own numbers from the same seed.
+    with config.patch(fallback_random=False):
+        torch._dynamo.reset()
+        f = torch.compile(_mixer, backend=kiln.backend(
+            server=daemon.address, fallback="error"))
+        torch.manual_seed(3)
+        assert not torch.equal(f(x), _mixer(x))
