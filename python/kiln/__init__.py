@@ -138,12 +138,12 @@ def backend(server: Optional[str] = None, fast_math: bool = False,
 
     eager_random: run the random ops (dropout, rand, randn, bernoulli and
     their _like forms) eagerly, so that a seeded run draws PyTorch's own
-    numbers and matches eager bit for bit there (Inductor's
-    torch._inductor.config.fallback_random). By default they run in Kiln
-    from a Philox stream seeded from torch's generator, as Inductor's do:
-    reproducible under torch.manual_seed, but not eager's numbers. None
-    (default): $KILN_EAGER_RANDOM ("1" or "0") when set, else
-    torch._inductor.config.fallback_random at each compile.
+    numbers and matches eager bit for bit there (what Inductor's
+    torch._inductor.config.fallback_random is for; Kiln does not read that
+    flag). By default they run in Kiln from a Philox stream seeded from
+    torch's generator, as Inductor's do: reproducible under
+    torch.manual_seed, but not eager's numbers. None (default): True when
+    $KILN_EAGER_RANDOM is "1".
     """
     from .dynamo import KilnBackend  # noqa: PLC0415 (needs torch)
 

@@ -805,18 +805,13 @@ class KilnBackend:
     def eager_random(self) -> bool:
         """Whether random ops run eagerly, drawing PyTorch's own numbers
         (kiln.backend's `eager_random`): the backend's setting, else
-        $KILN_EAGER_RANDOM ("1" or "0") when set, else Inductor's
-        torch._inductor.config.fallback_random, read at each compile."""
+        $KILN_EAGER_RANDOM ("1" or "0"), else False. Inductor's
+        torch._inductor.config.fallback_random is not followed: with it
+        set, AOTAutograd gave transformers' Phimoe a backward graph that
+        draws its random ops again (bench/README.md, session 41)."""
         if self._eager_random is not None:
             return bool(self._eager_random)
-        env = os.environ.get("KILN_EAGER_RANDOM")
-        if env in ("0", "1"):
-            return env == "1"
-        try:
-            from torch._inductor import config  # noqa: PLC0415
-            return bool(getattr(config, "fallback_random", False))
-        except Exception:  # noqa: BLE001 (a torch without Inductor)
-            return False
+        return os.environ.get("KILN_EAGER_RANDOM") == "1"
 
     def _eager_ops(self) -> Dict[str, str]:
         """Op name -> why, for ops of Kiln's set this compile runs
@@ -824,7 +819,7 @@ class KilnBackend:
         if not self.eager_random():
             return {}
         why = ("a random op, run eagerly for PyTorch's own numbers "
-               "(eager_random / torch._inductor.config.fallback_random)")
+               "(eager_random)")
         return {name: why for name in RANDOM_OPS}
 
     def _decompositions(self, foreach_ops: bool

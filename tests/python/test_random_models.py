@@ -191,34 +191,31 @@ def _mixer(x: torch.Tensor) -> torch.Tensor:
     return (h * gate + keep * a).tanh().sum(-1)
 
 
-@pytest.mark.parametrize("how", ["option", "inductor_config"])
-def test_eager_random_draws_pytorchs_numbers(daemon, how):
-    """kiln.backend(eager_random=True), or Inductor's fallback_random with
-    the default backend, runs the random ops eagerly: a seeded forward and
-    backward equal eager's bit for bit in the random parts and within
-    rounding elsewhere; the report names the reason; the rest is in Kiln.
-    Without it the same seed draws Kiln's own numbers (differing)."""
-    from torch._inductor import config  # noqa: PLC0415
-
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_eager_random_draws_pytorchs_numbers(daemon, how, monkeypatch):
+    """kiln.backend(eager_random=True), or KILN_EAGER_RANDOM=1, runs the
+    random ops eagerly: a seeded forward and backward equal eager's bit for
+    bit in the random parts and within rounding elsewhere; the report names
+    the reason; the rest is in Kiln. Without it the same seed draws Kiln's
+    own numbers (differing)."""
     x = torch.randn(64, 32)
     torch.manual_seed(3)
     xe = x.clone().requires_grad_()
     want = _mixer(xe)
     want.sum().backward()
     if how == "option":
+        monkeypatch.delenv("KILN_EAGER_RANDOM", raising=False)
         backend = kiln.backend(server=daemon.address, fallback="error",
                                eager_random=True)
-        patch = config.patch(fallback_random=False)
     else:
+        monkeypatch.setenv("KILN_EAGER_RANDOM", "1")
         backend = kiln.backend(server=daemon.address, fallback="error")
-        patch = config.patch(fallback_random=True)
-    with patch:
-        torch._dynamo.reset()
-        f = torch.compile(_mixer, backend=backend)
-        torch.manual_seed(3)
-        xk = x.clone().requires_grad_()
-        got = f(xk)
-        got.sum().backward()
+    torch._dynamo.reset()
+    f = torch.compile(_mixer, backend=backend)
+    torch.manual_seed(3)
+    xk = x.clone().requires_grad_()
+    got = f(xk)
+    got.sum().backward()
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(xk.grad, xe.grad, atol=1e-5, rtol=1e-5)
     report = backend.report
@@ -232,9 +229,9 @@ def test_eager_random_draws_pytorchs_numbers(daemon, how):
     assert report.kiln_nodes > 0
 
     # The default: Kiln's own numbers from the same seed.
-    with config.patch(fallback_random=False):
-        torch._dynamo.reset()
-        f = torch.compile(_mixer, backend=kiln.backend(
-            server=daemon.address, fallback="error"))
-        torch.manual_seed(3)
-        assert not torch.equal(f(x), _mixer(x))
+    monkeypatch.delenv("KILN_EAGER_RANDOM", raising=False)
+    torch._dynamo.reset()
+    f = torch.compile(_mixer, backend=kiln.backend(
+        server=daemon.address, fallback="error"))
+    torch.manual_seed(3)
+    assert not torch.equal(f(x), _mixer(x))
