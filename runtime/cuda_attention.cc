@@ -240,13 +240,17 @@ std::vector<int64_t> TransposedStrides(int64_t h, int64_t rows, int64_t cols) {
   return {h * rows * cols, rows * cols, 1, cols};
 }
 
+// The bias's sizes: [B or 1, H or 1, Sq, Skv].
+std::vector<int64_t> BiasSizes(const AttentionDims& d,
+                               const AttentionOptions& o) {
+  return {o.bias_batch ? d.batch : 1, o.bias_heads ? d.heads : 1, d.s_q,
+          d.s_kv};
+}
+
 // The bias tensor, when the call has one.
 void* BiasTensor(AttentionGraph& g, const AttentionOptions& o) {
   if (!o.bias) return nullptr;
-  const AttentionDims& d = g.dims();
-  return g.Bound(
-      kBias, g.io(),
-      {o.bias_batch ? d.batch : 1, o.bias_heads ? d.heads : 1, d.s_q, d.s_kv});
+  return g.Bound(kBias, g.io(), BiasSizes(g.dims(), o));
 }
 
 void BuildForward(AttentionGraph& g, const AttentionOptions& o) {
@@ -379,10 +383,8 @@ void BuildBackward(AttentionGraph& g, const AttentionOptions& o) {
   // over the dims where the bias broadcasts (the frontend's dBias
   // reduction, written in the inputs' dtype).
   if (o.bias_grad) {
-    void* grad_bias = g.Bound(kGradBias, io,
-                              {o.bias_batch ? d.batch : 1,
-                               o.bias_heads ? d.heads : 1, d.s_q, d.s_kv});
-    g.Reduce(cudnn::kReduceAdd, weighted, grad_bias);
+    g.Reduce(cudnn::kReduceAdd, weighted,
+             g.Bound(kGradBias, io, BiasSizes(d, o)));
   }
   void* ds = g.Scores(d.s_q, d.s_kv);
   g.Pointwise(cudnn::kPointwiseMul, weighted, scale, nullptr, ds);

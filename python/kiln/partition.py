@@ -233,9 +233,6 @@ class KilnOperatorSupport(OperatorSupportBase):
         # Op name -> why: ops of Kiln's set that this compile runs eagerly
         # (the random ops under kiln.backend(eager_random=True)).
         self.eager_ops = dict(eager_ops)
-        # Partitions are cut at the random ops that run eagerly, so that
-        # they draw in the graph's order (with eager_ops).
-        self.keep_random_order = bool(eager_ops)
         # The graph's device (graph_device): a node computing on another
         # (a tensor literal made on the CPU in a CUDA model) stays out, or it
         # would make its partition one of two devices, which Kiln refuses.
@@ -341,7 +338,7 @@ def partition(gm: torch.fx.GraphModule,
             left_out.setdefault(op_name(node.target), []).append(
                 "a view or copy at a partition's edge (runs eagerly)")
     groups = [list(p.nodes) for p in kept]
-    if support.keep_random_order:
+    if support.eager_ops:  # random ops run eagerly draw in the graph's order
         groups = _split_at_random_ops(gm, groups, left_out)
     result = PartitionResult(module=gm, left_out=left_out)
     for i, nodes in enumerate(groups):

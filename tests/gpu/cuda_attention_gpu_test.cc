@@ -447,9 +447,7 @@ TEST(CudaGpu, CompiledAttentionMatchesReference) {
   }
   // The bias's gradient from cuDNN's dBias (written out under
   // deterministic_algorithms), each bias shape.
-  for (Case::Bias bias :
-       {Case::Bias::kPerHead, Case::Bias::kFull, Case::Bias::kPerBatch,
-        Case::Bias::kShared, Case::Bias::kPerHeadRow}) {
+  for (Case::Bias bias : attention_cases::kEveryBias) {
     Case c = cases[bias == Case::Bias::kFull ? 3 : 0];  // bf16 or fp16
     c.bias = bias;
     c.bias_grad = true;

@@ -88,6 +88,11 @@ struct Case {
   }
 };
 
+// Every bias shape a case takes.
+inline constexpr Case::Bias kEveryBias[] = {
+    Case::Bias::kFull, Case::Bias::kPerHead, Case::Bias::kPerBatch,
+    Case::Bias::kShared, Case::Bias::kPerHeadRow};
+
 // q, k, v, grad_out[, bias][, seed] -> attention -> backward: outputs
 // out, lse, grad_q, grad_k, grad_v[, grad_bias][, rng].
 inline v1::Graph CaseGraph(const Case& c, v1::DeviceType device = v1::CPU) {

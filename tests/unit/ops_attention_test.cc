@@ -39,6 +39,7 @@ using attention_cases::kAttentionBackwardDbias;
 using attention_cases::kAttentionDropout;
 using attention_cases::kAttentionDropoutBackward;
 using attention_cases::kAttentionDropoutBackwardDbias;
+using attention_cases::kEveryBias;
 using attention_cases::RelativeToLargest;
 
 [[maybe_unused]] ::testing::Environment* const kCoverage =
@@ -483,9 +484,7 @@ TEST(AttentionCompiled, Dropout) {
 // blocks of the CPU kernel and at a dynamic length; the fused backward is
 // one call that writes it.
 TEST(AttentionCompiled, BiasGradient) {
-  for (Case::Bias bias :
-       {Case::Bias::kFull, Case::Bias::kPerHead, Case::Bias::kPerBatch,
-        Case::Bias::kShared, Case::Bias::kPerHeadRow}) {
+  for (Case::Bias bias : kEveryBias) {
     for (bool causal : {false, true}) {
       Case c;
       c.bias = bias;
@@ -755,9 +754,7 @@ TEST(AttentionCuda, HalfPrecisionIsOneCudnnCallPerDirection) {
 // is written out: GEMMs around the softmax's gradient, with the bias's
 // gradient a reduction of it.
 TEST(AttentionCuda, BiasGradientFromCudnn) {
-  for (Case::Bias bias :
-       {Case::Bias::kPerHead, Case::Bias::kFull, Case::Bias::kPerBatch,
-        Case::Bias::kShared, Case::Bias::kPerHeadRow}) {
+  for (Case::Bias bias : kEveryBias) {
     for (bool dropout : {false, true}) {
       Case c;
       c.dtype = DType::kBFloat16;
